@@ -1,0 +1,57 @@
+"""Typed, validated, frozen configuration (see schema.py for every key)."""
+
+from resomap.config.loader import (
+    DEFAULT_CONFIG_DIR,
+    FILE_ORDER,
+    LoadedConfig,
+    build,
+    config_hash,
+    dump_yaml,
+    flatten,
+    load,
+    load_full,
+    parse_override,
+    save_resolved,
+    to_dict,
+    with_overrides,
+)
+from resomap.config.schema import (
+    AugmentationConfig,
+    Config,
+    DataConfig,
+    ExperimentConfig,
+    ExplainabilityConfig,
+    MlflowConfig,
+    ModelsConfig,
+    SweepConfig,
+    SystemConfig,
+    TrainingConfig,
+)
+from resomap.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CONFIG_DIR",
+    "FILE_ORDER",
+    "AugmentationConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "ExperimentConfig",
+    "ExplainabilityConfig",
+    "LoadedConfig",
+    "MlflowConfig",
+    "ModelsConfig",
+    "SweepConfig",
+    "SystemConfig",
+    "TrainingConfig",
+    "build",
+    "config_hash",
+    "dump_yaml",
+    "flatten",
+    "load",
+    "load_full",
+    "parse_override",
+    "save_resolved",
+    "to_dict",
+    "with_overrides",
+]

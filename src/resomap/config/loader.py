@@ -1,0 +1,410 @@
+"""Load, merge and validate the YAML config files into one frozen `Config`.
+
+Merge order (later wins): the files of `FILE_ORDER` in the config folder, then `presets/<name>.yaml`, then
+dotted `key=value` overrides from the command line. Dicts merge key by key; lists and scalars replace.
+Every leaf remembers the file (or "command line") that last set it, so errors point at the right place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from resomap.config.schema import Config
+from resomap.errors import ConfigError
+
+FILE_ORDER = (
+    "config.yaml",
+    "sweep.yaml",
+    "training.yaml",
+    "system.yaml",
+    "data.yaml",
+    "models.yaml",
+    "explainability.yaml",
+    "mlflow.yaml",
+)
+DEFAULT_CONFIG_DIR = "configs"
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: {where}malformed YAML ({problem})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict, new: Mapping, source: str, origins: dict[str, str], prefix: str = "") -> None:
+    for key, value in new.items():
+        key = str(key)
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value, source, origins, path + ".")
+        else:
+            base[key] = _plain(value)
+            _record_origins(path, value, source, origins)
+
+
+def _record_origins(path: str, value: Any, source: str, origins: dict[str, str]) -> None:
+    origins[path] = source
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _record_origins(f"{path}.{k}", v, source, origins)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`training.epochs=3` -> ("training.epochs", 3); the value is parsed as YAML (lists, null, numbers)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"command line: override {text!r} is not of the form dotted.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _nest(key: str, value: Any) -> dict:
+    out: Any = value
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return out
+
+
+# ---------------------------------------------------------------- validation against the schema
+
+
+def _all_paths(cls: type, prefix: str = "") -> list[str]:
+    paths = []
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        paths.append(path)
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            paths.extend(_all_paths(hint, path + "."))
+    return paths
+
+
+def _suggest(path: str) -> str:
+    candidates = _all_paths(Config)
+    close = difflib.get_close_matches(path, candidates, n=1, cutoff=0.6)
+    if not close:
+        leaf = path.rsplit(".", 1)[-1]
+        by_leaf = {c.rsplit(".", 1)[-1]: c for c in candidates}
+        close = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)]
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _first_leaf(value: Any) -> str:
+    """'.epochs' for {'epochs': 3}: an unknown section is reported with the key below it."""
+    suffix = ""
+    while isinstance(value, dict) and len(value) == 1:
+        key, value = next(iter(value.items()))
+        suffix += f".{key}"
+    return suffix
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    if hint is type(None):
+        return "null"
+    if origin is list:
+        (arg,) = typing.get_args(hint) or (Any,)
+        return f"a list of {_type_name(arg)}" if arg is not Any else "a list"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(hint):
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
+
+
+class _Validator:
+    def __init__(self, origins: dict[str, str]):
+        self.origins = origins
+
+    def where(self, path: str) -> str:
+        probe = re.sub(r"\[\d+\]", "", path)
+        while probe:
+            if probe in self.origins:
+                return self.origins[probe]
+            probe = probe.rpartition(".")[0]
+        return "defaults"
+
+    def fail(self, path: str, hint: Any, value: Any) -> typing.NoReturn:
+        raise ConfigError(
+            f"{self.where(path)}: {path}: expected {_type_name(hint)}, got {value!r} ({type(value).__name__})"
+        )
+
+    def build(self, cls: type, data: Any, prefix: str = "") -> Any:
+        if not isinstance(data, dict):
+            self.fail(prefix.rstrip(".") or "(top level)", cls, data)
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                path = f"{prefix}{key}"
+                shown = path + _first_leaf(data[key])
+                raise ConfigError(f"{self.where(path)}: unknown key '{shown}'{_suggest(shown)}")
+        kwargs = {}
+        for name in names & set(data):
+            kwargs[name] = self.value(hints[name], data[name], f"{prefix}{name}")
+        return cls(**kwargs)
+
+    def value(self, hint: Any, value: Any, path: str) -> Any:
+        origin = typing.get_origin(hint)
+        if dataclasses.is_dataclass(hint):
+            return self.build(hint, value, path + ".")
+        if origin in (typing.Union, types.UnionType):
+            args = typing.get_args(hint)
+            if value is None and type(None) in args:
+                return None
+            for arg in args:
+                if arg is type(None):
+                    continue
+                try:
+                    return self.value(arg, value, path)
+                except ConfigError:
+                    continue
+            self.fail(path, hint, value)
+        if origin is typing.Literal:
+            if value not in typing.get_args(hint) or isinstance(value, bool):
+                self.fail(path, hint, value)
+            return value
+        if origin is list:
+            if not isinstance(value, list):
+                self.fail(path, hint, value)
+            (arg,) = typing.get_args(hint) or (Any,)
+            return [self.value(arg, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        if origin is dict:
+            if not isinstance(value, dict):
+                self.fail(path, hint, value)
+            _, arg = typing.get_args(hint)
+            return {str(k): self.value(arg, v, f"{path}.{k}") for k, v in value.items()}
+        if hint is Any or hint is dict or hint is list:
+            if hint in (dict, list) and not isinstance(value, hint):
+                self.fail(path, hint, value)
+            return value
+        if hint is bool:
+            if not isinstance(value, bool):
+                self.fail(path, hint, value)
+            return value
+        if hint is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                self.fail(path, hint, value)
+            return value
+        if hint is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.fail(path, hint, value)
+            return float(value)
+        if hint is str:
+            if not isinstance(value, str):
+                self.fail(path, hint, value)
+            return value
+        raise TypeError(f"schema type {hint!r} at {path} is not supported")
+
+
+# ---------------------------------------------------------------- semantic checks
+
+
+def _check(cfg: Config, where: _Validator) -> None:
+    def need(ok: bool, path: str, expected: str, got: Any) -> None:
+        if not ok:
+            raise ConfigError(f"{where.where(path)}: {path}: expected {expected}, got {got!r}")
+
+    sw = cfg.sweep
+    need(len(sw.models) > 0, "sweep.models", "at least one model", sw.models)
+    need(len(sw.resolutions) > 0, "sweep.resolutions", "at least one resolution", sw.resolutions)
+    need(len(sw.seeds) > 0, "sweep.seeds", "at least one seed", sw.seeds)
+    for i, r in enumerate(sw.resolutions):
+        need(r > 0, f"sweep.resolutions[{i}]", "a positive integer", r)
+    lowered = [m.lower() for m in sw.models]
+    dupes = sorted({m for m in lowered if lowered.count(m) > 1})
+    need(not dupes, "sweep.models", "each model once", f"duplicate {', '.join(dupes)}")
+    need(len(set(sw.resolutions)) == len(sw.resolutions), "sweep.resolutions", "each resolution once", sw.resolutions)
+    need(len(set(sw.seeds)) == len(sw.seeds), "sweep.seeds", "each seed once", sw.seeds)
+    for name in ("include", "exclude"):
+        for i, pair in enumerate(getattr(sw, name)):
+            ok = len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int and pair[1] > 0
+            need(ok, f"sweep.{name}[{i}]", "a [model, resolution] pair", pair)
+    tr = cfg.training
+    for key in ("epochs", "batch_size", "eval_batch_size", "grad_accum_steps"):
+        need(getattr(tr, key) >= 1, f"training.{key}", "an integer >= 1", getattr(tr, key))
+    need(tr.grad_clip >= 0, "training.grad_clip", "a number >= 0", tr.grad_clip)
+    need(0 <= tr.label_smoothing < 1, "training.label_smoothing", "a number in [0, 1)", tr.label_smoothing)
+    need(tr.optimizer.lr > 0, "training.optimizer.lr", "a positive number", tr.optimizer.lr)
+    need(tr.checkpoint.top_k >= 1, "training.checkpoint.top_k", "an integer >= 1", tr.checkpoint.top_k)
+    need(
+        tr.early_stopping.patience >= 1,
+        "training.early_stopping.patience",
+        "an integer >= 1",
+        tr.early_stopping.patience,
+    )
+    need(
+        tr.scheduler.warmup_epochs >= 0,
+        "training.scheduler.warmup_epochs",
+        "an integer >= 0",
+        tr.scheduler.warmup_epochs,
+    )
+    sp = cfg.data.split
+    need(0 < sp.val < 1, "data.split.val", "a fraction in (0, 1)", sp.val)
+    need(0 < sp.test < 1, "data.split.test", "a fraction in (0, 1)", sp.test)
+    need(sp.val + sp.test < 0.9, "data.split", "val + test < 0.9", sp.val + sp.test)
+    need(cfg.data.limit is None or cfg.data.limit > 0, "data.limit", "null or a positive integer", cfg.data.limit)
+    need(
+        0 <= cfg.data.max_bad_fraction <= 1, "data.max_bad_fraction", "a fraction in [0, 1]", cfg.data.max_bad_fraction
+    )
+    need(cfg.system.num_workers >= 0, "system.num_workers", "an integer >= 0", cfg.system.num_workers)
+    need(
+        cfg.explainability.probe_size >= 1,
+        "explainability.probe_size",
+        "an integer >= 1",
+        cfg.explainability.probe_size,
+    )
+    need(
+        cfg.explainability.batch_size >= 1,
+        "explainability.batch_size",
+        "an integer >= 1",
+        cfg.explainability.batch_size,
+    )
+    need(cfg.mlflow.retries >= 1, "mlflow.retries", "an integer >= 1", cfg.mlflow.retries)
+
+
+# ---------------------------------------------------------------- public API
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedConfig:
+    config: Config
+    origins: dict[str, str]  # dotted key -> file that set it
+    raw: dict  # the merged plain dict, before defaults
+
+
+def build(raw: dict, origins: dict[str, str] | None = None) -> Config:
+    """Validate a plain nested dict (missing keys take defaults) into a Config."""
+    validator = _Validator(origins or {})
+    cfg = validator.build(Config, raw)
+    _check(cfg, validator)
+    return cfg
+
+
+def load_full(
+    config_dir: str | Path | None = DEFAULT_CONFIG_DIR,
+    preset: str | None = None,
+    overrides: Iterable[str] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> LoadedConfig:
+    """Merge config files, preset, `extra` (dotted keys from CLI flags) and overrides, then validate."""
+    raw: dict = {}
+    origins: dict[str, str] = {}
+    folder = Path(config_dir) if config_dir is not None else None
+    if folder is not None:
+        if not folder.is_dir():
+            raise ConfigError(f"{folder}: config folder not found (pass --config-dir)")
+        for name in FILE_ORDER:
+            path = folder / name
+            if path.exists():
+                _merge(raw, _read_yaml(path), str(path), origins)
+    if preset:
+        presets = folder / "presets" if folder is not None else Path(DEFAULT_CONFIG_DIR) / "presets"
+        path = presets / f"{preset}.yaml"
+        if not path.exists():
+            names = sorted(p.stem for p in presets.glob("*.yaml")) if presets.is_dir() else []
+            close = difflib.get_close_matches(preset, names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"{path}: no preset '{preset}'{hint} (presets: {', '.join(names) or 'none'})")
+        _merge(raw, _read_yaml(path), str(path), origins)
+    for key, value in (extra or {}).items():
+        _merge(raw, _nest(key, value), "command line", origins)
+    for text in overrides:
+        key, value = parse_override(text)
+        _merge(raw, _nest(key, value), "command line", origins)
+    return LoadedConfig(build(raw, origins), origins, raw)
+
+
+def load(
+    config_dir: str | Path | None = DEFAULT_CONFIG_DIR,
+    preset: str | None = None,
+    overrides: Iterable[str] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> Config:
+    return load_full(config_dir, preset, overrides, extra).config
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def with_overrides(cfg: Config, overrides: Mapping[str, Any], source: str = "override") -> Config:
+    """A new Config with dotted-key overrides applied and validated (used for per-model sweep overrides)."""
+    raw = to_dict(cfg)
+    origins: dict[str, str] = {}
+    for key, value in overrides.items():
+        _merge(raw, _nest(key, value), source, origins)
+    return build(raw, origins)
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaf keys -> values (lists kept whole); used for MLflow params."""
+    out: dict[str, Any] = {}
+    items = to_dict(cfg).items() if dataclasses.is_dataclass(cfg) else cfg.items()
+    for key, value in items:
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_hash(cfg: Config, length: int = 12) -> str:
+    text = json.dumps(to_dict(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def dump_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=None)
+
+
+def save_resolved(cfg: Config, path: str | Path) -> Path:
+    """Write the resolved config as YAML atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dump_yaml(cfg), encoding="utf-8")
+    tmp.replace(path)
+    return path

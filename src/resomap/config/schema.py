@@ -1,0 +1,192 @@
+"""The typed config tree. Every section is a frozen dataclass; field comments are the reference docs.
+
+The README's config reference is generated from this file (`resomap config-doc`), and a test fails when
+the two drift apart. A field's comment is the text after `#` on the line that declares it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str = "resomap"  # MLflow experiment name; one experiment per sweep name
+    seed: int = 42  # base seed for splits, weight init, shuffling and augmentation
+    output_dir: str = "."  # root under which checkpoint_dir, summary_dir and the MLflow store live
+    checkpoint_dir: str = "checkpoints"  # checkpoints/{family}/{model}/{resolution}/ (relative to output_dir)
+    summary_dir: str = "model_summaries"  # model_summaries/{model}/{resolution}/ (relative to output_dir)
+    cache_dir: str = ".cache/resomap"  # resized uint8 image caches (relative to output_dir)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    models: list[str] = field(default_factory=lambda: ["tiny_cnn"])  # registry names (resomap models)
+    resolutions: list[int] = field(default_factory=lambda: [64])  # square input sizes in pixels
+    seeds: list[int] = field(default_factory=lambda: [42])  # one trial per seed
+    executor: Literal["local", "local-gpus", "ray"] = "local"  # how trials are run
+    model_overrides: dict[str, dict] = field(default_factory=dict)  # per model: {dotted.key: value}
+    include: list[list] = field(default_factory=list)  # extra [model, resolution] pairs to run
+    exclude: list[list] = field(default_factory=list)  # [model, resolution] pairs to skip
+    ray_address: str | None = None  # ray.init(address=...); null starts a local Ray
+    gpus_per_trial: float = 1.0  # Ray resource request per trial (on a GPU cluster)
+    cpus_per_trial: float = 1.0  # Ray resource request per trial
+    rerun_failed: bool = False  # run trials that failed before again
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal["adamw", "sgd"] = "adamw"  # optimiser
+    lr: float = 1.0e-3  # peak learning rate
+    weight_decay: float = 0.05  # decoupled weight decay (adamw) or L2 (sgd)
+    momentum: float = 0.9  # sgd momentum
+    fused: Literal["auto", "on", "off"] = "auto"  # fused AdamW kernel; auto: on CUDA only
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    name: Literal["cosine", "step", "plateau", "onecycle", "none"] = "cosine"  # learning-rate schedule
+    warmup_epochs: int = 1  # linear warm-up before cosine (cosine only)
+    min_lr: float = 0.0  # floor of the cosine schedule
+    step_size: int = 10  # epochs between decays (step)
+    gamma: float = 0.1  # decay factor (step)
+    patience: int = 2  # epochs without improvement before a decay (plateau, on val/loss)
+    factor: float = 0.5  # decay factor (plateau)
+
+
+@dataclass(frozen=True)
+class EarlyStoppingConfig:
+    enabled: bool = True  # stop when the monitored metric stops improving
+    monitor: str = "val/loss"  # any metric the trainer logs
+    mode: Literal["min", "max"] = "min"  # whether lower or higher is better
+    patience: int = 5  # epochs without improvement before stopping
+    min_delta: float = 0.0  # smallest change that counts as improvement
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    monitor: str = "val/macro_f1"  # metric that ranks checkpoints
+    mode: Literal["min", "max"] = "max"  # whether lower or higher is better
+    top_k: int = 1  # best checkpoints kept besides last.pt
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    epochs: int = 10  # training epochs
+    batch_size: int = 32  # images per optimiser micro-batch
+    eval_batch_size: int = 128  # images per batch for validation and test
+    grad_accum_steps: int = 1  # micro-batches per optimiser step
+    grad_clip: float = 0.0  # max gradient norm; 0 turns clipping off
+    label_smoothing: float = 0.0  # cross-entropy label smoothing
+    class_weights: Literal["none", "balanced"] = "none"  # balanced: inverse class frequency
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    progress: Literal["auto", "bar", "log", "off"] = "auto"  # auto: bars on a terminal, log lines otherwise
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when available, else CPU
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype (fp16 adds a GradScaler)
+    channels_last: bool = False  # NHWC memory format for model and inputs
+    compile: bool = False  # torch.compile the model
+    cudnn_benchmark: bool = False  # cudnn autotuner (CUDA only)
+    tf32: bool = False  # TF32 matmul and convolutions (CUDA only)
+    grad_checkpointing: bool = False  # trade compute for activation memory (models that support it)
+    num_workers: int = 0  # DataLoader worker processes
+    persistent_workers: bool = False  # keep workers between epochs (num_workers > 0)
+    pin_memory: Literal["auto", "on", "off"] = "auto"  # page-locked host batches; auto: on CUDA only
+    threads: int = 0  # torch intra-op threads; 0 leaves the default
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    val: float = 0.15  # fraction of images for validation
+    test: float = 0.15  # fraction of images for testing
+
+
+@dataclass(frozen=True)
+class AugmentationConfig:
+    enabled: bool = True  # off for evaluation regardless
+    crop_scale_min: float = 0.6  # random resized crop: smallest area fraction at high resolution
+    crop_scale_min_low: float = 0.85  # ... and at low resolution (milder crops where detail is scarce)
+    hflip: float = 0.5  # probability of a horizontal flip
+    vflip: float = 0.0  # probability of a vertical flip
+    brightness: float = 0.2  # colour jitter: max relative brightness change
+    contrast: float = 0.2  # colour jitter: max relative contrast change
+    high_resolution: int = 128  # at and above this size, stronger crops and Gaussian blur
+    blur_prob: float = 0.2  # probability of a Gaussian blur (high resolution only)
+    blur_sigma_max: float = 1.5  # largest blur sigma, in pixels of a 224 image (scaled with resolution)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    memory_budget_mb: int = 2048  # resized uint8 images kept in RAM up to this size, else on disk
+    disk: bool = True  # also write the resized images to cache_dir for reuse across processes
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    num_images: int = 600  # images generated
+    size: int = 128  # side of the generated images in pixels
+    detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = "elpv"  # a registered dataset (elpv, synthetic, imagefolder, csv)
+    task: Literal["defect", "defect4", "type"] = "defect"  # elpv only: defect (p >= 0.5), 4 levels, or mono/poly
+    root: str | None = None  # imagefolder: folder of class folders
+    manifest: str | None = None  # csv: file with path,label rows (paths relative to the file)
+    limit: int | None = None  # keep at most this many images (stratified); null keeps all
+    max_bad_fraction: float = 0.05  # unreadable images are skipped with a warning up to this fraction
+    split: SplitConfig = field(default_factory=SplitConfig)
+    augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
+    pretrained: dict[str, str] = field(default_factory=dict)  # model name -> local state_dict file
+    dropout: float = 0.0  # classifier dropout where the model has one
+    min_cam_size: int = 4  # smallest feature-map side a CAM target layer may have
+
+
+@dataclass(frozen=True)
+class ExplainabilityConfig:
+    enabled: bool = True  # explain the probe set after each trial
+    methods: list[str] = field(default_factory=lambda: ["gradcam", "integrated_gradients", "saliency"])
+    probe_size: int = 16  # images in the probe set (class-stratified, same for every trial)
+    batch_size: int = 16  # images per explainer call
+    internal_batch_size: int = 16  # captum: steps evaluated per forward
+    perturbations_per_eval: int = 16  # captum occlusion/shap: perturbations per forward
+    ig_steps: int = 32  # integrated gradients path steps
+    common_grid: int = 64  # maps are resampled to this side for cross-resolution comparison
+    top_k_percent: float = 10.0  # top-k% IoU agreement
+
+
+@dataclass(frozen=True)
+class MlflowConfig:
+    enabled: bool = True  # log to MLflow
+    tracking_uri: str | None = None  # null: MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db
+    experiment: str | None = None  # null: experiment.name
+    log_model: bool = True  # mlflow.pytorch.log_model of the best model
+    log_checkpoint: bool = True  # the best checkpoint file as an artifact
+    retries: int = 5  # attempts per tracking call (exponential backoff)
+
+
+@dataclass(frozen=True)
+class Config:
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    explainability: ExplainabilityConfig = field(default_factory=ExplainabilityConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
