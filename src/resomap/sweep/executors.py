@@ -1,0 +1,177 @@
+"""Executors run a list of trials: `local` (in this process, one after another), `local-gpus` (one worker process
+per visible GPU, pinned with CUDA_VISIBLE_DEVICES), `ray` (a Ray task per trial, on a local or remote cluster)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from resomap.config import Config, build, to_dict
+from resomap.registry import Registry
+from resomap.sweep.runner import run_trial
+from resomap.sweep.trial import Trial, TrialResult
+from resomap.tracking import Tracker
+
+log = logging.getLogger(__name__)
+EXECUTORS: Registry[Callable[..., list[TrialResult]]] = Registry("executor", "resomap sweep --help")
+
+
+def register_executor(name: str):
+    return EXECUTORS.register(name)
+
+
+def get_executor(name: str) -> Callable[..., list[TrialResult]]:
+    return EXECUTORS.get(name)
+
+
+def trial_spec(trial: Trial, parent_run_id: str | None) -> dict[str, Any]:
+    """A JSON-able description of a trial for a worker process or a Ray task."""
+    return {
+        "config": to_dict(trial.cfg),
+        "model": trial.model,
+        "resolution": trial.resolution,
+        "seed": trial.seed,
+        "parent_run_id": parent_run_id,
+    }
+
+
+def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict."""
+    import dataclasses
+
+    cfg = build(spec["config"])
+    trial = Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
+    tracker = Tracker(cfg) if cfg.mlflow.enabled else None
+    result = run_trial(trial, tracker=tracker, parent_run_id=spec.get("parent_run_id"))
+    return dataclasses.asdict(result)
+
+
+@register_executor("local")
+def local(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
+    results = []
+    for trial in trials:
+        report(progress.line(trial.name))
+        start = time.perf_counter()
+        result = run_trial(trial, tracker=tracker, parent_run_id=parent_run_id)
+        progress.record(result, time.perf_counter() - start)
+        results.append(result)
+    return results
+
+
+@register_executor("local-gpus")
+def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
+    """One worker process per visible GPU at a time; each sees only its GPU (CUDA_VISIBLE_DEVICES)."""
+    import torch
+
+    gpus = _visible_gpus() if torch.cuda.is_available() else []
+    if not gpus:
+        report("[sweep] local-gpus: no GPU visible, running trials one at a time on this device")
+        gpus = [None]
+    queue, running, results = list(trials), {}, []
+    while queue or running:
+        for gpu in gpus:
+            if gpu not in running and queue:
+                trial = queue.pop(0)
+                report(progress.line(f"{trial.name} on GPU {gpu}"))
+                running[gpu] = (trial, _spawn(trial, parent_run_id, gpu), time.perf_counter())
+        for gpu, (trial, proc, start) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[gpu]
+            result = _collect(trial, proc)
+            progress.record(result, time.perf_counter() - start)
+            results.append(result)
+        time.sleep(0.5)
+    return results
+
+
+def _visible_gpus() -> list[str]:
+    import torch
+
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _spawn(trial: Trial, parent_run_id: str | None, gpu: str | None) -> subprocess.Popen:
+    env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "resomap.sweep.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    proc.stdin.write(json.dumps(trial_spec(trial, parent_run_id)))
+    proc.stdin.close()
+    return proc
+
+
+def _collect(trial: Trial, proc: subprocess.Popen) -> TrialResult:
+    out = proc.stdout.read() if proc.stdout else ""
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    try:
+        return TrialResult(**json.loads(last))
+    except (ValueError, TypeError):
+        return _lost(trial, f"worker exited with code {proc.returncode} and no result")
+
+
+def _lost(trial: Trial, reason: str) -> TrialResult:
+    from resomap.models import get_spec
+
+    res = TrialResult(
+        trial.key,
+        trial.name,
+        trial.model,
+        get_spec(trial.model).family,
+        trial.resolution,
+        trial.seed,
+        "FAILED",
+        error=reason,
+    )
+    res.save(trial.summary_dir)
+    return res
+
+
+@register_executor("ray")
+def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
+    """Each trial a Ray task with its CPU/GPU request; `sweep.ray_address` joins an existing cluster."""
+    try:
+        import ray
+    except ImportError:
+        from resomap.errors import ConfigError
+
+        raise ConfigError("sweep.executor is 'ray' but Ray is not installed; pip install 'resomap[ray]'") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=cfg.sweep.ray_address, include_dashboard=False, log_to_driver=False)
+    import torch
+
+    gpus = cfg.sweep.gpus_per_trial if torch.cuda.is_available() or cfg.sweep.ray_address else 0
+    remote = ray.remote(num_cpus=cfg.sweep.cpus_per_trial, num_gpus=gpus)(run_trial_from_spec)
+    pending = {remote.remote(trial_spec(t, parent_run_id)): (t, time.perf_counter()) for t in trials}
+    results = []
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            trial, start = pending.pop(done[0])
+            try:
+                result = TrialResult(**ray.get(done[0]))
+            except Exception as exc:  # a task that died (worker killed, node lost) fails only its trial
+                result = _lost(trial, f"Ray task failed: {type(exc).__name__}: {exc}".splitlines()[0])
+            progress.record(result, time.perf_counter() - start)
+            report(progress.line())
+            results.append(result)
+    finally:
+        if started_here:
+            ray.shutdown()
+    return results

@@ -1,0 +1,77 @@
+"""Expand sweep.yaml into trials with stable keys, and read each trial's state from disk."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from resomap.config import Config, with_overrides
+from resomap.errors import ConfigError
+from resomap.models import get_spec
+from resomap.sweep.trial import Trial, TrialResult
+
+STATES = ("done", "failed", "partial", "pending")
+
+
+def plan(cfg: Config) -> list[Trial]:
+    """models x resolutions x seeds, plus `include` pairs, minus `exclude` pairs; per-model overrides applied."""
+    sw = cfg.sweep
+    for name in sw.models:
+        get_spec(name)  # unknown model names fail here, before anything runs
+    unknown = sorted(set(sw.model_overrides) - {m.lower() for m in sw.models} - {m for m, _ in sw.include})
+    if unknown:
+        raise ConfigError(f"sweep.model_overrides: '{unknown[0]}' is not a model of this sweep ({sw.models})")
+    pairs = [(m.lower(), r) for m in sw.models for r in sw.resolutions]
+    for model, res in sw.include:
+        get_spec(model)
+        if (model.lower(), res) not in pairs:
+            pairs.append((model.lower(), res))
+    excluded = {(m.lower(), r) for m, r in sw.exclude}
+    pairs = [p for p in pairs if p not in excluded]
+    if not pairs:
+        raise ConfigError("sweep: the grid is empty after sweep.exclude; nothing to run")
+    trials = []
+    cache: dict[str, Config] = {}
+    for model, res in pairs:
+        if model not in cache:
+            overrides = sw.model_overrides.get(model, {})
+            cache[model] = with_overrides(cfg, overrides, f"sweep.model_overrides.{model}") if overrides else cfg
+        for seed in sw.seeds:
+            trials.append(Trial(model, res, seed, cache[model]))
+    return trials
+
+
+def sweep_key(trials: list[Trial]) -> str:
+    text = json.dumps(sorted(t.key for t in trials))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def load_result(trial: Trial) -> TrialResult | None:
+    path = trial.summary_dir / "result.json"
+    if not path.exists():
+        return None
+    try:
+        result = TrialResult.from_json(path.read_text(encoding="utf-8"))
+    except (ValueError, TypeError):
+        return None
+    return result if result.key == trial.key else None
+
+
+def trial_state(trial: Trial) -> str:
+    """done / failed (a result on disk for this exact key), partial (a last.pt), or pending."""
+    result = load_result(trial)
+    if result is not None:
+        return "done" if result.status == "FINISHED" else "failed"
+    family = get_spec(trial.model).family
+    if (trial.checkpoint_dir(family) / "last.pt").exists():
+        return "partial"
+    return "pending"
+
+
+def describe_plan(trials: list[Trial]) -> list[tuple[Trial, str]]:
+    return [(t, trial_state(t)) for t in trials]
+
+
+def output_root(cfg: Config) -> Path:
+    return Path(cfg.experiment.output_dir)

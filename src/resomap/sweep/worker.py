@@ -1,0 +1,22 @@
+"""Worker process for the local-gpus executor: reads a trial spec (JSON) on stdin, runs it, prints the result
+as one JSON line on stdout (logs go to stderr)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from resomap.sweep.executors import run_trial_from_spec
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(message)s")
+    spec = json.loads(sys.stdin.read())
+    result = run_trial_from_spec(spec)
+    sys.stdout.write(json.dumps(result, default=str) + "\n")
+    return 0 if result.get("status") == "FINISHED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""MLflow runs through an explicit MlflowClient (no global active run), with retries and backoff.
+
+The default store is a SQLite file in the project's output folder, so nothing needs a server; any tracking URI
+from mlflow.yaml or MLFLOW_TRACKING_URI works too. Tracking failures never stop training: a call that still
+fails after its retries is logged as a warning and reported by `Tracker.failures`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from resomap.config.schema import Config
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_PARAM_LEN = 6000  # MLflow's limit on a param value is 6000 characters in recent versions
+
+
+def default_tracking_uri(cfg: Config) -> str:
+    if cfg.mlflow.tracking_uri:
+        return cfg.mlflow.tracking_uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return "sqlite:///" + str((Path(cfg.experiment.output_dir) / "mlflow.db").resolve())
+
+
+def artifact_root(cfg: Config) -> str:
+    """Where a new experiment keeps artifacts when the store is a local SQLite file."""
+    return (Path(cfg.experiment.output_dir) / "mlartifacts").resolve().as_uri()
+
+
+class Tracker:
+    """One MLflow experiment; creates runs and logs to them by run id."""
+
+    def __init__(self, cfg: Config, retries: int | None = None, backoff_s: float = 0.5):
+        from mlflow import MlflowClient
+
+        self.cfg = cfg
+        self.uri = default_tracking_uri(cfg)
+        self.retries = retries if retries is not None else cfg.mlflow.retries
+        self.backoff_s = backoff_s
+        self.failures: list[str] = []
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_name = cfg.mlflow.experiment or cfg.experiment.name
+        self.experiment_id = self._call("get experiment", self._experiment_id)
+
+    # ---------------------------------------------------------------- plumbing
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        delay = self.backoff_s
+        for attempt in range(1, self.retries + 1):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                if attempt == self.retries:
+                    raise
+                log.warning("MLflow %s failed (%s); retry %d/%d in %.1fs", what, exc, attempt, self.retries, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        raise RuntimeError("unreachable")
+
+    def _soft(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A tracking call that must not stop training: retried, then recorded as a failure."""
+        try:
+            return self._call(what, fn, *args, **kwargs)
+        except Exception as exc:
+            msg = f"{what}: {type(exc).__name__}: {exc}"
+            log.warning("MLflow gave up on %s", msg)
+            self.failures.append(msg)
+            return None
+
+    def _experiment_id(self) -> str:
+        exp = self.client.get_experiment_by_name(self.experiment_name)
+        if exp is not None:
+            return exp.experiment_id
+        location = artifact_root(self.cfg) if self.uri.startswith("sqlite:") else None
+        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+
+    # ---------------------------------------------------------------- runs
+    def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> str:
+        tags = {k: str(v) for k, v in (tags or {}).items()}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self._call("create run", self.client.create_run, self.experiment_id, tags=tags, run_name=name)
+        return run.info.run_id
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        self._soft("end run", self.client.set_terminated, run_id, status)
+
+    def find_runs(self, filter_string: str) -> list[Any]:
+        return self._call("search runs", self.client.search_runs, [self.experiment_id], filter_string, max_results=1000)
+
+    # ---------------------------------------------------------------- logging
+    def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, _param_text(v)) for k, v in params.items()]
+        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self._soft("log params", self.client.log_batch, run_id, params=items[i : i + 100])
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
+        for i in range(0, len(items), 1000):
+            self._soft("log metrics", self.client.log_batch, run_id, metrics=items[i : i + 1000])
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        if items:
+            self._soft("set tags", self.client.log_batch, run_id, tags=items)
+
+    def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
+        self._soft("log artifact", self.client.log_artifact, run_id, str(path), artifact_path)
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self._soft("log text", self.client.log_text, run_id, text, artifact_file)
+
+    def log_figure(self, run_id: str, figure: Any, artifact_file: str) -> None:
+        self._soft("log figure", self.client.log_figure, run_id, figure, artifact_file)
+
+    def log_model(self, run_id: str, model: Any, example: Any, name: str = "model") -> None:
+        """mlflow.pytorch.log_model in pickle format (the pt2 default reloads the model without eval mode)."""
+        self._soft("log model", self._log_model, run_id, model, example, name)
+
+    def _log_model(self, run_id: str, model: Any, example: Any, name: str) -> None:
+        import mlflow
+        import mlflow.pytorch
+
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(self.uri)
+        try:
+            with mlflow.start_run(run_id=run_id):
+                mlflow.pytorch.log_model(
+                    model,
+                    name=name,
+                    input_example=example,
+                    serialization_format="pickle",
+                    pip_requirements=["torch", "torchvision", "timm"],
+                )
+        finally:
+            mlflow.set_tracking_uri(previous)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _param_text(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_PARAM_LEN else text[: MAX_PARAM_LEN - 3] + "..."
+
+
+class MlflowCallback:
+    """Trainer callback: per-epoch metrics into one run, logged in batches with the epoch as step."""
+
+    def __init__(self, tracker: Tracker, run_id: str):
+        self.tracker = tracker
+        self.run_id = run_id
+        self._pending: dict[str, float] = {}
+
+    def on_train_epoch_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+        self._pending.update(metrics)
+
+    def on_validation_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
+        self._pending.update(metrics)
+        self.tracker.log_metrics(self.run_id, self._pending, step=int(trainer.epoch))
+        self._pending = {}
