@@ -106,6 +106,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if outcome.failed else 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from resomap.tracking.ui import start_ui
+
+    cfg = _load(args)
+    proc = start_ui(cfg, args.host, args.port, args.workers)
+    print(f"MLflow UI: http://{args.host}:{args.port}  (Ctrl-C stops it)")
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=30)
+        return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from resomap.models import model_table
 
@@ -164,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", help="local | local-gpus | ray (default: sweep.executor)")
     _add_config_args(p)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("ui", help="start the MLflow UI over the project's tracking store")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_positive_int, default=5000, help="port (default 5000)")
+    p.add_argument("--workers", type=_positive_int, help="server worker processes (default: cores / 2)")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_ui)
 
     p = sub.add_parser("models", help="list the registered models")
     p.set_defaults(func=cmd_models)

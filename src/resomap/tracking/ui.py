@@ -1,0 +1,70 @@
+"""Start the MLflow UI over the project's tracking store (binds 127.0.0.1 unless told otherwise)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from resomap.config.schema import Config
+from resomap.errors import ResoMapError
+from resomap.tracking.mlflow_store import default_tracking_uri
+
+log = logging.getLogger(__name__)
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def ui_command(cfg: Config, host: str, port: int, workers: int | None = None) -> list[str]:
+    """The `mlflow server` command line; one worker per 2 cores (at least 1) keeps small machines responsive."""
+    uri = default_tracking_uri(cfg)
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///") :])
+        if not db.exists():
+            raise ResoMapError(f"no MLflow store at {db}; run `resomap sweep` or `resomap train` first")
+    if not port_free(host, port):
+        raise ResoMapError(f"port {port} on {host} is taken; pass --port with a free one")
+    n = workers or max(1, (os.cpu_count() or 2) // 2)
+    exe = [sys.executable, "-m", "mlflow", "server"]
+    return [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
+
+
+def wait_until_up(url: str, timeout_s: float = 90.0, proc: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
+def start_ui(cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None) -> subprocess.Popen:
+    """Start the server in the background and return its process (the caller stops it)."""
+    cmd = ui_command(cfg, host, port, workers)
+    env = dict(os.environ, GIT_PYTHON_REFRESH="quiet")
+    log_path = Path(cfg.experiment.output_dir) / "mlflow-ui.log"
+    with open(log_path, "w", encoding="utf-8") as log_file:  # the child keeps its own handle
+        proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True)
+    if not wait_until_up(f"http://{host}:{port}", proc=proc):
+        proc.terminate()
+        lines = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        raise ResoMapError(f"the MLflow UI did not start ({log_path}): {lines[-1] if lines else 'no output'}")
+    return proc
