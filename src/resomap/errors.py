@@ -30,3 +30,11 @@ class DeviceError(ResoMapError):
 
 class TrainingError(ResoMapError):
     """Training cannot go on (for example the loss became NaN)."""
+
+
+class ModelError(ResoMapError):
+    """A model cannot be built or inspected as asked (for example no layer fit for a CAM at that resolution)."""
+
+
+class ExplainError(ResoMapError):
+    """An explainer cannot run on this model or input (for example a CAM on a model with no spatial layer)."""

@@ -1,0 +1,32 @@
+"""Model registry (torchvision, small CNNs, any `timm:<name>`), ModelSpec with resolution-aware CAM layers."""
+
+from resomap.models import small, zoo  # noqa: F401  (registers the built-in models)
+from resomap.models.build import (
+    ModelRow,
+    build_model,
+    canonical_name,
+    get_spec,
+    model_table,
+    set_grad_checkpointing,
+)
+from resomap.models.registry import FAMILIES, MODELS, list_models, register_model
+from resomap.models.spec import CamLayer, ModelSpec, unwrap
+from resomap.models.weights import adapt_input_conv_, load_pretrained
+
+__all__ = [
+    "FAMILIES",
+    "MODELS",
+    "CamLayer",
+    "ModelRow",
+    "ModelSpec",
+    "adapt_input_conv_",
+    "build_model",
+    "canonical_name",
+    "get_spec",
+    "list_models",
+    "load_pretrained",
+    "model_table",
+    "register_model",
+    "set_grad_checkpointing",
+    "unwrap",
+]

@@ -1,0 +1,183 @@
+"""`build(cfg, resolution, seed, device) -> DataBundle`: dataset -> subset -> cached resize -> split -> loaders."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from resomap.config.schema import Config, SystemConfig
+from resomap.data.augment import BatchAugment
+from resomap.data.cache import CacheEntry, get_resized
+from resomap.data.loader import BatchLoader, Normalizer
+from resomap.data.registry import RawDataset, open_dataset
+from resomap.data.split import SPLITS, limit_subset, split_indices
+from resomap.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DataBundle:
+    """Everything a trial needs from the data at one resolution. `splits` index the raw dataset."""
+
+    train: BatchLoader
+    val: BatchLoader
+    test: BatchLoader
+    class_names: list[str]
+    channels: int
+    resolution: int
+    train_labels: np.ndarray  # int64
+    splits: dict[str, np.ndarray]
+    normalizer: Normalizer
+    dataset: str
+    task: str | None
+    cache_location: str
+    _entry: CacheEntry = field(repr=False)
+    _positions: dict[str, np.ndarray] = field(repr=False)  # rows of the cache tensor per split
+    _labels: dict[str, np.ndarray] = field(repr=False)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.normalizer.mean.flatten()
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.normalizer.std.flatten()
+
+    def _rows(self, split: str) -> torch.Tensor:
+        if split not in self._positions:
+            raise DataError(f"no split '{split}'; use one of {', '.join(SPLITS)}")
+        return torch.from_numpy(self._positions[split])
+
+    def images(self, split: str) -> torch.Tensor:
+        """uint8 [N, C, r, r] on the CPU (a copy)."""
+        return self._entry.images[self._rows(split)]
+
+    def masks(self, split: str) -> torch.Tensor | None:
+        """bool [N, r, r], or None when the dataset has no masks."""
+        return None if self._entry.masks is None else self._entry.masks[self._rows(split)]
+
+    def labels(self, split: str) -> torch.Tensor:
+        self._rows(split)
+        return torch.from_numpy(self._labels[split])
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """uint8 batch (any device) -> float32 normalised exactly like the loaders' batches."""
+        return self.normalizer(x)
+
+    def describe(self) -> str:
+        sizes = ", ".join(f"{s} {len(self.splits[s])}" for s in SPLITS)
+        task = f" ({self.task})" if self.task else ""
+        return (
+            f"{self.dataset}{task} at {self.resolution} px, {self.channels} channel(s): {sizes}; "
+            f"{self.num_classes} classes ({', '.join(self.class_names)}); cache: {self.cache_location}"
+        )
+
+
+def _usable(raw: RawDataset, subset: np.ndarray, bad: np.ndarray, max_fraction: float) -> np.ndarray:
+    """Bool mask over subset positions; a warning naming the unreadable files, or a DataError past the limit."""
+    ok = np.ones(len(subset), dtype=bool)
+    if len(bad) == 0:
+        return ok
+    ok[bad] = False
+    names = ", ".join(raw.name(int(subset[p])) for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
+    fraction = len(bad) / len(subset)
+    msg = f"{len(bad)} of {len(subset)} images could not be read ({names})"
+    if fraction > max_fraction:
+        raise DataError(
+            f"{msg}: {fraction:.1%} is over data.max_bad_fraction={max_fraction}; "
+            "fix or remove those files, or raise data.max_bad_fraction"
+        )
+    log.warning("%s; skipped them", msg)
+    return ok
+
+
+def _pin(system: SystemConfig, device: torch.device) -> bool:
+    if system.pin_memory == "off":
+        return False
+    if system.pin_memory == "on":
+        return torch.cuda.is_available()
+    return device.type == "cuda"
+
+
+def _loaders(
+    cfg: Config,
+    images: torch.Tensor,
+    positions: dict[str, np.ndarray],
+    labels: dict[str, np.ndarray],
+    normalizer: Normalizer,
+    resolution: int,
+    seed: int,
+    device: torch.device,
+) -> dict[str, BatchLoader]:
+    sy, aug = cfg.system, cfg.data.augmentation
+    loaders = {}
+    for split in SPLITS:
+        train = split == "train"
+        batch_size = cfg.training.batch_size if train else cfg.training.eval_batch_size
+        n = len(positions[split])
+        loaders[split] = BatchLoader(
+            images,
+            torch.from_numpy(labels[split]),
+            torch.from_numpy(positions[split]),
+            batch_size=batch_size,
+            device=device,
+            normalizer=normalizer,
+            shuffle=train,
+            drop_last=train and n > 1 and n % batch_size == 1,  # never a lone sample (BatchNorm fails on it)
+            seed=seed,
+            augment=BatchAugment(aug, resolution) if train and aug.enabled else None,
+            num_workers=sy.num_workers,
+            persistent_workers=sy.persistent_workers and sy.num_workers > 0,
+            pin_memory=_pin(sy, device),
+        )
+    return loaders
+
+
+def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = "cpu") -> DataBundle:
+    """Load (or reuse) the dataset at `resolution`; splits depend on `seed` and the dataset only."""
+    if resolution < 1:
+        raise DataError(f"resolution must be a positive number of pixels, got {resolution}")
+    dc, device = cfg.data, torch.device(device)
+    raw = open_dataset(dc, seed=seed)
+    labels = np.asarray(raw.labels, dtype=np.int64)
+    class_names = list(raw.class_names)
+    if len(raw) == 0:
+        raise DataError(f"dataset '{dc.dataset}' has no images")
+    subset = limit_subset(labels, dc.limit, class_names)
+    cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
+    entry = get_resized(raw, subset, resolution, dc.cache, cache_root)
+    ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction)
+    rows = np.flatnonzero(ok)
+    positions = split_indices(rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, seed)
+    split_labels = {s: labels[subset][p] for s, p in positions.items()}
+    normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
+
+    loaders = _loaders(cfg, entry.images, positions, split_labels, normalizer, resolution, seed, device)
+    bundle = DataBundle(
+        train=loaders["train"],
+        val=loaders["val"],
+        test=loaders["test"],
+        class_names=class_names,
+        channels=raw.channels,
+        resolution=resolution,
+        train_labels=split_labels["train"].copy(),
+        splits={s: subset[p] for s, p in positions.items()},
+        normalizer=normalizer,
+        dataset=dc.dataset,
+        task=dc.task if dc.dataset.lower() == "elpv" else None,
+        cache_location=entry.location,
+        _entry=entry,
+        _positions=positions,
+        _labels=split_labels,
+    )
+    log.info("data: %s", bundle.describe())
+    return bundle

@@ -1,0 +1,195 @@
+"""Resolution cache: every image decoded once and kept resized per (dataset content, resolution) as uint8.
+
+Level 1 is a per-process dict (LRU, up to data.cache.memory_budget_mb); level 2 is
+<output_dir>/<cache_dir>/<key>/<resolution>.npy (+ .masks.npy, + .json written last as the commit marker),
+written atomically and memory-mapped when an entry does not fit the memory budget.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from resomap.config.schema import CacheConfig
+from resomap.data.registry import RawDataset, digest
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class CacheEntry:
+    images: torch.Tensor  # uint8 [N, C, r, r], N = len(indices); memory-mapped when over budget
+    masks: torch.Tensor | None  # bool [N, r, r]
+    bad: np.ndarray  # positions (into indices) of images that could not be read (zero-filled)
+    location: str  # "memory", or the .npy path
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.numel() + (self.masks.numel() if self.masks is not None else 0)
+
+
+_MEMORY: OrderedDict[tuple[str, int], CacheEntry] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def clear_memory_cache() -> None:
+    """Forget every in-memory entry (the disk cache stays)."""
+    with _LOCK:
+        _MEMORY.clear()
+
+
+def memory_cache_keys() -> list[tuple[str, int]]:
+    with _LOCK:
+        return list(_MEMORY)
+
+
+def cache_key(raw: RawDataset, indices: np.ndarray) -> str:
+    """Dataset fingerprint plus the subset of images (data.limit) the entry holds."""
+    full = len(indices) == len(raw) and bool(np.all(indices == np.arange(len(raw))))
+    return f"{raw.fingerprint}-{'all' if full else 'sub' + digest([indices.astype(np.int64).tobytes()], 10)}"
+
+
+def resize_image(arr: np.ndarray, resolution: int, channels: int) -> np.ndarray:
+    """uint8 (H, W[, C]) -> uint8 (C, r, r), antialiased bilinear (PIL filters over the whole source footprint)."""
+    if arr.ndim == 3 and channels == 1:
+        arr = arr[..., 0] if arr.shape[2] != 3 else np.asarray(Image.fromarray(arr).convert("L"))
+    im = Image.fromarray(np.ascontiguousarray(arr, dtype=np.uint8))
+    if channels == 3 and im.mode != "RGB":
+        im = im.convert("RGB")
+    if im.size != (resolution, resolution):
+        im = im.resize((resolution, resolution), Image.BILINEAR)
+    out = np.asarray(im)
+    return out[None] if out.ndim == 2 else out.transpose(2, 0, 1)
+
+
+def resize_mask(mask: np.ndarray, resolution: int) -> np.ndarray:
+    """bool (H, W) -> bool (r, r) by thresholding the antialiased area average at one half."""
+    im = Image.fromarray(np.asarray(mask, dtype=np.uint8) * 255)
+    return np.asarray(im.resize((resolution, resolution), Image.BILINEAR)) >= 128
+
+
+def _decode(raw: RawDataset, indices: np.ndarray, resolution: int) -> tuple[np.ndarray, np.ndarray | None, list]:
+    n, c = len(indices), raw.channels
+    images = np.zeros((n, c, resolution, resolution), dtype=np.uint8)
+    masks = np.zeros((n, resolution, resolution), dtype=bool) if raw.has_masks else None
+    bad = []
+    for pos, i in enumerate(indices.tolist()):
+        try:
+            images[pos] = resize_image(raw.load(i), resolution, c)
+        except Exception as exc:  # PIL raises many types (OSError, SyntaxError, ValueError...) for corrupt files
+            log.debug("cannot read %s: %s", raw.name(i), exc)
+            bad.append(pos)
+            continue
+        if masks is not None:
+            masks[pos] = resize_mask(raw.mask(i), resolution)
+    return images, masks, bad
+
+
+def _atomic_save(path: Path, arr: np.ndarray | bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(arr, bytes):
+                fh.write(arr)
+            else:
+                np.save(fh, arr)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _paths(folder: Path, resolution: int) -> tuple[Path, Path, Path]:
+    return folder / f"{resolution}.npy", folder / f"{resolution}.masks.npy", folder / f"{resolution}.json"
+
+
+def _write_disk(folder: Path, resolution: int, images: np.ndarray, masks: np.ndarray | None, bad: list) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    img_path, mask_path, meta_path = _paths(folder, resolution)
+    _atomic_save(img_path, images)
+    if masks is not None:
+        _atomic_save(mask_path, masks)
+    meta = {"version": FORMAT_VERSION, "shape": list(images.shape), "masks": masks is not None, "bad": bad}
+    _atomic_save(meta_path, json.dumps(meta).encode())  # last: its presence means the entry is complete
+    log.info("wrote resolution cache %s", img_path)
+
+
+def _read_disk(folder: Path, resolution: int, n: int, mmap: bool) -> CacheEntry | None:
+    img_path, mask_path, meta_path = _paths(folder, resolution)
+    try:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("version") != FORMAT_VERSION or meta["shape"][0] != n:
+            return None
+        mode = "c" if mmap else None  # copy-on-write: writable for torch, never written back to the file
+        images = np.load(img_path, mmap_mode=mode)
+        masks = np.load(mask_path, mmap_mode=mode) if meta["masks"] else None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    if list(images.shape) != meta["shape"]:
+        return None
+    location = str(img_path) if mmap else "memory"
+    masks_t = torch.from_numpy(masks) if masks is not None else None
+    return CacheEntry(torch.from_numpy(images), masks_t, np.asarray(meta["bad"], dtype=np.int64), location)
+
+
+def _remember(key: tuple[str, int], entry: CacheEntry, budget: int) -> None:
+    with _LOCK:
+        _MEMORY.pop(key, None)
+        total = sum(e.nbytes for e in _MEMORY.values())
+        while _MEMORY and total + entry.nbytes > budget:
+            old_key, old = _MEMORY.popitem(last=False)
+            total -= old.nbytes
+            log.debug("evicted %s from the memory cache", old_key)
+        _MEMORY[key] = entry
+
+
+def get_resized(
+    raw: RawDataset, indices: np.ndarray, resolution: int, cfg: CacheConfig, cache_root: Path
+) -> CacheEntry:
+    """The images `indices` of `raw` at `resolution`, decoding only on a miss of both cache levels."""
+    key = cache_key(raw, indices)
+    mem_key = (key, resolution)
+    with _LOCK:
+        entry = _MEMORY.get(mem_key)
+        if entry is not None:
+            _MEMORY.move_to_end(mem_key)
+    if entry is not None:
+        log.debug("resolution cache hit (memory): %s @ %d px", key, resolution)
+        return entry
+    budget = cfg.memory_budget_mb * 2**20
+    folder = Path(cache_root) / key
+    c, n = raw.channels, len(indices)
+    size = n * resolution * resolution * (c + (1 if raw.has_masks else 0))
+    over = size > budget
+    entry = _read_disk(folder, resolution, n, mmap=over)
+    if entry is not None:
+        log.info("resolution cache hit (disk): %s @ %d px", folder, resolution)
+    else:
+        log.info("resolution cache miss: decoding %d images of %s at %d px", n, raw.fingerprint, resolution)
+        images, masks, bad = _decode(raw, indices, resolution)
+        if cfg.disk or over:
+            _write_disk(folder, resolution, images, masks, bad)
+        if over:  # over the memory budget: serve from the memory-mapped file instead of RAM
+            entry = _read_disk(folder, resolution, n, mmap=True)
+        if entry is None:
+            masks_t = torch.from_numpy(masks) if masks is not None else None
+            entry = CacheEntry(torch.from_numpy(images), masks_t, np.asarray(bad, dtype=np.int64), "memory")
+    if entry.location == "memory" and cfg.disk:
+        entry.location = f"memory + {folder}"
+    if not over:
+        _remember(mem_key, entry, budget)
+    return entry

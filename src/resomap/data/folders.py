@@ -1,0 +1,130 @@
+"""Datasets read from image files: `imagefolder` (root/<class>/<image>) and `csv` (a path,label manifest).
+
+Files are only listed here (and their headers read, to decide grayscale vs RGB); pixels are decoded once, when
+the resolution cache is built. A file that cannot be read there is skipped (see cache.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from resomap.config.schema import DataConfig
+from resomap.data.registry import digest, register_dataset
+from resomap.errors import DataError
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+GRAY_MODES = ("L", "1")
+
+
+def _is_gray(path: Path) -> bool:
+    """Reads the header only; a file unreadable here counts as gray so it does not force RGB (it is skipped later)."""
+    try:
+        with Image.open(path) as im:
+            return im.mode in GRAY_MODES
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return True
+
+
+class FileDataset:
+    """Images listed by path with integer labels; decoded with PIL on `load`."""
+
+    has_masks = False
+
+    def __init__(self, paths: list[Path], labels: list[int], class_names: list[str], kind: str):
+        self.paths = paths
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.class_names = class_names
+        self.channels = 1 if all(_is_gray(p) for p in paths) else 3
+        self.fingerprint = f"{kind}-" + digest(_stat_parts(paths) + class_names + [self.channels])
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def load(self, i: int) -> np.ndarray:
+        with Image.open(self.paths[i]) as im:
+            im = im.convert("L" if self.channels == 1 else "RGB")
+            return np.asarray(im, dtype=np.uint8)
+
+    def mask(self, i: int) -> np.ndarray:
+        raise DataError("file datasets have no object masks")
+
+    def name(self, i: int) -> str:
+        return str(self.paths[i])
+
+
+def _stat_parts(paths: list[Path]) -> list[object]:
+    parts: list[object] = []
+    for p in paths:
+        try:
+            st = p.stat()
+            parts += [str(p.resolve()), st.st_size, st.st_mtime_ns]
+        except OSError:
+            parts += [str(p), "missing"]
+    return parts
+
+
+def _images_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+@register_dataset("imagefolder", masks=False)
+def imagefolder(cfg: DataConfig) -> FileDataset:
+    if not cfg.root:
+        raise DataError(
+            "data.dataset is 'imagefolder' but data.root is not set; set data.root=<folder of class folders>"
+        )
+    root = Path(cfg.root).expanduser()
+    if not root.is_dir():
+        raise DataError(
+            f"data.root {root} does not exist or is not a folder; set data.root to a folder of class folders"
+        )
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise DataError(f"data.root {root} has no class folders; put images under {root}/<class name>/")
+    paths: list[Path] = []
+    labels: list[int] = []
+    for k, name in enumerate(classes):
+        files = _images_in(root / name)
+        if not files:
+            raise DataError(
+                f"class folder {root / name} has no images ({', '.join(IMAGE_SUFFIXES)}); add images or remove it"
+            )
+        paths += files
+        labels += [k] * len(files)
+    log.info("imagefolder %s: %d images in %d classes", root, len(paths), len(classes))
+    return FileDataset(paths, labels, classes, "imagefolder")
+
+
+@register_dataset("csv", masks=False)
+def csv_manifest(cfg: DataConfig) -> FileDataset:
+    if not cfg.manifest:
+        raise DataError("data.dataset is 'csv' but data.manifest is not set; set data.manifest=<file with path,label>")
+    manifest = Path(cfg.manifest).expanduser()
+    if not manifest.is_file():
+        raise DataError(f"data.manifest {manifest} does not exist; point data.manifest at a CSV with path,label rows")
+    with manifest.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        fields = [f.strip() for f in reader.fieldnames or []]
+        missing = [c for c in ("path", "label") if c not in fields]
+        if missing:
+            raise DataError(
+                f"data.manifest {manifest}: missing column(s) {', '.join(missing)}; the header must be path,label "
+                f"(got {','.join(fields) or 'no header'})"
+            )
+        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
+    rows = [r for r in rows if r.get("path")]
+    if not rows:
+        raise DataError(f"data.manifest {manifest} has no rows; add path,label lines below the header")
+    classes = sorted({r["label"] for r in rows})
+    index = {name: k for k, name in enumerate(classes)}
+    paths = [manifest.parent / r["path"] for r in rows]
+    labels = [index[r["label"]] for r in rows]
+    log.info("csv %s: %d images in %d classes", manifest, len(paths), len(classes))
+    return FileDataset(paths, labels, classes, "csv")

@@ -1,0 +1,153 @@
+"""In-memory batch loaders over the uint8 resolution cache (no per-sample Python transforms)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader
+
+from resomap.data.augment import BatchAugment
+
+
+class Normalizer:
+    """uint8 [B, C, r, r] -> float32 normalised with per-channel mean/std (in 0..1 units, from the train split)."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
+        self.mean = mean.float().view(1, -1, 1, 1)
+        self.std = std.float().clamp(min=1e-6).view(1, -1, 1, 1)
+
+    @classmethod
+    def from_images(cls, images: torch.Tensor, positions: torch.Tensor, chunk: int = 1024) -> Normalizer:
+        """Per-channel mean/std over `images[positions]`, read in chunks (the cache may be memory-mapped)."""
+        c = images.shape[1]
+        total = torch.zeros(c, dtype=torch.float64)
+        total_sq = torch.zeros(c, dtype=torch.float64)
+        for start in range(0, len(positions), chunk):
+            x = images[positions[start : start + chunk]].to(torch.float64) / 255.0
+            total += x.sum(dim=(0, 2, 3))
+            total_sq += (x * x).sum(dim=(0, 2, 3))
+        count = max(1, len(positions) * images.shape[2] * images.shape[3])
+        mean = total / count
+        std = (total_sq / count - mean**2).clamp(min=0).sqrt()
+        return cls(mean, std)
+
+    def scaled(self, x: torch.Tensor) -> torch.Tensor:
+        """float [0, 1] -> normalised."""
+        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scaled(x.float() / 255.0)
+
+
+class _Batches(torch.utils.data.Dataset):
+    """Map-style dataset whose item is a whole batch: one bulk index of the uint8 tensor per list of positions."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor):
+        self.images, self.labels, self.positions = images, labels, positions
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(rows, dtype=torch.long)
+        return self.images[self.positions[index]], self.labels[index]
+
+
+class _EpochSampler:
+    """Yields the loader's index batches for its current epoch (iterated in the main process each epoch)."""
+
+    def __init__(self, loader: BatchLoader):
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.loader.batch_positions():
+            yield batch.tolist()
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+class BatchLoader:
+    """Batches of one split: `(x float32 [B, C, r, r] normalised, y int64 [B])` on the device.
+
+    `images` is the whole cache tensor (CPU, possibly memory-mapped) and `positions` the split's rows in it.
+    Shuffling and augmentation depend only on (seed, epoch): call `set_epoch(e)` before iterating.
+    """
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        batch_size: int,
+        device: torch.device,
+        normalizer: Normalizer,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int = 0,
+        augment: BatchAugment | None = None,
+        num_workers: int = 0,
+        persistent_workers: bool = False,
+        pin_memory: bool = False,
+    ):
+        self.images, self.positions = images, positions.long()
+        self.labels = labels.long()  # aligned with positions
+        self.batch_size, self.device = batch_size, torch.device(device)
+        self.normalizer, self.augment = normalizer, augment
+        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self.num_workers, self.persistent_workers = num_workers, persistent_workers
+        self.pin_memory = pin_memory
+        self.epoch = 0
+        self._workers: DataLoader | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.positions)
+
+    def __len__(self) -> int:
+        n, b = self.num_samples, self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _generator(self, stream: int) -> torch.Generator:
+        return torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch * 7919 + stream) % 2**63)
+
+    def batch_positions(self) -> list[torch.Tensor]:
+        """Row indices (into the split) of each batch of the current epoch."""
+        n = self.num_samples
+        order = torch.randperm(n, generator=self._generator(0)) if self.shuffle else torch.arange(n)
+        return [order[i : i + self.batch_size] for i in range(0, len(self) * self.batch_size, self.batch_size)]
+
+    def _host_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self.num_workers > 0:
+            if self._workers is None or not self.persistent_workers:
+                self._workers = DataLoader(
+                    _Batches(self.images, self.labels, self.positions),
+                    batch_size=None,
+                    sampler=_EpochSampler(self),
+                    num_workers=self.num_workers,
+                    persistent_workers=self.persistent_workers,
+                    pin_memory=self.pin_memory,
+                )
+            yield from self._workers
+            return
+        for rows in self.batch_positions():
+            x, y = self.images[self.positions[rows]], self.labels[rows]
+            if self.pin_memory:
+                x, y = x.pin_memory(), y.pin_memory()
+            yield x, y
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        gen = self._generator(1)
+        non_blocking = self.pin_memory and self.device.type == "cuda"
+        for x, y in self._host_batches():
+            x = x.to(self.device, non_blocking=non_blocking)
+            y = y.to(self.device, non_blocking=non_blocking)
+            if self.augment is None:
+                yield self.normalizer(x), y
+            else:
+                yield self.normalizer.scaled(self.augment(x.float() / 255.0, gen)), y

@@ -1,0 +1,64 @@
+"""The dataset registry and the `RawDataset` protocol every entry returns."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from resomap.config.schema import DataConfig
+from resomap.registry import Registry
+
+DATASETS: Registry[Callable[..., RawDataset]] = Registry("dataset", "resomap datasets")
+
+
+@runtime_checkable
+class RawDataset(Protocol):
+    """Full-size images before any resizing. `load(i)` may raise for an unreadable file (it is skipped)."""
+
+    class_names: list[str]
+    labels: np.ndarray  # int64 [N]
+    channels: int  # 1 or 3
+    has_masks: bool
+    fingerprint: str  # content id: names the disk cache
+
+    def __len__(self) -> int: ...
+
+    def load(self, i: int) -> np.ndarray: ...  # uint8 (H, W) or (H, W, C)
+
+    def mask(self, i: int) -> np.ndarray: ...  # bool (H, W); only when has_masks
+
+    def name(self, i: int) -> str: ...  # shown in warnings (a file name, "synthetic #3")
+
+
+def register_dataset(name: str, **meta: object) -> Callable:
+    """Decorator: `@register_dataset("elpv")` on `fn(cfg: DataConfig[, seed: int]) -> RawDataset`."""
+    return DATASETS.register(name, **meta)
+
+
+def list_datasets() -> list[str]:
+    return DATASETS.names()
+
+
+def get_dataset(name: str) -> Callable[..., RawDataset]:
+    return DATASETS.get(name)
+
+
+def open_dataset(cfg: DataConfig, seed: int = 0) -> RawDataset:
+    """Call the registered factory; `seed` is passed to factories that take one (e.g. synthetic)."""
+    factory = get_dataset(cfg.dataset)
+    if "seed" in inspect.signature(factory).parameters:
+        return factory(cfg, seed=seed)
+    return factory(cfg)
+
+
+def digest(parts: Iterable[object], length: int = 16) -> str:
+    """A short stable hash of `parts` (used to build fingerprints)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:length]

@@ -1,0 +1,95 @@
+"""The ELPV solar-cell dataset (elpv-dataset package).
+
+ELPV: 2,624 grayscale 300x300 electroluminescence images of solar cells with defect probabilities
+{0, 1/3, 2/3, 1} and the cell type (mono/poly). Licence: CC BY-NC-SA 4.0 (Buerhop-Lutz et al., Deitsch et al.).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from resomap.config.schema import DataConfig
+from resomap.data.registry import digest, register_dataset
+from resomap.errors import DataError
+
+log = logging.getLogger(__name__)
+
+# load_dataset() decodes all 2,624 PNGs (~4 s): kept per process so several resolutions/trials load once.
+_ELPV_IMAGES: np.ndarray | None = None
+_ELPV_LOCK = threading.Lock()
+
+TASK_CLASSES = {
+    "defect": ["functional", "defective"],
+    "defect4": ["p=0", "p=1/3", "p=2/3", "p=1"],
+    "type": ["mono", "poly"],
+}
+
+
+def _labels_file() -> Path:
+    try:
+        import elpv_dataset
+    except ImportError:
+        raise DataError(
+            "data.dataset is 'elpv' but the elpv-dataset package is missing; pip install elpv-dataset"
+        ) from None
+    return Path(elpv_dataset.__file__).parent / "data" / "labels.csv"
+
+
+def elpv_images() -> np.ndarray:
+    """All ELPV images, uint8 [2624, 300, 300], loaded once per process."""
+    global _ELPV_IMAGES
+    with _ELPV_LOCK:
+        if _ELPV_IMAGES is None:
+            from elpv_dataset.utils import load_dataset
+
+            log.info("loading the ELPV images (once per process)")
+            images, _, _ = load_dataset()
+            _ELPV_IMAGES = np.ascontiguousarray(images, dtype=np.uint8)
+        return _ELPV_IMAGES
+
+
+class ElpvDataset:
+    """Labels come from labels.csv alone; the images are decoded only when `load` is first called."""
+
+    channels = 1
+    has_masks = False
+
+    def __init__(self, task: str):
+        if task not in TASK_CLASSES:
+            raise DataError(f"data.task '{task}' is not an ELPV task; use one of {', '.join(TASK_CLASSES)}")
+        path = _labels_file()
+        rows = np.genfromtxt(path, dtype=["|S19", "<f8", "|S4"], names=["path", "probability", "type"])
+        probs = rows["probability"]
+        types = np.char.decode(rows["type"])
+        self._paths = np.char.decode(rows["path"])
+        if task == "defect":
+            labels = probs >= 0.5
+        elif task == "defect4":
+            labels = np.rint(probs * 3)
+        else:
+            labels = types == "poly"
+        self.labels = labels.astype(np.int64)
+        self.class_names = list(TASK_CLASSES[task])
+        self.task = task
+        self.fingerprint = "elpv-" + digest([path.read_bytes()])
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def load(self, i: int) -> np.ndarray:
+        return elpv_images()[i]
+
+    def mask(self, i: int) -> np.ndarray:
+        raise DataError("the ELPV dataset has no object masks")
+
+    def name(self, i: int) -> str:
+        return str(self._paths[i])
+
+
+@register_dataset("elpv", channels=1, masks=False)
+def elpv(cfg: DataConfig) -> ElpvDataset:
+    return ElpvDataset(cfg.task)

@@ -1,0 +1,108 @@
+"""build_model, get_spec and the model table behind `resomap models`."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from resomap.config.schema import ModelsConfig
+from resomap.errors import ConfigError
+from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name, list_models
+from resomap.models.spec import ModelSpec
+from resomap.models.timm_models import create_timm, spec_from_model, timm_arch, timm_spec
+from resomap.models.weights import add_grayscale_repeat, first_conv_name, load_pretrained
+
+log = logging.getLogger(__name__)
+
+
+class ModelRow(NamedTuple):
+    name: str
+    family: str
+    params_m: float  # millions, at 3 input channels and 2 classes
+    cam_layer: str  # deepest CAM candidate
+
+
+def canonical_name(name: str) -> str:
+    """Registry key or 'timm:<arch>'; unknown names raise UnknownNameError with close names."""
+    if is_timm_name(name):
+        return TIMM_PREFIX + timm_arch(name)
+    return MODELS.resolve(name)
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The ModelSpec of a registered name or of `timm:<name>` (case-insensitive)."""
+    key = canonical_name(name)
+    if is_timm_name(key):
+        return timm_spec(key)
+    meta = MODELS.meta(key)
+    return ModelSpec(name=key, family=meta["family"], cam_layers=meta["cam_layers"])
+
+
+def _check_args(num_classes: int, in_channels: int, cfg: ModelsConfig) -> None:
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ConfigError(f"num_classes must be a positive int, got {num_classes!r}")
+    if not isinstance(in_channels, int) or in_channels < 1:
+        raise ConfigError(f"in_channels must be a positive int, got {in_channels!r}")
+    if cfg.grayscale not in ("adapt", "repeat"):
+        raise ConfigError(f"models.grayscale must be 'adapt' or 'repeat', got {cfg.grayscale!r}")
+    if cfg.grayscale == "repeat" and in_channels not in (1, 3):
+        raise ConfigError(f"models.grayscale=repeat needs 1- or 3-channel input, got {in_channels}; use adapt")
+
+
+def _pretrained_path(key: str, cfg: ModelsConfig) -> str | None:
+    paths = {str(k).lower(): v for k, v in cfg.pretrained.items()}
+    return paths.get(key) or (paths.get(key[len(TIMM_PREFIX) :]) if is_timm_name(key) else None)
+
+
+def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig) -> tuple[nn.Module, ModelSpec]:
+    """Build a model (random init, or cfg.pretrained[name] from a local file) and its spec.
+
+    grayscale 'adapt': the input conv takes `in_channels` (3-channel weights are summed over channels).
+    grayscale 'repeat' with 1 channel: the model stays 3-channel, a forward pre-hook repeats the channel; the
+    module tree is unchanged, so CAM layer names resolve the same either way.
+    """
+    _check_args(num_classes, in_channels, cfg)
+    key = canonical_name(name)
+    repeat = cfg.grayscale == "repeat" and in_channels == 1
+    build_channels = 3 if repeat else in_channels
+    if is_timm_name(key):
+        model = create_timm(timm_arch(key), num_classes, build_channels, cfg)
+        spec = spec_from_model(key, model)
+    else:
+        model = MODELS.get(key)(num_classes, build_channels, cfg)
+        spec = get_spec(key)
+    path = _pretrained_path(key, cfg)
+    if path:
+        first_conv = getattr(model, "pretrained_cfg", {}).get("first_conv") or first_conv_name(model)
+        load_pretrained(model, path, num_classes, input_conv=first_conv)
+    if repeat:
+        add_grayscale_repeat(model)
+    log.debug("built %s (%d classes, %d input channels, grayscale=%s)", key, num_classes, in_channels, cfg.grayscale)
+    return model, spec
+
+
+def set_grad_checkpointing(model: nn.Module, enabled: bool = True) -> bool:
+    """Turn activation checkpointing on/off where the model supports it (timm); False when unsupported."""
+    fn = getattr(model, "set_grad_checkpointing", None)
+    if not callable(fn):
+        return False
+    fn(enabled)
+    return True
+
+
+@functools.cache
+def _row(name: str) -> ModelRow:
+    spec = get_spec(name)
+    with torch.device("meta"):  # parameter shapes only: no memory, no init cost
+        model = MODELS.get(name)(2, 3, ModelsConfig())
+    params = sum(p.numel() for p in model.parameters())
+    return ModelRow(spec.name, spec.family, round(params / 1e6, 3), spec.cam_layers[0])
+
+
+def model_table() -> list[ModelRow]:
+    """One row per registered model: name, family, parameters (millions), default CAM layer."""
+    return [_row(name) for name in list_models()]

@@ -1,0 +1,54 @@
+"""torchvision architectures (weights=None: nothing is downloaded; local weights come from models.pretrained)."""
+
+from __future__ import annotations
+
+from torch import nn
+from torchvision import models as tvm
+from torchvision.models.vgg import cfgs as vgg_cfgs
+
+from resomap.config.schema import ModelsConfig
+from resomap.models.registry import register_model
+from resomap.models.weights import adapt_input_conv_
+
+
+def _vgg_cam_layers(cfg_key: str) -> tuple[str, ...]:
+    """The ReLU closing each VGG stage (just before its max pool), deepest first, from torchvision's layout."""
+    names, idx = [], 0
+    for item in vgg_cfgs[cfg_key]:
+        if item == "M":
+            names.append(f"features.{idx - 1}")
+            idx += 1
+        else:
+            idx += 2  # conv + relu (no batch norm)
+    return tuple(reversed(names))
+
+
+def _tv(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig, dropout: bool = True) -> nn.Module:
+    kwargs = {"dropout": cfg.dropout} if dropout else {}
+    model = tvm.get_model(name, weights=None, num_classes=num_classes, **kwargs)
+    return adapt_input_conv_(model, in_channels)
+
+
+def _register_tv(name: str, family: str, cam_layers: tuple[str, ...], dropout: bool = True) -> None:
+    def build(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
+        return _tv(name, num_classes, in_channels, cfg, dropout)
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = f"torchvision {name} (weights=None)."
+    register_model(name, family=family, cam_layers=cam_layers)(build)
+
+
+for _name, _key in (("vgg11", "A"), ("vgg13", "B"), ("vgg16", "D")):
+    _register_tv(_name, "vgg", _vgg_cam_layers(_key))
+
+_RESNET_LAYERS = ("layer4", "layer3", "layer2", "layer1")
+for _name in ("resnet18", "resnet34", "resnet50", "resnet101"):
+    _register_tv(_name, "resnet", _RESNET_LAYERS, dropout=False)
+
+# the last block of each stride stage (/32, /16, /8, /4, /2), deepest first
+_register_tv("mobilenet_v2", "mobilenet", ("features.18", "features.13", "features.6", "features.3", "features.1"))
+_register_tv("mobilenet_v3_small", "mobilenet", ("features.12", "features.8", "features.3", "features.1"))
+_register_tv(
+    "mobilenet_v3_large", "mobilenet", ("features.16", "features.12", "features.6", "features.3", "features.1")
+)
+_register_tv("efficientnet_b0", "efficientnet", ("features.8", "features.5", "features.3", "features.2", "features.1"))

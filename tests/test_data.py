@@ -1,0 +1,394 @@
+"""Tests of resomap.data: registry, datasets, splits, resolution cache, loaders, augmentation, errors."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from resomap.config import build as build_config
+from resomap.config.schema import AugmentationConfig, DataConfig
+from resomap.data import (
+    BatchAugment,
+    build,
+    clear_memory_cache,
+    get_dataset,
+    list_datasets,
+    memory_cache_keys,
+    split_indices,
+)
+from resomap.data.synthetic import SyntheticDataset
+from resomap.errors import DataError, UnknownNameError
+
+# ---------------------------------------------------------------- shared fixtures
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory_cache():
+    clear_memory_cache()
+    yield
+    clear_memory_cache()
+
+
+def make_cfg(tmp_path: Path, data: dict | None = None, **sections):
+    data = {"dataset": "synthetic", "synthetic": {"num_images": 60, "size": 64}, **(data or {})}
+    return build_config({"data": data, "experiment": {"output_dir": str(tmp_path)}, **sections})
+
+
+@pytest.fixture
+def load_counter(monkeypatch):
+    """Counts SyntheticDataset.load calls (decodes)."""
+    calls = {"n": 0}
+    original = SyntheticDataset.load
+
+    def counting(self, i):
+        calls["n"] += 1
+        return original(self, i)
+
+    monkeypatch.setattr(SyntheticDataset, "load", counting)
+    return calls
+
+
+def write_images(folder: Path, n: int, mode: str = "L", size=(20, 24), start: int = 0) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(start)
+    paths = []
+    for i in range(n):
+        shape = (size[1], size[0]) if mode == "L" else (size[1], size[0], 3)
+        path = folder / f"img{start + i:03d}.png"
+        Image.fromarray(rng.integers(0, 255, shape, dtype=np.uint8), mode=mode).save(path)
+        paths.append(path)
+    return paths
+
+
+def image_folder(tmp_path: Path, per_class: int = 8) -> Path:
+    root = tmp_path / "images"
+    for k, name in enumerate(["cat", "dog"]):
+        write_images(root / name, per_class, start=100 * k)
+    return root
+
+
+# ---------------------------------------------------------------- registry and ELPV
+
+
+def test_registry_lists_builtins_and_suggests_close_names():
+    assert {"elpv", "synthetic", "imagefolder", "csv"} <= set(list_datasets())
+    with pytest.raises(UnknownNameError, match="did you mean synthetic"):
+        get_dataset("synthetc")
+
+
+@pytest.mark.parametrize(("task", "num_classes"), [("defect", 2), ("defect4", 4), ("type", 2)])
+def test_elpv_tasks(task, num_classes):
+    raw = get_dataset("elpv")(DataConfig(task=task))
+    assert len(raw) == 2624 and raw.channels == 1 and not raw.has_masks
+    assert len(raw.class_names) == num_classes
+    counts = np.bincount(raw.labels, minlength=num_classes)
+    assert len(counts) == num_classes and counts.min() > 0 and counts.sum() == 2624
+
+
+def test_elpv_build_with_limit(tmp_path):
+    cfg = make_cfg(tmp_path, {"dataset": "elpv", "task": "defect4", "limit": 120})
+    bundle = build(cfg, 16, seed=0, device="cpu")
+    assert bundle.num_classes == 4 and bundle.channels == 1
+    assert sum(len(v) for v in bundle.splits.values()) == 120
+    assert set(np.unique(bundle.train_labels)) == {0, 1, 2, 3}
+    assert bundle.images("test").shape == (len(bundle.splits["test"]), 1, 16, 16)
+    assert "elpv (defect4)" in bundle.describe()
+
+
+# ---------------------------------------------------------------- splits
+
+
+def test_split_is_stratified_disjoint_complete_and_stable(tmp_path):
+    cfg = make_cfg(tmp_path)
+    a = build(cfg, 16, seed=3, device="cpu")
+    b = build(cfg, 32, seed=3, device="cpu")
+    c = build(cfg, 16, seed=3, device="cpu")
+    parts = [set(a.splits[s].tolist()) for s in ("train", "val", "test")]
+    assert set().union(*parts) == set(range(60)) and sum(map(len, parts)) == 60
+    for s in ("train", "val", "test"):
+        assert np.array_equal(a.splits[s], b.splits[s]) and np.array_equal(a.splits[s], c.splits[s])
+        counts = np.bincount(a.labels(s).numpy(), minlength=2)
+        assert abs(int(counts[0]) - int(counts[1])) <= 1  # balanced classes stay balanced
+    assert np.array_equal(a.train_labels, a.labels("train").numpy())
+
+
+def test_split_differs_with_seed():
+    labels = np.arange(100) % 2
+    one = split_indices(np.arange(100), labels, ["a", "b"], 0.2, 0.2, seed=1)
+    two = split_indices(np.arange(100), labels, ["a", "b"], 0.2, 0.2, seed=2)
+    assert not np.array_equal(one["test"], two["test"])
+
+
+def test_split_with_too_few_images_per_class_says_so():
+    with pytest.raises(DataError, match="'b' has 2"):
+        split_indices(np.arange(10), np.array([0] * 8 + [1] * 2), ["a", "b"], 0.2, 0.2, seed=0)
+
+
+# ---------------------------------------------------------------- resolution cache
+
+
+def test_second_build_does_not_decode_and_disk_cache_is_reused(tmp_path, load_counter):
+    cfg = make_cfg(tmp_path)
+    first = build(cfg, 32, seed=0, device="cpu")
+    assert load_counter["n"] == 60
+    second = build(cfg, 32, seed=0, device="cpu")
+    assert load_counter["n"] == 60  # memory hit
+    assert torch.equal(first.images("train"), second.images("train"))
+    clear_memory_cache()
+    third = build(cfg, 32, seed=0, device="cpu")
+    assert load_counter["n"] == 60  # disk hit in a fresh in-memory state
+    assert torch.equal(first.masks("val"), third.masks("val"))
+    build(cfg, 16, seed=0, device="cpu")
+    assert load_counter["n"] == 120  # a new resolution decodes
+    files = list((tmp_path / ".cache" / "resomap").rglob("*"))
+    assert {f.name for f in files if f.is_file()} >= {"32.npy", "32.masks.npy", "32.json", "16.npy"}
+    assert not [f for f in files if f.name.endswith(".tmp")]  # atomic writes leave no temp file
+
+
+def test_zero_memory_budget_serves_a_memory_map(tmp_path, load_counter):
+    for disk in (True, False):
+        cfg = make_cfg(tmp_path / str(disk), {"cache": {"memory_budget_mb": 0, "disk": disk}})
+        bundle = build(cfg, 32, seed=0, device="cpu")
+        assert bundle.cache_location.endswith("32.npy") and not memory_cache_keys()
+        x, _ = next(iter(bundle.train))
+        assert x.shape == (min(32, bundle.train.num_samples), 1, 32, 32) and x.dtype == torch.float32
+        before = load_counter["n"]
+        again = build(cfg, 32, seed=0, device="cpu")
+        assert load_counter["n"] == before  # reopened from disk, not decoded
+        assert torch.equal(bundle.images("test"), again.images("test"))
+
+
+# ---------------------------------------------------------------- loaders and augmentation
+
+
+def test_loaders_yield_normalised_batches(tmp_path):
+    cfg = make_cfg(tmp_path, training={"batch_size": 8, "eval_batch_size": 5})
+    bundle = build(cfg, 16, seed=0, device="cpu")
+    for split, loader in (("train", bundle.train), ("val", bundle.val), ("test", bundle.test)):
+        batches = list(loader)
+        assert len(batches) == len(loader) and loader.num_samples == len(bundle.splits[split])
+        x, y = batches[0]
+        assert x.dtype == torch.float32 and y.dtype == torch.int64 and x.shape[1:] == (1, 16, 16)
+    train = bundle.normalize(bundle.images("train"))
+    assert abs(train.mean().item()) < 1e-3 and abs(train.std().item() - 1) < 1e-2
+
+
+def test_train_never_ends_in_a_batch_of_one(tmp_path):
+    n_train = build(make_cfg(tmp_path), 16, seed=0, device="cpu").train.num_samples
+    cfg = make_cfg(tmp_path, training={"batch_size": n_train - 1})
+    bundle = build(cfg, 16, seed=0, device="cpu")
+    assert len(bundle.train) == 1 and all(len(y) == n_train - 1 for _, y in bundle.train)
+
+
+def _collect(loader, epoch):
+    loader.set_epoch(epoch)
+    xs, ys = zip(*loader)
+    return torch.cat(xs), torch.cat(ys)
+
+
+def test_set_epoch_determinism(tmp_path):
+    bundle = build(make_cfg(tmp_path, training={"batch_size": 8}), 16, seed=0, device="cpu")
+    x0, y0 = _collect(bundle.train, 0)
+    x0b, y0b = _collect(bundle.train, 0)
+    x1, _ = _collect(bundle.train, 1)
+    assert torch.equal(x0, x0b) and torch.equal(y0, y0b)
+    assert x0.shape == x1.shape and not torch.equal(x0, x1)
+    other = build(make_cfg(tmp_path, training={"batch_size": 8}), 16, seed=0, device="cpu")
+    assert torch.equal(_collect(other.train, 1)[0], x1)  # a resumed run sees the same batches
+
+
+def test_augmentation_changes_train_batches_only(tmp_path):
+    bundle = build(make_cfg(tmp_path, training={"batch_size": 8, "eval_batch_size": 8}), 32, seed=0, device="cpu")
+    bundle.train.set_epoch(0)
+    rows = bundle.train.batch_positions()[0]
+    x, _ = next(iter(bundle.train))
+    plain = bundle.normalize(bundle.images("train")[rows])
+    assert x.shape == plain.shape and not torch.allclose(x, plain, atol=1e-3)
+    for split, loader in (("val", bundle.val), ("test", bundle.test)):
+        xv, yv = next(iter(loader))
+        assert torch.allclose(xv, bundle.normalize(bundle.images(split)[:8]))
+        assert torch.equal(yv, bundle.labels(split)[:8])
+    off = build(make_cfg(tmp_path, {"augmentation": {"enabled": False}}, training={"batch_size": 8}), 32, 0, "cpu")
+    off.train.set_epoch(0)
+    assert torch.allclose(next(iter(off.train))[0], off.normalize(off.images("train")[rows]))
+
+
+def test_blur_only_at_high_resolution():
+    cfg = AugmentationConfig(
+        crop_scale_min=1.0, crop_scale_min_low=1.0, hflip=0, vflip=0, brightness=0, contrast=0,
+        high_resolution=32, blur_prob=1.0, blur_sigma_max=20.0,
+    )  # fmt: skip
+    for r, blurred in ((16, False), (32, True)):
+        aug = BatchAugment(cfg, r)
+        x = torch.rand(4, 1, r, r, generator=torch.Generator().manual_seed(0))
+        out = aug(x.clone(), torch.Generator().manual_seed(1))
+        assert aug.blur_active == blurred and out.shape == x.shape
+        assert torch.allclose(out, x, atol=1e-5) != blurred
+        if blurred:  # blur lowers pixel-to-pixel differences
+            assert (out.diff(dim=-1).abs().mean() < 0.8 * x.diff(dim=-1).abs().mean()).item()
+
+
+def test_crop_is_milder_at_low_resolution():
+    cfg = AugmentationConfig(high_resolution=64, crop_scale_min=0.3, crop_scale_min_low=0.9)
+    assert BatchAugment(cfg, 32).scale_min == 0.9 and BatchAugment(cfg, 64).scale_min == 0.3
+
+
+def test_worker_loader_matches_fast_path(tmp_path):
+    fast = build(make_cfg(tmp_path, training={"batch_size": 8}), 16, seed=0, device="cpu")
+    pooled = build(make_cfg(tmp_path, training={"batch_size": 8}, system={"num_workers": 1}), 16, 0, "cpu")
+    for epoch in (0, 1):
+        xa, ya = _collect(fast.train, epoch)
+        xb, yb = _collect(pooled.train, epoch)
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+# ---------------------------------------------------------------- synthetic
+
+
+def test_synthetic_masks_balance_and_determinism(tmp_path):
+    bundle = build(make_cfg(tmp_path), 32, seed=0, device="cpu")
+    masks = bundle.masks("train")
+    assert masks.dtype == torch.bool and masks.shape == (bundle.train.num_samples, 32, 32)
+    assert 0.05 < masks.float().mean().item() < 0.5  # one object per image, never the whole frame
+    raw = SyntheticDataset(60, 64, 3, seed=0)
+    assert np.bincount(raw.labels).tolist() == [30, 30]
+    assert np.array_equal(raw.load(5), SyntheticDataset(60, 64, 3, seed=0).load(5))
+    assert not np.array_equal(raw.load(5), SyntheticDataset(60, 64, 3, seed=1).load(5))
+
+
+def _texture_gap(bundle) -> float:
+    """Difference between classes of the mean within-object std, in units of the image noise."""
+    x, m, y = bundle.images("train").float()[:, 0], bundle.masks("train"), bundle.labels("train")
+    stds = torch.stack([x[i][m[i]].std() for i in range(len(x))])
+    return (stds[y == 1].mean() - stds[y == 0].mean()).abs().item()
+
+
+def test_synthetic_class_detail_vanishes_at_low_resolution(tmp_path):
+    cfg = make_cfg(tmp_path, {"synthetic": {"num_images": 80, "size": 128, "detail_size": 3}})
+    high = _texture_gap(build(cfg, 128, seed=0, device="cpu"))
+    low = _texture_gap(build(cfg, 16, seed=0, device="cpu"))
+    assert high > 30 and low < 5 and low < 0.1 * high
+
+
+@pytest.mark.slow
+def test_tiny_cnn_learns_synthetic_at_full_resolution(tmp_path):
+    torch.manual_seed(0)
+    cfg = make_cfg(tmp_path, {"synthetic": {"num_images": 300, "size": 128}}, training={"batch_size": 32})
+    bundle = build(cfg, 128, seed=0, device="cpu")
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveMaxPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 2),
+    )  # fmt: skip
+    opt = torch.optim.Adam(net.parameters(), 3e-3)
+    for epoch in range(8):
+        bundle.train.set_epoch(epoch)
+        for x, y in bundle.train:
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        correct = sum((net(x).argmax(1) == y).sum().item() for x, y in bundle.test)
+    assert correct / bundle.test.num_samples > 0.85
+
+
+# ---------------------------------------------------------------- imagefolder and csv
+
+
+def test_imagefolder_happy_path(tmp_path):
+    root = image_folder(tmp_path)
+    bundle = build(make_cfg(tmp_path, {"dataset": "imagefolder", "root": str(root)}), 16, seed=0, device="cpu")
+    assert bundle.class_names == ["cat", "dog"] and bundle.channels == 1
+    assert bundle.images("train").shape[1:] == (1, 16, 16) and bundle.masks("train") is None
+    write_images(root / "dog", 1, mode="RGB", start=500)
+    rgb = build(make_cfg(tmp_path, {"dataset": "imagefolder", "root": str(root)}), 16, seed=0, device="cpu")
+    assert rgb.channels == 3 and next(iter(rgb.test))[0].shape[1] == 3
+
+
+def test_csv_happy_path(tmp_path):
+    paths = write_images(tmp_path / "imgs", 12)
+    manifest = tmp_path / "labels.csv"
+    lines = [f"imgs/{p.name},{'b' if i % 2 else 'a'}" for i, p in enumerate(paths)]
+    manifest.write_text("path,label\n" + "\n".join(lines) + "\n")
+    bundle = build(make_cfg(tmp_path, {"dataset": "csv", "manifest": str(manifest)}), 8, seed=0, device="cpu")
+    assert bundle.class_names == ["a", "b"] and sum(len(v) for v in bundle.splits.values()) == 12
+
+
+# ---------------------------------------------------------------- bad inputs
+
+
+def _folder_cfg(tmp_path, root, **data):
+    return make_cfg(tmp_path, {"dataset": "imagefolder", "root": None if root is None else str(root), **data})
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda tmp: None, "data.root is not set"),
+        (lambda tmp: tmp / "nope", "does not exist"),
+        (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no class folders"),
+        (lambda tmp: (image_folder(tmp) / "bird").mkdir() or tmp / "images", "bird has no images"),
+    ],
+    ids=["unset", "missing", "empty-root", "empty-class"],
+)
+def test_imagefolder_errors(tmp_path, setup, message):
+    with pytest.raises(DataError, match=message):
+        build(_folder_cfg(tmp_path, setup(tmp_path)), 16, seed=0, device="cpu")
+
+
+def test_corrupt_files_are_skipped_under_the_threshold(tmp_path, caplog):
+    root = image_folder(tmp_path, per_class=10)
+    (root / "cat" / "img000.png").write_bytes(b"not a png")
+    with caplog.at_level(logging.WARNING, logger="resomap.data"):
+        bundle = build(_folder_cfg(tmp_path, root, max_bad_fraction=0.1), 16, seed=0, device="cpu")
+    assert "1 of 20 images could not be read" in caplog.text and "img000.png" in caplog.text
+    assert sum(len(v) for v in bundle.splits.values()) == 19 and 0 not in np.concatenate(list(bundle.splits.values()))
+
+
+def test_corrupt_files_over_the_threshold_raise(tmp_path):
+    root = image_folder(tmp_path, per_class=10)
+    for name in ("img000.png", "img001.png", "img002.png"):
+        (root / "cat" / name).write_bytes(b"\x89PNG truncated")
+    with pytest.raises(DataError, match=r"3 of 20 images could not be read .*max_bad_fraction"):
+        build(_folder_cfg(tmp_path, root, max_bad_fraction=0.1), 16, seed=0, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("file,label\na.png,x\n", "missing column"),
+        ("path,label\n", "no rows"),
+        (None, "does not exist"),
+    ],
+)
+def test_csv_errors(tmp_path, text, message):
+    manifest = tmp_path / "m.csv"
+    if text is not None:
+        manifest.write_text(text)
+    with pytest.raises(DataError, match=message):
+        build(make_cfg(tmp_path, {"dataset": "csv", "manifest": str(manifest)}), 16, seed=0, device="cpu")
+
+
+def test_csv_missing_image_files_count_as_unreadable(tmp_path):
+    paths = write_images(tmp_path, 10)
+    rows = [f"{p.name},{i % 2}" for i, p in enumerate(paths)] + ["gone.png,0", "gone2.png,1"]
+    (tmp_path / "m.csv").write_text("path,label\n" + "\n".join(rows))
+    with pytest.raises(DataError, match=r"2 of 12 images could not be read \(.*gone\.png"):
+        build(make_cfg(tmp_path, {"dataset": "csv", "manifest": str(tmp_path / "m.csv")}), 16, seed=0, device="cpu")
+
+
+@pytest.mark.gpu
+def test_cuda_loader_matches_cpu(tmp_path):
+    cfg = make_cfg(tmp_path, training={"batch_size": 8}, system={"pin_memory": "auto"})
+    cpu = build(cfg, 32, seed=0, device="cpu")
+    gpu = build(cfg, 32, seed=0, device="cuda")
+    assert gpu.train.pin_memory and not cpu.train.pin_memory
+    xc, yc = _collect(cpu.train, 2)
+    xg, yg = _collect(gpu.train, 2)
+    assert xg.device.type == "cuda" and torch.equal(yc, yg.cpu())
+    assert torch.allclose(xc, xg.cpu(), atol=1e-4)
