@@ -1,0 +1,147 @@
+"""Checkpoint files: atomic writes, safe loads (weights_only), and RNG state as plain tensors/lists.
+
+Payload layout (only tensors, dicts, lists, str, int, float, bool and None inside, so weights_only loading works):
+{"format": FORMAT, "meta": {...}, "model": state_dict, "optimizer": ..., "scheduler": ..., "scaler": ...,
+ "callbacks": {...}, "rng": {...}, "epoch": int, "history": [...], "should_stop": bool}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from resomap.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "resomap-ckpt-1"
+_MATCH_KEYS = ("model", "resolution", "num_classes")
+
+
+def _write_atomic(path: str | Path, write: Callable[[Any], None]) -> Path:
+    """Write through `write(fileobj)` into a temp file beside `path`, fsync, then rename over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not possible on every platform (Windows), so best effort.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> Path:
+    """Save `payload` with torch.save atomically: a crash leaves the old file or the new one, never a torn one."""
+    return _write_atomic(path, lambda fh: torch.save(dict(payload), fh))
+
+
+def write_json_atomic(path: str | Path, data: Any) -> Path:
+    text = json.dumps(data, indent=2, sort_keys=True, default=str).encode("utf-8")
+    return _write_atomic(path, lambda fh: fh.write(text))
+
+
+def _describe(meta: Mapping[str, Any]) -> str:
+    return f"{meta.get('model', '?')} at {meta.get('resolution', '?')} px with {meta.get('num_classes', '?')} classes"
+
+
+def load_checkpoint(
+    path: str | Path, expect: Mapping[str, Any] | None = None, map_location: str | torch.device = "cpu"
+) -> dict:
+    """Load a checkpoint with torch.load(weights_only=True); problems raise one-line CheckpointErrors.
+
+    `expect` (model, resolution, num_classes; any subset) must match the checkpoint's meta.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found; check the path or train first")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "weights only" in str(exc).lower() or "weights_only" in str(exc).lower():
+            raise CheckpointError(
+                f"{path}: refused: the file contains pickled code/objects; only plain tensors and containers "
+                "are loaded (re-save it as a plain state_dict)"
+            ) from None
+        raise CheckpointError(f"{path}: checkpoint is truncated or corrupt; delete it or retrain") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, IndexError):
+        raise CheckpointError(f"{path}: checkpoint is truncated or corrupt; delete it or retrain") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path}: not a ResoMap checkpoint (holds a {type(payload).__name__}, not a dict)")
+    if "format" in payload and payload["format"] != FORMAT:
+        raise CheckpointError(f"{path}: unknown checkpoint format {payload['format']!r}; expected {FORMAT!r}")
+    if expect:
+        meta = payload.get("meta") or {}
+        diff = [k for k in _MATCH_KEYS if k in expect and str(meta.get(k)) != str(expect[k])]
+        if diff:
+            raise CheckpointError(
+                f"{path}: checkpoint is for {_describe(meta)}, not {_describe({**meta, **expect})}; "
+                "pick the checkpoint of this model/resolution/classes or retrain"
+            )
+    return payload
+
+
+# ---------------------------------------------------------------- RNG state as weights_only-safe values
+
+
+def rng_state() -> dict:
+    """Python, numpy, torch (and CUDA) RNG states as tensors/lists/ints."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    state = {
+        "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss},
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
+        "torch": torch.get_rng_state(),
+        "cuda": [],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    npy = state["numpy"]
+    keys = npy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((npy["name"], keys, npy["pos"], npy["has_gauss"], npy["gauss"]))
+    torch.set_rng_state(state["torch"].cpu())
+    cuda = state.get("cuda") or []
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([s.cpu() for s in cuda])

@@ -1,0 +1,333 @@
+"""A small Trainer: one fit loop, duck-typed callbacks, exact resume from last.pt."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from resomap.config import config_hash
+from resomap.config.schema import Config
+from resomap.errors import CheckpointError, TrainingError
+from resomap.runtime import apply_system, autocast_dtype, seed_everything
+from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
+from resomap.training.metrics import classification_metrics
+from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
+from resomap.training.progress import Progress
+
+log = logging.getLogger(__name__)
+
+_NAN_CHECK_EVERY = 32  # optimiser-side host syncs: one per this many batches, to fail early on NaN
+
+
+@dataclass
+class FitResult:
+    best_path: Path | None
+    last_path: Path | None
+    best_score: float | None
+    epochs_run: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stopped_early: bool = False
+    resumed_from_epoch: int | None = None
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: max allocated since the last reset. CPU: the process's peak resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    except ImportError:  # Windows
+        import psutil
+
+        info = psutil.Process().memory_info()
+        return getattr(info, "peak_wset", info.rss) / 2**20
+
+
+def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
+    """sklearn 'balanced' weights; classes absent from the training labels get weight 1."""
+    from sklearn.utils.class_weight import compute_class_weight
+
+    labels = np.asarray(labels, dtype=np.int64)
+    present = np.unique(labels)
+    weights = np.ones(num_classes, dtype=np.float64)
+    weights[present] = compute_class_weight("balanced", classes=present, y=labels)
+    return torch.tensor(weights, dtype=torch.float32)
+
+
+class Trainer:
+    """Trains a model on `data` (train/val loaders, num_classes, train_labels) as `cfg.training` says.
+
+    Attributes for callbacks: epoch, should_stop, model, optimizer, history, meta, checkpoint_payload().
+    """
+
+    def __init__(self, cfg: Config, device: torch.device, callbacks: list | tuple = (), run_name: str = ""):
+        self.cfg, self.device, self.run_name = cfg, torch.device(device), run_name
+        self.callbacks = sorted(callbacks, key=lambda cb: getattr(cb, "order", 0))
+        self.amp_dtype = autocast_dtype(cfg.system.precision)
+        self.epoch = 0
+        self.should_stop = False
+        self.history: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] = {"run_name": run_name, "config_hash": config_hash(cfg)}
+        self.model: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: Any = None
+        self.scaler: torch.amp.GradScaler | None = None
+        self._forward: nn.Module | None = None
+        self._criterion: nn.Module | None = None
+        self._sched_when = "never"
+
+    # ------------------------------------------------------------ callbacks and state
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for cb in self.callbacks:
+            fn = getattr(cb, hook, None)
+            if fn is not None:
+                fn(self, *args)
+
+    def _callback_key(self, i: int, cb: Any) -> str:
+        return f"{i}:{type(cb).__name__}"
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        """Everything needed to resume after `self.epoch` (only weights_only-safe values)."""
+        cbs = {
+            self._callback_key(i, cb): cb.state_dict()
+            for i, cb in enumerate(self.callbacks)
+            if hasattr(cb, "state_dict")
+        }
+        return {
+            "format": FORMAT,
+            "meta": dict(self.meta),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None and self.scaler.is_enabled() else None,
+            "callbacks": cbs,
+            "rng": rng_state(),
+            "epoch": self.epoch,
+            "history": [dict(h) for h in self.history],
+            "should_stop": self.should_stop,
+        }
+
+    state_dict = checkpoint_payload
+
+    def _restore(self, path: Path) -> int:
+        expect = {k: self.meta[k] for k in ("num_classes", "resolution") if k in self.meta}
+        payload = load_checkpoint(path, expect=expect, map_location=self.device)
+        try:
+            self.model.load_state_dict(payload["model"])
+            self.optimizer.load_state_dict(payload["optimizer"])
+            if self.scheduler is not None and payload.get("scheduler") is not None:
+                self.scheduler.load_state_dict(payload["scheduler"])
+            if self.scaler is not None and payload.get("scaler") is not None:
+                self.scaler.load_state_dict(payload["scaler"])
+        except (KeyError, RuntimeError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise CheckpointError(
+                f"{path}: cannot resume from this checkpoint ({first}); resume with the same config"
+            ) from None
+        saved = payload.get("callbacks") or {}
+        for i, cb in enumerate(self.callbacks):
+            key = self._callback_key(i, cb)
+            if key in saved and hasattr(cb, "load_state_dict"):
+                cb.load_state_dict(saved[key])
+        set_rng_state(payload["rng"])
+        self.history = [dict(h) for h in payload.get("history", [])]
+        self.should_stop = bool(payload.get("should_stop", False))
+        return int(payload["epoch"])
+
+    # ------------------------------------------------------------ setup
+
+    def _setup(self, model: nn.Module, data: Any) -> None:
+        cfg, sysc = self.cfg, self.cfg.system
+        apply_system(sysc, self.device)
+        model = model.to(self.device)
+        if sysc.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        self._forward = torch.compile(model) if sysc.compile else model
+        num_classes = int(data.num_classes)
+        self.meta["num_classes"] = num_classes
+        if getattr(data, "resolution", None) is not None:
+            self.meta["resolution"] = int(data.resolution)
+        weight = None
+        if cfg.training.class_weights == "balanced":
+            weight = class_weights(data.train_labels, num_classes).to(self.device)
+        self._criterion = nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
+        self.optimizer = build_optimizer(model.parameters(), cfg.training.optimizer, self.device)
+        steps = math.ceil(len(data.train) / cfg.training.grad_accum_steps)
+        self.scheduler, self._sched_when = build_scheduler(self.optimizer, cfg.training, steps)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=sysc.precision == "fp16")
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.cfg.system.channels_last else x
+
+    # ------------------------------------------------------------ fit
+
+    def fit(self, model: nn.Module, data: Any, resume_from: str | Path | None = None) -> FitResult:
+        """Train for cfg.training.epochs (or until a callback sets should_stop); resume from a last.pt."""
+        seed = self.cfg.experiment.seed
+        seed_everything(seed)
+        self.history, self.should_stop, self.epoch = [], False, 0
+        self._setup(model, data)
+        start, resumed = 0, None
+        if resume_from is not None:
+            resumed = self._restore(Path(resume_from))
+            start = resumed + 1
+            log.info("resuming %s from %s after epoch %d", self.run_name or "run", resume_from, resumed)
+        epochs = self.cfg.training.epochs
+        progress = Progress(self.cfg.training.progress, self.run_name)
+        try:
+            self._call("on_fit_start")
+            progress.start(start, epochs)
+            for epoch in range(start, epochs):
+                if self.should_stop:
+                    break
+                self.epoch = epoch
+                self._run_epoch(data, seed, progress)
+                progress.epoch_end(epoch, epochs, self.history[-1])
+            self._call("on_fit_end")
+        except BaseException as exc:
+            self._call("on_exception", exc)
+            raise
+        finally:
+            progress.close()
+        return self._result(start, resumed)
+
+    def _run_epoch(self, data: Any, seed: int, progress: Progress) -> None:
+        # Dropout etc. depend only on (seed, epoch), not on how many epochs ran in this process.
+        torch.manual_seed(seed * 100_003 + self.epoch)
+        self._call("on_train_epoch_start")
+        metrics = self._train_epoch(data.train, progress)
+        self._call("on_train_epoch_end", metrics)
+        val, _, _ = self.evaluate(self.model, data.val, prefix="val")
+        metrics.update(val)
+        if self._sched_when == EPOCH:
+            if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                self.scheduler.step(metrics["val/loss"])
+            else:
+                self.scheduler.step()
+        self.history.append(metrics)
+        self._call("on_validation_end", metrics)
+
+    def _optimizer_step(self) -> None:
+        if self.cfg.training.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self._sched_when == STEP:
+            self.scheduler.step()
+
+    def _train_epoch(self, loader: Any, progress: Progress) -> dict[str, Any]:
+        self.model.train()
+        loader.set_epoch(self.epoch)
+        n, k = len(loader), self.cfg.training.grad_accum_steps
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        losses = torch.zeros(max(n, 1), device=self.device)  # per-batch losses stay on device: no per-batch sync
+        sizes = torch.zeros(max(n, 1), device=self.device)
+        correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        checked, seen = 0, 0
+        self.optimizer.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        for i, (x, y) in enumerate(progress.batches(loader, self.epoch, n)):
+            group = min(k, n - (i // k) * k)  # the last accumulation group of an epoch may be shorter
+            with self._autocast():
+                out = self._forward(self._inputs(x))
+                loss = self._criterion(out.float(), y)
+            self.scaler.scale(loss / group).backward()
+            if (i + 1) % k == 0 or i + 1 == n:
+                self._optimizer_step()
+            losses[i] = loss.detach()
+            sizes[i] = y.shape[0]
+            correct += (out.detach().argmax(1) == y).sum()
+            seen += y.shape[0]
+            if (i + 1) % _NAN_CHECK_EVERY == 0:
+                checked = self._check_finite(losses, checked, i + 1)
+        self._check_finite(losses, checked, n)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - t0
+        return {
+            "epoch": self.epoch,
+            "train/loss": float((losses * sizes).sum().item() / max(seen, 1)),
+            "train/accuracy": float(correct.item() / max(seen, 1)),
+            "train/epoch_time_s": elapsed,
+            "train/images_per_s": seen / elapsed if elapsed > 0 else float("nan"),
+            "train/peak_memory_mb": peak_memory_mb(self.device),
+            "lr": lr,
+        }
+
+    def _check_finite(self, losses: torch.Tensor, start: int, stop: int) -> int:
+        window = losses[start:stop]
+        if stop > start and not bool(torch.isfinite(window).all()):
+            step = start + int((~torch.isfinite(window)).nonzero()[0, 0])
+            raise TrainingError(
+                f"loss became NaN at epoch {self.epoch} step {step}; lower training.optimizer.lr, set "
+                "training.grad_clip, or use system.precision=fp32/bf16"
+            )
+        return stop
+
+    # ------------------------------------------------------------ evaluation
+
+    def evaluate(
+        self, model: nn.Module, loader: Any, prefix: str = "val", num_classes: int | None = None
+    ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        """Loss (plain cross-entropy) and classification metrics; the model's train/eval mode is restored."""
+        forward = self._forward if model is self.model and self._forward is not None else model
+        was_training = model.training
+        model.eval()
+        loss_sum = torch.zeros((), device=self.device)
+        preds, targets = [], []
+        try:
+            with torch.inference_mode():
+                for x, y in loader:
+                    with self._autocast():
+                        out = forward(self._inputs(x))
+                    loss_sum += nn.functional.cross_entropy(out.float(), y, reduction="sum")
+                    preds.append(out.argmax(1))
+                    targets.append(y)
+        finally:
+            model.train(was_training)
+        y_pred = torch.cat(preds).cpu().numpy() if preds else np.zeros(0, np.int64)
+        y_true = torch.cat(targets).cpu().numpy() if targets else np.zeros(0, np.int64)
+        n = len(y_true)
+        if num_classes is None:
+            num_classes = self.meta.get("num_classes") or int(max(y_true.max(initial=0), y_pred.max(initial=0)) + 1)
+        metrics = {f"{prefix}/loss": float(loss_sum.item() / n) if n else float("nan")}
+        metrics.update(classification_metrics(y_true, y_pred, num_classes, prefix))
+        return metrics, y_true, y_pred
+
+    def _result(self, start: int, resumed: int | None) -> FitResult:
+        best_path = last_path = best_score = None
+        for cb in self.callbacks:
+            if getattr(cb, "last_path", None) is not None:
+                best_path, last_path, best_score = cb.best_path, cb.last_path, cb.best_score
+                break
+        return FitResult(
+            best_path=best_path,
+            last_path=last_path,
+            best_score=best_score,
+            epochs_run=len(self.history) - (resumed + 1 if resumed is not None else 0),
+            history=[dict(h) for h in self.history],
+            stopped_early=self.should_stop,
+            resumed_from_epoch=resumed,
+        )
