@@ -168,6 +168,10 @@ class ExplainabilityConfig:
     ig_steps: int = 32  # integrated gradients path steps
     common_grid: int = 64  # maps are resampled to this side for cross-resolution comparison
     top_k_percent: float = 10.0  # top-k% IoU agreement
+    lime_samples: int = 64  # lime: perturbed images per explained image
+    shap_samples: int = 16  # shap GradientExplainer / captum gradient_shap: samples per image
+    faithfulness_steps: int = 10  # deletion/insertion: steps from the full image to the baseline
+    sanity_threshold: float = 0.5  # sanity check passes when the fully randomised map's similarity is below this
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,15 @@ class MlflowConfig:
 
 
 @dataclass(frozen=True)
+class ProfilingConfig:
+    enabled: bool = True  # profile each trial's model: params, MACs, FLOPs, latency, throughput, memory
+    batch_size: int = 1  # images per timed inference call
+    train_batch_size: int | None = None  # images per timed training step; null: max(batch_size, 8)
+    warmup: int = 10  # untimed calls before timing (autotuning, allocator warm-up)
+    iters: int = 50  # timed calls; latency median/p90/p99 are over these
+
+
+@dataclass(frozen=True)
 class Config:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
@@ -190,3 +203,4 @@ class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     explainability: ExplainabilityConfig = field(default_factory=ExplainabilityConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)

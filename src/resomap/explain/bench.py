@@ -1,0 +1,104 @@
+"""Benchmarks of the explain package: batched vs per-image Grad-CAM, and Integrated Gradients' peak memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import torch
+from torch import nn
+
+from resomap.config.schema import ExplainabilityConfig
+from resomap.explain.registry import get_explainer
+from resomap.models import ModelSpec
+
+log = logging.getLogger(__name__)
+
+
+def gradcam_batched_vs_loop(
+    model: nn.Module,
+    spec: ModelSpec,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    cfg: ExplainabilityConfig,
+    repeats: int = 3,
+    method: str = "gradcam",
+) -> dict[str, float]:
+    """images/s of one batched call over the whole set vs one call per image (best of `repeats`)."""
+    explain = get_explainer(method)
+    res = images.shape[-1]
+    kw = dict(spec=spec, resolution=res, cfg=cfg)
+    explain(model, images[:2], targets[:2], **kw)  # warm-up
+
+    def batched() -> None:
+        explain(model, images, targets, **kw)
+
+    def loop() -> None:
+        for i in range(len(images)):
+            explain(model, images[i : i + 1], targets[i : i + 1], **kw)
+
+    def best(fn: Callable[[], None]) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    t_batch, t_loop = best(batched), best(loop)
+    n = len(images)
+    out = {"images": n, "batched_images_per_s": n / t_batch, "loop_images_per_s": n / t_loop}
+    out["speedup"] = out["batched_images_per_s"] / out["loop_images_per_s"]
+    return out
+
+
+def peak_rss_mb(fn: Callable[[], Any], interval_s: float = 0.001) -> float:
+    """Peak resident memory above the level before the call, in MiB (sampled by a background thread)."""
+    proc = psutil.Process()
+    gc.collect()
+    base = proc.memory_info().rss
+    peak = base
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, proc.memory_info().rss)
+            time.sleep(interval_s)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        fn()
+    finally:
+        done.set()
+        thread.join()
+    peak = max(peak, proc.memory_info().rss)
+    return (peak - base) / 2**20
+
+
+def ig_peak_memory(
+    model: nn.Module, spec: ModelSpec, images: torch.Tensor, targets: torch.Tensor, cfg: ExplainabilityConfig
+) -> dict[str, float]:
+    """Peak RSS of integrated_gradients with internal_batch_size = cfg's vs all steps of all images at once."""
+    explain = get_explainer("integrated_gradients")
+    res = images.shape[-1]
+    unbounded = len(images) * cfg.ig_steps
+    runs = {}
+    for label, ibs in (("bounded", cfg.internal_batch_size), ("unbounded", unbounded)):
+        c = dataclasses.replace(cfg, internal_batch_size=ibs)
+        explain(model, images[:1], targets[:1], spec=spec, resolution=res, cfg=c)  # warm-up
+        runs[label] = peak_rss_mb(lambda c=c: explain(model, images, targets, spec=spec, resolution=res, cfg=c))
+    return {
+        "internal_batch_size": cfg.internal_batch_size,
+        "unbounded_batch": unbounded,
+        "bounded_peak_mb": runs["bounded"],
+        "unbounded_peak_mb": runs["unbounded"],
+        "ratio": runs["unbounded"] / max(runs["bounded"], 1e-6),
+    }

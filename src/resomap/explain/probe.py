@@ -1,0 +1,124 @@
+"""The probe set: fixed, class-stratified test images explained by every trial, and its maps on disk."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from resomap.config.schema import ExplainabilityConfig
+from resomap.errors import ExplainError
+from resomap.explain.registry import get_explainer
+from resomap.models import ModelSpec
+
+log = logging.getLogger(__name__)
+
+META_KEY = "__meta__"
+
+
+def probe_indices(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """`size` indices into `labels`, stratified by class, fixed by `seed` (independent of the resolution).
+
+    Each class's indices are shuffled; an index of rank k in a class of n gets the key k / n, and the smallest
+    keys are taken: every class appears once before any appears twice, then in proportion to its frequency.
+    """
+    labels = np.asarray(labels).reshape(-1)
+    if size < 1:
+        raise ExplainError(f"probe size must be >= 1, got {size}")
+    if len(labels) == 0:
+        raise ExplainError("cannot draw a probe set from an empty split")
+    rng = np.random.default_rng([seed, 1729])
+    idx, keys, order = [], [], []
+    for rank_c, c in enumerate(np.unique(labels)):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        idx.append(members)
+        keys.append(np.arange(len(members)) / len(members))
+        order.append(np.full(len(members), rank_c))
+    idx_all, key_all, cls_all = map(np.concatenate, (idx, keys, order))
+    chosen = np.lexsort((cls_all, key_all))[: min(size, len(labels))]
+    return idx_all[chosen].astype(np.int64)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def explain_probe_set(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor | np.ndarray | Sequence[int],
+    methods: Sequence[str],
+    *,
+    spec: ModelSpec,
+    resolution: int,
+    cfg: ExplainabilityConfig,
+    batch_size: int | None = None,
+    min_cam_size: int = 4,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Explain float (normalised) images [N,C,r,r] with each method in batches.
+
+    Returns (maps: method -> float32 [N,r,r], failed: method -> one-line reason); one failing method does not
+    stop the others.
+    """
+    batch_size = batch_size or cfg.batch_size
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    targets = torch.as_tensor(np.asarray(targets), dtype=torch.int64)
+    maps: dict[str, np.ndarray] = {}
+    failed: dict[str, str] = {}
+    for method in methods:
+        try:
+            explain = get_explainer(method)
+            parts = [
+                explain(
+                    model,
+                    images[i : i + batch_size].to(device),
+                    targets[i : i + batch_size].to(device),
+                    spec=spec,
+                    resolution=resolution,
+                    cfg=cfg,
+                    min_cam_size=min_cam_size,
+                ).numpy()
+                for i in range(0, len(images), batch_size)
+            ]
+            maps[method] = np.concatenate(parts).astype(np.float32)
+        except Exception as exc:  # a method that fails is recorded with its reason; the others still run
+            failed[method] = _reason(exc)
+            log.warning("explainer %s failed on %s at %dpx: %s", method, spec.name, resolution, failed[method])
+    return maps, failed
+
+
+def save_maps(path: str | Path, maps: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:
+    """Write maps (method -> array) and JSON metadata to an .npz atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: np.asarray(v) for k, v in maps.items()}
+    arrays[META_KEY] = np.array(json.dumps(dict(meta), default=str))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_maps(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(maps, meta) written by save_maps."""
+    with np.load(path, allow_pickle=False) as data:
+        maps = {k: data[k] for k in data.files if k != META_KEY}
+        meta = json.loads(str(data[META_KEY])) if META_KEY in data.files else {}
+    return maps, meta

@@ -1,0 +1,290 @@
+"""explain: every registered explainer on a tiny CNN, model-state hygiene, probe set, comparison, quality."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from scipy import ndimage
+from torch import nn
+
+from resomap.config.schema import ExplainabilityConfig, ModelsConfig
+from resomap.errors import ExplainError, UnknownNameError
+from resomap.explain import explainer_meta, get_explainer, guarded, list_explainers
+from resomap.explain.compare import compare_all, compare_resolutions, resample
+from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
+from resomap.explain.quality import deletion_insertion, energy_in_mask, pointing_game, road, sanity_check
+from resomap.models import ModelSpec, build_model
+
+CFG = ExplainabilityConfig(
+    batch_size=4, internal_batch_size=8, ig_steps=8, perturbations_per_eval=16, lime_samples=16, shap_samples=4
+)
+HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model, spec = build_model("tiny_cnn", 3, 1, ModelsConfig())
+    return model, spec
+
+
+def images(n: int, res: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, 1, res, res, generator=torch.Generator().manual_seed(seed))
+
+
+def _cases() -> list:
+    cases = []
+    for name in list_explainers():
+        slow = explainer_meta(name)["slow"]
+        for res in (32, 64):
+            marks = [pytest.mark.slow] if slow and res == 64 else []
+            cases.append(pytest.param(name, res, marks=marks, id=f"{name}-{res}"))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "res"), _cases())
+def test_explainer_returns_finite_maps(tiny, name: str, res: int):
+    model, spec = tiny
+    out = get_explainer(name)(model, images(2, res), torch.tensor([0, 2]), spec=spec, resolution=res, cfg=CFG)
+    assert out.shape == (2, res, res)
+    assert out.dtype == torch.float32 and out.device.type == "cpu"
+    assert torch.isfinite(out).all()
+    assert out.abs().sum() > 0
+
+
+def _hook_count(model: nn.Module) -> int:
+    return sum(len(getattr(m, attr)) for m in model.modules() for attr in HOOK_DICTS)
+
+
+def test_gradcam_hooks_and_memory_do_not_grow(tiny):
+    model, spec = tiny
+    x, t = images(2, 32), torch.tensor([0, 1])
+    explain = get_explainer("gradcam")
+    before = _hook_count(model)
+    for _ in range(5):  # warm-up: allocator and lazy imports
+        explain(model, x, t, spec=spec, resolution=32, cfg=CFG)
+    gc.collect()
+    rss = psutil.Process().memory_info().rss
+    for _ in range(50):
+        explain(model, x, t, spec=spec, resolution=32, cfg=CFG)
+    gc.collect()
+    assert _hook_count(model) == before
+    assert psutil.Process().memory_info().rss - rss < 30 * 2**20
+
+
+def test_model_state_restored_also_after_error(tiny):
+    model, spec = tiny
+    model.train()
+    model.features[0][0].weight.requires_grad_(False)
+    wants = [p.requires_grad for p in model.parameters()]
+    hooks = _hook_count(model)
+    get_explainer("saliency")(model, images(2, 32), torch.tensor([0, 1]), spec=spec, resolution=32, cfg=CFG)
+    assert model.training and [p.requires_grad for p in model.parameters()] == wants
+
+    def broken(model, images, targets, **_):
+        assert not model.training and images.requires_grad and torch.is_grad_enabled()
+        model.head.register_forward_hook(lambda *a: None)
+        model.features[0][0].weight.requires_grad_(True)
+        raise RuntimeError("boom")
+
+    with torch.no_grad(), pytest.raises(RuntimeError, match="boom"):
+        guarded(broken)(model, images(2, 32), torch.tensor([0, 1]), spec=spec, resolution=32, cfg=CFG)
+    assert model.training and [p.requires_grad for p in model.parameters()] == wants
+    assert _hook_count(model) == hooks
+    assert all(m.inplace for m in model.modules() if isinstance(m, nn.ReLU))
+    model.features[0][0].weight.requires_grad_(True)
+    model.eval()
+
+
+def test_unknown_method_lists_methods():
+    with pytest.raises(UnknownNameError, match="gradcam"):
+        get_explainer("gradcamm")
+    with pytest.raises(UnknownNameError, match="saliency"):
+        get_explainer("zzzz")
+
+
+def test_target_out_of_range(tiny):
+    model, spec = tiny
+    with pytest.raises(ExplainError, match=r"0\.\.2"):
+        get_explainer("saliency")(model, images(2, 32), torch.tensor([0, 5]), spec=spec, resolution=32, cfg=CFG)
+
+
+def test_cam_on_mlp_raises_typed_error():
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 8), nn.ReLU(), nn.Linear(8, 2))
+    spec = ModelSpec(name="mlp", family="cnn", cam_layers=("2", "1"))
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.raises(ExplainError, match="no spatial feature map") as info:
+        get_explainer("gradcam")(mlp, x, torch.tensor([0, 1]), spec=spec, resolution=32, cfg=CFG)
+    assert "\n" not in str(info.value)
+
+
+def test_probe_indices_stratified_and_deterministic():
+    labels = np.array([0] * 60 + [1] * 30 + [2] * 10)
+    a = probe_indices(labels, 20, seed=3)
+    assert np.array_equal(a, probe_indices(labels, 20, seed=3))
+    assert not np.array_equal(np.sort(a), np.sort(probe_indices(labels, 20, seed=4)))
+    assert len(set(a.tolist())) == 20
+    assert np.bincount(labels[a], minlength=3).tolist() == [12, 6, 2]
+    assert set(labels[probe_indices(labels, 3, seed=0)].tolist()) == {0, 1, 2}
+
+
+def test_probe_set_records_failures_and_saves(tiny, tmp_path):
+    model, spec = tiny
+    maps, failed = explain_probe_set(
+        model, images(5, 32), [0, 1, 2, 0, 1], ["saliency", "nosuch"], spec=spec, resolution=32, cfg=CFG, batch_size=2
+    )
+    assert maps["saliency"].shape == (5, 32, 32)
+    assert list(failed) == ["nosuch"] and "\n" not in failed["nosuch"]
+    path = save_maps(tmp_path / "m.npz", maps, {"resolution": 32})
+    loaded, meta = load_maps(path)
+    assert np.array_equal(loaded["saliency"], maps["saliency"]) and meta == {"resolution": 32}
+
+
+def _blob(res: int, cy: float, cx: float, n: int = 3) -> np.ndarray:
+    yy, xx = np.mgrid[:res, :res] / res
+    one = np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / 0.02) + 0.05 * yy
+    return np.stack([one] * n).astype(np.float32)
+
+
+def test_compare_identical_and_inverse():
+    cfg = ExplainabilityConfig(common_grid=32, top_k_percent=10.0)
+    small, big = _blob(32, 0.3, 0.6), _blob(64, 0.3, 0.6)
+    agg = compare_resolutions({64: big, 32: small}, cfg)
+    assert agg.labels == [32, 64]
+    for metric in ("spearman", "topk_iou", "mass"):
+        assert agg.matrices[metric][0, 1] > 0.9, metric
+    inv = compare_resolutions({32: small, 64: big.max() - big}, cfg)
+    assert inv.matrices["spearman"][0, 1] < -0.5
+    assert inv.matrices["topk_iou"][0, 1] < 0.1
+    assert inv.matrices["mass"][0, 1] < agg.matrices["mass"][0, 1] - 0.3
+    same = compare_resolutions({32: small, 33: small.copy()}, cfg)
+    assert np.allclose(same.matrices["spearman"], 1) and np.allclose(same.matrices["mass"], 1)
+
+
+def test_resample_and_compare_all():
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4)
+    assert np.allclose(resample(x, 2)[0], [[2.5, 4.5], [10.5, 12.5]])
+    maps = {"m": {32: {"a": _blob(32, 0.5, 0.5), "b": _blob(32, 0.2, 0.2)}, 64: {"a": _blob(64, 0.5, 0.5)}}}
+    by_method, by_res, rows = compare_all(maps, ExplainabilityConfig(common_grid=16))
+    assert set(by_method) == {("m", "a")} and set(by_res) == {("m", 32)}
+    assert by_method[("m", "a")].matrices["spearman"].shape == (2, 2)
+    assert {r["kind"] for r in rows} == {"resolution", "method"} and len(rows) == 6
+
+
+def test_localisation_scores():
+    masks = np.zeros((2, 16, 16), dtype=bool)
+    masks[:, 4:8, 4:8] = True
+    inside = np.zeros((2, 16, 16))
+    inside[:, 5, 5] = 1.0
+    outside = np.zeros((2, 16, 16))
+    outside[:, 12, 12] = 1.0
+    assert pointing_game(inside, masks).tolist() == [1.0, 1.0]
+    assert energy_in_mask(inside, masks).min() > 0.9
+    assert pointing_game(outside, masks).tolist() == [0.0, 0.0]
+    assert energy_in_mask(outside, masks).max() == 0.0
+
+
+def test_faithfulness_metrics_run(tiny):
+    model, spec = tiny
+    x, t = images(2, 32), torch.tensor([0, 1])
+    maps = get_explainer("saliency")(model, x, t, spec=spec, resolution=32, cfg=CFG).numpy()
+    dele, ins = deletion_insertion(model, x, t, maps, steps=4)
+    assert dele.shape == ins.shape == (2,)
+    assert np.all((dele >= 0) & (dele <= 1) & (ins >= 0) & (ins <= 1))
+    scores = road(model, x, t, maps)
+    assert scores.shape == (2,) and np.isfinite(scores).all()
+
+
+def _sobel(model, images, targets, **_):
+    """Weight-independent edge map of the input: must fail the sanity check."""
+    x = images.detach()[:, 0].numpy()
+    return torch.from_numpy(np.hypot(ndimage.sobel(x, axis=1), ndimage.sobel(x, axis=2)))
+
+
+@pytest.mark.parametrize("name", ["saliency", "gradcam"])
+def test_sanity_passes_for_model_dependent_maps(tiny, name: str):
+    model, spec = tiny
+    result = sanity_check(
+        get_explainer(name), model, images(2, 32), torch.tensor([0, 1]), spec=spec, resolution=32, cfg=CFG
+    )
+    assert len(result.similarities) == len(result.layers) > 3
+    assert result.passed, result.similarities
+
+
+def test_sanity_flags_weight_independent_map(tiny):
+    model, spec = tiny
+    result = sanity_check(
+        guarded(_sobel), model, images(2, 32), torch.tensor([0, 1]), spec=spec, resolution=32, cfg=CFG
+    )
+    assert not result.passed and min(result.similarities) > 0.99
+
+
+def test_figures_write_png_and_pdf(tmp_path):
+    from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
+
+    imgs = {32: np.random.rand(1, 32, 32), 64: np.random.rand(1, 64, 64)}
+    maps = {"gradcam": {32: _blob(32, 0.5, 0.5)[0], 64: _blob(64, 0.5, 0.5)[0]}, "saliency": {32: np.zeros((32, 32))}}
+    figs = {
+        "grid": probe_grid(imgs, maps, title="probe 0"),
+        "agree": agreement_matrix(np.array([[1.0, 0.4], [0.4, 1.0]]), [32, 64], "spearman"),
+        "quality": quality_vs_resolution({"gradcam": {32: 0.5, 64: 0.7}}, "pointing_game"),
+    }
+    assert len(figs["grid"].axes) == 2 * 2 + 1  # panels + colour bar
+    for stem, fig in figs.items():
+        paths = save_figure(fig, tmp_path, stem)
+        assert all(p.stat().st_size > 1000 for p in paths) and [p.suffix for p in paths] == [".png", ".pdf"]
+
+
+@pytest.mark.slow
+def test_trained_model_localises_better_than_baselines(tmp_path):
+    """tiny_cnn trained on the synthetic shapes: Grad-CAM and IG point inside the object more than chance."""
+    from resomap.config import build as build_config
+    from resomap.data import build
+
+    cfg = build_config(
+        {
+            "data": {"dataset": "synthetic", "synthetic": {"num_images": 400, "size": 64, "detail_size": 4}},
+            "experiment": {"output_dir": str(tmp_path)},
+            "training": {"batch_size": 32},
+        }
+    )
+    torch.manual_seed(0)
+    bundle = build(cfg, resolution=64, seed=0)
+    model, spec = build_model("tiny_cnn", 2, 1, ModelsConfig())
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for epoch in range(8):
+        bundle.train.set_epoch(epoch)
+        model.train()
+        for x, y in bundle.train:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    model.eval()
+    idx = probe_indices(bundle.labels("test").numpy(), 24, seed=0)
+    x = bundle.normalize(bundle.images("test")[idx])
+    masks = bundle.masks("test")[idx].numpy()
+    y = bundle.labels("test")[idx]
+    with torch.no_grad():
+        assert (model(x).argmax(1) == y).float().mean() > 0.75  # the model learned the texture
+    maps, failed = explain_probe_set(
+        model, x, y, ["gradcam", "integrated_gradients"], spec=spec, resolution=64, cfg=CFG, batch_size=8
+    )
+    assert not failed
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:64, :64]
+    centre = np.broadcast_to(-((yy - 31.5) ** 2 + (xx - 31.5) ** 2), masks.shape)
+    chance = max(pointing_game(rng.random(masks.shape), masks).mean(), pointing_game(centre, masks).mean())
+    for method in ("gradcam", "integrated_gradients"):
+        assert pointing_game(maps[method], masks).mean() > chance, method
