@@ -54,7 +54,8 @@ def config_reference() -> str:
     """Markdown tables, one per top-level section, in the order the config files are merged."""
     parts = [
         BEGIN,
-        "Files merge in this order (later wins): " + ", ".join(f"`{n}`" for n in FILE_ORDER)
+        "Files merge in this order (later wins): "
+        + ", ".join(f"`{n}`" for n in FILE_ORDER)
         + ", then `presets/<name>.yaml` (`--preset`), then `key=value` overrides.",
     ]
     hints = typing.get_type_hints(Config)

@@ -32,6 +32,7 @@ FILE_ORDER = (
     "models.yaml",
     "explainability.yaml",
     "mlflow.yaml",
+    "profiling.yaml",
 )
 DEFAULT_CONFIG_DIR = "configs"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import shutil
 import time
@@ -13,8 +15,9 @@ import torch
 
 from resomap import data as data_pkg
 from resomap import models as models_pkg
-from resomap.config import flatten
+from resomap.config import Config, flatten, with_overrides
 from resomap.errors import ResoMapError
+from resomap.models import unwrap
 from resomap.runtime import apply_system, describe_device, resolve_device
 from resomap.sweep.trial import TRIAL_KEY_TAG, Trial, TrialResult, save_trial_config
 from resomap.tracking import MlflowCallback, Tracker
@@ -49,12 +52,36 @@ def _open_run(tracker: Tracker | None, trial: Trial, family: str, parent_run_id:
     return run_id
 
 
-def _resume_point(folder: Path, fresh: bool) -> Path | None:
+def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
+    """last.pt of an interrupted attempt at this exact trial; checkpoints of another config are discarded."""
     last = folder / "last.pt"
-    if fresh and folder.exists():
+    if folder.exists() and not fresh and last.exists():
+        try:
+            old_key = json.loads((folder / "last.json").read_text(encoding="utf-8")).get("config_hash")
+        except (OSError, ValueError):
+            old_key = None
+        if old_key == key:
+            return last
+        log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
+    if folder.exists():
         shutil.rmtree(folder)
-        return None
-    return last if last.exists() else None
+    return None
+
+
+@dataclasses.dataclass
+class _Prepared:
+    cfg: Config
+    bundle: Any
+    model: torch.nn.Module
+    family: str
+
+
+def _prepare(trial: Trial, cfg: Config, device: torch.device) -> _Prepared:
+    """Data and model for the trial; bad input (data, model, weights) surfaces here, before anything is written."""
+    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
+    log.info("%s", bundle.describe())
+    model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
+    return _Prepared(cfg, bundle, model, spec.family)
 
 
 def run_trial(
@@ -66,17 +93,25 @@ def run_trial(
     reraise: bool = False,
 ) -> TrialResult:
     """Train and evaluate one trial. A failure closes the MLflow run as FAILED with the reason and is returned
-    in the result (a sweep goes on); with `reraise`, user errors (ResoMapError) are raised after that."""
-    cfg = trial.cfg
-    device = resolve_device(cfg.system)
-    apply_system(cfg.system, device)
+    in the result, so a sweep goes on. With `reraise`, user errors (ResoMapError) found while preparing data
+    and model are raised before anything is written, and later ones after the run is closed."""
+    device = resolve_device(trial.cfg.system)
+    apply_system(trial.cfg.system, device)
     log.info("trial %s on %s", trial.name, describe_device(device))
-    spec = models_pkg.get_spec(trial.model)
-    result = TrialResult(trial.key, trial.name, trial.model, spec.family, trial.resolution, trial.seed, "RUNNING")
-    run_id = _open_run(tracker, trial, spec.family, parent_run_id)
-    result.run_id = run_id
+    family = models_pkg.get_spec(trial.model).family
+    result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
+    prepared, early = None, None
     try:
-        _train_and_evaluate(trial, device, tracker, run_id, result, fresh)
+        prepared = _prepare(trial, trial.cfg, device)
+    except Exception as exc:
+        if reraise and isinstance(exc, ResoMapError):
+            raise
+        early = exc
+    run_id = result.run_id = _open_run(tracker, trial, family, parent_run_id)
+    try:
+        if early is not None:
+            raise early
+        _fit_with_oom_retry(trial, prepared, device, tracker, run_id, result, fresh)
         result.status = "FINISHED"
     except Exception as exc:
         result.status = "FAILED"
@@ -84,7 +119,7 @@ def run_trial(
         log.error("trial %s failed: %s", trial.name, result.error)
         if tracker and run_id:
             tracker.set_tags(run_id, {"resomap.failure": result.error})
-            tracker.log_text(run_id, traceback.format_exc(), "failure.txt")
+            tracker.log_text(run_id, "".join(traceback.format_exception(exc)), "failure.txt")
         if reraise and isinstance(exc, ResoMapError):
             raise
     finally:
@@ -97,21 +132,37 @@ def run_trial(
     return result
 
 
-def _train_and_evaluate(
-    trial: Trial, device: torch.device, tracker: Tracker | None, run_id: str | None, result: TrialResult, fresh: bool
-) -> None:
-    cfg = trial.cfg
-    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
-    log.info("%s", bundle.describe())
-    model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
-    folder = trial.checkpoint_dir(spec.family)
-    resume = _resume_point(folder, fresh)
+def _fit_with_oom_retry(trial, prepared, device, tracker, run_id, result, fresh) -> None:
+    """On CUDA out-of-memory, retry once with half the batch and twice the accumulation (same effective batch)."""
+    try:
+        _train_and_evaluate(trial, prepared, device, tracker, run_id, result, fresh)
+    except torch.cuda.OutOfMemoryError:
+        tc = prepared.cfg.training
+        if tc.batch_size < 2:
+            raise
+        half = {"training.batch_size": tc.batch_size // 2, "training.grad_accum_steps": tc.grad_accum_steps * 2}
+        note = f"CUDA out of memory at batch {tc.batch_size}; retried with batch {half['training.batch_size']}"
+        note += f" x {half['training.grad_accum_steps']} accumulation steps"
+        log.warning("%s: %s", trial.name, note)
+        result.notes.append(note)
+        if tracker and run_id:
+            tracker.set_tags(run_id, {"resomap.oom_retry": note})
+        prepared.model.to("cpu")
+        torch.cuda.empty_cache()
+        retry = _prepare(trial, with_overrides(prepared.cfg, half, "out-of-memory retry"), device)
+        _train_and_evaluate(trial, retry, device, tracker, run_id, result, fresh=True)
+
+
+def _train_and_evaluate(trial, prepared, device, tracker, run_id, result, fresh) -> None:
+    cfg, bundle, model = prepared.cfg, prepared.bundle, prepared.model
+    folder = trial.checkpoint_dir(prepared.family)
+    resume = _resume_point(folder, trial.key, fresh)
     folder.mkdir(parents=True, exist_ok=True)
     config_path = save_trial_config(trial, folder)
     save_trial_config(trial, trial.summary_dir)
     meta = {
         "model": trial.model,
-        "family": spec.family,
+        "family": prepared.family,
         "resolution": trial.resolution,
         "num_classes": bundle.num_classes,
         "in_channels": bundle.channels,
@@ -119,6 +170,28 @@ def _train_and_evaluate(
         "seed": trial.seed,
         "config_hash": trial.key,
     }
+    trainer = Trainer(cfg, device, callbacks=_callbacks(cfg, folder, meta, tracker, run_id), run_name=trial.name)
+    if tracker and run_id:
+        tracker.log_artifact(run_id, config_path)
+    start = time.perf_counter()
+    fit = trainer.fit(model, bundle, resume_from=resume)
+    result.train_time_s = time.perf_counter() - start
+    result.epochs_run = len(fit.history)
+    result.best_val = fit.best_score
+    result.best_checkpoint = str(fit.best_path)
+    if fit.resumed_from_epoch is not None:
+        result.notes.append(f"resumed from last.pt after epoch {fit.resumed_from_epoch}")
+    _test_best(trial, trainer, model, bundle, fit.best_path, meta, tracker, run_id, result)
+    _test_other_resolutions(trial, trainer, model, device, result)
+    if tracker and run_id:
+        xres = {f"test_at_{r}/accuracy": m["accuracy"] for r, m in result.cross_resolution.items()}
+        tracker.log_metrics(run_id, xres)
+        if cfg.mlflow.log_model and not tracker.has_logged_model(run_id):
+            example = bundle.normalize(bundle.images("test")[:2]).cpu().numpy()
+            tracker.log_model(run_id, unwrap(model).cpu().eval(), example)
+
+
+def _callbacks(cfg: Config, folder: Path, meta: dict, tracker: Tracker | None, run_id: str | None) -> list[Any]:
     tc = cfg.training
     callbacks: list[Any] = [
         TopKCheckpoint(folder, tc.checkpoint.monitor, tc.checkpoint.mode, tc.checkpoint.top_k, meta)
@@ -128,17 +201,19 @@ def _train_and_evaluate(
         callbacks.append(EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta))
     if tracker and run_id:
         callbacks.append(MlflowCallback(tracker, run_id))
-        tracker.log_artifact(run_id, config_path)
-    trainer = Trainer(cfg, device, callbacks=callbacks, run_name=trial.name)
-    start = time.perf_counter()
-    fit = trainer.fit(model, bundle, resume_from=resume)
-    result.train_time_s = time.perf_counter() - start
-    result.epochs_run = fit.epochs_run
-    result.best_val = fit.best_score
-    result.best_checkpoint = str(fit.best_path)
-    if fit.resumed_from_epoch is not None:
-        result.notes.append(f"resumed from last.pt after epoch {fit.resumed_from_epoch}")
-    _test_best(trial, trainer, model, bundle, fit.best_path, meta, tracker, run_id, result)
+    return callbacks
+
+
+def _test_other_resolutions(trial: Trial, trainer: Trainer, model: Any, device: Any, result: TrialResult) -> None:
+    """The trained model tested at every resolution of the sweep (FixRes-style train x test matrix)."""
+    for res in sorted(set(trial.cfg.sweep.resolutions) | {trial.resolution}):
+        if res == trial.resolution:
+            metrics = {"accuracy": result.test["test/accuracy"], "macro_f1": result.test["test/macro_f1"]}
+        else:
+            other = data_pkg.build(trial.cfg, res, trial.seed, device)
+            found, _, _ = trainer.evaluate(model, other.test, prefix="x")
+            metrics = {"accuracy": found["x/accuracy"], "macro_f1": found["x/macro_f1"]}
+        result.cross_resolution[str(res)] = {k: float(v) for k, v in metrics.items()}
 
 
 def _test_best(trial, trainer, model, bundle, best_path, meta, tracker, run_id, result) -> None:
@@ -156,9 +231,6 @@ def _test_best(trial, trainer, model, bundle, best_path, meta, tracker, run_id, 
         tracker.log_figure(run_id, fig, "figures/confusion_matrix.png")
         if trial.cfg.mlflow.log_checkpoint:
             tracker.log_artifact(run_id, best_path, "checkpoints")
-        if trial.cfg.mlflow.log_model:
-            example = bundle.normalize(bundle.images("test")[:2]).cpu().numpy()
-            tracker.log_model(run_id, model.cpu().eval(), example)
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -7,6 +7,7 @@ fails after its retries is logged as a warning and reported by `Tracker.failures
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -39,16 +40,24 @@ class Tracker:
     """One MLflow experiment; creates runs and logs to them by run id."""
 
     def __init__(self, cfg: Config, retries: int | None = None, backoff_s: float = 0.5):
-        from mlflow import MlflowClient
-
         self.cfg = cfg
         self.uri = default_tracking_uri(cfg)
         self.retries = retries if retries is not None else cfg.mlflow.retries
         self.backoff_s = backoff_s
         self.failures: list[str] = []
-        self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_name = cfg.mlflow.experiment or cfg.experiment.name
-        self.experiment_id = self._call("get experiment", self._experiment_id)
+
+    @functools.cached_property
+    def client(self) -> Any:
+        """Made on first use: opening a SQLite store creates its file and tables."""
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=self.uri)
+
+    @functools.cached_property
+    def experiment_id(self) -> str:
+        """Looked up (or created) on first use, so a run that fails its checks never touches the store."""
+        return self._call("get experiment", self._experiment_id)
 
     # ---------------------------------------------------------------- plumbing
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -94,6 +103,15 @@ class Tracker:
 
     def find_runs(self, filter_string: str) -> list[Any]:
         return self._call("search runs", self.client.search_runs, [self.experiment_id], filter_string, max_results=1000)
+
+    def has_logged_model(self, run_id: str) -> bool:
+        found = self._soft(
+            "search models",
+            self.client.search_logged_models,
+            [self.experiment_id],
+            filter_string=f"source_run_id = '{run_id}'",
+        )
+        return bool(found)
 
     # ---------------------------------------------------------------- logging
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:

@@ -1,0 +1,263 @@
+"""run_benchmark: optimisation options side by side, throughput and memory per batch size, and cpu vs cuda.
+
+Every measurement runs on a private deep copy of the model, so the caller's model is never changed. Peak
+memory figures are the rise above what was held before the timed phase (model weights already on the
+device): the CUDA allocator peak on GPU, sampled RSS on CPU (see memory.py); training peaks include
+gradients and AdamW state.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from resomap.errors import ConfigError
+from resomap.profiling.memory import MB, free_memory, is_oom, peak_increase
+from resomap.profiling.options import (
+    OPTIONS,
+    BenchOption,
+    OptionUnsupported,
+    backend_flags,
+    graphed_inference,
+    prepare_model,
+    skip_reason,
+)
+from resomap.profiling.profiler import PRECISIONS
+from resomap.profiling.report import atomic_write_text, bench_table
+from resomap.profiling.timing import images_per_s, inference_step, time_calls, training_step
+from resomap.runtime import autocast_dtype, describe_device
+
+log = logging.getLogger(__name__)
+
+FIGURES = ("infer_images_per_s", "train_images_per_s", "infer_peak_mb", "train_peak_mb")
+
+
+@dataclass
+class BenchEntry:
+    """One measurement. section: options | batch_sizes | devices; status: ok | skipped | failed | oom."""
+
+    section: str
+    device: str
+    option: str
+    batch_size: int
+    status: str
+    reason: str = ""
+    infer_images_per_s: float | None = None
+    train_images_per_s: float | None = None
+    infer_peak_mb: float | None = None
+    train_peak_mb: float | None = None
+    ratios: dict[str, float] = field(default_factory=dict)  # options: vs baseline; devices: cuda / cpu
+
+
+@dataclass
+class BenchReport:
+    model_name: str
+    resolution: int
+    in_channels: int
+    precision: str
+    iters: int
+    warmup: int
+    options_batch_size: int
+    torch_version: str
+    device_names: dict[str, str] = field(default_factory=dict)
+    entries: list[BenchEntry] = field(default_factory=list)
+
+    def section(self, name: str) -> list[BenchEntry]:
+        return [e for e in self.entries if e.section == name]
+
+    def get(self, section: str, device: str, option: str, batch_size: int) -> BenchEntry | None:
+        for e in self.entries:
+            if (e.section, e.device, e.option, e.batch_size) == (section, device, option, batch_size):
+                return e
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def as_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2) + "\n"
+
+    def table(self) -> str:
+        return bench_table(self)
+
+
+@dataclass(frozen=True)
+class _Case:
+    resolution: int
+    in_channels: int
+    num_classes: int
+    precision: str
+    iters: int
+    warmup: int
+
+
+def _measure(model: nn.Module, option: BenchOption, device: torch.device, bs: int, case: _Case) -> dict[str, float]:
+    setup = option.setup
+    amp = setup.amp_dtype or autocast_dtype(case.precision)
+    fmt = torch.channels_last if setup.channels_last else torch.contiguous_format
+    x = torch.randn(bs, case.in_channels, case.resolution, case.resolution, device=device)
+    x = x.contiguous(memory_format=fmt)
+    y = torch.randint(0, case.num_classes, (bs,), device=device)
+    out: dict[str, float] = {}
+    with backend_flags(setup, device):
+        net = prepare_model(copy.deepcopy(model).to(device).eval(), setup)
+        with peak_increase(device) as mem:
+            call = graphed_inference(net, x, amp) if setup.cuda_graphs else inference_step(net, x, amp)
+            secs = time_calls(call, device, warmup=case.warmup, iters=case.iters)
+        out.update(infer_images_per_s=images_per_s(bs, secs), infer_peak_mb=mem.bytes / MB)
+        del net, call
+        free_memory(device)
+        if setup.cuda_graphs:  # inference-only option
+            return out
+        net = prepare_model(copy.deepcopy(model).to(device).train(), setup)
+        with peak_increase(device) as mem:
+            step = training_step(net, x, y, amp_dtype=amp, fused=setup.fused_adamw)
+            secs = time_calls(step, device, warmup=max(1, case.warmup), iters=case.iters)
+        out.update(train_images_per_s=images_per_s(bs, secs), train_peak_mb=mem.bytes / MB)
+        del net, step
+    return out
+
+
+def _run(model: nn.Module, option: BenchOption, device: torch.device, bs: int, case: _Case, section: str) -> BenchEntry:
+    entry = BenchEntry(section, device.type, option.name, bs, "ok")
+    reason = skip_reason(option, device)
+    if reason:
+        entry.status, entry.reason = "skipped", reason
+        return entry
+    try:
+        for key, value in _measure(model, option, device, bs, case).items():
+            setattr(entry, key, value)
+    except OptionUnsupported as exc:
+        entry.status, entry.reason = "skipped", str(exc)
+    except Exception as exc:  # one failing option must not stop the others; the reason is reported
+        entry.status = "oom" if is_oom(exc) else "failed"
+        entry.reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+        log.warning("bench %s on %s (batch %d) %s: %s", option.name, device.type, bs, entry.status, entry.reason)
+    finally:
+        free_memory(device)
+    return entry
+
+
+def _ratios(entry: BenchEntry, base: BenchEntry) -> dict[str, float]:
+    out = {}
+    for key, name in zip(FIGURES, ("infer_x", "train_x", "infer_mem_x", "train_mem_x")):
+        a, b = getattr(entry, key), getattr(base, key)
+        if a is not None and b:
+            out[name] = a / b
+    return out
+
+
+def _batch_sweep(model: nn.Module, device: torch.device, sizes: list[int], case: _Case) -> list[BenchEntry]:
+    """Baseline figures per batch size, smallest first; growth stops at the first out-of-memory."""
+    entries = []
+    for bs in sizes:
+        entry = _run(model, OPTIONS.get("baseline"), device, bs, case, "batch_sizes")
+        entries.append(entry)
+        if entry.status == "oom":
+            log.info("batch %d does not fit on %s; larger sizes not tried", bs, device)
+            break
+    return entries
+
+
+def _compare(
+    model: nn.Module, device: torch.device, options: list[BenchOption], bs: int, case: _Case, base: BenchEntry | None
+) -> list[BenchEntry]:
+    entries = []
+    for option in options:
+        if option.name == "baseline" and base is not None:
+            entry = dataclasses.replace(base, section="options", ratios={})
+        else:
+            entry = _run(model, option, device, bs, case, "options")
+        entries.append(entry)
+    baseline = entries[0]
+    if baseline.status == "ok":
+        for entry in entries:
+            if entry.status == "ok":
+                entry.ratios = _ratios(entry, baseline)
+    return entries
+
+
+def _device_ratios(report: BenchReport) -> list[BenchEntry]:
+    out = []
+    for cpu in report.section("batch_sizes"):
+        gpu = report.get("batch_sizes", "cuda", "baseline", cpu.batch_size)
+        if cpu.device != "cpu" or gpu is None or cpu.status != "ok" or gpu.status != "ok":
+            continue
+        ratios = _ratios(gpu, cpu)
+        out.append(BenchEntry("devices", "cuda/cpu", "baseline", cpu.batch_size, "ok", ratios=ratios))
+    return out
+
+
+def _devices(devices: Sequence[str | torch.device]) -> list[tuple[torch.device, str | None]]:
+    out = []
+    for d in devices:
+        try:
+            dev = torch.device(d)
+        except RuntimeError:
+            raise ConfigError(f"bench: unknown device {d!r}; use cpu or cuda") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise ConfigError(f"bench: device {d!r} is not supported; use cpu or cuda")
+        unavailable = dev.type == "cuda" and not torch.cuda.is_available()
+        out.append((dev, "no CUDA GPU is visible" if unavailable else None))
+    return out
+
+
+def run_benchmark(
+    model: nn.Module,
+    resolution: int,
+    *,
+    in_channels: int,
+    num_classes: int,
+    options: Sequence[str] = ("baseline",),
+    batch_sizes: Sequence[int] = (1,),
+    devices: Sequence[str | torch.device] = ("cpu",),
+    precision: str = "fp32",
+    iters: int = 20,
+    warmup: int = 5,
+    options_batch_size: int | None = None,
+    model_name: str | None = None,
+) -> BenchReport:
+    """Measure `model` per device: per batch size (baseline), then each option at `options_batch_size`
+    (default: the largest batch size), with ratios to the baseline and cuda/cpu ratios per batch size."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"bench: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    sizes = sorted(set(batch_sizes))
+    if not sizes or sizes[0] < 1 or iters < 1 or warmup < 0 or resolution < 1:
+        raise ConfigError("bench: need batch sizes >= 1, iters >= 1, warmup >= 0 and resolution >= 1")
+    opts = [OPTIONS.get(n) for n in dict.fromkeys(["baseline", *options])]  # baseline first, no duplicates
+    obs = options_batch_size or sizes[-1]
+    case = _Case(resolution, in_channels, num_classes, precision, iters, warmup)
+    report = BenchReport(
+        model_name or type(model).__name__, resolution, in_channels, precision, iters, warmup, obs, torch.__version__
+    )
+    for dev, unavailable in _devices(devices):
+        if unavailable:
+            report.entries.append(BenchEntry("devices", dev.type, "baseline", 0, "skipped", unavailable))
+            continue
+        report.device_names[dev.type] = describe_device(dev)
+        # untimed first pass: one-time allocations (autograd engine, thread pools) would inflate the first row
+        _run(model, OPTIONS.get("baseline"), dev, sizes[0], dataclasses.replace(case, iters=1, warmup=0), "warm-up")
+        report.entries += _batch_sweep(model, dev, sizes, case)
+        base = report.get("batch_sizes", dev.type, "baseline", obs)
+        report.entries += _compare(model, dev, opts, obs, case, base if base and base.status == "ok" else None)
+    report.entries += _device_ratios(report)
+    return report
+
+
+def save_benchmark(report: BenchReport, out_dir: str | os.PathLike) -> tuple[Path, Path]:
+    """Write out_dir/benchmark.json and out_dir/benchmark.txt atomically; returns (json_path, table_path)."""
+    folder = Path(out_dir)
+    js, txt = folder / "benchmark.json", folder / "benchmark.txt"
+    atomic_write_text(js, report.as_json())
+    atomic_write_text(txt, report.table())
+    return js, txt

@@ -1,0 +1,228 @@
+"""profile(model, resolution) -> ModelProfile: parameters, MACs/FLOPs, latency, throughput and memory."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from resomap.config.schema import Config
+from resomap.errors import ConfigError, DeviceError
+from resomap.profiling.flops import count_ops
+from resomap.profiling.memory import MemoryStats, forward_memory
+from resomap.profiling.timing import LatencyStats, images_per_s, inference_step, time_calls, training_step
+from resomap.runtime import autocast_dtype, describe_device, resolve_device
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What a model costs at one resolution. Counts are per image; latency is per call of `batch_size` images."""
+
+    model_name: str
+    resolution: int
+    in_channels: int
+    batch_size: int
+    train_batch_size: int
+    device: str
+    device_name: str
+    precision: str
+    torch_version: str
+    params_total: int
+    params_trainable: int
+    macs: float  # per image, fvcore (1 per multiply-add)
+    flops: float  # per image, torch FlopCounterMode (2 per multiply-add)
+    flops_to_2macs: float  # flops / (2 * macs), ~1 for conv nets
+    latency: LatencyStats
+    inference_images_per_s: float
+    train_images_per_s: float | None  # None when the model has no trainable parameters
+    memory: MemoryStats
+
+    @property
+    def gmacs(self) -> float:
+        return self.macs / 1e9
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / 1e9
+
+    @property
+    def params_m(self) -> float:
+        return self.params_total / 1e6
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelProfile:
+        fields = dict(data)
+        fields["latency"] = LatencyStats(**fields["latency"])
+        fields["memory"] = MemoryStats(**fields["memory"])
+        return cls(**fields)
+
+    def as_metrics(self, prefix: str = "profile/") -> dict[str, float]:
+        """Flat {name: float} of every numeric figure (for MLflow); None values are left out."""
+        out: dict[str, float] = {}
+
+        def add(key: str, value: Any) -> None:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    add(f"{key}_{k}" if key else k, v)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value is not None:
+                out[f"{prefix}{key}"] = float(value)
+
+        add("", self.as_dict())
+        out[f"{prefix}gmacs"] = self.gmacs
+        out[f"{prefix}gflops"] = self.gflops
+        return out
+
+
+@contextmanager
+def preserved_state(model: nn.Module) -> Iterator[None]:
+    """Restore every module's training flag and every parameter's requires_grad on exit."""
+    modes = [(m, m.training) for m in model.modules()]
+    grads = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+        for p, requires in grads:
+            p.requires_grad_(requires)
+
+
+def _check_args(resolution: int, in_channels: int, batch_size: int, precision: str, iters: int, warmup: int) -> None:
+    if resolution < 1 or in_channels < 1 or batch_size < 1:
+        raise ConfigError(
+            f"profile: resolution, in_channels and batch_size must be >= 1, got {resolution}, {in_channels}, "
+            f"{batch_size}"
+        )
+    if precision not in PRECISIONS:
+        raise ConfigError(f"profile: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if iters < 1 or warmup < 0:
+        raise ConfigError(f"profile: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+
+
+def _on_device(model: nn.Module, device: torch.device) -> nn.Module:
+    """The model itself when it already lives on `device`, else a copy moved there (the caller's is untouched)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    if all(t.device.type == device.type and (device.index is None or t.device == device) for t in tensors):
+        return model
+    return copy.deepcopy(model).to(device)
+
+
+def _train_throughput(
+    model: nn.Module, x: torch.Tensor, amp: torch.dtype | None, *, warmup: int, iters: int
+) -> float | None:
+    """Images/s of full training steps on a deep copy (so the caller's weights and optimizer state are untouched)."""
+    trainee = copy.deepcopy(model).train()
+    if not any(p.requires_grad for p in trainee.parameters()):
+        log.warning("model has no trainable parameters; training throughput not measured")
+        return None
+    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        classes = trainee.eval()(x[:1]).shape[-1]
+    trainee.train()
+    y = torch.randint(0, classes, (x.shape[0],), device=x.device)
+    step = training_step(trainee, x, y, amp_dtype=amp)
+    seconds = time_calls(step, x.device, warmup=max(1, min(warmup, 3)), iters=iters)
+    return images_per_s(x.shape[0], seconds)
+
+
+def profile(
+    model: nn.Module,
+    resolution: int,
+    *,
+    in_channels: int,
+    batch_size: int = 1,
+    device: torch.device | str,
+    precision: str = "fp32",
+    warmup: int = 10,
+    iters: int = 50,
+    train_batch_size: int | None = None,
+    train_iters: int | None = None,
+    model_name: str | None = None,
+) -> ModelProfile:
+    """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored."""
+    _check_args(resolution, in_channels, batch_size, precision, iters, warmup)
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("profile: device is cuda but no CUDA GPU is visible; pass device='cpu'")
+    amp = autocast_dtype(precision)
+    train_bs = train_batch_size or max(batch_size, 8)
+    params = list(model.parameters())
+    with preserved_state(model):
+        net = _on_device(model, device)
+        x = torch.randn(batch_size, in_channels, resolution, resolution, device=device)
+        counts = count_ops(net, x[:1])
+        net.eval()
+        infer = inference_step(net, x, amp)
+        seconds = time_calls(infer, device, warmup=warmup, iters=iters)
+        memory = forward_memory(net, infer, device)
+        xt = torch.randn(train_bs, in_channels, resolution, resolution, device=device)
+        train_ips = _train_throughput(net, xt, amp, warmup=warmup, iters=train_iters or iters)
+    result = ModelProfile(
+        model_name=model_name or type(model).__name__,
+        resolution=resolution,
+        in_channels=in_channels,
+        batch_size=batch_size,
+        train_batch_size=train_bs,
+        device=str(device),
+        device_name=describe_device(device),
+        precision=precision,
+        torch_version=torch.__version__,
+        params_total=sum(p.numel() for p in params),
+        params_trainable=sum(p.numel() for p in params if p.requires_grad),
+        macs=counts.macs,
+        flops=counts.flops,
+        flops_to_2macs=counts.ratio,
+        latency=LatencyStats.from_seconds(seconds),
+        inference_images_per_s=images_per_s(batch_size, seconds),
+        train_images_per_s=train_ips,
+        memory=memory,
+    )
+    log.info(
+        "profiled %s @ %d px: %.2f GMACs, %.2f ms median",
+        result.model_name,
+        resolution,
+        result.gmacs,
+        result.latency.median_ms,
+    )
+    return result
+
+
+def profile_by_name(
+    name: str,
+    resolution: int,
+    *,
+    num_classes: int,
+    in_channels: int,
+    cfg: Config | None = None,
+    device: torch.device | str | None = None,
+    **overrides: Any,
+) -> ModelProfile:
+    """Build a registered model (resomap.models) and profile it with the `profiling` and `system` config."""
+    from resomap.models import build_model  # lazy: models may import heavy optional backends
+
+    cfg = cfg or Config()
+    model, _spec = build_model(name, num_classes, in_channels, cfg.models)
+    pc = cfg.profiling
+    kwargs: dict[str, Any] = {
+        "batch_size": pc.batch_size,
+        "train_batch_size": pc.train_batch_size,
+        "warmup": pc.warmup,
+        "iters": pc.iters,
+        "precision": cfg.system.precision,
+    }
+    kwargs.update(overrides)
+    dev = torch.device(device) if device is not None else resolve_device(cfg.system)
+    return profile(model, resolution, in_channels=in_channels, device=dev, model_name=name, **kwargs)
