@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from resomap.config import Config, with_overrides
-from resomap.errors import ConfigError
+from resomap.errors import ConfigError, UnknownNameError
 from resomap.models import get_spec
 from resomap.sweep.trial import Trial, TrialResult
 
@@ -19,9 +19,11 @@ def plan(cfg: Config) -> list[Trial]:
     sw = cfg.sweep
     for name in sw.models:
         get_spec(name)  # unknown model names fail here, before anything runs
-    unknown = sorted(set(sw.model_overrides) - {m.lower() for m in sw.models} - {m for m, _ in sw.include})
-    if unknown:
-        raise ConfigError(f"sweep.model_overrides: '{unknown[0]}' is not a model of this sweep ({sw.models})")
+    for name in sw.model_overrides:  # overrides of models not in this grid are kept for other grids
+        try:
+            get_spec(name)
+        except UnknownNameError as exc:
+            raise ConfigError(f"sweep.model_overrides: {exc}") from None
     pairs = [(m.lower(), r) for m in sw.models for r in sw.resolutions]
     for model, res in sw.include:
         get_spec(model)

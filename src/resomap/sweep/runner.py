@@ -79,7 +79,6 @@ class _Prepared:
 def _prepare(trial: Trial, cfg: Config, device: torch.device) -> _Prepared:
     """Data and model for the trial; bad input (data, model, weights) surfaces here, before anything is written."""
     bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
-    log.info("%s", bundle.describe())
     model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
     return _Prepared(cfg, bundle, model, spec.family)
 
@@ -107,7 +106,13 @@ def run_trial(
         if reraise and isinstance(exc, ResoMapError):
             raise
         early = exc
-    run_id = result.run_id = _open_run(tracker, trial, family, parent_run_id)
+    start_failures = len(tracker.failures) if tracker else 0
+    try:
+        run_id = result.run_id = _open_run(tracker, trial, family, parent_run_id)
+    except Exception as exc:  # the store is unreachable: train anyway, `resomap sync` logs it later
+        tracker.failures.append(f"open run: {type(exc).__name__}: {exc}")
+        log.warning("MLflow unreachable (%s); %s trains untracked and is logged by `resomap sync`", exc, trial.name)
+        run_id = None
     try:
         if early is not None:
             raise early
@@ -124,11 +129,15 @@ def run_trial(
             raise
     finally:
         result.finished_at = time.time()
+        result.tracked = bool(tracker and run_id) and len(tracker.failures) == start_failures
         result.save(trial.summary_dir)
         if tracker and run_id:
             tracker.log_artifact(run_id, trial.summary_dir / "result.json")
             tracker.log_artifact(run_id, trial.summary_dir / "summary.txt")
             tracker.end_run(run_id, "FINISHED" if result.status == "FINISHED" else "FAILED")
+            if result.tracked and len(tracker.failures) > start_failures:
+                result.tracked = False
+                result.save(trial.summary_dir)
     return result
 
 
@@ -177,6 +186,7 @@ def _train_and_evaluate(trial, prepared, device, tracker, run_id, result, fresh)
     fit = trainer.fit(model, bundle, resume_from=resume)
     result.train_time_s = time.perf_counter() - start
     result.epochs_run = len(fit.history)
+    result.history = [{k: float(v) for k, v in h.items() if isinstance(v, int | float)} for h in fit.history]
     result.best_val = fit.best_score
     result.best_checkpoint = str(fit.best_path)
     if fit.resumed_from_epoch is not None:

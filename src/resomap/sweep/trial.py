@@ -81,6 +81,8 @@ class TrialResult:
     profile: dict[str, Any] = dataclasses.field(default_factory=dict)
     explain: dict[str, Any] = dataclasses.field(default_factory=dict)
     error: str | None = None
+    history: list[dict[str, float]] = dataclasses.field(default_factory=list)  # per-epoch metrics
+    tracked: bool = False  # every MLflow call for this trial succeeded (else `resomap sync` logs it later)
     notes: list[str] = dataclasses.field(default_factory=list)
     finished_at: float = dataclasses.field(default_factory=time.time)
 
