@@ -168,6 +168,7 @@ class ExplainabilityConfig:
     ig_steps: int = 32  # integrated gradients path steps
     common_grid: int = 64  # maps are resampled to this side for cross-resolution comparison
     top_k_percent: float = 10.0  # top-k% IoU agreement
+    sanity_methods: list[str] = field(default_factory=lambda: ["gradcam", "saliency"])  # randomisation check (4 images)
     lime_samples: int = 64  # lime: perturbed images per explained image
     shap_samples: int = 16  # shap GradientExplainer / captum gradient_shap: samples per image
     faithfulness_steps: int = 10  # deletion/insertion: steps from the full image to the baseline

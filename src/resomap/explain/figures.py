@@ -83,7 +83,7 @@ def probe_grid(
             bar = fig.colorbar(im, ax=axes, fraction=0.03, ticks=[0, 1])
             bar.ax.set_yticklabels(["low", "high"])
         if title:
-            fig.suptitle(title)
+            fig.suptitle(title, y=1.03)
     return fig
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
+from resomap.explain.registry import get_explainer
 from resomap.models import get_spec
 from resomap.sweep.trial import Trial, TrialResult
 
@@ -19,6 +20,12 @@ def plan(cfg: Config) -> list[Trial]:
     sw = cfg.sweep
     for name in sw.models:
         get_spec(name)  # unknown model names fail here, before anything runs
+    if cfg.explainability.enabled:
+        for method in [*cfg.explainability.methods, *cfg.explainability.sanity_methods]:
+            try:
+                get_explainer(method)
+            except UnknownNameError as exc:
+                raise ConfigError(f"explainability.methods: {exc}") from None
     for name in sw.model_overrides:  # overrides of models not in this grid are kept for other grids
         try:
             get_spec(name)

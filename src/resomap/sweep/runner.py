@@ -17,11 +17,13 @@ from resomap import data as data_pkg
 from resomap import models as models_pkg
 from resomap.config import Config, flatten, with_overrides
 from resomap.errors import ResoMapError
+from resomap.explain.run import explain_trial
 from resomap.models import unwrap
+from resomap.profiling import profile, save_profile
 from resomap.runtime import apply_system, describe_device, resolve_device
 from resomap.sweep.trial import TRIAL_KEY_TAG, Trial, TrialResult, save_trial_config
 from resomap.tracking import MlflowCallback, Tracker
-from resomap.training import EarlyStopping, TopKCheckpoint, Trainer, load_checkpoint
+from resomap.training import EarlyStopping, TopKCheckpoint, Trainer, distributed, load_checkpoint
 from resomap.training.metrics import confusion_matrix_figure
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,8 @@ def run_trial(
     log.info("trial %s on %s", trial.name, describe_device(device))
     family = models_pkg.get_spec(trial.model).family
     result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
+    if not distributed.is_rank0():
+        return _follow_rank0(trial, device, family, fresh, result)
     prepared, early = None, None
     try:
         prepared = _prepare(trial, trial.cfg, device)
@@ -141,13 +145,25 @@ def run_trial(
     return result
 
 
+def _follow_rank0(trial: Trial, device: torch.device, family: str, fresh: bool, result: TrialResult) -> TrialResult:
+    """A rank > 0 under torchrun: the same data, model and fit (its shard of every epoch), resumed from what rank 0
+    chose; no files, no MLflow, no test evaluation (rank 0 does those)."""
+    prepared = _prepare(trial, trial.cfg, device)
+    resume = distributed.share_from_rank0(None)
+    callbacks = _callbacks(trial.cfg, trial.checkpoint_dir(family), {}, None, None)
+    trainer = Trainer(trial.cfg, device, callbacks=callbacks, run_name=trial.name)
+    fit = trainer.fit(prepared.model, prepared.bundle, resume_from=resume)
+    result.status, result.epochs_run, result.best_val = "FINISHED", len(fit.history), fit.best_score
+    return result
+
+
 def _fit_with_oom_retry(trial, prepared, device, tracker, run_id, result, fresh) -> None:
     """On CUDA out-of-memory, retry once with half the batch and twice the accumulation (same effective batch)."""
     try:
         _train_and_evaluate(trial, prepared, device, tracker, run_id, result, fresh)
     except torch.cuda.OutOfMemoryError:
         tc = prepared.cfg.training
-        if tc.batch_size < 2:
+        if tc.batch_size < 2 or distributed.is_distributed():  # DDP ranks must keep the same batches
             raise
         half = {"training.batch_size": tc.batch_size // 2, "training.grad_accum_steps": tc.grad_accum_steps * 2}
         note = f"CUDA out of memory at batch {tc.batch_size}; retried with batch {half['training.batch_size']}"
@@ -165,7 +181,7 @@ def _fit_with_oom_retry(trial, prepared, device, tracker, run_id, result, fresh)
 def _train_and_evaluate(trial, prepared, device, tracker, run_id, result, fresh) -> None:
     cfg, bundle, model = prepared.cfg, prepared.bundle, prepared.model
     folder = trial.checkpoint_dir(prepared.family)
-    resume = _resume_point(folder, trial.key, fresh)
+    resume = distributed.share_from_rank0(_resume_point(folder, trial.key, fresh))  # DDP: every rank resumes alike
     folder.mkdir(parents=True, exist_ok=True)
     config_path = save_trial_config(trial, folder)
     save_trial_config(trial, trial.summary_dir)
@@ -193,12 +209,67 @@ def _train_and_evaluate(trial, prepared, device, tracker, run_id, result, fresh)
         result.notes.append(f"resumed from last.pt after epoch {fit.resumed_from_epoch}")
     _test_best(trial, trainer, model, bundle, fit.best_path, meta, tracker, run_id, result)
     _test_other_resolutions(trial, trainer, model, device, result)
+    if cfg.profiling.enabled:
+        _profile(trial, cfg, unwrap(model), bundle.channels, device, tracker, run_id, result)
+    if cfg.explainability.enabled:
+        _explain(trial, cfg, unwrap(model).to(device), bundle, device, tracker, run_id, result)
     if tracker and run_id:
         xres = {f"test_at_{r}/accuracy": m["accuracy"] for r, m in result.cross_resolution.items()}
         tracker.log_metrics(run_id, xres)
         if cfg.mlflow.log_model and not tracker.has_logged_model(run_id):
             example = bundle.normalize(bundle.images("test")[:2]).cpu().numpy()
             tracker.log_model(run_id, unwrap(model).cpu().eval(), example)
+
+
+def _profile(trial, cfg, model, in_channels, device, tracker, run_id, result) -> None:
+    """The trial's model profiled at its resolution; the summary keeps the figures the sweep plots."""
+    pc = cfg.profiling
+    prof = profile(
+        model,
+        trial.resolution,
+        in_channels=in_channels,
+        batch_size=pc.batch_size,
+        device=device,
+        precision=cfg.system.precision,
+        warmup=pc.warmup,
+        iters=pc.iters,
+        train_batch_size=pc.train_batch_size,
+        model_name=trial.model,
+    )
+    txt, js = save_profile(prof, trial.summary_dir)
+    result.profile = {
+        "params_m": prof.params_m,
+        "gmacs": prof.gmacs,
+        "gflops": prof.gflops,
+        "latency_median_ms": prof.latency.median_ms,
+        "latency_p90_ms": prof.latency.p90_ms,
+        "latency_p99_ms": prof.latency.p99_ms,
+        "throughput_inference_ips": prof.inference_images_per_s,
+        "throughput_train_ips": prof.train_images_per_s,
+        "peak_memory_mb": prof.memory.peak_mb,
+        "batch_size": prof.batch_size,
+        "device": prof.device_name,
+    }
+    if tracker and run_id:
+        tracker.log_metrics(run_id, prof.as_metrics())
+        tracker.log_artifact(run_id, txt, "profile")
+        tracker.log_artifact(run_id, js, "profile")
+
+
+def _explain(trial, cfg, model, bundle, device, tracker, run_id, result) -> None:
+    spec = models_pkg.get_spec(trial.model)
+    outcome = explain_trial(model, spec, bundle, cfg, trial.seed, trial.summary_dir, device)
+    result.explain = outcome.summary()
+    for method, reason in outcome.failed.items():
+        result.notes.append(f"explainer {method} failed: {reason}")
+    if tracker and run_id:
+        tracker.log_metrics(run_id, outcome.metrics)
+        tags = {f"resomap.explain_failed.{m}": r for m, r in outcome.failed.items()}
+        if outcome.cam_layer:
+            tags["resomap.cam_layer"] = outcome.cam_layer
+        tracker.set_tags(run_id, tags)
+        if outcome.maps_path:
+            tracker.log_artifact(run_id, outcome.maps_path, "explanations")
 
 
 def _callbacks(cfg: Config, folder: Path, meta: dict, tracker: Tracker | None, run_id: str | None) -> list[Any]:
