@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -47,25 +48,37 @@ def _load(args: argparse.Namespace, extra: dict[str, Any] | None = None):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """One trial; under torchrun (WORLD_SIZE > 1) one DDP process per rank, rank 0 writes and tracks."""
     from resomap import models
-    from resomap.runtime import describe_device, resolve_device
-    from resomap.sweep import Trial, run_trial
-    from resomap.tracking import Tracker
+    from resomap.runtime import resolve_device
+    from resomap.training import distributed
 
     extra: dict[str, Any] = {"sweep.models": [args.model], "sweep.resolutions": [args.resolution]}
     if args.epochs is not None:
         extra["training.epochs"] = args.epochs
     cfg = _load(args, extra)
     models.get_spec(args.model)  # unknown names fail before anything is written
-    seed = cfg.experiment.seed
-    cfg = _single_seed(cfg, seed)
-    device = resolve_device(cfg.system)
-    print(f"device: {describe_device(device)}")
-    tracker = Tracker(cfg) if cfg.mlflow.enabled else None
+    cfg = _single_seed(cfg, cfg.experiment.seed)
+    with distributed.process_group(resolve_device(cfg.system)) as device:
+        return _train(args, cfg, device)
+
+
+def _train(args: argparse.Namespace, cfg: Any, device: Any) -> int:
+    from resomap.runtime import describe_device
+    from resomap.sweep import Trial, run_trial
+    from resomap.tracking import Tracker
+    from resomap.training import distributed
+
+    where = distributed.describe()
+    print(f"device: {describe_device(device)}" + (f", {where}" if where else ""))
+    rank0 = distributed.is_rank0()
+    tracker = Tracker(cfg) if cfg.mlflow.enabled and rank0 else None
     if tracker:
         print(f"MLflow: {tracker.uri} (experiment '{tracker.experiment_name}')")
-    trial = Trial(args.model.lower(), args.resolution, seed, cfg)
+    trial = Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)
     result = run_trial(trial, tracker=tracker, fresh=args.fresh, reraise=True)
+    if not rank0:
+        return 0 if result.status == "FINISHED" else 1
     print(result.summary_text(), end="")
     print(f"summary: {trial.summary_dir}")
     if result.best_checkpoint:
@@ -82,7 +95,12 @@ def _single_seed(cfg, seed: int):
 def cmd_sweep(args: argparse.Namespace) -> int:
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
+    from resomap.training import distributed
 
+    if distributed.env() is not None:
+        from resomap.errors import ConfigError
+
+        raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
     extra = {"sweep.executor": args.executor} if args.executor else None
     cfg = _load(args, extra)
     trials = plan(cfg)
@@ -104,6 +122,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         print(f"MLflow: parent run {outcome.parent_run_id} in {default_tracking_uri(cfg)}; browse with: resomap ui")
     return 1 if outcome.failed else 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Log the sweep's results that are not in MLflow yet (trained while the store was unreachable)."""
+    from resomap.errors import ConfigError
+    from resomap.sweep.execute import sync_sweep
+    from resomap.tracking import default_tracking_uri
+
+    cfg = _load(args)
+    if not cfg.mlflow.enabled:
+        raise ConfigError("mlflow.enabled is false: nothing to sync (set mlflow.enabled=true)")
+    report = sync_sweep(cfg)
+    print(report.line())
+    for name, reason in report.failed.items():
+        print(f"not synced {name}: {reason}")
+    if report.parent_run_id:
+        print(f"MLflow: parent run {report.parent_run_id} in {default_tracking_uri(cfg)}")
+    return 0 if report.ok else 1
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -179,12 +215,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.set_defaults(func=cmd_sweep)
 
+    p = sub.add_parser("sync", help="log to MLflow the sweep results written while the store was unreachable")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_sync)
+
     p = sub.add_parser("ui", help="start the MLflow UI over the project's tracking store")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_positive_int, default=5000, help="port (default 5000)")
     p.add_argument("--workers", type=_positive_int, help="server worker processes (default: cores / 2)")
     _add_config_args(p)
     p.set_defaults(func=cmd_ui)
+
+    from resomap import cli_perf
+
+    cli_perf.add_commands(sub)
 
     p = sub.add_parser("models", help="list the registered models")
     p.set_defaults(func=cmd_models)
@@ -211,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging(args)
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # mlflow probes git; stay quiet outside a repo
+    warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not ours
     try:
         return int(args.func(args) or 0)
     except ResoMapError as exc:

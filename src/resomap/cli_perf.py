@@ -1,0 +1,149 @@
+"""`resomap profile` and `resomap bench`: argument parsing and printing for the profiling package."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _positive_int(text: str) -> int:
+    from resomap.cli import _positive_int as parse
+
+    return parse(text)
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
+    p.add_argument("--resolution", required=True, type=_positive_int, help="input side in pixels")
+    p.add_argument("--num-classes", type=_positive_int, default=1000, help="classifier outputs (default 1000)")
+    p.add_argument("--in-channels", type=_positive_int, default=3, help="input channels (default 3)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: system.device")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: system.precision")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--config-dir", default="configs", help="folder of the YAML files")
+    p.add_argument("--preset", help="a file of configs/presets/ without .yaml")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from resomap.config import load
+
+    extra: dict[str, Any] = {}
+    if args.device:
+        extra["system.device"] = args.device
+    if args.precision:
+        extra["system.precision"] = args.precision
+    folder = args.config_dir if Path(args.config_dir).is_dir() else None  # profiling needs no project files
+    return load(folder, args.preset, args.overrides, extra)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from resomap.profiling import print_profiling_report, profile_by_name, save_profile
+    from resomap.runtime import describe_device, resolve_device
+
+    cfg = _config(args)
+    device = resolve_device(cfg.system)
+    print(f"device: {describe_device(device)}")
+    overrides = {"batch_size": args.batch_size} if args.batch_size else {}
+    prof = profile_by_name(
+        args.model,
+        args.resolution,
+        num_classes=args.num_classes,
+        in_channels=args.in_channels,
+        cfg=cfg,
+        device=device,
+        **overrides,
+    )
+    print(json.dumps(prof.as_dict(), indent=2, default=str) if args.json else print_profiling_report(prof))
+    if args.output_dir:
+        for path in save_profile(prof, Path(args.output_dir)):
+            print(f"wrote {path}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from resomap.models import build_model
+    from resomap.profiling import ALL_OPTIONS, run_benchmark, save_benchmark
+
+    cfg = _config(args)
+    if args.vs_bare:
+        return _vs_bare(args, cfg)
+    options = ["baseline"] if args.compare_opts is None else (args.compare_opts or list(ALL_OPTIONS))
+    model, _ = build_model(args.model, args.num_classes, args.in_channels, cfg.models)
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    report = run_benchmark(
+        model,
+        args.resolution,
+        in_channels=args.in_channels,
+        num_classes=args.num_classes,
+        options=options,
+        batch_sizes=args.batch_sizes,
+        devices=devices,
+        precision=cfg.system.precision,
+        iters=args.iters,
+        warmup=args.warmup,
+        options_batch_size=args.options_batch_size,
+        model_name=args.model,
+    )
+    print(report.as_json() if args.json else report.table(), end="")
+    if args.output_dir:
+        for path in save_benchmark(report, Path(args.output_dir)):
+            print(f"wrote {path}")
+    return 0
+
+
+def _vs_bare(args: argparse.Namespace, cfg: Any) -> int:
+    from resomap.runtime import resolve_device
+    from resomap.training.bare import benchmark_vs_bare
+
+    result = benchmark_vs_bare(
+        model=args.model,
+        resolution=args.resolution,
+        batch_size=max(args.batch_sizes),
+        epochs=2,
+        repeats=args.repeats,
+        device=resolve_device(cfg.system),
+        overrides={"system": {"precision": cfg.system.precision, "channels_last": cfg.system.channels_last}},
+    )
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result), indent=2, default=str))
+    else:
+        print(f"bare loop: {result.bare_images_per_s:.1f} images/s (runs: {_runs(result.bare_runs)})")
+        print(f"Trainer:   {result.trainer_images_per_s:.1f} images/s (runs: {_runs(result.trainer_runs)})")
+        print(f"ratio Trainer / bare: {result.ratio:.3f}")
+    return 0
+
+
+def _runs(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
+
+
+def add_commands(sub: Any) -> None:
+    from resomap.profiling import ALL_OPTIONS
+
+    p = sub.add_parser("profile", help="params, MACs/FLOPs, latency, throughput and memory of one model")
+    _model_args(p)
+    p.add_argument("--batch-size", type=_positive_int, help="images per timed call (default: profiling.batch_size)")
+    p.add_argument("--output-dir", help="also write profile.txt and profile.json here")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("bench", help="optimisation options, batch sizes and devices side by side")
+    _model_args(p)
+    p.add_argument(
+        "--compare-opts",
+        nargs="*",
+        metavar="OPT",
+        help=f"options beside the baseline; no value: all ({', '.join(ALL_OPTIONS)})",
+    )
+    p.add_argument("--batch-sizes", type=_positive_int, nargs="+", default=[1, 8, 32], help="default: 1 8 32")
+    p.add_argument("--options-batch-size", type=_positive_int, help="batch for --compare-opts (default: largest)")
+    p.add_argument("--devices", default="cpu,cuda", help="comma-separated, e.g. cpu,cuda (missing ones are skipped)")
+    p.add_argument("--iters", type=_positive_int, default=20, help="timed iterations per measurement")
+    p.add_argument("--warmup", type=_positive_int, default=5, help="untimed iterations first")
+    p.add_argument("--vs-bare", action="store_true", help="the Trainer against a bare PyTorch loop, same options")
+    p.add_argument("--repeats", type=_positive_int, default=3, help="--vs-bare: repeats (median taken)")
+    p.add_argument("--output-dir", help="also write benchmark.json and benchmark.txt here")
+    p.set_defaults(func=cmd_bench)
