@@ -264,4 +264,29 @@ def test_pretrained_errors(tmp_path) -> None:
 
 
 def test_grad_checkpointing_unsupported_returns_false() -> None:
-    assert set_grad_checkpointing(_tiny(), True) is False
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))  # no stages and no `features`: nothing to checkpoint
+    assert set_grad_checkpointing(mlp, True) is False
+
+
+@pytest.mark.parametrize("name", ["resnet18", "tiny_cnn", "vgg11", "mobilenet_v2", "efficientnet_b0"])
+def test_grad_checkpointing_keeps_gradients_and_names(name):
+    from resomap.config import load
+    from resomap.models import build_model, set_grad_checkpointing
+
+    model, spec = build_model(name, 2, 1, load(None).models)
+    names = [n for n, _ in model.named_modules()]
+    x = torch.randn(2, 1, 32, 32)
+
+    def grads() -> list[torch.Tensor]:
+        model.zero_grad()
+        torch.manual_seed(0)  # stochastic depth draws the same in both passes
+        model(x).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    plain = grads()
+    assert set_grad_checkpointing(model, True)
+    checkpointed = grads()
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, checkpointed))
+    assert [n for n, _ in model.named_modules()] == names
+    assert set_grad_checkpointing(model, False)
+    assert all(not hasattr(m, "_plain_forward") for m in model.modules())

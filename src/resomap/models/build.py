@@ -7,6 +7,7 @@ import logging
 from typing import NamedTuple
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from resomap.config.schema import ModelsConfig
@@ -86,12 +87,37 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
 
 
 def set_grad_checkpointing(model: nn.Module, enabled: bool = True) -> bool:
-    """Turn activation checkpointing on/off where the model supports it (timm); False when unsupported."""
+    """Recompute activations in backward instead of storing them; False when the model has no known stages.
+
+    timm models use their own switch. For torchvision ResNets (layer1..layer4) and the models built on a
+    `features` Sequential (VGG, MobileNet, EfficientNet, the small CNNs), each stage's forward is wrapped with
+    torch.utils.checkpoint while training, leaving the module tree (and so the CAM layer names) unchanged.
+    """
     fn = getattr(model, "set_grad_checkpointing", None)
-    if not callable(fn):
+    if callable(fn):
+        fn(enabled)
+        return True
+    stages = [getattr(model, f"layer{i}") for i in range(1, 5) if hasattr(model, f"layer{i}")]
+    features = getattr(model, "features", None)
+    if not stages and isinstance(features, nn.Sequential):
+        # blocks with weights only: a checkpointed in-place activation would lose the input it saved
+        stages = [c for c in features.children() if next(c.parameters(), None) is not None]
+    if not stages:
         return False
-    fn(enabled)
+    for stage in stages:
+        if enabled and not hasattr(stage, "_plain_forward"):
+            stage._plain_forward = stage.forward
+            stage.forward = functools.partial(_checkpointed, stage)
+        elif not enabled and hasattr(stage, "_plain_forward"):
+            stage.forward = stage._plain_forward
+            del stage._plain_forward
     return True
+
+
+def _checkpointed(stage: nn.Module, *args: torch.Tensor) -> torch.Tensor:
+    if stage.training and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(stage._plain_forward, *args, use_reentrant=False)
+    return stage._plain_forward(*args)
 
 
 @functools.cache

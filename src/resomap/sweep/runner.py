@@ -16,7 +16,7 @@ import torch
 from resomap import data as data_pkg
 from resomap import models as models_pkg
 from resomap.config import Config, flatten, with_overrides
-from resomap.errors import ResoMapError
+from resomap.errors import ConfigError, ResoMapError
 from resomap.explain.run import explain_trial
 from resomap.models import unwrap
 from resomap.profiling import profile, save_profile
@@ -82,6 +82,8 @@ def _prepare(trial: Trial, cfg: Config, device: torch.device) -> _Prepared:
     """Data and model for the trial; bad input (data, model, weights) surfaces here, before anything is written."""
     bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
     model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
+    if cfg.system.grad_checkpointing and not models_pkg.set_grad_checkpointing(model, True):
+        raise ConfigError(f"system.grad_checkpointing is on but {trial.model} has no stages to checkpoint; turn it off")
     return _Prepared(cfg, bundle, model, spec.family)
 
 
