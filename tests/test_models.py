@@ -273,7 +273,7 @@ def test_grad_checkpointing_keeps_gradients_and_names(name):
     from resomap.config import load
     from resomap.models import build_model, set_grad_checkpointing
 
-    model, spec = build_model(name, 2, 1, load(None).models)
+    model, _ = build_model(name, 2, 1, load(None).models)
     names = [n for n, _ in model.named_modules()]
     x = torch.randn(2, 1, 32, 32)
 
