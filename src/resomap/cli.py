@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -148,9 +149,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
     cfg = _load(args)
     proc = start_ui(cfg, args.host, args.port, args.workers)
     print(f"MLflow UI: http://{args.host}:{args.port}  (Ctrl-C stops it)")
+    print("In an experiment, choose 'Model training' to see the runs table (MLflow 3 opens on 'Overview').")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return proc.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the server with us
         proc.terminate()
         proc.wait(timeout=30)
         return 0

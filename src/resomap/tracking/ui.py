@@ -42,7 +42,7 @@ def ui_command(cfg: Config, host: str, port: int, workers: int | None = None) ->
     return [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
 
 
-def wait_until_up(url: str, timeout_s: float = 90.0, proc: subprocess.Popen | None = None) -> bool:
+def wait_until_up(url: str, timeout_s: float = 240.0, proc: subprocess.Popen | None = None) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
