@@ -100,15 +100,29 @@ class BatchLoader:
         self.num_workers, self.persistent_workers = num_workers, persistent_workers
         self.pin_memory = pin_memory
         self.epoch = 0
+        self.rank, self.world_size = 0, 1
         self._workers: DataLoader | None = None
 
     @property
     def num_samples(self) -> int:
         return len(self.positions)
 
-    def __len__(self) -> int:
+    def _all_batches(self) -> int:
         n, b = self.num_samples, self.batch_size
         return n // b if self.drop_last else -(-n // b)
+
+    def __len__(self) -> int:
+        """Batches this rank iterates per epoch (all of them in a single process)."""
+        return -(-self._all_batches() // self.world_size)
+
+    def shard(self, rank: int, world_size: int) -> BatchLoader:
+        """Iterate only this rank's batches: every rank draws the same seeded order and takes batches
+        rank::world_size; the list is padded by wrapping around so every rank gets the same count."""
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"bad shard: rank {rank} of world size {world_size}")
+        self.rank, self.world_size = rank, world_size
+        self._workers = None
+        return self
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -120,7 +134,12 @@ class BatchLoader:
         """Row indices (into the split) of each batch of the current epoch."""
         n = self.num_samples
         order = torch.randperm(n, generator=self._generator(0)) if self.shuffle else torch.arange(n)
-        return [order[i : i + self.batch_size] for i in range(0, len(self) * self.batch_size, self.batch_size)]
+        b = self.batch_size
+        batches = [order[i : i + b] for i in range(0, self._all_batches() * b, b)]
+        if self.world_size == 1 or not batches:
+            return batches
+        padded = [batches[i % len(batches)] for i in range(len(self) * self.world_size)]
+        return padded[self.rank :: self.world_size]
 
     def _host_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self.num_workers > 0:
@@ -142,7 +161,7 @@ class BatchLoader:
             yield x, y
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        gen = self._generator(1)
+        gen = self._generator(1 + self.rank)  # each rank augments its batches differently
         non_blocking = self.pin_memory and self.device.type == "cuda"
         for x, y in self._host_batches():
             x = x.to(self.device, non_blocking=non_blocking)

@@ -38,6 +38,7 @@ def trial_spec(trial: Trial, parent_run_id: str | None) -> dict[str, Any]:
         "resolution": trial.resolution,
         "seed": trial.seed,
         "parent_run_id": parent_run_id,
+        "cwd": os.getcwd(),  # where relative experiment paths resolve
     }
 
 
@@ -45,6 +46,8 @@ def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict."""
     import dataclasses
 
+    if spec.get("cwd") and os.path.isdir(spec["cwd"]) and os.getcwd() != spec["cwd"]:
+        os.chdir(spec["cwd"])  # a Ray worker may have been started elsewhere (on a cluster the path must be shared)
     cfg = build(spec["config"])
     trial = Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
     tracker = Tracker(cfg) if cfg.mlflow.enabled else None
@@ -142,22 +145,38 @@ def _lost(trial: Trial, reason: str) -> TrialResult:
     return res
 
 
-@register_executor("ray")
-def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
-    """Each trial a Ray task with its CPU/GPU request; `sweep.ray_address` joins an existing cluster."""
+def _start_ray(cfg: Config) -> tuple[Any, bool]:
+    """The ray module, initialised (unless it already is), and whether this call started it."""
+    from resomap.errors import ConfigError
+
     try:
         import ray
     except ImportError:
-        from resomap.errors import ConfigError
-
         raise ConfigError("sweep.executor is 'ray' but Ray is not installed; pip install 'resomap[ray]'") from None
-    started_here = not ray.is_initialized()
-    if started_here:
+    if ray.is_initialized():
+        return ray, False
+    try:
         ray.init(address=cfg.sweep.ray_address, include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"sweep.ray_address={cfg.sweep.ray_address!r}: cannot start or join Ray ({first})") from None
+    log.info("Ray: %s CPU(s), %s GPU(s)", ray.cluster_resources().get("CPU", 0), ray.cluster_resources().get("GPU", 0))
+    return ray, True
+
+
+@register_executor("ray")
+def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
+    """Each trial a Ray task with its CPU/GPU request; `sweep.ray_address` joins an existing cluster, null starts
+    a local Ray over this machine's cores. A task is not retried: one that raises or dies fails only its trial
+    (rerun it with --rerun-failed; it resumes from its last.pt). On a cluster, experiment.output_dir and the
+    MLflow store must be reachable from every node."""
+    if not trials:
+        return []
+    ray, started_here = _start_ray(cfg)
     import torch
 
     gpus = cfg.sweep.gpus_per_trial if torch.cuda.is_available() or cfg.sweep.ray_address else 0
-    remote = ray.remote(num_cpus=cfg.sweep.cpus_per_trial, num_gpus=gpus)(run_trial_from_spec)
+    remote = ray.remote(num_cpus=cfg.sweep.cpus_per_trial, num_gpus=gpus, max_retries=0)(run_trial_from_spec)
     pending = {remote.remote(trial_spec(t, parent_run_id)): (t, time.perf_counter()) for t in trials}
     results = []
     try:
@@ -166,8 +185,9 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
             trial, start = pending.pop(done[0])
             try:
                 result = TrialResult(**ray.get(done[0]))
-            except Exception as exc:  # a task that died (worker killed, node lost) fails only its trial
-                result = _lost(trial, f"Ray task failed: {type(exc).__name__}: {exc}".splitlines()[0])
+            except Exception as exc:  # a task that raised or died (worker killed, node lost) fails only its trial
+                cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the task's own exception
+                result = _lost(trial, f"Ray task failed: {type(cause).__name__}: {cause}".splitlines()[0])
             progress.record(result, time.perf_counter() - start)
             report(progress.line())
             results.append(result)

@@ -14,6 +14,7 @@ from typing import Any
 
 from resomap.config.schema import Config
 from resomap.errors import ConfigError
+from resomap.training import distributed
 from resomap.training.checkpoint import save_checkpoint, write_json_atomic
 
 
@@ -40,6 +41,7 @@ class TopKCheckpoint:
     """Keeps the `top_k` best checkpoints as `epoch=E-<metric>=V.pt` and writes `last.pt` every epoch.
 
     A metadata JSON (epoch, metric, config hash, model, resolution, num_classes, time) sits beside each file.
+    Under DDP only rank 0 writes files (with eviction and `last.pt`); every rank tracks the same best list.
     """
 
     order = 100
@@ -88,6 +90,8 @@ class TopKCheckpoint:
         }
 
     def _write(self, trainer: Any, name: str, meta: dict[str, Any]) -> None:
+        if not distributed.is_rank0():  # under DDP only rank 0 writes; the others keep the same `kept` list
+            return
         payload = trainer.checkpoint_payload()
         payload["meta"] = {**payload.get("meta", {}), **meta}
         save_checkpoint(self.dirpath / name, payload)
@@ -105,7 +109,7 @@ class TopKCheckpoint:
             self.kept = [k for k in self.kept if k["file"] != name]
             self.kept.append({"file": name, "score": score, "epoch": epoch})
             self.kept.sort(key=lambda k: (_rank(k["score"], self.mode), k["epoch"]))
-            for old in self.kept[self.top_k :]:
+            for old in self.kept[self.top_k :] if distributed.is_rank0() else []:
                 (self.dirpath / old["file"]).unlink(missing_ok=True)
                 (self.dirpath / old["file"]).with_suffix(".json").unlink(missing_ok=True)
             self.kept = self.kept[: self.top_k]

@@ -18,6 +18,7 @@ from resomap.config import config_hash
 from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
 from resomap.runtime import apply_system, autocast_dtype, seed_everything
+from resomap.training import distributed
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
 from resomap.training.metrics import classification_metrics
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
@@ -84,6 +85,7 @@ class Trainer:
         self.scheduler: Any = None
         self.scaler: torch.amp.GradScaler | None = None
         self._forward: nn.Module | None = None
+        self._train_forward: nn.Module | None = None  # DistributedDataParallel under torchrun, else _forward
         self._criterion: nn.Module | None = None
         self._sched_when = "never"
 
@@ -156,6 +158,11 @@ class Trainer:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
         self._forward = torch.compile(model) if sysc.compile else model
+        self._train_forward = self._forward
+        if distributed.is_distributed():
+            data.train.shard(distributed.rank(), distributed.world_size())
+            ddp = distributed.wrap(model, self.device)
+            self._train_forward = torch.compile(ddp) if sysc.compile else ddp
         num_classes = int(data.num_classes)
         self.meta["num_classes"] = num_classes
         if getattr(data, "resolution", None) is not None:
@@ -201,6 +208,7 @@ class Trainer:
                 self.epoch = epoch
                 self._run_epoch(data, seed, progress)
                 progress.epoch_end(epoch, epochs, self.history[-1])
+            distributed.check_in_sync(self.model)
             self._call("on_fit_end")
         except BaseException as exc:
             self._call("on_exception", exc)
@@ -224,6 +232,7 @@ class Trainer:
                 self.scheduler.step()
         self.history.append(metrics)
         self._call("on_validation_end", metrics)
+        self.should_stop = distributed.share_from_rank0(self.should_stop)  # every rank stops at the same epoch
 
     def _optimizer_step(self) -> None:
         if self.cfg.training.grad_clip > 0:
@@ -251,7 +260,7 @@ class Trainer:
         for i, (x, y) in enumerate(progress.batches(loader, self.epoch, n)):
             group = min(k, n - (i // k) * k)  # the last accumulation group of an epoch may be shorter
             with self._autocast():
-                out = self._forward(self._inputs(x))
+                out = self._train_forward(self._inputs(x))
                 loss = self._criterion(out.float(), y)
             self.scaler.scale(loss / group).backward()
             if (i + 1) % k == 0 or i + 1 == n:
@@ -266,10 +275,14 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - t0
+        distributed.sync_buffers(self.model)
+        totals = [(losses * sizes).sum(), correct, torch.tensor(seen, device=self.device)]
+        totals = distributed.all_reduce_sum(torch.stack([t.double() for t in totals]))  # over ranks under DDP
+        loss_sum, correct_sum, seen = totals.tolist()
         return {
             "epoch": self.epoch,
-            "train/loss": float((losses * sizes).sum().item() / max(seen, 1)),
-            "train/accuracy": float(correct.item() / max(seen, 1)),
+            "train/loss": float(loss_sum / max(seen, 1)),
+            "train/accuracy": float(correct_sum / max(seen, 1)),
             "train/epoch_time_s": elapsed,
             "train/images_per_s": seen / elapsed if elapsed > 0 else float("nan"),
             "train/peak_memory_mb": peak_memory_mb(self.device),
