@@ -170,6 +170,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explainers(args: argparse.Namespace) -> int:
+    from resomap.explain import explainer_meta, list_explainers
+
+    for name in list_explainers():
+        meta = explainer_meta(name)
+        notes = ", ".join(k for k in ("needs_spatial_layer", "slow") if meta.get(k))
+        print(f"{name:<24}{notes}")
+    return 0
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from resomap.data import list_datasets
 
@@ -229,12 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.set_defaults(func=cmd_ui)
 
-    from resomap import cli_perf
+    from resomap import cli_analysis, cli_perf
 
     cli_perf.add_commands(sub)
+    cli_analysis.add_commands(sub)
 
     p = sub.add_parser("models", help="list the registered models")
     p.set_defaults(func=cmd_models)
+    p = sub.add_parser("explainers", help="list the registered explanation methods")
+    p.set_defaults(func=cmd_explainers)
     p = sub.add_parser("datasets", help="list the registered datasets")
     p.set_defaults(func=cmd_datasets)
 

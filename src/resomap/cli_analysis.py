@@ -1,0 +1,148 @@
+"""`resomap explain` and `resomap analyze`: parsing and printing for resomap.analysis (exit 2 on bad input).
+
+resomap.cli calls `add_commands(subparsers)`; `main(argv)` runs these two commands on their own (the example
+scripts and the tests use it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from resomap.errors import ResoMapError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _class_index(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a class index (integer), got {text!r}") from None
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from resomap.analysis import ExplainRequest, explain_checkpoint, quality_table
+
+    req = ExplainRequest(
+        checkpoint=Path(args.checkpoint),
+        methods=tuple(args.method),
+        num_samples=args.num_samples,
+        output_dir=Path(args.output_dir) if args.output_dir else None,
+        target=args.target,
+        model=args.model,
+        resolution=args.resolution,
+        config_dir=args.config_dir,
+        preset=args.preset,
+        overrides=tuple(args.overrides),
+        device=args.device,
+    )
+    report = explain_checkpoint(req)
+    print(f"{report.model} at {report.resolution} px" + (f", CAM layer {report.cam_layer}" if report.cam_layer else ""))
+    print(quality_table(report.quality), end="")
+    for method, reason in report.failed.items():
+        print(f"FAILED {method}: {reason}")
+    print(f"maps: {report.maps_path}")
+    print(f"metrics: {report.metrics_path}")
+    print(f"figures: {', '.join(str(p) for p in report.figures if p.suffix == '.png')}")
+    return 1 if report.failed else 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from resomap.analysis import AnalyzeRequest, analyze_checkpoints
+
+    req = AnalyzeRequest(
+        checkpoint_dir=Path(args.checkpoint_dir),
+        output_dir=Path(args.output_dir),
+        methods=tuple(args.methods or ()),
+        num_samples=args.num_samples,
+        profile_iters=args.profile_iters,
+        config_dir=args.config_dir,
+        overrides=tuple(args.overrides),
+        device=args.device,
+    )
+    report = analyze_checkpoints(req)
+    print(report.summary_path.read_text(encoding="utf-8"), end="")
+    print(f"report: {report.report_path}")
+    print(f"figures: {report.output_dir / 'figures'}/, {report.output_dir / 'explanations'}/")
+    return 1 if report.failed else 0
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--num-samples", type=_positive_int, help="probe images (default: explainability.probe_size)")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: the trial config's system.device")
+    p.add_argument("--config-dir", default="configs", help="config folder for checkpoints without a config.yaml")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the trial's config")
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register `explain` and `analyze` on the `resomap` subparsers."""
+    p = subparsers.add_parser("explain", help="explain a trained checkpoint's probe images with one or more methods")
+    p.add_argument("--checkpoint", required=True, help="a .pt written by resomap train/sweep")
+    p.add_argument("--method", action="append", required=True, help="an explainer name; repeat for several")
+    p.add_argument("--output-dir", help="default: analysis_results/explain/<model>_<resolution>/")
+    p.add_argument("--target", type=_class_index, help="explain this class for every image (default: true class)")
+    p.add_argument("--model", help="when given, must match the checkpoint's model")
+    p.add_argument("--resolution", type=_positive_int, help="when given, must match the checkpoint's resolution")
+    p.add_argument("--preset", help="preset for --config-dir (checkpoints without a config.yaml)")
+    _add_common(p)
+    p.set_defaults(func=cmd_explain)
+
+    p = subparsers.add_parser("analyze", help="evaluate, profile and explain every trained checkpoint (no training)")
+    p.add_argument(
+        "--checkpoint-dir", default="checkpoints", help="folder of trained checkpoints (default: checkpoints)"
+    )
+    p.add_argument("--output-dir", default="analysis_results", help="default: analysis_results")
+    p.add_argument("--methods", nargs="+", help="explainers (default: each trial's explainability.methods)")
+    p.add_argument("--profile-iters", type=_positive_int, default=10, help="timed profiling calls (default 10)")
+    _add_common(p)
+    p.set_defaults(func=cmd_analyze)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="resomap", description="explain and analyze trained checkpoints")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `explain` or `analyze`; a ResoMapError prints one line and returns 2."""
+    args = build_parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    try:
+        return int(args.func(args) or 0)
+    except ResoMapError as exc:
+        print(f"resomap: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("resomap: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

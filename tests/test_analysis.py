@@ -1,0 +1,221 @@
+"""`resomap explain` / `resomap analyze` on checkpoints of a smoke sweep (1 model x 2 resolutions), and the
+example scripts that wrap them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from resomap import cli, cli_analysis
+from resomap.analysis import best_checkpoint, find_checkpoints
+from resomap.errors import CheckpointError
+from resomap.explain.probe import load_maps
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL, RESOLUTIONS = "tiny_cnn", (32, 48)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """A trained smoke sweep in a tmp folder: checkpoints/cnn/tiny_cnn/{32,48}/ and model_summaries/."""
+    root = tmp_path_factory.mktemp("analysis")
+    shutil.copytree(ROOT / "configs", root / "configs")
+    argv = ["-q", "sweep", "--config-dir", str(root / "configs"), "--preset", "smoke"]
+    argv += [f"sweep.models=[{MODEL}]", f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]"]
+    argv += [f"experiment.output_dir={root}", "mlflow.enabled=false", "profiling.enabled=false"]
+    argv += ["explainability.enabled=false", "explainability.methods=[saliency]", "explainability.sanity_methods=[]"]
+    assert cli.main(argv) == 0
+    return root
+
+
+def _ckpt(sweep: Path, res: int) -> Path:
+    path = best_checkpoint(sweep / "checkpoints" / "cnn" / MODEL / str(res))
+    assert path is not None and path.name.startswith("epoch=")
+    return path
+
+
+def _cli_knows(command: str) -> bool:
+    sub = next(a for a in cli.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    return command in sub.choices
+
+
+ENTRIES = [
+    pytest.param(cli_analysis.main, id="cli_analysis"),
+    pytest.param(
+        cli.main,
+        id="cli",
+        marks=pytest.mark.skipif(not _cli_knows("explain"), reason="cli.py does not call cli_analysis yet"),
+    ),
+]
+
+
+def test_explain_writes_maps_figures_and_metrics(sweep, tmp_path, capsys):
+    out = tmp_path / "explain"
+    argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 48)), "--method", "saliency", "--method", "gradcam"]
+    argv += ["--num-samples", "3", "--output-dir", str(out), "--model", MODEL, "--resolution", "48"]
+    assert cli_analysis.main(argv) == 0
+    maps, meta = load_maps(out / "explanations.npz")
+    for method in ("saliency", "gradcam"):
+        assert maps[method].shape == (3, 48, 48)
+        assert np.isfinite(maps[method]).all() and maps[method].std() > 0
+        assert (out / f"explain_{method}.png").stat().st_size > 0
+    assert meta["resolution"] == 48 and meta["model"] == MODEL
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["quality"]) == {"saliency", "gradcam"}
+    assert 0.0 <= metrics["quality"]["gradcam"]["deletion_auc"] <= 1.0
+    printed = capsys.readouterr().out
+    assert "deletion_auc" in printed and "gradcam" in printed
+
+
+@pytest.mark.skipif(not _cli_knows("explain"), reason="cli.py does not call cli_analysis yet")
+def test_resomap_cli_explain(sweep, tmp_path):
+    out = tmp_path / "via_cli"
+    argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 32)), "--method", "saliency", "--num-samples", "1"]
+    assert cli.main([*argv, "--output-dir", str(out)]) == 0
+    maps, _ = load_maps(out / "explanations.npz")
+    assert maps["saliency"].shape == (1, 32, 32)
+
+
+def test_explain_target_class_is_used(sweep, tmp_path):
+    out = tmp_path / "target"
+    argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 32)), "--method", "saliency", "--target", "1"]
+    assert cli_analysis.main([*argv, "--num-samples", "2", "--output-dir", str(out)]) == 0
+    maps, meta = load_maps(out / "explanations.npz")
+    assert meta["targets"] == [1, 1] and maps["saliency"].shape == (2, 32, 32)
+
+
+class _Evil:  # a pickled object of this class is code, which weights_only loading refuses
+    def __reduce__(self):
+        return (print, ("pwned",))
+
+
+def _bad_checkpoint(kind: str, sweep: Path, tmp: Path) -> Path:
+    good = _ckpt(sweep, 32)
+    if kind == "missing":
+        return tmp / "nope.pt"
+    path = tmp / f"{kind}.pt"
+    if kind == "truncated":
+        path.write_bytes(good.read_bytes()[:200])
+    elif kind == "pickled":
+        torch.save({"model": {}, "meta": {"model": MODEL}, "x": _Evil()}, path)
+    else:
+        return good
+    return path
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize(
+    "kind, extra, expected",
+    [
+        ("ok", ["--method", "gradcm"], "did you mean gradcam"),
+        ("ok", ["--method", "nosuch"], "saliency"),
+        ("missing", ["--method", "saliency"], "not found"),
+        ("truncated", ["--method", "saliency"], "truncated or corrupt"),
+        ("pickled", ["--method", "saliency"], "pickled code"),
+        ("ok", ["--method", "saliency", "--model", "simple_cnn"], "not simple_cnn"),
+        ("ok", ["--method", "saliency", "--resolution", "64"], "at 64 px"),
+        ("ok", ["--method", "saliency", "--target", "2"], "valid classes are 0..1"),
+        ("ok", ["--method", "saliency", "--target", "-1"], "valid classes are 0..1"),
+    ],
+)
+def test_explain_bad_input_is_one_line_exit_2_nothing_written(sweep, tmp_path, capsys, entry, kind, extra, expected):
+    ckpt = _bad_checkpoint(kind, sweep, tmp_path)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    rc = entry(["-q", "explain", "--checkpoint", str(ckpt), "--output-dir", str(out), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("resomap: error:") and expected in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
+    out = tmp_path / "analysis"
+    argv = ["-q", "analyze", "--checkpoint-dir", str(sweep / "checkpoints"), "--output-dir", str(out)]
+    assert (
+        cli_analysis.main([*argv, "--methods", "saliency", "gradcam", "--num-samples", "3", "--profile-iters", "2"])
+        == 0
+    )
+    report = json.loads((out / "report.json").read_text())
+    got = {(m["model"], m["resolution"]): m for m in report["models"]}
+    assert set(got) == {(MODEL, r) for r in RESOLUTIONS}
+    for res in RESOLUTIONS:
+        trial = json.loads((sweep / "model_summaries" / MODEL / str(res) / "result.json").read_text())
+        entry = got[(MODEL, res)]
+        assert entry["test"]["test/accuracy"] == pytest.approx(trial["test"]["test/accuracy"], abs=1e-9)
+        assert set(entry["test"]) >= {"test/macro_precision", "test/macro_recall", "test/macro_f1"}
+        assert entry["profile"]["latency_median_ms"] > 0 and entry["profile"]["gmacs"] > 0
+        assert set(entry["cross_resolution"]) == {str(r) for r in RESOLUTIONS}
+    matrix = report["agreement"]["matrices"][f"{MODEL}/gradcam"]
+    assert matrix["resolutions"] == list(RESOLUTIONS)
+    assert np.allclose(np.diag(matrix["spearman"]), 1.0) and np.asarray(matrix["spearman"]).shape == (2, 2)
+    assert (out / "summary.txt").read_text().count(MODEL) >= 2
+    assert (out / "figures" / "accuracy_vs_resolution.png").exists()
+    assert (out / "explanations" / "agreement" / f"{MODEL}_gradcam_spearman.png").exists()
+    assert "report:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_analyze_without_checkpoints_exit_2(tmp_path, capsys, make):
+    ckdir = tmp_path / "ck"
+    if make == "empty":
+        ckdir.mkdir()
+    out = tmp_path / "out"
+    rc = cli_analysis.main(["-q", "analyze", "--checkpoint-dir", str(ckdir), "--output-dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "checkpoint" in err[0]
+    assert not out.exists()
+    with pytest.raises(CheckpointError):
+        find_checkpoints(ckdir)
+
+
+def _script(rel: str):
+    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "rel", ["example_explainability.py", "example_gpu_training.py", "scripts/resolution_explainability_analysis.py"]
+)
+def test_scripts_help(rel, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _script(rel).main(["--help"])
+    assert exc.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_example_explainability_on_checkpoint(sweep, tmp_path):
+    out = tmp_path / "example"
+    argv = ["--checkpoint", str(_ckpt(sweep, 32)), "--model", MODEL, "--resolution", "32", "--method", "saliency"]
+    assert _script("example_explainability.py").main([*argv, "--num-samples", "1", "--output-dir", str(out)]) == 0
+    maps, _ = load_maps(out / "explanations.npz")
+    assert maps["saliency"].shape == (1, 32, 32)
+
+
+def test_example_gpu_training_translates_to_resomap_train(monkeypatch):
+    module = _script("example_gpu_training.py")
+    seen: list[list[str]] = []
+    monkeypatch.setattr(module, "resomap_main", lambda argv: seen.append(list(argv)) or 0)
+    assert module.main(["--resolution", "224", "--model", "VGG11", "--epochs", "10", "--preset", "smoke"]) == 0
+    argv = seen[0]
+    assert argv[:5] == ["train", "--model", "vgg11", "--resolution", "224"]
+    assert argv[argv.index("--epochs") + 1] == "10" and argv[argv.index("--preset") + 1] == "smoke"
+    assert "system.device=cuda" in argv
+    assert cli.build_parser().parse_args(argv).command == "train"  # the translated arguments parse as `train`
+
+
+def test_analysis_script_translates_to_analyze(monkeypatch):
+    module = _script("scripts/resolution_explainability_analysis.py")
+    seen: list[list[str]] = []
+    monkeypatch.setattr(module, "analysis_main", lambda argv: seen.append(list(argv)) or 0)
+    assert module.main(["--checkpoint-dir", "ck/", "--output-dir", "res/", "--methods", "gradcam"]) == 0
+    args = cli_analysis.build_parser().parse_args(seen[0])
+    assert (args.command, args.checkpoint_dir, args.output_dir, args.methods) == ("analyze", "ck/", "res/", ["gradcam"])
