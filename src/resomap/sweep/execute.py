@@ -3,6 +3,10 @@
 Resumable: a trial whose result.json (for its exact key) exists is skipped; an interrupted one resumes from its
 last.pt and reuses its MLflow child run (found by the trial-key tag), so a sweep killed at any moment and started
 again ends with every trial exactly once.
+
+The store being unreachable never stops a sweep: the parent and child runs are looked up softly, trials train
+untracked (`tracked: false` in result.json), and `sync_sweep` (run at the end of every sweep and by
+`resomap sync`) sends those results once the store answers again.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from resomap.config import Config, flatten
+from resomap.explain.crossres import compare_sweep, mean_agreement, write_rows
 from resomap.reports import summary_rows, sweep_figures, write_tables
 from resomap.sweep.plan import describe_plan, load_result, plan, sweep_key
 from resomap.sweep.trial import Trial, TrialResult
 from resomap.tracking import Tracker
+from resomap.tracking.sync import SyncReport, sync_results
 
 log = logging.getLogger(__name__)
 SWEEP_KEY_TAG = "resomap.sweep_key"
@@ -36,16 +42,26 @@ class SweepOutcome:
         return [r for r in self.results if r.status != "FINISHED"]
 
 
-def _open_parent(tracker: Tracker | None, cfg: Config, key: str, trials: list[Trial]) -> str | None:
+def _open_parent(
+    tracker: Tracker | None, cfg: Config, key: str, trials: list[Trial], reopen: bool = True
+) -> str | None:
+    """The sweep's run, found by its sweep-key tag or created; None (and a recorded failure) when the store is
+    unreachable: the sweep goes on and the parent is found or made again at its end or by `resomap sync`."""
     if tracker is None:
         return None
-    found = tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{key}'")
-    if found:
-        run_id = found[0].info.run_id
-        tracker._soft("reopen run", tracker.client.update_run, run_id, status="RUNNING")
-        return run_id
-    tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": len(trials)}
-    run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
+    try:
+        found = tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{key}'")
+        if found:
+            run_id = found[0].info.run_id
+            if reopen:
+                tracker._soft("reopen run", tracker.client.update_run, run_id, status="RUNNING")
+            return run_id
+        tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": len(trials)}
+        run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
+    except Exception as exc:
+        tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
+        log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
+        return None
     sweep_params = {k: v for k, v in flatten(cfg).items() if k.startswith(("sweep.", "training.", "data."))}
     tracker.log_params(run_id, sweep_params)
     return run_id
@@ -97,31 +113,92 @@ def run_sweep(
     report(progress.line())
     run = executor or get_executor(cfg.sweep.executor)
     new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
-    results = [r for r in kept if r is not None] + list(new)
+    if tracker:  # results logged while the store was down are sent now that it may be back
+        parent = parent or _open_parent(tracker, cfg, key, trials)
+        report(_sync(trials, tracker, parent).line())
+    by_key = {r.key: r for r in [*kept, *new] if r is not None}
+    results = [load_result(t) or by_key[t.key] for t in trials if t.key in by_key]  # disk has the synced run ids
     results.sort(key=lambda r: (r.model, r.resolution, r.seed))
-    out_dir = Path(cfg.experiment.output_dir) / cfg.experiment.summary_dir / "_sweep" / cfg.experiment.name
-    figures = _summarise(results, out_dir, tracker, parent)
-    if tracker and parent:
-        status = "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED"
-        children = {f"resomap.child.{r.name}": r.run_id for r in results if r.run_id}
-        tracker.set_tags(parent, children)
-        tracker.end_run(parent, status)
+    out_dir = summary_folder(cfg)
+    figures = _summarise(results, cfg, out_dir, tracker, parent)
+    _close_parent(tracker, parent, results, len(trials))
     report(progress.line())
     return SweepOutcome(results, parent, out_dir, figures, len(trials) - len(todo))
 
 
-def _summarise(results: list[TrialResult], out_dir: Path, tracker: Tracker | None, parent: str | None) -> list[Path]:
+def summary_folder(cfg: Config) -> Path:
+    return Path(cfg.experiment.output_dir) / cfg.experiment.summary_dir / "_sweep" / cfg.experiment.name
+
+
+def _sync(trials: list[Trial], tracker: Tracker, parent: str | None) -> SyncReport:
+    from resomap.sweep.runner import _open_run
+
+    return sync_results(trials, tracker, _open_run, parent)
+
+
+def _close_parent(tracker: Tracker | None, parent: str | None, results: list[TrialResult], planned: int) -> None:
+    """Child-run tags on the parent; closed FINISHED / FAILED once every planned trial has a result."""
+    if not (tracker and parent):
+        return
+    children = {f"resomap.child.{r.name.replace('@', ' at ').replace('#', ' ')}": r.run_id for r in results if r.run_id}
+    tracker.set_tags(parent, children)
+    if len(results) == planned:
+        tracker.end_run(parent, "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED")
+
+
+def sync_sweep(cfg: Config) -> SyncReport:
+    """`resomap sync`: every result of the planned sweep not yet in MLflow is logged into its child run (found or
+    created under the parent), then the sweep summary is logged to the parent again. Creates nothing twice."""
+    trials = plan(cfg)
+    tracker = Tracker(cfg)
+    if not any(load_result(t) for t in trials):
+        return SyncReport(missing=[t.name for t in trials])  # nothing trained yet: no run to make
+    parent = _open_parent(tracker, cfg, sweep_key(trials), trials, reopen=False)
+    outcome = _sync(trials, tracker, parent)
+    results = [r for r in map(load_result, trials) if r is not None]
+    if parent and results and not outcome.failed:
+        _summarise(results, cfg, summary_folder(cfg), tracker, parent)
+        _close_parent(tracker, parent, results, len(trials))
+    if tracker.failures and not outcome.failed:
+        outcome.failed["sweep run"] = tracker.failures[-1].splitlines()[0]
+    outcome.parent_run_id = parent
+    return outcome
+
+
+def _compare_explanations(results: list[TrialResult], cfg: Config, out_dir: Path) -> tuple[list[Path], dict]:
+    """Cross-resolution agreement of the saved maps (first seed), figures, and mean agreement per model/method."""
+    done = [r for r in results if r.status == "FINISHED" and r.explain.get("maps")]
+    if not done:
+        return [], {}
+    seed = min(r.seed for r in done)
+    chosen = [r for r in done if r.seed == seed]
+    entries = [(r.model, r.resolution, Path(r.explain["maps"])) for r in chosen]
+    quality = {(r.model, r.resolution): r.explain.get("metrics", {}) for r in chosen}
+    files, rows = compare_sweep(entries, quality, cfg.explainability, out_dir)
+    if rows:
+        write_rows(rows, out_dir / "agreement.csv")
+        files.append(out_dir / "agreement.csv")
+    return files, mean_agreement(rows)
+
+
+def _summarise(
+    results: list[TrialResult], cfg: Config, out_dir: Path, tracker: Tracker | None, parent: str | None
+) -> list[Path]:
     dicts = [dataclasses.asdict(r) for r in results]
     rows = summary_rows(dicts)
     tables = write_tables(rows, dicts, out_dir)
     figures = sweep_figures(rows, out_dir / "figures")
+    explain_files, agreement = _compare_explanations(results, cfg, out_dir / "explanations")
     if tracker and parent:
         for path in tables:
             tracker.log_artifact(parent, path, "summary")
         for path in figures:
             tracker.log_artifact(parent, path, "figures")
+        for path in explain_files:
+            tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
+        tracker.log_metrics(parent, agreement)
         best = max((r for r in rows), key=lambda r: r.get("test_accuracy", 0.0), default=None)
         if best:
             tracker.log_metrics(parent, {"best_test_accuracy": best["test_accuracy"]})
             tracker.set_tags(parent, {"resomap.best": f"{best['model']}@{best['resolution']}"})
-    return figures
+    return figures + explain_files

@@ -3,6 +3,11 @@
 The default store is a SQLite file in the project's output folder, so nothing needs a server; any tracking URI
 from mlflow.yaml or MLFLOW_TRACKING_URI works too. Tracking failures never stop training: a call that still
 fails after its retries is logged as a warning and reported by `Tracker.failures`.
+
+A store that stays unreachable costs seconds, not minutes: MLflow's own HTTP retries are bounded (HTTP_ENV, set
+unless the user set them), errors that a retry cannot fix (a bad value, a missing run) are not retried, and after
+a call gives up the tracker is offline for `offline_s`: calls fail at once, then one is tried again. Results
+logged while offline keep `tracked: false` and `resomap sync` sends them later.
 """
 
 from __future__ import annotations
@@ -21,6 +26,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value is 6000 characters in recent versions
+# MLflow's HTTP client retries a dead server for minutes by default (7 retries, backoff x2, 120 s timeout);
+# the Tracker retries with its own backoff, so each HTTP request gets one quick retry and a 10 s timeout.
+HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# MLflow error codes that mean the request itself is wrong: retrying cannot help.
+PERMANENT_ERRORS = frozenset(
+    {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "BAD_REQUEST"}
+)
+
+
+class TrackingUnavailable(RuntimeError):
+    """The store failed recently and the tracker is waiting before it tries again."""
 
 
 def default_tracking_uri(cfg: Config) -> str:
@@ -39,13 +55,18 @@ def artifact_root(cfg: Config) -> str:
 class Tracker:
     """One MLflow experiment; creates runs and logs to them by run id."""
 
-    def __init__(self, cfg: Config, retries: int | None = None, backoff_s: float = 0.5):
+    def __init__(self, cfg: Config, retries: int | None = None, backoff_s: float = 0.5, offline_s: float = 60.0):
         self.cfg = cfg
         self.uri = default_tracking_uri(cfg)
-        self.retries = retries if retries is not None else cfg.mlflow.retries
+        self.retries = max(1, retries if retries is not None else cfg.mlflow.retries)
         self.backoff_s = backoff_s
+        self.offline_s = offline_s
+        self._offline_until = 0.0
         self.failures: list[str] = []
         self.experiment_name = cfg.mlflow.experiment or cfg.experiment.name
+        if self.uri.startswith(("http:", "https:")):
+            for name, value in HTTP_ENV.items():
+                os.environ.setdefault(name, value)
 
     @functools.cached_property
     def client(self) -> Any:
@@ -60,13 +81,26 @@ class Tracker:
         return self._call("get experiment", self._experiment_id)
 
     # ---------------------------------------------------------------- plumbing
+    @property
+    def offline(self) -> bool:
+        return time.monotonic() < self._offline_until
+
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self.offline:
+            raise TrackingUnavailable(
+                f"store {self.uri} unreachable a moment ago; not retried for {self.offline_s:.0f} s"
+            )
         delay = self.backoff_s
         for attempt in range(1, self.retries + 1):
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                self._offline_until = 0.0
+                return result
             except Exception as exc:
+                if _permanent(exc):
+                    raise
                 if attempt == self.retries:
+                    self._offline_until = time.monotonic() + self.offline_s
                     raise
                 log.warning("MLflow %s failed (%s); retry %d/%d in %.1fs", what, exc, attempt, self.retries, delay)
                 time.sleep(delay)
@@ -166,6 +200,11 @@ class Tracker:
                 )
         finally:
             mlflow.set_tracking_uri(previous)
+
+
+def _permanent(exc: Exception) -> bool:
+    """An error in the request itself (MLflow's 4xx codes), not in reaching the store."""
+    return getattr(exc, "error_code", None) in PERMANENT_ERRORS
 
 
 def _is_number(value: Any) -> bool:

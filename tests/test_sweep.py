@@ -1,0 +1,308 @@
+"""The sweep: plan expansion and stable keys, config errors before any training, --dry-run states, failing
+trials (an exception, a NaN loss) closed as FAILED with the reason while the others finish, --rerun-failed,
+`resomap sync` of results trained while the store was down, and the Tracker's bounded retries."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from resomap.cli import main
+from resomap.config import load
+from resomap.sweep import plan
+from resomap.sweep.plan import sweep_key
+from resomap.sweep.trial import TRIAL_KEY_TAG
+from resomap.tracking import Tracker
+from resomap.tracking import sync as sync_mod
+from resomap.tracking.mlflow_store import HTTP_ENV, TrackingUnavailable
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false", "mlflow.log_checkpoint=false"]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _cfg(*overrides: str):
+    return load("configs", "smoke", list(overrides))
+
+
+def _client(project: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("resomap-smoke")
+    return client, exp.experiment_id
+
+
+def _result(project: Path, model: str, res: int) -> dict:
+    return json.loads((project / "model_summaries" / model / str(res) / "result.json").read_text())
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+# ---------------------------------------------------------------- plan and keys
+
+
+def test_plan_expands_grid_with_include_exclude_and_overrides(project: Path):
+    cfg = _cfg(
+        "sweep.models=[tiny_cnn,simple_cnn]",
+        "sweep.resolutions=[16,24]",
+        "sweep.seeds=[1,2]",
+        "sweep.include=[[resnet18,32]]",
+        "sweep.exclude=[[simple_cnn,24]]",
+    )
+    trials = plan(cfg)
+    got = sorted((t.model, t.resolution, t.seed) for t in trials)
+    want = sorted(
+        [
+            (m, r, s)
+            for m in ("tiny_cnn", "simple_cnn")
+            for r in (16, 24)
+            for s in (1, 2)
+            if (m, r) != ("simple_cnn", 24)
+        ]
+        + [("resnet18", 32, 1), ("resnet18", 32, 2)]
+    )
+    assert got == want
+    assert len({t.key for t in trials}) == len(trials)
+    assert trials[0].name.endswith("#s1") and trials[0].summary_dir.name == "seed1"
+
+    base = {(t.model, t.resolution, t.seed): t for t in trials}
+    over = _cfg(
+        "sweep.models=[tiny_cnn,simple_cnn]",
+        "sweep.resolutions=[16,24]",
+        "sweep.seeds=[1,2]",
+        "sweep.include=[[resnet18,32]]",
+        "sweep.exclude=[[simple_cnn,24]]",
+        "sweep.model_overrides={simple_cnn: {training.batch_size: 8}}",
+    )
+    for t in plan(over):
+        same = base[(t.model, t.resolution, t.seed)]
+        changed = t.model == "simple_cnn"
+        assert (t.key != same.key) == changed, t.name
+        assert t.cfg.training.batch_size == (8 if changed else same.cfg.training.batch_size)
+
+
+@pytest.mark.slow
+def test_keys_stable_across_processes_and_only_training_settings_change_them(project: Path):
+    args = ["sweep.models=[tiny_cnn,simple_cnn]", "sweep.resolutions=[16,24]"]
+    keys = {t.name: t.key for t in plan(_cfg(*args))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "resomap.cli", "-q", "sweep", "--dry-run", "--preset", "smoke", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    printed = {ln.split()[0]: ln.split()[2] for ln in proc.stdout.splitlines() if " key " in ln}
+    assert printed == keys
+    same = _cfg(
+        *args, "sweep.executor=local-gpus", "mlflow.retries=1", "mlflow.tracking_uri=http://x", "sweep.seeds=[42]"
+    )
+    assert {t.name: t.key for t in plan(same)} == keys
+    other = _cfg(*args, "training.epochs=3")
+    assert not set(keys.values()) & {t.key for t in plan(other)}
+    assert sweep_key(plan(other)) != sweep_key(plan(_cfg(*args)))
+
+
+SWEEP_ERRORS = [
+    (["sweep.exclude=[[tiny_cnn,32]]"], "empty"),
+    (["sweep.models=[tiny_cnn,tiny_cnn]"], "duplicate tiny_cnn"),
+    (["sweep.resolutions=[32,abc]"], "sweep.resolutions"),
+    (["sweep.resolutions=[32.5]"], "sweep.resolutions"),
+    (["sweep.executor=slurm"], "sweep.executor"),
+    (["sweep.model_overrides={resnt18: {training.epochs: 2}}"], "did you mean resnet18"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "needle"), SWEEP_ERRORS, ids=[e[0][0] for e in SWEEP_ERRORS])
+def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys, overrides, needle):
+    code, out, err = _run(["sweep", "--preset", "smoke", *overrides], capsys)
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and needle in lines[0], err
+    assert not (project / "checkpoints").exists() and not (project / "model_summaries").exists()
+    assert not (project / "mlflow.db").exists()
+
+
+# ---------------------------------------------------------------- failures, dry run, rerun
+
+
+@pytest.mark.slow
+def test_failing_trials_end_failed_with_reason_others_finish(project: Path, capsys):
+    """A missing pretrained file (raises while preparing) and lr 1e30 (loss goes NaN) each fail only their trial."""
+    args = [
+        "sweep",
+        *FAST,
+        "sweep.models=[tiny_cnn,simple_cnn,mobilenet_v3_small]",
+        "sweep.resolutions=[16]",
+        "sweep.model_overrides={simple_cnn: {training.optimizer.lr: 1.0e+30}, "
+        "mobilenet_v3_small: {models.pretrained: {mobilenet_v3_small: missing.pt}}}",
+    ]
+    code, out, _ = _run(args, capsys)
+    assert code == 1, out
+    assert _result(project, "tiny_cnn", 16)["status"] == "FINISHED"
+    nan, missing = _result(project, "simple_cnn", 16), _result(project, "mobilenet_v3_small", 16)
+    assert nan["status"] == "FAILED" and "NaN" in nan["error"], nan["error"]
+    assert missing["status"] == "FAILED" and "missing.pt" in missing["error"], missing["error"]
+    assert "FAILED simple_cnn@16" in out and "FAILED mobilenet_v3_small@16" in out
+
+    client, exp = _client(project)
+    runs = {r.info.run_name: r for r in client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")}
+    assert runs["tiny_cnn@16"].info.status == "FINISHED"
+    for name, res in (("simple_cnn@16", nan), ("mobilenet_v3_small@16", missing)):
+        run = runs[name]
+        assert run.info.status == "FAILED" and run.data.tags["resomap.failure"] == res["error"]
+        assert "failure.txt" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    (parent,) = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
+    assert parent.info.status == "FAILED"
+
+    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24").mkdir(parents=True)
+    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "last.pt").write_bytes(b"x")
+    code, out, _ = _run([*args[:-2], "sweep.resolutions=[16,24,32]", args[-1], "--dry-run"], capsys)
+    assert code == 0
+    states = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if " key " in ln}
+    assert states["tiny_cnn@16"] == "done" and states["tiny_cnn@24"] == "partial"
+    assert states["simple_cnn@16"] == "failed" and states["mobilenet_v3_small@16"] == "failed"
+    assert states["tiny_cnn@32"] == "pending" and "2 failed, 1 partial" in out
+    assert not (project / "model_summaries" / "tiny_cnn" / "32").exists()  # the dry run trained nothing
+
+    done_at = _result(project, "tiny_cnn", 16)["finished_at"]
+    failed_at = {m: _result(project, m, 16)["finished_at"] for m in ("simple_cnn", "mobilenet_v3_small")}
+    code, out, _ = _run([*args, "--rerun-failed"], capsys)
+    assert code == 1 and "[sweep] 1 done, 0 failed, 2 remaining" in out
+    assert _result(project, "tiny_cnn", 16)["finished_at"] == done_at
+    assert all(_result(project, m, 16)["finished_at"] > t for m, t in failed_at.items())
+    assert len(client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")) == 3  # rerun reused the runs
+
+
+# ---------------------------------------------------------------- sync
+
+
+def test_sync_logs_untracked_results_once(project: Path, capsys):
+    """Trained with a dead store (results say tracked: false), then synced to the project store, twice."""
+    grid = ["sweep.resolutions=[16,24]", "training.epochs=2"]
+    dead = [f"mlflow.tracking_uri=http://127.0.0.1:{_dead_port()}", "mlflow.retries=1"]
+    start = time.perf_counter()
+    code, out, _ = _run(["sweep", *FAST, *grid, *dead], capsys)
+    assert code == 0, out
+    assert time.perf_counter() - start < 120  # a dead store costs seconds, not minutes (MLflow alone: ~4 min a call)
+    assert [_result(project, "tiny_cnn", r)["tracked"] for r in (16, 24)] == [False, False]
+
+    code, out, _ = _run(["sync", *FAST, *grid], capsys)
+    assert code == 0 and "[sync] 2 logged" in out, out
+    client, exp = _client(project)
+    (parent,) = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
+    children = client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")
+    assert sorted(r.info.run_name for r in children) == ["tiny_cnn@16", "tiny_cnn@24"]
+    for run in children:
+        res = _result(project, "tiny_cnn", int(run.data.tags["resolution"]))
+        assert res["tracked"] is True and res["run_id"] == run.info.run_id
+        assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "val/loss")] == [0, 1]
+        assert run.data.metrics["test/accuracy"] == res["test"]["test/accuracy"]
+        assert {"test_at_16/accuracy", "test_at_24/accuracy"} <= set(run.data.metrics)
+        assert run.data.params["training.epochs"] == "2" and run.data.params["model"] == "tiny_cnn"
+        arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"result.json", "summary.txt", "config.yaml", "figures"} <= arts
+    assert parent.info.status == "FINISHED"
+    assert "summary" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+
+    code, out, _ = _run(["sync", *FAST, *grid], capsys)
+    assert code == 0 and "[sync] 0 logged, 2 already tracked" in out, out
+    assert len(client.search_runs([exp])) == 3
+    run = children[0]
+    assert len(client.get_metric_history(run.info.run_id, "val/loss")) == 2
+
+
+def test_sync_into_a_partly_logged_run_adds_only_missing_points(project: Path):
+    """A run that got epoch 0 before the store went away: sync fills the rest and repeats nothing."""
+    cfg = _cfg("sweep.resolutions=[16]", "training.epochs=2", *FAST[2:])
+    (trial,) = plan(cfg)
+    trial.summary_dir.mkdir(parents=True)
+    history = [{"epoch": float(e), "val/loss": 1.0 - e / 10} for e in range(2)]
+    data = {"key": trial.key, "name": trial.name, "model": "tiny_cnn", "family": "cnn", "resolution": 16, "seed": 42}
+    data.update(status="FINISHED", test={"test/accuracy": 0.5}, history=history, tracked=False, error=None)
+    (trial.summary_dir / "result.json").write_text(json.dumps(data))
+    tracker = Tracker(cfg)
+    run_id = tracker.start_run(trial.name, tags={TRIAL_KEY_TAG: trial.key})
+    tracker.log_metrics(run_id, {"val/loss": 1.0}, step=0)
+
+    def open_run(tr, t, family, parent):
+        return tr.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{t.key}'")[0].info.run_id
+
+    report = sync_mod.sync_results([trial], tracker, open_run, None)
+    assert report.synced == [trial.name] and report.ok
+    hist = tracker.client.get_metric_history(run_id, "val/loss")
+    assert sorted((m.step, m.value) for m in hist) == [(0, 1.0), (1, 0.9)]
+    assert json.loads((trial.summary_dir / "result.json").read_text())["tracked"] is True
+    assert sync_mod.sync_results([trial], tracker, open_run, None).already == [trial.name]
+
+
+def test_sync_names_the_same_tag_as_trials():
+    assert sync_mod.TRIAL_KEY_TAG == TRIAL_KEY_TAG
+
+
+# ---------------------------------------------------------------- Tracker retries
+
+
+def test_tracker_gives_up_fast_then_stays_offline(project: Path, monkeypatch: pytest.MonkeyPatch):
+    for name in HTTP_ENV:
+        monkeypatch.delenv(name, raising=False)
+    tracker = Tracker(_cfg(f"mlflow.tracking_uri=http://127.0.0.1:{_dead_port()}"), retries=3, backoff_s=0.01)
+    assert all(__import__("os").environ[k] == v for k, v in HTTP_ENV.items())
+    calls = []
+
+    def down():
+        calls.append(1)
+        raise ConnectionError("refused")
+
+    assert tracker._soft("x", down) is None and len(calls) == 3 and tracker.offline
+    assert tracker._soft("y", down) is None and len(calls) == 3  # offline: not even tried
+    with pytest.raises(TrackingUnavailable):
+        tracker._call("z", down)
+    assert len(tracker.failures) == 2
+    tracker._offline_until = 0.0
+    assert tracker._call("ok", lambda: 7) == 7 and not tracker.offline
+
+
+def test_tracker_does_not_retry_a_bad_request(project: Path):
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    tracker = Tracker(_cfg(), retries=5, backoff_s=5.0)
+    calls = []
+
+    def bad():
+        calls.append(1)
+        raise MlflowException("bad tag name", error_code=INVALID_PARAMETER_VALUE)
+
+    start = time.perf_counter()
+    assert tracker._soft("set tags", bad) is None
+    assert len(calls) == 1 and time.perf_counter() - start < 1.0 and not tracker.offline

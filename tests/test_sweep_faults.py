@@ -1,0 +1,225 @@
+"""Fault handling of the sweep with real processes: a sweep killed with SIGKILL at several points and started
+again ends with every trial exactly once and the same metrics as an uninterrupted sweep; a tracking server killed
+mid-sweep does not stop training, and `resomap sync` after its restart logs everything it missed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from resomap.cli import main
+from resomap.training import load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+MLFLOW = Path(sys.executable).with_name("mlflow")
+ARGS = [
+    "--preset",
+    "smoke",
+    "explainability.enabled=false",
+    "profiling.enabled=false",
+    "mlflow.log_checkpoint=false",
+    "sweep.models=[tiny_cnn,simple_cnn]",
+    "sweep.resolutions=[16,24]",
+    "training.epochs=3",
+]
+TRIALS = [(m, r) for m in ("tiny_cnn", "simple_cnn") for r in (16, 24)]
+
+pytestmark = pytest.mark.slow
+
+
+def _project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "configs", root / "configs")
+    return root
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen]]:
+    """Processes a test starts; each in its own process group, all killed at the end whatever happened."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def _start(procs: list, cmd: list[str], cwd: Path, log_name: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    log = open(cwd / log_name, "ab")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    procs.append(proc)
+    return proc
+
+
+def _sweep_cmd(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, *extra]
+
+
+def _wait_for(what: str, cond: Callable[[], bool], proc: subprocess.Popen | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"process exited with {proc.returncode} before: {what}")
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for: {what}")
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def _results(root: Path) -> list[Path]:
+    return [root / "model_summaries" / m / str(r) / "result.json" for m, r in TRIALS]
+
+
+def _result(root: Path, model: str, res: int) -> dict:
+    return json.loads((root / "model_summaries" / model / str(res) / "result.json").read_text())
+
+
+def _parent_exists(root: Path) -> bool:
+    db = root / "mlflow.db"
+    if not db.exists():
+        return False
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as con:
+            return bool(con.execute("SELECT count(*) FROM tags WHERE key = 'resomap.sweep_key'").fetchone()[0])
+    except sqlite3.Error:
+        return False
+
+
+def _training_without_result(root: Path) -> bool:
+    for model, res in TRIALS:
+        last = root / "checkpoints" / "cnn" / model / str(res) / "last.pt"
+        if last.exists() and not (root / "model_summaries" / model / str(res) / "result.json").exists():
+            return True
+    return False
+
+
+def _runs(uri: str) -> tuple[object, list, list]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("resomap-smoke").experiment_id
+    children = client.search_runs([exp], "tags.`resomap.trial_key` != ''")
+    parents = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
+    return client, children, parents
+
+
+def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path: Path, procs, monkeypatch):
+    root = _project(tmp_path / "killed")
+    kills = [
+        ("the MLflow parent run exists", lambda: _parent_exists(root)),
+        ("a trial has last.pt and no result", lambda: _training_without_result(root)),
+        ("a new result.json exists", lambda: sum(p.exists() for p in _results(root)) > done),
+        ("a later trial has last.pt and no result", lambda: _training_without_result(root)),
+    ]
+    for what, cond in kills:
+        done = sum(p.exists() for p in _results(root))
+        proc = _start(procs, _sweep_cmd(), root, "sweep.log")
+        _wait_for(what, cond, proc, timeout=240)
+        _kill(proc)
+    assert sum(p.exists() for p in _results(root)) < len(TRIALS)  # the kills did interrupt the sweep
+    proc = _start(procs, _sweep_cmd(), root, "sweep.log")
+    assert proc.wait(timeout=400) == 0, (root / "sweep.log").read_text()[-3000:]
+
+    rows = list(csv.DictReader((root / "model_summaries/_sweep/resomap-smoke/summary.csv").open()))
+    assert sorted((r["model"], int(r["resolution"])) for r in rows) == sorted(TRIALS)
+    _, children, parents = _runs(f"sqlite:///{root / 'mlflow.db'}")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    keys = [c.data.tags["resomap.trial_key"] for c in children]
+    assert sorted(keys) == sorted(_result(root, m, r)["key"] for m, r in TRIALS)  # one run per trial key
+    for run in children:
+        assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    checkpoints = list((root / "checkpoints").rglob("*.pt"))
+    assert len(checkpoints) >= len(TRIALS)
+    for path in checkpoints:
+        assert "model" in load_checkpoint(path)
+
+    ref = _project(tmp_path / "reference")
+    monkeypatch.chdir(ref)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["-q", "sweep", *ARGS]) == 0
+    for model, res in TRIALS:
+        got, want = _result(root, model, res), _result(ref, model, res)
+        assert got["test"] == pytest.approx(want["test"], abs=1e-6), (model, res)
+        assert got["best_val"] == pytest.approx(want["best_val"], abs=1e-6)
+        assert got["cross_resolution"] == pytest.approx(want["cross_resolution"], abs=1e-6)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(procs: list, root: Path, port: int) -> subprocess.Popen:
+    cmd = [str(MLFLOW), "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}"]
+    cmd += ["--artifacts-destination", str(root / "server-artifacts"), "--host", "127.0.0.1", "--port", str(port)]
+    proc = _start(procs, [*cmd, "--workers", "1"], root, "server.log")
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    _wait_for("the MLflow server answers /health", healthy, proc, timeout=180)
+    return proc
+
+
+def test_tracking_server_killed_mid_sweep_then_sync_logs_everything(tmp_path: Path, procs):
+    root = _project(tmp_path / "p")
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = _start_server(procs, root, port)
+    sweep = _start(procs, _sweep_cmd(f"mlflow.tracking_uri={uri}", "mlflow.retries=2"), root, "sweep.log")
+    first = _results(root)[0]
+    _wait_for("the first trial's result.json", first.exists, sweep, timeout=300)
+    _kill(server)
+    assert sweep.wait(timeout=400) == 0, (root / "sweep.log").read_text()[-3000:]
+    assert all(p.exists() for p in _results(root))
+    tracked = [_result(root, m, r)["tracked"] for m, r in TRIALS]
+    assert tracked[1:] == [False] * (len(TRIALS) - 1), tracked  # trained after the server died
+
+    _start_server(procs, root, port)
+    sync = subprocess.run(
+        [sys.executable, "-m", "resomap.cli", "sync", *ARGS, f"mlflow.tracking_uri={uri}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+    assert f"{tracked.count(False)} logged" in sync.stdout, sync.stdout
+    client, children, parents = _runs(uri)
+    assert len(parents) == 1
+    by_key = {c.data.tags["resomap.trial_key"]: c for c in children}
+    assert len(by_key) == len(children) == len(TRIALS)
+    for model, res in TRIALS:
+        result = _result(root, model, res)
+        run = by_key[result["key"]]
+        assert result["tracked"] is True and run.info.run_id == result["run_id"]
+        assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert run.data.metrics["test/accuracy"] == pytest.approx(result["test"]["test/accuracy"])
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/loss"))
+        assert steps == list(range(result["epochs_run"])), (model, res, steps)
+        assert "result.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
