@@ -20,7 +20,7 @@ from resomap.errors import ConfigError, ResoMapError
 from resomap.explain.run import explain_trial
 from resomap.models import unwrap
 from resomap.profiling import profile, save_profile
-from resomap.runtime import apply_system, describe_device, resolve_device
+from resomap.runtime import apply_system, describe_device, resolve_device, seed_everything
 from resomap.sweep.trial import TRIAL_KEY_TAG, Trial, TrialResult, save_trial_config
 from resomap.tracking import MlflowCallback, Tracker
 from resomap.training import EarlyStopping, TopKCheckpoint, Trainer, distributed, load_checkpoint
@@ -58,16 +58,26 @@ def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
     """last.pt of an interrupted attempt at this exact trial; checkpoints of another config are discarded."""
     last = folder / "last.pt"
     if folder.exists() and not fresh and last.exists():
-        try:
-            old_key = json.loads((folder / "last.json").read_text(encoding="utf-8")).get("config_hash")
-        except (OSError, ValueError):
-            old_key = None
+        old_key = _checkpoint_key(folder)
         if old_key == key:
             return last
         log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
     if folder.exists():
         shutil.rmtree(folder)
     return None
+
+
+def _checkpoint_key(folder: Path) -> str | None:
+    """The config hash last.pt was written for: from last.json, or from last.pt itself when a kill came between
+    the two writes."""
+    try:
+        return json.loads((folder / "last.json").read_text(encoding="utf-8")).get("config_hash")
+    except (OSError, ValueError):
+        pass
+    try:
+        return load_checkpoint(folder / "last.pt").get("meta", {}).get("config_hash")
+    except ResoMapError:  # a torn or foreign file: start afresh
+        return None
 
 
 @dataclasses.dataclass
@@ -81,6 +91,7 @@ class _Prepared:
 def _prepare(trial: Trial, cfg: Config, device: torch.device) -> _Prepared:
     """Data and model for the trial; bad input (data, model, weights) surfaces here, before anything is written."""
     bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
+    seed_everything(trial.seed)  # weight init must not depend on what ran before in this process
     model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
     if cfg.system.grad_checkpointing and not models_pkg.set_grad_checkpointing(model, True):
         raise ConfigError(f"system.grad_checkpointing is on but {trial.model} has no stages to checkpoint; turn it off")
@@ -135,14 +146,14 @@ def run_trial(
             raise
     finally:
         result.finished_at = time.time()
-        result.tracked = bool(tracker and run_id) and len(tracker.failures) == start_failures
+        result.tracked = False  # until the run is closed with everything in it
         result.save(trial.summary_dir)
         if tracker and run_id:
             tracker.log_artifact(run_id, trial.summary_dir / "result.json")
             tracker.log_artifact(run_id, trial.summary_dir / "summary.txt")
             tracker.end_run(run_id, "FINISHED" if result.status == "FINISHED" else "FAILED")
-            if result.tracked and len(tracker.failures) > start_failures:
-                result.tracked = False
+            if len(tracker.failures) == start_failures:
+                result.tracked = True
                 result.save(trial.summary_dir)
     return result
 
