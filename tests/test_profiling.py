@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -264,15 +263,35 @@ def test_profiling_config_section_loads():
     assert cfg.profiling.iters >= 1 and cfg.profiling.batch_size >= 1
 
 
-def test_benchmark_script_prints_json(monkeypatch, capsys):
-    spec = importlib.util.spec_from_file_location("benchmark_performance", ROOT / "scripts/benchmark_performance.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    monkeypatch.setattr(script, "build", lambda name, classes, channels: tiny_cnn(classes, channels))
-    argv = ["--model", "tiny", "--resolution", "16", "--batch-sizes", "1", "--devices", "cpu", "--iters", "1"]
-    assert script.main([*argv, "--warmup", "0", "--json", "--compare-opts", "fused_adamw"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["model_name"] == "tiny" and {e["option"] for e in data["entries"]} == {"baseline", "fused_adamw"}
+def test_bench_command_prints_json_and_writes_files(tmp_path, monkeypatch, capsys):
+    from resomap.cli import main
+
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the defaults apply
+    argv = ["bench", "--model", "tiny_cnn", "--resolution", "16", "--num-classes", "4", "--batch-sizes", "1",
+            "--devices", "cpu", "--iters", "1", "--warmup", "1", "--json", "--compare-opts", "fused_adamw",
+            "--output-dir", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out[: out.rindex("}") + 1])
+    assert data["model_name"] == "tiny_cnn" and {e["option"] for e in data["entries"]} == {"baseline", "fused_adamw"}
+    assert (tmp_path / "out" / "benchmark.json").exists()
+
+
+def test_benchmark_script_is_the_bench_command():
+    script = (ROOT / "scripts/benchmark_performance.py").read_text()
+    assert 'main(["bench", *sys.argv[1:]])' in script
+
+
+def test_profile_command_json(tmp_path, monkeypatch, capsys):
+    from resomap.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "--model", "tiny_cnn", "--resolution", "32", "--in-channels", "1", "--num-classes", "2",
+            "--json", "profiling.iters=3", "profiling.warmup=1"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out[out.index("{") :])
+    assert data["resolution"] == 32 and data["params_total"] > 0 and data["latency"]["iters"] == 3
 
 
 @pytest.mark.slow
