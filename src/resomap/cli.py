@@ -9,28 +9,12 @@ import signal
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+from resomap.cli_args import OneLineParser, positive_int
 from resomap.errors import ResoMapError
 
 log = logging.getLogger("resomap")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (exit code 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -208,15 +192,15 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="resomap", description=__doc__)
+    parser = OneLineParser(prog="resomap", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     p = sub.add_parser("train", help="train one model at one resolution")
     p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
-    p.add_argument("--resolution", required=True, type=_positive_int, help="input side in pixels")
-    p.add_argument("--epochs", type=_positive_int, help="shorthand for training.epochs=N")
+    p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
+    p.add_argument("--epochs", type=positive_int, help="shorthand for training.epochs=N")
     p.add_argument("--fresh", action="store_true", help="discard this trial's checkpoints instead of resuming")
     _add_config_args(p)
     p.set_defaults(func=cmd_train)
@@ -234,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ui", help="start the MLflow UI over the project's tracking store")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_positive_int, default=5000, help="port (default 5000)")
-    p.add_argument("--workers", type=_positive_int, help="server worker processes (default: cores / 2)")
+    p.add_argument("--port", type=positive_int, default=5000, help="port (default 5000)")
+    p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
     _add_config_args(p)
     p.set_defaults(func=cmd_ui)
 

@@ -12,26 +12,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from resomap.cli_args import OneLineParser, positive_int
 from resomap.errors import ResoMapError
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (exit code 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _class_index(text: str) -> int:
@@ -89,7 +73,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--num-samples", type=_positive_int, help="probe images (default: explainability.probe_size)")
+    p.add_argument("--num-samples", type=positive_int, help="probe images (default: explainability.probe_size)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: the trial config's system.device")
     p.add_argument("--config-dir", default="configs", help="config folder for checkpoints without a config.yaml")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the trial's config")
@@ -103,7 +87,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--output-dir", help="default: analysis_results/explain/<model>_<resolution>/")
     p.add_argument("--target", type=_class_index, help="explain this class for every image (default: true class)")
     p.add_argument("--model", help="when given, must match the checkpoint's model")
-    p.add_argument("--resolution", type=_positive_int, help="when given, must match the checkpoint's resolution")
+    p.add_argument("--resolution", type=positive_int, help="when given, must match the checkpoint's resolution")
     p.add_argument("--preset", help="preset for --config-dir (checkpoints without a config.yaml)")
     _add_common(p)
     p.set_defaults(func=cmd_explain)
@@ -114,16 +98,16 @@ def add_commands(subparsers: Any) -> None:
     )
     p.add_argument("--output-dir", default="analysis_results", help="default: analysis_results")
     p.add_argument("--methods", nargs="+", help="explainers (default: each trial's explainability.methods)")
-    p.add_argument("--profile-iters", type=_positive_int, default=10, help="timed profiling calls (default 10)")
+    p.add_argument("--profile-iters", type=positive_int, default=10, help="timed profiling calls (default 10)")
     _add_common(p)
     p.set_defaults(func=cmd_analyze)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="resomap", description="explain and analyze trained checkpoints")
+    parser = OneLineParser(prog="resomap", description="explain and analyze trained checkpoints")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser))
     return parser
 
 

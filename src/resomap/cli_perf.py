@@ -8,18 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-
-def _positive_int(text: str) -> int:
-    from resomap.cli import _positive_int as parse
-
-    return parse(text)
+from resomap.cli_args import positive_int
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
-    p.add_argument("--resolution", required=True, type=_positive_int, help="input side in pixels")
-    p.add_argument("--num-classes", type=_positive_int, default=1000, help="classifier outputs (default 1000)")
-    p.add_argument("--in-channels", type=_positive_int, default=3, help="input channels (default 3)")
+    p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
+    p.add_argument("--num-classes", type=positive_int, default=1000, help="classifier outputs (default 1000)")
+    p.add_argument("--in-channels", type=positive_int, default=3, help="input channels (default 3)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: system.device")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: system.precision")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -126,7 +122,7 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser("profile", help="params, MACs/FLOPs, latency, throughput and memory of one model")
     _model_args(p)
-    p.add_argument("--batch-size", type=_positive_int, help="images per timed call (default: profiling.batch_size)")
+    p.add_argument("--batch-size", type=positive_int, help="images per timed call (default: profiling.batch_size)")
     p.add_argument("--output-dir", help="also write profile.txt and profile.json here")
     p.set_defaults(func=cmd_profile)
 
@@ -138,12 +134,12 @@ def add_commands(sub: Any) -> None:
         metavar="OPT",
         help=f"options beside the baseline; no value: all ({', '.join(ALL_OPTIONS)})",
     )
-    p.add_argument("--batch-sizes", type=_positive_int, nargs="+", default=[1, 8, 32], help="default: 1 8 32")
-    p.add_argument("--options-batch-size", type=_positive_int, help="batch for --compare-opts (default: largest)")
+    p.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 8, 32], help="default: 1 8 32")
+    p.add_argument("--options-batch-size", type=positive_int, help="batch for --compare-opts (default: largest)")
     p.add_argument("--devices", default="cpu,cuda", help="comma-separated, e.g. cpu,cuda (missing ones are skipped)")
-    p.add_argument("--iters", type=_positive_int, default=20, help="timed iterations per measurement")
-    p.add_argument("--warmup", type=_positive_int, default=5, help="untimed iterations first")
+    p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per measurement")
+    p.add_argument("--warmup", type=positive_int, default=5, help="untimed iterations first")
     p.add_argument("--vs-bare", action="store_true", help="the Trainer against a bare PyTorch loop, same options")
-    p.add_argument("--repeats", type=_positive_int, default=3, help="--vs-bare: repeats (median taken)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="--vs-bare: repeats (median taken)")
     p.add_argument("--output-dir", help="also write benchmark.json and benchmark.txt here")
     p.set_defaults(func=cmd_bench)

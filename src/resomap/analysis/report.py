@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from resomap.atomic import write_text
 from resomap.explain.compare import compare_all
 from resomap.explain.crossres import load_sweep_maps, mean_agreement
 from resomap.training import write_json_atomic
@@ -107,7 +108,5 @@ def write_report(
     }
     report = write_json_atomic(out_dir / REPORT_FILE, json.loads(json.dumps(clean(payload), default=str)))
     summary = out_dir / SUMMARY_FILE
-    tmp = summary.with_name(summary.name + ".tmp")
-    tmp.write_text(summary_text(rows, agreement_rows, failed), encoding="utf-8")
-    tmp.replace(summary)
+    write_text(summary, summary_text(rows, agreement_rows, failed))
     return report, summary

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from resomap.atomic import write_text
 from resomap.config.schema import Config
 from resomap.errors import ConfigError
 
@@ -403,9 +404,4 @@ def dump_yaml(cfg: Config) -> str:
 
 def save_resolved(cfg: Config, path: str | Path) -> Path:
     """Write the resolved config as YAML atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dump_yaml(cfg), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(path, dump_yaml(cfg))

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from resomap.atomic import write_atomic
 from resomap.config.schema import CacheConfig
 from resomap.data.registry import RawDataset, digest
 
@@ -98,19 +97,7 @@ def _decode(raw: RawDataset, indices: np.ndarray, resolution: int) -> tuple[np.n
 
 
 def _atomic_save(path: Path, arr: np.ndarray | bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if isinstance(arr, bytes):
-                fh.write(arr)
-            else:
-                np.save(fh, arr)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, (lambda fh: fh.write(arr)) if isinstance(arr, bytes) else (lambda fh: np.save(fh, arr)))
 
 
 def _paths(folder: Path, resolution: int) -> tuple[Path, Path, Path]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
 from resomap.explain.compare import compare_all
 from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
@@ -107,8 +108,4 @@ def mean_agreement(rows: list[dict]) -> dict[str, float]:
 def write_rows(rows: list[dict], path: Path) -> Path:
     import pandas as pd
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pd.DataFrame(rows).to_csv(tmp, index=False, float_format="%.6g")
-    tmp.replace(path)
-    return path
+    return write_text(path, pd.DataFrame(rows).to_csv(index=False, float_format="%.6g"))

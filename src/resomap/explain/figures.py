@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import matplotlib
 
@@ -17,32 +16,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from resomap.plotstyle import MAP_CMAP, MATRIX_CMAP, STYLE, save_figure
+
+__all__ = [
+    "MAP_CMAP",
+    "OVERLAY_ALPHA",
+    "STYLE",
+    "agreement_matrix",
+    "probe_grid",
+    "quality_vs_resolution",
+    "save_figure",
+]
+
 log = logging.getLogger(__name__)
 
-STYLE = {
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "legend.fontsize": 8,
-    "xtick.labelsize": 8,
-    "ytick.labelsize": 8,
-    "savefig.dpi": 200,
-}
-MAP_CMAP = "inferno"  # attribution overlays
-MATRIX_CMAP = "viridis"  # agreement matrices (the same as resomap.reports' heatmaps)
 OVERLAY_ALPHA = 0.55
-
-
-def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str) -> list[Path]:
-    """Write `stem`.png and `stem`.pdf under out_dir and close the figure."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
-    for path in paths:
-        fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    log.debug("figure written: %s", paths[0])
-    return paths
 
 
 def _gray(image: np.ndarray) -> np.ndarray:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from resomap.atomic import write_atomic
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
 from resomap.explain.registry import get_explainer
@@ -99,21 +98,9 @@ def explain_probe_set(
 
 def save_maps(path: str | Path, maps: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:
     """Write maps (method -> array) and JSON metadata to an .npz atomically (temp file + fsync + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.asarray(v) for k, v in maps.items()}
     arrays[META_KEY] = np.array(json.dumps(dict(meta), default=str))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, lambda fh: np.savez_compressed(fh, **arrays))
 
 
 def load_maps(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

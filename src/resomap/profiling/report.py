@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from resomap.atomic import write_text
 from resomap.profiling.profiler import ModelProfile
 
 if TYPE_CHECKING:
@@ -16,18 +16,7 @@ if TYPE_CHECKING:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then os.replace: readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, text)
 
 
 def _num(value: float | None, fmt: str = ".2f", unit: str = "") -> str:

@@ -15,32 +15,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from resomap.plotstyle import MATRIX_CMAP, save_figure
+from resomap.plotstyle import STYLE as BASE_STYLE
 from resomap.reports.summary import pareto_front
 
 log = logging.getLogger(__name__)
 
-STYLE = {
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "legend.fontsize": 8,
-    "xtick.labelsize": 8,
-    "ytick.labelsize": 8,
-    "figure.dpi": 100,
-    "savefig.dpi": 200,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-}
-HEATMAP_CMAP = "viridis"  # one colour map for every matrix figure of ResoMap
-
-
-def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
-    for path in paths:
-        fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return paths
+STYLE = {**BASE_STYLE, "axes.grid": True, "grid.alpha": 0.3}
+HEATMAP_CMAP = MATRIX_CMAP
+save = save_figure
 
 
 def _by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from resomap.atomic import write_text
+
 log = logging.getLogger(__name__)
 
 # Columns of the summary table: (name in the table, where it comes from in a result dict)
@@ -82,13 +84,9 @@ def write_tables(rows: list[dict[str, Any]], results: list[Mapping[str, Any]], o
     flat = [{k: v for k, v in row.items() if k != "cross_resolution"} for row in rows]
     csv_path, json_path = out_dir / "summary.csv", out_dir / "summary.json"
     frame = pd.DataFrame(flat)
-    tmp = csv_path.with_name(csv_path.name + ".tmp")
-    frame.to_csv(tmp, index=False, float_format="%.6g")
-    tmp.replace(csv_path)
+    write_text(csv_path, frame.to_csv(index=False, float_format="%.6g"))
     payload = {"rows": rows, "trials": list(results)}
-    tmp = json_path.with_name(json_path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=_json_default), encoding="utf-8")
-    tmp.replace(json_path)
+    write_text(json_path, json.dumps(payload, indent=2, default=_json_default))
     return [csv_path, json_path]
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from resomap.atomic import write_text
 from resomap.config import Config, save_resolved, to_dict
 
 log = logging.getLogger(__name__)
@@ -114,10 +115,8 @@ class TrialResult:
     def save(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "result.json"
-        for target, text in ((path, self.to_json()), (folder / "summary.txt", self.summary_text())):
-            tmp = target.with_name(target.name + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(target)
+        write_text(path, self.to_json())
+        write_text(folder / "summary.txt", self.summary_text())
         return path
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from resomap.atomic import write_text
 from resomap.config import Config, flatten
 from resomap.tracking.mlflow_store import Tracker
 
@@ -89,12 +89,7 @@ def read_result(trial: SyncTrial) -> dict[str, Any] | None:
 def write_result(folder: Path, data: Mapping[str, Any]) -> None:
     """result.json replaced atomically (temp file, fsync, rename): a reader sees the old or the new file."""
     path = folder / "result.json"
-    tmp = path.with_name("result.json.sync-tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(data, indent=2, default=str))
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    write_text(path, json.dumps(data, indent=2, default=str))
 
 
 def sync_results(

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 import random
-import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from resomap.atomic import write_atomic
 from resomap.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -29,46 +28,14 @@ FORMAT = "resomap-ckpt-1"
 _MATCH_KEYS = ("model", "resolution", "num_classes")
 
 
-def _write_atomic(path: str | Path, write: Callable[[Any], None]) -> Path:
-    """Write through `write(fileobj)` into a temp file beside `path`, fsync, then rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable; not possible on every platform (Windows), so best effort.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> Path:
     """Save `payload` with torch.save atomically: a crash leaves the old file or the new one, never a torn one."""
-    return _write_atomic(path, lambda fh: torch.save(dict(payload), fh))
+    return write_atomic(path, lambda fh: torch.save(dict(payload), fh))
 
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
     text = json.dumps(data, indent=2, sort_keys=True, default=str).encode("utf-8")
-    return _write_atomic(path, lambda fh: fh.write(text))
+    return write_atomic(path, lambda fh: fh.write(text))
 
 
 def _describe(meta: Mapping[str, Any]) -> str:
