@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from resomap.cli_analysis import main as analysis_main
+from resomap.cli import main as analysis_main
 
 
 def main(argv: list[str] | None = None) -> int:

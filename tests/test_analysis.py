@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from resomap import cli, cli_analysis
+from resomap import cli
 from resomap.analysis import best_checkpoint, find_checkpoints
 from resomap.errors import CheckpointError
 from resomap.explain.probe import load_maps
@@ -40,26 +40,14 @@ def _ckpt(sweep: Path, res: int) -> Path:
     return path
 
 
-def _cli_knows(command: str) -> bool:
-    sub = next(a for a in cli.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
-    return command in sub.choices
-
-
-ENTRIES = [
-    pytest.param(cli_analysis.main, id="cli_analysis"),
-    pytest.param(
-        cli.main,
-        id="cli",
-        marks=pytest.mark.skipif(not _cli_knows("explain"), reason="cli.py does not call cli_analysis yet"),
-    ),
-]
+ENTRIES = [pytest.param(cli.main, id="cli")]
 
 
 def test_explain_writes_maps_figures_and_metrics(sweep, tmp_path, capsys):
     out = tmp_path / "explain"
     argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 48)), "--method", "saliency", "--method", "gradcam"]
     argv += ["--num-samples", "3", "--output-dir", str(out), "--model", MODEL, "--resolution", "48"]
-    assert cli_analysis.main(argv) == 0
+    assert cli.main(argv) == 0
     maps, meta = load_maps(out / "explanations.npz")
     for method in ("saliency", "gradcam"):
         assert maps[method].shape == (3, 48, 48)
@@ -73,7 +61,6 @@ def test_explain_writes_maps_figures_and_metrics(sweep, tmp_path, capsys):
     assert "deletion_auc" in printed and "gradcam" in printed
 
 
-@pytest.mark.skipif(not _cli_knows("explain"), reason="cli.py does not call cli_analysis yet")
 def test_resomap_cli_explain(sweep, tmp_path):
     out = tmp_path / "via_cli"
     argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 32)), "--method", "saliency", "--num-samples", "1"]
@@ -85,7 +72,7 @@ def test_resomap_cli_explain(sweep, tmp_path):
 def test_explain_target_class_is_used(sweep, tmp_path):
     out = tmp_path / "target"
     argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 32)), "--method", "saliency", "--target", "1"]
-    assert cli_analysis.main([*argv, "--num-samples", "2", "--output-dir", str(out)]) == 0
+    assert cli.main([*argv, "--num-samples", "2", "--output-dir", str(out)]) == 0
     maps, meta = load_maps(out / "explanations.npz")
     assert meta["targets"] == [1, 1] and maps["saliency"].shape == (2, 32, 32)
 
@@ -139,10 +126,7 @@ def test_explain_bad_input_is_one_line_exit_2_nothing_written(sweep, tmp_path, c
 def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
     out = tmp_path / "analysis"
     argv = ["-q", "analyze", "--checkpoint-dir", str(sweep / "checkpoints"), "--output-dir", str(out)]
-    assert (
-        cli_analysis.main([*argv, "--methods", "saliency", "gradcam", "--num-samples", "3", "--profile-iters", "2"])
-        == 0
-    )
+    assert cli.main([*argv, "--methods", "saliency", "gradcam", "--num-samples", "3", "--profile-iters", "2"]) == 0
     report = json.loads((out / "report.json").read_text())
     got = {(m["model"], m["resolution"]): m for m in report["models"]}
     assert set(got) == {(MODEL, r) for r in RESOLUTIONS}
@@ -168,7 +152,7 @@ def test_analyze_without_checkpoints_exit_2(tmp_path, capsys, make):
     if make == "empty":
         ckdir.mkdir()
     out = tmp_path / "out"
-    rc = cli_analysis.main(["-q", "analyze", "--checkpoint-dir", str(ckdir), "--output-dir", str(out)])
+    rc = cli.main(["-q", "analyze", "--checkpoint-dir", str(ckdir), "--output-dir", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "checkpoint" in err[0]
     assert not out.exists()
@@ -217,5 +201,5 @@ def test_analysis_script_translates_to_analyze(monkeypatch):
     seen: list[list[str]] = []
     monkeypatch.setattr(module, "analysis_main", lambda argv: seen.append(list(argv)) or 0)
     assert module.main(["--checkpoint-dir", "ck/", "--output-dir", "res/", "--methods", "gradcam"]) == 0
-    args = cli_analysis.build_parser().parse_args(seen[0])
+    args = cli.build_parser().parse_args(seen[0])
     assert (args.command, args.checkpoint_dir, args.output_dir, args.methods) == ("analyze", "ck/", "res/", ["gradcam"])

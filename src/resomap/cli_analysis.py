@@ -7,15 +7,10 @@ scripts and the tests use it).
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from resomap.cli_args import OneLineParser, positive_int
-from resomap.errors import ResoMapError
+from resomap.cli_args import positive_int
 
 
 def _class_index(text: str) -> int:
@@ -101,32 +96,3 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--profile-iters", type=positive_int, default=10, help="timed profiling calls (default 10)")
     _add_common(p)
     p.set_defaults(func=cmd_analyze)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="resomap", description="explain and analyze trained checkpoints")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser))
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run `explain` or `analyze`; a ResoMapError prints one line and returns 2."""
-    args = build_parser().parse_args(argv)
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    try:
-        return int(args.func(args) or 0)
-    except ResoMapError as exc:
-        print(f"resomap: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("resomap: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
