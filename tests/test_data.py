@@ -21,6 +21,7 @@ from resomap.data import (
     memory_cache_keys,
     split_indices,
 )
+from resomap.data.sources import ElpvOptions
 from resomap.data.synthetic import SyntheticDataset
 from resomap.errors import DataError, UnknownNameError
 
@@ -83,7 +84,7 @@ def test_registry_lists_builtins_and_suggests_close_names():
 
 @pytest.mark.parametrize(("task", "num_classes"), [("defect", 2), ("defect4", 4), ("type", 2)])
 def test_elpv_tasks(task, num_classes):
-    raw = get_dataset("elpv")(DataConfig(task=task))
+    raw = get_dataset("elpv")(DataConfig(), options=ElpvOptions(task=task))
     assert len(raw) == 2624 and raw.channels == 1 and not raw.has_masks
     assert len(raw.class_names) == num_classes
     counts = np.bincount(raw.labels, minlength=num_classes)
@@ -91,13 +92,13 @@ def test_elpv_tasks(task, num_classes):
 
 
 def test_elpv_build_with_limit(tmp_path):
-    cfg = make_cfg(tmp_path, {"dataset": "elpv", "task": "defect4", "limit": 120})
+    cfg = make_cfg(tmp_path, {"dataset": "elpv", "elpv": {"task": "defect4"}, "limit": 120})
     bundle = build(cfg, 16, seed=0, device="cpu")
     assert bundle.num_classes == 4 and bundle.channels == 1
     assert sum(len(v) for v in bundle.splits.values()) == 120
     assert set(np.unique(bundle.train_labels)) == {0, 1, 2, 3}
     assert bundle.images("test").shape == (len(bundle.splits["test"]), 1, 16, 16)
-    assert "elpv (defect4)" in bundle.describe()
+    assert "elpv (task=defect4)" in bundle.describe()
 
 
 # ---------------------------------------------------------------- splits
@@ -302,11 +303,15 @@ def test_tiny_cnn_learns_synthetic_at_full_resolution(tmp_path):
 
 def test_imagefolder_happy_path(tmp_path):
     root = image_folder(tmp_path)
-    bundle = build(make_cfg(tmp_path, {"dataset": "imagefolder", "root": str(root)}), 16, seed=0, device="cpu")
+    bundle = build(
+        make_cfg(tmp_path, {"dataset": "imagefolder", "imagefolder": {"root": str(root)}}), 16, seed=0, device="cpu"
+    )
     assert bundle.class_names == ["cat", "dog"] and bundle.channels == 1
     assert bundle.images("train").shape[1:] == (1, 16, 16) and bundle.masks("train") is None
     write_images(root / "dog", 1, mode="RGB", start=500)
-    rgb = build(make_cfg(tmp_path, {"dataset": "imagefolder", "root": str(root)}), 16, seed=0, device="cpu")
+    rgb = build(
+        make_cfg(tmp_path, {"dataset": "imagefolder", "imagefolder": {"root": str(root)}}), 16, seed=0, device="cpu"
+    )
     assert rgb.channels == 3 and next(iter(rgb.test))[0].shape[1] == 3
 
 
@@ -315,7 +320,7 @@ def test_csv_happy_path(tmp_path):
     manifest = tmp_path / "labels.csv"
     lines = [f"imgs/{p.name},{'b' if i % 2 else 'a'}" for i, p in enumerate(paths)]
     manifest.write_text("path,label\n" + "\n".join(lines) + "\n")
-    bundle = build(make_cfg(tmp_path, {"dataset": "csv", "manifest": str(manifest)}), 8, seed=0, device="cpu")
+    bundle = build(make_cfg(tmp_path, {"dataset": "csv", "csv": {"manifest": str(manifest)}}), 8, seed=0, device="cpu")
     assert bundle.class_names == ["a", "b"] and sum(len(v) for v in bundle.splits.values()) == 12
 
 
@@ -323,13 +328,15 @@ def test_csv_happy_path(tmp_path):
 
 
 def _folder_cfg(tmp_path, root, **data):
-    return make_cfg(tmp_path, {"dataset": "imagefolder", "root": None if root is None else str(root), **data})
+    return make_cfg(
+        tmp_path, {"dataset": "imagefolder", "imagefolder": {"root": None if root is None else str(root)}, **data}
+    )
 
 
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        (lambda tmp: None, "data.root is not set"),
+        (lambda tmp: None, "data.imagefolder.root is not set"),
         (lambda tmp: tmp / "nope", "does not exist"),
         (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no class folders"),
         (lambda tmp: (image_folder(tmp) / "bird").mkdir() or tmp / "images", "bird has no images"),
@@ -371,7 +378,7 @@ def test_csv_errors(tmp_path, text, message):
     if text is not None:
         manifest.write_text(text)
     with pytest.raises(DataError, match=message):
-        build(make_cfg(tmp_path, {"dataset": "csv", "manifest": str(manifest)}), 16, seed=0, device="cpu")
+        build(make_cfg(tmp_path, {"dataset": "csv", "csv": {"manifest": str(manifest)}}), 16, seed=0, device="cpu")
 
 
 def test_csv_missing_image_files_count_as_unreadable(tmp_path):
@@ -379,7 +386,12 @@ def test_csv_missing_image_files_count_as_unreadable(tmp_path):
     rows = [f"{p.name},{i % 2}" for i, p in enumerate(paths)] + ["gone.png,0", "gone2.png,1"]
     (tmp_path / "m.csv").write_text("path,label\n" + "\n".join(rows))
     with pytest.raises(DataError, match=r"2 of 12 images could not be read \(.*gone\.png"):
-        build(make_cfg(tmp_path, {"dataset": "csv", "manifest": str(tmp_path / "m.csv")}), 16, seed=0, device="cpu")
+        build(
+            make_cfg(tmp_path, {"dataset": "csv", "csv": {"manifest": str(tmp_path / "m.csv")}}),
+            16,
+            seed=0,
+            device="cpu",
+        )
 
 
 @pytest.mark.gpu

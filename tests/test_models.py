@@ -13,8 +13,10 @@ from torch import nn
 from resomap.config import ModelsConfig
 from resomap.errors import CheckpointError, ConfigError, ModelError, UnknownNameError
 from resomap.models import (
+    MODELS,
     ModelSpec,
     build_model,
+    families,
     get_spec,
     list_models,
     model_table,
@@ -123,7 +125,18 @@ def test_bad_arguments_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="grayscale=repeat"):
         build_model("tiny_cnn", 2, 2, ModelsConfig(grayscale="repeat"))
     with pytest.raises(ValueError, match="family"):
-        register_model("x_model", family="nope", cam_layers=("a",))
+        register_model("x_model", family="no such/family", cam_layers=("a",))
+
+
+def test_families_come_from_the_registered_models() -> None:
+    assert {"cnn", "resnet", "vgg", "mobilenet", "efficientnet", "timm"} <= set(families())
+    assert "hexnet" not in families()
+    register_model("x_hex_model", family="hexnet", cam_layers=("features",))(lambda n, c, cfg: None)
+    try:
+        assert "hexnet" in families() and get_spec("x_hex_model").family == "hexnet"
+    finally:
+        MODELS.unregister("x_hex_model")
+    assert "hexnet" not in families()
 
 
 @pytest.mark.parametrize("name", ["tiny_cnn", "resnet18", "mobilenet_v3_small"])

@@ -7,6 +7,7 @@ import inspect
 import re
 import typing
 
+from resomap.config.groups import group_of
 from resomap.config.loader import FILE_ORDER, _type_name
 from resomap.config.schema import Config
 
@@ -36,6 +37,8 @@ def _rows(cls: type, prefix: str) -> list[str]:
     notes = _comments(cls)
     rows, nested = [], []
     for f in dataclasses.fields(cls):
+        if f.name == "options" and group_of(cls):
+            continue  # a group's entries are listed below the section (_group_tables)
         hint = hints[f.name]
         if dataclasses.is_dataclass(hint):
             nested.append((hint, f"{prefix}{f.name}."))
@@ -63,8 +66,26 @@ def config_reference() -> str:
         parts.append(f"\n#### `{f.name}`\n")
         parts.append("| key | type | default | meaning |\n|---|---|---|---|")
         parts.extend(_rows(hints[f.name], f"{f.name}."))
+        parts.extend(_group_tables(hints[f.name], f.name))
     parts.append(END)
     return "\n".join(parts) + "\n"
+
+
+def _group_tables(cls: type, section: str) -> list[str]:
+    """One table per registered entry with options: `data.synthetic.*`, `explainability.lime.*`, ..."""
+    group = group_of(cls)
+    if group is None:
+        return []
+    registry = group.load()
+    parts = []
+    for name in registry.names():
+        options = registry.options(name)
+        if options is None:
+            continue
+        parts.append(f"\n`{section}.{name}.*`: options of the {registry.kind} `{name}` (used when it is selected)\n")
+        parts.append("| key | type | default | meaning |\n|---|---|---|---|")
+        parts.extend(_rows(options, f"{section}.{name}."))
+    return parts
 
 
 def sync_readme(path: str) -> bool:

@@ -7,6 +7,7 @@ Every leaf remembers the file (or "command line") that last set it, so errors po
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import hashlib
@@ -21,8 +22,9 @@ from typing import Any
 import yaml
 
 from resomap.atomic import write_text
+from resomap.config.groups import group_of, option_items
 from resomap.config.schema import Config
-from resomap.errors import ConfigError
+from resomap.errors import ConfigError, UnknownNameError
 
 FILE_ORDER = (
     "config.yaml",
@@ -109,11 +111,20 @@ def _nest(key: str, value: Any) -> dict:
 def _all_paths(cls: type, prefix: str = "") -> list[str]:
     paths = []
     for f in dataclasses.fields(cls):
+        if f.name == "options" and group_of(cls):
+            continue
         path = f"{prefix}{f.name}"
         paths.append(path)
         hint = typing.get_type_hints(cls)[f.name]
         if dataclasses.is_dataclass(hint):
             paths.extend(_all_paths(hint, path + "."))
+    group = group_of(cls)
+    if group is not None:
+        registry = group.load()
+        for name in registry.names():
+            options = registry.options(name)
+            if options is not None:
+                paths.extend(_all_paths(options, f"{prefix}{name}."))
     return paths
 
 
@@ -177,16 +188,54 @@ class _Validator:
         if not isinstance(data, dict):
             self.fail(prefix.rstrip(".") or "(top level)", cls, data)
         hints = typing.get_type_hints(cls)
-        names = {f.name for f in dataclasses.fields(cls)}
+        group = group_of(cls)
+        names = {f.name for f in dataclasses.fields(cls)} - ({"options"} if group else set())
+        registry = group.load() if group else None
+        entries: dict[str, Any] = {}
         for key in data:
             if key not in names:
                 path = f"{prefix}{key}"
+                if registry is not None and key in registry:
+                    entries[registry.resolve(key)] = (data[key], path)
+                    continue
                 shown = path + _first_leaf(data[key])
                 raise ConfigError(f"{self.where(path)}: unknown key '{shown}'{_suggest(shown)}")
         kwargs = {}
         for name in names & set(data):
             kwargs[name] = self.value(hints[name], data[name], f"{prefix}{name}")
-        return cls(**kwargs)
+        if registry is None:
+            return cls(**kwargs)
+        return self.build_group(cls(**kwargs), registry, entries, prefix)
+
+    def build_group(self, section: Any, registry: Any, entries: dict[str, Any], prefix: str) -> Any:
+        """Selector values checked against the registry (canonical names), each entry's options validated
+        against its dataclass, and the defaults filled in for every selected entry."""
+        changes: dict[str, Any] = {}
+        chosen: list[str] = []
+        for field in section.GROUP.selectors:
+            value = getattr(section, field)
+            many = isinstance(value, list)
+            names = []
+            for i, name in enumerate(value if many else [value]):
+                path = f"{prefix}{field}[{i}]" if many else f"{prefix}{field}"
+                try:
+                    names.append(registry.resolve(name))
+                except UnknownNameError as exc:
+                    raise ConfigError(f"{self.where(path)}: {path}: {exc}") from None
+            changes[field] = names if many else names[0]
+            chosen += [n for n in names if n not in chosen]
+        options: dict[str, Any] = {}
+        for name, (value, path) in entries.items():
+            cls = registry.options(name)
+            if cls is None:
+                raise ConfigError(f"{self.where(path)}: {path}: {registry.kind} '{name}' has no options to set")
+            options[name] = self.build(cls, value, path + ".")
+        for name in chosen:
+            cls = registry.options(name)
+            if cls is not None and name not in options:
+                options[name] = self.build(cls, {}, f"{prefix}{name}.")
+        changes["options"] = dict(sorted(options.items()))
+        return dataclasses.replace(section, **changes)
 
     def value(self, hint: Any, value: Any, path: str) -> Any:
         origin = typing.get_origin(hint)
@@ -369,7 +418,18 @@ def load(
 
 
 def to_dict(cfg: Any) -> dict:
-    return dataclasses.asdict(cfg)
+    """The config as plain nested dicts; a group's entries appear as keys of their section (data.synthetic)."""
+    out: dict[str, Any] = {}
+    grouped = group_of(type(cfg)) is not None
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if grouped and f.name == "options":
+            out.update(option_items(value))
+        elif dataclasses.is_dataclass(value):
+            out[f.name] = to_dict(value)
+        else:
+            out[f.name] = copy.deepcopy(value)
+    return out
 
 
 def with_overrides(cfg: Config, overrides: Mapping[str, Any], source: str = "override") -> Config:

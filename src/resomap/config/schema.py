@@ -7,7 +7,9 @@ the two drift apart. A field's comment is the text after `#` on the line that de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
+
+from resomap.config.groups import Group, GroupSection
 
 
 @dataclass(frozen=True)
@@ -21,18 +23,17 @@ class ExperimentConfig:
 
 
 @dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(GroupSection):
+    GROUP: ClassVar[Group] = Group("resomap.sweep.executors", "resomap.sweep.executors:EXECUTORS", ("executor",))
     models: list[str] = field(default_factory=lambda: ["tiny_cnn"])  # registry names (resomap models)
     resolutions: list[int] = field(default_factory=lambda: [64])  # square input sizes in pixels
     seeds: list[int] = field(default_factory=lambda: [42])  # one trial per seed
-    executor: Literal["local", "local-gpus", "ray"] = "local"  # how trials are run
+    executor: str = "local"  # how trials are run: a registered executor (local, local-gpus, ray)
     model_overrides: dict[str, dict] = field(default_factory=dict)  # per model: {dotted.key: value}
     include: list[list] = field(default_factory=list)  # extra [model, resolution] pairs to run
     exclude: list[list] = field(default_factory=list)  # [model, resolution] pairs to skip
-    ray_address: str | None = None  # ray.init(address=...); null starts a local Ray
-    gpus_per_trial: float = 1.0  # Ray resource request per trial (on a GPU cluster)
-    cpus_per_trial: float = 1.0  # Ray resource request per trial
     rerun_failed: bool = False  # run trials that failed before again
+    options: dict[str, Any] = field(default_factory=dict, repr=False)  # sweep.<executor>.*: the executor's own
 
 
 @dataclass(frozen=True)
@@ -129,24 +130,15 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
-class SyntheticConfig:
-    num_images: int = 600  # images generated
-    size: int = 128  # side of the generated images in pixels
-    detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    dataset: str = "elpv"  # a registered dataset (elpv, synthetic, imagefolder, csv)
-    task: Literal["defect", "defect4", "type"] = "defect"  # elpv only: defect (p >= 0.5), 4 levels, or mono/poly
-    root: str | None = None  # imagefolder: folder of class folders
-    manifest: str | None = None  # csv: file with path,label rows (paths relative to the file)
+class DataConfig(GroupSection):
+    GROUP: ClassVar[Group] = Group("resomap.data", "resomap.data.registry:DATASETS", ("dataset",))
+    dataset: str = "elpv"  # a registered dataset (resomap datasets); its own keys are data.<dataset>.*
     limit: int | None = None  # keep at most this many images (stratified); null keeps all
     max_bad_fraction: float = 0.05  # unreadable images are skipped with a warning up to this fraction
     split: SplitConfig = field(default_factory=SplitConfig)
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    options: dict[str, Any] = field(default_factory=dict, repr=False)  # data.<dataset>.*: the dataset's own
 
 
 @dataclass(frozen=True)
@@ -158,7 +150,10 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True)
-class ExplainabilityConfig:
+class ExplainabilityConfig(GroupSection):
+    GROUP: ClassVar[Group] = Group(
+        "resomap.explain", "resomap.explain.registry:EXPLAINERS", ("methods", "sanity_methods")
+    )
     enabled: bool = True  # explain the probe set after each trial
     methods: list[str] = field(default_factory=lambda: ["gradcam", "integrated_gradients", "saliency"])
     probe_size: int = 16  # images in the probe set (class-stratified, same for every trial)
@@ -173,6 +168,7 @@ class ExplainabilityConfig:
     shap_samples: int = 16  # shap GradientExplainer / captum gradient_shap: samples per image
     faithfulness_steps: int = 10  # deletion/insertion: steps from the full image to the baseline
     sanity_threshold: float = 0.5  # sanity check passes when the fully randomised map's similarity is below this
+    options: dict[str, Any] = field(default_factory=dict, repr=False)  # explainability.<method>.*: its own
 
 
 @dataclass(frozen=True)

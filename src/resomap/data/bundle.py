@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ class DataBundle:
     splits: dict[str, np.ndarray]
     normalizer: Normalizer
     dataset: str
-    task: str | None
+    variant: str | None  # the dataset's options in words (task=defect)
     cache_location: str
     _entry: CacheEntry = field(repr=False)
     _positions: dict[str, np.ndarray] = field(repr=False)  # rows of the cache tensor per split
@@ -75,11 +77,21 @@ class DataBundle:
 
     def describe(self) -> str:
         sizes = ", ".join(f"{s} {len(self.splits[s])}" for s in SPLITS)
-        task = f" ({self.task})" if self.task else ""
+        task = f" ({self.variant})" if self.variant else ""
         return (
             f"{self.dataset}{task} at {self.resolution} px, {self.channels} channel(s): {sizes}; "
             f"{self.num_classes} classes ({', '.join(self.class_names)}); cache: {self.cache_location}"
         )
+
+
+def _variant(dc: Any) -> str | None:
+    """The dataset's options in a few words (`task=defect`), shown with the data description."""
+    from resomap.config.groups import group_options
+
+    options = group_options(dc, dc.dataset)
+    if options is None:
+        return None
+    return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(options).items()) or None
 
 
 def _usable(raw: RawDataset, subset: np.ndarray, bad: np.ndarray, max_fraction: float) -> np.ndarray:
@@ -173,7 +185,7 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
         splits={s: subset[p] for s, p in positions.items()},
         normalizer=normalizer,
         dataset=dc.dataset,
-        task=dc.task if dc.dataset.lower() == "elpv" else None,
+        variant=_variant(dc),
         cache_location=entry.location,
         _entry=entry,
         _positions=positions,

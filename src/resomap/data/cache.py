@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 from resomap.atomic import write_atomic
 from resomap.config.schema import CacheConfig
@@ -62,6 +61,8 @@ def cache_key(raw: RawDataset, indices: np.ndarray) -> str:
 
 def resize_image(arr: np.ndarray, resolution: int, channels: int) -> np.ndarray:
     """uint8 (H, W[, C]) -> uint8 (C, r, r), antialiased bilinear (PIL filters over the whole source footprint)."""
+    from PIL import Image
+
     if arr.ndim == 3 and channels == 1:
         arr = arr[..., 0] if arr.shape[2] != 3 else np.asarray(Image.fromarray(arr).convert("L"))
     im = Image.fromarray(np.ascontiguousarray(arr, dtype=np.uint8))
@@ -75,6 +76,8 @@ def resize_image(arr: np.ndarray, resolution: int, channels: int) -> np.ndarray:
 
 def resize_mask(mask: np.ndarray, resolution: int) -> np.ndarray:
     """bool (H, W) -> bool (r, r) by thresholding the antialiased area average at one half."""
+    from PIL import Image
+
     im = Image.fromarray(np.asarray(mask, dtype=np.uint8) * 255)
     return np.asarray(im.resize((resolution, resolution), Image.BILINEAR)) >= 128
 

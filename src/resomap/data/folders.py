@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import csv
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from resomap.config.schema import DataConfig
 from resomap.data.registry import digest, register_dataset
@@ -25,6 +25,8 @@ GRAY_MODES = ("L", "1")
 
 def _is_gray(path: Path) -> bool:
     """Reads the header only; a file unreadable here counts as gray so it does not force RGB (it is skipped later)."""
+    from PIL import Image
+
     try:
         with Image.open(path) as im:
             return im.mode in GRAY_MODES
@@ -48,6 +50,8 @@ class FileDataset:
         return len(self.paths)
 
     def load(self, i: int) -> np.ndarray:
+        from PIL import Image
+
         with Image.open(self.paths[i]) as im:
             im = im.convert("L" if self.channels == 1 else "RGB")
             return np.asarray(im, dtype=np.uint8)
@@ -74,20 +78,26 @@ def _images_in(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-@register_dataset("imagefolder", masks=False)
-def imagefolder(cfg: DataConfig) -> FileDataset:
-    if not cfg.root:
+@dataclass(frozen=True)
+class ImageFolderOptions:
+    root: str | None = None  # folder of class folders (root/<class>/<image>)
+
+
+@register_dataset("imagefolder", options=ImageFolderOptions, masks=False)
+def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
+    if not options.root:
         raise DataError(
-            "data.dataset is 'imagefolder' but data.root is not set; set data.root=<folder of class folders>"
+            "data.dataset is 'imagefolder' but data.imagefolder.root is not set; "
+            "set data.imagefolder.root=<folder of class folders>"
         )
-    root = Path(cfg.root).expanduser()
+    root = Path(options.root).expanduser()
     if not root.is_dir():
         raise DataError(
-            f"data.root {root} does not exist or is not a folder; set data.root to a folder of class folders"
+            f"data.imagefolder.root {root} does not exist or is not a folder; point it at a folder of class folders"
         )
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
-        raise DataError(f"data.root {root} has no class folders; put images under {root}/<class name>/")
+        raise DataError(f"data.imagefolder.root {root} has no class folders; put images under {root}/<class name>/")
     paths: list[Path] = []
     labels: list[int] = []
     for k, name in enumerate(classes):
@@ -102,26 +112,33 @@ def imagefolder(cfg: DataConfig) -> FileDataset:
     return FileDataset(paths, labels, classes, "imagefolder")
 
 
-@register_dataset("csv", masks=False)
-def csv_manifest(cfg: DataConfig) -> FileDataset:
-    if not cfg.manifest:
-        raise DataError("data.dataset is 'csv' but data.manifest is not set; set data.manifest=<file with path,label>")
-    manifest = Path(cfg.manifest).expanduser()
+@dataclass(frozen=True)
+class CsvOptions:
+    manifest: str | None = None  # file with path,label rows (paths relative to the file)
+
+
+@register_dataset("csv", options=CsvOptions, masks=False)
+def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
+    if not options.manifest:
+        raise DataError(
+            "data.dataset is 'csv' but data.csv.manifest is not set; set data.csv.manifest=<file with path,label>"
+        )
+    manifest = Path(options.manifest).expanduser()
     if not manifest.is_file():
-        raise DataError(f"data.manifest {manifest} does not exist; point data.manifest at a CSV with path,label rows")
+        raise DataError(f"data.csv.manifest {manifest} does not exist; point it at a CSV with path,label rows")
     with manifest.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         fields = [f.strip() for f in reader.fieldnames or []]
         missing = [c for c in ("path", "label") if c not in fields]
         if missing:
             raise DataError(
-                f"data.manifest {manifest}: missing column(s) {', '.join(missing)}; the header must be path,label "
+                f"data.csv.manifest {manifest}: missing column(s) {', '.join(missing)}; the header must be path,label "
                 f"(got {','.join(fields) or 'no header'})"
             )
         rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
     rows = [r for r in rows if r.get("path")]
     if not rows:
-        raise DataError(f"data.manifest {manifest} has no rows; add path,label lines below the header")
+        raise DataError(f"data.csv.manifest {manifest} has no rows; add path,label lines below the header")
     classes = sorted({r["label"] for r in rows})
     index = {name: k for k, name in enumerate(classes)}
     paths = [manifest.parent / r["path"] for r in rows]

@@ -34,9 +34,10 @@ class RawDataset(Protocol):
     def name(self, i: int) -> str: ...  # shown in warnings (a file name, "synthetic #3")
 
 
-def register_dataset(name: str, **meta: object) -> Callable:
-    """Decorator: `@register_dataset("elpv")` on `fn(cfg: DataConfig[, seed: int]) -> RawDataset`."""
-    return DATASETS.register(name, **meta)
+def register_dataset(name: str, *, options: type | None = None, **meta: object) -> Callable:
+    """Decorator: `@register_dataset("elpv", options=ElpvOptions)` on `fn(cfg: DataConfig[, options][, seed: int])
+    -> RawDataset`. `options` is a frozen dataclass: its fields are the config keys `data.<name>.<field>`."""
+    return DATASETS.register(name, options=options, **meta)
 
 
 def list_datasets() -> list[str]:
@@ -48,11 +49,17 @@ def get_dataset(name: str) -> Callable[..., RawDataset]:
 
 
 def open_dataset(cfg: DataConfig, seed: int = 0) -> RawDataset:
-    """Call the registered factory; `seed` is passed to factories that take one (e.g. synthetic)."""
+    """Call the registered factory with its options and, to factories that take one, the seed."""
+    from resomap.config.groups import group_options
+
     factory = get_dataset(cfg.dataset)
-    if "seed" in inspect.signature(factory).parameters:
-        return factory(cfg, seed=seed)
-    return factory(cfg)
+    params = inspect.signature(factory).parameters
+    kwargs: dict[str, object] = {}
+    if "options" in params:
+        kwargs["options"] = group_options(cfg, cfg.dataset)
+    if "seed" in params:
+        kwargs["seed"] = seed
+    return factory(cfg, **kwargs)
 
 
 def digest(parts: Iterable[object], length: int = 16) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -60,7 +62,7 @@ class ElpvDataset:
 
     def __init__(self, task: str):
         if task not in TASK_CLASSES:
-            raise DataError(f"data.task '{task}' is not an ELPV task; use one of {', '.join(TASK_CLASSES)}")
+            raise DataError(f"data.elpv.task '{task}' is not an ELPV task; use one of {', '.join(TASK_CLASSES)}")
         path = _labels_file()
         rows = np.genfromtxt(path, dtype=["|S19", "<f8", "|S4"], names=["path", "probability", "type"])
         probs = rows["probability"]
@@ -90,6 +92,11 @@ class ElpvDataset:
         return str(self._paths[i])
 
 
-@register_dataset("elpv", channels=1, masks=False)
-def elpv(cfg: DataConfig) -> ElpvDataset:
-    return ElpvDataset(cfg.task)
+@dataclass(frozen=True)
+class ElpvOptions:
+    task: Literal["defect", "defect4", "type"] = "defect"  # defect (p >= 0.5), 4 levels, or mono/poly
+
+
+@register_dataset("elpv", options=ElpvOptions, channels=1, masks=False)
+def elpv(cfg: DataConfig, options: ElpvOptions) -> ElpvDataset:
+    return ElpvDataset(options.task)

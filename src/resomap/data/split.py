@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from resomap.errors import DataError
 
@@ -29,6 +28,8 @@ def limit_subset(labels: np.ndarray, limit: int | None, class_names: list[str]) 
     if limit is None or limit >= n:
         return idx
     _check_counts(labels, class_names, 2, "data.limit subset")
+    from sklearn.model_selection import train_test_split  # imported where used: sklearn takes seconds to import
+
     try:
         keep, _ = train_test_split(idx, train_size=limit, stratify=labels, random_state=LIMIT_SEED)
     except ValueError as exc:
@@ -41,6 +42,8 @@ def split_indices(
 ) -> dict[str, np.ndarray]:
     """Stratified train/val/test split of `indices` (labels aligned with them); each part sorted."""
     _check_counts(labels, class_names, 3, "train/val/test split")
+    from sklearn.model_selection import train_test_split
+
     try:
         rest, test_idx, rest_y, _ = train_test_split(
             indices, labels, test_size=test, stratify=labels, random_state=seed % 2**32

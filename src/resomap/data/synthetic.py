@@ -94,7 +94,13 @@ class SyntheticDataset:
         return f"synthetic #{i}"
 
 
-@register_dataset("synthetic", channels=1, masks=True)
-def synthetic(cfg: DataConfig, seed: int = 0) -> SyntheticDataset:
-    sc = cfg.synthetic
-    return SyntheticDataset(sc.num_images, sc.size, sc.detail_size, seed=seed)
+@dataclass(frozen=True)
+class SyntheticOptions:
+    num_images: int = 600  # images generated
+    size: int = 128  # side of the generated images in pixels
+    detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
+
+
+@register_dataset("synthetic", options=SyntheticOptions, channels=1, masks=True)
+def synthetic(cfg: DataConfig, options: SyntheticOptions, seed: int = 0) -> SyntheticDataset:
+    return SyntheticDataset(options.num_images, options.size, options.detail_size, seed=seed)

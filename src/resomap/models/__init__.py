@@ -9,12 +9,11 @@ from resomap.models.build import (
     model_table,
     set_grad_checkpointing,
 )
-from resomap.models.registry import FAMILIES, MODELS, list_models, register_model
+from resomap.models.registry import MODELS, families, list_models, register_model
 from resomap.models.spec import CamLayer, ModelSpec, unwrap
 from resomap.models.weights import adapt_input_conv_, load_pretrained
 
 __all__ = [
-    "FAMILIES",
     "MODELS",
     "CamLayer",
     "ModelRow",
@@ -22,6 +21,7 @@ __all__ = [
     "adapt_input_conv_",
     "build_model",
     "canonical_name",
+    "families",
     "get_spec",
     "list_models",
     "load_pretrained",

@@ -6,7 +6,6 @@ import difflib
 import functools
 import logging
 
-import timm
 import torch
 from torch import nn
 
@@ -20,6 +19,8 @@ log = logging.getLogger(__name__)
 
 def timm_arch(name: str) -> str:
     """'timm:ResNet10t' -> 'resnet10t'; an unknown timm name raises UnknownNameError with close names."""
+    import timm  # imported where used: timm takes seconds to import
+
     arch = str(name)[len(TIMM_PREFIX) :].strip().lower()
     if not timm.is_model(arch):
         close = difflib.get_close_matches(arch, timm.list_models(), n=3, cutoff=0.6)
@@ -30,6 +31,8 @@ def timm_arch(name: str) -> str:
 
 def create_timm(arch: str, num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
     """timm.create_model without downloads; ViT-like models get dynamic_img_size so any resolution works."""
+    import timm
+
     kwargs = {"pretrained": False, "num_classes": num_classes, "in_chans": in_channels, "drop_rate": cfg.dropout}
     try:
         return timm.create_model(arch, dynamic_img_size=True, **kwargs)

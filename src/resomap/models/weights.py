@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from timm.models import adapt_input_conv
 from torch import nn
 
 from resomap.errors import CheckpointError, ModelError
@@ -34,6 +33,8 @@ def adapt_input_conv_(model: nn.Module, in_channels: int, conv_name: str | None 
         return model
     if conv.groups != 1:
         raise ModelError(f"the input conv of {type(model).__name__} is grouped; use models.grayscale=repeat")
+    from timm.models import adapt_input_conv
+
     with torch.no_grad():
         weight = adapt_input_conv(in_channels, conv.weight.detach().clone())
     conv.weight = nn.Parameter(weight)
@@ -98,6 +99,8 @@ def head_prefix(model: nn.Module, num_classes: int) -> str | None:
 
 def load_pretrained(model: nn.Module, path: str | Path, num_classes: int, input_conv: str | None = None) -> None:
     """Load a local state dict into `model`; a head of another class count is skipped, anything else must match."""
+    from timm.models import adapt_input_conv
+
     state = read_state_dict(path)
     own = model.state_dict()
     head = head_prefix(model, num_classes)

@@ -1,10 +1,14 @@
-"""torchvision architectures (weights=None: nothing is downloaded; local weights come from models.pretrained)."""
+"""torchvision architectures (weights=None: nothing is downloaded; local weights come from models.pretrained).
+
+torchvision is imported when a model is built, not when the names are registered: it takes seconds to import
+(it pulls in torch._dynamo), and listing models or checking a config must not wait for it.
+"""
 
 from __future__ import annotations
 
+import functools
+
 from torch import nn
-from torchvision import models as tvm
-from torchvision.models.vgg import cfgs as vgg_cfgs
 
 from resomap.config.schema import ModelsConfig
 from resomap.models.registry import register_model
@@ -13,6 +17,8 @@ from resomap.models.weights import adapt_input_conv_
 
 def _vgg_cam_layers(cfg_key: str) -> tuple[str, ...]:
     """The ReLU closing each VGG stage (just before its max pool), deepest first, from torchvision's layout."""
+    from torchvision.models.vgg import cfgs as vgg_cfgs
+
     names, idx = [], 0
     for item in vgg_cfgs[cfg_key]:
         if item == "M":
@@ -24,12 +30,14 @@ def _vgg_cam_layers(cfg_key: str) -> tuple[str, ...]:
 
 
 def _tv(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig, dropout: bool = True) -> nn.Module:
+    from torchvision import models as tvm
+
     kwargs = {"dropout": cfg.dropout} if dropout else {}
     model = tvm.get_model(name, weights=None, num_classes=num_classes, **kwargs)
     return adapt_input_conv_(model, in_channels)
 
 
-def _register_tv(name: str, family: str, cam_layers: tuple[str, ...], dropout: bool = True) -> None:
+def _register_tv(name: str, family: str, cam_layers, dropout: bool = True) -> None:
     def build(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
         return _tv(name, num_classes, in_channels, cfg, dropout)
 
@@ -39,7 +47,7 @@ def _register_tv(name: str, family: str, cam_layers: tuple[str, ...], dropout: b
 
 
 for _name, _key in (("vgg11", "A"), ("vgg13", "B"), ("vgg16", "D")):
-    _register_tv(_name, "vgg", _vgg_cam_layers(_key))
+    _register_tv(_name, "vgg", functools.partial(_vgg_cam_layers, _key))
 
 _RESNET_LAYERS = ("layer4", "layer3", "layer2", "layer1")
 for _name in ("resnet18", "resnet34", "resnet50", "resnet101"):

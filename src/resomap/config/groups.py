@@ -1,0 +1,74 @@
+"""Config groups: sections whose sub-keys belong to registry entries (the idea of Hydra's config groups).
+
+A section (a schema dataclass) names a registry and the fields that select entries from it, e.g. `data.dataset`
+selects a dataset, `explainability.methods` selects explainers, `sweep.executor` selects an executor. An entry
+registered with an options dataclass owns the keys `<section>.<entry>.<field>`: the loader validates them against
+that dataclass, fills the defaults of every selected entry, and the value is read as `cfg.<section>.<entry>`
+(or `group_options(section, name)`, which also gives the defaults of an entry that is not selected).
+
+The registries are imported only when a config is loaded (the schema itself stays free of them), so adding a
+dataset, an explainer or an executor needs its decorated function and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    module: str  # importing it registers the built-in entries
+    registry: str  # "module:name" of the Registry object
+    selectors: tuple[str, ...]  # fields whose values (a name or a list of names) select entries
+
+    def load(self) -> Any:
+        importlib.import_module(self.module)
+        where, name = self.registry.split(":")
+        return getattr(importlib.import_module(where), name)
+
+
+class GroupSection:
+    """Mixin for schema sections that own a group: `self.options` holds {entry name: options instance}."""
+
+    GROUP: ClassVar[Group]
+
+    def __getattr__(self, name: str) -> Any:
+        # only called when normal lookup fails: `cfg.data.synthetic` reads the synthetic dataset's options
+        options = self.__dict__.get("options")
+        if options is not None and name in options:
+            return options[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or selected group entry {name!r}")
+
+
+def group_of(cls: type) -> Group | None:
+    return getattr(cls, "GROUP", None) if isinstance(cls, type) and issubclass(cls, GroupSection) else None
+
+
+def selected(section: Any) -> list[str]:
+    """The entry names the section's selector fields hold, in order, without repeats."""
+    names: list[str] = []
+    for field in section.GROUP.selectors:
+        value = getattr(section, field)
+        for name in value if isinstance(value, list | tuple) else [value]:
+            if name is not None and str(name).lower() not in names:
+                names.append(str(name).lower())
+    return names
+
+
+def group_options(section: Any, name: str) -> Any:
+    """The options of entry `name` in this section: as configured, else its defaults; None if it has none."""
+    registry = section.GROUP.load()
+    key = registry.resolve(name)
+    found = (section.__dict__.get("options") or {}).get(key)
+    if found is not None:
+        return found
+    cls = registry.options(key)
+    return cls() if cls is not None else None
+
+
+def option_items(options: Mapping[str, Any]) -> dict[str, Any]:
+    """{entry: options dataclass} -> {entry: plain dict}, for to_dict and the resolved YAML."""
+    return {name: dataclasses.asdict(value) for name, value in options.items()}
