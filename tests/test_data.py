@@ -21,6 +21,7 @@ from resomap.data import (
     memory_cache_keys,
     split_indices,
 )
+from resomap.data.folders import ImageFolderOptions
 from resomap.data.sources import ElpvOptions
 from resomap.data.synthetic import SyntheticDataset
 from resomap.errors import DataError, UnknownNameError
@@ -404,3 +405,68 @@ def test_cuda_loader_matches_cpu(tmp_path):
     xg, yg = _collect(gpu.train, 2)
     assert xg.device.type == "cuda" and torch.equal(yc, yg.cpu())
     assert torch.allclose(xc, xg.cpu(), atol=1e-4)
+
+
+# ---------------------------------------------------------------- seeds and the user's own splits
+
+
+def test_trial_seeds_share_the_split_and_images_by_default(tmp_path):
+    cfg = make_cfg(tmp_path)
+    a, b = build(cfg, 16, seed=1, device="cpu"), build(cfg, 16, seed=2, device="cpu")
+    assert a.data_seed == b.data_seed == cfg.experiment.seed
+    for split in ("train", "val", "test"):
+        assert np.array_equal(a.splits[split], b.splits[split])
+        assert torch.equal(a.images(split), b.images(split))
+    a.train.set_epoch(0)
+    b.train.set_epoch(0)
+    (xa, ya), (xb, yb) = next(iter(a.train)), next(iter(b.train))
+    assert not torch.equal(ya, yb) or not torch.equal(xa, xb)  # the trial seed still orders and augments
+
+
+def test_data_seed_trial_varies_the_split_and_an_integer_fixes_it(tmp_path):
+    per_trial = make_cfg(tmp_path, {"seed": "trial"})
+    one, two = build(per_trial, 16, seed=1, device="cpu"), build(per_trial, 16, seed=2, device="cpu")
+    assert one.data_seed == 1 and two.data_seed == 2
+    assert not np.array_equal(one.splits["test"], two.splits["test"])
+    fixed = make_cfg(tmp_path, {"seed": 7})
+    assert build(fixed, 16, seed=1, device="cpu").data_seed == 7
+
+
+def _split_folder(tmp_path: Path, splits=("train", "val", "test"), per_class=(12, 4, 4)) -> Path:
+    root = tmp_path / "split_images"
+    for s, (split, n) in enumerate(zip(splits, per_class)):
+        for k, name in enumerate(["cat", "dog"]):
+            write_images(root / split / name, n, start=1000 * s + 100 * k)
+    return root
+
+
+def test_imagefolder_with_train_val_test_folders_uses_them(tmp_path):
+    root = _split_folder(tmp_path)
+    bundle = build(make_cfg(tmp_path, {"dataset": "imagefolder", "imagefolder": {"root": str(root)}}), 16, 0, "cpu")
+    assert bundle.class_names == ["cat", "dog"]
+    assert {s: len(v) for s, v in bundle.splits.items()} == {"train": 24, "val": 8, "test": 8}
+    raw = get_dataset("imagefolder")(DataConfig(), options=ImageFolderOptions(root=str(root)))
+    for split in ("train", "val", "test"):
+        names = {Path(raw.name(int(i))).parts[-3] for i in bundle.splits[split]}
+        assert names == {split}
+
+
+def test_imagefolder_without_a_val_folder_carves_it_from_train(tmp_path):
+    root = _split_folder(tmp_path, splits=("train", "test"), per_class=(20, 5))
+    cfg = make_cfg(tmp_path, {"dataset": "imagefolder", "imagefolder": {"root": str(root)}})
+    bundle = build(cfg, 16, 0, "cpu")
+    sizes = {s: len(v) for s, v in bundle.splits.items()}
+    assert sizes["test"] == 10 and sizes["train"] + sizes["val"] == 40 and sizes["val"] >= 2
+
+
+def test_csv_split_column_is_honoured_and_checked(tmp_path):
+    paths = write_images(tmp_path / "imgs", 24)
+    manifest = tmp_path / "labels.csv"
+    rows = [f"imgs/{p.name},{'b' if i % 2 else 'a'},{('train', 'val', 'test')[i % 3]}" for i, p in enumerate(paths)]
+    manifest.write_text("path,label,split\n" + "\n".join(rows) + "\n")
+    bundle = build(make_cfg(tmp_path, {"dataset": "csv", "csv": {"manifest": str(manifest)}}), 8, 0, "cpu")
+    assert {s: len(v) for s, v in bundle.splits.items()} == {"train": 8, "val": 8, "test": 8}
+    assert all(i % 3 == 2 for i in bundle.splits["test"])
+    manifest.write_text("path,label,split\n" + "\n".join([*rows[:-1], rows[-1].rsplit(",", 1)[0] + ",holdout"]))
+    with pytest.raises(DataError, match="split 'holdout' is not train, val or test"):
+        build(make_cfg(tmp_path, {"dataset": "csv", "csv": {"manifest": str(manifest)}}), 8, 0, "cpu")

@@ -133,6 +133,9 @@ class CacheConfig:
 class DataConfig(GroupSection):
     GROUP: ClassVar[Group] = Group("resomap.data", "resomap.data.registry:DATASETS", ("dataset",))
     dataset: str = "elpv"  # a registered dataset (resomap datasets); its own keys are data.<dataset>.*
+    seed: int | Literal["trial"] | None = (
+        None  # split, generated images, probe set: null = experiment.seed (all seeds alike); trial; or an int
+    )
     limit: int | None = None  # keep at most this many images (stratified); null keeps all
     max_bad_fraction: float = 0.05  # unreadable images are skipped with a warning up to this fraction
     split: SplitConfig = field(default_factory=SplitConfig)

@@ -16,7 +16,7 @@ from resomap.data.augment import BatchAugment
 from resomap.data.cache import CacheEntry, get_resized
 from resomap.data.loader import BatchLoader, Normalizer
 from resomap.data.registry import RawDataset, open_dataset
-from resomap.data.split import SPLITS, limit_subset, split_indices
+from resomap.data.split import SPLITS, limit_subset, predefined_positions, split_indices
 from resomap.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ class DataBundle:
     normalizer: Normalizer
     dataset: str
     variant: str | None  # the dataset's options in words (task=defect)
+    data_seed: int  # seed of the split, generated images and probe set (see data_seed)
     cache_location: str
     _entry: CacheEntry = field(repr=False)
     _positions: dict[str, np.ndarray] = field(repr=False)  # rows of the cache tensor per split
@@ -154,12 +155,24 @@ def _loaders(
     return loaders
 
 
+def data_seed(cfg: Config, trial_seed: int) -> int:
+    """The seed of the split, the generated images and the probe set: by default experiment.seed, the same for
+    every seed of a sweep (so seeds differ only in init, data order and augmentation, and compare on the same
+    test images); `data.seed: trial` varies them with the trial's seed; an integer fixes them."""
+    chosen = cfg.data.seed
+    if chosen == "trial":
+        return trial_seed
+    return cfg.experiment.seed if chosen is None else int(chosen)
+
+
 def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = "cpu") -> DataBundle:
-    """Load (or reuse) the dataset at `resolution`; splits depend on `seed` and the dataset only."""
+    """Load (or reuse) the dataset at `resolution`. `seed` (the trial's) drives shuffling and augmentation; the
+    split and generated images follow `data_seed(cfg, seed)`."""
     if resolution < 1:
         raise DataError(f"resolution must be a positive number of pixels, got {resolution}")
     dc, device = cfg.data, torch.device(device)
-    raw = open_dataset(dc, seed=seed)
+    dseed = data_seed(cfg, seed)
+    raw = open_dataset(dc, seed=dseed)
     labels = np.asarray(raw.labels, dtype=np.int64)
     class_names = list(raw.class_names)
     if len(raw) == 0:
@@ -169,7 +182,13 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
     entry = get_resized(raw, subset, resolution, dc.cache, cache_root)
     ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction)
     rows = np.flatnonzero(ok)
-    positions = split_indices(rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, seed)
+    predefined = getattr(raw, "predefined_splits", None)
+    if predefined is not None:  # the user's own train/val/test folders or split column
+        positions = predefined_positions(
+            rows, predefined[subset][rows], labels[subset], dc.split.val, dc.split.test, dseed
+        )
+    else:
+        positions = split_indices(rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, dseed)
     split_labels = {s: labels[subset][p] for s, p in positions.items()}
     normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
 
@@ -186,6 +205,7 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
         normalizer=normalizer,
         dataset=dc.dataset,
         variant=_variant(dc),
+        data_seed=dseed,
         cache_location=entry.location,
         _entry=entry,
         _positions=positions,

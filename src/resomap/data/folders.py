@@ -39,12 +39,21 @@ class FileDataset:
 
     has_masks = False
 
-    def __init__(self, paths: list[Path], labels: list[int], class_names: list[str], kind: str):
+    def __init__(
+        self,
+        paths: list[Path],
+        labels: list[int],
+        class_names: list[str],
+        kind: str,
+        split_of: list[str] | None = None,
+    ):
         self.paths = paths
         self.labels = np.asarray(labels, dtype=np.int64)
         self.class_names = class_names
         self.channels = 1 if all(_is_gray(p) for p in paths) else 3
         self.fingerprint = f"{kind}-" + digest(_stat_parts(paths) + class_names + [self.channels])
+        # the user's own train/val/test assignment per image (None: ResoMap splits)
+        self.predefined_splits = None if split_of is None else np.asarray(split_of)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -83,18 +92,11 @@ class ImageFolderOptions:
     root: str | None = None  # folder of class folders (root/<class>/<image>)
 
 
-@register_dataset("imagefolder", options=ImageFolderOptions, masks=False)
-def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
-    if not options.root:
-        raise DataError(
-            "data.dataset is 'imagefolder' but data.imagefolder.root is not set; "
-            "set data.imagefolder.root=<folder of class folders>"
-        )
-    root = Path(options.root).expanduser()
-    if not root.is_dir():
-        raise DataError(
-            f"data.imagefolder.root {root} does not exist or is not a folder; point it at a folder of class folders"
-        )
+PREDEFINED = ("train", "val", "test")
+_SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+
+
+def _class_folders(root: Path) -> tuple[list[str], list[Path], list[int]]:
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise DataError(f"data.imagefolder.root {root} has no class folders; put images under {root}/<class name>/")
@@ -108,13 +110,58 @@ def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
             )
         paths += files
         labels += [k] * len(files)
+    return classes, paths, labels
+
+
+def _split_folders(root: Path) -> dict[str, Path] | None:
+    """root/train/<class>/, root/val/<class>/ (or valid, validation), root/test/<class>/, as torchvision users keep
+    them: every subfolder is a split name and there is a train split."""
+    subs = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    found = {_SPLIT_NAMES.get(p.name.lower()): p for p in subs}
+    if subs and None not in found and "train" in found and len(found) == len(subs) >= 2:
+        return found
+    return None
+
+
+def _predefined(root: Path, folders: dict[str, Path]) -> FileDataset:
+    per_split = {split: _class_folders(folder) for split, folder in folders.items()}
+    classes = sorted({c for names, _, _ in per_split.values() for c in names})
+    index = {name: k for k, name in enumerate(classes)}
+    paths: list[Path] = []
+    labels: list[int] = []
+    split_of: list[str] = []
+    for split, (names, files, labs) in per_split.items():
+        paths += files
+        labels += [index[names[k]] for k in labs]
+        split_of += [split] * len(files)
+    shown = ", ".join(f"{s} {split_of.count(s)}" for s in PREDEFINED if s in folders)
+    log.info("imagefolder %s: %d images in %d classes, predefined splits (%s)", root, len(paths), len(classes), shown)
+    return FileDataset(paths, labels, classes, "imagefolder", split_of)
+
+
+@register_dataset("imagefolder", options=ImageFolderOptions, masks=False)
+def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
+    if not options.root:
+        raise DataError(
+            "data.dataset is 'imagefolder' but data.imagefolder.root is not set; "
+            "set data.imagefolder.root=<folder of class folders>"
+        )
+    root = Path(options.root).expanduser()
+    if not root.is_dir():
+        raise DataError(
+            f"data.imagefolder.root {root} does not exist or is not a folder; point it at a folder of class folders"
+        )
+    folders = _split_folders(root)
+    if folders is not None:
+        return _predefined(root, folders)
+    classes, paths, labels = _class_folders(root)
     log.info("imagefolder %s: %d images in %d classes", root, len(paths), len(classes))
     return FileDataset(paths, labels, classes, "imagefolder")
 
 
 @dataclass(frozen=True)
 class CsvOptions:
-    manifest: str | None = None  # file with path,label rows (paths relative to the file)
+    manifest: str | None = None  # file with path,label[,split] rows (paths relative to the file; split: train/val/test)
 
 
 @register_dataset("csv", options=CsvOptions, masks=False)
@@ -143,5 +190,15 @@ def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
     index = {name: k for k, name in enumerate(classes)}
     paths = [manifest.parent / r["path"] for r in rows]
     labels = [index[r["label"]] for r in rows]
+    split_of = None
+    if "split" in fields:  # the user's own train/val/test assignment
+        split_of = [_SPLIT_NAMES.get(r.get("split", "").lower()) for r in rows]
+        bad = [r.get("split", "") for r, s in zip(rows, split_of) if s is None]
+        if bad:
+            raise DataError(
+                f"data.csv.manifest {manifest}: split {bad[0]!r} is not train, val or test; fix the split column"
+            )
+        if "train" not in split_of:
+            raise DataError(f"data.csv.manifest {manifest}: no row has split 'train'; add training images")
     log.info("csv %s: %d images in %d classes", manifest, len(paths), len(classes))
-    return FileDataset(paths, labels, classes, "csv")
+    return FileDataset(paths, labels, classes, "csv", split_of)

@@ -57,3 +57,29 @@ def split_indices(
             f"data.split.test={test} ({exc}); add images or raise data.limit"
         ) from None
     return {"train": np.sort(train_idx), "val": np.sort(val_idx), "test": np.sort(test_idx)}
+
+
+def carve(
+    indices: np.ndarray, labels: np.ndarray, fraction: float, seed: int, what: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rest, carved): a stratified `fraction` of `indices` taken out (a split the user's folders do not have)."""
+    from sklearn.model_selection import train_test_split
+
+    try:
+        rest, carved = train_test_split(indices, test_size=fraction, stratify=labels, random_state=seed % 2**32)
+    except ValueError as exc:
+        raise DataError(f"cannot carve a stratified {what} split from {len(indices)} training images ({exc})") from None
+    return np.sort(rest), np.sort(carved)
+
+
+def predefined_positions(
+    rows: np.ndarray, split_of: np.ndarray, labels: np.ndarray, val: float, test: float, seed: int
+) -> dict[str, np.ndarray]:
+    """The user's own splits (`split_of[i]` for each of `rows`); a missing val or test split is carved from train
+    with the data.split fraction (of the training images)."""
+    positions = {s: np.sort(rows[split_of == s]) for s in SPLITS}
+    for split, fraction, salt in (("test", test, 2), ("val", val, 3)):
+        if len(positions[split]) == 0:
+            train = positions["train"]
+            positions["train"], positions[split] = carve(train, labels[train], fraction, seed + salt, split)
+    return positions
