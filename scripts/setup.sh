@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Create or reuse .venv and install ResoMap into it. Idempotent: a second run with unchanged requirements
-# installs nothing. Usage: bash scripts/setup.sh [--dev]
+# installs nothing. Versions come from requirements.lock (refresh it with scripts/lock.sh).
+# Usage: bash scripts/setup.sh [--dev]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
 [ "${1:-}" = "--dev" ] && extras="[dev]"
 stamp=".venv/.resomap-installed${extras:+-dev}"
-want=$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+want=$(cat requirements.txt requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import resomap" 2>/dev/null; then
   echo "setup: .venv is up to date"
   exit 0
@@ -18,12 +19,12 @@ if ! command -v uv >/dev/null 2>&1; then
 fi
 if command -v uv >/dev/null 2>&1; then
   [ -x .venv/bin/python ] || uv venv --quiet --python "$py" .venv
-  uv pip install --quiet --python .venv/bin/python -e ".${extras}"
+  uv pip install --quiet --python .venv/bin/python -c requirements.lock -e ".${extras}"
 else
   echo "setup: uv not available, using pip (slower)"
   [ -x .venv/bin/python ] || "$py" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".${extras}"
+  .venv/bin/python -m pip install --quiet -c requirements.lock -e ".${extras}"
 fi
 echo "$want" > "$stamp"
 echo "setup: installed into .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
