@@ -1,0 +1,284 @@
+"""resomap.stats against known answers: bootstrap coverage, McNemar vs statsmodels/scipy, seed t-intervals, Holm,
+the resolution recommendation, Pareto front, and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+
+from resomap import stats
+from resomap.errors import ConfigError
+
+
+def _pair_from_table(n00: int, n01: int, n10: int, n11: int) -> tuple[np.ndarray, np.ndarray]:
+    """Correctness arrays of models A and B whose 2x2 table (rows A wrong/right, columns B wrong/right) is given."""
+    a = np.array([False] * n00 + [False] * n01 + [True] * n10 + [True] * n11)
+    b = np.array([False] * n00 + [True] * n01 + [False] * n10 + [True] * n11)
+    return a, b
+
+
+def _resolution_data(accuracy: dict[int, float], *, seeds: int = 2, images: int = 300, noise: float = 0.05, seed=0):
+    """Same images for every resolution: a shared difficulty u per (seed, image); an image is right at a resolution
+    when u < accuracy, except a fraction `noise` of entries redrawn per resolution (equal accuracies differ a bit)."""
+    rng = np.random.default_rng(seed)
+    u = rng.random((seeds, images))
+    out = {}
+    for res, acc in accuracy.items():
+        redraw = rng.random((seeds, images)) < noise
+        out[res] = np.where(redraw, rng.random((seeds, images)) < acc, u < acc)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ bootstrap
+
+
+def test_bootstrap_interval_covers_true_accuracy_at_nominal_rate():
+    # 400 simulated test sets of 199 Bernoulli(0.8) images, 90% BCa intervals with 500 resamples each.
+    # 199 images, not 200: 0.8 is then not a possible accuracy, so it never sits exactly on an interval end (with
+    # 200 images it does ~2.5% of the time and the inclusive coverage reads ~0.92). Measured over 3000 sets, this
+    # procedure covers 0.903. The observed coverage is a Binomial(400, c) proportion, sd sqrt(0.9 * 0.1 / 400) = 0.015:
+    # [0.85, 0.95] is more than 3 sd from 0.90 on both sides (a false failure for ~1 seed in 1000), and still
+    # rejects a miscalibrated interval (an 80% or a 99% one).
+    rng = np.random.default_rng(2024)
+    p, level, sets = 0.8, 0.9, 400
+    covered = 0
+    for i in range(sets):
+        iv = stats.bootstrap_accuracy(rng.random(199) < p, level=level, resamples=500, seed=i)
+        assert iv.available and iv.low <= iv.estimate <= iv.high
+        covered += iv.low <= p <= iv.high
+    assert 0.85 <= covered / sets <= 0.95
+
+
+def test_bootstrap_accuracy_pools_seeds_and_resamples_images():
+    rng = np.random.default_rng(0)
+    correct = rng.random((3, 100)) < 0.7
+    iv = stats.bootstrap_accuracy(correct, resamples=300)
+    assert iv.n == 100 and iv.estimate == pytest.approx(correct.mean())
+    assert iv.low < iv.estimate < iv.high
+    again = stats.bootstrap_accuracy(correct, resamples=300)
+    assert (again.low, again.high) == (iv.low, iv.high)  # seeded: reproducible
+    json.dumps(iv.to_dict())
+
+
+def test_bootstrap_all_correct_is_zero_width_with_a_reason_not_nan():
+    iv = stats.bootstrap_accuracy(np.ones(50, bool), resamples=200)
+    assert iv.available and iv.estimate == iv.low == iv.high == 1.0
+    assert "zero-width" in iv.reason
+
+
+def test_macro_f1_matches_sklearn_including_absent_classes():
+    f1_score = pytest.importorskip("sklearn.metrics").f1_score
+    rng = np.random.default_rng(1)
+    for _ in range(30):  # 6 classes, 8 images: resamples routinely miss classes in y_true, y_pred or both
+        yt, yp = rng.integers(0, 6, 8), rng.integers(0, 6, 8)
+        want = f1_score(yt, yp, average="macro", zero_division=0)
+        assert stats._macro_f1(yt, yp, 6) == pytest.approx(want)
+    batch_t, batch_p = rng.integers(0, 4, (5, 12)), rng.integers(0, 4, (5, 12))  # vectorized over rows
+    want = [f1_score(t, p, average="macro", zero_division=0) for t, p in zip(batch_t, batch_p)]
+    np.testing.assert_allclose(stats._macro_f1(batch_t, batch_p, 4), want)
+
+
+def test_bootstrap_metric_macro_f1_and_accuracy():
+    rng = np.random.default_rng(3)
+    y_true = np.array(["cat", "dog", "owl"])[rng.integers(0, 3, 150)]
+    y_pred = np.where(rng.random(150) < 0.75, y_true, "dog")
+    f1 = stats.bootstrap_metric(y_true, y_pred, metric="macro_f1", resamples=300)
+    acc = stats.bootstrap_metric(y_true, y_pred, metric="accuracy", resamples=300)
+    assert acc.estimate == pytest.approx(np.mean(y_true == y_pred))
+    assert f1.available and f1.low < f1.estimate < f1.high
+    assert acc.available and acc.low < acc.estimate < acc.high
+
+
+# ------------------------------------------------------------------------------------------------ seeds
+
+
+def test_seed_interval_is_the_student_t_interval():
+    values = [0.81, 0.79, 0.84, 0.80]
+    iv = stats.seed_interval(values, level=0.9)
+    sem = np.std(values, ddof=1) / math.sqrt(4)
+    low, high = sps.t.interval(0.9, df=3, loc=np.mean(values), scale=sem)
+    assert iv.estimate == pytest.approx(0.81) and iv.std == pytest.approx(np.std(values, ddof=1))
+    assert (iv.low, iv.high) == (pytest.approx(low), pytest.approx(high))
+    assert iv.n == 4 and iv.available
+
+
+def test_seed_interval_one_seed_is_unavailable():
+    iv = stats.seed_interval([0.8])
+    assert not iv.available and iv.reason == "one seed: no spread across seeds"
+    assert iv.estimate == 0.8 and iv.low is None and iv.high is None
+    assert json.dumps(iv.to_dict())  # no NaN in the JSON
+    assert not stats.seed_interval([]).available
+    assert not stats.seed_interval([0.8, float("nan")]).available
+
+
+# ------------------------------------------------------------------------------------------------ paired tests
+
+
+def test_mcnemar_matches_statsmodels_and_exact_binomial():
+    n00, n01, n10, n11 = 40, 17, 6, 137
+    a, b = _pair_from_table(n00, n01, n10, n11)
+    t = stats.paired_test(a, b)
+    assert (t.b01, t.b10) == (17, 6)
+    assert t.p_value == pytest.approx(mcnemar([[n00, n01], [n10, n11]], exact=True).pvalue)
+    assert t.p_value == pytest.approx(sps.binomtest(17, 23, 0.5).pvalue)
+    assert t.effect == pytest.approx(b.mean() - a.mean()) and t.low < t.effect < t.high
+
+
+@pytest.mark.parametrize("b01,b10", [(17, 6), (15, 6), (14, 6), (10, 10), (0, 7), (30, 2)])
+def test_mcnemar_interval_excludes_zero_exactly_when_p_below_alpha(b01, b10):
+    a, b = _pair_from_table(50, b01, b10, 100)
+    for level in (0.9, 0.95, 0.99):
+        t = stats.paired_test(a, b, level=level)
+        assert (t.low > 0 or t.high < 0) == (t.p_value <= 1 - level)
+
+
+@pytest.mark.parametrize("method", ["mcnemar", "bootstrap"])
+@pytest.mark.parametrize("shape", [(120,), (3, 120)])
+def test_identical_models_are_never_different(method, shape):
+    correct = np.random.default_rng(5).random(shape) < 0.7
+    t = stats.paired_test(correct, correct.copy(), method=method, resamples=200)
+    assert t.available and t.p_value == 1.0 and t.effect == 0.0 and t.low == t.high == 0.0
+    rows = stats.compare_resolutions({32: correct, 64: correct.copy()}, method=method, resamples=200)
+    assert not rows[0].significant and rows[0].p_adjusted == 1.0
+
+
+@pytest.mark.parametrize("method", ["mcnemar", "bootstrap"])
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_clearly_better_model_is_significant_with_the_right_sign(method, seeds):
+    rng = np.random.default_rng(7)
+    weak, strong = rng.random((seeds, 300)) < 0.60, rng.random((seeds, 300)) < 0.95
+    t = stats.paired_test(weak, strong, method=method, resamples=500)
+    assert t.effect == pytest.approx(strong.mean() - weak.mean()) and t.effect > 0.25
+    assert t.p_value < 0.01 and 0 < t.low < t.effect < t.high
+    t_rev = stats.paired_test(strong, weak, method=method, resamples=500)
+    assert t_rev.effect == pytest.approx(-t.effect) and t_rev.high < 0 and t_rev.p_value < 0.01
+    assert (t.n_images, t.n_seeds) == (300, seeds)
+
+
+def test_bootstrap_paired_test_with_one_seed_agrees_with_mcnemar():
+    a, b = _pair_from_table(60, 20, 8, 112)  # the sign-flip test on one seed is a randomized McNemar test
+    exact = stats.paired_test(a, b).p_value
+    boot = stats.paired_test(a, b, method="bootstrap", resamples=2000).p_value
+    assert boot == pytest.approx(exact, abs=0.015)
+
+
+# ------------------------------------------------------------------------------------------------ Holm, resolutions
+
+
+def test_holm_matches_statsmodels_and_known_answer():
+    p = [0.01, 0.04, 0.03, 0.2, 0.001]
+    np.testing.assert_allclose(stats.holm(p), multipletests(p, method="holm")[1])
+    np.testing.assert_allclose(stats.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    assert stats.holm([]).size == 0
+    with pytest.raises(ConfigError):
+        stats.holm([0.5, 1.2])
+
+
+def test_compare_resolutions_gives_every_pair_holm_adjusted():
+    data = _resolution_data({16: 0.55, 32: 0.9, 64: 0.9, 128: 0.9})
+    rows = stats.compare_resolutions(data)
+    pairs = [(16, 32), (16, 64), (16, 128), (32, 64), (32, 128), (64, 128)]
+    assert [(r.resolution_a, r.resolution_b) for r in rows] == pairs
+    raw = [r.test.p_value for r in rows]
+    np.testing.assert_allclose([r.p_adjusted for r in rows], multipletests(raw, method="holm")[1])
+    assert all(r.significant == (r.p_adjusted < 0.05) for r in rows)
+    assert all(r.test.effect > 0.25 for r in rows[:3])  # 16 px clearly worse
+    assert json.dumps([r.to_dict() for r in rows])
+    assert len(stats.compare_resolutions({r: data[r] for r in (16, 32, 64)})) == 3
+    assert stats.compare_resolutions({32: data[32]}) == []
+
+
+def test_smallest_sufficient_resolution_skips_the_significantly_worse_one():
+    data = _resolution_data({16: 0.55, 32: 0.9, 64: 0.9, 128: 0.9})
+    rec = stats.smallest_sufficient_resolution(data)
+    assert rec.available and rec.resolution == 32 and rec.best_resolution in (32, 64, 128)
+    row16 = next(r for r in rec.rows if r.resolution_a == 16 and r.resolution_b == rec.best_resolution)
+    assert row16.significant and row16.test.effect > 0
+    assert "McNemar exact" in rec.reason and "level 0.95" in rec.reason and "16 px (0.5" in rec.reason
+    assert json.dumps(rec.to_dict())
+    assert stats.smallest_sufficient_resolution(data, method="bootstrap", resamples=500).resolution == 32
+
+
+def test_recommendation_reason_states_the_test_and_level_in_words():
+    a, b = _pair_from_table(30, 12, 8, 350)  # 128 px better by 4 / 400 = 0.01; McNemar p = binomtest(12, 20) = 0.50
+    rec = stats.smallest_sufficient_resolution({32: a, 128: b})
+    assert (rec.resolution, rec.best_resolution) == (32, 128)
+    prefix = "32 px: not significantly below the best (128 px: 0.905 vs 0.895, McNemar exact, Holm-adjusted p = 0.5 "
+    assert rec.reason.startswith(prefix + "at level 0.95); difference -0.010, 95% CI [")
+
+
+def test_smallest_sufficient_resolution_when_all_equal_is_the_smallest():
+    rng = np.random.default_rng(11)
+    same = rng.random((2, 200)) < 0.8
+    rec = stats.smallest_sufficient_resolution({64: same, 16: same.copy(), 32: same.copy()})
+    assert rec.resolution == 16 and rec.best_resolution == 16
+    noisy = _resolution_data({16: 0.8, 32: 0.8, 64: 0.8}, seed=3)
+    assert stats.smallest_sufficient_resolution(noisy).resolution == 16
+
+
+def test_margin_accepts_a_small_significant_drop():
+    a, b = _pair_from_table(20, 40, 10, 330)  # 128 px is significantly better by 30 / 400 = 0.075
+    assert stats.smallest_sufficient_resolution({32: a, 128: b}).resolution == 128
+    rec = stats.smallest_sufficient_resolution({32: a, 128: b}, margin=0.1)
+    assert rec.resolution == 32 and "margin" in rec.reason
+
+
+# ------------------------------------------------------------------------------------------------ Pareto
+
+
+def test_pareto_front_keeps_ties_and_drops_dominated():
+    points = [("a", 0.9, 10), ("b", 0.9, 10), ("c", 0.8, 5), ("d", 0.85, 12), ("e", 0.7, 5), ("f", 0.95, 40)]
+    front = stats.pareto_front(points)
+    assert [p.name for p in front] == ["c", "a", "b", "f"]
+    assert stats.pareto_front([]) == []
+
+
+# ------------------------------------------------------------------------------------------------ bad inputs
+
+GOOD = np.random.default_rng(0).random(50) < 0.7
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda: stats.bootstrap_accuracy(GOOD, level=0), id="level-0"),
+        pytest.param(lambda: stats.bootstrap_accuracy(GOOD, level=1.5), id="level-1.5"),
+        pytest.param(lambda: stats.seed_interval([0.8, 0.9], level=1.0), id="seed-level-1"),
+        pytest.param(lambda: stats.paired_test(GOOD, GOOD, level=-0.1), id="paired-level"),
+        pytest.param(lambda: stats.bootstrap_accuracy(GOOD, resamples=0), id="resamples-0"),
+        pytest.param(lambda: stats.bootstrap_metric(GOOD, GOOD, resamples=-5), id="resamples-neg"),
+        pytest.param(lambda: stats.paired_test(GOOD, GOOD[:40]), id="mismatched-pair"),
+        pytest.param(lambda: stats.compare_resolutions({32: GOOD, 64: GOOD[:40]}), id="mismatched-res"),
+        pytest.param(lambda: stats.bootstrap_metric([0, 1, 2], [0, 1]), id="mismatched-labels"),
+        pytest.param(lambda: stats.bootstrap_accuracy([0, 1, 2]), id="not-binary"),
+        pytest.param(lambda: stats.paired_test(GOOD, GOOD, method="ttest"), id="unknown-method"),
+        pytest.param(lambda: stats.smallest_sufficient_resolution({}), id="no-resolutions"),
+        pytest.param(lambda: stats.smallest_sufficient_resolution({32: GOOD}, margin=-0.1), id="bad-margin"),
+        pytest.param(lambda: stats.pareto_front([("a", float("nan"), 1)]), id="pareto-nan"),
+    ],
+)
+def test_bad_settings_raise_config_error_with_one_line_message(call):
+    with pytest.raises(ConfigError) as err:
+        call()
+    assert str(err.value) and "\n" not in str(err.value)
+
+
+def test_too_small_samples_are_unavailable_with_a_reason():
+    small = np.array([True, False, True, True, False])
+    for result in (
+        stats.bootstrap_accuracy(small),
+        stats.bootstrap_metric(small.astype(int), np.ones(5, int)),
+        stats.bootstrap_accuracy(np.zeros(0, bool)),
+        stats.paired_test(small, ~small, method="bootstrap"),
+    ):
+        assert not result.available and result.reason and "\n" not in result.reason
+        assert result.low is None and result.high is None
+    assert stats.paired_test(small, ~small).available  # McNemar's exact test is fine on few images
+    rec = stats.smallest_sufficient_resolution({16: ~small, 32: small}, method="bootstrap")  # 32 px best: test 16
+    assert not rec.available and rec.resolution is None and "at least" in rec.reason
