@@ -254,15 +254,13 @@ def test_sync_into_a_partly_logged_run_adds_only_missing_points(project: Path):
     run_id = tracker.start_run(trial.name, tags={TRIAL_KEY_TAG: trial.key})
     tracker.log_metrics(run_id, {"val/loss": 1.0}, step=0)
 
-    def open_run(tr, t, family, parent):
-        return tr.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{t.key}'")[0].info.run_id
-
-    report = sync_mod.sync_results([trial], tracker, open_run, None)
+    report = sync_mod.sync_results([trial], tracker, None)  # publish finds the run by its trial-key tag
     assert report.synced == [trial.name] and report.ok
     hist = tracker.client.get_metric_history(run_id, "val/loss")
     assert sorted((m.step, m.value) for m in hist) == [(0, 1.0), (1, 0.9)]
     assert json.loads((trial.summary_dir / "result.json").read_text())["tracked"] is True
-    assert sync_mod.sync_results([trial], tracker, open_run, None).already == [trial.name]
+    assert sync_mod.sync_results([trial], tracker, None).already == [trial.name]
+    assert len(tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{trial.key}'")) == 1
 
 
 def test_sync_names_the_same_tag_as_trials():

@@ -51,14 +51,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, cfg: Any, device: Any) -> int:
     from resomap.runtime import describe_device
     from resomap.sweep import Trial, run_trial
-    from resomap.tracking import Tracker
+    from resomap.tracking import NullTracker, make_tracker
     from resomap.training import distributed
 
     where = distributed.describe()
     print(f"device: {describe_device(device)}" + (f", {where}" if where else ""))
     rank0 = distributed.is_rank0()
-    tracker = Tracker(cfg) if cfg.mlflow.enabled and rank0 else None
-    if tracker:
+    tracker = make_tracker(cfg) if rank0 else NullTracker()
+    if tracker.enabled:
         print(f"MLflow: {tracker.uri} (experiment '{tracker.experiment_name}')")
     trial = Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)
     result = run_trial(trial, tracker=tracker, fresh=args.fresh, reraise=True)
@@ -88,8 +88,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
     extra = {"sweep.executor": args.executor} if args.executor else None
     cfg = _load(args, extra)
-    trials = plan(cfg)
     if args.dry_run:
+        trials = plan(cfg)
         states = describe_plan(trials)
         print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
         for trial, state in states:
@@ -112,7 +112,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_sync(args: argparse.Namespace) -> int:
     """Log the sweep's results that are not in MLflow yet (trained while the store was unreachable)."""
     from resomap.errors import ConfigError
-    from resomap.sweep.execute import sync_sweep
+    from resomap.sweep import sync_sweep
     from resomap.tracking import default_tracking_uri
 
     cfg = _load(args)

@@ -20,6 +20,13 @@ def _class_index(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a class index (integer), got {text!r}") from None
 
 
+def _source(args: argparse.Namespace) -> Any:
+    from resomap.analysis import CheckpointSource
+
+    preset = getattr(args, "preset", None)  # `analyze` has no --preset
+    return CheckpointSource(args.config_dir, preset, tuple(args.overrides), args.device)
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from resomap.analysis import ExplainRequest, explain_checkpoint, quality_table
 
@@ -31,10 +38,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         target=args.target,
         model=args.model,
         resolution=args.resolution,
-        config_dir=args.config_dir,
-        preset=args.preset,
-        overrides=tuple(args.overrides),
-        device=args.device,
+        source=_source(args),
     )
     report = explain_checkpoint(req)
     print(f"{report.model} at {report.resolution} px" + (f", CAM layer {report.cam_layer}" if report.cam_layer else ""))
@@ -56,9 +60,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         methods=tuple(args.methods or ()),
         num_samples=args.num_samples,
         profile_iters=args.profile_iters,
-        config_dir=args.config_dir,
-        overrides=tuple(args.overrides),
-        device=args.device,
+        source=_source(args),
     )
     report = analyze_checkpoints(req)
     print(report.summary_path.read_text(encoding="utf-8"), end="")

@@ -127,6 +127,21 @@ def _merged_meta(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
     return {k: meta[k] for k in _META_KEYS if k in meta} | {"epoch": meta.get("epoch")}
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointSource:
+    """How `resomap explain` / `resomap analyze` load checkpoints: the config for checkpoints without a
+    config.yaml beside them, overrides of the trial's config, the device (None: the config's system.device)."""
+
+    config_dir: str | None = "configs"
+    preset: str | None = None
+    overrides: tuple[str, ...] = ()
+    device: str | None = None
+
+    def load(self, path: str | Path, model: str | None = None, resolution: int | None = None) -> TrainedModel:
+        kw = {"config_dir": self.config_dir, "preset": self.preset, "overrides": self.overrides}
+        return load_trained(path, model=model, resolution=resolution, device=self.device, **kw)
+
+
 def load_trained(
     path: str | Path,
     *,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from resomap import data as data_pkg
-from resomap.analysis.checkpoints import TrainedModel, load_trained
+from resomap.analysis.checkpoints import CheckpointSource, TrainedModel
 from resomap.analysis.figures import method_overlays
 from resomap.config import Config, with_overrides
 from resomap.errors import CheckpointError, ExplainError
@@ -40,10 +40,7 @@ class ExplainRequest:
     target: int | None = None  # explain this class for every image; None: each image's true class
     model: str | None = None  # when given, must match the checkpoint
     resolution: int | None = None  # when given, must match the checkpoint
-    config_dir: str | None = "configs"  # used only when no config.yaml sits beside the checkpoint
-    preset: str | None = None
-    overrides: tuple[str, ...] = ()
-    device: str | None = None
+    source: CheckpointSource = dataclasses.field(default_factory=CheckpointSource)
 
 
 @dataclasses.dataclass
@@ -87,15 +84,7 @@ def explain_checkpoint(req: ExplainRequest) -> ExplainReport:
     methods = check_methods(req.methods)
     if req.num_samples is not None and req.num_samples < 1:
         raise ExplainError(f"--num-samples must be >= 1, got {req.num_samples}")
-    trained = load_trained(
-        req.checkpoint,
-        model=req.model,
-        resolution=req.resolution,
-        config_dir=req.config_dir,
-        preset=req.preset,
-        overrides=req.overrides,
-        device=req.device,
-    )
+    trained = req.source.load(req.checkpoint, req.model, req.resolution)
     if req.target is not None and not 0 <= req.target < trained.num_classes:
         names = ", ".join(f"{i}={n}" for i, n in enumerate(trained.meta.get("class_names") or []))
         raise ExplainError(

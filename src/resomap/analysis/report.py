@@ -1,4 +1,4 @@
-"""Text and JSON of an analysis: report.json, summary.txt, the quality table and the agreement matrices."""
+"""Text and JSON of an analysis: report.json, summary.txt and the quality table."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 
 from resomap.atomic import write_text
-from resomap.explain.compare import compare_all
-from resomap.explain.crossres import load_sweep_maps, mean_agreement
+from resomap.stages import Comparison
 from resomap.training import write_json_atomic
 
 REPORT_FILE = "report.json"
@@ -44,20 +43,6 @@ def clean(value: Any) -> Any:
     return value
 
 
-def agreement_matrices(entries: list[tuple[str, int, Path]], ec: Any) -> dict[str, dict[str, Any]]:
-    """'<model>/<method>' -> {'resolutions': [...], '<metric>': [[...]]}: agreement across resolutions."""
-    if not entries or ec is None:
-        return {}
-    maps, _ = load_sweep_maps(entries)
-    by_method, _, _ = compare_all(maps, ec)
-    out: dict[str, dict[str, Any]] = {}
-    for (model, method), agg in sorted(by_method.items()):
-        out[f"{model}/{method}"] = {"resolutions": list(agg.labels)} | {
-            metric: np.asarray(matrix).tolist() for metric, matrix in agg.matrices.items()
-        }
-    return out
-
-
 def format_table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)) for line in [header, *rows]]
@@ -75,14 +60,13 @@ def quality_table(quality: Mapping[str, Mapping[str, float]]) -> str:
     return format_table(["method", *metrics], rows)
 
 
-def summary_text(rows: list[dict[str, Any]], agreement_rows: list[dict], failed: Mapping[str, str]) -> str:
+def summary_text(rows: list[dict[str, Any]], agreement: Mapping[str, float], failed: Mapping[str, str]) -> str:
     header = ["model", "res", "seeds"] + [title for _, title, _ in _SUMMARY_COLUMNS]
     table = [
         [r["model"], str(r["resolution"]), str(r["seeds"])] + [_fmt(r.get(k), spec) for k, _, spec in _SUMMARY_COLUMNS]
         for r in rows
     ]
     text = "Trained checkpoints, tested on their test split (mean over seeds)\n" + format_table(header, table)
-    agreement = mean_agreement(agreement_rows)
     if agreement:
         text += "\nMean explanation agreement across resolutions\n"
         text += format_table(["model/method/metric", "mean"], [[k[10:], f"{v:.4f}"] for k, v in agreement.items()])
@@ -93,20 +77,20 @@ def summary_text(rows: list[dict[str, Any]], agreement_rows: list[dict], failed:
 
 def write_report(
     out_dir: Path,
-    results: list[dict[str, Any]],
+    models: list[dict[str, Any]],
     rows: list[dict[str, Any]],
-    agreement_rows: list[dict],
-    matrices: dict[str, dict[str, Any]],
+    comparison: Comparison,
     failed: Mapping[str, str],
 ) -> tuple[Path, Path]:
-    """report.json (every checkpoint's metrics, the summary rows, agreement) and summary.txt, atomically."""
+    """report.json (every checkpoint's result, the summary rows, agreement) and summary.txt, atomically."""
+    agreement = comparison.agreement
     payload = {
-        "models": results,
+        "models": models,
         "summary": rows,
-        "agreement": {"mean": mean_agreement(agreement_rows), "matrices": matrices, "pairs": agreement_rows},
+        "agreement": {"mean": agreement, "matrices": comparison.matrices, "pairs": comparison.rows},
         "failed": dict(failed),
     }
     report = write_json_atomic(out_dir / REPORT_FILE, json.loads(json.dumps(clean(payload), default=str)))
     summary = out_dir / SUMMARY_FILE
-    write_text(summary, summary_text(rows, agreement_rows, failed))
+    write_text(summary, summary_text(rows, agreement, failed))
     return report, summary

@@ -1,4 +1,4 @@
-"""Tables and figures from trial results (plain dicts): no training or model code here."""
+"""Tables and figures from trial results (TrialResults or their dicts): no training or model code here."""
 
 from resomap.reports.figures import save, sweep_figures
 from resomap.reports.summary import pareto_front, summary_rows, write_tables

@@ -1,6 +1,6 @@
 """Sweep summary: a table (CSV + JSON) with mean and std over seeds, and the figures drawn from it.
 
-Takes plain dicts (TrialResult.as dict), so it never touches models or training code.
+Takes TrialResults (anything with to_dict()) or their dicts, so it never touches models or training code.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float:
         return math.nan
 
 
-def summary_rows(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def summary_rows(results: Iterable[Any]) -> list[dict[str, Any]]:
     """One row per (model, resolution): mean and std over seeds of every column, and the seed count."""
     groups: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
-    for r in results:
+    for r in (r if isinstance(r, Mapping) else r.to_dict() for r in results):
         if r.get("status") == "FINISHED":
             groups[(r["model"], int(r["resolution"]))].append(r)
     rows = []

@@ -1,9 +1,9 @@
-"""Trials and sweeps: plan, run_trial, run_sweep, executors."""
+"""Trials and sweeps: plan (plan.py), Trial / TrialResult / run_trial (trial.py), run_sweep / sync_sweep
+(sweep.py), executors (executors.py) and the local-gpus worker process (worker.py)."""
 
-from resomap.sweep.execute import SweepOutcome, run_sweep
 from resomap.sweep.plan import describe_plan, plan, trial_state
-from resomap.sweep.runner import run_trial
-from resomap.sweep.trial import Trial, TrialResult, trial_key
+from resomap.sweep.sweep import SweepOutcome, run_sweep, sync_sweep
+from resomap.sweep.trial import Trial, TrialResult, run_trial, trial_key
 
 __all__ = [
     "SweepOutcome",
@@ -13,6 +13,7 @@ __all__ = [
     "plan",
     "run_sweep",
     "run_trial",
+    "sync_sweep",
     "trial_key",
     "trial_state",
 ]

@@ -3,6 +3,7 @@ per visible GPU, pinned with CUDA_VISIBLE_DEVICES), `ray` (a Ray task per trial,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -13,17 +14,19 @@ from collections.abc import Callable
 from typing import Any
 
 from resomap.config import Config, build, to_dict
+from resomap.config.groups import group_options
 from resomap.registry import Registry
-from resomap.sweep.runner import run_trial
-from resomap.sweep.trial import Trial, TrialResult
-from resomap.tracking import Tracker
+from resomap.sweep.trial import Trial, TrialResult, run_trial
+from resomap.tracking import make_tracker
 
 log = logging.getLogger(__name__)
 EXECUTORS: Registry[Callable[..., list[TrialResult]]] = Registry("executor", "resomap sweep --help")
 
 
-def register_executor(name: str):
-    return EXECUTORS.register(name)
+def register_executor(name: str, *, options: type | None = None):
+    """Decorator on `fn(trials, *, cfg, tracker, parent_run_id, progress, report) -> [TrialResult]`; `options`, a
+    frozen dataclass, holds the executor's own config keys `sweep.<name>.<field>`."""
+    return EXECUTORS.register(name, options=options)
 
 
 def get_executor(name: str) -> Callable[..., list[TrialResult]]:
@@ -44,15 +47,12 @@ def trial_spec(trial: Trial, parent_run_id: str | None) -> dict[str, Any]:
 
 def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict."""
-    import dataclasses
-
     if spec.get("cwd") and os.path.isdir(spec["cwd"]) and os.getcwd() != spec["cwd"]:
         os.chdir(spec["cwd"])  # a Ray worker may have been started elsewhere (on a cluster the path must be shared)
     cfg = build(spec["config"])
     trial = Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
-    tracker = Tracker(cfg) if cfg.mlflow.enabled else None
-    result = run_trial(trial, tracker=tracker, parent_run_id=spec.get("parent_run_id"))
-    return dataclasses.asdict(result)
+    result = run_trial(trial, tracker=make_tracker(cfg), parent_run_id=spec.get("parent_run_id"))
+    return result.to_dict()
 
 
 @register_executor("local")
@@ -123,7 +123,7 @@ def _collect(trial: Trial, proc: subprocess.Popen) -> TrialResult:
     out = proc.stdout.read() if proc.stdout else ""
     last = out.strip().splitlines()[-1] if out.strip() else ""
     try:
-        return TrialResult(**json.loads(last))
+        return TrialResult.from_dict(json.loads(last))
     except (ValueError, TypeError):
         return _lost(trial, f"worker exited with code {proc.returncode} and no result")
 
@@ -156,17 +156,25 @@ def _start_ray(cfg: Config) -> tuple[Any, bool]:
     if ray.is_initialized():
         return ray, False
     try:
-        ray.init(address=cfg.sweep.ray_address, include_dashboard=False, log_to_driver=False)
+        address = group_options(cfg.sweep, "ray").address
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"sweep.ray_address={cfg.sweep.ray_address!r}: cannot start or join Ray ({first})") from None
+        raise ConfigError(f"sweep.ray.address={address!r}: cannot start or join Ray ({first})") from None
     log.info("Ray: %s CPU(s), %s GPU(s)", ray.cluster_resources().get("CPU", 0), ray.cluster_resources().get("GPU", 0))
     return ray, True
 
 
-@register_executor("ray")
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+    address: str | None = None  # ray.init(address=...); null starts a local Ray
+    gpus_per_trial: float = 1.0  # Ray resource request per trial (on a GPU cluster)
+    cpus_per_trial: float = 1.0  # Ray resource request per trial
+
+
+@register_executor("ray", options=RayOptions)
 def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
-    """Each trial a Ray task with its CPU/GPU request; `sweep.ray_address` joins an existing cluster, null starts
+    """Each trial a Ray task with its CPU/GPU request; `sweep.ray.address` joins an existing cluster, null starts
     a local Ray over this machine's cores. A task is not retried: one that raises or dies fails only its trial
     (rerun it with --rerun-failed; it resumes from its last.pt). On a cluster, experiment.output_dir and the
     MLflow store must be reachable from every node."""
@@ -175,8 +183,9 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
     ray, started_here = _start_ray(cfg)
     import torch
 
-    gpus = cfg.sweep.gpus_per_trial if torch.cuda.is_available() or cfg.sweep.ray_address else 0
-    remote = ray.remote(num_cpus=cfg.sweep.cpus_per_trial, num_gpus=gpus, max_retries=0)(run_trial_from_spec)
+    opts = group_options(cfg.sweep, "ray")
+    gpus = opts.gpus_per_trial if torch.cuda.is_available() or opts.address else 0
+    remote = ray.remote(num_cpus=opts.cpus_per_trial, num_gpus=gpus, max_retries=0)(run_trial_from_spec)
     pending = {remote.remote(trial_spec(t, parent_run_id)): (t, time.perf_counter()) for t in trials}
     results = []
     try:
@@ -184,7 +193,7 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
             done, _ = ray.wait(list(pending), num_returns=1)
             trial, start = pending.pop(done[0])
             try:
-                result = TrialResult(**ray.get(done[0]))
+                result = TrialResult.from_dict(ray.get(done[0]))
             except Exception as exc:  # a task that raised or died (worker killed, node lost) fails only its trial
                 cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the task's own exception
                 result = _lost(trial, f"Ray task failed: {type(cause).__name__}: {cause}".splitlines()[0])

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
-from resomap.explain.registry import get_explainer
 from resomap.models import get_spec
 from resomap.sweep.trial import Trial, TrialResult
 
 STATES = ("done", "failed", "partial", "pending")
 
 
-def plan(cfg: Config) -> list[Trial]:
-    """models x resolutions x seeds, plus `include` pairs, minus `exclude` pairs; per-model overrides applied."""
+def plan(cfg: Config, check: bool = True) -> list[Trial]:
+    """models x resolutions x seeds, plus `include` pairs, minus `exclude` pairs; per-model overrides applied.
+    Unknown model names raise here; unknown explainer names too unless `check` is off (see check_plan)."""
     sw = cfg.sweep
     for name in sw.models:
         get_spec(name)  # unknown model names fail here, before anything runs
-    if cfg.explainability.enabled:
-        for method in [*cfg.explainability.methods, *cfg.explainability.sanity_methods]:
-            try:
-                get_explainer(method)
-            except UnknownNameError as exc:
-                raise ConfigError(f"explainability.methods: {exc}") from None
+    if check:
+        check_plan(cfg)
     for name in sw.model_overrides:  # overrides of models not in this grid are kept for other grids
         try:
             get_spec(name)
@@ -49,6 +44,19 @@ def plan(cfg: Config) -> list[Trial]:
         for seed in sw.seeds:
             trials.append(Trial(model, res, seed, cache[model]))
     return trials
+
+
+def check_plan(cfg: Config) -> None:
+    """The explainer names of the config exist. Apart from plan() because it imports every explainer's library
+    (a sweep with nothing left to run skips it: its results were made with these names)."""
+    from resomap.explain.registry import get_explainer
+
+    if cfg.explainability.enabled:
+        for method in [*cfg.explainability.methods, *cfg.explainability.sanity_methods]:
+            try:
+                get_explainer(method)
+            except UnknownNameError as exc:
+                raise ConfigError(f"explainability.methods: {exc}") from None
 
 
 def sweep_key(trials: list[Trial]) -> str:
@@ -80,7 +88,3 @@ def trial_state(trial: Trial) -> str:
 
 def describe_plan(trials: list[Trial]) -> list[tuple[Trial, str]]:
     return [(t, trial_state(t)) for t in trials]
-
-
-def output_root(cfg: Config) -> Path:
-    return Path(cfg.experiment.output_dir)

@@ -1,4 +1,5 @@
-"""One trial: a model at one resolution and seed, from data to a tracked, evaluated, summarised run."""
+"""One trial: a model at one resolution and seed (Trial), what it found (TrialResult), and run_trial: data ->
+model -> Trainer -> the stages of resomap.stages -> summary files -> publish to MLflow."""
 
 from __future__ import annotations
 
@@ -6,12 +7,16 @@ import dataclasses
 import hashlib
 import json
 import logging
+import shutil
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from resomap.atomic import write_text
 from resomap.config import Config, save_resolved, to_dict
+from resomap.errors import ConfigError, ResoMapError
+from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSummary
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,8 @@ def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
 
 @dataclasses.dataclass
 class TrialResult:
+    """What a trial (or `resomap analyze` of its checkpoint) found; result.json is its JSON (to_json/from_json)."""
+
     key: str
     name: str
     model: str
@@ -78,23 +85,46 @@ class TrialResult:
     train_time_s: float = 0.0
     best_checkpoint: str | None = None
     run_id: str | None = None
-    cross_resolution: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
-    profile: dict[str, Any] = dataclasses.field(default_factory=dict)
-    explain: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cross_resolution: dict[str, EvalMetrics] = dataclasses.field(default_factory=dict)  # test resolution -> metrics
+    profile: ProfileSummary | None = None
+    explain: ExplainSummary | None = None
     error: str | None = None
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)  # per-epoch metrics
     tracked: bool = False  # every MLflow call for this trial succeeded (else `resomap sync` logs it later)
     notes: list[str] = dataclasses.field(default_factory=list)
     finished_at: float = dataclasses.field(default_factory=time.time)
 
+    def apply(self, evaluation: Evaluation) -> None:
+        """Take the test, cross-resolution, profile and explanation results of resomap.stages.evaluate_trained."""
+        self.test = dict(evaluation.test.metrics)
+        self.cross_resolution = dict(evaluation.cross_resolution)
+        self.profile, self.explain = evaluation.profile, evaluation.explain
+        if evaluation.explain is not None:
+            self.notes += [f"explainer {m} failed: {r}" for m, r in evaluation.explain.failed.items()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON tree of result.json (a missing profile or explanation is {}, as files have always said)."""
+        data = dataclasses.asdict(self)
+        data["profile"] = data["profile"] or {}
+        data["explain"] = data["explain"] or {}
+        return data
+
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, default=str)
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in data.items() if k in names}
+        cross = fields.get("cross_resolution") or {}
+        fields["cross_resolution"] = {str(r): EvalMetrics.from_dict(m) for r, m in cross.items()}
+        fields["profile"] = ProfileSummary.from_dict(fields.get("profile") or {})
+        fields["explain"] = ExplainSummary.from_dict(fields.get("explain") or {})
+        return cls(**fields)
 
     @classmethod
     def from_json(cls, text: str) -> TrialResult:
-        data = json.loads(text)
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls.from_dict(json.loads(text))
 
     def summary_text(self) -> str:
         lines = [f"trial {self.name} ({self.family}), seed {self.seed}, key {self.key}: {self.status}"]
@@ -104,10 +134,8 @@ class TrialResult:
         for k, v in sorted(self.test.items()):
             lines.append(f"{k}: {v:.4f}")
         for res, metrics in sorted(self.cross_resolution.items(), key=lambda kv: int(kv[0])):
-            acc = metrics.get("accuracy", float("nan"))
-            f1 = metrics.get("macro_f1", float("nan"))
-            lines.append(f"tested at {res} px: accuracy {acc:.4f}, macro-F1 {f1:.4f}")
-        for k, v in sorted(self.profile.items()):
+            lines.append(f"tested at {res} px: accuracy {metrics.accuracy:.4f}, macro-F1 {metrics.macro_f1:.4f}")
+        for k, v in sorted(dataclasses.asdict(self.profile).items() if self.profile else []):
             lines.append(f"profile {k}: {v}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines) + "\n"
@@ -122,3 +150,245 @@ class TrialResult:
 
 def save_trial_config(trial: Trial, folder: Path) -> Path:
     return save_resolved(trial.cfg, folder / "config.yaml")
+
+
+# ---------------------------------------------------------------- running a trial
+
+
+def run_trial(
+    trial: Trial,
+    *,
+    tracker: Any = None,
+    parent_run_id: str | None = None,
+    fresh: bool = False,
+    reraise: bool = False,
+) -> TrialResult:
+    """Train and evaluate one trial, write its summary folder, then publish it to MLflow. A failure is recorded
+    in the result (and the run closed as FAILED with the reason), so a sweep goes on. With `reraise`, user errors
+    (ResoMapError) found while preparing data and model are raised before anything is written, and later ones
+    after the result is written and published."""
+    from resomap.models import get_spec
+    from resomap.runtime import apply_system, describe_device, resolve_device
+    from resomap.tracking import NullTracker
+    from resomap.training import distributed
+
+    tracker = tracker if tracker is not None else NullTracker()
+    device = resolve_device(trial.cfg.system)
+    apply_system(trial.cfg.system, device)
+    log.info("trial %s on %s", trial.name, describe_device(device))
+    family = get_spec(trial.model).family
+    result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
+    if not distributed.is_rank0():
+        return _follow_rank0(trial, device, family, result)
+    prepared, early = None, None
+    try:
+        prepared = _prepare(trial, trial.cfg, device)
+    except Exception as exc:
+        if reraise and isinstance(exc, ResoMapError):
+            raise
+        early = exc
+    live = _open_live_run(tracker, trial, result, parent_run_id)  # (tracker, run id) for per-epoch metrics
+    result.run_id = live[1]
+    failure = trial.summary_dir / "failure.txt"
+    try:
+        if early is not None:
+            raise early
+        _fit_with_oom_retry(trial, prepared, device, live, result, fresh)
+        result.status = "FINISHED"
+        failure.unlink(missing_ok=True)  # left by an earlier failed attempt
+    except Exception as exc:
+        result.status = "FAILED"
+        result.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        log.error("trial %s failed: %s", trial.name, result.error)
+        trial.summary_dir.mkdir(parents=True, exist_ok=True)
+        write_text(failure, "".join(traceback.format_exception(exc)))
+        if reraise and isinstance(exc, ResoMapError):
+            raise
+    finally:
+        result.finished_at = time.time()
+        result.tracked = False  # until publish has logged everything
+        result.save(trial.summary_dir)
+        _publish(trial, result, tracker, parent_run_id, prepared)
+    return result
+
+
+def _publish(trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any) -> None:
+    from resomap.models import unwrap
+    from resomap.tracking.publish import publish
+
+    model = example = None
+    if prepared is not None and result.status == "FINISHED" and trial.cfg.mlflow.log_model:
+        model, bundle = unwrap(prepared.model), prepared.bundle
+        example = bundle.normalize(bundle.images("test")[:2]).cpu().numpy()
+    run_id = publish(result, trial, tracker, parent_run_id, model=model, example=example)
+    if run_id is not None:
+        result.run_id, result.tracked = run_id, True
+        result.save(trial.summary_dir)
+
+
+def _open_live_run(tracker: Any, trial: Trial, result: TrialResult, parent_run_id: str | None):
+    """(tracker, run id) for live per-epoch logging; a NullTracker when the store is unreachable (the trial then
+    trains untracked and publish or `resomap sync` logs it later)."""
+    from resomap.tracking import NullTracker
+    from resomap.tracking.publish import open_run
+
+    if not tracker.enabled:
+        return tracker, None
+    try:
+        return tracker, open_run(tracker, trial, dataclasses.asdict(result), parent_run_id, reopen=True)
+    except Exception as exc:
+        tracker.failures.append(f"open run: {type(exc).__name__}: {exc}")
+        log.warning("MLflow unreachable (%s); %s trains untracked and is logged by `resomap sync`", exc, trial.name)
+        return NullTracker(), None
+
+
+def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
+    """last.pt of an interrupted attempt at this exact trial; checkpoints of another config are discarded."""
+    last = folder / "last.pt"
+    if folder.exists() and not fresh and last.exists():
+        old_key = _checkpoint_key(folder)
+        if old_key == key:
+            return last
+        log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
+    if folder.exists():
+        shutil.rmtree(folder)
+    return None
+
+
+def _checkpoint_key(folder: Path) -> str | None:
+    """The config hash last.pt was written for: from last.json, or from last.pt itself when a kill came between
+    the two writes."""
+    from resomap.training import load_checkpoint
+
+    try:
+        return json.loads((folder / "last.json").read_text(encoding="utf-8")).get("config_hash")
+    except (OSError, ValueError):
+        pass
+    try:
+        return load_checkpoint(folder / "last.pt").get("meta", {}).get("config_hash")
+    except ResoMapError:  # a torn or foreign file: start afresh
+        return None
+
+
+@dataclasses.dataclass
+class _Prepared:
+    cfg: Config
+    bundle: Any
+    model: Any
+    spec: Any
+
+
+def _prepare(trial: Trial, cfg: Config, device: Any) -> _Prepared:
+    """Data and model for the trial; bad input (data, model, weights) surfaces here, before anything is written."""
+    from resomap import data as data_pkg
+    from resomap import models as models_pkg
+    from resomap.runtime import seed_everything
+
+    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
+    seed_everything(trial.seed)  # weight init must not depend on what ran before in this process
+    model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
+    if cfg.system.grad_checkpointing and not models_pkg.set_grad_checkpointing(model, True):
+        raise ConfigError(f"system.grad_checkpointing is on but {trial.model} has no stages to checkpoint; turn it off")
+    return _Prepared(cfg, bundle, model, spec)
+
+
+def _follow_rank0(trial: Trial, device: Any, family: str, result: TrialResult) -> TrialResult:
+    """A rank > 0 under torchrun: the same data, model and fit (its shard of every epoch), resumed from what rank 0
+    chose; no files, no MLflow, no test evaluation (rank 0 does those)."""
+    from resomap.training import Trainer, distributed
+
+    prepared = _prepare(trial, trial.cfg, device)
+    resume = distributed.share_from_rank0(None)
+    callbacks = _callbacks(trial.cfg, trial.checkpoint_dir(family), {}, None, None)
+    trainer = Trainer(trial.cfg, device, callbacks=callbacks, run_name=trial.name)
+    fit = trainer.fit(prepared.model, prepared.bundle, resume_from=resume)
+    result.status, result.epochs_run, result.best_val = "FINISHED", len(fit.history), fit.best_score
+    return result
+
+
+def _fit_with_oom_retry(trial: Trial, prepared: _Prepared, device: Any, live: tuple, result: TrialResult, fresh):
+    """On CUDA out-of-memory, retry once with half the batch and twice the accumulation (same effective batch)."""
+    import torch
+
+    from resomap.config import with_overrides
+    from resomap.training import distributed
+
+    try:
+        _train_and_evaluate(trial, prepared, device, live, result, fresh)
+    except torch.cuda.OutOfMemoryError:
+        tc = prepared.cfg.training
+        if tc.batch_size < 2 or distributed.is_distributed():  # DDP ranks must keep the same batches
+            raise
+        half = {"training.batch_size": tc.batch_size // 2, "training.grad_accum_steps": tc.grad_accum_steps * 2}
+        note = f"CUDA out of memory at batch {tc.batch_size}; retried with batch {half['training.batch_size']}"
+        note += f" x {half['training.grad_accum_steps']} accumulation steps"
+        log.warning("%s: %s", trial.name, note)
+        result.notes.append(note)  # publish tags the run with it (resomap.oom_retry)
+        prepared.model.to("cpu")
+        torch.cuda.empty_cache()
+        retry = _prepare(trial, with_overrides(prepared.cfg, half, "out-of-memory retry"), device)
+        prepared.model, prepared.bundle = retry.model, retry.bundle  # what publish logs
+        _train_and_evaluate(trial, retry, device, live, result, fresh=True)
+
+
+def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tuple, result: TrialResult, fresh):
+    """Fit (checkpoints, early stopping, live MLflow epochs), then the stages on the best checkpoint."""
+    from resomap.stages import evaluate_trained
+    from resomap.training import Trainer, distributed, load_checkpoint
+
+    cfg, bundle, model = prepared.cfg, prepared.bundle, prepared.model
+    folder = trial.checkpoint_dir(prepared.spec.family)
+    resume = distributed.share_from_rank0(_resume_point(folder, trial.key, fresh))  # DDP: every rank resumes alike
+    folder.mkdir(parents=True, exist_ok=True)
+    save_trial_config(trial, folder)
+    save_trial_config(trial, trial.summary_dir)
+    meta = {
+        "model": trial.model,
+        "family": prepared.spec.family,
+        "resolution": trial.resolution,
+        "num_classes": bundle.num_classes,
+        "in_channels": bundle.channels,
+        "class_names": list(bundle.class_names),
+        "seed": trial.seed,
+        "config_hash": trial.key,
+    }
+    trainer = Trainer(cfg, device, callbacks=_callbacks(cfg, folder, meta, *live), run_name=trial.name)
+    start = time.perf_counter()
+    fit = trainer.fit(model, bundle, resume_from=resume)
+    result.train_time_s = time.perf_counter() - start
+    result.epochs_run = len(fit.history)
+    result.history = [{k: float(v) for k, v in h.items() if isinstance(v, int | float)} for h in fit.history]
+    result.best_val = fit.best_score
+    result.best_checkpoint = str(fit.best_path)
+    if fit.resumed_from_epoch is not None:
+        result.notes.append(f"resumed from last.pt after epoch {fit.resumed_from_epoch}")
+    payload = load_checkpoint(fit.best_path, expect={k: meta[k] for k in ("model", "resolution", "num_classes")})
+    model.load_state_dict(payload["model"])
+    found = evaluate_trained(
+        model,
+        prepared.spec,
+        bundle,
+        cfg,
+        title=trial.name,
+        seed=trial.seed,
+        device=device,
+        out_dir=trial.summary_dir,
+        trainer=trainer,
+    )
+    result.apply(found)
+
+
+def _callbacks(cfg: Config, folder: Path, meta: dict, tracker: Any, run_id: str | None) -> list[Any]:
+    from resomap.tracking import MlflowCallback
+    from resomap.training import EarlyStopping, TopKCheckpoint
+
+    tc = cfg.training
+    callbacks: list[Any] = [
+        TopKCheckpoint(folder, tc.checkpoint.monitor, tc.checkpoint.mode, tc.checkpoint.top_k, meta)
+    ]
+    if tc.early_stopping.enabled:
+        es = tc.early_stopping
+        callbacks.append(EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta))
+    if run_id is not None:
+        callbacks.append(MlflowCallback(tracker, run_id))
+    return callbacks

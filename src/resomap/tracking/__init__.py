@@ -1,5 +1,12 @@
-"""MLflow tracking: runs by explicit id, retries, per-epoch callback."""
+"""MLflow tracking: runs by explicit id, retries, per-epoch callback, and publishing a trial's results."""
 
-from resomap.tracking.mlflow_store import MlflowCallback, Tracker, artifact_root, default_tracking_uri
+from resomap.tracking.mlflow_store import (
+    MlflowCallback,
+    NullTracker,
+    Tracker,
+    artifact_root,
+    default_tracking_uri,
+    make_tracker,
+)
 
-__all__ = ["MlflowCallback", "Tracker", "artifact_root", "default_tracking_uri"]
+__all__ = ["MlflowCallback", "NullTracker", "Tracker", "artifact_root", "default_tracking_uri", "make_tracker"]

@@ -55,6 +55,8 @@ def artifact_root(cfg: Config) -> str:
 class Tracker:
     """One MLflow experiment; creates runs and logs to them by run id."""
 
+    enabled = True
+
     def __init__(self, cfg: Config, retries: int | None = None, backoff_s: float = 0.5, offline_s: float = 60.0):
         self.cfg = cfg
         self.uri = default_tracking_uri(cfg)
@@ -135,8 +137,30 @@ class Tracker:
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         self._soft("end run", self.client.set_terminated, run_id, status)
 
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a run RUNNING again (an interrupted attempt's run is reused, not duplicated)."""
+        self._soft("reopen run", self.client.update_run, run_id, status="RUNNING")
+
     def find_runs(self, filter_string: str) -> list[Any]:
         return self._call("search runs", self.client.search_runs, [self.experiment_id], filter_string, max_results=1000)
+
+    def get_run(self, run_id: str) -> Any:
+        """The run (info, params, latest metrics, tags); raises when the store cannot be reached."""
+        return self._call("get run", self.client.get_run, run_id)
+
+    def metric_history(self, run_id: str, key: str) -> list[Any]:
+        """Every logged point of one metric (.step, .value); raises when the store cannot be reached."""
+        return self._call("metric history", self.client.get_metric_history, run_id, key)
+
+    def artifact_paths(self, run_id: str) -> set[str]:
+        """Paths of the run's artifacts, two levels deep ('summary.txt', 'figures/x.png'); raises when the store
+        cannot be reached."""
+        paths: set[str] = set()
+        for item in self._call("list artifacts", self.client.list_artifacts, run_id):
+            paths.add(item.path)
+            if item.is_dir:
+                paths |= {f.path for f in self._call("list artifacts", self.client.list_artifacts, run_id, item.path)}
+        return paths
 
     def has_logged_model(self, run_id: str) -> bool:
         found = self._soft(
@@ -200,6 +224,46 @@ class Tracker:
                 )
         finally:
             mlflow.set_tracking_uri(previous)
+
+
+class NullTracker:
+    """The Tracker's public methods doing nothing: what a trial or sweep logs to when MLflow is off."""
+
+    enabled = False
+    uri = ""
+    experiment_name = ""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> None:
+        return None
+
+    def find_runs(self, filter_string: str) -> list[Any]:
+        return []
+
+    def get_run(self, run_id: str) -> None:
+        return None
+
+    def metric_history(self, run_id: str, key: str) -> list[Any]:
+        return []
+
+    def has_logged_model(self, run_id: str) -> bool:
+        return False
+
+    def artifact_paths(self, run_id: str) -> set[str]:
+        return set()
+
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    end_run = reopen_run = log_params = log_metrics = set_tags = _nothing
+    log_artifact = log_text = log_figure = log_model = _nothing
+
+
+def make_tracker(cfg: Config) -> Tracker | NullTracker:
+    """A Tracker when mlflow.enabled, else a NullTracker."""
+    return Tracker(cfg) if cfg.mlflow.enabled else NullTracker()
 
 
 def _permanent(exc: Exception) -> bool:

@@ -1,0 +1,342 @@
+"""The steps after training, shared by `resomap sweep`, `resomap train` and `resomap analyze`.
+
+Each step returns a typed value that resomap.sweep.trial.TrialResult holds:
+- test_stage: the model on its test split (+ confusion matrix) -> EvalResult;
+- test_across_resolutions: the same model on the test split at every resolution of the sweep -> EvalMetrics each;
+- profile_stage: cost at its resolution (profile.txt/json written) -> ProfileSummary;
+- explain_stage: maps of the probe set, scored (explanations.npz written) -> ExplainSummary;
+- evaluate_trained: the four above in order, as a sweep trial and `resomap analyze` run them;
+- compare_stage: over many trials, the explanations of each model compared across resolutions -> Comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def _fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of `data` that are fields of the dataclass `cls` (older or newer files may hold others)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclasses.dataclass
+class EvalMetrics:
+    """A model tested at one resolution (the cross-resolution matrix keeps these two)."""
+
+    accuracy: float = math.nan
+    macro_f1: float = math.nan
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvalMetrics:
+        return cls(**{k: float(v) for k, v in _fields(cls, data).items()})
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Trainer.evaluate on a test split: `metrics` named '<prefix>/<name>', and the labels behind them."""
+
+    metrics: dict[str, float]
+    y_true: np.ndarray
+    y_pred: np.ndarray
+    prefix: str = "test"
+
+    @property
+    def summary(self) -> EvalMetrics:
+        return EvalMetrics(self.metrics[f"{self.prefix}/accuracy"], self.metrics[f"{self.prefix}/macro_f1"])
+
+
+@dataclasses.dataclass
+class ProfileSummary:
+    """The figures of a ModelProfile that results, tables and plots use (profile.json keeps all of them)."""
+
+    params_m: float
+    gmacs: float
+    gflops: float
+    latency_median_ms: float
+    latency_p90_ms: float
+    latency_p99_ms: float | None = None  # absent in results written before it was kept
+    throughput_inference_ips: float | None = None
+    throughput_train_ips: float | None = None
+    peak_memory_mb: float | None = None
+    batch_size: int = 1
+    device: str = ""
+
+    @classmethod
+    def from_profile(cls, prof: Any) -> ProfileSummary:
+        return cls(
+            params_m=prof.params_m,
+            gmacs=prof.gmacs,
+            gflops=prof.gflops,
+            latency_median_ms=prof.latency.median_ms,
+            latency_p90_ms=prof.latency.p90_ms,
+            latency_p99_ms=prof.latency.p99_ms,
+            throughput_inference_ips=prof.inference_images_per_s,
+            throughput_train_ips=prof.train_images_per_s,
+            peak_memory_mb=prof.memory.peak_mb,
+            batch_size=prof.batch_size,
+            device=prof.device_name,
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProfileSummary | None:
+        return cls(**_fields(cls, data)) if data else None
+
+
+@dataclasses.dataclass
+class ExplainSummary:
+    """Where the maps are, their quality metrics ('explain/<method>/<metric>'), and what failed."""
+
+    maps: str | None = None
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
+    cam_layer: str | None = None
+    seconds: float = 0.0
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_outcome(cls, outcome: Any) -> ExplainSummary:
+        maps = str(outcome.maps_path) if outcome.maps_path else None
+        return cls(maps, dict(outcome.failed), outcome.cam_layer, round(outcome.seconds, 2), dict(outcome.metrics))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExplainSummary | None:
+        return cls(**_fields(cls, data)) if data else None
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """What evaluate_trained found for one trained model."""
+
+    test: EvalResult
+    cross_resolution: dict[str, EvalMetrics]
+    profile: ProfileSummary | None
+    explain: ExplainSummary | None
+
+
+@dataclasses.dataclass
+class Comparison:
+    """The cross-resolution comparison of a set of trials: files written, tidy agreement rows, the matrices."""
+
+    files: list[Path] = dataclasses.field(default_factory=list)
+    rows: list[dict] = dataclasses.field(default_factory=list)
+    matrices: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # '<model>/<method>' -> ...
+
+    @property
+    def agreement(self) -> dict[str, float]:
+        """Mean agreement across resolutions per model, method and metric (MLflow metric names)."""
+        from resomap.explain.crossres import mean_agreement
+
+        return mean_agreement(self.rows)
+
+
+# ---------------------------------------------------------------- stages of one trained model
+
+
+def evaluate_at(
+    model: Any,
+    cfg: Any,
+    resolution: int,
+    seed: int,
+    device: Any,
+    *,
+    trainer: Any = None,
+    bundle: Any = None,
+    num_classes: int | None = None,
+    prefix: str = "test",
+) -> EvalResult:
+    """The model on the test split at `resolution` (the trial's data and seed; `bundle` when already built)."""
+    from resomap import data as data_pkg
+    from resomap.training import Trainer
+
+    bundle = bundle if bundle is not None else data_pkg.build(cfg, resolution, seed, device)
+    trainer = trainer if trainer is not None else Trainer(cfg, device)
+    return _evaluate(trainer, model, bundle.test, prefix, num_classes)
+
+
+def _evaluate(trainer: Any, model: Any, loader: Any, prefix: str, num_classes: int | None) -> EvalResult:
+    metrics, y_true, y_pred = trainer.evaluate(model, loader, prefix=prefix, num_classes=num_classes)
+    return EvalResult({k: float(v) for k, v in metrics.items()}, y_true, y_pred, prefix)
+
+
+def test_stage(
+    model: Any, bundle: Any, trainer: Any, title: str, out_dir: Path, num_classes: int | None = None
+) -> EvalResult:
+    """The model on its own test split; confusion_matrix.png is written to `out_dir`."""
+    from resomap.training.metrics import confusion_matrix_figure
+
+    found = _evaluate(trainer, model, bundle.test, "test", num_classes)
+    log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
+    fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
+    return found
+
+
+def test_across_resolutions(
+    model: Any,
+    cfg: Any,
+    resolutions: Iterable[int],
+    own: tuple[int, EvalResult],
+    seed: int,
+    device: Any,
+    *,
+    trainer: Any = None,
+    num_classes: int | None = None,
+) -> dict[str, EvalMetrics]:
+    """The model tested at each resolution (FixRes-style train x test matrix); `own` = (its resolution, its test)."""
+    own_res, own_result = own
+    out: dict[str, EvalMetrics] = {}
+    for res in sorted(set(resolutions) | {own_res}):
+        if res == own_res:
+            out[str(res)] = own_result.summary
+        else:
+            found = evaluate_at(model, cfg, res, seed, device, trainer=trainer, num_classes=num_classes, prefix="x")
+            out[str(res)] = found.summary
+    return out
+
+
+def profile_stage(
+    model: Any,
+    cfg: Any,
+    resolution: int,
+    in_channels: int,
+    device: Any,
+    out_dir: Path,
+    *,
+    model_name: str,
+    warmup: int | None = None,
+    iters: int | None = None,
+) -> ProfileSummary:
+    """The model profiled at its resolution with cfg.profiling (warmup/iters may be overridden)."""
+    import torch
+
+    from resomap.profiling import profile, save_profile
+
+    pc = cfg.profiling
+    prof = profile(
+        model,
+        resolution,
+        in_channels=in_channels,
+        batch_size=pc.batch_size,
+        device=device,
+        precision=cfg.system.precision,
+        warmup=pc.warmup if warmup is None else warmup,
+        iters=pc.iters if iters is None else iters,
+        train_batch_size=pc.train_batch_size,
+        model_name=model_name,
+    )
+    save_profile(prof, out_dir)
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+    return ProfileSummary.from_profile(prof)
+
+
+def explain_stage(
+    model: Any, spec: Any, bundle: Any, cfg: Any, seed: int, out_dir: Path, device: Any
+) -> ExplainSummary:
+    """explain_trial on the probe set: maps saved to out_dir/explanations.npz, scored."""
+    from resomap.explain.run import explain_trial
+
+    return ExplainSummary.from_outcome(explain_trial(model, spec, bundle, cfg, seed, out_dir, device))
+
+
+def evaluate_trained(
+    model: Any,
+    spec: Any,
+    bundle: Any,
+    cfg: Any,
+    *,
+    title: str,
+    seed: int,
+    device: Any,
+    out_dir: Path,
+    trainer: Any = None,
+    num_classes: int | None = None,
+    profile_warmup: int | None = None,
+    profile_iters: int | None = None,
+) -> Evaluation:
+    """Test, test at every resolution of cfg.sweep, profile (profiling.enabled), explain (explainability.enabled)."""
+    from resomap.models import unwrap
+    from resomap.training import Trainer
+
+    trainer = trainer if trainer is not None else Trainer(cfg, device)
+    test = test_stage(model, bundle, trainer, title, out_dir, num_classes)
+    own = (bundle.resolution, test)
+    kw = {"trainer": trainer, "num_classes": num_classes}
+    cross = test_across_resolutions(model, cfg, cfg.sweep.resolutions, own, seed, device, **kw)
+    plain = unwrap(model)
+    prof = None
+    if cfg.profiling.enabled:
+        prof = profile_stage(
+            plain,
+            cfg,
+            bundle.resolution,
+            bundle.channels,
+            device,
+            out_dir,
+            model_name=spec.name,
+            warmup=profile_warmup,
+            iters=profile_iters,
+        )
+    explain = None
+    if cfg.explainability.enabled:
+        explain = explain_stage(plain.to(device), spec, bundle, cfg, seed, out_dir, device)
+    return Evaluation(test, cross, prof, explain)
+
+
+# ---------------------------------------------------------------- across trials
+
+
+def compared_trials(results: Iterable[Any]) -> list[Any]:
+    """The trials whose maps are compared: per model, its lowest seed among the finished trials with maps
+    (maps of one seed hold the same probe images at every resolution)."""
+    done = [r for r in results if r.status == "FINISHED" and r.explain is not None and r.explain.maps]
+    seed: dict[str, int] = {}
+    for r in done:
+        seed[r.model] = min(seed.get(r.model, r.seed), r.seed)
+    return [r for r in done if r.seed == seed[r.model]]
+
+
+def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path) -> Comparison:
+    """Agreement of the chosen trials' maps across resolutions (and methods): figures, agreement.csv, matrices."""
+    chosen = compared_trials(results)
+    if not chosen or ec is None:
+        return Comparison()
+    from resomap.explain.crossres import compare_sweep, write_rows
+
+    entries = [(r.model, r.resolution, Path(r.explain.maps)) for r in chosen]
+    quality = {(r.model, r.resolution): r.explain.metrics for r in chosen}
+    files, rows = compare_sweep(entries, quality, ec, out_dir)
+    if rows:
+        files.append(write_rows(rows, out_dir / "agreement.csv"))
+    return Comparison(files, rows, _matrices(rows))
+
+
+def _matrices(rows: list[dict]) -> dict[str, dict[str, Any]]:
+    """'<model>/<method>' -> {'resolutions': [...], '<metric>': [[...]]} from the resolution pairs of `rows`."""
+    pairs: dict[str, dict[str, dict[tuple[int, int], float]]] = defaultdict(lambda: defaultdict(dict))
+    for row in rows:
+        if row.get("kind") == "resolution":
+            pairs[f"{row['model']}/{row['method']}"][row["metric"]][(row["a"], row["b"])] = row["value"]
+    out: dict[str, dict[str, Any]] = {}
+    for name, by_metric in sorted(pairs.items()):
+        labels = sorted({x for values in by_metric.values() for pair in values for x in pair})
+        index = {r: i for i, r in enumerate(labels)}
+        entry: dict[str, Any] = {"resolutions": labels}
+        for metric, values in by_metric.items():
+            matrix = np.eye(len(labels))
+            for (a, b), value in values.items():
+                matrix[index[a], index[b]] = matrix[index[b], index[a]] = value
+            entry[metric] = matrix.tolist()
+        out[name] = entry
+    return out

@@ -1,0 +1,238 @@
+"""Log one trial to MLflow from its result and its summary folder: `publish`, used after every trial and by
+`resomap sync`.
+
+The trial's run is found by its trial-key tag (else created, under the sweep's parent run when there is one), so
+no run is ever made twice. Then: params, tags (trial key, model, family, resolution, seed, CAM layer, failed
+explainers, failure), the per-epoch history (step = epoch), test, `test_at_<res>/accuracy`, profile and
+explanation metrics, the summary folder's files, the best checkpoint (mlflow.log_checkpoint), the model
+(mlflow.log_model), and the run is closed with the trial's status. Only what the run does not hold yet is logged
+(metric points by key and step, params by key, files by path; result.json and the small text files are always
+refreshed), so publishing again changes nothing, and the points MlflowCallback logged live are not repeated.
+
+It knows runs and result files, not sweeps: `trial` is anything with key, name, cfg and summary_dir
+(resomap.sweep.Trial), `result` a TrialResult (anything with to_dict()) or its dict.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from resomap.config import Config, flatten
+
+log = logging.getLogger(__name__)
+
+TRIAL_KEY_TAG = "resomap.trial_key"
+ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
+NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
+ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
+
+
+class PublishTrial(Protocol):
+    """What publish needs of a planned trial (resomap.sweep.Trial has it)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def summary_dir(self) -> Path: ...
+
+    @property
+    def cfg(self) -> Config: ...
+
+
+def trial_params(cfg: Config, model: str, family: str, resolution: int, seed: int) -> dict[str, Any]:
+    """The params of a trial's run: its resolved config (without sweep.*) plus what identifies the trial."""
+    params: dict[str, Any] = {k: v for k, v in flatten(cfg).items() if not k.startswith("sweep.")}
+    params.update({"model": model, "family": family, "resolution": resolution, "seed": seed})
+    return params
+
+
+def trial_tags(key: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        TRIAL_KEY_TAG: key,
+        "resomap.kind": "trial",
+        **{k: data[k] for k in ("model", "family", "resolution", "seed")},
+    }
+
+
+def open_run(tracker: Any, trial: PublishTrial, data: Mapping[str, Any], parent_run_id: str | None, reopen: bool):
+    """The trial's run id: the one found by its trial-key tag (reopened when `reopen`), else a new one with its
+    tags and params. Raises when the store cannot be reached."""
+    existing = tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{trial.key}'")
+    if existing:
+        run_id = existing[0].info.run_id
+        if reopen:
+            tracker.reopen_run(run_id)
+            log.info("reusing MLflow run %s for %s", run_id, trial.name)
+        return run_id
+    run_id = tracker.start_run(trial.name, tags=trial_tags(trial.key, data), parent_run_id=parent_run_id)
+    params = trial_params(trial.cfg, data["model"], data.get("family", ""), data["resolution"], data["seed"])
+    tracker.log_params(run_id, params)
+    return run_id
+
+
+def publish(
+    result: Any,
+    trial: PublishTrial,
+    tracker: Any,
+    parent_run_id: str | None = None,
+    *,
+    model: Any = None,
+    example: Any = None,
+) -> str | None:
+    """Make the trial's run hold everything of `result` and its summary folder, closed with its status.
+
+    Returns the run id when every call succeeded (the result may then say `tracked: true`), else None (the
+    reason is the tracker's last failure). `model` (+ `example` input) is logged when mlflow.log_model; without
+    it the best checkpoint is loaded."""
+    if not tracker.enabled:
+        return None
+    data = dict(result) if isinstance(result, Mapping) else result.to_dict()
+    before = len(tracker.failures)
+    try:
+        run_id = open_run(tracker, trial, data, parent_run_id, reopen=False)
+        run = tracker.get_run(run_id)
+        _log_content(tracker, run, trial, data, parent_run_id)
+        if trial.cfg.mlflow.log_model and data.get("status") == "FINISHED" and not tracker.has_logged_model(run_id):
+            _log_model(tracker, run_id, data, model, example)
+        tracker.log_text(run_id, json.dumps({**data, "tracked": True, "run_id": run_id}, indent=2), "result.json")
+        status = "FINISHED" if data.get("status") == "FINISHED" else "FAILED"
+        if run.info.status != status:
+            tracker.end_run(run_id, status)
+    except Exception as exc:
+        tracker.failures.append(f"publish {trial.name}: {type(exc).__name__}: {exc}")
+        log.warning("MLflow: %s not published (%s); `resomap sync` logs it later", trial.name, exc)
+        return None
+    return run_id if len(tracker.failures) == before else None
+
+
+def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, Any], parent: str | None) -> None:
+    run_id = run.info.run_id
+    tags = trial_tags(trial.key, data)
+    if parent and run.data.tags.get("mlflow.parentRunId") != parent:
+        tags["mlflow.parentRunId"] = parent  # trained while the parent could not be reached
+    if data.get("status") != "FINISHED":
+        tags["resomap.failure"] = data.get("error") or "unknown error"
+        if not (trial.summary_dir / "failure.txt").is_file():
+            tracker.log_text(run_id, f"{data.get('error')}\n(logged from result.json)\n", "failure.txt")
+    explain = data.get("explain") or {}
+    tags.update({f"resomap.explain_failed.{m}": r for m, r in (explain.get("failed") or {}).items()})
+    if explain.get("cam_layer"):
+        tags["resomap.cam_layer"] = explain["cam_layer"]
+    oom = [n for n in data.get("notes") or [] if n.startswith("CUDA out of memory")]
+    if oom:
+        tags["resomap.oom_retry"] = oom[-1]
+    if any(run.data.tags.get(k) != str(v) for k, v in tags.items()):
+        tracker.set_tags(run_id, tags)
+    params = trial_params(trial.cfg, data["model"], data.get("family", ""), data["resolution"], data["seed"])
+    missing = {k: v for k, v in params.items() if k not in run.data.params}
+    if missing:
+        tracker.log_params(run_id, missing)
+    _log_metrics_once(tracker, run, metric_points(data, trial.summary_dir))
+    _log_files(tracker, run_id, trial, data)
+
+
+def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, float]]:
+    """key -> {step: value}: per-epoch history (step = epoch index), then the step-0 summary metrics: test,
+    test_at_<res>/accuracy, explanation quality and the profile (ModelProfile.as_metrics of profile.json)."""
+    points: dict[str, dict[int, float]] = {}
+    for i, row in enumerate(data.get("history") or []):
+        step = int(row.get("epoch", i))
+        for key, value in row.items():
+            if _is_number(value):
+                points.setdefault(key, {})[step] = float(value)
+    flat = dict(data.get("test") or {})
+    for res, metrics in (data.get("cross_resolution") or {}).items():
+        if "accuracy" in metrics:
+            flat[f"test_at_{res}/accuracy"] = metrics["accuracy"]
+    flat.update((data.get("explain") or {}).get("metrics") or {})
+    if data.get("profile") and (folder / "profile.json").is_file():
+        from resomap.profiling import load_profile
+
+        flat.update(load_profile(folder / "profile.json").as_metrics())
+    for key, value in flat.items():
+        if _is_number(value):
+            points.setdefault(key, {})[0] = float(value)
+    return points
+
+
+def _log_metrics_once(tracker: Any, run: Any, points: dict[str, dict[int, float]]) -> None:
+    """Log the points the run does not hold yet (a metric it has is checked step by step)."""
+    run_id = run.info.run_id
+    by_step: dict[int, dict[str, float]] = {}
+    for key, steps in points.items():
+        have: set[int] = set()
+        if key in run.data.metrics:
+            have = {m.step for m in tracker.metric_history(run_id, key)}
+        for step, value in steps.items():
+            if step not in have:
+                by_step.setdefault(step, {})[key] = value
+    for step, metrics in sorted(by_step.items()):
+        tracker.log_metrics(run_id, metrics, step=step)
+
+
+def _log_files(tracker: Any, run_id: str, trial: PublishTrial, data: Mapping[str, Any]) -> None:
+    """The summary folder's files (figures under figures/, maps under explanations/, the profile under profile/)
+    and the best checkpoint under checkpoints/; a file the run holds already is not sent again."""
+    have = tracker.artifact_paths(run_id)
+    for path in sorted(trial.summary_dir.iterdir()) if trial.summary_dir.is_dir() else []:
+        if not path.is_file() or path.name == "result.json" or path.name.endswith("tmp"):
+            continue
+        folder = NAMED_FOLDERS.get(path.name) or ARTIFACT_FOLDERS.get(path.suffix)
+        if path.name in ALWAYS_REFRESHED or _join(folder, path.name) not in have:
+            tracker.log_artifact(run_id, path, folder)
+    best = data.get("best_checkpoint")
+    if (
+        trial.cfg.mlflow.log_checkpoint
+        and best
+        and Path(best).is_file()
+        and f"checkpoints/{Path(best).name}" not in have
+    ):
+        tracker.log_artifact(run_id, best, "checkpoints")
+
+
+def _join(folder: str | None, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def _log_model(tracker: Any, run_id: str, data: Mapping[str, Any], model: Any, example: Any) -> None:
+    """The trained model (given, else rebuilt from the best checkpoint) with an input example."""
+    import torch
+
+    from resomap.models.spec import input_channels
+
+    if model is None:
+        model = _load_best(data)
+        if model is None:
+            return
+    if example is None:
+        size = int(data["resolution"])
+        example = torch.zeros(2, input_channels(model), size, size).numpy()
+    tracker.log_model(run_id, model.cpu().eval(), example)
+
+
+def _load_best(data: Mapping[str, Any]) -> Any:
+    from resomap.config import load
+    from resomap.models import build_model
+    from resomap.training import load_checkpoint
+
+    best = data.get("best_checkpoint")
+    if not best or not Path(best).is_file():
+        return None
+    payload = load_checkpoint(best)
+    meta = payload.get("meta") or {}
+    cfg = load(Path(best).parent, None, ()) if (Path(best).parent / "config.yaml").is_file() else Config()
+    model, _ = build_model(data["model"], int(meta["num_classes"]), int(meta["in_channels"]), cfg.models)
+    model.load_state_dict(payload["model"])
+    return model
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
