@@ -11,6 +11,7 @@ import json
 import torch
 
 from resomap.config.schema import ExplainabilityConfig, ModelsConfig
+from resomap.explain.attribution import IntegratedGradientsOptions
 from resomap.explain.bench import gradcam_batched_vs_loop, ig_peak_memory
 from resomap.models import build_model
 
@@ -32,9 +33,10 @@ def main() -> None:
     model, spec = build_model(args.model, args.classes, 1, ModelsConfig())
     x = torch.randn(args.images, 1, args.resolution, args.resolution)
     t = torch.arange(args.images) % args.classes
-    cfg = ExplainabilityConfig(ig_steps=args.ig_steps, internal_batch_size=args.internal_batch_size)
+    cfg = ExplainabilityConfig()
+    ig_options = IntegratedGradientsOptions(steps=args.ig_steps, internal_batch_size=args.internal_batch_size)
     cam = gradcam_batched_vs_loop(model, spec, x, t, cfg)
-    ig = ig_peak_memory(model, spec, x[: args.ig_images], t[: args.ig_images], cfg)
+    ig = ig_peak_memory(model, spec, x[: args.ig_images], t[: args.ig_images], cfg, ig_options)
     print(json.dumps({"model": args.model, "resolution": args.resolution, "gradcam": cam, "ig": ig}, indent=2))
 
 

@@ -85,8 +85,13 @@ def main() -> int:
     try:
         sweep_dir = work / "sweep"
         print(f"preparing a finished 6-trial sweep in {sweep_dir} ...", flush=True)
-        first = subprocess.run([*CLI, "sweep", *SWEEP, f"experiment.output_dir={sweep_dir}"], cwd=work, text=True,
-                               capture_output=True, env=dict(os.environ, MPLBACKEND="Agg"))
+        first = subprocess.run(
+            [*CLI, "sweep", *SWEEP, f"experiment.output_dir={sweep_dir}"],
+            cwd=work,
+            text=True,
+            capture_output=True,
+            env=dict(os.environ, MPLBACKEND="Agg"),
+        )
         if first.returncode != 0:
             raise SystemExit(f"the sweep to rerun failed:\n{first.stderr[-3000:]}")
         cmds = commands(sweep_dir)
@@ -109,7 +114,9 @@ def main() -> int:
     rerun = statistics.median(times["rerun of a finished 6-trial sweep"])
     listing = [r for r in rows if r["command"] not in ("import torch", "rerun of a finished 6-trial sweep")]
     worst = max(listing, key=lambda r: r["ratio_to_torch_import"])
-    print(f"\nworst listing/help/error command: {worst['command']} at {worst['ratio_to_torch_import']:.2f}x (target 1.5x)")
+    print(
+        f"\nworst listing/help/error command: {worst['command']} at {worst['ratio_to_torch_import']:.2f}x (target 1.5x)"
+    )
     print(f"no-op rerun: {rerun:.2f} s = torch import {torch_s:.2f} s + {rerun - torch_s:.2f} s (target + 10 s)")
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))

@@ -26,12 +26,12 @@ class ToyStripesOptions:
 class ToyStripes:
     """Horizontal (class 0) or vertical (class 1) stripes with noise; 1 channel, no masks."""
 
-    class_names = ["horizontal", "vertical"]
     channels = 1
     has_masks = False
 
     def __init__(self, options: ToyStripesOptions):
         self.options = options
+        self.class_names = ["horizontal", "vertical"]
         self.labels = np.arange(options.num_images, dtype=np.int64) % 2
         self.fingerprint = f"toy_stripes-{options.num_images}-{options.size}"
 

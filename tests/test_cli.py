@@ -99,9 +99,15 @@ BAD_INPUTS = [
     (["--model", "tiny_cnn", "--resolution", "32", "trainig.epochs=2"], "did you mean 'training.epochs'"),
     (["--model", "tiny_cnn", "--resolution", "32", "training.epochs=two"], "expected an integer"),
     (["--model", "tiny_cnn", "--resolution", "32", "system.device=cuda"], "no CUDA GPU"),
-    (["--model", "tiny_cnn", "--resolution", "32", "data.dataset=imagefolder", "data.imagefolder.root=nowhere"], "nowhere"),
+    (
+        ["--model", "tiny_cnn", "--resolution", "32", "data.dataset=imagefolder", "data.imagefolder.root=nowhere"],
+        "nowhere",
+    ),
     (["--model", "tiny_cnn", "--resolution", "32", "data.dataset=imagefolder", "data.imagefolder.root=empty"], "empty"),
-    (["--model", "tiny_cnn", "--resolution", "32", "data.dataset=imagefolder", "data.imagefolder.root=oneempty"], "no images"),
+    (
+        ["--model", "tiny_cnn", "--resolution", "32", "data.dataset=imagefolder", "data.imagefolder.root=oneempty"],
+        "no images",
+    ),
     (["--model", "tiny_cnn", "--resolution", "32", "data.dataset=csv", "data.csv.manifest=missing.csv"], "missing.csv"),
     (["--model", "tiny_cnn", "--resolution", "32", "models.pretrained={tiny_cnn: other.pt}"], "other.pt"),
     (["--model", "tiny_cnn", "--resolution", "32", "models.pretrained={tiny_cnn: code.pt}"], "code.pt"),

@@ -13,15 +13,33 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig, ModelsConfig
 from resomap.errors import ExplainError, UnknownNameError
-from resomap.explain import explainer_meta, get_explainer, guarded, list_explainers
+from resomap.explain import (
+    EXPLAINERS,
+    build_explainer,
+    explainer_meta,
+    explainer_options,
+    explaining,
+    get_explainer,
+    guarded,
+    list_explainers,
+    register_explainer,
+)
+from resomap.explain.attribution import GradientShapOptions, IntegratedGradientsOptions, OcclusionOptions
 from resomap.explain.compare import compare_all, compare_resolutions, resample
 from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
 from resomap.explain.quality import deletion_insertion, energy_in_mask, pointing_game, road, sanity_check
+from resomap.explain.registry import ModelGuard
+from resomap.explain.sampling import LimeOptions, ShapOptions
 from resomap.models import ModelSpec, build_model
 
-CFG = ExplainabilityConfig(
-    batch_size=4, internal_batch_size=8, ig_steps=8, perturbations_per_eval=16, lime_samples=16, shap_samples=4
-)
+OPTIONS = {  # small settings of each method's own options, for speed
+    "integrated_gradients": IntegratedGradientsOptions(steps=8, internal_batch_size=8),
+    "occlusion": OcclusionOptions(perturbations_per_eval=16),
+    "gradient_shap": GradientShapOptions(samples=4),
+    "shap": ShapOptions(samples=4),
+    "lime": LimeOptions(samples=16),
+}
+CFG = ExplainabilityConfig(batch_size=4, options=OPTIONS)
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
@@ -106,6 +124,179 @@ def test_model_state_restored_also_after_error(tiny):
     assert all(m.inplace for m in model.modules() if isinstance(m, nn.ReLU))
     model.features[0][0].weight.requires_grad_(True)
     model.eval()
+
+
+def _count_calls(monkeypatch, owner, attr: str) -> list[int]:
+    calls = [0]
+    original = getattr(owner, attr)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attr, counted)
+    return calls
+
+
+def test_cam_explainer_built_once_finds_layer_once(monkeypatch):
+    torch.manual_seed(0)
+    model, spec = build_model("tiny_cnn", 3, 1, ModelsConfig())
+    x, t = images(6, 32), torch.tensor([0, 1, 2, 0, 1, 2])
+    lookups = _count_calls(monkeypatch, ModelSpec, "cam_layer")
+    forwards = [0]
+    model.register_forward_hook(lambda *a: forwards.__setitem__(0, forwards[0] + 1))
+    hooks = _hook_count(model)
+    with build_explainer("gradcam", model, spec=spec, resolution=32, cfg=CFG) as explainer:
+        assert lookups[0] == 1 and forwards[0] == 1  # the one dry forward that finds the layer
+        first = explainer(x[:2], t[:2])  # + the cached class-count forward, + the CAM forward
+        forwards[0] = 0
+        maps = [explainer(x[i : i + 2], t[i : i + 2]) for i in range(0, 6, 2)]
+        assert lookups[0] == 1 and forwards[0] == 3  # one CAM forward per batch, no dry passes
+    assert torch.allclose(first, maps[0])
+    assert _hook_count(model) == hooks  # grad-cam's hooks released on close
+    with pytest.raises(ExplainError, match="closed"):
+        explainer(x[:2], t[:2])
+    lookups[0] = 0
+    maps, failed = explain_probe_set(
+        model, x, t, ["gradcam", "gradcam++", "saliency"], spec=spec, resolution=32, cfg=CFG, batch_size=2
+    )
+    assert not failed and lookups[0] == 2  # once per CAM method for the whole probe set (3 batches)
+
+
+def test_guard_entered_once_per_probe_set(tiny, monkeypatch):
+    model, spec = tiny
+    model.train()
+    wants = [p.requires_grad for p in model.parameters()]
+    hooks = _hook_count(model)
+    enters = _count_calls(monkeypatch, ModelGuard, "enter")
+    maps, failed = explain_probe_set(
+        model,
+        images(5, 32),
+        [0, 1, 2, 0, 1],
+        ["saliency", "gradcam", "integrated_gradients", "nosuch"],
+        spec=spec,
+        resolution=32,
+        cfg=CFG,
+        batch_size=2,
+    )
+    assert set(maps) == {"saliency", "gradcam", "integrated_gradients"} and list(failed) == ["nosuch"]
+    assert enters[0] == 1
+    assert model.training and [p.requires_grad for p in model.parameters()] == wants
+    assert _hook_count(model) == hooks
+    model.eval()
+
+
+def test_failed_method_is_reset_before_the_next(tiny):
+    model, spec = tiny
+    hooks = _hook_count(model)
+    seen = []
+
+    @register_explainer("_test_leaky", needs_spatial_layer=False, slow=False)
+    def leaky(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
+        model.head.register_forward_hook(lambda *a: None)
+        model.train()
+        raise RuntimeError("leaky boom")
+
+    @register_explainer("_test_probe", needs_spatial_layer=False, slow=False)
+    def probe(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
+        seen.append((_hook_count(model), model.training, any(p.requires_grad for p in model.parameters())))
+        return images.detach()[:, 0].abs()
+
+    try:
+        maps, failed = explain_probe_set(
+            model, images(2, 32), [0, 1], ["_test_leaky", "_test_probe"], spec=spec, resolution=32, cfg=CFG
+        )
+    finally:
+        EXPLAINERS.unregister("_test_leaky")
+        EXPLAINERS.unregister("_test_probe")
+    assert failed == {"_test_leaky": "RuntimeError: leaky boom"} and maps["_test_probe"].shape == (2, 32, 32)
+    assert seen == [(hooks, False, False)]
+    assert _hook_count(model) == hooks and not model.training
+
+
+def test_plain_function_and_class_explainers_register_and_run(tiny):
+    from dataclasses import dataclass
+
+    from resomap.explain import BaseExplainer
+
+    model, spec = tiny
+
+    @register_explainer("_test_fn", needs_spatial_layer=False, slow=False)
+    def my_method(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):  # the README's form
+        assert not model.training and images.requires_grad and torch.is_grad_enabled()
+        return images.detach()[:, 0].abs() * (targets[:, None, None] + 1)
+
+    @dataclass(frozen=True)
+    class ScaleOptions:
+        scale: float = 2.0  # multiplies the map
+
+    built = []
+
+    @register_explainer("_test_cls", options=ScaleOptions, needs_spatial_layer=False, slow=False)
+    class Scaled(BaseExplainer):
+        def __init__(self, model, **kw):
+            super().__init__(model, **kw)
+            built.append(self.options)
+
+        def explain(self, images, targets):
+            return images.detach()[:, 0].abs() * self.options.scale
+
+    try:
+        x = images(5, 32)
+        assert explainer_meta("_test_cls")["options"] is ScaleOptions
+        assert explainer_meta("_test_fn")["options"] is None
+        out = get_explainer("_test_fn")(model, x[:2], torch.tensor([0, 2]), spec=spec, resolution=32, cfg=CFG)
+        assert torch.allclose(out, x[:2, 0].abs() * torch.tensor([1.0, 3.0])[:, None, None])
+        cfg = ExplainabilityConfig(batch_size=2, options={"_test_cls": ScaleOptions(scale=3.0)})
+        assert explainer_options(cfg, "_test_cls") == ScaleOptions(scale=3.0)
+        assert explainer_options(ExplainabilityConfig(), "_test_cls") == ScaleOptions()
+        maps, failed = explain_probe_set(
+            model, x, [0, 1, 2, 0, 1], ["_test_fn", "_test_cls"], spec=spec, resolution=32, cfg=cfg
+        )
+        assert not failed and built == [ScaleOptions(scale=3.0)]  # built once for 3 batches
+        assert np.allclose(maps["_test_cls"], 3 * x[:, 0].abs().numpy())
+        assert maps["_test_fn"].shape == (5, 32, 32)
+    finally:
+        EXPLAINERS.unregister("_test_fn")
+        EXPLAINERS.unregister("_test_cls")
+
+
+def test_standalone_built_explainer_holds_its_own_guard(tiny):
+    model, spec = tiny
+    model.train()
+    with build_explainer("saliency", model, spec=spec, resolution=32, cfg=CFG) as explainer:
+        assert not model.training  # explaining state from build to close
+        explainer(images(2, 32), torch.tensor([0, 1]))
+    assert model.training
+    with explaining(model):  # built inside a guard: that guard is used, closing leaves the state to it
+        with build_explainer("saliency", model, spec=spec, resolution=32, cfg=CFG) as explainer:
+            explainer(images(2, 32), torch.tensor([0, 1]))
+        assert not model.training
+    assert model.training
+    model.eval()
+
+
+def test_options_come_from_the_method():
+    ig = explainer_options(CFG, "integrated_gradients")
+    assert ig == IntegratedGradientsOptions(steps=8, internal_batch_size=8)
+    assert explainer_options(ExplainabilityConfig(), "lime") == LimeOptions()
+    assert explainer_options(CFG, "saliency") is None
+    assert explainer_meta("occlusion")["options"] is OcclusionOptions
+
+
+def test_import_registers_without_heavy_libraries():
+    import subprocess
+    import sys
+
+    heavy = ("captum", "pytorch_grad_cam", "shap", "lime", "scipy", "matplotlib", "sklearn")
+    code = (
+        "import sys, resomap.explain as e\n"
+        "names = e.list_explainers(); meta = e.explainer_meta('integrated_gradients')\n"
+        "assert 'gradcam' in names and 'lime' in names and meta['options'] is not None\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_unknown_method_lists_methods():

@@ -303,3 +303,21 @@ def test_grad_checkpointing_keeps_gradients_and_names(name):
     assert [n for n, _ in model.named_modules()] == names
     assert set_grad_checkpointing(model, False)
     assert all(not hasattr(m, "_plain_forward") for m in model.modules())
+
+
+def test_vgg_cam_layers_are_the_stage_ends_of_torchvision_layouts() -> None:
+    from torchvision.models.vgg import cfgs
+
+    from resomap.models.zoo import VGG_CAM_LAYERS
+
+    for name, key in (("vgg11", "A"), ("vgg13", "B"), ("vgg16", "D")):
+        ends, idx = [], 0
+        for item in cfgs[key]:
+            if item == "M":
+                ends.append(f"features.{idx - 1}")  # the ReLU just before each max pool
+                idx += 1
+            else:
+                idx += 2  # conv + ReLU (no batch norm)
+        assert VGG_CAM_LAYERS[name] == tuple(reversed(ends))
+        model, spec = build_model(name, 2, 3, CFG)
+        assert all(isinstance(model.get_submodule(layer), torch.nn.ReLU) for layer in spec.cam_layers)

@@ -129,7 +129,12 @@ def test_an_installed_plugin_appears_in_listings_config_and_reference(plugin_pat
 
 def test_the_registry_parametrized_tests_cover_the_extension(plugin_path):
     args = [sys.executable, "-m", "pytest", "-q", "-p", EXT, "-p", "no:cacheprovider"]
-    args += [str(TESTS / "test_registries.py"), str(TESTS / "test_explain.py"), "-k", "toy_stripes or edge_map or reversed"]
+    args += [
+        str(TESTS / "test_registries.py"),
+        str(TESTS / "test_explain.py"),
+        "-k",
+        "toy_stripes or edge_map or reversed",
+    ]
     out = _run(args, plugin_path, REPO)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     for needle in ("toy_stripes", "edge_map", "reversed"):

@@ -7,9 +7,14 @@ the two drift apart. A field's comment is the text after `#` on the line that de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from resomap.config.groups import Group, GroupSection
+
+Device = Literal["auto", "cpu", "cuda"]
+Precision = Literal["fp32", "bf16", "fp16"]
+DEVICES: tuple[str, ...] = get_args(Device)  # the one list of device choices (config, CLI flags)
+PRECISIONS: tuple[str, ...] = get_args(Precision)  # the one list of precision choices
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,8 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class SystemConfig:
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when available, else CPU
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype (fp16 adds a GradScaler)
+    device: Device = "auto"  # auto: CUDA when available, else CPU
+    precision: Precision = "fp32"  # autocast dtype (fp16 adds a GradScaler)
     channels_last: bool = False  # NHWC memory format for model and inputs
     compile: bool = False  # torch.compile the model
     cudnn_benchmark: bool = False  # cudnn autotuner (CUDA only)
@@ -161,14 +166,9 @@ class ExplainabilityConfig(GroupSection):
     methods: list[str] = field(default_factory=lambda: ["gradcam", "integrated_gradients", "saliency"])
     probe_size: int = 16  # images in the probe set (class-stratified, same for every trial)
     batch_size: int = 16  # images per explainer call
-    internal_batch_size: int = 16  # captum: steps evaluated per forward
-    perturbations_per_eval: int = 16  # captum occlusion/shap: perturbations per forward
-    ig_steps: int = 32  # integrated gradients path steps
     common_grid: int = 64  # maps are resampled to this side for cross-resolution comparison
     top_k_percent: float = 10.0  # top-k% IoU agreement
     sanity_methods: list[str] = field(default_factory=lambda: ["gradcam", "saliency"])  # randomisation check (4 images)
-    lime_samples: int = 64  # lime: perturbed images per explained image
-    shap_samples: int = 16  # shap GradientExplainer / captum gradient_shap: samples per image
     faithfulness_steps: int = 10  # deletion/insertion: steps from the full image to the baseline
     sanity_threshold: float = 0.5  # sanity check passes when the fully randomised map's similarity is below this
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # explainability.<method>.*: its own

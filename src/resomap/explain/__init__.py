@@ -1,10 +1,21 @@
-"""Explainers behind one signature, the probe set, cross-resolution comparison and quality metrics."""
+"""Explainers built once per (model, resolution) and called per batch, the probe set, cross-resolution
+comparison and quality metrics.
 
-from resomap.explain import attribution, cam, shap_lime  # noqa: F401  (registers the built-in explainers)
+Importing this package registers the built-in explainers without importing captum, pytorch-grad-cam, shap or
+lime: each is imported when an explainer that uses it is built.
+"""
+
+from resomap.explain import attribution, cam, sampling  # noqa: F401  (registers the built-in explainers)
 from resomap.explain.registry import (
     EXPLAINERS,
+    BaseExplainer,
+    BuiltExplainer,
     Explainer,
+    ExplainFn,
+    ModelGuard,
+    build_explainer,
     explainer_meta,
+    explainer_options,
     explaining,
     get_explainer,
     guarded,
@@ -15,8 +26,14 @@ from resomap.explain.registry import (
 
 __all__ = [
     "EXPLAINERS",
+    "BaseExplainer",
+    "BuiltExplainer",
+    "ExplainFn",
     "Explainer",
+    "ModelGuard",
+    "build_explainer",
     "explainer_meta",
+    "explainer_options",
     "explaining",
     "get_explainer",
     "guarded",

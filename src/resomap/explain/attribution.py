@@ -2,63 +2,101 @@
 
 integrated_gradients, saliency, input_x_gradient, gradient_shap, occlusion, guided_backprop. Each returns the
 sum of |attribution| over input channels ([B,C,H,W] -> [B,H,W], see `reduce_channels`), raw magnitudes kept.
+Each captum object is made once per built explainer; captum itself is imported only then.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
-from captum.attr import (
-    GradientShap,
-    GuidedBackprop,
-    InputXGradient,
-    IntegratedGradients,
-    Occlusion,
-    Saliency,
-)
+from torch import nn
 
-from resomap.explain.registry import reduce_channels, register_explainer
+from resomap.explain.registry import BaseExplainer, reduce_channels, register_explainer
 
 NOISE_STD = 0.1  # gradient_shap: std of the noisy baselines (inputs are normalised, so unit scale)
 
 
-@register_explainer("integrated_gradients", needs_spatial_layer=False, slow=False)
-def integrated_gradients(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
-    """Integrated Gradients from a zero (dataset-mean) baseline; cfg.ig_steps steps, cfg.internal_batch_size."""
-    attr = IntegratedGradients(model).attribute(
-        images,
-        baselines=torch.zeros_like(images),
-        target=targets,
-        n_steps=cfg.ig_steps,
-        internal_batch_size=cfg.internal_batch_size,
-    )
-    return reduce_channels(attr)
+class CaptumExplainer(BaseExplainer):
+    """A captum attribution method made once for the model; `attribute` runs it on one batch."""
+
+    captum_class: ClassVar[str]
+
+    def __init__(self, model: nn.Module, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        import captum.attr  # heavy import: only when a captum method is built
+
+        self.method = getattr(captum.attr, self.captum_class)(model)
+
+    def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return reduce_channels(self.attribute(images, targets))
+
+    def attribute(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.method.attribute(images, target=targets)
+
+
+@dataclass(frozen=True)
+class IntegratedGradientsOptions:
+    steps: int = 32  # path steps from the zero baseline to the image
+    internal_batch_size: int = 16  # path steps evaluated per forward (bounds memory)
+
+
+@register_explainer("integrated_gradients", options=IntegratedGradientsOptions, needs_spatial_layer=False, slow=False)
+class IntegratedGradientsExplainer(CaptumExplainer):
+    """Integrated Gradients from a zero (dataset-mean) baseline; `steps` steps, `internal_batch_size` per forward."""
+
+    captum_class = "IntegratedGradients"
+    options: IntegratedGradientsOptions
+
+    def attribute(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.method.attribute(
+            images,
+            baselines=torch.zeros_like(images),
+            target=targets,
+            n_steps=self.options.steps,
+            internal_batch_size=self.options.internal_batch_size,
+        )
 
 
 @register_explainer("saliency", needs_spatial_layer=False, slow=False)
-def saliency(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
+class SaliencyExplainer(CaptumExplainer):
     """|d logit / d input| (Simonyan et al. 2014)."""
-    return reduce_channels(Saliency(model).attribute(images, target=targets, abs=True))
+
+    captum_class = "Saliency"
+
+    def attribute(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.method.attribute(images, target=targets, abs=True)
 
 
 @register_explainer("input_x_gradient", needs_spatial_layer=False, slow=False)
-def input_x_gradient(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
+class InputXGradientExplainer(CaptumExplainer):
     """input * gradient."""
-    return reduce_channels(InputXGradient(model).attribute(images, target=targets))
+
+    captum_class = "InputXGradient"
 
 
-@register_explainer("gradient_shap", needs_spatial_layer=False, slow=False)
-def gradient_shap(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
-    """captum GradientShap; baselines: zeros and 3 noisy copies of zeros; cfg.shap_samples samples per image."""
-    zeros = torch.zeros_like(images[:1])
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    noise = torch.randn((3, *images.shape[1:]), generator=gen).to(images.device) * NOISE_STD
-    baselines = torch.cat([zeros, zeros + noise])
-    attr = GradientShap(model).attribute(
-        images, baselines=baselines, target=targets, n_samples=cfg.shap_samples, stdevs=NOISE_STD
-    )
-    return reduce_channels(attr)
+@dataclass(frozen=True)
+class GradientShapOptions:
+    samples: int = 16  # noisy samples per image (captum n_samples)
+
+
+@register_explainer("gradient_shap", options=GradientShapOptions, needs_spatial_layer=False, slow=False)
+class GradientShapExplainer(CaptumExplainer):
+    """captum GradientShap; baselines: zeros and 3 noisy copies of zeros; `samples` samples per image."""
+
+    captum_class = "GradientShap"
+    options: GradientShapOptions
+
+    def attribute(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        zeros = torch.zeros_like(images[:1])
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        noise = torch.randn((3, *images.shape[1:]), generator=gen).to(images.device) * NOISE_STD
+        baselines = torch.cat([zeros, zeros + noise])
+        return self.method.attribute(
+            images, baselines=baselines, target=targets, n_samples=self.options.samples, stdevs=NOISE_STD
+        )
 
 
 def occlusion_window(resolution: int) -> tuple[int, int]:
@@ -67,26 +105,39 @@ def occlusion_window(resolution: int) -> tuple[int, int]:
     return window, max(1, window // 2)
 
 
-@register_explainer("occlusion", needs_spatial_layer=False, slow=True)
-def occlusion(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
-    """captum Occlusion with a resolution-derived window, zero baseline, cfg.perturbations_per_eval."""
-    window, stride = occlusion_window(resolution)
-    channels = images.shape[1]
-    with torch.no_grad():
-        attr = Occlusion(model).attribute(
-            images.detach(),
-            sliding_window_shapes=(channels, window, window),
-            strides=(channels, stride, stride),
-            baselines=0.0,
-            target=targets,
-            perturbations_per_eval=cfg.perturbations_per_eval,
-        )
-    return reduce_channels(attr)
+@dataclass(frozen=True)
+class OcclusionOptions:
+    perturbations_per_eval: int = 16  # occluded copies evaluated per forward (bounds memory)
+
+
+@register_explainer("occlusion", options=OcclusionOptions, needs_spatial_layer=False, slow=True)
+class OcclusionExplainer(CaptumExplainer):
+    """captum Occlusion with a resolution-derived window, zero baseline, `perturbations_per_eval` per forward."""
+
+    captum_class = "Occlusion"
+    options: OcclusionOptions
+
+    def attribute(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        window, stride = occlusion_window(self.resolution)
+        channels = images.shape[1]
+        with torch.no_grad():
+            return self.method.attribute(
+                images.detach(),
+                sliding_window_shapes=(channels, window, window),
+                strides=(channels, stride, stride),
+                baselines=0.0,
+                target=targets,
+                perturbations_per_eval=self.options.perturbations_per_eval,
+            )
 
 
 @register_explainer("guided_backprop", needs_spatial_layer=False, slow=False)
-def guided_backprop(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
+class GuidedBackpropExplainer(CaptumExplainer):
     """captum GuidedBackprop (ReLU modules only; functional ReLUs are not guided)."""
-    with warnings.catch_warnings():  # captum warns that it sets (and later removes) ReLU backward hooks
-        warnings.filterwarnings("ignore", message="Setting backward hooks on ReLU")
-        return reduce_channels(GuidedBackprop(model).attribute(images, target=targets))
+
+    captum_class = "GuidedBackprop"
+
+    def attribute(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with warnings.catch_warnings():  # captum warns that it sets (and later removes) ReLU backward hooks
+            warnings.filterwarnings("ignore", message="Setting backward hooks on ReLU")
+            return self.method.attribute(images, target=targets)

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
-from resomap.explain.registry import get_explainer
+from resomap.explain.attribution import IntegratedGradientsOptions
+from resomap.explain.registry import build_explainer, explainer_options, explaining
 from resomap.models import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -30,28 +31,28 @@ def gradcam_batched_vs_loop(
     repeats: int = 3,
     method: str = "gradcam",
 ) -> dict[str, float]:
-    """images/s of one batched call over the whole set vs one call per image (best of `repeats`)."""
-    explain = get_explainer(method)
+    """images/s of one batched call over the whole set vs one call per image (best of `repeats`), both through
+    one explainer built once (as the probe set uses it)."""
     res = images.shape[-1]
-    kw = dict(spec=spec, resolution=res, cfg=cfg)
-    explain(model, images[:2], targets[:2], **kw)  # warm-up
+    with explaining(model), build_explainer(method, model, spec=spec, resolution=res, cfg=cfg) as explain:
+        explain(images[:2], targets[:2])  # warm-up
 
-    def batched() -> None:
-        explain(model, images, targets, **kw)
+        def batched() -> None:
+            explain(images, targets)
 
-    def loop() -> None:
-        for i in range(len(images)):
-            explain(model, images[i : i + 1], targets[i : i + 1], **kw)
+        def loop() -> None:
+            for i in range(len(images)):
+                explain(images[i : i + 1], targets[i : i + 1])
 
-    def best(fn: Callable[[], None]) -> float:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        def best(fn: Callable[[], None]) -> float:
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            return min(times)
 
-    t_batch, t_loop = best(batched), best(loop)
+        t_batch, t_loop = best(batched), best(loop)
     n = len(images)
     out = {"images": n, "batched_images_per_s": n / t_batch, "loop_images_per_s": n / t_loop}
     out["speedup"] = out["batched_images_per_s"] / out["loop_images_per_s"]
@@ -84,19 +85,26 @@ def peak_rss_mb(fn: Callable[[], Any], interval_s: float = 0.001) -> float:
 
 
 def ig_peak_memory(
-    model: nn.Module, spec: ModelSpec, images: torch.Tensor, targets: torch.Tensor, cfg: ExplainabilityConfig
+    model: nn.Module,
+    spec: ModelSpec,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    cfg: ExplainabilityConfig,
+    options: IntegratedGradientsOptions | None = None,
 ) -> dict[str, float]:
-    """Peak RSS of integrated_gradients with internal_batch_size = cfg's vs all steps of all images at once."""
-    explain = get_explainer("integrated_gradients")
+    """Peak RSS of integrated_gradients with the options' internal_batch_size vs all steps of all images at once."""
+    opts = options or explainer_options(cfg, "integrated_gradients")
     res = images.shape[-1]
-    unbounded = len(images) * cfg.ig_steps
+    unbounded = len(images) * opts.steps
     runs = {}
-    for label, ibs in (("bounded", cfg.internal_batch_size), ("unbounded", unbounded)):
-        c = dataclasses.replace(cfg, internal_batch_size=ibs)
-        explain(model, images[:1], targets[:1], spec=spec, resolution=res, cfg=c)  # warm-up
-        runs[label] = peak_rss_mb(lambda c=c: explain(model, images, targets, spec=spec, resolution=res, cfg=c))
+    for label, ibs in (("bounded", opts.internal_batch_size), ("unbounded", unbounded)):
+        o = dataclasses.replace(opts, internal_batch_size=ibs)
+        kw = dict(spec=spec, resolution=res, cfg=cfg, options=o)
+        with explaining(model), build_explainer("integrated_gradients", model, **kw) as explain:
+            explain(images[:1], targets[:1])  # warm-up
+            runs[label] = peak_rss_mb(lambda explain=explain: explain(images, targets))
     return {
-        "internal_batch_size": cfg.internal_batch_size,
+        "internal_batch_size": opts.internal_batch_size,
         "unbounded_batch": unbounded,
         "bounded_peak_mb": runs["bounded"],
         "unbounded_peak_mb": runs["unbounded"],

@@ -1,7 +1,8 @@
 """Class activation maps from pytorch-grad-cam: gradcam, gradcam++, xgradcam, layercam, eigencam, scorecam.
 
 The target layer is the model spec's deepest CAM candidate whose feature map is at least `min_cam_size` wide at
-the resolution; token models get `spec.reshape_transform(resolution)`.
+the resolution; token models get `spec.reshape_transform(resolution)`. It is found once when the explainer is
+built (one dry forward), and the grad-cam object with its hooks lives until the explainer is closed.
 Note: grad-cam rescales every CAM to [0, 1] per image (its documented behaviour, kept here), so CAM maps carry
 no magnitude; magnitude-aware comparisons rely on the captum methods.
 """
@@ -9,16 +10,13 @@ no magnitude; magnitude-aware comparisons rely on the captum methods.
 from __future__ import annotations
 
 import logging
+from typing import Any, ClassVar
 
 import torch
-from pytorch_grad_cam import EigenCAM, GradCAM, GradCAMPlusPlus, LayerCAM, ScoreCAM, XGradCAM
-from pytorch_grad_cam.base_cam import BaseCAM
-from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from torch import nn
 
-from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError, ModelError
-from resomap.explain.registry import register_explainer
+from resomap.explain.registry import BaseExplainer, register_explainer
 from resomap.models import CamLayer, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -34,44 +32,60 @@ def cam_layer(model: nn.Module, spec: ModelSpec, resolution: int, min_cam_size: 
     return layer
 
 
-def run_cam(
-    cam_cls: type[BaseCAM],
-    model: nn.Module,
-    images: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    spec: ModelSpec,
-    resolution: int,
-    cfg: ExplainabilityConfig,
-    min_cam_size: int = 4,
-) -> torch.Tensor:
-    layer = cam_layer(model, spec, resolution, min_cam_size)
-    with cam_cls(
-        model=model, target_layers=[layer.module], reshape_transform=spec.reshape_transform(resolution)
-    ) as cam:
-        if hasattr(cam, "batch_size"):
-            cam.batch_size = cfg.batch_size  # ScoreCAM: masked images per forward
-        maps = cam(input_tensor=images, targets=[ClassifierOutputTarget(int(t)) for t in targets])
-    return torch.from_numpy(maps)
+class CamExplainer(BaseExplainer):
+    """A pytorch-grad-cam method on the spec's CAM layer ([0,1]-scaled per image); `cam_class` names its class."""
 
+    cam_class: ClassVar[str]
 
-def _make(name: str, cam_cls: type[BaseCAM], slow: bool = False) -> None:
-    def explain(model, images, targets, *, spec, resolution, cfg, min_cam_size=4):
-        return run_cam(
-            cam_cls, model, images, targets, spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size
+    def __init__(self, model: nn.Module, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        import pytorch_grad_cam  # heavy import (matplotlib, scipy, sklearn): only when a CAM method is built
+
+        self.layer = cam_layer(model, self.spec, self.resolution, self.min_cam_size)
+        cls = getattr(pytorch_grad_cam, self.cam_class)
+        self.cam = cls(
+            model=model,
+            target_layers=[self.layer.module],
+            reshape_transform=self.spec.reshape_transform(self.resolution),
         )
+        if hasattr(self.cam, "batch_size"):
+            self.cam.batch_size = self.cfg.batch_size  # ScoreCAM: masked images per forward
 
-    explain.__name__ = explain.__qualname__ = name.replace("+", "p")
-    explain.__doc__ = f"{cam_cls.__name__} of pytorch-grad-cam on the spec's CAM layer ([0,1]-scaled per image)."
-    register_explainer(name, needs_spatial_layer=True, slow=slow)(explain)
+    def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+        try:
+            maps = self.cam(input_tensor=images, targets=[ClassifierOutputTarget(int(t)) for t in targets])
+        finally:
+            self.cam.activations_and_grads.clear()  # drop this batch's activations, gradients and graph
+            self.cam.outputs = None
+        return torch.from_numpy(maps)
+
+    def close(self) -> None:
+        # BaseCAM.__exit__ would also swallow (and print) an IndexError: release the hooks directly
+        self.cam.activations_and_grads.release()
+
+
+def _make(name: str, cam_class: str, slow: bool = False) -> None:
+    cls = type(
+        cam_class + "Explainer",
+        (CamExplainer,),
+        {
+            "cam_class": cam_class,
+            "__module__": __name__,
+            "__doc__": f"{cam_class} of pytorch-grad-cam on the spec's CAM layer ([0,1]-scaled per image).",
+        },
+    )
+    globals()[cls.__name__] = cls
+    register_explainer(name, needs_spatial_layer=True, slow=slow)(cls)
 
 
 for _name, _cls, _slow in (
-    ("gradcam", GradCAM, False),
-    ("gradcam++", GradCAMPlusPlus, False),
-    ("xgradcam", XGradCAM, False),
-    ("layercam", LayerCAM, False),
-    ("eigencam", EigenCAM, False),
-    ("scorecam", ScoreCAM, True),
+    ("gradcam", "GradCAM", False),
+    ("gradcam++", "GradCAMPlusPlus", False),
+    ("xgradcam", "XGradCAM", False),
+    ("layercam", "LayerCAM", False),
+    ("eigencam", "EigenCAM", False),
+    ("scorecam", "ScoreCAM", True),
 ):
     _make(_name, _cls, _slow)

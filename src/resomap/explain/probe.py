@@ -15,7 +15,7 @@ from torch import nn
 from resomap.atomic import write_atomic
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.registry import get_explainer
+from resomap.explain.registry import EXPLAINERS, build_explainer, explaining
 from resomap.models import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,14 @@ def explain_probe_set(
     cfg: ExplainabilityConfig,
     batch_size: int | None = None,
     min_cam_size: int = 4,
+    options: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Explain float (normalised) images [N,C,r,r] with each method in batches.
 
+    The model guard is entered once for the whole probe set; each method is built once (its CAM layer, hooks,
+    captum object) and called per batch. `options` (method -> options instance) overrides `cfg`'s options.
     Returns (maps: method -> float32 [N,r,r], failed: method -> one-line reason); one failing method does not
-    stop the others.
+    stop the others (the model is reset to the guarded state before the next one).
     """
     batch_size = batch_size or cfg.batch_size
     param = next(model.parameters(), None)
@@ -74,25 +77,22 @@ def explain_probe_set(
     targets = torch.as_tensor(np.asarray(targets), dtype=torch.int64)
     maps: dict[str, np.ndarray] = {}
     failed: dict[str, str] = {}
-    for method in methods:
-        try:
-            explain = get_explainer(method)
-            parts = [
-                explain(
-                    model,
-                    images[i : i + batch_size].to(device),
-                    targets[i : i + batch_size].to(device),
-                    spec=spec,
-                    resolution=resolution,
-                    cfg=cfg,
-                    min_cam_size=min_cam_size,
-                ).numpy()
-                for i in range(0, len(images), batch_size)
-            ]
-            maps[method] = np.concatenate(parts).astype(np.float32)
-        except Exception as exc:  # a method that fails is recorded with its reason; the others still run
-            failed[method] = _reason(exc)
-            log.warning("explainer %s failed on %s at %dpx: %s", method, spec.name, resolution, failed[method])
+    with explaining(model) as guard:
+        for method in methods:
+            try:
+                key = EXPLAINERS.resolve(method)
+                opts = (options or {}).get(key)
+                kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size, options=opts)
+                with build_explainer(key, model, **kw) as explainer:
+                    parts = [
+                        explainer(images[i : i + batch_size].to(device), targets[i : i + batch_size].to(device))
+                        for i in range(0, len(images), batch_size)
+                    ]
+                maps[method] = torch.cat(parts).numpy().astype(np.float32)
+            except Exception as exc:  # a method that fails is recorded with its reason; the others still run
+                failed[method] = _reason(exc)
+                guard.reset()  # hooks or flags a failed method left behind must not reach the next one
+                log.warning("explainer %s failed on %s at %dpx: %s", method, spec.name, resolution, failed[method])
     return maps, failed
 
 

@@ -3,6 +3,7 @@ randomisation, Adebayo et al. 2018) and localisation against ground-truth masks 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from dataclasses import dataclass, field
@@ -10,14 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torchvision.transforms.functional as TF
-from pytorch_grad_cam.metrics.road import ROADCombined
-from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
 from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
 from resomap.explain.compare import spearman
-from resomap.explain.registry import Explainer, explaining
+from resomap.explain.registry import ExplainFn, build_explainer, explaining
 from resomap.models import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -73,6 +72,9 @@ def deletion_insertion(
 
 def road(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, maps: np.ndarray) -> np.ndarray:
     """Per-image ROADCombined score of pytorch-grad-cam (higher = more faithful), on softmax targets."""
+    from pytorch_grad_cam.metrics.road import ROADCombined  # heavy import, only when used
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+
     cam_targets = [ClassifierOutputSoftmaxTarget(int(t)) for t in targets]
     with explaining(model):
         scores = ROADCombined(percentiles=list(ROAD_PERCENTILES))(images.detach(), maps, cam_targets, model)
@@ -106,7 +108,7 @@ def _randomise(module: nn.Module, gen: torch.Generator) -> None:
 
 
 def sanity_check(
-    explainer: Explainer,
+    explainer: str | ExplainFn,
     model: nn.Module,
     images: torch.Tensor,
     targets: torch.Tensor,
@@ -117,16 +119,30 @@ def sanity_check(
     threshold: float | None = None,
     min_cam_size: int = 4,
 ) -> SanityResult:
-    """Cascading randomisation on a deepcopy: weights re-drawn (same mean/std) layer by layer from the top."""
+    """Cascading randomisation on a deepcopy: weights re-drawn (same mean/std) layer by layer from the top.
+
+    `explainer` is a method name (built once for the model and once for the copy, whose layers are then
+    randomised under the same built explainer) or a one-shot callable such as `get_explainer(name)`.
+    """
     kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size)
-    reference = np.abs(explainer(model, images, targets, **kw).numpy())
+
+    @contextlib.contextmanager
+    def bound(m: nn.Module):
+        if isinstance(explainer, str):
+            with explaining(m), build_explainer(explainer, m, **kw) as built:
+                yield lambda: np.abs(built(images, targets).numpy())
+        else:
+            yield lambda: np.abs(explainer(m, images, targets, **kw).numpy())
+
+    with bound(model) as explain:
+        reference = explain()
     work = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(0)
     layers, sims = _param_layers(work), []
-    for name in layers:
-        _randomise(work.get_submodule(name), gen)
-        maps = np.abs(explainer(work, images, targets, **kw).numpy())
-        sims.append(spearman(reference, maps))
+    with bound(work) as explain:
+        for name in layers:
+            _randomise(work.get_submodule(name), gen)
+            sims.append(spearman(reference, explain()))
     sims = [0.0 if np.isnan(s) else s for s in sims]  # a constant map after randomisation shares no ranking
     result = SanityResult(layers, sims, cfg.sanity_threshold if threshold is None else threshold)
     log.info("sanity %s: final similarity %.3f -> %s", spec.name, sims[-1] if sims else float("nan"), result.passed)

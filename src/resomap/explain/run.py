@@ -19,7 +19,6 @@ from torch import nn
 from resomap.config import Config
 from resomap.explain.probe import explain_probe_set, probe_indices, save_maps
 from resomap.explain.quality import quality_metrics, sanity_check
-from resomap.explain.registry import get_explainer
 from resomap.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ def explain_trial(
             scores = quality_metrics(model, images, targets.to(device), method_maps, ec, masks)
             if method in ec.sanity_methods:
                 head = min(len(images), 4)  # cascading randomisation re-explains once per layer: keep it small
-                sanity = sanity_check(get_explainer(method), model, images[:head], targets[:head].to(device), **kw)
+                sanity = sanity_check(method, model, images[:head], targets[:head].to(device), **kw)
                 scores["sanity_similarity"] = sanity.similarities[-1] if sanity.similarities else float("nan")
                 scores["sanity_passed"] = float(sanity.passed)
         except Exception as exc:  # scoring failure of one method is recorded; maps and other methods stay

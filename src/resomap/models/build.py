@@ -40,8 +40,6 @@ def get_spec(name: str) -> ModelSpec:
     if is_timm_name(key):
         return timm_spec(key)
     meta = MODELS.meta(key)
-    if callable(meta["cam_layers"]):  # resolved once, on first use
-        meta["cam_layers"] = tuple(meta["cam_layers"]())
     return ModelSpec(name=key, family=meta["family"], cam_layers=meta["cam_layers"])
 
 

@@ -16,17 +16,14 @@ TIMM_PREFIX = "timm:"
 TIMM_FAMILY = "timm"  # the family of every `timm:<name>` model
 
 
-def register_model(
-    name: str, *, family: str, cam_layers: Sequence[str] | Callable[[], Sequence[str]]
-) -> Callable[[ModelFn], ModelFn]:
-    """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first (or a
-    function returning them, called on first use, when they come from a library not to import at start-up).
+def register_model(name: str, *, family: str, cam_layers: Sequence[str]) -> Callable[[ModelFn], ModelFn]:
+    """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
     `family` is any short word (it names the checkpoint folder: checkpoints/<family>/<model>/...)."""
     if not family or not family.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"model '{name}': family must be a short word (letters, digits, - or _), got {family!r}")
     if not cam_layers:
         raise ValueError(f"model '{name}': give at least one CAM layer candidate")
-    return MODELS.register(name, family=family, cam_layers=cam_layers if callable(cam_layers) else tuple(cam_layers))
+    return MODELS.register(name, family=family, cam_layers=tuple(cam_layers))
 
 
 def families() -> list[str]:

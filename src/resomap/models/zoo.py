@@ -6,27 +6,19 @@ torchvision is imported when a model is built, not when the names are registered
 
 from __future__ import annotations
 
-import functools
-
 from torch import nn
 
 from resomap.config.schema import ModelsConfig
 from resomap.models.registry import register_model
 from resomap.models.weights import adapt_input_conv_
 
-
-def _vgg_cam_layers(cfg_key: str) -> tuple[str, ...]:
-    """The ReLU closing each VGG stage (just before its max pool), deepest first, from torchvision's layout."""
-    from torchvision.models.vgg import cfgs as vgg_cfgs
-
-    names, idx = [], 0
-    for item in vgg_cfgs[cfg_key]:
-        if item == "M":
-            names.append(f"features.{idx - 1}")
-            idx += 1
-        else:
-            idx += 2  # conv + relu (no batch norm)
-    return tuple(reversed(names))
+# The ReLU closing each VGG stage (just before its max pool), deepest first: torchvision's layouts A, B, D
+# (written out so that listing models needs no torchvision import; a test checks them against torchvision's cfgs).
+VGG_CAM_LAYERS = {
+    "vgg11": ("features.19", "features.14", "features.9", "features.4", "features.1"),
+    "vgg13": ("features.23", "features.18", "features.13", "features.8", "features.3"),
+    "vgg16": ("features.29", "features.22", "features.15", "features.8", "features.3"),
+}
 
 
 def _tv(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig, dropout: bool = True) -> nn.Module:
@@ -37,7 +29,7 @@ def _tv(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig, dropou
     return adapt_input_conv_(model, in_channels)
 
 
-def _register_tv(name: str, family: str, cam_layers, dropout: bool = True) -> None:
+def _register_tv(name: str, family: str, cam_layers: tuple[str, ...], dropout: bool = True) -> None:
     def build(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
         return _tv(name, num_classes, in_channels, cfg, dropout)
 
@@ -46,8 +38,8 @@ def _register_tv(name: str, family: str, cam_layers, dropout: bool = True) -> No
     register_model(name, family=family, cam_layers=cam_layers)(build)
 
 
-for _name, _key in (("vgg11", "A"), ("vgg13", "B"), ("vgg16", "D")):
-    _register_tv(_name, "vgg", functools.partial(_vgg_cam_layers, _key))
+for _name, _layers in VGG_CAM_LAYERS.items():
+    _register_tv(_name, "vgg", _layers)
 
 _RESNET_LAYERS = ("layer4", "layer3", "layer2", "layer1")
 for _name in ("resnet18", "resnet34", "resnet50", "resnet101"):

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from resomap.atomic import write_text
 from resomap.errors import ConfigError
 from resomap.profiling.memory import MB, free_memory, is_oom, peak_increase
 from resomap.profiling.options import (
@@ -33,7 +34,7 @@ from resomap.profiling.options import (
     skip_reason,
 )
 from resomap.profiling.profiler import PRECISIONS
-from resomap.profiling.report import atomic_write_text, bench_table
+from resomap.profiling.report import num
 from resomap.profiling.timing import images_per_s, inference_step, time_calls, training_step
 from resomap.runtime import autocast_dtype, describe_device
 
@@ -258,6 +259,76 @@ def save_benchmark(report: BenchReport, out_dir: str | os.PathLike) -> tuple[Pat
     """Write out_dir/benchmark.json and out_dir/benchmark.txt atomically; returns (json_path, table_path)."""
     folder = Path(out_dir)
     js, txt = folder / "benchmark.json", folder / "benchmark.txt"
-    atomic_write_text(js, report.as_json())
-    atomic_write_text(txt, report.table())
+    write_text(js, report.as_json())
+    write_text(txt, report.table())
     return js, txt
+
+
+def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in [header, *rows]
+    ]
+
+
+def _figures(e: BenchEntry) -> list[str]:
+    if e.status != "ok":
+        return ["-"] * 4
+    return [
+        num(e.infer_images_per_s, ".1f"),
+        num(e.train_images_per_s, ".1f"),
+        num(e.infer_peak_mb, ".1f"),
+        num(e.train_peak_mb, ".1f"),
+    ]
+
+
+def bench_table(report: BenchReport) -> str:
+    """Plain-text tables of a BenchReport: options, batch sizes, cuda/cpu ratios, then skipped/failed reasons."""
+    r = report
+    lines = [
+        f"benchmark: {r.model_name} @ {r.resolution}px, {r.in_channels} ch, {r.precision}, "
+        f"torch {r.torch_version}, {r.iters} timed iters after {r.warmup} warm-up"
+    ]
+    lines += [f"  {dev}: {name}" for dev, name in r.device_names.items()]
+    head = ["device", "option", "status", "infer img/s", "train img/s", "infer MB", "train MB"]
+    opts = r.section("options")
+    if opts:
+        lines += ["", f"options (batch {r.options_batch_size}; ratios vs baseline; MB = peak rise above weights)"]
+        rows = [
+            [e.device, e.option, e.status, *_figures(e)]
+            + [num(e.ratios.get(k), ".2f", "x") if e.ratios else "" for k in ("infer_x", "train_x", "train_mem_x")]
+            for e in opts
+        ]
+        lines += _grid([*head, "infer x", "train x", "train mem x"], rows)
+    sizes = r.section("batch_sizes")
+    if sizes:
+        lines += ["", "batch sizes (baseline)"]
+        lines += _grid(
+            ["device", "batch", "status", *head[3:]],
+            [[e.device, str(e.batch_size), e.status, *_figures(e)] for e in sizes],
+        )
+    ratios = [e for e in r.section("devices") if e.status == "ok"]
+    if ratios:
+        lines += ["", "cuda / cpu (above 1: the GPU pays off)"]
+        lines += _grid(
+            ["devices", "batch", "", "infer x", "train x"],
+            [
+                [
+                    e.device,
+                    str(e.batch_size),
+                    "",
+                    num(e.ratios.get("infer_x"), ".2f", "x"),
+                    num(e.ratios.get("train_x"), ".2f", "x"),
+                ]
+                for e in ratios
+            ],
+        )
+    notes = [e for e in r.entries if e.reason]
+    if notes:
+        lines += ["", "not measured"]
+        lines += [
+            f"  {e.device} {e.option}{f' (batch {e.batch_size})' if e.batch_size else ''}: {e.status}: {e.reason}"
+            for e in notes
+        ]
+    return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from resomap.config import schema
 from resomap.config.schema import Config
 from resomap.errors import ConfigError, DeviceError
 from resomap.profiling.flops import count_ops
@@ -22,7 +23,7 @@ from resomap.runtime import autocast_dtype, describe_device, resolve_device
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = schema.PRECISIONS
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 @register_executor("local")
 def local(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
+    """Trials one after another in this process."""
     results = []
     for trial in trials:
         report(progress.line(trial.name))
@@ -174,10 +175,11 @@ class RayOptions:
 
 @register_executor("ray", options=RayOptions)
 def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
-    """Each trial a Ray task with its CPU/GPU request; `sweep.ray.address` joins an existing cluster, null starts
-    a local Ray over this machine's cores. A task is not retried: one that raises or dies fails only its trial
-    (rerun it with --rerun-failed; it resumes from its last.pt). On a cluster, experiment.output_dir and the
-    MLflow store must be reachable from every node."""
+    """Each trial a Ray task with its CPU/GPU request, on a local Ray or a cluster.
+
+    `sweep.ray.address` joins an existing cluster, null starts a local Ray over this machine's cores. A task is
+    not retried: one that raises or dies fails only its trial (rerun it with --rerun-failed; it resumes from its
+    last.pt). On a cluster, experiment.output_dir and the MLflow store must be reachable from every node."""
     if not trials:
         return []
     ray, started_here = _start_ray(cfg)

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resomap.cli_args import positive_int
+from resomap.cli.args import positive_int
+from resomap.config.schema import DEVICES, PRECISIONS
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -16,8 +17,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
     p.add_argument("--num-classes", type=positive_int, default=1000, help="classifier outputs (default 1000)")
     p.add_argument("--in-channels", type=positive_int, default=3, help="input channels (default 3)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: system.device")
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], help="default: system.precision")
+    p.add_argument("--device", choices=DEVICES, help="default: system.device")
+    p.add_argument("--precision", choices=PRECISIONS, help="default: system.precision")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--config-dir", default="configs", help="folder of the YAML files")
     p.add_argument("--preset", help="a file of configs/presets/ without .yaml")

@@ -1,8 +1,4 @@
-"""`resomap explain` and `resomap analyze`: parsing and printing for resomap.analysis (exit 2 on bad input).
-
-resomap.cli calls `add_commands(subparsers)`; `main(argv)` runs these two commands on their own (the example
-scripts and the tests use it).
-"""
+"""`resomap explain` and `resomap analyze`: parsing and printing for resomap.analysis (exit 2 on bad input)."""
 
 from __future__ import annotations
 
@@ -10,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from resomap.cli_args import positive_int
+from resomap.cli.args import positive_int
+from resomap.config.schema import DEVICES
 
 
 def _class_index(text: str) -> int:
@@ -71,7 +68,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-samples", type=positive_int, help="probe images (default: explainability.probe_size)")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: the trial config's system.device")
+    p.add_argument("--device", choices=DEVICES[1:], help="default: the trial config's system.device")
     p.add_argument("--config-dir", default="configs", help="config folder for checkpoints without a config.yaml")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of the trial's config")
 

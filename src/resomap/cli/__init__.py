@@ -1,0 +1,54 @@
+"""The `resomap` command: argument parsing, printing and exit codes (0 ok, 1 a trial failed, 2 bad input).
+
+One module per command group (run: train/sweep/sync, listing: the registries and config, ui, perf: profile/bench,
+analysis: explain/analyze); each imports what its command needs when the command runs, so `--help`, the
+listings and config errors answer without loading the explanation, tracking or plotting libraries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+
+from resomap.cli import analysis, listing, perf, run, ui
+from resomap.cli.args import OneLineParser
+from resomap.errors import ResoMapError
+
+log = logging.getLogger("resomap")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="resomap", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for group in (run, ui, perf, analysis, listing):
+        group.add_commands(sub)
+    return parser
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("mlflow", "alembic", "urllib3", "matplotlib", "PIL", "git"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args)
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # mlflow probes git; stay quiet outside a repo
+    warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not ours
+    try:
+        return int(args.func(args) or 0)
+    except ResoMapError as exc:
+        print(f"resomap: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("resomap: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,7 @@
+"""`python -m resomap.cli ...` = `resomap ...`."""
+
+import sys
+
+from resomap.cli import main
+
+sys.exit(main())

@@ -1,0 +1,36 @@
+"""Argument helpers shared by the command modules: one-line usage errors, positive integers, config arguments."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, NoReturn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config-dir", default="configs", help="folder of the YAML files (default: configs)")
+    p.add_argument("--preset", help="a file of configs/presets/ without .yaml, merged after the config files")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. training.epochs=3")
+
+
+def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Any:
+    """The resolved, validated config of the command's --config-dir, --preset and key=value overrides."""
+    from resomap.config import load
+
+    return load(args.config_dir, args.preset, args.overrides, extra)

@@ -1,0 +1,103 @@
+"""`resomap models / explainers / datasets / executors` (the registries) and `resomap config`.
+
+These answer without importing any explanation, tracking or plotting library: the registries import torch and
+their own modules only (each entry imports its heavy library when it is built).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from resomap.cli.args import add_config_args, load_config
+
+
+def _options(registry: Any, name: str) -> str:
+    """`key=default, ...` of an entry's options dataclass ('' when it has none)."""
+    options = registry.options(name)
+    if options is None:
+        return ""
+    return ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(options))
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    if args.params:
+        from resomap.models import model_table
+
+        print(f"{'name':<22}{'family':<14}{'params (M)':>11}  CAM layer")
+        for row in model_table():
+            print(f"{row[0]:<22}{row[1]:<14}{row[2]:>11.2f}  {row[3]}")
+    else:
+        from resomap.models import get_spec, list_models
+
+        print(f"{'name':<22}{'family':<14}CAM layer (deepest first)")
+        for name in list_models():
+            spec = get_spec(name)
+            print(f"{name:<22}{spec.family:<14}{', '.join(spec.cam_layers)}")
+    print("any timm model: timm:<name> (e.g. timm:resnet10t); --params adds parameter counts")
+    return 0
+
+
+def cmd_explainers(args: argparse.Namespace) -> int:
+    from resomap.explain.registry import EXPLAINERS
+
+    for name in EXPLAINERS.names():
+        meta = EXPLAINERS.meta(name)
+        notes = ", ".join(k for k in ("needs_spatial_layer", "slow") if meta.get(k))
+        options = _options(EXPLAINERS, name)
+        print(f"{name:<24}{notes:<26}{'options: ' + options if options else ''}".rstrip())
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from resomap.data.registry import DATASETS
+
+    for name in DATASETS.names():
+        options = _options(DATASETS, name)
+        print(f"{name:<16}{'options: ' + options if options else ''}".rstrip())
+    return 0
+
+
+def cmd_executors(args: argparse.Namespace) -> int:
+    from resomap.sweep.executors import EXECUTORS
+
+    for name in EXECUTORS.names():
+        doc = (EXECUTORS.get(name).__doc__ or "").strip().splitlines()
+        options = _options(EXECUTORS, name)
+        print(f"{name:<14}{doc[0] if doc else ''}" + (f" (options: {options})" if options else ""))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    if args.doc:
+        from resomap.config.docs import config_reference, sync_readme
+
+        if args.write:
+            changed = sync_readme(args.write)
+            print(f"{args.write}: config reference {'updated' if changed else 'already current'}")
+        else:
+            print(config_reference(), end="")
+        return 0
+    from resomap.config import dump_yaml
+
+    print(dump_yaml(load_config(args)), end="")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("models", help="list the registered models")
+    p.add_argument("--params", action="store_true", help="also count each model's parameters (imports torchvision)")
+    p.set_defaults(func=cmd_models)
+    p = sub.add_parser("explainers", help="list the registered explanation methods")
+    p.set_defaults(func=cmd_explainers)
+    p = sub.add_parser("datasets", help="list the registered datasets")
+    p.set_defaults(func=cmd_datasets)
+    p = sub.add_parser("executors", help="list the registered sweep executors")
+    p.set_defaults(func=cmd_executors)
+
+    p = sub.add_parser("config", help="print the resolved config (or --doc: the reference)")
+    p.add_argument("--doc", action="store_true", help="print the config reference in markdown")
+    p.add_argument("--write", metavar="README", help="with --doc: replace the reference block in this file")
+    add_config_args(p)
+    p.set_defaults(func=cmd_config)

@@ -1,0 +1,120 @@
+"""`resomap train`, `resomap sweep` and `resomap sync`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from resomap.cli.args import add_config_args, load_config, positive_int
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """One trial; under torchrun (WORLD_SIZE > 1) one DDP process per rank, rank 0 writes and tracks."""
+    from resomap import models
+    from resomap.config import with_overrides
+    from resomap.runtime import resolve_device
+    from resomap.training import distributed
+
+    extra: dict[str, Any] = {"sweep.models": [args.model], "sweep.resolutions": [args.resolution]}
+    if args.epochs is not None:
+        extra["training.epochs"] = args.epochs
+    cfg = load_config(args, extra)
+    models.get_spec(args.model)  # unknown names fail before anything is written
+    device = resolve_device(cfg.system)  # no GPU for system.device=cuda: fails here, before anything is created
+    cfg = with_overrides(cfg, {"sweep.seeds": [cfg.experiment.seed]}, "command line")
+    with distributed.process_group(device) as device:
+        return _train(args, cfg, device)
+
+
+def _train(args: argparse.Namespace, cfg: Any, device: Any) -> int:
+    from resomap.runtime import describe_device
+    from resomap.sweep import Trial, run_trial
+    from resomap.tracking import NullTracker, make_tracker
+    from resomap.training import distributed
+
+    where = distributed.describe()
+    print(f"device: {describe_device(device)}" + (f", {where}" if where else ""))
+    rank0 = distributed.is_rank0()
+    tracker = make_tracker(cfg) if rank0 else NullTracker()
+    if tracker.enabled:
+        print(f"MLflow: {tracker.uri} (experiment '{tracker.experiment_name}')")
+    trial = Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)
+    result = run_trial(trial, tracker=tracker, fresh=args.fresh, reraise=True)
+    if not rank0:
+        return 0 if result.status == "FINISHED" else 1
+    print(result.summary_text(), end="")
+    print(f"summary: {trial.summary_dir}")
+    if result.best_checkpoint:
+        print(f"best checkpoint: {result.best_checkpoint}")
+    return 0 if result.status == "FINISHED" else 1
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import os
+
+    from resomap.errors import ConfigError
+    from resomap.runtime import describe_device, resolve_device
+    from resomap.sweep import describe_plan, plan, run_sweep
+
+    if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
+        raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
+    extra = {"sweep.executor": args.executor} if args.executor else None
+    cfg = load_config(args, extra)
+    if args.dry_run:
+        trials = plan(cfg)
+        states = describe_plan(trials)
+        print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
+        for trial, state in states:
+            print(f"  {trial.name:<28} key {trial.key}  {state}")
+        counts = {s: sum(1 for _, st in states if st == s) for s in ("done", "failed", "partial", "pending")}
+        print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        return 0
+    print(f"device: {describe_device(resolve_device(cfg.system))}")
+    outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)
+    print(f"summary: {outcome.summary_dir}/summary.csv, figures: {outcome.summary_dir}/figures/")
+    for r in outcome.failed:
+        print(f"FAILED {r.name}: {r.error}")
+    if outcome.parent_run_id:
+        from resomap.tracking import default_tracking_uri
+
+        print(f"MLflow: parent run {outcome.parent_run_id} in {default_tracking_uri(cfg)}; browse with: resomap ui")
+    return 1 if outcome.failed else 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Log the sweep's results that are not in MLflow yet (trained while the store was unreachable)."""
+    from resomap.errors import ConfigError
+    from resomap.sweep import sync_sweep
+    from resomap.tracking import default_tracking_uri
+
+    cfg = load_config(args)
+    if not cfg.mlflow.enabled:
+        raise ConfigError("mlflow.enabled is false: nothing to sync (set mlflow.enabled=true)")
+    report = sync_sweep(cfg)
+    print(report.line())
+    for name, reason in report.failed.items():
+        print(f"not synced {name}: {reason}")
+    if report.parent_run_id:
+        print(f"MLflow: parent run {report.parent_run_id} in {default_tracking_uri(cfg)}")
+    return 0 if report.ok else 1
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("train", help="train one model at one resolution")
+    p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
+    p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
+    p.add_argument("--epochs", type=positive_int, help="shorthand for training.epochs=N")
+    p.add_argument("--fresh", action="store_true", help="discard this trial's checkpoints instead of resuming")
+    add_config_args(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("sweep", help="train every model x resolution x seed of sweep.yaml (resumable)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and each trial's state, train nothing")
+    p.add_argument("--rerun-failed", action="store_true", help="run trials that failed before again")
+    p.add_argument("--executor", help="a registered executor (resomap executors; default: sweep.executor)")
+    add_config_args(p)
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("sync", help="log to MLflow the sweep results written while the store was unreachable")
+    add_config_args(p)
+    p.set_defaults(func=cmd_sync)

@@ -1,0 +1,133 @@
+"""Sampling-based explainers: SHAP (GradientExplainer, expected gradients; DeepExplainer fails on ResNets' in-place
+adds) and LIME (lime_image)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from resomap.explain.registry import BaseExplainer, reduce_channels, register_explainer
+
+log = logging.getLogger(__name__)
+
+NOISE_STD = 0.1  # std of the noisy background copies (inputs are normalised, so unit scale)
+BACKGROUND_COPIES = 4  # background: zeros + this many noisy copies
+
+
+class _TargetLogit(nn.Module):
+    """model(x)[:, target] as [N, 1]: shap then computes one output instead of every class."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.target = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)[:, self.target : self.target + 1]
+
+
+@dataclass(frozen=True)
+class ShapOptions:
+    samples: int = 16  # expected-gradient samples per image (shap nsamples)
+
+
+@register_explainer("shap", options=ShapOptions, needs_spatial_layer=False, slow=True)
+class ShapExplainer(BaseExplainer):
+    """shap.GradientExplainer (expected gradients), background zeros + noisy copies, `samples` per image."""
+
+    options: ShapOptions
+
+    def __init__(self, model: nn.Module, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        import shap  # heavy import: only when shap is built
+
+        self.shap = shap
+        self.wrapper = _TargetLogit(model)
+        self.explainers: dict[tuple, Any] = {}  # (image shape, device) -> GradientExplainer on its background
+
+    def _explainer(self, images: torch.Tensor) -> Any:
+        key = (tuple(images.shape[1:]), str(images.device))
+        if key not in self.explainers:
+            gen = torch.Generator(device="cpu").manual_seed(0)
+            shape = (BACKGROUND_COPIES, *images.shape[1:])
+            noise = torch.randn(shape, generator=gen).to(images) * NOISE_STD
+            background = torch.cat([torch.zeros_like(images[:1]).detach(), noise])
+            self.explainers[key] = self.shap.GradientExplainer(self.wrapper, background, batch_size=self.cfg.batch_size)
+        return self.explainers[key]
+
+    def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        explainer = self._explainer(images)
+        maps = []
+        for x, t in zip(images.detach(), targets.tolist()):  # one target per image; shap explains one output
+            self.wrapper.target = t
+            values = np.asarray(explainer.shap_values(x[None], nsamples=self.options.samples, rseed=0))
+            values = values.reshape(1, *images.shape[1:])  # drop the single output axis, wherever shap puts it
+            maps.append(reduce_channels(torch.from_numpy(values.astype(np.float32)))[0])
+        return torch.stack(maps)
+
+    def close(self) -> None:
+        self.explainers.clear()
+
+
+def grid_segments(resolution: int) -> np.ndarray:
+    """Square superpixels of side max(2, res // 8), numbered row-major."""
+    # hand-written: a grid works on any channel count and on normalised (negative) values, unlike slic/quickshift
+    cell = max(2, resolution // 8)
+    idx = np.arange(resolution) // cell
+    return (idx[:, None] * (idx.max() + 1) + idx[None, :]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class LimeOptions:
+    samples: int = 64  # perturbed images per explained image
+
+
+@register_explainer("lime", options=LimeOptions, needs_spatial_layer=False, slow=True)
+class LimeExplainer(BaseExplainer):
+    """lime_image on a resolution-derived grid, `samples` samples; map = segment weights of the target."""
+
+    options: LimeOptions
+
+    def __init__(self, model: nn.Module, **kw: Any) -> None:
+        super().__init__(model, **kw)
+        from lime import lime_image  # heavy import: only when lime is built
+
+        self.lime_image = lime_image
+        self.segments = grid_segments(self.resolution)
+
+    def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        channels = images.shape[1]
+        device = images.device
+        model = self.model
+        segments = self.segments
+
+        def predict(batch: np.ndarray) -> np.ndarray:
+            x = torch.from_numpy(batch[..., :channels]).permute(0, 3, 1, 2).to(device, torch.float32)
+            with torch.no_grad():
+                return torch.softmax(model(x), dim=-1).cpu().numpy()
+
+        maps = []
+        for x, t in zip(images.detach().cpu(), targets.tolist()):
+            hwc = x.permute(1, 2, 0).double().numpy()
+            rgb = np.repeat(hwc, 3, axis=-1) if channels == 1 else hwc  # lime expects 3 channels
+            # a fresh explainer per image: every image gets the same random perturbations (random_state=0)
+            explanation = self.lime_image.LimeImageExplainer(random_state=0).explain_instance(
+                rgb,
+                predict,
+                labels=(t,),
+                top_labels=None,
+                hide_color=0.0,
+                num_samples=self.options.samples,
+                batch_size=self.cfg.batch_size,
+                segmentation_fn=lambda _img: segments,
+            )
+            weights = np.zeros(segments.max() + 1, dtype=np.float32)
+            for seg, w in explanation.local_exp[t]:
+                weights[seg] = w
+            maps.append(torch.from_numpy(weights[segments]))
+        return torch.stack(maps)

@@ -1,0 +1,58 @@
+"""The command line answers without loading heavy libraries: --help, the listings and config mistakes import
+none of captum, grad-cam, shap, lime, timm, mlflow, scikit-learn, matplotlib (or torchvision), and a mistake is
+reported before anything is created. (How fast: scripts/benchmark_startup.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("captum", "pytorch_grad_cam", "shap", "lime", "timm", "mlflow", "sklearn", "matplotlib", "torchvision")
+PROBE = """
+import json, sys
+from resomap.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as exc:
+    rc = exc.code
+print(json.dumps({"rc": rc, "loaded": [m for m in HEAVY if m in sys.modules]}), file=sys.stderr)
+""".replace("HEAVY", repr(HEAVY))
+
+BAD = ["train", "--config-dir", str(REPO / "configs"), "--model", "tiny_cnn", "--resolution", "32"]
+CASES = [
+    (["--help"], 0, ""),
+    (["train", "--help"], 0, ""),
+    (["models"], 0, ""),
+    (["explainers"], 0, ""),
+    (["datasets"], 0, ""),
+    (["executors"], 0, ""),
+    (["config", "--doc"], 0, ""),
+    ([*BAD, "data.dataset=elvp"], 2, "did you mean elpv"),
+    ([*BAD, "explainability.methods=[gradcm]"], 2, "did you mean gradcam"),
+    ([*BAD, "sweep.executor=rey"], 2, "did you mean ray"),
+    ([*BAD, "trainig.epochs=3"], 2, "did you mean 'training.epochs'"),
+    ([*BAD[:4], "resnet81", *BAD[5:]], 2, "did you mean resnet18"),
+    (["sweep", "--config-dir", str(REPO / "configs"), "--preset", "smoke", "data.dataset=imagenet"], 2, "no dataset"),
+]
+if not torch.cuda.is_available():
+    CASES.append(([*BAD, "system.device=cuda"], 2, "no CUDA GPU"))
+
+
+@pytest.mark.parametrize(("args", "code", "needle"), CASES, ids=[" ".join(a[:1] + a[-1:]) for a, _, _ in CASES])
+def test_answers_without_heavy_imports_and_writes_nothing(tmp_path, args, code, needle):
+    env = dict(os.environ, MPLBACKEND="Agg")
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report["rc"] == code, proc.stderr
+    assert report["loaded"] == [], f"{' '.join(args)} imported {report['loaded']}"
+    if needle:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("resomap: error:")]
+        assert len(errors) == 1 and needle in errors[0], proc.stderr
+        assert list(tmp_path.iterdir()) == [], "a mistake must not create files"
