@@ -1,0 +1,82 @@
+"""Per-test-image records of a trial: what the model predicted for each test image, at each test resolution.
+
+Kept beside result.json as `predictions.csv` (columns test_resolution, index, label, prediction, correct; `index`
+is the image's index in the raw dataset, the same across resolutions and seeds when the split is fixed), so any
+statistic (bootstrap intervals, paired tests between resolutions, pooled seeds) can be recomputed later without
+retraining. Plain csv: readable by pandas, R or a spreadsheet.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from resomap.atomic import write_text
+
+PREDICTIONS_FILE = "predictions.csv"
+COLUMNS = ("test_resolution", "index", "label", "prediction", "correct")
+
+
+@dataclasses.dataclass(frozen=True)
+class Predictions:
+    """One trained model's predictions on the test split at one test resolution (arrays aligned by image)."""
+
+    test_resolution: int
+    index: np.ndarray  # int64 [N]: image index in the raw dataset
+    label: np.ndarray  # int64 [N]
+    prediction: np.ndarray  # int64 [N]
+
+    def __post_init__(self) -> None:
+        n = len(self.index)
+        if len(self.label) != n or len(self.prediction) != n:
+            raise ValueError(
+                f"predictions: index, label and prediction differ in length ({n}, {len(self.label)}, "
+                f"{len(self.prediction)})"
+            )
+
+    @property
+    def correct(self) -> np.ndarray:
+        return np.asarray(self.label) == np.asarray(self.prediction)
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.correct.mean()) if len(self.index) else float("nan")
+
+
+def write_predictions(folder: str | Path, records: Mapping[int, Predictions]) -> Path:
+    """predictions.csv in `folder` (atomically), rows sorted by test resolution then image index."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for res in sorted(records):
+        rec = records[res]
+        order = np.argsort(rec.index, kind="stable")
+        correct = rec.correct
+        for i in order:
+            writer.writerow((res, int(rec.index[i]), int(rec.label[i]), int(rec.prediction[i]), int(correct[i])))
+    path = Path(folder) / PREDICTIONS_FILE
+    write_text(path, buf.getvalue())
+    return path
+
+
+def read_predictions(folder: str | Path) -> dict[int, Predictions]:
+    """{test resolution: Predictions} from `folder`/predictions.csv; {} when the file is absent."""
+    path = Path(folder) / PREDICTIONS_FILE
+    if not path.is_file():
+        return {}
+    rows: dict[int, list[tuple[int, int, int]]] = {}
+    with path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            rows.setdefault(int(row["test_resolution"]), []).append(
+                (int(row["index"]), int(row["label"]), int(row["prediction"]))
+            )
+    out = {}
+    for res, items in rows.items():
+        arr = np.asarray(items, dtype=np.int64).reshape(-1, 3)
+        out[res] = Predictions(res, arr[:, 0], arr[:, 1], arr[:, 2])
+    return out
