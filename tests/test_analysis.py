@@ -23,7 +23,7 @@ MODEL, RESOLUTIONS = "tiny_cnn", (32, 48)
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
-    """A trained smoke sweep in a tmp folder: checkpoints/cnn/tiny_cnn/{32,48}/ and model_summaries/."""
+    """A trained smoke sweep in a tmp folder: checkpoints/cnn/tiny_cnn/{32,48}/seed42/ and model_summaries/."""
     root = tmp_path_factory.mktemp("analysis")
     shutil.copytree(ROOT / "configs", root / "configs")
     argv = ["-q", "sweep", "--config-dir", str(root / "configs"), "--preset", "smoke"]
@@ -35,7 +35,7 @@ def sweep(tmp_path_factory) -> Path:
 
 
 def _ckpt(sweep: Path, res: int) -> Path:
-    path = best_checkpoint(sweep / "checkpoints" / "cnn" / MODEL / str(res))
+    path = best_checkpoint(sweep / "checkpoints" / "cnn" / MODEL / str(res) / "seed42")
     assert path is not None and path.name.startswith("epoch=")
     return path
 
@@ -131,12 +131,15 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
     got = {(m["model"], m["resolution"]): m for m in report["models"]}
     assert set(got) == {(MODEL, r) for r in RESOLUTIONS}
     for res in RESOLUTIONS:
-        trial = json.loads((sweep / "model_summaries" / MODEL / str(res) / "result.json").read_text())
+        trial = json.loads((sweep / "model_summaries" / MODEL / str(res) / "seed42" / "result.json").read_text())
         entry = got[(MODEL, res)]
         assert entry["test"]["test/accuracy"] == pytest.approx(trial["test"]["test/accuracy"], abs=1e-9)
         assert set(entry["test"]) >= {"test/macro_precision", "test/macro_recall", "test/macro_f1"}
         assert entry["profile"]["latency_median_ms"] > 0 and entry["profile"]["gmacs"] > 0
         assert set(entry["cross_resolution"]) == {str(r) for r in RESOLUTIONS}
+        assert (out / "models" / MODEL / str(res) / "seed42" / entry["predictions"]).read_text() == (
+            sweep / "model_summaries" / MODEL / str(res) / "seed42" / "predictions.csv"
+        ).read_text()  # the same per-image records as the trial's
     matrix = report["agreement"]["matrices"][f"{MODEL}/gradcam"]
     assert matrix["resolutions"] == list(RESOLUTIONS)
     assert np.allclose(np.diag(matrix["spearman"]), 1.0) and np.asarray(matrix["spearman"]).shape == (2, 2)

@@ -66,9 +66,9 @@ def test_train_logs_a_complete_run_to_mlflow(project: Path, capsys):
     assert {"config.yaml", "figures", "checkpoints", "result.json"} <= artifacts
     assert [a.path for a in client.list_artifacts(run.info.run_id, "figures")] == ["figures/confusion_matrix.png"]
     assert client.search_logged_models([exp.experiment_id])
-    folder = project / "checkpoints" / "cnn" / "tiny_cnn" / "32"
+    folder = project / "checkpoints" / "cnn" / "tiny_cnn" / "32" / "seed42"
     assert (folder / "last.pt").exists() and (folder / "config.yaml").exists()
-    assert (project / "model_summaries" / "tiny_cnn" / "32" / "result.json").exists()
+    assert (project / "model_summaries" / "tiny_cnn" / "32" / "seed42" / "result.json").exists()
 
 
 def test_same_command_twice_reuses_the_run(project: Path, capsys):

@@ -153,6 +153,6 @@ def test_a_sweep_runs_on_the_extension_dataset_explainer_and_executor(plugin_pat
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[reversed] last trial first" in out.stdout
     for res in (16, 32):
-        result = tmp_path / "model_summaries" / "tiny_cnn" / str(res) / "result.json"
+        result = tmp_path / "model_summaries" / "tiny_cnn" / str(res) / "seed42" / "result.json"
         text = result.read_text()
         assert '"FINISHED"' in text and "explain/edge_map/" in text

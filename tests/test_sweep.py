@@ -57,7 +57,7 @@ def _client(project: Path):
 
 
 def _result(project: Path, model: str, res: int) -> dict:
-    return json.loads((project / "model_summaries" / model / str(res) / "result.json").read_text())
+    return json.loads((project / "model_summaries" / model / str(res) / "seed42" / "result.json").read_text())
 
 
 def _dead_port() -> int:
@@ -91,7 +91,7 @@ def test_plan_expands_grid_with_include_exclude_and_overrides(project: Path):
     )
     assert got == want
     assert len({t.key for t in trials}) == len(trials)
-    assert trials[0].name.endswith("#s1") and trials[0].summary_dir.name == "seed1"
+    assert trials[0].name.endswith("/seed1") and trials[0].summary_dir.name == "seed1"
 
     base = {(t.model, t.resolution, t.seed): t for t in trials}
     over = _cfg(
@@ -183,8 +183,8 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
     (parent,) = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
     assert parent.info.status == "FAILED"
 
-    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24").mkdir(parents=True)
-    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "last.pt").write_bytes(b"x")
+    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "seed42").mkdir(parents=True)
+    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "seed42" / "last.pt").write_bytes(b"x")
     code, out, _ = _run([*args[:-2], "sweep.resolutions=[16,24,32]", args[-1], "--dry-run"], capsys)
     assert code == 0
     states = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if " key " in ln}

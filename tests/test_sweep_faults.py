@@ -87,11 +87,11 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _results(root: Path) -> list[Path]:
-    return [root / "model_summaries" / m / str(r) / "result.json" for m, r in TRIALS]
+    return [root / "model_summaries" / m / str(r) / "seed42" / "result.json" for m, r in TRIALS]
 
 
 def _result(root: Path, model: str, res: int) -> dict:
-    return json.loads((root / "model_summaries" / model / str(res) / "result.json").read_text())
+    return json.loads((root / "model_summaries" / model / str(res) / "seed42" / "result.json").read_text())
 
 
 def _parent_exists(root: Path) -> bool:
@@ -107,8 +107,8 @@ def _parent_exists(root: Path) -> bool:
 
 def _training_without_result(root: Path) -> bool:
     for model, res in TRIALS:
-        last = root / "checkpoints" / "cnn" / model / str(res) / "last.pt"
-        if last.exists() and not (root / "model_summaries" / model / str(res) / "result.json").exists():
+        last = root / "checkpoints" / "cnn" / model / str(res) / "seed42" / "last.pt"
+        if last.exists() and not (root / "model_summaries" / model / str(res) / "seed42" / "result.json").exists():
             return True
     return False
 

@@ -4,13 +4,17 @@ Kept beside result.json as `predictions.csv` (columns test_resolution, index, la
 is the image's index in the raw dataset, the same across resolutions and seeds when the split is fixed), so any
 statistic (bootstrap intervals, paired tests between resolutions, pooled seeds) can be recomputed later without
 retraining. Plain csv: readable by pandas, R or a spreadsheet.
+
+`environment()`: what every result records of where it was computed (python and library versions, platform).
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
+import platform
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +23,8 @@ import numpy as np
 from resomap.atomic import write_text
 
 PREDICTIONS_FILE = "predictions.csv"
+# the distributions whose versions every result records (read from installed metadata: nothing is imported)
+LIBRARIES = ("torch", "torchvision", "timm", "captum", "grad-cam", "numpy", "mlflow")
 COLUMNS = ("test_resolution", "index", "label", "prediction", "correct")
 
 
@@ -80,3 +86,23 @@ def read_predictions(folder: str | Path) -> dict[int, Predictions]:
         arr = np.asarray(items, dtype=np.int64).reshape(-1, 3)
         out[res] = Predictions(res, arr[:, 0], arr[:, 1], arr[:, 2])
     return out
+
+
+def environment() -> dict[str, str | None]:
+    """python, the library versions (None when not installed), the platform; the device is added by whoever
+    knows it. A fresh dict each call."""
+    return dict(_environment())
+
+
+@functools.cache
+def _environment() -> tuple[tuple[str, str | None], ...]:
+    from importlib import metadata
+
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in LIBRARIES:
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = None
+    found["platform"] = platform.platform()
+    return tuple(found.items())

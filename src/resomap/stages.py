@@ -2,10 +2,12 @@
 
 Each step returns a typed value that resomap.sweep.trial.TrialResult holds:
 - test_stage: the model on its test split (+ confusion matrix) -> EvalResult;
-- test_across_resolutions: the same model on the test split at every resolution of the sweep -> EvalMetrics each;
+- test_matrix / test_across_resolutions: the same model on the test split at every resolution of the sweep ->
+  EvalResult (labels and predictions per image) / EvalMetrics each;
 - profile_stage: cost at its resolution (profile.txt/json written) -> ProfileSummary;
 - explain_stage: maps of the probe set, scored (explanations.npz written) -> ExplainSummary;
-- evaluate_trained: the four above in order, as a sweep trial and `resomap analyze` run them;
+- evaluate_trained: the four above in order, as a sweep trial and `resomap analyze` run them, keeping every test
+  image's prediction at every test resolution in predictions.csv (resomap.records);
 - compare_stage: over many trials, the explanations of each model compared across resolutions -> Comparison.
 """
 
@@ -44,16 +46,26 @@ class EvalMetrics:
 
 @dataclasses.dataclass
 class EvalResult:
-    """Trainer.evaluate on a test split: `metrics` named '<prefix>/<name>', and the labels behind them."""
+    """Trainer.evaluate on a test split: `metrics` named '<prefix>/<name>', the labels behind them, and `index`,
+    each image's index in the raw dataset (bundle.splits['test'], the test loader's order)."""
 
     metrics: dict[str, float]
     y_true: np.ndarray
     y_pred: np.ndarray
     prefix: str = "test"
+    index: np.ndarray | None = None
 
     @property
     def summary(self) -> EvalMetrics:
         return EvalMetrics(self.metrics[f"{self.prefix}/accuracy"], self.metrics[f"{self.prefix}/macro_f1"])
+
+    def records(self, resolution: int) -> Any:
+        """resomap.records.Predictions of these images at test resolution `resolution` (None without index)."""
+        from resomap.records import Predictions
+
+        if self.index is None or len(self.index) != len(self.y_true):
+            return None
+        return Predictions(int(resolution), np.asarray(self.index), np.asarray(self.y_true), np.asarray(self.y_pred))
 
 
 @dataclasses.dataclass
@@ -115,25 +127,34 @@ class ExplainSummary:
 
 @dataclasses.dataclass
 class Evaluation:
-    """What evaluate_trained found for one trained model."""
+    """What evaluate_trained found for one trained model (`predictions`: the per-image records it wrote;
+    `device`: the device it ran on, in words)."""
 
     test: EvalResult
     cross_resolution: dict[str, EvalMetrics]
     profile: ProfileSummary | None
     explain: ExplainSummary | None
+    predictions: Path | None = None
+    device: str | None = None
 
 
 @dataclasses.dataclass
 class Comparison:
-    """The cross-resolution comparison of a set of trials: files written, tidy agreement rows, the matrices."""
+    """The comparison of a set of trials' maps across resolutions and seeds: files written, tidy agreement rows
+    (each with its kind and grid: resolution, seed = the noise floor, chance, model_free, random, method), the
+    matrices (main grid; diagonal = cross-seed floor with >= 2 seeds), the floors and one sentence per model x
+    method saying whether there is a resolution effect beyond seed noise."""
 
     files: list[Path] = dataclasses.field(default_factory=list)
     rows: list[dict] = dataclasses.field(default_factory=list)
     matrices: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # '<model>/<method>' -> ...
+    floors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # '<model>/<method>/<metric>'
+    statements: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def agreement(self) -> dict[str, float]:
-        """Mean agreement across resolutions per model, method and metric (MLflow metric names)."""
+        """Mean agreement across resolutions per model, method and metric, and its floor, chance level and
+        model-free reference (MLflow metric names: agreement/..., agreement_floor/..., ...)."""
         from resomap.explain.crossres import mean_agreement
 
         return mean_agreement(self.rows)
@@ -160,12 +181,17 @@ def evaluate_at(
 
     bundle = bundle if bundle is not None else data_pkg.build(cfg, resolution, seed, device)
     trainer = trainer if trainer is not None else Trainer(cfg, device)
-    return _evaluate(trainer, model, bundle.test, prefix, num_classes)
+    return _evaluate(trainer, model, bundle, prefix, num_classes)
 
 
-def _evaluate(trainer: Any, model: Any, loader: Any, prefix: str, num_classes: int | None) -> EvalResult:
-    metrics, y_true, y_pred = trainer.evaluate(model, loader, prefix=prefix, num_classes=num_classes)
-    return EvalResult({k: float(v) for k, v in metrics.items()}, y_true, y_pred, prefix)
+def _evaluate(trainer: Any, model: Any, bundle: Any, prefix: str, num_classes: int | None) -> EvalResult:
+    """The model on bundle.test; the loader keeps the order of bundle.splits['test'] (no shuffling)."""
+    metrics, y_true, y_pred = trainer.evaluate(model, bundle.test, prefix=prefix, num_classes=num_classes)
+    index = np.asarray(bundle.splits["test"], dtype=np.int64)
+    if len(index) != len(y_true):
+        log.warning("test loader gave %d predictions for %d test images; no per-image records", len(y_true), len(index))
+        index = None
+    return EvalResult({k: float(v) for k, v in metrics.items()}, y_true, y_pred, prefix, index)
 
 
 def test_stage(
@@ -174,12 +200,34 @@ def test_stage(
     """The model on its own test split; confusion_matrix.png is written to `out_dir`."""
     from resomap.training.metrics import confusion_matrix_figure
 
-    found = _evaluate(trainer, model, bundle.test, "test", num_classes)
+    found = _evaluate(trainer, model, bundle, "test", num_classes)
     log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
     fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
     out_dir.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
     return found
+
+
+def test_matrix(
+    model: Any,
+    cfg: Any,
+    resolutions: Iterable[int],
+    own: tuple[int, EvalResult],
+    seed: int,
+    device: Any,
+    *,
+    trainer: Any = None,
+    num_classes: int | None = None,
+) -> dict[int, EvalResult]:
+    """The model tested at each resolution (FixRes-style train x test matrix); `own` = (its resolution, its test)."""
+    own_res, own_result = own
+    out: dict[int, EvalResult] = {}
+    for res in sorted(set(resolutions) | {own_res}):
+        if res == own_res:
+            out[res] = own_result
+        else:
+            out[res] = evaluate_at(model, cfg, res, seed, device, trainer=trainer, num_classes=num_classes, prefix="x")
+    return out
 
 
 def test_across_resolutions(
@@ -193,16 +241,17 @@ def test_across_resolutions(
     trainer: Any = None,
     num_classes: int | None = None,
 ) -> dict[str, EvalMetrics]:
-    """The model tested at each resolution (FixRes-style train x test matrix); `own` = (its resolution, its test)."""
-    own_res, own_result = own
-    out: dict[str, EvalMetrics] = {}
-    for res in sorted(set(resolutions) | {own_res}):
-        if res == own_res:
-            out[str(res)] = own_result.summary
-        else:
-            found = evaluate_at(model, cfg, res, seed, device, trainer=trainer, num_classes=num_classes, prefix="x")
-            out[str(res)] = found.summary
-    return out
+    """test_matrix, each resolution's accuracy and macro-F1 (the cross_resolution of a result)."""
+    found = test_matrix(model, cfg, resolutions, own, seed, device, trainer=trainer, num_classes=num_classes)
+    return {str(res): result.summary for res, result in found.items()}
+
+
+def write_records(matrix: Mapping[int, EvalResult], out_dir: Path) -> Path | None:
+    """predictions.csv in out_dir: every test image's label and prediction at every test resolution."""
+    from resomap.records import write_predictions
+
+    records = {res: rec for res, found in matrix.items() if (rec := found.records(res)) is not None}
+    return write_predictions(out_dir, records) if records else None
 
 
 def profile_stage(
@@ -265,15 +314,21 @@ def evaluate_trained(
     profile_warmup: int | None = None,
     profile_iters: int | None = None,
 ) -> Evaluation:
-    """Test, test at every resolution of cfg.sweep, profile (profiling.enabled), explain (explainability.enabled)."""
+    """Test, test at every resolution of cfg.sweep (per-image records in out_dir/predictions.csv), profile
+    (profiling.enabled), explain (explainability.enabled)."""
+    import torch
+
     from resomap.models import unwrap
+    from resomap.runtime import describe_device
     from resomap.training import Trainer
 
     trainer = trainer if trainer is not None else Trainer(cfg, device)
     test = test_stage(model, bundle, trainer, title, out_dir, num_classes)
     own = (bundle.resolution, test)
     kw = {"trainer": trainer, "num_classes": num_classes}
-    cross = test_across_resolutions(model, cfg, cfg.sweep.resolutions, own, seed, device, **kw)
+    matrix = test_matrix(model, cfg, cfg.sweep.resolutions, own, seed, device, **kw)
+    cross = {str(res): found.summary for res, found in matrix.items()}
+    records = write_records(matrix, out_dir)
     plain = unwrap(model)
     prof = None
     if cfg.profiling.enabled:
@@ -291,52 +346,93 @@ def evaluate_trained(
     explain = None
     if cfg.explainability.enabled:
         explain = explain_stage(plain.to(device), spec, bundle, cfg, seed, out_dir, device)
-    return Evaluation(test, cross, prof, explain)
+    return Evaluation(test, cross, prof, explain, records, describe_device(torch.device(device)))
 
 
 # ---------------------------------------------------------------- across trials
 
 
 def compared_trials(results: Iterable[Any]) -> list[Any]:
-    """The trials whose maps are compared: per model, its lowest seed among the finished trials with maps
-    (maps of one seed hold the same probe images at every resolution)."""
+    """The trials whose maps are compared: every finished trial with maps, all seeds (the probe set follows the
+    data seed, so every seed of a model holds the same probe images; seeds are compared with each other for the
+    noise floor). A (model, resolution, seed) met twice keeps its last result."""
     done = [r for r in results if r.status == "FINISHED" and r.explain is not None and r.explain.maps]
-    seed: dict[str, int] = {}
-    for r in done:
-        seed[r.model] = min(seed.get(r.model, r.seed), r.seed)
-    return [r for r in done if r.seed == seed[r.model]]
+    return list({(r.model, r.resolution, r.seed): r for r in done}.values())
 
 
 def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path) -> Comparison:
-    """Agreement of the chosen trials' maps across resolutions (and methods): figures, agreement.csv, matrices."""
+    """Agreement of the trials' maps across resolutions, seeds and methods with their references (chance,
+    model-free, random, cross-seed floor) at the main and a second grid: figures, agreement.csv, matrices,
+    floors and one sentence per model x method (also written to agreement.txt)."""
     chosen = compared_trials(results)
     if not chosen or ec is None:
         return Comparison()
+    from resomap.atomic import write_text
     from resomap.explain.crossres import compare_sweep, write_rows
 
-    entries = [(r.model, r.resolution, Path(r.explain.maps)) for r in chosen]
-    quality = {(r.model, r.resolution): r.explain.metrics for r in chosen}
-    files, rows = compare_sweep(entries, quality, ec, out_dir)
-    if rows:
-        files.append(write_rows(rows, out_dir / "agreement.csv"))
-    return Comparison(files, rows, _matrices(rows))
+    entries = [(r.model, r.resolution, r.seed, Path(r.explain.maps)) for r in chosen]
+    by_trial: dict[tuple[str, int], list[dict[str, float]]] = defaultdict(list)
+    for r in chosen:
+        by_trial[(r.model, r.resolution)].append(r.explain.metrics)
+    quality = {key: _mean_metrics(found) for key, found in by_trial.items()}  # figures: mean over seeds
+    files, found = compare_sweep(entries, quality, ec, out_dir)
+    if found.rows:
+        files.append(write_rows(found.rows, out_dir / "agreement.csv"))
+    if found.statements:
+        files.append(write_text(out_dir / "agreement.txt", "\n".join(found.statements) + "\n"))
+        for line in found.statements:
+            log.info("%s", line)
+    return Comparison(files, found.rows, _matrices(found.rows), found.floors, found.statements)
+
+
+def _mean_metrics(found: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for metrics in found for k in metrics}
+    out = {}
+    for key in keys:
+        values = [float(m[key]) for m in found if key in m and math.isfinite(float(m[key]))]
+        out[key] = float(np.mean(values)) if values else math.nan
+    return out
+
+
+def _finite(values: list[float]) -> bool:
+    return bool(values) and all(math.isfinite(x) for x in values)
 
 
 def _matrices(rows: list[dict]) -> dict[str, dict[str, Any]]:
-    """'<model>/<method>' -> {'resolutions': [...], '<metric>': [[...]]} from the resolution pairs of `rows`."""
-    pairs: dict[str, dict[str, dict[tuple[int, int], float]]] = defaultdict(lambda: defaultdict(dict))
+    """'<model>/<method>' -> {'resolutions', 'grid', 'floor_on_diagonal', '<metric>': [[...]], 'chance': {metric:
+    value}} from the rows of the main grid (the largest in the rows): off the diagonal the cross-resolution
+    agreement, on it the cross-seed agreement at that resolution (the noise floor) when >= 2 seeds, else 1.0.
+    Undefined values are None (JSON null)."""
+    main: dict[str, int] = {}
     for row in rows:
-        if row.get("kind") == "resolution":
-            pairs[f"{row['model']}/{row['method']}"][row["metric"]][(row["a"], row["b"])] = row["value"]
+        if row.get("kind") in ("resolution", "seed"):
+            name = f"{row['model']}/{row['method']}"
+            main[name] = max(main.get(name, 0), int(row.get("grid", 0) or 0))
+    pairs: dict[str, dict[str, dict[tuple[int, int], float]]] = defaultdict(lambda: defaultdict(dict))
+    chance: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        kind = row.get("kind")
+        if kind not in ("resolution", "seed", "chance") or "method" not in row:
+            continue
+        name = f"{row['model']}/{row['method']}"
+        if name not in main or int(row.get("grid", 0) or 0) != main[name]:
+            continue
+        if kind == "chance":
+            if row.get("of", "resolution") == "resolution":
+                chance[name][row["metric"]].append(row["value"])
+            continue
+        pairs[name][row["metric"]][(row["a"], row["b"])] = row["value"]
     out: dict[str, dict[str, Any]] = {}
     for name, by_metric in sorted(pairs.items()):
         labels = sorted({x for values in by_metric.values() for pair in values for x in pair})
         index = {r: i for i, r in enumerate(labels)}
-        entry: dict[str, Any] = {"resolutions": labels}
+        floor = any(a == b for values in by_metric.values() for a, b in values)
+        entry: dict[str, Any] = {"resolutions": labels, "grid": main[name], "floor_on_diagonal": floor}
         for metric, values in by_metric.items():
             matrix = np.eye(len(labels))
             for (a, b), value in values.items():
                 matrix[index[a], index[b]] = matrix[index[b], index[a]] = value
-            entry[metric] = matrix.tolist()
+            entry[metric] = [[float(v) if math.isfinite(v) else None for v in line] for line in matrix.tolist()]
+        entry["chance"] = {m: (float(np.mean(v)) if _finite(v) else None) for m, v in chance[name].items()}
         out[name] = entry
     return out

@@ -11,10 +11,10 @@ from typing import Any
 
 from resomap.analysis.checkpoints import CheckpointSource, TrainedModel, find_checkpoints, peek_meta
 from resomap.analysis.explain_one import check_methods, explain_config, load_bundle
-from resomap.analysis.report import write_report
+from resomap.analysis.report import analysis_folders, write_report
 from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
-from resomap.reports import summary_rows, sweep_figures
+from resomap.reports import build_summary, sweep_figures
 from resomap.stages import Comparison, compare_stage, evaluate_trained
 from resomap.sweep.trial import TrialResult
 
@@ -56,7 +56,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     resolutions = _resolutions_by_model(paths)
     results: list[TrialResult] = []
     extra: dict[str, dict[str, Any]] = {}  # name -> what report.json adds to the result (checkpoint, epoch)
-    failed, ec = {}, None
+    failed, ec, stats = {}, None, None
     for path in paths:
         try:
             trained = req.source.load(path)
@@ -68,15 +68,17 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
         results.append(result)
         extra[result.name] = {"checkpoint": str(trained.path), "epoch": trained.meta.get("epoch")}
         ec = ec or cfg.explainability
+        stats = stats or cfg.stats
     if not results:
         first = next(iter(failed.values()))
         raise CheckpointError(f"{req.checkpoint_dir}: no checkpoint could be analysed; first problem: {first}")
     out = req.output_dir
-    rows = summary_rows(results)
-    figures = sweep_figures(rows, out / "figures")
-    comparison = compare_stage(results, ec, out / "explanations")
     models = [r.to_dict() | extra[r.name] for r in results]
-    report_path, summary_path = write_report(out, models, rows, comparison, failed)
+    summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings
+    figures = sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
+    comparison = compare_stage(results, ec, out / "explanations")
+    report_path, summary_path = write_report(out, models, summary, comparison, failed)
+    rows = summary.rows
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)
 
 

@@ -1,14 +1,15 @@
-"""Text and JSON of an analysis: report.json, summary.txt and the quality table."""
+"""Text and JSON of an analysis: report.json, summary.txt and the quality table.
+
+The summary is the sweep's (resomap.reports.build_summary): intervals from each analysed checkpoint's
+predictions.csv, paired tests between resolutions and the recommended resolution, at the default `stats` settings.
+"""
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from resomap.atomic import write_text
 from resomap.stages import Comparison
@@ -16,81 +17,98 @@ from resomap.training import write_json_atomic
 
 REPORT_FILE = "report.json"
 SUMMARY_FILE = "summary.txt"
-_SUMMARY_COLUMNS = (
-    ("test_accuracy", "accuracy", ".4f"),
-    ("test_macro_precision", "precision", ".4f"),
-    ("test_macro_recall", "recall", ".4f"),
-    ("test_macro_f1", "macro-F1", ".4f"),
-    ("latency_ms", "latency ms", ".3f"),
-    ("throughput_ips", "images/s", ".1f"),
-    ("peak_memory_mb", "memory MB", ".1f"),
-    ("gmacs", "GMACs", ".4f"),
-)
+# resomap.reports (matplotlib) is imported inside the functions: `import resomap.analysis` stays light.
 
 
 def clean(value: Any) -> Any:
     """JSON-safe: NaN/inf -> None, numpy -> Python, tuples -> lists (recursively)."""
-    if isinstance(value, Mapping):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return clean(value.tolist())
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    from resomap.reports.summary import json_safe
+
+    return json_safe(value)
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)) for line in [header, *rows]]
-    return "\n".join(lines) + "\n"
+    from resomap.reports.text import table
 
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+    return table(header, rows)
 
 
 def quality_table(quality: Mapping[str, Mapping[str, float]]) -> str:
     """method x metric table of explanation quality scores."""
+    from resomap.reports.text import fmt as _fmt
+
     metrics = sorted({k for scores in quality.values() for k in scores})
     rows = [[method] + [_fmt(scores.get(k), ".4f") for k in metrics] for method, scores in quality.items()]
     return format_table(["method", *metrics], rows)
 
 
-def summary_text(rows: list[dict[str, Any]], agreement: Mapping[str, float], failed: Mapping[str, str]) -> str:
-    header = ["model", "res", "seeds"] + [title for _, title, _ in _SUMMARY_COLUMNS]
-    table = [
-        [r["model"], str(r["resolution"]), str(r["seeds"])] + [_fmt(r.get(k), spec) for k, _, spec in _SUMMARY_COLUMNS]
-        for r in rows
-    ]
-    text = "Trained checkpoints, tested on their test split (mean over seeds)\n" + format_table(header, table)
+def summary_text(
+    summary: Any, agreement: Mapping[str, float], failed: Mapping[str, str], statements: list[str] = ()
+) -> str:
+    """The results table with intervals, the recommendation per model, the paired tests, the mean explanation
+    agreement and the checkpoints that could not be analysed. ``summary``: a SweepSummary, or summary rows."""
+    from resomap.reports import SweepSummary
+    from resomap.reports.text import describe_stats, paired_table, recommendation_lines, results_table
+
+    if not isinstance(summary, SweepSummary):
+        summary = SweepSummary(list(summary), [], [], [], {})
+    text = "Trained checkpoints, tested on their test split (estimates pooled over seeds, with intervals)\n"
+    if summary.stats:
+        text += describe_stats(summary.stats) + "\n"
+    text += results_table(summary.rows)
+    if summary.recommendations:
+        text += "\nRecommended resolution\n" + "".join(f"{x}\n" for x in recommendation_lines(summary.recommendations))
+    if summary.paired_tests:
+        text += "\nPaired tests between resolutions (B - A: accuracy difference)\n" + paired_table(summary.paired_tests)
+    notes = [f"{r['model']} @ {r['resolution']} px: {r['note']}" for r in summary.rows if r.get("note")]
+    if notes:
+        text += "\nNotes\n" + "".join(f"{x}\n" for x in notes)
     if agreement:
-        text += "\nMean explanation agreement across resolutions\n"
-        text += format_table(["model/method/metric", "mean"], [[k[10:], f"{v:.4f}"] for k, v in agreement.items()])
+        text += "\nMean explanation agreement across resolutions, with its references (floor: across seeds at one "
+        text += "resolution; chance: maps of other images; model_free: an edge map of the same images)\n"
+        text += format_table(["measure/model/method/metric", "mean"], [[k, f"{v:.4f}"] for k, v in agreement.items()])
+    if statements:
+        text += "\nResolution effect on the explanations\n" + "".join(f"{s}\n" for s in statements)
     for path, reason in failed.items():
         text += f"\nnot analysed: {path}: {reason}"
     return text + ("\n" if failed else "")
 
 
+def analysis_folders(out_dir: Path, models: list[dict[str, Any]]) -> dict[tuple[str, int, int], Path]:
+    """{(model, resolution, seed): the folder `resomap analyze` wrote that checkpoint's results to}."""
+    folders = {}
+    for m in models:
+        base = out_dir / "models" / str(m["model"]) / str(m["resolution"])
+        seeded = base / f"seed{m.get('seed')}"
+        folders[(str(m["model"]), int(m["resolution"]), int(m.get("seed") or 0))] = seeded if seeded.is_dir() else base
+    return folders
+
+
 def write_report(
     out_dir: Path,
     models: list[dict[str, Any]],
-    rows: list[dict[str, Any]],
+    summary: Any,
     comparison: Comparison,
     failed: Mapping[str, str],
 ) -> tuple[Path, Path]:
-    """report.json (every checkpoint's result, the summary rows, agreement) and summary.txt, atomically."""
+    """report.json (every checkpoint's result, the summary rows with intervals, paired tests, recommendations,
+    agreement with its references and statements) and summary.txt, atomically."""
     agreement = comparison.agreement
     payload = {
         "models": models,
-        "summary": rows,
-        "agreement": {"mean": agreement, "matrices": comparison.matrices, "pairs": comparison.rows},
+        "summary": summary.rows,
+        "paired_tests": summary.paired_tests,
+        "recommendations": summary.recommendations,
+        "stats": summary.stats,
+        "agreement": {
+            "mean": agreement,
+            "statements": comparison.statements,
+            "matrices": comparison.matrices,
+            "pairs": comparison.rows,
+        },
         "failed": dict(failed),
     }
     report = write_json_atomic(out_dir / REPORT_FILE, json.loads(json.dumps(clean(payload), default=str)))
-    summary = out_dir / SUMMARY_FILE
-    write_text(summary, summary_text(rows, agreement, failed))
-    return report, summary
+    summary_path = out_dir / SUMMARY_FILE
+    write_text(summary_path, summary_text(summary, agreement, failed, comparison.statements))
+    return report, summary_path

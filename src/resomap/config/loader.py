@@ -36,6 +36,7 @@ FILE_ORDER = (
     "explainability.yaml",
     "mlflow.yaml",
     "profiling.yaml",
+    "stats.yaml",
 )
 DEFAULT_CONFIG_DIR = "configs"
 
@@ -354,6 +355,10 @@ def _check(cfg: Config, where: _Validator) -> None:
         cfg.explainability.batch_size,
     )
     need(cfg.mlflow.retries >= 1, "mlflow.retries", "an integer >= 1", cfg.mlflow.retries)
+    st = cfg.stats
+    need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
+    need(st.resamples >= 1, "stats.resamples", "an integer >= 1 (e.g. 2000)", st.resamples)
+    need(0 <= st.margin < 1, "stats.margin", "an accuracy difference in [0, 1)", st.margin)
 
 
 # ---------------------------------------------------------------- public API

@@ -22,8 +22,8 @@ class ExperimentConfig:
     name: str = "resomap"  # MLflow experiment name; one experiment per sweep name
     seed: int = 42  # base seed for splits, weight init, shuffling and augmentation
     output_dir: str = "."  # root under which checkpoint_dir, summary_dir and the MLflow store live
-    checkpoint_dir: str = "checkpoints"  # checkpoints/{family}/{model}/{resolution}/ (relative to output_dir)
-    summary_dir: str = "model_summaries"  # model_summaries/{model}/{resolution}/ (relative to output_dir)
+    checkpoint_dir: str = "checkpoints"  # checkpoints/{family}/{model}/{resolution}/seed{S}/ (relative to output_dir)
+    summary_dir: str = "model_summaries"  # model_summaries/{model}/{resolution}/seed{S}/ (relative to output_dir)
     cache_dir: str = ".cache/resomap"  # resized uint8 image caches (relative to output_dir)
 
 
@@ -155,6 +155,7 @@ class ModelsConfig:
     pretrained: dict[str, str] = field(default_factory=dict)  # model name -> local state_dict file
     dropout: float = 0.0  # classifier dropout where the model has one
     min_cam_size: int = 4  # smallest feature-map side a CAM target layer may have
+    cam_layer_policy: Literal["common", "per_resolution"] = "common"  # common: one CAM layer at all sweep resolutions
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,13 @@ class ExplainabilityConfig(GroupSection):
     batch_size: int = 16  # images per explainer call
     common_grid: int = 64  # maps are resampled to this side for cross-resolution comparison
     top_k_percent: float = 10.0  # top-k% IoU agreement
-    sanity_methods: list[str] = field(default_factory=lambda: ["gradcam", "saliency"])  # randomisation check (4 images)
+    sanity_methods: list[str] = field(default_factory=lambda: ["gradcam", "saliency"])  # weight-randomisation check
     faithfulness_steps: int = 10  # deletion/insertion: steps from the full image to the baseline
-    sanity_threshold: float = 0.5  # sanity check passes when the fully randomised map's similarity is below this
+    faithfulness_baseline: Literal["auto", "mean", "zeros", "blur", "noise"] = "auto"  # auto: closest to uniform
+    baseline_draws: int = 2  # random maps per image for the deletion/insertion and localisation `_random` levels
+    pointing_tolerance: float = 0.05  # pointing game: mask dilated by this fraction of the image side
+    sanity_seeds: int = 3  # weight-randomisation seeds of the sanity check
+    sanity_threshold: float = 0.5  # fallback pass threshold (one image: no unrelated-image reference)
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # explainability.<method>.*: its own
 
 
@@ -194,6 +199,16 @@ class ProfilingConfig:
 
 
 @dataclass(frozen=True)
+class StatsConfig:
+    level: float = 0.95  # confidence level of every interval and test (in (0, 1)); tests use alpha = 1 - level
+    resamples: int = 2000  # bootstrap resamples (intervals over test images, paired bootstrap test)
+    seed: int = 0  # random seed of the bootstrap resamples (the same summary every time)
+    paired_test: Literal["mcnemar", "bootstrap"] = "mcnemar"  # test between two resolutions on the same images
+    correction: Literal["holm", "none"] = "holm"  # multiple-comparison correction over a model's resolution pairs
+    margin: float = 0.0  # accuracy drop in [0, 1) accepted as "not worse" when recommending a resolution
+
+
+@dataclass(frozen=True)
 class Config:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
@@ -204,3 +219,4 @@ class Config:
     explainability: ExplainabilityConfig = field(default_factory=ExplainabilityConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)

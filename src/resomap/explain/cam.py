@@ -1,8 +1,12 @@
 """Class activation maps from pytorch-grad-cam: gradcam, gradcam++, xgradcam, layercam, eigencam, scorecam.
 
-The target layer is the model spec's deepest CAM candidate whose feature map is at least `min_cam_size` wide at
-the resolution; token models get `spec.reshape_transform(resolution)`. It is found once when the explainer is
-built (one dry forward), and the grad-cam object with its hooks lives until the explainer is closed.
+The target layer is `spec.cam_layer(model, resolution, min_cam_size)`. By default (`models.cam_layer_policy:
+common`, applied by `sweep_cam_spec`) that is ONE layer for every resolution of the sweep: the deepest candidate
+whose feature map is at least `min_cam_size` wide at the smallest resolution (`ModelSpec.common_cam_layer`), so a
+cross-resolution comparison does not also compare different layers (on resnet18 the per-resolution choice is
+layer2/3/4 at 32/64/128 px). `per_resolution` keeps the deepest layer valid at each resolution on its own.
+Token models get `spec.reshape_transform(resolution)`. The layer is found once when the explainer is built (dry
+forwards), and the grad-cam object with its hooks lives until the explainer is closed.
 Note: grad-cam rescales every CAM to [0, 1] per image (its documented behaviour, kept here), so CAM maps carry
 no magnitude; magnitude-aware comparisons rely on the captum methods.
 """
@@ -15,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from resomap.config.schema import Config
 from resomap.errors import ExplainError, ModelError
 from resomap.explain.registry import BaseExplainer, register_explainer
 from resomap.models import CamLayer, ModelSpec
@@ -22,13 +27,31 @@ from resomap.models import CamLayer, ModelSpec
 log = logging.getLogger(__name__)
 
 
+def sweep_resolutions(cfg: Config, model_name: str) -> list[int]:
+    """The resolutions the sweep of `cfg` runs `model_name` at (sweep.resolutions, minus its exclude pairs, plus
+    its include pairs)."""
+    name = model_name.lower()
+    dropped = {int(r) for m, r in cfg.sweep.exclude if str(m).lower() == name}
+    added = {int(r) for m, r in cfg.sweep.include if str(m).lower() == name}
+    return sorted(({int(r) for r in cfg.sweep.resolutions} - dropped) | added)
+
+
+def sweep_cam_spec(spec: ModelSpec, cfg: Config) -> ModelSpec:
+    """`spec` with `cfg.models.cam_layer_policy` applied over the model's sweep resolutions: 'common' -> one CAM
+    layer at every resolution (ModelSpec.common_cam_layer), 'per_resolution' -> the deepest valid one per resolution.
+    """
+    return spec.with_cam_policy(cfg.models.cam_layer_policy, sweep_resolutions(cfg, spec.name))
+
+
 def cam_layer(model: nn.Module, spec: ModelSpec, resolution: int, min_cam_size: int) -> CamLayer:
-    """The spec's CAM layer at this resolution; a model with no spatial layer raises ExplainError."""
+    """The spec's CAM layer at this resolution (its policy: see the module doc); a model with no spatial layer raises
+    ExplainError."""
     try:
         layer = spec.cam_layer(model, resolution, min_size=min_cam_size)
     except ModelError as exc:
         raise ExplainError(f"CAM methods cannot explain {spec.name}: {exc}") from exc
-    log.debug("%s at %dpx: CAM layer %s (%dx%d)", spec.name, resolution, layer.name, *(layer.feature_size,) * 2)
+    policy, side = spec.cam_layer_policy, layer.feature_size
+    log.debug("%s at %dpx: CAM layer %s (%dx%d, %s)", spec.name, resolution, layer.name, side, side, policy)
     return layer
 
 

@@ -1,4 +1,5 @@
-"""After a sweep: compare each model's saved maps across resolutions (and methods), and draw the figures."""
+"""After a sweep: compare each model's saved maps across resolutions, seeds (the noise floor) and methods, with
+the references of compare.study beside every number, and draw the figures."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
-from resomap.explain.compare import compare_all
+from resomap.explain.compare import METRICS, Study, fmt_value, study
 from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
 from resomap.explain.probe import load_maps
 from resomap.explain.run import PROBE_KEY
@@ -20,41 +21,65 @@ log = logging.getLogger(__name__)
 QUALITY_PLOTTED = ("deletion_auc", "insertion_auc", "pointing_game", "energy_in_mask")
 
 
-def load_sweep_maps(entries: Iterable[tuple[str, int, Path]]):
-    """entries (model, resolution, npz) -> maps[model][res][method], images[model][res] (uint8 [N,C,r,r])."""
-    maps: dict[str, dict[int, dict[str, np.ndarray]]] = defaultdict(dict)
-    images: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
-    for model, res, path in entries:
+def load_sweep_maps(entries: Iterable[tuple]):
+    """entries (model, resolution, seed, npz) -> maps[model][seed][res][method], images[model][seed][res] (uint8
+    [N,C,r,r]). A seed whose probe images differ from the lowest seed's at some resolution (maps written before
+    the probe set followed the data seed) is left out of the comparison with a warning: only maps of the same
+    images can be compared across seeds."""
+    maps: dict[str, dict[int, dict[int, dict[str, np.ndarray]]]] = defaultdict(lambda: defaultdict(dict))
+    images: dict[str, dict[int, dict[int, np.ndarray]]] = defaultdict(lambda: defaultdict(dict))
+    for entry in entries:
+        model, res, seed, path = entry if len(entry) == 4 else (entry[0], entry[1], 0, entry[2])
         if not Path(path).exists():
             continue
         arrays, meta = load_maps(path)
-        maps[model][res] = {m: arrays[m] for m in meta.get("methods", []) if m in arrays}
+        maps[model][seed][res] = {m: arrays[m] for m in meta.get("methods", []) if m in arrays}
         if PROBE_KEY in arrays:
-            images[model][res] = arrays[PROBE_KEY]
+            images[model][seed][res] = arrays[PROBE_KEY]
+    for model in list(maps):
+        seeds = sorted(maps[model])
+        ref = images[model].get(seeds[0], {})
+        for seed in seeds[1:]:
+            mine = images[model].get(seed, {})
+            same = all(np.array_equal(ref[r], mine[r]) for r in set(ref) & set(mine))
+            if not same:
+                log.warning("%s seed %s explained other probe images than seed %s: left out", model, seed, seeds[0])
+                del maps[model][seed]
+                images[model].pop(seed, None)
     return maps, images
 
 
 def compare_sweep(
-    entries: list[tuple[str, int, Path]],
+    entries: list[tuple],
     quality: dict[tuple[str, int], dict[str, float]],
     cfg: ExplainabilityConfig,
     out_dir: Path,
     max_probe_figures: int = 4,
-) -> tuple[list[Path], list[dict]]:
-    """Agreement matrices, probe grids and quality-vs-resolution figures; returns (files, tidy agreement rows)."""
+) -> tuple[list[Path], Study]:
+    """Agreement with its references (compare.study), matrices, probe grids and quality-vs-resolution figures;
+    returns (files, the study: tidy rows, matrices, floors, statements)."""
     maps, images = load_sweep_maps(entries)
-    by_method, by_res, rows = compare_all(maps, cfg)
+    found = study(maps, images, cfg)
     files: list[Path] = []
-    for (model, method), agg in sorted(by_method.items()):
-        for metric, matrix in agg.matrices.items():
-            fig = agreement_matrix(matrix, agg.labels, metric, f"{model} / {method}: {metric} across resolutions")
+    for (model, method), entry in sorted(found.matrices.items()):
+        floor = entry["floor_on_diagonal"]
+        for metric in METRICS:
+            note = (
+                f"diagonal: cross-seed floor; chance {fmt_value(entry['chance'][metric])}"
+                if floor
+                else f"one seed: no noise floor (diagonal = 1, self); chance {fmt_value(entry['chance'][metric])}"
+            )
+            title = f"{model} / {method}: {metric} across resolutions (grid {found.grid})\n{note}"
+            fig = agreement_matrix(entry[metric], entry["resolutions"], metric, title, floor_diagonal=floor)
             files += save_figure(fig, out_dir / "agreement", f"{model}_{method}_{metric}")
-    for (model, res), agg in sorted(by_res.items()):
+    for (model, res), agg in sorted(found.method_matrices.items()):
         fig = agreement_matrix(agg.matrices["spearman"], agg.labels, "spearman", f"{model} @ {res}px: methods")
         files += save_figure(fig, out_dir / "agreement", f"{model}_{res}_methods_spearman")
-    files += _probe_figures(maps, images, out_dir / "probes", max_probe_figures)
+    first = {mo: per_seed[min(per_seed)] for mo, per_seed in maps.items() if per_seed}  # probe figures: lowest seed
+    first_images = {mo: images[mo].get(min(maps[mo]), {}) for mo in first}
+    files += _probe_figures(first, defaultdict(dict, first_images), out_dir / "probes", max_probe_figures)
     files += _quality_figures(quality, out_dir / "quality")
-    return files, rows
+    return files, found
 
 
 def _probe_figures(maps, images, out_dir: Path, limit: int) -> list[Path]:
@@ -97,11 +122,26 @@ def _quality_figures(quality: dict[tuple[str, int], dict[str, float]], out_dir: 
 
 
 def mean_agreement(rows: list[dict]) -> dict[str, float]:
-    """Mean pairwise agreement across resolutions per model, method and metric (MLflow metric names)."""
+    """MLflow metric names -> values, at the main grid (the largest grid in the rows of a model and method):
+    'agreement/<model>/<method>/<metric>' the mean cross-resolution agreement, 'agreement_floor/...' the mean
+    cross-seed agreement at the same resolution (>= 2 seeds), 'agreement_chance/...' its chance level (maps of
+    different probe images) and 'agreement_model_free/...' the model-free reference."""
+    main: dict[tuple, int] = {}
+    for row in rows:
+        key = (row.get("model"), row.get("method"))
+        main[key] = max(main.get(key, 0), int(row.get("grid", 0) or 0))
+    names = {"resolution": "agreement", "seed": "agreement_floor", "model_free": "agreement_model_free"}
     acc: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        if row.get("kind") == "resolution" and np.isfinite(row["value"]):
-            acc[f"agreement/{row['model']}/{row['method']}/{row['metric']}"].append(row["value"])
+        kind = row.get("kind")
+        if kind == "chance" and row.get("of", "resolution") == "resolution":
+            name = "agreement_chance"
+        else:
+            name = names.get(kind, "")
+        if not name or int(row.get("grid", 0) or 0) != main[(row.get("model"), row.get("method"))]:
+            continue
+        if np.isfinite(row["value"]):
+            acc[f"{name}/{row['model']}/{row['method']}/{row['metric']}"].append(row["value"])
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 

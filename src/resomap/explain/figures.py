@@ -2,7 +2,8 @@
 
 Conventions: attribution maps use MAP_CMAP over the grayscale image, each panel scaled to its own [min, max]
 for display only (the colour bar reads 'low -> high'); agreement matrices use MATRIX_CMAP on a fixed range
-([-1, 1] for Spearman, [0, 1] otherwise) with the value written in each cell.
+([-1, 1] for Spearman, [0, 1] otherwise) with the value written in each cell; a resolution matrix with >= 2
+seeds has the cross-seed agreement (the noise floor) on its outlined diagonal.
 """
 
 from __future__ import annotations
@@ -75,16 +76,31 @@ def probe_grid(
     return fig
 
 
-def agreement_matrix(matrix: np.ndarray, labels: Sequence, metric: str, title: str = "") -> plt.Figure:
-    """A labels x labels agreement heatmap (resolutions or methods) with values in the cells."""
+def agreement_matrix(
+    matrix: np.ndarray, labels: Sequence, metric: str, title: str = "", *, floor_diagonal: bool = False
+) -> plt.Figure:
+    """A labels x labels agreement heatmap (resolutions or methods) with values in the cells (nan: 'n.a.').
+
+    `floor_diagonal`: the diagonal holds the cross-seed agreement at each resolution (the noise floor), not 1.0;
+    its cells are outlined and the figure says so under the title.
+    """
+    from matplotlib.patches import Rectangle
+
+    matrix = np.asarray(matrix, dtype=np.float64)
     vmin = -1.0 if metric == "spearman" else 0.0
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(0.5 * len(labels) + 2.0, 0.5 * len(labels) + 1.6))
-        im = ax.imshow(matrix, cmap=MATRIX_CMAP, vmin=vmin, vmax=1.0)
+        fig, ax = plt.subplots(figsize=(0.5 * len(labels) + 2.4, 0.5 * len(labels) + 1.8))
+        im = ax.imshow(np.ma.masked_invalid(matrix), cmap=MATRIX_CMAP, vmin=vmin, vmax=1.0)
         ax.set_xticks(range(len(labels)), [str(x) for x in labels], rotation=45)
         ax.set_yticks(range(len(labels)), [str(x) for x in labels])
         for (i, j), v in np.ndenumerate(matrix):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < (vmin + 1) / 2 else "k", fontsize=7)
+            text = f"{v:.2f}" if np.isfinite(v) else "n.a."
+            colour = "w" if np.isfinite(v) and v < (vmin + 1) / 2 else "k"
+            ax.text(j, i, text, ha="center", va="center", color=colour, fontsize=7)
+        if floor_diagonal:
+            for i in range(len(labels)):
+                ax.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="k", linewidth=1.2))
+            ax.set_xlabel("diagonal (outlined): agreement of two seeds at the same resolution")
         fig.colorbar(im, ax=ax, fraction=0.046, label=metric)
         ax.set_title(title or metric)
     return fig

@@ -1,27 +1,57 @@
-"""Quality of explanation maps: faithfulness (deletion/insertion AUC, ROAD), sanity (cascading weight
-randomisation, Adebayo et al. 2018) and localisation against ground-truth masks (pointing game, energy)."""
+"""Quality of explanation maps: faithfulness (deletion/insertion AUC, ROAD), sanity (weight randomisation,
+Adebayo et al. 2018) and localisation against ground-truth masks (pointing game, energy in mask).
+
+Every score is reported beside baselines, so that "faithful" or "localises" means better than chance:
+- `<metric>_random`: the same metric for random maps of the same images (uniform noise smoothed at side/32,
+  averaged over `explainability.baseline_draws` draws; deletion and insertion share one level, equal in
+  expectation for random maps; ROAD's is its exact expectation 0, see `quality_context`);
+- `<metric>_model_free`: the same metric for the image's own gradient-magnitude (Sobel) edge map;
+- `<metric>_vs_random`: the signed excess over the random maps, > 0 = better than random (deletion AUC: random
+  minus method, since lower is better; every other metric: method minus random);
+- localisation also `_centre` (a Gaussian centred map, sigma = side/4), `_random_weights` (the same method on
+  the model with every weight re-drawn, the sanity check's randomised model) and `_vs_random_weights`.
+Deletion/insertion move pixels to a baseline image that the model should not read as evidence for a class: the
+candidates (mean colour, zeros, blur, noise) are checked on the model and the one whose softmax is closest to
+uniform (lowest mean largest probability, `baseline_max_prob`) is used unless `faithfulness_baseline` fixes one.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import logging
+import math
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 import torchvision.transforms.functional as TF
 from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.compare import spearman
+from resomap.explain.probe import explain_probe_set
 from resomap.explain.registry import ExplainFn, build_explainer, explaining
 from resomap.models import ModelSpec
 
 log = logging.getLogger(__name__)
 
 ROAD_PERCENTILES = (20, 40, 60, 80)  # fraction of pixels imputed by ROAD, in %
+BASELINE_CANDIDATES = ("mean", "zeros", "blur", "noise")  # deletion/insertion baseline images, in tie order
+RANDOM_MAP_SIGMA = 1 / 32  # random maps: uniform noise smoothed by a Gaussian of sigma = side * this
+CENTRE_SIGMA = 1 / 4  # centre-prior map: Gaussian of sigma = side * this
+POINTING_TOLERANCE = 0.05  # pointing game: the mask is dilated by this fraction of the image side
+FLAT_RTOL = 1e-6  # map values within this fraction of the map's range of its maximum count as the maximum
+FAITHFULNESS = ("deletion_auc", "insertion_auc", "road")
+LOCALISATION = ("pointing_game", "energy_in_mask")
+LOWER_IS_BETTER = frozenset({"deletion_auc"})
+
+
+# ------------------------------------------------------------------------------------------------ baselines
 
 
 def blur_baseline(images: torch.Tensor) -> torch.Tensor:
@@ -30,6 +60,81 @@ def blur_baseline(images: torch.Tensor) -> torch.Tensor:
     sigma = max(0.5, res / 16)
     kernel = 2 * int(2 * sigma) + 1
     return TF.gaussian_blur(images, [kernel, kernel], [sigma, sigma])
+
+
+def baseline_images(images: torch.Tensor, kind: str, seed: int = 0) -> torch.Tensor:
+    """The baseline image of each image: `mean` (its mean colour), `zeros` (0 of the normalised input, i.e. the
+    normalisation mean), `blur` (`blur_baseline`) or `noise` (Gaussian noise with its per-channel mean and std)."""
+    if kind == "blur":
+        return blur_baseline(images)
+    if kind == "zeros":
+        return torch.zeros_like(images)
+    mean = images.mean(dim=(2, 3), keepdim=True)
+    if kind == "mean":
+        return mean.expand_as(images).clone()
+    if kind == "noise":
+        gen = torch.Generator().manual_seed(seed)
+        noise = torch.randn(images.shape, generator=gen).to(images)
+        return mean + images.std(dim=(2, 3), keepdim=True) * noise
+    raise ExplainError(f"faithfulness baseline must be one of {', '.join(BASELINE_CANDIDATES)}, got {kind!r}")
+
+
+@dataclass
+class BaselineChoice:
+    """The deletion/insertion baseline and how much the model reads it as a class."""
+
+    name: str
+    max_prob: float  # mean over images of the model's largest softmax probability on the baseline image
+    uniform: float  # 1 / classes: the value of a prediction that favours no class
+    candidates: dict[str, float] = field(default_factory=dict)  # candidate -> its mean largest probability
+
+
+def choose_baseline(
+    model: nn.Module, images: torch.Tensor, candidates: Sequence[str] = BASELINE_CANDIDATES
+) -> BaselineChoice:
+    """The candidate whose prediction is closest to uniform: lowest mean (over images) largest softmax
+    probability; ties go to the earlier candidate."""
+    probs: dict[str, float] = {}
+    classes = 1
+    with explaining(model), torch.no_grad():
+        for kind in candidates:
+            p = torch.softmax(model(baseline_images(images, kind)).float(), dim=-1)
+            classes = p.shape[-1]
+            probs[kind] = float(p.max(dim=-1).values.mean())
+    name = min(candidates, key=lambda k: probs[k])
+    return BaselineChoice(name, probs[name], 1.0 / classes, probs)
+
+
+def random_maps(n: int, side: int, draws: int, seed: int = 0) -> np.ndarray:
+    """float32 [draws, n, side, side]: uniform noise smoothed at sigma = side * RANDOM_MAP_SIGMA (the same
+    spatial scale relative to the image at every resolution)."""
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.rand(max(1, draws) * n, 1, side, side, generator=gen)
+    sigma = max(0.5, side * RANDOM_MAP_SIGMA)
+    kernel = min(2 * math.ceil(2 * sigma) + 1, side - (1 - side % 2))
+    smooth = TF.gaussian_blur(noise, [kernel, kernel], [sigma, sigma]) if kernel >= 3 else noise
+    return smooth.reshape(max(1, draws), n, side, side).numpy()
+
+
+def centre_maps(n: int, side: int) -> np.ndarray:
+    """float32 [n, side, side]: a Gaussian centred on the image, sigma = side * CENTRE_SIGMA."""
+    c = np.arange(side, dtype=np.float64) + 0.5 - side / 2
+    r2 = c[:, None] ** 2 + c[None, :] ** 2
+    g = np.exp(-r2 / (2 * (side * CENTRE_SIGMA) ** 2)).astype(np.float32)
+    return np.broadcast_to(g, (n, side, side)).copy()
+
+
+def edge_maps(images: torch.Tensor) -> np.ndarray:
+    """float32 [N, H, W]: gradient magnitude (Sobel) of each image, summed over channels; uses no model."""
+    sx = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
+    kernel = torch.stack([sx, sx.T])[:, None].to(images.device, torch.float32)
+    x = images.detach().float()
+    b, c, h, w = x.shape
+    g = F.conv2d(F.pad(x.reshape(b * c, 1, h, w), (1, 1, 1, 1), mode="replicate"), kernel)
+    return g.pow(2).sum(1).sqrt().reshape(b, c, h, w).sum(1).cpu().numpy()
+
+
+# ------------------------------------------------------------------------------------------------ faithfulness
 
 
 def _target_probs(model: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
@@ -44,18 +149,17 @@ def deletion_insertion(
     maps: np.ndarray,
     *,
     steps: int = 10,
-    baseline: str = "blur",
+    baseline: str | torch.Tensor = "blur",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-image (deletion AUC, insertion AUC) of the target's softmax probability (Petsiuk et al. 2018).
 
     Pixels are moved from the image to the baseline (deletion) or back (insertion) in decreasing order of the map,
     in `steps` equal steps; AUC over the fraction moved in [0, 1]. Low deletion / high insertion = faithful.
+    `baseline` is a kind of `baseline_images` or the baseline images themselves.
     """
     # hand-written: neither captum nor grad-cam ships deletion/insertion curves; a few batched forwards
-    if baseline not in ("blur", "zeros"):
-        raise ExplainError(f"faithfulness baseline must be 'blur' or 'zeros', got {baseline!r}")
     targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
-    base = blur_baseline(images) if baseline == "blur" else torch.zeros_like(images)
+    base = baseline_images(images, baseline) if isinstance(baseline, str) else baseline.to(images)
     n, h, w = maps.shape
     order = torch.from_numpy(np.argsort(-maps.reshape(n, -1), axis=1, kind="stable").copy()).to(images.device)
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(h * w, device=images.device).expand(n, -1))
@@ -81,17 +185,202 @@ def road(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, maps: np
     return np.asarray(scores, dtype=np.float64).reshape(-1)
 
 
+def faithfulness(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    maps: np.ndarray,
+    *,
+    steps: int,
+    baseline: str | torch.Tensor,
+    with_road: bool = True,
+) -> dict[str, np.ndarray]:
+    """Per-image deletion AUC, insertion AUC and (with_road) ROAD of one set of maps."""
+    dele, ins = deletion_insertion(model, images, targets, maps, steps=steps, baseline=baseline)
+    out = {"deletion_auc": dele, "insertion_auc": ins}
+    if with_road:
+        out["road"] = road(model, images, targets, maps)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ localisation
+
+
+def _check_masks(maps: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    maps, masks = np.asarray(maps, dtype=np.float64), np.asarray(masks, dtype=bool)
+    if maps.shape != masks.shape:
+        raise ExplainError(f"maps {list(maps.shape)} and masks {list(masks.shape)} must have the same shape")
+    return maps, masks
+
+
+def tolerance_px(side: int, tolerance: float = POINTING_TOLERANCE) -> float:
+    """The pointing game's dilation radius in pixels: a fixed fraction of the image side."""
+    return float(tolerance) * side
+
+
+def dilate(masks: np.ndarray, radius: float) -> np.ndarray:
+    """bool [N,H,W]: each mask grown by a disc of `radius` px (offsets with dy^2 + dx^2 <= radius^2)."""
+    masks = np.asarray(masks, dtype=bool)
+    r = math.floor(radius)
+    if r < 1:
+        return masks
+    d = np.arange(-r, r + 1)
+    disc = torch.from_numpy(((d[:, None] ** 2 + d[None, :] ** 2) <= radius**2).astype(np.float32))
+    x = torch.from_numpy(masks.astype(np.float32))[:, None]
+    return (F.conv2d(x, disc[None, None], padding=r)[:, 0] > 0.5).numpy()
+
+
+def pointing_game(maps: np.ndarray, masks: np.ndarray, tolerance: float = POINTING_TOLERANCE) -> np.ndarray:
+    """Per image, tie-safe: the fraction of the map's maximum pixels that fall inside the mask dilated by
+    `tolerance` x side (1.0 = a hit); a flat map (no maximum) scores 0.
+
+    Pixels within FLAT_RTOL of the map's range below the maximum all count as the maximum, so a map that ties
+    over a region is credited only for the part of that region inside the mask.
+    """
+    maps, masks = _check_masks(maps, masks)
+    region = dilate(masks, tolerance_px(masks.shape[-1], tolerance)).reshape(len(masks), -1)
+    flat = maps.reshape(len(maps), -1)
+    top, spread = flat.max(axis=1, keepdims=True), np.ptp(flat, axis=1, keepdims=True)
+    is_max = flat >= top - FLAT_RTOL * spread
+    frac = (is_max & region).sum(axis=1) / np.maximum(is_max.sum(axis=1), 1)
+    return np.where(spread[:, 0] > 0, frac, 0.0)
+
+
+def energy_in_mask(maps: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """Per image: positive attribution inside the mask / all positive attribution (0 when none)."""
+    maps, masks = _check_masks(maps, masks)
+    pos = np.clip(maps, 0, None)
+    total = pos.sum(axis=(1, 2))
+    return np.where(total > 0, (pos * masks).sum(axis=(1, 2)) / np.maximum(total, 1e-12), 0.0)
+
+
+def localisation(maps: np.ndarray, masks: np.ndarray, tolerance: float = POINTING_TOLERANCE) -> dict[str, np.ndarray]:
+    """Per-image pointing game and energy in mask."""
+    return {"pointing_game": pointing_game(maps, masks, tolerance), "energy_in_mask": energy_in_mask(maps, masks)}
+
+
+# ------------------------------------------------------------------------------------------------ per probe set
+
+
+def _vs(metric: str, value: float, reference: float) -> float:
+    """Signed excess of `value` over `reference`, > 0 = better."""
+    return reference - value if metric in LOWER_IS_BETTER else value - reference
+
+
 @dataclass
-class SanityResult:
-    """Spearman similarity of |map| to the original after each cascading randomisation step (top layer first)."""
+class QualityContext:
+    """The baselines every method of one (model, probe set) is compared with, computed once."""
 
-    layers: list[str]
-    similarities: list[float]
-    threshold: float
-    passed: bool = field(init=False)
+    baseline: BaselineChoice
+    base: torch.Tensor  # the deletion/insertion baseline images
+    tolerance: float  # pointing-game tolerance, fraction of the side
+    scores: dict[str, float]  # '<metric>_random', '<metric>_model_free', '<metric>_centre'
 
-    def __post_init__(self) -> None:
-        self.passed = bool(self.similarities) and self.similarities[-1] < self.threshold
+    def meta(self) -> dict[str, Any]:
+        """What to store beside the maps: the baseline chosen, the check's numbers and the tolerance."""
+        return {
+            "faithfulness_baseline": self.baseline.name,
+            "baseline_max_prob": self.baseline.max_prob,
+            "baseline_uniform_prob": self.baseline.uniform,
+            "baseline_candidates_max_prob": self.baseline.candidates,
+            "pointing_tolerance": self.tolerance,
+            "pointing_tolerance_px": tolerance_px(int(self.base.shape[-1]), self.tolerance),
+        }
+
+
+def quality_context(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    cfg: ExplainabilityConfig,
+    masks: np.ndarray | None = None,
+) -> QualityContext:
+    """Choose the baseline image and score the method-independent maps (random, model-free, centre)."""
+    targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
+    kind = getattr(cfg, "faithfulness_baseline", "auto")
+    choice = choose_baseline(model, images, BASELINE_CANDIDATES if kind == "auto" else (kind,))
+    base = baseline_images(images, choice.name)
+    n, side = images.shape[0], images.shape[-1]
+    rnd = random_maps(n, side, getattr(cfg, "baseline_draws", 2))
+    edge = edge_maps(images)
+    kw = {"steps": cfg.faithfulness_steps, "baseline": base}
+    # For random maps the deletion curve at fraction f and the insertion curve at 1 - f move equally distributed
+    # random pixel sets, so both AUCs have the same expectation: every draw's two AUCs are pooled into one level.
+    # ROAD of a random map is 0 in expectation (its most- and least-relevant-first orders are exchangeable), so
+    # its random level is that 0 and its expensive imputation is not run for random maps.
+    draws = [faithfulness(model, images, targets, m, with_road=False, **kw) for m in rnd]
+    level = float(np.mean([d[k].mean() for d in draws for k in ("deletion_auc", "insertion_auc")]))
+    scores = {"deletion_auc_random": level, "insertion_auc_random": level, "road_random": 0.0}
+    free = faithfulness(model, images, targets, edge, **kw)
+    scores.update({f"{k}_model_free": float(v.mean()) for k, v in free.items()})
+    tolerance = getattr(cfg, "pointing_tolerance", POINTING_TOLERANCE)
+    if masks is not None:
+        for suffix, sets in (("random", list(rnd)), ("model_free", [edge]), ("centre", [centre_maps(n, side)])):
+            per = [localisation(m, masks, tolerance) for m in sets]
+            scores.update({f"{k}_{suffix}": float(np.mean([p[k].mean() for p in per])) for k in LOCALISATION})
+    log.info(
+        "faithfulness baseline %s (mean largest probability %.3f, uniform %.3f; candidates %s)",
+        choice.name,
+        choice.max_prob,
+        choice.uniform,
+        {k: round(v, 3) for k, v in choice.candidates.items()},
+    )
+    return QualityContext(choice, base, tolerance, scores)
+
+
+_CONTEXTS: weakref.WeakKeyDictionary[nn.Module, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _cached_context(model, images, targets, cfg, masks) -> QualityContext:
+    """quality_context, reused while the same model, images, masks and settings come back (one per probe set)."""
+    hit = _CONTEXTS.get(model)
+    if hit is not None and hit[0]() is images and hit[1] is masks and hit[2] == cfg and torch.equal(hit[3], targets):
+        return hit[4]
+    ctx = quality_context(model, images, targets, cfg, masks)
+    _CONTEXTS[model] = (weakref.ref(images), masks, cfg, torch.as_tensor(targets).clone(), ctx)
+    return ctx
+
+
+def quality_metrics(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    maps: np.ndarray,
+    cfg: ExplainabilityConfig,
+    masks: np.ndarray | None = None,
+    *,
+    context: QualityContext | None = None,
+    random_weight_maps: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Mean faithfulness (and localisation, when masks are given) of one method's maps, each beside its
+    baselines (see the module doc for the names). `random_weight_maps`: the same method's maps on the
+    randomised model, for the localisation `_random_weights` baseline."""
+    targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
+    ctx = context or _cached_context(model, images, targets, cfg, masks)
+    scores = faithfulness(model, images, targets, maps, steps=cfg.faithfulness_steps, baseline=ctx.base)
+    out: dict[str, float] = {}
+    for k, v in scores.items():
+        out[k] = float(v.mean())
+        out[f"{k}_random"] = ctx.scores[f"{k}_random"]
+        out[f"{k}_model_free"] = ctx.scores[f"{k}_model_free"]
+        out[f"{k}_vs_random"] = _vs(k, out[k], out[f"{k}_random"])
+    out["baseline_max_prob"] = ctx.baseline.max_prob
+    if masks is not None:
+        loc = localisation(maps, masks, ctx.tolerance)
+        rw = localisation(random_weight_maps, masks, ctx.tolerance) if random_weight_maps is not None else None
+        for k, v in loc.items():
+            out[k] = float(v.mean())
+            for suffix in ("random", "centre", "model_free"):
+                out[f"{k}_{suffix}"] = ctx.scores[f"{k}_{suffix}"]
+            out[f"{k}_vs_random"] = _vs(k, out[k], out[f"{k}_random"])
+            if rw is not None:
+                out[f"{k}_random_weights"] = float(rw[k].mean())
+                out[f"{k}_vs_random_weights"] = _vs(k, out[k], out[f"{k}_random_weights"])
+        out["pointing_tolerance_px"] = tolerance_px(int(masks.shape[-1]), ctx.tolerance)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ sanity
 
 
 def _param_layers(model: nn.Module) -> list[str]:
@@ -104,7 +393,118 @@ def _randomise(module: nn.Module, gen: torch.Generator) -> None:
     with torch.no_grad():
         for p in module.parameters(recurse=False):
             scale = (float(p.std()) if p.numel() > 1 else 0.0) or 1.0  # BN weights start constant (std 0)
-            p.copy_(torch.randn(p.shape, generator=gen) * scale + p.mean())
+            noise = torch.randn(p.shape, generator=gen).to(p.device, p.dtype)
+            p.copy_(noise * scale + p.mean())
+
+
+def randomised_copy(model: nn.Module, seed: int = 0) -> nn.Module:
+    """A deepcopy with every parameter re-drawn (same mean/std per tensor), output side first: the end state of
+    the cascading randomisation with the same seed."""
+    work = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(int(seed))
+    for name in _param_layers(work):
+        _randomise(work.get_submodule(name), gen)
+    return work
+
+
+def _ranks(maps: np.ndarray) -> np.ndarray:
+    from scipy.stats import rankdata  # scipy only when a sanity check runs
+
+    flat = np.asarray(maps, dtype=np.float64).reshape(len(maps), -1)
+    return rankdata(flat, axis=1)
+
+
+def _rank_corr(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
+    """Row-wise Pearson correlation of rank rows (= Spearman); a constant row shares no ranking: 0."""
+    a = ra - ra.mean(axis=1, keepdims=True)
+    b = rb - rb.mean(axis=1, keepdims=True)
+    den = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+    return np.where(den > 0, (a * b).sum(axis=1) / np.maximum(den, 1e-300), 0.0)
+
+
+def spearman_per_image(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Spearman correlation of each pair of maps a[i], b[i] (0 where either map is constant)."""
+    return _rank_corr(_ranks(a), _ranks(b))
+
+
+def unrelated_similarity(maps: np.ndarray) -> np.ndarray:
+    """Spearman similarity of the maps of every pair of different images (i < j) of one model."""
+    r = _ranks(maps)
+    i, j = np.triu_indices(len(r), k=1)
+    return _rank_corr(r[i], r[j]) if len(i) else np.zeros(0)
+
+
+def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student-t interval of the mean; (mean, nan, nan) for fewer than 2 values."""
+    values = np.asarray(values, dtype=np.float64)
+    mean = float(values.mean()) if values.size else float("nan")
+    if values.size < 2:
+        return mean, float("nan"), float("nan")
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.5 + level / 2, df=values.size - 1)) * float(values.std(ddof=1)) / math.sqrt(values.size)
+    return mean, mean - half, mean + half
+
+
+@dataclass
+class SanityResult:
+    """Weight-randomisation sanity check of one method on one model.
+
+    `similarities`: mean Spearman similarity of |map| to the trained model's after each cascading step (top
+    layer first, the first seed). `final` [seeds, images]: the similarity after every weight is re-drawn.
+    The verdict compares the 95% t-interval of `final` (per image averaged over seeds, the interval across
+    images) with `threshold`: the mean similarity of the trained model's maps of different images
+    (`reference_kind` 'unrelated images'), or the configured fixed threshold ('fixed') when that reference is
+    unavailable (one image) or a threshold is given explicitly. `verdict`: 1 (passed: the whole interval is
+    below the reference, the randomised model's maps are shown to be no more similar to the trained ones than
+    the maps of unrelated images), -1 (failed: the whole interval is above it) or 0 (inconclusive: the interval
+    contains it; not passed). A fixed threshold, or a single value, is compared with the mean alone.
+    """
+
+    layers: list[str]
+    similarities: list[float]
+    threshold: float
+    final: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    reference_kind: str = "fixed"
+    random_maps: np.ndarray | None = field(default=None, repr=False)  # raw maps of the first seed's random model
+    verdict: int = field(init=False)
+    passed: bool = field(init=False)
+    mean: float = field(init=False)
+    low: float = field(init=False)
+    high: float = field(init=False)
+    seed_passed: list[bool] = field(init=False)
+
+    def _verdict(self, per_image: np.ndarray) -> tuple[float, float, float, int]:
+        mean, low, high = t_interval(per_image)
+        if not np.isfinite(mean):
+            return mean, low, high, -1
+        if self.reference_kind == "fixed" or not np.isfinite(high):
+            return mean, low, high, 1 if mean < self.threshold else -1
+        return mean, low, high, 1 if high < self.threshold else (-1 if low > self.threshold else 0)
+
+    def __post_init__(self) -> None:
+        final = np.asarray(self.final, dtype=np.float64)
+        if final.size == 0:  # the cascade alone (no per-image values): its last step against the threshold
+            last = self.similarities[-1] if self.similarities else float("nan")
+            final = np.array([[last]])
+        self.final = final
+        self.mean, self.low, self.high, self.verdict = self._verdict(final.mean(axis=0))
+        self.passed = self.verdict == 1
+        self.seed_passed = [self._verdict(row)[3] == 1 for row in final]
+
+    def metrics(self) -> dict[str, float]:
+        """The numbers of the verdict, as `sanity_*` metrics."""
+        return {
+            "sanity_similarity": self.mean,
+            "sanity_similarity_low": self.low,
+            "sanity_similarity_high": self.high,
+            "sanity_reference": self.threshold,
+            "sanity_reference_is_fixed": float(self.reference_kind == "fixed"),
+            "sanity_passed": float(self.passed),
+            "sanity_verdict": float(self.verdict),
+            "sanity_seeds": float(len(self.seed_passed)),
+            "sanity_seed_pass_fraction": float(np.mean(self.seed_passed)) if self.seed_passed else float("nan"),
+        }
 
 
 def sanity_check(
@@ -118,73 +518,91 @@ def sanity_check(
     cfg: ExplainabilityConfig,
     threshold: float | None = None,
     min_cam_size: int = 4,
+    seeds: Sequence[int] | None = None,
+    cascade: bool = True,
 ) -> SanityResult:
-    """Cascading randomisation on a deepcopy: weights re-drawn (same mean/std) layer by layer from the top.
+    """Weight randomisation on deepcopies: for each seed every weight is re-drawn (same mean/std per tensor),
+    and the maps of the images are compared with the trained model's (Spearman of |map|, per image).
 
-    `explainer` is a method name (built once for the model and once for the copy, whose layers are then
-    randomised under the same built explainer) or a one-shot callable such as `get_explainer(name)`.
+    The first seed re-draws the layers one by one from the top (cascading, Adebayo et al.) when `cascade`, giving
+    the per-layer curve; the other seeds re-draw all at once (the same end state). `seeds` defaults to
+    range(cfg.sanity_seeds). The pass threshold is the similarity of the trained maps of unrelated images (see
+    SanityResult); `threshold` fixes it instead. `explainer` is a method name or a one-shot callable such as
+    `get_explainer(name)`.
     """
     kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size)
+    seeds = list(range(max(1, getattr(cfg, "sanity_seeds", 3)))) if seeds is None else list(seeds)
+    if not seeds:
+        raise ExplainError("sanity check needs at least one randomisation seed")
+    batch = max(1, getattr(cfg, "batch_size", len(images)) or len(images))
 
     @contextlib.contextmanager
-    def bound(m: nn.Module):
+    def bound(m: nn.Module) -> Iterator[Callable[[], np.ndarray]]:
         if isinstance(explainer, str):
             with explaining(m), build_explainer(explainer, m, **kw) as built:
-                yield lambda: np.abs(built(images, targets).numpy())
+                yield lambda: torch.cat(
+                    [built(images[i : i + batch], targets[i : i + batch]) for i in range(0, len(images), batch)]
+                ).numpy()
         else:
-            yield lambda: np.abs(explainer(m, images, targets, **kw).numpy())
+            yield lambda: explainer(m, images, targets, **kw).numpy()
 
     with bound(model) as explain:
-        reference = explain()
-    work = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(0)
-    layers, sims = _param_layers(work), []
-    with bound(work) as explain:
-        for name in layers:
-            _randomise(work.get_submodule(name), gen)
-            sims.append(spearman(reference, explain()))
-    sims = [0.0 if np.isnan(s) else s for s in sims]  # a constant map after randomisation shares no ranking
-    result = SanityResult(layers, sims, cfg.sanity_threshold if threshold is None else threshold)
-    log.info("sanity %s: final similarity %.3f -> %s", spec.name, sims[-1] if sims else float("nan"), result.passed)
+        trained = explain()
+    ref_ranks = _ranks(np.abs(trained))
+    first_maps, curve, final = None, [], []
+    layers = _param_layers(model) if cascade else []
+    for k, seed in enumerate(seeds):
+        if k == 0 and layers:
+            work = copy.deepcopy(model)
+            gen = torch.Generator().manual_seed(int(seed))
+            with bound(work) as explain:
+                for name in layers:
+                    _randomise(work.get_submodule(name), gen)
+                    maps = explain()
+                    sims = _rank_corr(ref_ranks, _ranks(np.abs(maps)))
+                    curve.append(float(sims.mean()))
+        else:
+            with bound(randomised_copy(model, seed)) as explain:
+                maps = explain()
+            sims = _rank_corr(ref_ranks, _ranks(np.abs(maps)))
+        first_maps = maps if first_maps is None else first_maps
+        final.append(sims)
+    unrelated = unrelated_similarity(np.abs(trained))
+    if threshold is None and unrelated.size:
+        limit, kind = float(unrelated.mean()), "unrelated images"
+    else:
+        limit, kind = float(cfg.sanity_threshold if threshold is None else threshold), "fixed"
+    result = SanityResult(layers, curve, limit, np.stack(final), kind, first_maps)
+    log.info(
+        "sanity %s: similarity %.3f [%.3f, %.3f] over %d images x %d seeds vs %s %.3f -> %s",
+        spec.name,
+        result.mean,
+        result.low,
+        result.high,
+        len(images),
+        len(seeds),
+        kind,
+        limit,
+        {1: "pass", 0: "inconclusive", -1: "fail"}[result.verdict],
+    )
     return result
 
 
-def _check_masks(maps: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    maps, masks = np.asarray(maps, dtype=np.float64), np.asarray(masks, dtype=bool)
-    if maps.shape != masks.shape:
-        raise ExplainError(f"maps {list(maps.shape)} and masks {list(masks.shape)} must have the same shape")
-    return maps, masks
-
-
-def pointing_game(maps: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """Per image 1.0 when the map's maximum falls inside the mask, else 0.0."""
-    maps, masks = _check_masks(maps, masks)
-    flat = maps.reshape(len(maps), -1)
-    hit = np.take_along_axis(masks.reshape(len(masks), -1), flat.argmax(axis=1)[:, None], axis=1)[:, 0]
-    return hit.astype(np.float64)
-
-
-def energy_in_mask(maps: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """Per image: positive attribution inside the mask / all positive attribution (0 when none)."""
-    maps, masks = _check_masks(maps, masks)
-    pos = np.clip(maps, 0, None)
-    total = pos.sum(axis=(1, 2))
-    return np.where(total > 0, (pos * masks).sum(axis=(1, 2)) / np.maximum(total, 1e-12), 0.0)
-
-
-def quality_metrics(
+def random_weight_maps(
+    method: str,
     model: nn.Module,
     images: torch.Tensor,
     targets: torch.Tensor,
-    maps: np.ndarray,
+    *,
+    spec: ModelSpec,
+    resolution: int,
     cfg: ExplainabilityConfig,
-    masks: np.ndarray | None = None,
-) -> dict[str, float]:
-    """Mean faithfulness (and localisation, when masks are given) of one method's maps."""
-    dele, ins = deletion_insertion(model, images, targets, maps, steps=cfg.faithfulness_steps)
-    out = {"deletion_auc": float(dele.mean()), "insertion_auc": float(ins.mean())}
-    out["road"] = float(road(model, images, targets, maps).mean())
-    if masks is not None:
-        out["pointing_game"] = float(pointing_game(maps, masks).mean())
-        out["energy_in_mask"] = float(energy_in_mask(maps, masks).mean())
-    return out
+    min_cam_size: int = 4,
+    seed: int = 0,
+) -> np.ndarray:
+    """Maps of `method` on the model with every weight re-drawn (`randomised_copy(model, seed)`)."""
+    kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size)
+    maps, failed = explain_probe_set(randomised_copy(model, seed), images, targets, [method], **kw)
+    if method not in maps:
+        raise ExplainError(f"{method} on the randomised model: {failed.get(method, 'failed')}")
+    return maps[method]

@@ -1,7 +1,7 @@
 """Explain one trained model over the probe set at its resolution, score the maps, and save them.
 
-The probe set is drawn from the test split by raw dataset index with the trial's seed, so every model and
-resolution of a seed explains the same original images (each at its own resolution).
+The probe set is drawn from the test split by raw dataset index with the data's seed (bundle.data_seed), so every
+model, resolution and seed explains the same original images (each at its own resolution).
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from torch import nn
 
 from resomap.config import Config
 from resomap.explain.probe import explain_probe_set, probe_indices, save_maps
-from resomap.explain.quality import quality_metrics, sanity_check
+from resomap.explain.quality import quality_context, quality_metrics, random_weight_maps, sanity_check
 from resomap.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 MAPS_FILE = "explanations.npz"
 PROBE_KEY = "_probe_images"  # uint8 [N,C,r,r] probe images stored beside the maps, for overlays
+PROBE_MASKS_KEY = "_probe_masks"  # bool [N,r,r] their object masks, when the dataset has masks
 
 
 @dataclasses.dataclass
@@ -46,7 +47,7 @@ class ExplainOutcome:
 
 def _probe_idx(bundle: Any, size: int, seed: int) -> np.ndarray:
     labels = bundle.labels("test").cpu().numpy()
-    return probe_indices(labels, min(size, len(labels)), seed)
+    return probe_indices(labels, min(size, len(labels)), getattr(bundle, "data_seed", seed))  # same for every seed
 
 
 def probe_batch(bundle: Any, size: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Any]:
@@ -65,19 +66,30 @@ def explain_trial(
     """Maps of every configured method for the probe set, their quality metrics, and an npz of the raw maps."""
     ec = cfg.explainability
     start = time.perf_counter()
+    from resomap.explain.cam import sweep_cam_spec
+
+    spec = sweep_cam_spec(spec, cfg)  # models.cam_layer_policy: by default one CAM layer at every sweep resolution
     images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device)
     kw = {"spec": spec, "resolution": bundle.resolution, "cfg": ec, "min_cam_size": cfg.models.min_cam_size}
     cam_layer = _cam_layer_name(model, spec, bundle.resolution, cfg.models.min_cam_size)
     maps, failed = explain_probe_set(model, images, targets, ec.methods, **kw)
     metrics: dict[str, float] = {}
+    context = None  # the baselines every method is compared with, computed once for the probe set
     for method, method_maps in maps.items():
         try:
-            scores = quality_metrics(model, images, targets.to(device), method_maps, ec, masks)
+            context = context or quality_context(model, images, targets.to(device), ec, masks)
+            random_weights = None  # the method on the model with every weight re-drawn (first sanity seed)
+            sanity_scores: dict[str, float] = {}
             if method in ec.sanity_methods:
-                head = min(len(images), 4)  # cascading randomisation re-explains once per layer: keep it small
-                sanity = sanity_check(method, model, images[:head], targets[:head].to(device), **kw)
-                scores["sanity_similarity"] = sanity.similarities[-1] if sanity.similarities else float("nan")
-                scores["sanity_passed"] = float(sanity.passed)
+                sanity = sanity_check(method, model, images, targets.to(device), cascade=False, **kw)
+                random_weights, sanity_scores = sanity.random_maps, sanity.metrics()
+            elif masks is not None:
+                random_weights = random_weight_maps(method, model, images, targets.to(device), **kw)
+            scores = quality_metrics(
+                model, images, targets.to(device), method_maps, ec, masks, context=context,
+                random_weight_maps=random_weights if masks is not None else None,
+            )  # fmt: skip
+            scores.update(sanity_scores)
         except Exception as exc:  # scoring failure of one method is recorded; maps and other methods stay
             failed[f"{method}/quality"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
             log.warning("quality metrics of %s failed: %s", method, failed[f"{method}/quality"])
@@ -88,11 +100,14 @@ def explain_trial(
         "resolution": bundle.resolution,
         "seed": seed,
         "cam_layer": cam_layer,
+        "cam_layer_policy": spec.cam_layer_policy,
         "targets": targets.tolist(),
         "failed": failed,
         "methods": list(maps),
+        **(context.meta() if context is not None else {}),
     }
     arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[_probe_idx(bundle, ec.probe_size, seed)].cpu().numpy()})
+    arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
     path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
     return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -56,7 +57,9 @@ class ModelSpec:
     """A model's name and family and its CAM candidates (dotted module names, deepest first).
 
     Token models (ViT-like) set `patch_size` and `num_prefix_tokens`; their CAM activations are reshaped to a
-    grid derived from the resolution by `reshape_transform(resolution)`.
+    grid derived from the resolution by `reshape_transform(resolution)`. `cam_resolutions` (set through
+    `with_cam_policy`) makes `cam_layer` return one layer valid at all of them (the CAM layer must not change
+    with the resolution a sweep compares).
     """
 
     name: str
@@ -64,6 +67,7 @@ class ModelSpec:
     cam_layers: tuple[str, ...]
     patch_size: int | None = None
     num_prefix_tokens: int = 0
+    cam_resolutions: tuple[int, ...] = ()  # set by with_cam_policy('common', ...): one CAM layer for all of these
 
     def reshape_transform(self, resolution: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         """None for CNNs; for token models a callable [B, N, C] -> [B, C, g, g], g = resolution // patch_size."""
@@ -74,19 +78,57 @@ class ModelSpec:
             raise ModelError(f"resolution {resolution} is smaller than the patch size {self.patch_size} of {self.name}")
         return functools.partial(_tokens_to_grid, grid=grid, prefix=self.num_prefix_tokens)
 
-    def cam_layer(self, model: nn.Module, resolution: int, min_size: int) -> CamLayer:
-        """The deepest candidate whose feature side at `resolution` is >= min_size, else the largest one.
+    @property
+    def cam_layer_policy(self) -> str:
+        """'common' (one layer valid at every resolution of `cam_resolutions`) or 'per_resolution'."""
+        return "common" if self.cam_resolutions else "per_resolution"
 
-        Runs one dry forward of a zero image under no_grad; hooks are removed and every module's train/eval
-        mode restored on exit.
+    def with_cam_policy(self, policy: str, resolutions: Iterable[int]) -> ModelSpec:
+        """This spec with the CAM layer policy of `models.cam_layer_policy`: 'common' pins `cam_layer` to the layer
+        `common_cam_layer` picks over `resolutions` (plus the resolution asked for); 'per_resolution' keeps the
+        deepest layer valid at each resolution on its own."""
+        if policy == "common":
+            return dataclasses.replace(self, cam_resolutions=tuple(sorted({int(r) for r in resolutions})))
+        if policy == "per_resolution":
+            return dataclasses.replace(self, cam_resolutions=())
+        raise ModelError(f"unknown CAM layer policy '{policy}'; use 'common' or 'per_resolution'")
+
+    def cam_layer(self, model: nn.Module, resolution: int, min_size: int) -> CamLayer:
+        """The CAM layer at `resolution` and the side of its feature map there.
+
+        Per resolution (no `cam_resolutions`): the deepest candidate whose feature side at `resolution` is
+        >= min_size, else the largest one. With `cam_resolutions` (policy 'common'): the layer
+        `common_cam_layer` picks over those resolutions and this one, so every resolution of a sweep hooks the
+        same layer. Runs a dry forward of a zero image under no_grad; hooks are removed and every module's
+        train/eval mode restored on exit.
         """
-        base = unwrap(model)
+        if self.cam_resolutions:
+            name = self.common_cam_layer(model, (*self.cam_resolutions, resolution), min_size).name
+            modules = self._modules(unwrap(model))
+            side = self._feature_sizes(unwrap(model), {name: modules[name]}, resolution)[name]
+            return CamLayer(name, modules[name], int(side or 0))
+        return self._deepest(model, resolution, min_size)
+
+    def common_cam_layer(self, model: nn.Module, resolutions: Iterable[int], min_size: int) -> CamLayer:
+        """The one layer valid at every resolution: the deepest candidate whose feature side is >= min_size at the
+        smallest of `resolutions` (feature maps only grow with the input); feature_size is its side there."""
+        found = sorted({int(r) for r in resolutions})
+        if not found:
+            raise ModelError(f"{self.name}: common_cam_layer needs at least one resolution")
+        return self._deepest(model, found[0], min_size)
+
+    def _modules(self, base: nn.Module) -> dict[str, nn.Module]:
         modules = {}
         for name in self.cam_layers:
             try:
                 modules[name] = base.get_submodule(name)
             except AttributeError as exc:
                 raise ModelError(f"CAM layer '{name}' of {self.name} is not in the model; fix its cam_layers") from exc
+        return modules
+
+    def _deepest(self, model: nn.Module, resolution: int, min_size: int) -> CamLayer:
+        base = unwrap(model)
+        modules = self._modules(base)
         sizes = self._feature_sizes(base, modules, resolution)
         spatial = [(n, s) for n, s in sizes.items() if s is not None]
         if not spatial:

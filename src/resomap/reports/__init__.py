@@ -1,6 +1,27 @@
-"""Tables and figures from trial results (TrialResults or their dicts): no training or model code here."""
+"""Tables and figures from trial results (TrialResults or their dicts): no training or model code here.
+
+`build_summary(results, folders, stats) -> SweepSummary` (rows with intervals, paired tests between resolutions,
+the recommended resolution per model), `write_summary(summary, out_dir)` (summary.csv/json, paired_tests.csv,
+recommendation.csv, summary.md/txt), `sweep_figures(rows, out_dir, paired, recommendations)`.
+"""
 
 from resomap.reports.figures import save, sweep_figures
-from resomap.reports.summary import pareto_front, summary_rows, write_tables
+from resomap.reports.summary import (
+    SweepSummary,
+    build_summary,
+    json_safe,
+    pareto_front,
+    summary_rows,
+    write_summary,
+)
 
-__all__ = ["pareto_front", "save", "summary_rows", "sweep_figures", "write_tables"]
+__all__ = [
+    "SweepSummary",
+    "build_summary",
+    "json_safe",
+    "pareto_front",
+    "save",
+    "summary_rows",
+    "sweep_figures",
+    "write_summary",
+]

@@ -1,11 +1,13 @@
-"""Sweep figures (PNG + PDF, paper-size fonts): metrics and costs against resolution, the accuracy-latency
-Pareto front, and the train x test resolution heatmap per model."""
+"""Sweep figures (PNG + PDF, paper-size fonts): accuracy and macro-F1 against resolution with their intervals,
+the significant differences and the recommended resolution marked; costs against resolution; the accuracy-latency
+Pareto front with error bars; the train x test resolution heatmap per model."""
 
 from __future__ import annotations
 
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +16,26 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from resomap.plotstyle import MATRIX_CMAP, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
-from resomap.reports.summary import pareto_front
 
 log = logging.getLogger(__name__)
 
-STYLE = {**BASE_STYLE, "axes.grid": True, "grid.alpha": 0.3}
+STYLE = {**BASE_STYLE, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
 HEATMAP_CMAP = MATRIX_CMAP
 save = save_figure
+
+
+def _f(value: Any) -> float:
+    """A finite float, or NaN for None / missing / non-numbers (rows hold None where a value is not available)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return value if math.isfinite(value) else math.nan
 
 
 def _by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -33,9 +45,34 @@ def _by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return {m: sorted(rs, key=lambda r: r["resolution"]) for m, rs in sorted(groups.items())}
 
 
+def _colours(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """One colour per model, the same in every figure (models in sorted order)."""
+    return {m: f"C{i % 10}" for i, m in enumerate(sorted({r["model"] for r in rows}))}
+
+
+def _seeds(row: Mapping[str, Any]) -> int:
+    return int(row.get("n_seeds", row.get("seeds", 1)) or 1)
+
+
+def _resolution_axis(ax: plt.Axes, rows: list[dict[str, Any]]) -> None:
+    ticks = sorted({r["resolution"] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks)
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.get_xaxis().set_minor_locator(matplotlib.ticker.NullLocator())
+    if len(ticks) == 1:
+        ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
+    ax.set_xlabel("input resolution (px)")
+
+
+def _dodge(n_models: int, i: int) -> float:
+    """Multiplicative x offset (log axis) so the error bars of several models do not overlap."""
+    return 2 ** (0.06 * (i - (n_models - 1) / 2)) if n_models > 1 else 1.0
+
+
 def metric_vs_resolution(rows: list[dict[str, Any]], panels: list[tuple[str, str]], title: str) -> plt.Figure | None:
-    """One panel per (column, label); a line per model with +/- std bands where seeds > 1."""
-    panels = [(c, lab) for c, lab in panels if any(math.isfinite(r.get(c, math.nan)) for r in rows)]
+    """One panel per (column, label); a line per model with a band of +/- one std across seeds where seeds > 1."""
+    panels = [(c, lab) for c, lab in panels if any(math.isfinite(_f(r.get(c))) for r in rows)]
     if not panels:
         return None
     with plt.rc_context(STYLE):
@@ -43,44 +80,187 @@ def metric_vs_resolution(rows: list[dict[str, Any]], panels: list[tuple[str, str
         for ax, (col, label) in zip(axes[0], panels):
             for model, rs in _by_model(rows).items():
                 x = np.array([r["resolution"] for r in rs])
-                y = np.array([r.get(col, math.nan) for r in rs], dtype=float)
-                err = np.array([r.get(f"{col}_std", 0.0) for r in rs], dtype=float)
-                ax.plot(x, y, marker="o", label=model)
-                if any(r.get("seeds", 1) > 1 for r in rs):
-                    ax.fill_between(x, y - err, y + err, alpha=0.2)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(sorted({r["resolution"] for r in rows}))
-            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-            ax.set_xlabel("input resolution (px)")
+                y = np.array([_f(r.get(col)) for r in rs])
+                err = np.nan_to_num(np.array([_f(r.get(f"{col}_std")) for r in rs]))
+                colour = _colours(rows)[model]
+                ax.plot(x, y, marker="o", label=model, color=colour)
+                if any(_seeds(r) > 1 for r in rs):
+                    ax.fill_between(x, y - err, y + err, alpha=0.2, color=colour, lw=0)
+            _resolution_axis(ax, rows)
             ax.set_ylabel(label)
-        axes[0][0].legend(loc="best")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        if any(_seeds(r) > 1 for r in rows):
+            handles.append(Patch(color="grey", alpha=0.3, lw=0))
+            labels.append("± 1 std across seeds")
+        axes[0][0].legend(handles, labels, loc="best")
         fig.suptitle(title)
         fig.tight_layout()
     return fig
 
 
-def pareto_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
-    points = [(r.get("latency_ms", math.nan), r.get("test_accuracy", math.nan)) for r in rows]
-    if not any(math.isfinite(c) and math.isfinite(s) for c, s in points):
+def _significant_below_best(
+    paired: list[Mapping[str, Any]], recommendations: list[Mapping[str, Any]]
+) -> dict[str, set[int]]:
+    """{model: resolutions whose paired test against the model's best resolution is significant}."""
+    best = {r["model"]: r.get("best_resolution") for r in recommendations if r.get("best_resolution") is not None}
+    out: dict[str, set[int]] = defaultdict(set)
+    for p in paired:
+        b = best.get(p["model"])
+        if p.get("significant") and b in (p["resolution_a"], p["resolution_b"]):
+            out[p["model"]].add(p["resolution_b"] if p["resolution_a"] == b else p["resolution_a"])
+    return out
+
+
+def _test_words(recommendations: list[Mapping[str, Any]]) -> str:
+    rec = next(iter(recommendations), {})
+    test = "McNemar" if rec.get("paired_test", "mcnemar") == "mcnemar" else "paired bootstrap"
+    return f"{test}, Holm-adjusted" if rec.get("correction", "holm") == "holm" else test
+
+
+def quality_figure(
+    rows: list[dict[str, Any]],
+    paired: list[Mapping[str, Any]] = (),
+    recommendations: list[Mapping[str, Any]] = (),
+) -> plt.Figure | None:
+    """Test accuracy and macro-F1 against resolution: the estimate pooled over seeds with its bootstrap interval
+    over test images (error bars), the seeds' spread (band of +/- one std, >= 2 seeds), '*' over a resolution
+    significantly below its model's best one (accuracy; the paired test of the summary), and the recommended
+    resolution ringed. Without per-image predictions: the mean over seeds, no error bar.
+
+    The t-interval across seeds is in the tables, not drawn: with two or three seeds it is too wide to read."""
+    panels = [("test_accuracy", "test accuracy"), ("test_macro_f1", "test macro-F1")]
+    has = {c: any(math.isfinite(_f(r.get(f"{c}_pooled") or r.get(c))) for r in rows) for c, _ in panels}
+    panels = [p for p in panels if has[p[0]]]
+    if not panels:
         return None
-    front = pareto_front(points)
+    sig = _significant_below_best(list(paired), list(recommendations))
+    chosen = {(r["model"], r["resolution"]) for r in recommendations if r.get("available")}
+    level = next((_f(r.get("ci_level")) for r in rows if math.isfinite(_f(r.get("ci_level")))), 0.95)
+    any_ci = any_band = False
+    models = _by_model(rows)
+    colours = _colours(rows)
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(4.2, 3.2))
-        for model, rs in _by_model(rows).items():
-            ax.scatter([r["latency_ms"] for r in rs], [r["test_accuracy"] for r in rs], label=model)
-            for r in rs:
+        fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False)
+        for ax, (col, label) in zip(axes[0], panels):
+            for i, (model, rs) in enumerate(models.items()):
+                x = np.array([r["resolution"] for r in rs], dtype=float) * _dodge(len(models), i)
+                pooled = np.array([_f(r.get(f"{col}_pooled")) for r in rs])
+                mean = np.array([_f(r.get(col)) for r in rs])
+                y = np.where(np.isfinite(pooled), pooled, mean)
+                low = np.array([_f(r.get(f"{col}_ci_low")) for r in rs])
+                high = np.array([_f(r.get(f"{col}_ci_high")) for r in rs])
+                has_ci = np.isfinite(low) & np.isfinite(high)
+                colour = colours[model]
+                ax.plot(x, y, marker="o", ms=4, label=model, zorder=3, color=colour)
+                if has_ci.any():
+                    any_ci = True
+                    yerr = np.vstack([y - low, high - y])[:, has_ci]
+                    ax.errorbar(x[has_ci], y[has_ci], yerr=yerr, fmt="none", ecolor=colour, capsize=3, lw=1, zorder=3)
+                std = np.array([_f(r.get(f"{col}_std")) for r in rs])
+                band = np.isfinite(std) & np.array([_seeds(r) > 1 for r in rs])
+                if band.any():
+                    any_band = True
+                    spread = np.where(band, std, 0.0)
+                    ax.fill_between(x, y - spread, y + spread, color=colour, alpha=0.15, lw=0, zorder=1)
+                for j, r in enumerate(rs):
+                    if (model, r["resolution"]) in chosen:
+                        ax.plot(x[j], y[j], marker="o", ms=11, mfc="none", mec=colour, mew=1.6, zorder=4)
+                    if col == "test_accuracy" and r["resolution"] in sig.get(model, ()):
+                        top = high[j] if has_ci[j] else y[j]
+                        ax.annotate(
+                            "*",
+                            (x[j], top),
+                            xytext=(0, 1),
+                            textcoords="offset points",
+                            ha="center",
+                            va="bottom",
+                            fontsize=12,
+                            fontweight="bold",
+                            color=colour,
+                        )
+            _resolution_axis(ax, rows)
+            ax.set_ylabel(label)
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(lo, hi + 0.06 * (hi - lo))  # room for the asterisks
+        handles: list[Any] = [Line2D([], [], color=c, marker="o", ms=4, label=m) for m, c in colours.items()]
+        if any_ci:
+            ci_label = f"{level:.0%} CI (bootstrap over test images)"
+            handles.append(Line2D([], [], color="grey", marker="|", ms=8, lw=1, label=ci_label))
+        if any_band:
+            handles.append(Patch(color="grey", alpha=0.3, lw=0, label="± 1 std across seeds"))
+        if chosen:
+            handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
+        if any(sig.values()):
+            sig_label = f"significantly below the best ({_test_words(list(recommendations))}, α = {1 - level:.2g})"
+            handles.append(Line2D([], [], ls="none", marker="$*$", ms=8, color="black", label=sig_label))
+        fig.legend(
+            handles=handles, loc="lower center", ncol=min(len(handles), 3), frameon=False, bbox_to_anchor=(0.5, -0.01)
+        )
+        rows_of_legend = math.ceil(len(handles) / min(len(handles), 3))
+        fig.suptitle("test quality vs input resolution")
+        fig.tight_layout(rect=(0, 0.07 * rows_of_legend, 1, 1))
+    return fig
+
+
+def pareto_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
+    """Accuracy (pooled, with its bootstrap interval) against inference latency (mean, +/- one std across seeds)
+    for every model x resolution; the Pareto front (``stats.pareto_front``: no point is both faster and more
+    accurate) drawn as a step line through its points."""
+    from resomap.stats import pareto_front
+
+    def acc(r: Mapping[str, Any]) -> float:
+        pooled = _f(r.get("test_accuracy_pooled"))
+        return pooled if math.isfinite(pooled) else _f(r.get("test_accuracy"))
+
+    pts = [r for r in rows if math.isfinite(_f(r.get("latency_ms"))) and math.isfinite(acc(r))]
+    if not pts:
+        return None
+    front = pareto_front([(f"{r['model']}@{r['resolution']}", acc(r), _f(r["latency_ms"])) for r in pts])
+    level = next((_f(r.get("ci_level")) for r in rows if math.isfinite(_f(r.get("ci_level")))), 0.95)
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(4.6, 3.4))
+        any_ci = any_std = False
+        for model, rs in _by_model(pts).items():
+            x = np.array([_f(r["latency_ms"]) for r in rs])
+            y = np.array([acc(r) for r in rs])
+            low = np.array([_f(r.get("test_accuracy_ci_low")) for r in rs])
+            high = np.array([_f(r.get("test_accuracy_ci_high")) for r in rs])
+            xstd = np.array([_f(r.get("latency_ms_std")) if _seeds(r) > 1 else math.nan for r in rs])
+            yerr = np.vstack([np.nan_to_num(y - low), np.nan_to_num(high - y)])
+            any_ci |= bool(np.isfinite(low).any())
+            any_std |= bool(np.isfinite(xstd).any())
+            colour = _colours(rows)[model]
+            ax.errorbar(
+                x, y, yerr=yerr, xerr=np.nan_to_num(xstd), fmt="o", ms=4, capsize=2, lw=1, label=model, color=colour
+            )
+            for r, xi, yi in zip(rs, x, y):
                 ax.annotate(
-                    str(r["resolution"]),
-                    (r["latency_ms"], r["test_accuracy"]),
+                    f"{r['resolution']}",
+                    (xi, yi),
                     fontsize=7,
-                    xytext=(3, 3),
+                    xytext=(4, 3),
                     textcoords="offset points",
+                    color=colour,
                 )
-        ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "k--", lw=1, label="Pareto front")
+        if front:
+            fx = [p.cost for p in front]
+            fy = [p.accuracy for p in front]
+            ax.step(fx, fy, where="post", color="black", ls="--", lw=1, label="Pareto front", zorder=0)
+        costs = [_f(r["latency_ms"]) for r in pts]
+        if min(costs) > 0 and max(costs) / min(costs) > 20:
+            ax.set_xscale("log")
         ax.set_xlabel("inference latency, batch 1 (ms)")
         ax.set_ylabel("test accuracy")
-        ax.set_title("accuracy vs latency (labels: resolution)")
-        ax.legend(loc="best")
+        ax.set_title("accuracy vs latency (labels: resolution in px)")
+        handles, labels = ax.get_legend_handles_labels()
+        notes = []
+        if any_ci:
+            notes.append(f"accuracy: {level:.0%} CI over test images")
+        if any_std:
+            notes.append("latency: ± 1 std across seeds")
+        ax.legend(handles, labels, loc="lower right")
+        if notes:
+            ax.text(0.0, -0.2, "error bars: " + "; ".join(notes), transform=ax.transAxes, fontsize=7, va="top")
         fig.tight_layout()
     return fig
 
@@ -95,7 +275,9 @@ def cross_resolution_heatmap(model: str, rows: list[dict[str, Any]]) -> plt.Figu
     grid = np.full((len(train_res), len(test_res)), np.nan)
     for r in rs:
         for k, v in r["cross_resolution"].items():
-            grid[train_res.index(r["resolution"]), test_res.index(int(k))] = v
+            grid[train_res.index(r["resolution"]), test_res.index(int(k))] = _f(v)
+    if not np.isfinite(grid).any():
+        return None
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(test_res), 0.9 + 0.7 * len(train_res)))
         im = ax.imshow(grid, cmap=HEATMAP_CMAP, vmin=np.nanmin(grid), vmax=np.nanmax(grid))
@@ -110,23 +292,30 @@ def cross_resolution_heatmap(model: str, rows: list[dict[str, Any]]) -> plt.Figu
         ax.set_ylabel("train resolution (px)")
         ax.set_title(f"{model}: test accuracy")
         ax.grid(False)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(True)
         fig.colorbar(im, ax=ax, label="accuracy", shrink=0.8)
         fig.tight_layout()
     return fig
 
 
-def sweep_figures(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
-    """Every summary figure that the rows have data for; returns the written files."""
+def sweep_figures(
+    rows: list[dict[str, Any]],
+    out_dir: Path,
+    paired: list[Mapping[str, Any]] = (),
+    recommendations: list[Mapping[str, Any]] = (),
+) -> list[Path]:
+    """Every summary figure that the rows have data for; returns the written files. ``paired`` and
+    ``recommendations`` (a SweepSummary's) add the significance marks and the recommended resolution."""
     written: list[Path] = []
-    quality = [("test_accuracy", "test accuracy"), ("test_macro_f1", "test macro-F1")]
     cost = [
         ("latency_ms", "latency, batch 1 (ms)"),
-        ("throughput_ips", "inference images/s"),
+        ("throughput_ips", "inference throughput (images/s)"),
         ("peak_memory_mb", "peak memory (MB)"),
     ]
     for stem, fig in (
-        ("accuracy_vs_resolution", metric_vs_resolution(rows, quality, "quality vs resolution")),
-        ("cost_vs_resolution", metric_vs_resolution(rows, cost, "cost vs resolution")),
+        ("accuracy_vs_resolution", quality_figure(rows, paired, recommendations)),
+        ("cost_vs_resolution", metric_vs_resolution(rows, cost, "inference cost vs input resolution")),
         ("pareto_accuracy_latency", pareto_figure(rows)),
     ):
         if fig is not None:

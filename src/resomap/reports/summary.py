@@ -1,14 +1,18 @@
-"""Sweep summary: a table (CSV + JSON) with mean and std over seeds, and the figures drawn from it.
+"""Sweep summary: one row per model x resolution with intervals on its headline numbers, the paired tests between
+resolutions and the recommended resolution per model; written as summary.csv / summary.json / paired_tests.csv /
+recommendation.csv / summary.md / summary.txt.
 
-Takes TrialResults (anything with to_dict()) or their dicts, so it never touches models or training code.
+Takes TrialResults (anything with to_dict()) or their dicts, and optionally where each trial's folder is (its
+predictions.csv gives the intervals and tests), so it never touches models or training code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
-from collections import defaultdict
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,10 +20,18 @@ from typing import Any
 import numpy as np
 
 from resomap.atomic import write_text
+from resomap.config.schema import StatsConfig
+from resomap.reports.uncertainty import TrialId, TrialRecord, compare_models, group_records, interval_columns
+from resomap.reports.uncertainty import load_records as _load_records
 
 log = logging.getLogger(__name__)
 
-# Columns of the summary table: (name in the table, where it comes from in a result dict)
+SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
+PAIRED_CSV, RECOMMENDATION_CSV = "paired_tests.csv", "recommendation.csv"
+SUMMARY_MD, SUMMARY_TXT = "summary.md", "summary.txt"
+
+# Columns of the summary table: (name in the table, where it comes from in a result dict); each has its mean over
+# seeds (`name`) and its std across seeds (`name_std`, empty with one seed).
 COLUMNS = (
     ("test_accuracy", ("test", "test/accuracy")),
     ("test_macro_f1", ("test", "test/macro_f1")),
@@ -34,6 +46,76 @@ COLUMNS = (
     ("train_time_s", ("train_time_s",)),
     ("epochs_run", ("epochs_run",)),
 )
+PAIRED_COLUMNS = (
+    "model",
+    "resolution_a",
+    "resolution_b",
+    "accuracy_a",
+    "accuracy_b",
+    "effect",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+    "significant",
+    "level",
+    "method",
+    "correction",
+    "n_images",
+    "n_seeds",
+    "b01",
+    "b10",
+    "available",
+    "reason",
+)
+RECOMMENDATION_COLUMNS = (
+    "model",
+    "resolution",
+    "best_resolution",
+    "accuracy",
+    "best_accuracy",
+    "level",
+    "margin",
+    "paired_test",
+    "correction",
+    "n_seeds",
+    "n_images",
+    "available",
+    "reason",
+    "sentence",
+    "note",
+)
+
+
+@dataclasses.dataclass
+class SweepSummary:
+    """What a sweep (or an analysis) summary holds; every value JSON-safe (None, never NaN)."""
+
+    rows: list[dict[str, Any]]  # one per model x resolution
+    paired_tests: list[dict[str, Any]]  # one per pair of resolutions of a model
+    recommendations: list[dict[str, Any]]  # one per model
+    trials: list[dict[str, Any]]  # every trial's result.json tree, plus its folder ("folder")
+    stats: dict[str, Any]  # the settings the statistics used (config `stats`)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(dataclasses.asdict(self))
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> None, numpy -> Python, tuples -> lists, Paths -> str (recursively): valid JSON, always."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float:
@@ -48,52 +130,118 @@ def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float:
         return math.nan
 
 
-def summary_rows(results: Iterable[Any]) -> list[dict[str, Any]]:
-    """One row per (model, resolution): mean and std over seeds of every column, and the seed count."""
-    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
-    for r in (r if isinstance(r, Mapping) else r.to_dict() for r in results):
-        if r.get("status") == "FINISHED":
-            groups[(r["model"], int(r["resolution"]))].append(r)
+def _as_dicts(results: Iterable[Any]) -> list[dict[str, Any]]:
+    return [dict(r) if isinstance(r, Mapping) else r.to_dict() for r in results]
+
+
+def _rows(records: list[TrialRecord], cfg: StatsConfig) -> list[dict[str, Any]]:
     rows = []
-    for (model, res), members in sorted(groups.items()):
-        row: dict[str, Any] = {"model": model, "family": members[0].get("family", ""), "resolution": res}
-        row["seeds"] = len(members)
+    for (model, res), members in group_records(records).items():
+        results = [m.result for m in members]
+        row: dict[str, Any] = {"model": model, "family": results[0].get("family", ""), "resolution": res}
+        intervals = interval_columns(members, cfg)
+        row["n_seeds"] = intervals.pop("n_seeds")
         for name, path in COLUMNS:
-            values = np.array([_get(m, path) for m in members], dtype=float)
+            values = np.array([_get(m, path) for m in results], dtype=float)
             finite = values[np.isfinite(values)]
-            row[name] = float(finite.mean()) if finite.size else math.nan
-            row[f"{name}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
-        row["cross_resolution"] = _mean_cross(members)
+            row[name] = float(finite.mean()) if finite.size else None
+            row[f"{name}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else None
+        note = intervals.pop("note")
+        row.update(intervals)
+        row["recommended"] = False
+        row["note"] = note
+        row["cross_resolution"] = _mean_cross(results)
         rows.append(row)
     return rows
 
 
-def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float]:
-    acc: dict[str, list[float]] = defaultdict(list)
+def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
+    acc: dict[str, list[float]] = {}
     for m in members:
         for res, metrics in (m.get("cross_resolution") or {}).items():
-            acc[str(res)].append(float(metrics.get("accuracy", math.nan)))
-    return {res: float(np.nanmean(vals)) for res, vals in acc.items()}
+            acc.setdefault(str(res), []).append(_get(metrics, ("accuracy",)))
+    out = {}
+    for res, vals in acc.items():
+        finite = [v for v in vals if math.isfinite(v)]
+        out[res] = float(np.mean(finite)) if finite else None
+    return out
 
 
-def write_tables(rows: list[dict[str, Any]], results: list[Mapping[str, Any]], out_dir: Path) -> list[Path]:
-    """summary.csv (one line per model x resolution) and summary.json (rows + every trial), atomically."""
+def summary_rows(
+    results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
+) -> list[dict[str, Any]]:
+    """One row per (model, resolution): mean and std over seeds of every column and the seed count, with the
+    intervals of :mod:`resomap.reports.uncertainty` when ``folders`` ({(model, resolution, seed): folder}) locate
+    the trials' predictions.csv (otherwise the intervals are None and ``note`` says why)."""
+    return _rows(_load_records(_as_dicts(results), folders), stats or StatsConfig())
+
+
+def build_summary(
+    results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
+) -> SweepSummary:
+    """The rows, every model's paired tests between resolutions and its recommended resolution."""
+    cfg = stats or StatsConfig()
+    dicts = _as_dicts(results)
+    records = _load_records(dicts, folders)
+    rows = _rows(records, cfg)
+    paired, recs = compare_models(records, cfg)
+    chosen = {(r["model"], r["resolution"]) for r in recs if r["available"]}
+    for row in rows:
+        row["recommended"] = (row["model"], row["resolution"]) in chosen
+    trials = []
+    for result in dicts:
+        folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
+        trials.append({**result, "folder": str(folder) if folder is not None else None})
+    return SweepSummary(rows, paired, recs, trials, dataclasses.asdict(cfg))
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def _csv(rows: list[dict[str, Any]], columns: Iterable[str] | None = None) -> str:
     import pandas as pd
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    flat = [{k: v for k, v in row.items() if k != "cross_resolution"} for row in rows]
-    csv_path, json_path = out_dir / "summary.csv", out_dir / "summary.json"
-    frame = pd.DataFrame(flat)
-    write_text(csv_path, frame.to_csv(index=False, float_format="%.6g"))
-    payload = {"rows": rows, "trials": list(results)}
-    write_text(json_path, json.dumps(payload, indent=2, default=_json_default))
-    return [csv_path, json_path]
+    frame = pd.DataFrame(rows, columns=list(columns) if columns is not None else None)
+    for name in frame.columns:  # whole numbers stay whole where some rows have none (64, not 64.0)
+        values = [v for v in frame[name] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        if values and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values):
+            frame[name] = frame[name].astype("Int64")
+    return frame.to_csv(index=False, float_format="%.6g")
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
+def _relative(folder: str | None, out_dir: Path) -> str | None:
+    """A trial folder as written in summary.json: relative to the summary folder (so the tree can move)."""
+    if folder is None:
         return None
-    return str(value)
+    try:
+        return Path(os.path.relpath(Path(folder).resolve(), out_dir.resolve())).as_posix()
+    except ValueError:  # another drive (Windows)
+        return str(Path(folder).resolve())
+
+
+def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
+    """summary.csv (a line per model x resolution), summary.json (everything, each trial's folder relative to
+    out_dir), paired_tests.csv, recommendation.csv, summary.md and summary.txt, each written atomically."""
+    from resomap.reports.text import summary_document
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    flat = [{k: v for k, v in row.items() if k != "cross_resolution"} for row in summary.rows]
+    payload = summary.to_dict()
+    for trial in payload["trials"]:
+        trial["folder"] = _relative(trial["folder"], out_dir)
+    files = {
+        SUMMARY_CSV: _csv(flat),
+        SUMMARY_JSON: json.dumps(payload, indent=2, allow_nan=False, default=str),
+        PAIRED_CSV: _csv(summary.paired_tests, PAIRED_COLUMNS),
+        RECOMMENDATION_CSV: _csv(summary.recommendations, RECOMMENDATION_COLUMNS),
+        SUMMARY_MD: summary_document(summary, markdown=True),
+        SUMMARY_TXT: summary_document(summary, markdown=False),
+    }
+    paths = []
+    for name, text in files.items():
+        write_text(out_dir / name, text)
+        paths.append(out_dir / name)
+    return paths
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:

@@ -107,7 +107,7 @@ def run_sweep(
         parent = parent or _open_parent(tracker, cfg, key, trials)
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
-    figures = _summarise(results, cfg, out_dir, tracker, parent)
+    figures = _summarise(results, cfg, out_dir, tracker, parent, trials)
     closed = _close_parent(tracker, parent, results, len(trials))
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
@@ -204,7 +204,7 @@ def _close_parent(tracker: Any, parent: str | None, results: list[TrialResult], 
     """Child-run tags on the parent; closed FINISHED / FAILED once every planned trial has a result."""
     if parent is None:
         return False
-    children = {f"resomap.child.{r.name.replace('@', ' at ').replace('#', ' ')}": r.run_id for r in results if r.run_id}
+    children = {f"resomap.child.{r.name.replace('@', ' at ')}": r.run_id for r in results if r.run_id}
     tracker.set_tags(parent, children)
     if len(results) != planned:
         return False
@@ -228,7 +228,7 @@ def sync_sweep(cfg: Config):
     results = _results(trials)
     if parent and results and not outcome.failed:
         out_dir = summary_folder(cfg)
-        _summarise(results, cfg, out_dir, tracker, parent)
+        _summarise(results, cfg, out_dir, tracker, parent, trials)
         closed = _close_parent(tracker, parent, results, len(trials))
         _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     if tracker.failures and not outcome.failed:
@@ -240,14 +240,29 @@ def sync_sweep(cfg: Config):
 # ---------------------------------------------------------------- summary
 
 
-def _summarise(results: list[TrialResult], cfg: Config, out_dir: Path, tracker: Any, parent: str | None) -> list[Path]:
-    """summary.csv/json, the sweep figures and the cross-resolution comparison; all logged to the parent run."""
-    from resomap.reports import summary_rows, sweep_figures, write_tables
+def trial_folders(trials: list[Trial]) -> dict[tuple[str, int, int], Path]:
+    """{(model, resolution, seed): the trial's summary folder} (where result.json and predictions.csv are)."""
+    return {(t.model, t.resolution, t.seed): t.summary_dir for t in trials}
+
+
+def _summarise(
+    results: list[TrialResult],
+    cfg: Config,
+    out_dir: Path,
+    tracker: Any,
+    parent: str | None,
+    trials: list[Trial] | None = None,
+) -> list[Path]:
+    """summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt, the sweep figures and the
+    cross-resolution comparison of explanations; all logged to the parent run (only what it lacks or what changed,
+    so publishing again is harmless). ``trials`` locate each result's folder (default: the sweep's plan)."""
+    from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.stages import compare_stage
 
-    rows = summary_rows(results)
-    tables = write_tables(rows, [r.to_dict() for r in results], out_dir)
-    figures = sweep_figures(rows, out_dir / "figures")
+    folders = trial_folders(trials if trials is not None else plan(cfg, check=False))
+    summary = build_summary(results, folders, cfg.stats)
+    tables = write_summary(summary, out_dir)
+    figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
     comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
     if parent is None:
         return figures + comparison.files
@@ -257,9 +272,45 @@ def _summarise(results: list[TrialResult], cfg: Config, out_dir: Path, tracker: 
         tracker.log_artifact(parent, path, "figures")
     for path in comparison.files:
         tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
-    tracker.log_metrics(parent, comparison.agreement)
-    best = max(rows, key=lambda r: r.get("test_accuracy", 0.0), default=None)
-    if best:
-        tracker.log_metrics(parent, {"best_test_accuracy": best["test_accuracy"]})
-        tracker.set_tags(parent, {"resomap.best": f"{best['model']}@{best['resolution']}"})
+    metrics, tags = dict(comparison.agreement), headline(summary)
+    best = max(summary.rows, key=lambda r: r.get("test_accuracy") or 0.0, default=None)
+    if best and best.get("test_accuracy") is not None:
+        metrics["best_test_accuracy"] = best["test_accuracy"]
+        tags["resomap.best"] = f"{best['model']}@{best['resolution']}"
+    for rec in summary.recommendations:
+        if rec["resolution"] is not None:
+            metrics[f"recommended_resolution/{_mlflow_name(rec['model'])}"] = rec["resolution"]
+            metrics[f"best_resolution/{_mlflow_name(rec['model'])}"] = rec["best_resolution"]
+    for row in summary.rows:
+        where = f"{_mlflow_name(row['model'])}/{row['resolution']}"
+        for key in ("test_accuracy_pooled", "test_accuracy_ci_low", "test_accuracy_ci_high", "test_macro_f1_pooled"):
+            if row.get(key) is not None:
+                metrics[f"{key}/{where}"] = row[key]
+    _log_changed(tracker, parent, metrics, tags)
     return figures + comparison.files
+
+
+def headline(summary: Any) -> dict[str, str]:
+    """Tags of the parent run: the recommendation per model in words."""
+    return {f"resomap.recommendation.{_mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
+
+
+def _mlflow_name(text: str) -> str:
+    """A model name usable in an MLflow metric or tag key (letters, digits, _ - . / and space)."""
+    return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in str(text))
+
+
+def _log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing)."""
+    try:
+        run = tracker.get_run(run_id)
+    except Exception:  # unreachable: log everything (the calls themselves are soft)
+        run = None
+    have_m = dict(run.data.metrics) if run is not None else {}
+    have_t = dict(run.data.tags) if run is not None else {}
+    metrics = {k: float(v) for k, v in metrics.items() if have_m.get(k) != float(v)}
+    tags = {k: str(v) for k, v in tags.items() if have_t.get(k) != str(v)}
+    if metrics:
+        tracker.log_metrics(run_id, metrics)
+    if tags:
+        tracker.set_tags(run_id, tags)

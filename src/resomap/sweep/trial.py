@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import shutil
 import time
 import traceback
@@ -16,21 +17,30 @@ from typing import Any
 from resomap.atomic import write_text
 from resomap.config import Config, save_resolved, to_dict
 from resomap.errors import ConfigError, ResoMapError
+from resomap.records import environment as current_environment
 from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSummary
 
 log = logging.getLogger(__name__)
 
 TRIAL_KEY_TAG = "resomap.trial_key"
 # Settings that change how a trial is run or logged but not what it computes: left out of its key.
-_KEY_EXCLUDE = ("sweep", "mlflow", "training.progress", "system.num_workers", "system.persistent_workers")
+_KEY_EXCLUDE = ("sweep", "mlflow", "stats", "training.progress", "system.num_workers", "system.persistent_workers")
+_SEED_FOLDER = re.compile(r"seed\d+")
 
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
+    """A model at one resolution and seed. Its folders always end in `seed<S>`
+    (model_summaries/<model>/<res>/seed<S>/, checkpoints/<family>/<model>/<res>/seed<S>/), whatever the number of
+    seeds, so adding seeds to a finished sweep moves nothing. A trial of the older single-seed layout (the folder
+    `<res>/` itself holding its result.json or last.pt) is found and used in place: `legacy` says which layout
+    (None: look on disk; run_trial pins it once, so a run never switches folders half-way)."""
+
     model: str
     resolution: int
     seed: int
     cfg: Config
+    legacy: bool | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -38,20 +48,52 @@ class Trial:
 
     @property
     def name(self) -> str:
-        """`<model>@<resolution>`, plus the seed when the sweep has several."""
+        """`<model>@<resolution>`, plus `/seed<S>` when the sweep has several seeds."""
         base = f"{self.model}@{self.resolution}"
-        return base if len(self.cfg.sweep.seeds) <= 1 else f"{base}#s{self.seed}"
+        return base if len(self.cfg.sweep.seeds) <= 1 else f"{base}/seed{self.seed}"
 
     def checkpoint_dir(self, family: str) -> Path:
-        out = Path(self.cfg.experiment.output_dir) / self.cfg.experiment.checkpoint_dir
-        folder = out / family / self.model / str(self.resolution)
-        return folder if len(self.cfg.sweep.seeds) <= 1 else folder / f"seed{self.seed}"
+        folder = self._checkpoint_base(family)
+        return folder if self._in_legacy_folder() else folder / f"seed{self.seed}"
 
     @property
     def summary_dir(self) -> Path:
+        folder = self._summary_base()
+        return folder if self._in_legacy_folder() else folder / f"seed{self.seed}"
+
+    def pinned(self) -> Trial:
+        """This trial with its layout decided now (see `legacy`)."""
+        return dataclasses.replace(self, legacy=self._in_legacy_folder())
+
+    def _summary_base(self) -> Path:
         out = Path(self.cfg.experiment.output_dir) / self.cfg.experiment.summary_dir
-        folder = out / self.model / str(self.resolution)
-        return folder if len(self.cfg.sweep.seeds) <= 1 else folder / f"seed{self.seed}"
+        return out / self.model / str(self.resolution)
+
+    def _checkpoint_base(self, family: str | None = None) -> Path:
+        if family is None:
+            from resomap.models import get_spec
+
+            family = get_spec(self.model).family
+        out = Path(self.cfg.experiment.output_dir) / self.cfg.experiment.checkpoint_dir
+        return out / family / self.model / str(self.resolution)
+
+    def _in_legacy_folder(self) -> bool:
+        """The trial lives in a folder of the single-seed layout: no seed folder of it exists, and `<res>/` holds
+        its result.json (this key) or its last.pt / last.json (this config hash)."""
+        if self.legacy is not None:
+            return self.legacy
+        summary, checkpoints = self._summary_base(), self._checkpoint_base()
+        seed = f"seed{self.seed}"
+        if (summary / seed).exists() or (checkpoints / seed).exists():
+            return False
+        try:
+            if json.loads((summary / "result.json").read_text(encoding="utf-8")).get("key") == self.key:
+                return True
+        except (OSError, ValueError, AttributeError):
+            pass
+        if (checkpoints / "last.json").is_file() or (checkpoints / "last.pt").is_file():
+            return _checkpoint_key(checkpoints) == self.key
+        return False
 
 
 def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
@@ -93,12 +135,18 @@ class TrialResult:
     tracked: bool = False  # every MLflow call for this trial succeeded (else `resomap sync` logs it later)
     notes: list[str] = dataclasses.field(default_factory=list)
     finished_at: float = dataclasses.field(default_factory=time.time)
+    predictions: str | None = None  # per-test-image records beside result.json (resomap.records), when written
+    # versions of python and the libraries, the platform and the device this result was computed with
+    environment: dict[str, str | None] = dataclasses.field(default_factory=current_environment)
 
     def apply(self, evaluation: Evaluation) -> None:
         """Take the test, cross-resolution, profile and explanation results of resomap.stages.evaluate_trained."""
         self.test = dict(evaluation.test.metrics)
         self.cross_resolution = dict(evaluation.cross_resolution)
         self.profile, self.explain = evaluation.profile, evaluation.explain
+        self.predictions = evaluation.predictions.name if evaluation.predictions else None
+        if evaluation.device:
+            self.environment["device"] = evaluation.device
         if evaluation.explain is not None:
             self.notes += [f"explainer {m} failed: {r}" for m, r in evaluation.explain.failed.items()]
 
@@ -120,6 +168,7 @@ class TrialResult:
         fields["cross_resolution"] = {str(r): EvalMetrics.from_dict(m) for r, m in cross.items()}
         fields["profile"] = ProfileSummary.from_dict(fields.get("profile") or {})
         fields["explain"] = ExplainSummary.from_dict(fields.get("explain") or {})
+        fields["environment"] = dict(fields.get("environment") or {})  # unknown for results written before it
         return cls(**fields)
 
     @classmethod
@@ -173,11 +222,13 @@ def run_trial(
     from resomap.training import distributed
 
     tracker = tracker if tracker is not None else NullTracker()
+    trial = trial.pinned()  # its folders (seed layout, or the single-seed folder it was started in) stay put
     device = resolve_device(trial.cfg.system)
     apply_system(trial.cfg.system, device)
     log.info("trial %s on %s", trial.name, describe_device(device))
     family = get_spec(trial.model).family
     result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
+    result.environment["device"] = describe_device(device)
     if not distributed.is_rank0():
         return _follow_rank0(trial, device, family, result)
     prepared, early = None, None
@@ -250,8 +301,11 @@ def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
         if old_key == key:
             return last
         log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
-    if folder.exists():
-        shutil.rmtree(folder)
+    for path in sorted(folder.iterdir()) if folder.exists() else []:
+        if not path.is_dir() or path.is_symlink():
+            path.unlink()
+        elif not _SEED_FOLDER.fullmatch(path.name):  # another seed's folder inside an old-layout folder is kept
+            shutil.rmtree(path)
     return None
 
 

@@ -59,6 +59,7 @@ def trial_tags(key: str, data: Mapping[str, Any]) -> dict[str, Any]:
         TRIAL_KEY_TAG: key,
         "resomap.kind": "trial",
         **{k: data[k] for k in ("model", "family", "resolution", "seed")},
+        **{f"resomap.env.{k}": v for k, v in (data.get("environment") or {}).items() if v},  # versions, device
     }
 
 

@@ -1,0 +1,160 @@
+"""The summary in words: tables of estimates with their intervals, the paired tests and the recommendation per model,
+as plain text (summary.txt, `resomap analyze`) or Markdown (summary.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+COST_COLUMNS = (
+    ("latency_ms", "latency ms", ".3f"),
+    ("throughput_ips", "images/s", ".1f"),
+    ("peak_memory_mb", "memory MB", ".1f"),
+)
+
+
+def _ok(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def fmt(value: Any, spec: str = ".4f") -> str:
+    return format(value, spec) if _ok(value) else "-"
+
+
+def fmt_interval(estimate: Any, low: Any, high: Any, spec: str = ".3f") -> str:
+    """'0.912 [0.880, 0.940]', or the estimate alone when there is no interval, '-' when there is no estimate."""
+    if not _ok(estimate):
+        return "-"
+    if _ok(low) and _ok(high):
+        return f"{estimate:{spec}} [{low:{spec}}, {high:{spec}}]"
+    return f"{estimate:{spec}}"
+
+
+def fmt_spread(mean: Any, std: Any, spec: str = ".3f") -> str:
+    if not _ok(mean):
+        return "-"
+    return f"{mean:{spec}} ± {std:{spec}}" if _ok(std) else f"{mean:{spec}}"
+
+
+def fmt_p(p: Any) -> str:
+    if not _ok(p):
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.3g}"
+
+
+def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    if markdown:
+        lines = [header, ["---"] * len(header), *rows]
+        return "\n".join("| " + " | ".join(str(x).replace("|", "\\|") for x in line) + " |" for line in lines) + "\n"
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = [
+        "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)).rstrip() for line in [header, *rows]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def results_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    """model x resolution: pooled accuracy and macro-F1 with their image-bootstrap intervals, accuracy over seeds
+    (mean ± std, t-interval), costs (mean ± std over seeds)."""
+    level = next((r.get("ci_level") for r in rows if _ok(r.get("ci_level"))), 0.95)
+    pct = f"{level:.0%}"
+    header = [
+        "model",
+        "res",
+        "seeds",
+        "images",
+        f"accuracy [{pct} CI]",
+        f"macro-F1 [{pct} CI]",
+        "accuracy over seeds",
+        f"seed {pct} t-interval",
+        *(title for _, title, _ in COST_COLUMNS),
+        "",
+    ]
+    body = []
+    for r in rows:
+        acc = r.get("test_accuracy_pooled") if _ok(r.get("test_accuracy_pooled")) else r.get("test_accuracy")
+        f1 = r.get("test_macro_f1_pooled") if _ok(r.get("test_macro_f1_pooled")) else r.get("test_macro_f1")
+        seed_ci = "-"
+        if _ok(r.get("test_accuracy_seed_ci_low")) and _ok(r.get("test_accuracy_seed_ci_high")):
+            seed_ci = f"[{r['test_accuracy_seed_ci_low']:.3f}, {r['test_accuracy_seed_ci_high']:.3f}]"
+        body.append(
+            [
+                str(r["model"]),
+                str(r["resolution"]),
+                str(r.get("n_seeds", r.get("seeds", ""))),
+                str(r.get("n_test_images") or "-"),
+                fmt_interval(acc, r.get("test_accuracy_ci_low"), r.get("test_accuracy_ci_high")),
+                fmt_interval(f1, r.get("test_macro_f1_ci_low"), r.get("test_macro_f1_ci_high")),
+                fmt_spread(r.get("test_accuracy"), r.get("test_accuracy_std")),
+                seed_ci,
+                *(fmt_spread(r.get(k), r.get(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
+                "recommended" if r.get("recommended") else "",
+            ]
+        )
+    return table(header, body, markdown)
+
+
+def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    header = ["model", "A px", "B px", "acc A", "acc B", "B - A [CI]", "p", "p adjusted", "significant", "note"]
+    body = [
+        [
+            str(p["model"]),
+            str(p["resolution_a"]),
+            str(p["resolution_b"]),
+            fmt(p.get("accuracy_a"), ".3f"),
+            fmt(p.get("accuracy_b"), ".3f"),
+            fmt_interval(p.get("effect"), p.get("ci_low"), p.get("ci_high"), "+.3f"),
+            fmt_p(p.get("p_value")),
+            fmt_p(p.get("p_adjusted")),
+            "yes" if p.get("significant") else "no",
+            str(p.get("reason") or ""),
+        ]
+        for p in paired
+    ]
+    return table(header, body, markdown)
+
+
+def recommendation_lines(recommendations: list[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for rec in recommendations:
+        line = str(rec.get("sentence") or f"{rec['model']}: {rec.get('reason', '')}")
+        if rec.get("note"):
+            line += f" [{rec['note']}]"
+        lines.append(line)
+    return lines
+
+
+def notes_lines(rows: list[Mapping[str, Any]]) -> list[str]:
+    return [f"{r['model']} @ {r['resolution']} px: {r['note']}" for r in rows if r.get("note")]
+
+
+def describe_stats(stats: Mapping[str, Any]) -> str:
+    test = "McNemar's exact test" if stats.get("paired_test") == "mcnemar" else "a paired image bootstrap"
+    correction = "Holm-adjusted over each model's pairs" if stats.get("correction") == "holm" else "not adjusted"
+    margin = f", accepting drops up to {stats['margin']:g}" if stats.get("margin") else ""
+    return (
+        f"Intervals at level {stats.get('level', 0.95):g}: bootstrap over test images ({stats.get('resamples')} "
+        f"resamples, seeds pooled) and Student t across seeds. Resolutions of a model are compared on the same test "
+        f"images with {test} (p {correction}){margin}."
+    )
+
+
+def summary_document(summary: Any, markdown: bool = False) -> str:
+    """summary.md (markdown=True) / summary.txt: the results table, the recommendation per model in words, the
+    paired tests, and the notes saying which numbers are not available and why."""
+    h = (lambda t: f"## {t}\n\n") if markdown else (lambda t: f"{t}\n{'-' * len(t)}\n")
+    bullet = "- " if markdown else ""
+    gap = "\n"
+    out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats) + "\n\n"
+    out += h("Results per model and resolution") + results_table(summary.rows, markdown) + gap
+    out += h("Recommended resolution") + "".join(
+        f"{bullet}{x}\n" for x in recommendation_lines(summary.recommendations)
+    )
+    if summary.paired_tests:
+        out += gap + h("Paired tests between resolutions (B - A: accuracy difference)")
+        out += paired_table(summary.paired_tests, markdown)
+    notes = notes_lines(summary.rows)
+    if notes:
+        out += gap + h("Notes") + "".join(f"{bullet}{x}\n" for x in notes)
+    return out

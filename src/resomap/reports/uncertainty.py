@@ -1,0 +1,357 @@
+"""Uncertainty on the sweep's headline numbers, from the trials' per-image predictions (issue 13).
+
+For each model x resolution: accuracy and macro-F1 pooled over seeds with a bootstrap interval over test images
+(an image keeps its predictions under every seed, so the interval reflects the test set's size), and the spread
+of test accuracy / macro-F1 across seeds (mean, std, Student-t interval). For each model: the paired tests between
+its resolutions on the same test images (``stats.compare_resolutions``, seeds pooled as ``stats.paired_test``
+documents) and the recommended resolution (``stats.smallest_sufficient_resolution``).
+
+Everything returned is plain dicts of JSON-safe values (None where a number is not available, never NaN), with a
+``reason`` in words wherever something is missing. The statistics themselves live in :mod:`resomap.stats`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from resomap import stats
+from resomap.config.schema import StatsConfig
+from resomap.records import PREDICTIONS_FILE, Predictions, read_predictions
+
+TrialId = tuple[str, int, int]  # (model, resolution, seed): unique within a sweep and within an analysis
+NO_PREDICTIONS = f"no {PREDICTIONS_FILE} (a result from before per-image records)"
+
+
+@dataclasses.dataclass
+class TrialRecord:
+    """One finished trial: its result.json tree, its folder, and its predictions at every test resolution."""
+
+    result: dict[str, Any]
+    folder: Path | None
+    predictions: dict[int, Predictions]
+
+    @property
+    def id(self) -> TrialId:
+        return trial_id(self.result)
+
+    @property
+    def own(self) -> Predictions | None:
+        """Predictions at the trial's own (training) resolution, None when absent or empty."""
+        rec = self.predictions.get(int(self.result["resolution"]))
+        return rec if rec is not None and len(rec.index) else None
+
+
+def trial_id(result: Mapping[str, Any]) -> TrialId:
+    return (str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0))
+
+
+def load_records(results: Iterable[Mapping[str, Any]], folders: Mapping[TrialId, Path] | None) -> list[TrialRecord]:
+    """The FINISHED results with their predictions.csv (read from ``folders[trial_id]`` when known)."""
+    records = []
+    for result in results:
+        if result.get("status") != "FINISHED":
+            continue
+        folder = (folders or {}).get(trial_id(result))
+        predictions = read_predictions(folder) if folder is not None else {}
+        records.append(TrialRecord(dict(result), Path(folder) if folder is not None else None, predictions))
+    return sorted(records, key=lambda r: r.id)
+
+
+def group_records(records: Iterable[TrialRecord]) -> dict[tuple[str, int], list[TrialRecord]]:
+    groups: dict[tuple[str, int], list[TrialRecord]] = defaultdict(list)
+    for rec in records:
+        groups[(rec.id[0], rec.id[1])].append(rec)
+    return {k: sorted(v, key=lambda r: r.id[2]) for k, v in sorted(groups.items())}
+
+
+def _num(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+# ------------------------------------------------------------------------------------------------ aligned arrays
+
+
+@dataclasses.dataclass(frozen=True)
+class Aligned:
+    """Seeds x images arrays on the images every seed was tested on (sorted by image index)."""
+
+    seeds: list[int]
+    index: np.ndarray  # [N]
+    label: np.ndarray  # [N]
+    prediction: np.ndarray  # [S, N]
+    notes: list[str]
+
+    @property
+    def correct(self) -> np.ndarray:
+        return self.prediction == self.label[None, :]
+
+
+def align(preds_by_seed: Mapping[int, Predictions]) -> Aligned | str:
+    """Stack the seeds' predictions on their common test images; a reason (str) when that cannot be done."""
+    if not preds_by_seed:
+        return NO_PREDICTIONS
+    seeds = sorted(preds_by_seed)
+    sets = [set(np.asarray(preds_by_seed[s].index).tolist()) for s in seeds]
+    common = np.array(sorted(set.intersection(*sets)), dtype=np.int64)
+    if common.size == 0:
+        return "the seeds were tested on different images (no image in common)"
+    notes = []
+    if any(len(s) != common.size for s in sets):
+        notes.append(f"seeds tested on different images: pooled over the {common.size} images they share")
+    labels, predictions = [], []
+    for s in seeds:
+        rec = preds_by_seed[s]
+        order = np.argsort(rec.index, kind="stable")
+        idx = np.asarray(rec.index)[order]
+        pos = order[np.searchsorted(idx, common)]
+        labels.append(np.asarray(rec.label)[pos])
+        predictions.append(np.asarray(rec.prediction)[pos])
+    if any(not np.array_equal(labels[0], lab) for lab in labels[1:]):
+        return "the seeds' test labels differ for the same image index (different datasets?)"
+    return Aligned(seeds, common, labels[0], np.stack(predictions), notes)
+
+
+def pooled_macro_f1(label: np.ndarray, prediction: np.ndarray, cfg: StatsConfig) -> stats.Interval:
+    """Macro-F1 of the seeds' predictions pooled ([S, N] against the N labels), with a bootstrap interval that
+    resamples images (each image keeps its label and its prediction under every seed). With one seed this is
+    exactly ``stats.bootstrap_metric``; pooling S identical seeds gives the one-seed answer."""
+    prediction = np.atleast_2d(prediction)
+    if prediction.shape[0] == 1:
+        return stats.bootstrap_metric(
+            label, prediction[0], metric="macro_f1", level=cfg.level, resamples=cfg.resamples, seed=cfg.seed
+        )
+    n = label.size
+    classes, codes = np.unique(np.concatenate([label, prediction.ravel()]), return_inverse=True)
+    codes = codes.reshape(-1)
+    t_codes, p_codes, k = codes[:n], codes[n:].reshape(prediction.shape), len(classes)
+
+    def statistic(t, *ps, axis=-1):
+        return stats._macro_f1(np.concatenate([t] * len(ps), axis=-1), np.concatenate(ps, axis=-1), k, axis=-1)
+
+    estimate = _num(statistic(t_codes, *p_codes))
+    label_text = f"bootstrap BCa over images, seeds pooled ({cfg.resamples} resamples)"
+    if n < stats.MIN_BOOTSTRAP_IMAGES:
+        why = f"only {n} test images: a bootstrap interval needs at least {stats.MIN_BOOTSTRAP_IMAGES}"
+        return stats.Interval(estimate, None, None, cfg.level, label_text, n, available=False, reason=why)
+    low, high, used, caveat = stats._bootstrap(
+        (t_codes, *p_codes),
+        statistic,
+        level=cfg.level,
+        resamples=cfg.resamples,
+        seed=cfg.seed,
+        method="BCa",
+        paired=True,
+    )
+    label_text = label_text.replace("BCa", used)
+    if low is None:
+        return stats.Interval(estimate, None, None, cfg.level, label_text, n, available=False, reason=caveat)
+    return stats.Interval(estimate, low, high, cfg.level, label_text, n, reason=caveat)
+
+
+# ------------------------------------------------------------------------------------------------ per row
+
+
+def _seed_values(members: list[TrialRecord], key: str) -> list[float]:
+    return [v for v in (_num((m.result.get("test") or {}).get(key)) for m in members) if v is not None]
+
+
+def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, Any]:
+    """The uncertainty columns of one model x resolution row (see the module docstring)."""
+    row: dict[str, Any] = {
+        "n_seeds": len(members),
+        "n_test_images": None,
+        "test_accuracy_pooled": None,
+        "test_accuracy_ci_low": None,
+        "test_accuracy_ci_high": None,
+        "test_macro_f1_pooled": None,
+        "test_macro_f1_ci_low": None,
+        "test_macro_f1_ci_high": None,
+        "ci_level": cfg.level,
+        "ci_method": None,
+    }
+    notes: list[str] = []
+    with_preds = {m.id[2]: m.own for m in members if m.own is not None}
+    lacking = [m.id[2] for m in members if m.own is None]
+    aligned = align(with_preds)
+    if isinstance(aligned, str):
+        notes.append(f"image interval not available: {aligned}")
+    else:
+        if lacking:
+            notes.append(f"pooled over seeds {aligned.seeds}: {NO_PREDICTIONS} for seeds {lacking}")
+        notes += aligned.notes
+        acc = stats.bootstrap_accuracy(aligned.correct, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
+        f1 = pooled_macro_f1(aligned.label, aligned.prediction, cfg)
+        row["n_test_images"] = int(aligned.index.size)
+        for name, iv in (("test_accuracy", acc), ("test_macro_f1", f1)):
+            row[f"{name}_pooled"], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = iv.estimate, iv.low, iv.high
+            if not iv.available or iv.reason:
+                notes.append(f"{name} interval{' not available' if not iv.available else ''}: {iv.reason}")
+        row["ci_method"] = acc.method + (", seeds pooled" if len(aligned.seeds) > 1 else "")
+    for name, key in (("test_accuracy", "test/accuracy"), ("test_macro_f1", "test/macro_f1")):
+        iv = stats.seed_interval(_seed_values(members, key), level=cfg.level)
+        # accuracy and macro-F1 live in [0, 1]: the t-interval (symmetric, wide with few seeds) is cut to it
+        row[f"{name}_seed_ci_low"] = max(0.0, iv.low) if iv.low is not None else None
+        row[f"{name}_seed_ci_high"] = min(1.0, iv.high) if iv.high is not None else None
+        if name == "test_accuracy" and not iv.available:
+            why = "one seed" if iv.n == 1 else iv.reason
+            notes.append(f"seed interval not available: {why}")
+    row["note"] = "; ".join(notes)
+    return row
+
+
+# ------------------------------------------------------------------------------------------------ per model
+
+
+def _correct_by_resolution(
+    by_res: Mapping[int, list[TrialRecord]],
+) -> tuple[dict[int, np.ndarray], list[int], int, list[str]] | str:
+    """{resolution: bool [S, N]} on the seeds and images every compared resolution has; or a reason."""
+    notes: list[str] = []
+    usable = {r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}
+    skipped = sorted(r for r, p in usable.items() if not p)
+    usable = {r: p for r, p in usable.items() if p}
+    if not usable:
+        return f"no resolution has per-image predictions ({NO_PREDICTIONS})"
+    if skipped:
+        notes.append(f"not compared ({NO_PREDICTIONS}): {', '.join(f'{r} px' for r in skipped)}")
+    if len(usable) < 2:
+        only = next(iter(usable))
+        return "; ".join([f"only {only} px has per-image predictions: nothing to compare it with", *notes])
+    seeds = sorted(set.intersection(*(set(p) for p in usable.values())))
+    if not seeds:
+        return "; ".join(["no seed was tested at every resolution", *notes])
+    if any(len(p) != len(seeds) for p in usable.values()):
+        notes.append(f"compared on the seeds every resolution has: {seeds}")
+    aligned = {r: align({s: p[s] for s in seeds}) for r, p in usable.items()}
+    bad = next((f"{r} px: {a}" for r, a in aligned.items() if isinstance(a, str)), None)
+    if bad:
+        return bad
+    common = np.array(sorted(set.intersection(*(set(a.index.tolist()) for a in aligned.values()))), dtype=np.int64)
+    if common.size == 0:
+        return "the resolutions were tested on different images (no image in common)"
+    if any(a.index.size != common.size for a in aligned.values()):
+        notes.append(f"compared on the {common.size} test images every resolution has")
+    correct = {r: a.correct[:, np.searchsorted(a.index, common)] for r, a in aligned.items()}
+    return correct, seeds, int(common.size), notes
+
+
+def _pair_row(model: str, row: stats.PairComparison) -> dict[str, Any]:
+    t = row.test
+    return {
+        "model": model,
+        "resolution_a": row.resolution_a,
+        "resolution_b": row.resolution_b,
+        "accuracy_a": t.accuracy_a,
+        "accuracy_b": t.accuracy_b,
+        "effect": t.effect,  # accuracy(b) - accuracy(a)
+        "ci_low": t.low,
+        "ci_high": t.high,
+        "p_value": t.p_value,
+        "p_adjusted": row.p_adjusted,
+        "significant": bool(row.significant),
+        "level": t.level,
+        "method": t.method,
+        "correction": row.correction,
+        "n_images": t.n_images,
+        "n_seeds": t.n_seeds,
+        "b01": t.b01,
+        "b10": t.b10,
+        "available": bool(t.available),
+        "reason": t.reason or "",
+    }
+
+
+def _sentence(model: str, rec: stats.Recommendation, rows: list[dict[str, Any]]) -> str:
+    """The recommendation in words, e.g. "simple_cnn: 64 px is the smallest resolution not significantly below the
+    best (128 px: 0.912 vs 0.905, McNemar exact, Holm-adjusted p = 0.41 at level 0.95); difference ...".
+    """
+    if not rec.available or rec.resolution is None:
+        return f"{model}: no recommendation: {rec.reason}"
+    r, best = rec.resolution, rec.best_resolution
+    if r == best:  # the reason reads "<r> px is the most accurate (...)..."
+        return f"{model}: {rec.reason}"
+    prefix = f"{r} px: not significantly below the best "
+    if rec.reason.startswith(prefix):
+        return (
+            f"{model}: {r} px is the smallest resolution not significantly below the best {rec.reason[len(prefix) :]}"
+        )
+    pair = next((p for p in rows if {p["resolution_a"], p["resolution_b"]} == {r, best}), None)
+    if pair is not None and pair["significant"]:
+        return f"{model}: {r} px is the smallest resolution within the margin {rec.margin:g} of the best ({rec.reason})"
+    return f"{model}: {r} px is recommended ({rec.reason})"
+
+
+def compare_model(
+    model: str, by_res: Mapping[int, list[TrialRecord]], cfg: StatsConfig
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(paired test rows, recommendation) of one model's resolutions."""
+    rec_row: dict[str, Any] = {
+        "model": model,
+        "resolution": None,
+        "best_resolution": None,
+        "accuracy": None,
+        "best_accuracy": None,
+        "level": cfg.level,
+        "margin": cfg.margin,
+        "paired_test": cfg.paired_test,
+        "correction": cfg.correction,
+        "n_seeds": None,
+        "n_images": None,
+        "available": False,
+        "reason": "",
+        "sentence": "",
+        "note": "",
+    }
+    found = _correct_by_resolution(by_res)
+    if isinstance(found, str):
+        rec_row["reason"] = found
+        rec_row["sentence"] = f"{model}: no recommendation: {found}"
+        return [], rec_row
+    correct, seeds, n_images, notes = found
+    rec = stats.smallest_sufficient_resolution(
+        correct,
+        level=cfg.level,
+        margin=cfg.margin,
+        method=cfg.paired_test,
+        correction=cfg.correction,
+        resamples=cfg.resamples,
+        seed=cfg.seed,
+    )
+    rows = [_pair_row(model, row) for row in rec.rows]
+    rec_row.update(
+        resolution=rec.resolution,
+        best_resolution=rec.best_resolution,
+        accuracy=rec.accuracies.get(rec.resolution) if rec.resolution is not None else None,
+        best_accuracy=rec.accuracies.get(rec.best_resolution) if rec.best_resolution is not None else None,
+        n_seeds=len(seeds),
+        n_images=n_images,
+        available=bool(rec.available and rec.resolution is not None),
+        reason=rec.reason,
+        sentence=_sentence(model, rec, rows),
+        note="; ".join(notes),
+    )
+    return rows, rec_row
+
+
+def compare_models(records: Iterable[TrialRecord], cfg: StatsConfig) -> tuple[list[dict], list[dict]]:
+    """(every model's paired test rows, one recommendation per model)."""
+    by_model: dict[str, dict[int, list[TrialRecord]]] = defaultdict(dict)
+    for (model, res), members in group_records(records).items():
+        by_model[model][res] = members
+    paired, recs = [], []
+    for model, by_res in sorted(by_model.items()):
+        rows, rec = compare_model(model, by_res, cfg)
+        paired += rows
+        recs.append(rec)
+    return paired, recs

@@ -1,0 +1,134 @@
+"""A finished sweep as pandas DataFrames, for notebooks.
+
+Example::
+
+    from resomap.results import load_sweep
+
+    sweep = load_sweep("resomap-quickstart")       # model_summaries/_sweep/resomap-quickstart/
+    sweep.summary[["model", "resolution", "test_accuracy_pooled", "test_accuracy_ci_low", "test_accuracy_ci_high"]]
+    sweep.recommendations[["model", "resolution", "sentence"]]
+    sweep.predictions.groupby(["model", "resolution", "seed"])["correct"].mean()   # per-trial accuracy
+    sweep.paired_tests.query("significant")
+
+Nothing is recomputed: the tables are the files the sweep wrote (summary.json, paired_tests, recommendation,
+explanations/agreement.csv) and each trial's predictions.csv, found through the folders recorded in summary.json.
+pandas is imported when a sweep is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from resomap.errors import DataError
+
+SWEEP_DIR = "_sweep"
+PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index", "label", "prediction", "correct")
+
+
+@dataclasses.dataclass
+class SweepResults:
+    """One sweep's tables (pandas DataFrames) and where they came from."""
+
+    name: str
+    folder: Path  # model_summaries/_sweep/<name>/
+    summary: Any  # one row per model x resolution: means, stds, intervals, n_seeds, recommended, note
+    predictions: Any  # one row per trial x test resolution x test image (PREDICTION_COLUMNS)
+    paired_tests: Any  # one row per pair of resolutions of a model: effect, CI, p, Holm-adjusted p, significant
+    recommendations: Any  # one row per model: recommended resolution, best resolution, reason, sentence
+    agreement: Any  # explanations/agreement.csv as written (empty when the sweep explained nothing)
+    trials: Any  # one row per trial: model, resolution, seed, status, name, key, folder, has_predictions
+    stats: dict[str, Any]  # the settings the statistics used (config `stats`)
+
+
+def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
+    base = Path(root) / SWEEP_DIR
+    return sorted(p.parent.name for p in base.glob("*/summary.json")) if base.is_dir() else []
+
+
+def _find(name_or_folder: str | Path, root: str | Path) -> Path:
+    given = Path(name_or_folder)
+    if (given / "summary.json").is_file():
+        return given
+    folder = Path(root) / SWEEP_DIR / str(name_or_folder)
+    if (folder / "summary.json").is_file():
+        return folder
+    known = known_sweeps(root)
+    listed = ", ".join(known) if known else f"none under {Path(root) / SWEEP_DIR}"
+    where = f"a name under {Path(root) / SWEEP_DIR} or a folder with summary.json"
+    raise DataError(f"no sweep {str(name_or_folder)!r} ({where}); known sweeps: {listed}")
+
+
+def _trial_folder(sweep: Path, trial: dict[str, Any]) -> Path | None:
+    """The folder recorded in summary.json (relative to the sweep folder), else, for a summary written before
+    folders were recorded, <summaries>/<model>/<resolution>/seed<S>/ or <summaries>/<model>/<resolution>/."""
+    recorded = trial.get("folder")
+    if recorded:
+        path = Path(recorded)
+        return next((c for c in ([path] if path.is_absolute() else [sweep / path, path]) if c.is_dir()), None)
+    base = sweep.parent.parent / str(trial.get("model")) / str(trial.get("resolution"))
+    for candidate in (base / f"seed{trial.get('seed')}", base):
+        try:
+            if json.loads((candidate / "result.json").read_text(encoding="utf-8")).get("key") == trial.get("key"):
+                return candidate
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summaries") -> SweepResults:
+    """The sweep named ``name_or_folder`` (``<root>/_sweep/<name>/``) or the summary folder itself, as DataFrames.
+
+    >>> sweep = load_sweep("resomap-smoke")  # doctest: +SKIP
+    >>> sweep.summary.loc[:, ["model", "resolution", "test_accuracy_ci_low", "test_accuracy_ci_high"]]  # doctest: +SKIP
+
+    An unknown name raises :class:`~resomap.errors.DataError` listing the known sweeps. Trials whose predictions.csv
+    is absent (results from before per-image records) have no rows in ``predictions`` (``trials.has_predictions``).
+    """
+    import pandas as pd
+
+    from resomap.reports.summary import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
+
+    folder = _find(name_or_folder, root)
+    data = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    rows = [{k: v for k, v in row.items() if k != "cross_resolution"} for row in data.get("rows", [])]
+    frames, trials = [], []
+    for trial in data.get("trials", []):
+        where = _trial_folder(folder, trial)
+        path = where / "predictions.csv" if where is not None else None
+        has = path is not None and path.is_file()
+        trials.append(
+            {
+                "model": trial.get("model"),
+                "resolution": trial.get("resolution"),
+                "seed": trial.get("seed"),
+                "status": trial.get("status"),
+                "name": trial.get("name"),
+                "key": trial.get("key"),
+                "folder": str(where) if where is not None else None,
+                "has_predictions": has,
+            }
+        )
+        if has:
+            frame = pd.read_csv(path)
+            frame.insert(0, "seed", trial.get("seed"))
+            frame.insert(0, "resolution", trial.get("resolution"))
+            frame.insert(0, "model", trial.get("model"))
+            frame["correct"] = frame["correct"].astype(bool)
+            frames.append(frame[list(PREDICTION_COLUMNS)])
+    predictions = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(PREDICTION_COLUMNS))
+    agreement_csv = folder / "explanations" / "agreement.csv"
+    agreement = pd.read_csv(agreement_csv) if agreement_csv.is_file() else pd.DataFrame()
+    return SweepResults(
+        name=folder.name,
+        folder=folder,
+        summary=pd.DataFrame(rows),
+        predictions=predictions,
+        paired_tests=pd.DataFrame(data.get("paired_tests", []), columns=list(PAIRED_COLUMNS)),
+        recommendations=pd.DataFrame(data.get("recommendations", []), columns=list(RECOMMENDATION_COLUMNS)),
+        agreement=agreement,
+        trials=pd.DataFrame(trials),
+        stats=dict(data.get("stats") or {}),
+    )

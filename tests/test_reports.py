@@ -1,0 +1,316 @@
+"""The sweep summary with uncertainty (issue 13): intervals, paired tests, recommendation, figures, load_sweep.
+
+No training: a fake sweep of 1 model x 3 resolutions x 2 seeds is written by hand (result.json + predictions.csv with
+known per-image correctness) and summarised by the same code a sweep runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from resomap import stats
+from resomap.config import load, with_overrides
+from resomap.config.schema import StatsConfig
+from resomap.errors import ConfigError, ResoMapError
+from resomap.records import Predictions, write_predictions
+from resomap.reports import build_summary, sweep_figures, write_summary
+from resomap.sweep.plan import plan
+from resomap.sweep.sweep import _summarise, summary_folder, trial_folders
+from resomap.sweep.trial import TrialResult
+from resomap.tracking import NullTracker
+
+MODEL = "simple_cnn"
+RESOLUTIONS = (32, 64, 128)
+N_IMAGES, N_CLASSES = 200, 3
+FAST = StatsConfig(resamples=400)  # the statistics are exact functions of the arrays; fewer resamples, same test
+
+
+def _outcomes(seeds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, int], np.ndarray]]:
+    """(image index, labels, {(resolution, seed): predictions}): 128 px ~90% right, 64 px wrong on 3 more images
+    and right on 2 others (not significantly worse), 32 px wrong on 60 more (clearly worse); seeds differ a little."""
+    rng = np.random.default_rng(7)
+    index = np.sort(rng.choice(10_000, N_IMAGES, replace=False))
+    labels = rng.integers(0, N_CLASSES, N_IMAGES)
+    base = rng.random(N_IMAGES) < 0.9
+    preds = {}
+    for seed in seeds:
+        right = base.copy()
+        right[rng.choice(N_IMAGES, 2 + 5 * seed, replace=False)] ^= True  # seed-to-seed noise
+        for res, extra_wrong, extra_right in ((128, 0, 0), (64, 3, 2), (32, 60, 0)):
+            r = right.copy()
+            r[np.flatnonzero(right)[:extra_wrong]] = False
+            r[np.flatnonzero(~right)[:extra_right]] = True
+            preds[(res, seed)] = np.where(r, labels, (labels + 1) % N_CLASSES)
+    return index, labels, preds
+
+
+def _macro_f1(y: np.ndarray, p: np.ndarray) -> float:
+    return float(stats._macro_f1(y, p, N_CLASSES))
+
+
+def _fake_sweep(root: Path, seeds: tuple[int, ...] = (0, 1), with_predictions: bool = True):
+    """Config + trials of a fake sweep under root, each trial's result.json (and predictions.csv) written."""
+    cfg = load(
+        "configs",
+        None,
+        [
+            f"experiment.output_dir={root}",
+            "experiment.name=fake",
+            f"sweep.models=[{MODEL}]",
+            f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]",
+            f"sweep.seeds=[{','.join(map(str, seeds))}]",
+            "mlflow.enabled=false",
+            "stats.resamples=400",
+        ],
+    )
+    trials = plan(cfg, check=False)
+    index, labels, preds = _outcomes(seeds)
+    for i, trial in enumerate(trials):
+        p = preds[(trial.resolution, trial.seed)]
+        acc = float((p == labels).mean())
+        data = {
+            "key": trial.key,
+            "name": trial.name,
+            "model": MODEL,
+            "family": "cnn",
+            "resolution": trial.resolution,
+            "seed": trial.seed,
+            "status": "FINISHED",
+            "test": {"test/accuracy": acc, "test/macro_f1": _macro_f1(labels, p)},
+            "profile": {
+                "params_m": 0.1,
+                "gmacs": 0.001 * trial.resolution**2 / 64,
+                "gflops": 0.002,
+                "latency_median_ms": 0.5 + trial.resolution / 64 + 0.05 * i,
+                "latency_p90_ms": 1.0,
+                "throughput_inference_ips": 1000.0 / trial.resolution,
+                "peak_memory_mb": 10.0 + trial.resolution,
+            },
+            "cross_resolution": {str(r): {"accuracy": acc, "macro_f1": acc} for r in RESOLUTIONS},
+        }
+        TrialResult.from_dict(data).save(trial.summary_dir)
+        if with_predictions:
+            write_predictions(trial.summary_dir, {trial.resolution: Predictions(trial.resolution, index, labels, p)})
+    return cfg, trials, (index, labels, preds)
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    """A fake sweep summarised once by the sweep's own _summarise (MLflow off: NullTracker, no parent run)."""
+    root = tmp_path_factory.mktemp("fake")
+    cfg, trials, arrays = _fake_sweep(root)
+    results = sorted(
+        (TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials),
+        key=lambda r: (r.model, r.resolution, r.seed),
+    )
+    out = summary_folder(cfg)
+    files = _summarise(results, cfg, out, NullTracker(), None, trials)
+    return cfg, trials, arrays, out, files
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
+    cfg, _, (_, labels, preds), out, _ = fake
+    rows = {r["resolution"]: r for r in json.loads((out / "summary.json").read_text())["rows"]}
+    assert sorted(rows) == list(RESOLUTIONS)
+    st = cfg.stats
+    for res, row in rows.items():
+        correct = np.stack([preds[(res, s)] == labels for s in (0, 1)])
+        acc = stats.bootstrap_accuracy(correct, level=st.level, resamples=st.resamples, seed=st.seed)
+        assert (row["test_accuracy_pooled"], row["test_accuracy_ci_low"], row["test_accuracy_ci_high"]) == (
+            acc.estimate,
+            acc.low,
+            acc.high,
+        )
+        per_seed = [float(c.mean()) for c in correct]
+        seeds = stats.seed_interval(per_seed, level=st.level)
+        assert row["n_seeds"] == 2 and row["n_test_images"] == N_IMAGES
+        assert row["test_accuracy"] == pytest.approx(seeds.estimate)
+        assert row["test_accuracy_std"] == pytest.approx(seeds.std)
+        assert row["test_accuracy_seed_ci_low"] == pytest.approx(max(0.0, seeds.low))  # cut to [0, 1]
+        assert row["test_accuracy_seed_ci_high"] == pytest.approx(min(1.0, seeds.high))
+        pooled_f1 = _macro_f1(np.concatenate([labels, labels]), np.concatenate([preds[(res, 0)], preds[(res, 1)]]))
+        assert row["test_macro_f1_pooled"] == pytest.approx(pooled_f1)
+        assert row["test_macro_f1_ci_low"] < row["test_macro_f1_pooled"] < row["test_macro_f1_ci_high"]
+        assert row["latency_ms_std"] > 0 and row["ci_level"] == 0.95  # cost spread across the two seeds
+    csv_rows = {int(r["resolution"]): r for r in _csv(out / "summary.csv")}
+    assert float(csv_rows[64]["test_accuracy_ci_low"]) == pytest.approx(rows[64]["test_accuracy_ci_low"], rel=1e-5)
+    assert {"test_macro_f1_ci_high", "test_accuracy_seed_ci_low", "n_seeds", "note", "recommended"} <= set(csv_rows[64])
+
+
+def test_pooled_macro_f1_of_identical_seeds_is_the_one_seed_interval():
+    from resomap.reports.uncertainty import pooled_macro_f1
+
+    _, labels, preds = _outcomes((0,))
+    p = preds[(64, 0)]
+    one = stats.bootstrap_metric(labels, p, metric="macro_f1", resamples=400, seed=0)
+    two = pooled_macro_f1(labels, np.stack([p, p]), FAST)
+    assert (two.estimate, two.low, two.high) == pytest.approx((one.estimate, one.low, one.high))
+
+
+def test_paired_tests_and_recommendation(fake):
+    _, _, (_, labels, preds), out, _ = fake
+    rows = _csv(out / "paired_tests.csv")
+    assert [(int(r["resolution_a"]), int(r["resolution_b"])) for r in rows] == [(32, 64), (32, 128), (64, 128)]
+    correct = {res: np.stack([preds[(res, s)] == labels for s in (0, 1)]) for res in RESOLUTIONS}
+    expect = stats.compare_resolutions(correct, level=0.95, method="mcnemar", correction="holm")
+    for row, ref in zip(rows, expect):
+        assert float(row["p_adjusted"]) == pytest.approx(ref.p_adjusted, rel=1e-5)
+        assert float(row["p_value"]) == pytest.approx(ref.test.p_value, rel=1e-5)
+        assert float(row["p_adjusted"]) >= float(row["p_value"])  # Holm never lowers a p-value
+        assert row["correction"] == "holm"
+    sig = {(int(r["resolution_a"]), int(r["resolution_b"])): r["significant"] == "True" for r in rows}
+    assert sig == {(32, 64): True, (32, 128): True, (64, 128): False}
+
+    (rec,) = _csv(out / "recommendation.csv")
+    assert (int(rec["resolution"]), int(rec["best_resolution"]), rec["available"]) == (64, 128, "True")
+    assert rec["sentence"].startswith(f"{MODEL}: 64 px is the smallest resolution not significantly below the best")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["recommendations"][0]["resolution"] == 64 and len(summary["paired_tests"]) == 3
+    assert [r["recommended"] for r in summary["rows"]] == [False, True, False]
+    text = (out / "summary.md").read_text()
+    assert "64 px is the smallest resolution not significantly below the best" in text
+    assert "64 px is the smallest" in (out / "summary.txt").read_text()
+
+
+def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
+    _, trials, _ = _fake_sweep(tmp_path, seeds=(3,))
+    results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
+    out = tmp_path / "out"
+    write_summary(build_summary(results, trial_folders(trials), FAST), out)
+    text = (out / "summary.json").read_text()
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    for row in data["rows"]:
+        assert row["n_seeds"] == 1 and row["test_accuracy_seed_ci_low"] is None
+        assert "seed interval not available: one seed" in row["note"]
+        assert row["test_accuracy_ci_low"] is not None  # the image interval is there with one seed
+    assert data["recommendations"][0]["resolution"] == 64
+    assert "not available: one seed" in _csv(out / "summary.csv")[0]["note"]
+
+
+def test_results_without_predictions_say_why(tmp_path):
+    _, trials, _ = _fake_sweep(tmp_path, with_predictions=False)
+    results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
+    summary = build_summary(results, trial_folders(trials), FAST)
+    for row in summary.rows:
+        assert row["test_accuracy_ci_low"] is None and "no predictions.csv" in row["note"]
+        assert row["test_accuracy_seed_ci_low"] is not None  # the seed interval needs only result.json
+    assert summary.paired_tests == [] and summary.recommendations[0]["available"] is False
+    assert "no predictions.csv" in summary.recommendations[0]["sentence"]
+    figures = sweep_figures(summary.rows, tmp_path / "figures")
+    assert (tmp_path / "figures" / "accuracy_vs_resolution.png") in figures
+
+
+def test_figures_are_written(fake):
+    *_, out, files = fake
+    names = {p.name for p in files}
+    for stem in ("accuracy_vs_resolution", "cost_vs_resolution", "pareto_accuracy_latency"):
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+        assert (out / "figures" / f"{stem}.png").stat().st_size > 10_000
+    assert f"train_test_resolution_{MODEL}.png" in names
+
+
+def test_load_sweep(fake, tmp_path):
+    from resomap.results import load_sweep
+
+    cfg, _, _, out, _ = fake
+    root = Path(cfg.experiment.output_dir) / cfg.experiment.summary_dir
+    res = load_sweep("fake", root=root)
+    assert res.folder == out
+    assert len(res.summary) == 3 and {"test_accuracy_ci_low", "test_accuracy_seed_ci_high", "note"} <= set(
+        res.summary.columns
+    )
+    assert len(res.predictions) == 3 * 2 * N_IMAGES
+    assert list(res.predictions.columns) == [
+        "model",
+        "resolution",
+        "seed",
+        "test_resolution",
+        "index",
+        "label",
+        "prediction",
+        "correct",
+    ]
+    acc = res.predictions.groupby("resolution")["correct"].mean()
+    assert acc[64] == pytest.approx(res.summary.set_index("resolution").loc[64, "test_accuracy_pooled"])
+    assert len(res.paired_tests) == 3 and "p_adjusted" in res.paired_tests.columns
+    assert res.recommendations.loc[0, "resolution"] == 64
+    assert res.agreement.empty  # no explanations in this fake sweep
+    assert load_sweep(out).folder == out  # a folder works too
+
+    (out / "explanations").mkdir(exist_ok=True)
+    (out / "explanations" / "agreement.csv").write_text("model,method,metric,value,noise_floor\nm,g,iou,0.5,0.1\n")
+    assert list(load_sweep(out).agreement.columns) == ["model", "method", "metric", "value", "noise_floor"]
+
+    old = out.parent / "old"  # a summary.json from before trial folders were recorded
+    old.mkdir()
+    data = json.loads((out / "summary.json").read_text())
+    for trial in data["trials"]:
+        del trial["folder"]
+    (old / "summary.json").write_text(json.dumps(data))
+    assert len(load_sweep("old", root=root).predictions) == 3 * 2 * N_IMAGES
+
+    with pytest.raises(ResoMapError, match="known sweeps: fake, old") as err:
+        load_sweep("nope", root=root)
+    assert "\n" not in str(err.value)
+
+
+def test_stats_config_errors_are_one_line():
+    cfg = load("configs", None, [])
+    assert cfg.stats == StatsConfig()
+    bad = [("stats.level", 1.0), ("stats.level", 0), ("stats.resamples", 0), ("stats.paired_test", "t")]
+    for key, value in [*bad, ("stats.correction", "bonf"), ("stats.margin", -0.1)]:
+        with pytest.raises(ConfigError) as err:
+            with_overrides(cfg, {key: value}, "test")
+        assert "\n" not in str(err.value) and key in str(err.value)
+    assert with_overrides(cfg, {"stats.margin": 0.01}, "test").stats.margin == 0.01
+    assert math.isclose(load("configs", None, ["stats.level=0.9"]).stats.level, 0.9)
+
+
+class _RecordingTracker:
+    """The Tracker methods _summarise uses, keeping what a run holds (latest metrics and tags) like MLflow."""
+
+    enabled = True
+
+    def __init__(self):
+        self.metrics, self.tags, self.artifacts, self.calls = {}, {}, set(), []
+
+    def get_run(self, run_id):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(data=SimpleNamespace(metrics=dict(self.metrics), tags=dict(self.tags)))
+
+    def log_metrics(self, run_id, metrics, step=None):
+        self.calls.append(("metrics", dict(metrics)))
+        self.metrics.update(metrics)
+
+    def set_tags(self, run_id, tags):
+        self.calls.append(("tags", dict(tags)))
+        self.tags.update(tags)
+
+    def log_artifact(self, run_id, path, artifact_path=None):
+        self.artifacts.add(f"{artifact_path}/{Path(path).name}")
+
+
+def test_parent_run_gets_tables_and_headline_numbers_once(fake):
+    cfg, trials, _, out, _ = fake
+    results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
+    tracker = _RecordingTracker()
+    _summarise(results, cfg, out, tracker, "parent", trials)
+    assert {"summary/paired_tests.csv", "summary/recommendation.csv", "summary/summary.md"} <= tracker.artifacts
+    assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 64
+    assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]
+    assert "64 px is the smallest resolution" in tracker.tags[f"resomap.recommendation.{MODEL}"]
+    calls = len(tracker.calls)
+    _summarise(results, cfg, out, tracker, "parent", trials)  # publishing again adds no metric point or tag
+    assert len(tracker.calls) == calls
