@@ -13,6 +13,9 @@ Every score is reported beside baselines, so that "faithful" or "localises" mean
 Deletion/insertion move pixels to a baseline image that the model should not read as evidence for a class: the
 candidates (mean colour, zeros, blur, noise) are checked on the model and the one whose softmax is closest to
 uniform (lowest mean largest probability, `baseline_max_prob`) is used unless `faithfulness_baseline` fixes one.
+Pointing game: tie-safe (the fraction of the maximum's pixels inside the mask; a flat map scores 0) with the mask
+dilated by `pointing_tolerance` x side. Sanity: `sanity_*` metrics of `SanityResult` (interval over images x
+randomisation seeds, compared with the similarity of the trained model's maps of unrelated images).
 """
 
 from __future__ import annotations
@@ -109,10 +112,10 @@ def random_maps(n: int, side: int, draws: int, seed: int = 0) -> np.ndarray:
     """float32 [draws, n, side, side]: uniform noise smoothed at sigma = side * RANDOM_MAP_SIGMA (the same
     spatial scale relative to the image at every resolution)."""
     gen = torch.Generator().manual_seed(seed)
-    noise = torch.rand(max(1, draws) * n, 1, side, side, generator=gen)
     sigma = max(0.5, side * RANDOM_MAP_SIGMA)
-    kernel = min(2 * math.ceil(2 * sigma) + 1, side - (1 - side % 2))
-    smooth = TF.gaussian_blur(noise, [kernel, kernel], [sigma, sigma]) if kernel >= 3 else noise
+    pad = math.ceil(2 * sigma)  # smoothed on a larger field and cropped: no border effect (every pixel alike)
+    noise = torch.rand(max(1, draws) * n, 1, side + 2 * pad, side + 2 * pad, generator=gen)
+    smooth = TF.gaussian_blur(noise, [2 * pad + 1, 2 * pad + 1], [sigma, sigma])[..., pad:-pad, pad:-pad]
     return smooth.reshape(max(1, draws), n, side, side).numpy()
 
 
@@ -446,19 +449,44 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, f
     return mean, mean - half, mean + half
 
 
+def crossed_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of the grand mean of a [seeds, images] table where both are random draws.
+
+    Var = (MS_seeds + MS_images) / (S N) (two-way random effects, conservative: the residual is not
+    subtracted), Satterthwaite degrees of freedom; one seed or one image: `t_interval` of the values. A seed
+    effect shared by all images widens the interval, so a verdict that flips with the seed is inconclusive.
+    """
+    y = np.asarray(values, dtype=np.float64)
+    if y.ndim != 2 or min(y.shape) < 2:
+        return t_interval(y.reshape(-1), level)
+    s, n = y.shape
+    ms_s, ms_i = n * y.mean(axis=1).var(ddof=1), s * y.mean(axis=0).var(ddof=1)
+    mean, var = float(y.mean()), (ms_s + ms_i) / (s * n)
+    if var <= 0:
+        return mean, mean, mean
+    from scipy import stats
+
+    df = (ms_s + ms_i) ** 2 / (ms_s**2 / (s - 1) + ms_i**2 / (n - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df=df)) * math.sqrt(var)
+    return mean, mean - half, mean + half
+
+
 @dataclass
 class SanityResult:
     """Weight-randomisation sanity check of one method on one model.
 
     `similarities`: mean Spearman similarity of |map| to the trained model's after each cascading step (top
     layer first, the first seed). `final` [seeds, images]: the similarity after every weight is re-drawn.
-    The verdict compares the 95% t-interval of `final` (per image averaged over seeds, the interval across
-    images) with `threshold`: the mean similarity of the trained model's maps of different images
+    The verdict compares the 95% interval of the mean of `final` (`crossed_interval`: seeds and images both
+    random) with `threshold`: the mean similarity of the trained model's maps of different images
     (`reference_kind` 'unrelated images'), or the configured fixed threshold ('fixed') when that reference is
-    unavailable (one image) or a threshold is given explicitly. `verdict`: 1 (passed: the whole interval is
-    below the reference, the randomised model's maps are shown to be no more similar to the trained ones than
-    the maps of unrelated images), -1 (failed: the whole interval is above it) or 0 (inconclusive: the interval
-    contains it; not passed). A fixed threshold, or a single value, is compared with the mean alone.
+    unavailable (one image) or a threshold is given explicitly. `verdict`: 1 (the whole interval is below the
+    reference), 0 (the interval contains it: the randomised maps are as similar to the trained ones as the maps
+    of unrelated images are to each other, what a weight-dependent method gives) or -1 (the whole interval is
+    above it: the maps survive randomisation). `passed` = verdict >= 0: a one-sided test at 2.5% that fails
+    only when the randomised model's maps are significantly more similar than unrelated images' maps. A fixed
+    threshold, or a single value, is compared with the mean alone. `seed_passed`: the same rule per seed
+    (t-interval across images).
     """
 
     layers: list[str]
@@ -474,8 +502,8 @@ class SanityResult:
     high: float = field(init=False)
     seed_passed: list[bool] = field(init=False)
 
-    def _verdict(self, per_image: np.ndarray) -> tuple[float, float, float, int]:
-        mean, low, high = t_interval(per_image)
+    def _verdict(self, table: np.ndarray) -> tuple[float, float, float, int]:
+        mean, low, high = crossed_interval(table)
         if not np.isfinite(mean):
             return mean, low, high, -1
         if self.reference_kind == "fixed" or not np.isfinite(high):
@@ -488,9 +516,9 @@ class SanityResult:
             last = self.similarities[-1] if self.similarities else float("nan")
             final = np.array([[last]])
         self.final = final
-        self.mean, self.low, self.high, self.verdict = self._verdict(final.mean(axis=0))
-        self.passed = self.verdict == 1
-        self.seed_passed = [self._verdict(row)[3] == 1 for row in final]
+        self.mean, self.low, self.high, self.verdict = self._verdict(final)
+        self.passed = self.verdict >= 0
+        self.seed_passed = [self._verdict(row[None])[3] >= 0 for row in final]
 
     def metrics(self) -> dict[str, float]:
         """The numbers of the verdict, as `sanity_*` metrics."""
