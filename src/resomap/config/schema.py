@@ -170,6 +170,7 @@ class ExplainabilityConfig(GroupSection):
     common_grid: int = 64  # maps are resampled to this side for cross-resolution comparison
     top_k_percent: float = 10.0  # top-k% IoU agreement
     sanity_methods: list[str] = field(default_factory=lambda: ["gradcam", "saliency"])  # weight-randomisation check
+    road: bool = True  # also score ROAD (pytorch-grad-cam): the slowest quality metric on the CPU
     faithfulness_steps: int = 10  # deletion/insertion: steps from the full image to the baseline
     faithfulness_baseline: Literal["auto", "mean", "zeros", "blur", "noise"] = "auto"  # auto: closest to uniform
     baseline_draws: int = 2  # random maps per image for the deletion/insertion and localisation `_random` levels

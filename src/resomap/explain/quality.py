@@ -314,7 +314,7 @@ def quality_context(
     draws = [faithfulness(model, images, targets, m, with_road=False, **kw) for m in rnd]
     level = float(np.mean([d[k].mean() for d in draws for k in ("deletion_auc", "insertion_auc")]))
     scores = {"deletion_auc_random": level, "insertion_auc_random": level, "road_random": 0.0}
-    free = faithfulness(model, images, targets, edge, **kw)
+    free = faithfulness(model, images, targets, edge, with_road=getattr(cfg, "road", True), **kw)
     scores.update({f"{k}_model_free": float(v.mean()) for k, v in free.items()})
     tolerance = getattr(cfg, "pointing_tolerance", POINTING_TOLERANCE)
     if masks is not None:
@@ -360,7 +360,9 @@ def quality_metrics(
     randomised model, for the localisation `_random_weights` baseline."""
     targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
     ctx = context or _cached_context(model, images, targets, cfg, masks)
-    scores = faithfulness(model, images, targets, maps, steps=cfg.faithfulness_steps, baseline=ctx.base)
+    scores = faithfulness(
+        model, images, targets, maps, steps=cfg.faithfulness_steps, baseline=ctx.base, with_road=cfg.road
+    )
     out: dict[str, float] = {}
     for k, v in scores.items():
         out[k] = float(v.mean())
