@@ -2,8 +2,8 @@
 
 Each step returns a typed value that resomap.sweep.trial.TrialResult holds:
 - test_stage: the model on its test split (+ confusion matrix) -> EvalResult;
-- test_matrix / test_across_resolutions: the same model on the test split at every resolution of the sweep ->
-  EvalResult (labels and predictions per image) / EvalMetrics each;
+- test_matrix: the same model on the test split at every resolution of the sweep -> EvalResult each (labels and
+  predictions per image; `.summary` is the EvalMetrics a result keeps);
 - profile_stage: cost at its resolution (profile.txt/json written) -> ProfileSummary;
 - explain_stage: maps of the probe set, scored (explanations.npz written) -> ExplainSummary;
 - evaluate_trained: the four above in order, as a sweep trial and `resomap analyze` run them, keeping every test
@@ -228,22 +228,6 @@ def test_matrix(
         else:
             out[res] = evaluate_at(model, cfg, res, seed, device, trainer=trainer, num_classes=num_classes, prefix="x")
     return out
-
-
-def test_across_resolutions(
-    model: Any,
-    cfg: Any,
-    resolutions: Iterable[int],
-    own: tuple[int, EvalResult],
-    seed: int,
-    device: Any,
-    *,
-    trainer: Any = None,
-    num_classes: int | None = None,
-) -> dict[str, EvalMetrics]:
-    """test_matrix, each resolution's accuracy and macro-F1 (the cross_resolution of a result)."""
-    found = test_matrix(model, cfg, resolutions, own, seed, device, trainer=trainer, num_classes=num_classes)
-    return {str(res): result.summary for res, result in found.items()}
 
 
 def write_records(matrix: Mapping[int, EvalResult], out_dir: Path) -> Path | None:
