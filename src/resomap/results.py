@@ -7,7 +7,8 @@ Example::
     sweep = load_sweep("resomap-quickstart")       # model_summaries/_sweep/resomap-quickstart/
     sweep.summary[["model", "resolution", "test_accuracy_pooled", "test_accuracy_ci_low", "test_accuracy_ci_high"]]
     sweep.recommendations[["model", "resolution", "sentence"]]
-    sweep.predictions.groupby(["model", "resolution", "seed"])["correct"].mean()   # per-trial accuracy
+    own = sweep.predictions.query("test_resolution == resolution")  # each trial at its own resolution
+    own.groupby(["model", "resolution", "seed"])["correct"].mean()   # per-trial test accuracy
     sweep.paired_tests.query("significant")
 
 Nothing is recomputed: the tables are the files the sweep wrote (summary.json, paired_tests, recommendation,
