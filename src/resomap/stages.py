@@ -26,7 +26,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
-def _fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     """The entries of `data` that are fields of the dataclass `cls` (older or newer files may hold others)."""
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in names}
@@ -41,7 +41,7 @@ class EvalMetrics:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EvalMetrics:
-        return cls(**{k: float(v) for k, v in _fields(cls, data).items()})
+        return cls(**{k: float(v) for k, v in known_fields(cls, data).items()})
 
 
 @dataclasses.dataclass
@@ -102,7 +102,7 @@ class ProfileSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProfileSummary | None:
-        return cls(**_fields(cls, data)) if data else None
+        return cls(**known_fields(cls, data)) if data else None
 
 
 @dataclasses.dataclass
@@ -122,7 +122,7 @@ class ExplainSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExplainSummary | None:
-        return cls(**_fields(cls, data)) if data else None
+        return cls(**known_fields(cls, data)) if data else None
 
 
 @dataclasses.dataclass

@@ -59,14 +59,23 @@ def selected(section: Any) -> list[str]:
 
 
 def group_options(section: Any, name: str) -> Any:
-    """The options of entry `name` in this section: as configured, else its defaults; None if it has none."""
+    """The options of entry `name` in this section: as configured, else its defaults; None if it has none.
+
+    A section built in code (not by the loader) may hold a plain mapping for an entry: it becomes the entry's
+    options dataclass here; any other type is a ConfigError."""
+    from resomap.errors import ConfigError
+
     registry = section.GROUP.load()
     key = registry.resolve(name)
-    found = (section.__dict__.get("options") or {}).get(key)
-    if found is not None:
-        return found
     cls = registry.options(key)
-    return cls() if cls is not None else None
+    found = (section.__dict__.get("options") or {}).get(key)
+    if cls is None or found is None:
+        return cls() if cls is not None else None
+    if isinstance(found, Mapping):
+        return cls(**found)
+    if not isinstance(found, cls):
+        raise ConfigError(f"{key}: expected {cls.__name__} options, got {type(found).__name__}")
+    return found
 
 
 def option_items(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import functools
 import inspect
 import logging
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
@@ -176,22 +176,9 @@ def explainer_meta(name: str) -> dict[str, Any]:
 def explainer_options(cfg: Any, name: str) -> Any:
     """The options instance of method `name` in `cfg` (an ExplainabilityConfig): as configured, else the
     defaults of its options dataclass; None when the method has no options."""
-    key = EXPLAINERS.resolve(name)
-    cls = EXPLAINERS.meta(key).get("options")
-    if cls is None:
-        return None
     from resomap.config.groups import group_options
 
-    found = group_options(cfg, key) if hasattr(type(cfg), "GROUP") else None
-    if found is None:
-        found = (getattr(cfg, "__dict__", {}).get("options") or {}).get(key)
-    if found is None:
-        return cls()
-    if isinstance(found, Mapping):
-        return cls(**found)
-    if not isinstance(found, cls):
-        raise ExplainError(f"explainability.{key}: expected {cls.__name__}, got {type(found).__name__}")
-    return found
+    return group_options(cfg, name)
 
 
 # ------------------------------------------------------------------------------------------------ the guard
@@ -227,24 +214,22 @@ class ModelGuard:
         self._saved = (modes, inplace, params, hooks, full_bw)
         _ACTIVE[model] = self
         try:
-            self._setup()
+            self._setup(self._saved)
         except BaseException:
             self.exit()
             raise
         return self
 
-    def _setup(self) -> None:
-        assert self._saved is not None
-        _, inplace, params, _, _ = self._saved
+    def _setup(self, saved: tuple) -> None:
+        _, inplace, params, _, _ = saved
         self.model.eval()
         for m, _ in inplace:
             m.inplace = False  # in-place ReLUs break backward hooks (guided backprop, grad-cam tensor hooks)
         for p, _, _ in params:
             p.requires_grad_(False)  # grads are needed w.r.t. the input only; .grad is restored on exit
 
-    def _remove_hooks(self) -> None:
-        assert self._saved is not None
-        _, _, params, hooks, full_bw = self._saved
+    def _remove_hooks(self, saved: tuple) -> None:
+        _, _, params, hooks, full_bw = saved
         for m, attr, keys in hooks:
             d = getattr(m, attr)
             for key in [k for k in d if k not in keys]:
@@ -258,14 +243,14 @@ class ModelGuard:
         """Back to the state right after `enter` (hooks added since removed, explaining flags set again)."""
         if self._saved is None:
             return
-        self._remove_hooks()
-        self._setup()
+        self._remove_hooks(self._saved)
+        self._setup(self._saved)
 
     def exit(self) -> None:
         if self._saved is None:
             return
         try:
-            self._remove_hooks()
+            self._remove_hooks(self._saved)
             modes, inplace, params, _, _ = self._saved
             for m, training in modes:
                 m.training = training

@@ -18,7 +18,7 @@ from resomap.atomic import write_text
 from resomap.config import Config, save_resolved, to_dict
 from resomap.errors import ConfigError, ResoMapError
 from resomap.records import environment as current_environment
-from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSummary
+from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSummary, known_fields
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +162,7 @@ class TrialResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        fields = {k: v for k, v in data.items() if k in names}
+        fields = known_fields(cls, data)
         cross = fields.get("cross_resolution") or {}
         fields["cross_resolution"] = {str(r): EvalMetrics.from_dict(m) for r, m in cross.items()}
         fields["profile"] = ProfileSummary.from_dict(fields.get("profile") or {})

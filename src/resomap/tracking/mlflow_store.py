@@ -183,7 +183,7 @@ class Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if _is_number(v)]
+        items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if is_number(v)]
         for i in range(0, len(items), 1000):
             self._soft("log metrics", self.client.log_batch, run_id, metrics=items[i : i + 1000])
 
@@ -271,7 +271,8 @@ def _permanent(exc: Exception) -> bool:
     return getattr(exc, "error_code", None) in PERMANENT_ERRORS
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A metric value MLflow takes: an int or float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from resomap.config import Config, flatten
+from resomap.tracking.mlflow_store import is_number
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
     for i, row in enumerate(data.get("history") or []):
         step = int(row.get("epoch", i))
         for key, value in row.items():
-            if _is_number(value):
+            if is_number(value):
                 points.setdefault(key, {})[step] = float(value)
     flat = dict(data.get("test") or {})
     for res, metrics in (data.get("cross_resolution") or {}).items():
@@ -159,7 +160,7 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
 
         flat.update(load_profile(folder / "profile.json").as_metrics())
     for key, value in flat.items():
-        if _is_number(value):
+        if is_number(value):
             points.setdefault(key, {})[0] = float(value)
     return points
 
@@ -233,7 +234,3 @@ def _load_best(data: Mapping[str, Any]) -> Any:
     model, _ = build_model(data["model"], int(meta["num_classes"]), int(meta["in_channels"]), cfg.models)
     model.load_state_dict(payload["model"])
     return model
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
