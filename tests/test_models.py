@@ -32,6 +32,8 @@ VIT = "timm:vit_tiny_patch16_224"
 def _cases() -> list:
     cases = []
     for name in list_models():
+        if MODELS.meta(name).get("task", "classification") != "classification":
+            continue  # segmentation models: tests/test_segmentation.py
         for res in (32, 64):
             marks = [pytest.mark.slow] if res == 64 and name in HEAVY else []
             cases.append(pytest.param(name, res, marks=marks, id=f"{name}-{res}"))

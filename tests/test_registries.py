@@ -19,6 +19,7 @@ from resomap.data import list_datasets, open_dataset
 from resomap.errors import DataError
 from resomap.explain import list_explainers
 from resomap.sweep.executors import EXECUTORS, get_executor
+from resomap.tasks import dataset_task
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -26,7 +27,11 @@ EXT = "extension_example"
 
 
 def _cfg(tmp_path: Path, dataset: str):
-    return build_config({"data": {"dataset": dataset}, "experiment": {"output_dir": str(tmp_path)}})
+    raw: dict = {"data": {"dataset": dataset}, "experiment": {"output_dir": str(tmp_path)}}
+    if dataset_task(dataset) == "segmentation":  # a segmentation dataset needs the task and a segmentation model
+        raw["experiment"]["task"] = "segmentation"
+        raw["sweep"] = {"models": ["tiny_segnet"]}
+    return build_config(raw)
 
 
 @pytest.mark.parametrize("name", list_datasets())

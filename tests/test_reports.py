@@ -278,28 +278,46 @@ def test_stats_config_errors_are_one_line():
 
 
 class _RecordingTracker:
-    """The Tracker methods _summarise uses, keeping what a run holds (latest metrics and tags) like MLflow."""
+    """The Tracker methods _summarise uses, keeping what a run holds (metric points by step, latest values, tags,
+    artifact paths) like MLflow."""
 
     enabled = True
 
     def __init__(self):
         self.metrics, self.tags, self.artifacts, self.calls = {}, {}, set(), []
+        self.points: dict[str, dict[int, float]] = {}
 
     def get_run(self, run_id):
         from types import SimpleNamespace
 
-        return SimpleNamespace(data=SimpleNamespace(metrics=dict(self.metrics), tags=dict(self.tags)))
+        data = SimpleNamespace(metrics=dict(self.metrics), tags=dict(self.tags))
+        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=data)
+
+    def metric_history(self, run_id, key):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(step=step, value=v) for step, v in sorted(self.points.get(key, {}).items())]
 
     def log_metrics(self, run_id, metrics, step=None):
-        self.calls.append(("metrics", dict(metrics)))
+        self.calls.append(("metrics", dict(metrics), step or 0))
         self.metrics.update(metrics)
+        for key, value in metrics.items():
+            self.points.setdefault(key, {})[step or 0] = value
 
     def set_tags(self, run_id, tags):
         self.calls.append(("tags", dict(tags)))
         self.tags.update(tags)
 
     def log_artifact(self, run_id, path, artifact_path=None):
-        self.artifacts.add(f"{artifact_path}/{Path(path).name}")
+        self.calls.append(("artifact", str(path)))
+        self.artifacts.add(f"{artifact_path}/{Path(path).name}" if artifact_path else Path(path).name)
+
+    def artifact_paths(self, run_id):
+        return set(self.artifacts)
+
+    def log_image(self, run_id, image, key, step):
+        self.calls.append(("image", key, step))
+        self.artifacts.add(f"images/{key.replace('/', '~')}+step+{step}+timestamp+0+x.png")
 
 
 def test_parent_run_gets_tables_and_headline_numbers_once(fake):
@@ -311,6 +329,8 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 64
     assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]
     assert "64 px is the smallest resolution" in tracker.tags[f"resomap.recommendation.{MODEL}"]
-    calls = len(tracker.calls)
-    _summarise(results, cfg, out, tracker, "parent", trials)  # publishing again adds no metric point or tag
-    assert len(tracker.calls) == calls
+    by_res = tracker.points[f"by_resolution/{MODEL}/test_accuracy"]
+    assert sorted(by_res) == sorted({t.resolution for t in trials})  # step = resolution
+    logged = [c for c in tracker.calls if c[0] != "artifact"]
+    _summarise(results, cfg, out, tracker, "parent", trials)  # publishing again adds no metric point, tag or image
+    assert [c for c in tracker.calls if c[0] != "artifact"] == logged

@@ -108,7 +108,8 @@ def swept(project: Path) -> Path:
 
 
 @pytest.fixture
-def ui_url(swept: Path) -> Iterator[str]:
+def ui_url(swept: Path) -> Iterator[tuple[str, str]]:
+    """(the UI's address, the experiment link `resomap ui` prints) while `resomap ui` runs."""
     port = _free_port()
     cmd = [sys.executable, "-m", "resomap.cli", "ui", "--port", str(port), "--workers", "1"]
     log = swept / "resomap-ui.out"
@@ -117,16 +118,16 @@ def ui_url(swept: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                time.sleep(1)
-        else:
-            pytest.fail(f"resomap ui did not come up (exit {proc.poll()}): {log.read_text()[-2000:]}")
-        yield url
+        link = None
+        while time.monotonic() < deadline and proc.poll() is None and link is None:
+            found = [line for line in log.read_text().splitlines() if line.startswith("the runs of ")]
+            link = found[0].rsplit(": ", 1)[1] if found else None
+            time.sleep(0.5)
+        if link is None:
+            pytest.fail(f"resomap ui printed no experiment link (exit {proc.poll()}): {log.read_text()[-2000:]}")
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            assert resp.status == 200
+        yield url, link
     finally:
         _stop(proc)
 
@@ -211,34 +212,42 @@ class _Page:
 
 @pytest.mark.browser
 @pytest.mark.timeout(900)
-def test_mlflow_ui_shows_sweep(ui_url: str, swept: Path, browser, shots: Path):
+def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, shots: Path):
     from mlflow import MlflowClient
     from PIL import Image
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
+    url, link = ui_url
     client = MlflowClient(f"sqlite:///{swept / 'mlflow.db'}")
     exp = client.get_experiment_by_name(EXPERIMENT)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
     assert set(runs) == {PARENT, *CHILDREN}
     parent = runs[PARENT].info.run_id
     child = runs["tiny_cnn@32"]
     page = _Page(browser, shots)
 
-    # the experiment list links to the sweep's experiment
-    browser.get(ui_url + "/#/experiments")
-    link = page.clickable(By.LINK_TEXT, EXPERIMENT)
-    assert link.get_attribute("href").endswith(f"#/experiments/{exp.experiment_id}")
+    # a fresh browser: the experiment list, then the experiment opens on its runs table (model training, not GenAI)
+    browser.get(url + "/#/experiments")
+    link_el = page.clickable(By.LINK_TEXT, EXPERIMENT)
+    assert link_el.get_attribute("href").endswith(f"#/experiments/{exp.experiment_id}")
     page.shot("experiments")
-    link.click()
-    page.wait.until(lambda d: f"/experiments/{exp.experiment_id}" in d.current_url)
+    link_el.click()
+    page.wait.until(lambda d: f"/experiments/{exp.experiment_id}/runs" in d.current_url, "not on the runs table")
+    assert "workflowType=machine_learning" in browser.current_url
+    page.visible(By.CSS_SELECTOR, f"[role='row'][row-id='{parent}']")
+    assert not browser.find_elements(By.XPATH, "//*[normalize-space(text())='Detect Issues']"), "GenAI overview shown"
+    page.shot("experiment_opens_on_runs")
 
-    # the runs table (model-training view): the parent on top, its children nested under it
-    browser.get(f"{ui_url}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning")
+    # the link `resomap ui` prints: the runs table with resolution and test accuracy among its columns
+    browser.get(link)
     parent_row = page.visible(By.CSS_SELECTOR, f"[role='row'][row-id='{parent}']")
+    headers = lambda d: [h.text.replace("\n", " ") for h in d.find_elements(By.CSS_SELECTOR, "[role='columnheader']")]  # noqa: E731
+    page.wait.until(lambda d: {"resolution", "test/accuracy"} <= set(headers(d)), "columns missing")
     assert PARENT in parent_row.text
     child_rows = f"[role='row'][row-id='{child.info.run_id}']"
     assert not browser.find_elements(By.CSS_SELECTOR, child_rows), "children shown before expanding the parent"
-    page.shot("runs_collapsed")
     parent_row.find_element(By.CSS_SELECTOR, "button[data-component-id*='runnamecellrenderer']").click()
     page.visible(By.CSS_SELECTOR, child_rows)
     parent_link = page.visible(By.LINK_TEXT, PARENT)
@@ -246,14 +255,19 @@ def test_mlflow_ui_shows_sweep(ui_url: str, swept: Path, browser, shots: Path):
     for name in CHILDREN:
         run_id = runs[name].info.run_id
         assert runs[name].data.tags["mlflow.parentRunId"] == parent
-        link = page.visible(By.LINK_TEXT, name)
-        assert link.get_attribute("href").endswith(f"/runs/{run_id}")
-        assert link.location["x"] > parent_link.location["x"], f"{name} is not indented under the parent"
+        assert runs[name].data.params["resolution"] == name.split("@")[1]
+        link_el = page.visible(By.LINK_TEXT, name)
+        assert link_el.get_attribute("href").endswith(f"/runs/{run_id}")
+        assert link_el.location["x"] > parent_link.location["x"], f"{name} is not indented under the parent"
         row = browser.find_element(By.CSS_SELECTOR, f"[role='row'][row-id='{run_id}']")
         assert parent_index < int(row.get_attribute("row-index")) <= parent_index + len(CHILDREN)
+    row_text = " ".join(part.text for part in browser.find_elements(By.CSS_SELECTOR, child_rows))  # pinned + centre
+    accuracy = f"{child.data.metrics['test/accuracy']:.3g}"[:4]
+    assert accuracy in row_text and "32" in row_text.split(), row_text  # the resolution and accuracy columns filled
     page.shot("runs_nested")
 
-    # a child run: its test accuracy, its parent, its confusion matrix
+    # a child run: its test accuracy, its parent, its dataset input, its confusion matrix
+    assert [d.dataset.name for d in child.inputs.dataset_inputs] == ["synthetic"]
     page.clickable(By.LINK_TEXT, child.info.run_name).click()
     page.wait.until(lambda d: d.current_url.endswith(f"/runs/{child.info.run_id}"))
     metric = page.visible(By.XPATH, "//a[normalize-space()='test/accuracy']/ancestor::*[@role='row'][1]")
@@ -267,10 +281,67 @@ def test_mlflow_ui_shows_sweep(ui_url: str, swept: Path, browser, shots: Path):
     page.open_artifact("figures", "confusion_matrix.png", Image.open(matrix).width)
     page.shot("child_confusion_matrix")
 
-    # back up to the parent: the summary tables and the accuracy-vs-resolution figure
-    page.clickable(By.XPATH, "//*[@role='tab' and normalize-space()='Overview']").click()
-    page.clickable(By.LINK_TEXT, PARENT).click()
-    page.wait.until(lambda d: d.current_url.rstrip("/").split("/runs/")[-1].startswith(parent))
+    # the parent's charts: accuracy against resolution (step = resolution)
+    browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}/model-metrics")
+    search = page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']")
+    search.send_keys("by_resolution/tiny_cnn/test_accuracy")
+    page.visible(By.XPATH, "//*[starts-with(normalize-space(text()), 'by_resolution/tiny_cnn')]")
+    chart = page.visible(By.XPATH, "//h4[@title='test_accuracy']/ancestor::*[.//*[normalize-space(text())='Step']][1]")
+    history = client.get_metric_history(parent, "by_resolution/tiny_cnn/test_accuracy")
+    assert sorted(m.step for m in history) == list(RESOLUTIONS)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", chart)
+    page.shot("parent_accuracy_vs_resolution")
+
+    # the parent's image grid: one probe map of one model; its step slider moves across resolutions
+    key = "probe/tiny_cnn/saliency/00"
+    card = page.visible(By.XPATH, f"//h4[@title='{key}']/ancestor::*[.//input][1]")
+    step_box = card.find_element(By.CSS_SELECTOR, "input[type='number']")
+    sources = {}
+    for res in RESOLUTIONS:
+        step_box.click()
+        step_box.send_keys(Keys.CONTROL, "a")
+        step_box.send_keys(str(res), Keys.TAB)
+        page.wait.until(
+            lambda d, r=res: (
+                card.find_element(By.CSS_SELECTOR, "[role='slider']").get_attribute("aria-valuenow") == str(r)
+            ),
+            f"slider not at {res}",
+        )
+        img = page.wait.until(
+            lambda d: [
+                i
+                for i in card.find_elements(By.TAG_NAME, "img")
+                if d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", i)
+            ],
+            f"no image at step {res}",
+        )[0]
+        sources[res] = img.get_attribute("src")
+        assert f"step%2B{res}%2B" in sources[res] or f"step+{res}+" in sources[res], sources[res]
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", img)
+        page.shot(f"parent_probe_map_step{res}")
+    assert len(set(sources.values())) == len(RESOLUTIONS)
+
+    # the parent's artifacts: the sweep's HTML report, whose slider changes the shown map
+    browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}/artifacts")
+    page.text("report.html").click()
+    frame = page.visible(By.TAG_NAME, "iframe")
+    browser.switch_to.frame(frame)
+    try:
+        slider = page.wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".strip input[type=range]"), "no slider")[0]
+        strip = slider.find_element(By.XPATH, "..")
+        shown_fig = "return Array.from(arguments[0].querySelectorAll('figure')).filter(f => !f.hidden)"
+        before = browser.execute_script(shown_fig, strip)[0].get_attribute("data-res")
+        browser.execute_script("arguments[0].value = 0; arguments[0].dispatchEvent(new Event('input'))", slider)
+        after = browser.execute_script(shown_fig, strip)[0].get_attribute("data-res")
+        assert (before, after) == (str(max(RESOLUTIONS)), str(min(RESOLUTIONS)))
+        broken = "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length"
+        assert browser.execute_script(broken) == 0
+    finally:
+        browser.switch_to.default_content()
+    page.shot("parent_report")
+
+    # back to the parent's overview: the summary tables and the accuracy-vs-resolution figure
+    page.clickable(By.XPATH, "//*[@role='tab' and normalize-space()='Artifacts']")
     figure = Path(runs[PARENT].info.artifact_uri.removeprefix("file://")) / "figures" / "accuracy_vs_resolution.png"
     page.open_artifact("figures", "accuracy_vs_resolution.png", Image.open(figure).width)
     assert page.text("summary").is_displayed()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
+import time
 
 import numpy as np
+import psutil
 import torch
 
 from resomap.config.schema import SystemConfig
@@ -37,8 +40,93 @@ def describe_device(device: torch.device) -> str:
     return f"cpu ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: a cpuset-limited container's own), else all."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(psutil.cpu_count() or os.cpu_count() or 1))
+
+
+class CpuLoad:
+    """Context manager: how many cores other processes kept busy while the block ran (psutil CPU times).
+
+    others_cores = (busy time of the CPUs this process may use - this process's CPU time) / wall time. Busy time
+    (user + system + nice + irq + softirq + steal, per CPU from psutil) sees any process, other users' too.
+    """
+
+    def __init__(self) -> None:
+        self._proc = psutil.Process()
+        self._cpus = usable_cpus()
+        self.others_cores = 0.0
+        self.cores = len(self._cpus)
+
+    def _busy_all(self) -> float:
+        per_cpu = psutil.cpu_times(percpu=True)
+        return sum(self._busy(per_cpu[i]) for i in self._cpus if i < len(per_cpu))
+
+    @staticmethod
+    def _busy(t: object) -> float:
+        return sum(getattr(t, k, 0.0) for k in ("user", "system", "nice", "irq", "softirq", "steal"))
+
+    def __enter__(self) -> CpuLoad:
+        self._t0 = time.perf_counter()
+        self._sys0 = self._busy_all()
+        c = self._proc.cpu_times()
+        self._own0 = c.user + c.system
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._t0
+        c = self._proc.cpu_times()
+        own = c.user + c.system - self._own0
+        machine = self._busy_all() - self._sys0
+        self.others_cores = max(0.0, (machine - own) / wall) if wall > 0 else 0.0
+
+
+def free_cores(others_cores: float, cores: int | None = None) -> int:
+    """Cores left to this process when others keep `others_cores` busy (at least 1)."""
+    cores = cores or len(usable_cpus())
+    return max(1, math.floor(cores - others_cores + 0.25))
+
+
+_DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice at start (honours OMP_NUM_THREADS)
+
+
+def others_busy_cores(window_s: float = 0.1) -> float:
+    """Cores kept busy by other processes over a short window (psutil: machine busy time minus this process's)."""
+    with CpuLoad() as load:
+        time.sleep(window_s)
+    return load.others_cores
+
+
+def auto_threads(others_cores: float | None = None) -> int:
+    """Threads for a measurement when system.threads is 0: torch's default, lowered to the cores other processes
+    leave free.
+
+    Two intra-op threads on two cores while another CPU-bound process runs made tiny models 10-15x slower here
+    (OpenMP workers spin at every barrier while their partner is descheduled; the measured numbers are in
+    resomap/profiling/timing.py and README "Threads"); one thread per free core does not collapse.
+    """
+    busy = others_busy_cores() if others_cores is None else others_cores
+    return max(1, min(_DEFAULT_THREADS, free_cores(busy)))
+
+
+def measurement_threads(system: SystemConfig) -> int:
+    """Set torch's threads for `resomap profile` / `bench`: system.threads, or auto_threads() when it is 0."""
+    threads = system.threads if system.threads > 0 else auto_threads()
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads
+
+
 def apply_system(system: SystemConfig, device: torch.device) -> None:
-    """Backend switches that torch keeps per process (threads, cudnn autotuner, TF32)."""
+    """Backend switches that torch keeps per process (threads, cudnn autotuner, TF32).
+
+    Training keeps torch's default thread count when system.threads is 0: a count that followed the machine's
+    load could change the floating-point reduction order between a run and its resume. On a shared CPU, set
+    system.threads=1 (README "Threads"); profiles adapt on their own (profiling/timing.py).
+    """
     if system.threads > 0:
         torch.set_num_threads(system.threads)
     if device.type == "cuda":

@@ -56,6 +56,12 @@ class EvalResult:
     index: np.ndarray | None = None
 
     @property
+    def segmentation(self) -> bool:
+        """True for a segmentation test: y_true holds per-image scores (resomap.training.seg_metrics), y_pred the
+        pixel confusion matrix."""
+        return self.y_true.dtype.names is not None
+
+    @property
     def summary(self) -> EvalMetrics:
         return EvalMetrics(self.metrics[f"{self.prefix}/accuracy"], self.metrics[f"{self.prefix}/macro_f1"])
 
@@ -63,7 +69,7 @@ class EvalResult:
         """resomap.records.Predictions of these images at test resolution `resolution` (None without index)."""
         from resomap.records import Predictions
 
-        if self.index is None or len(self.index) != len(self.y_true):
+        if self.index is None or len(self.index) != len(self.y_true) or self.segmentation:
             return None
         return Predictions(int(resolution), np.asarray(self.index), np.asarray(self.y_true), np.asarray(self.y_pred))
 
@@ -83,6 +89,7 @@ class ProfileSummary:
     peak_memory_mb: float | None = None
     batch_size: int = 1
     device: str = ""
+    noisy: bool = False  # the timing stayed disturbed after its re-measurements (profile.json: noise_reasons)
 
     @classmethod
     def from_profile(cls, prof: Any) -> ProfileSummary:
@@ -98,6 +105,7 @@ class ProfileSummary:
             peak_memory_mb=prof.memory.peak_mb,
             batch_size=prof.batch_size,
             device=prof.device_name,
+            noisy=bool(getattr(prof, "noisy", False)),
         )
 
     @classmethod
@@ -107,18 +115,23 @@ class ProfileSummary:
 
 @dataclasses.dataclass
 class ExplainSummary:
-    """Where the maps are, their quality metrics ('explain/<method>/<metric>'), and what failed."""
+    """Where the maps are, their quality metrics ('explain/<method>/<metric>', with each method's cost:
+    'seconds', 'peak_memory_mb', 'quality_seconds'), what failed, and what the explanation budget skipped."""
 
     maps: str | None = None
     failed: dict[str, str] = dataclasses.field(default_factory=dict)
     cam_layer: str | None = None
     seconds: float = 0.0
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # method -> why (explainability.budget_share)
 
     @classmethod
     def from_outcome(cls, outcome: Any) -> ExplainSummary:
         maps = str(outcome.maps_path) if outcome.maps_path else None
-        return cls(maps, dict(outcome.failed), outcome.cam_layer, round(outcome.seconds, 2), dict(outcome.metrics))
+        skipped = dict(getattr(outcome, "skipped", {}) or {})
+        return cls(
+            maps, dict(outcome.failed), outcome.cam_layer, round(outcome.seconds, 2), dict(outcome.metrics), skipped
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExplainSummary | None:
@@ -202,7 +215,14 @@ def test_stage(
 
     found = _evaluate(trainer, model, bundle, "test", num_classes)
     log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
-    fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
+    if found.segmentation:  # the pixel confusion matrix at the reference resolution
+        from resomap.training.seg_metrics import confusion_figure, overlay_figure
+
+        fig = confusion_figure(found.y_pred, bundle.class_names, f"{title}: test pixel confusion matrix")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        overlay_figure(model, bundle, trainer, title).savefig(out_dir / "seg_overlays.png", dpi=100)
+    else:
+        fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
     out_dir.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
     return found
@@ -234,6 +254,14 @@ def write_records(matrix: Mapping[int, EvalResult], out_dir: Path) -> Path | Non
     """predictions.csv in out_dir: every test image's label and prediction at every test resolution."""
     from resomap.records import write_predictions
 
+    seg = {res: found for res, found in matrix.items() if found.segmentation and found.index is not None}
+    if seg:  # segmentation: per-image scores in seg_predictions.csv (resomap.training.seg_metrics)
+        from resomap.training.seg_metrics import write_records as write_seg_records
+
+        path = out_dir / "seg_predictions.csv"
+        index = next(iter(seg.values())).index
+        write_seg_records(path, index, {res: found.y_true for res, found in seg.items()})
+        return path
     records = {res: rec for res, found in matrix.items() if (rec := found.records(res)) is not None}
     return write_predictions(out_dir, records) if records else None
 
@@ -254,8 +282,13 @@ def profile_stage(
     import torch
 
     from resomap.profiling import profile, save_profile
+    from resomap.profiling.profiler import noise_policy
 
     pc = cfg.profiling
+    if cfg.experiment.task == "segmentation":  # the profiler's training step expects [B, K] logits
+        from resomap.models.segmentation import ProfiledSegmenter
+
+        model = ProfiledSegmenter(model)
     prof = profile(
         model,
         resolution,
@@ -267,6 +300,8 @@ def profile_stage(
         iters=pc.iters if iters is None else iters,
         train_batch_size=pc.train_batch_size,
         model_name=model_name,
+        rounds=pc.rounds,
+        noise=noise_policy(cfg),
     )
     save_profile(prof, out_dir)
     if torch.device(device).type == "cuda":
@@ -275,12 +310,29 @@ def profile_stage(
 
 
 def explain_stage(
-    model: Any, spec: Any, bundle: Any, cfg: Any, seed: int, out_dir: Path, device: Any
+    model: Any,
+    spec: Any,
+    bundle: Any,
+    cfg: Any,
+    seed: int,
+    out_dir: Path,
+    device: Any,
+    train_seconds: float | None = None,
 ) -> ExplainSummary:
-    """explain_trial on the probe set: maps saved to out_dir/explanations.npz, scored."""
+    """explain_trial on the probe set: maps saved to out_dir/explanations.npz, scored, each method's cost kept;
+    `train_seconds` (the trial's training time) is what explainability.budget_share is a share of."""
     from resomap.explain.run import explain_trial
 
-    return ExplainSummary.from_outcome(explain_trial(model, spec, bundle, cfg, seed, out_dir, device))
+    outcome = explain_trial(model, spec, bundle, cfg, seed, out_dir, device, train_seconds=train_seconds)
+    return ExplainSummary.from_outcome(outcome)
+
+
+def training_seconds(trainer: Any) -> float | None:
+    """The trainer's training time: the sum of its epochs' train/epoch_time_s (resumed epochs included); None
+    for a trainer that has not trained (resomap analyze)."""
+    history = getattr(trainer, "history", None) or []
+    times = [float(h["train/epoch_time_s"]) for h in history if "train/epoch_time_s" in h]
+    return sum(times) if times else None
 
 
 def evaluate_trained(
@@ -328,8 +380,14 @@ def evaluate_trained(
             iters=profile_iters,
         )
     explain = None
-    if cfg.explainability.enabled:
-        explain = explain_stage(plain.to(device), spec, bundle, cfg, seed, out_dir, device)
+    if cfg.explainability.enabled and cfg.experiment.task == "segmentation":
+        from resomap.explain.segmentation import explain_segmentation
+
+        explain = explain_segmentation(plain.to(device), spec, bundle, cfg, seed, out_dir, device)
+    elif cfg.explainability.enabled:
+        explain = explain_stage(
+            plain.to(device), spec, bundle, cfg, seed, out_dir, device, train_seconds=training_seconds(trainer)
+        )
     return Evaluation(test, cross, prof, explain, records, describe_device(torch.device(device)))
 
 

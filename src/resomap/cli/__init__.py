@@ -43,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging(args)
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # mlflow probes git; stay quiet outside a repo
+    if not args.verbose:  # MLflow sets its own loggers to INFO when imported (database set-up lines)
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not ours
     try:
         return int(args.func(args) or 0)

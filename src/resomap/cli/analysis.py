@@ -1,4 +1,5 @@
-"""`resomap explain` and `resomap analyze`: parsing and printing for resomap.analysis (exit 2 on bad input)."""
+"""`resomap explain`, `resomap analyze` and `resomap report`: parsing and printing for resomap.analysis and
+resomap.reports.html (exit 2 on bad input)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from resomap.reports.html import find_sweep, write_report
+
+    folder = find_sweep(args.sweep, args.summaries)
+    out = write_report(folder, Path(args.out) if args.out else None)
+    print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MB); open it in a browser: {out.resolve().as_uri()}")
+    return 0
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-samples", type=positive_int, help="probe images (default: explainability.probe_size)")
     p.add_argument("--device", choices=DEVICES[1:], help="default: the trial config's system.device")
@@ -95,3 +105,9 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--profile-iters", type=positive_int, default=10, help="timed profiling calls (default 10)")
     _add_common(p)
     p.set_defaults(func=cmd_analyze)
+
+    p = subparsers.add_parser("report", help="write a finished sweep's one-page HTML report (opens from disk)")
+    p.add_argument("--sweep", help="sweep name under <summaries>/_sweep/ or its folder (default: the latest)")
+    p.add_argument("--out", help="default: <sweep folder>/report.html")
+    p.add_argument("--summaries", default="model_summaries", help="summary root (default: model_summaries)")
+    p.set_defaults(func=cmd_report)

@@ -39,10 +39,11 @@ def _config(args: argparse.Namespace) -> Any:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from resomap.profiling import print_profiling_report, profile_by_name, save_profile
-    from resomap.runtime import describe_device, resolve_device
+    from resomap.runtime import describe_device, measurement_threads, resolve_device
 
     cfg = _config(args)
     device = resolve_device(cfg.system)
+    measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
     print(f"device: {describe_device(device)}")
     overrides = {"batch_size": args.batch_size} if args.batch_size else {}
     prof = profile_by_name(
@@ -64,10 +65,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from resomap.models import build_model
     from resomap.profiling import ALL_OPTIONS, run_benchmark, save_benchmark
+    from resomap.profiling.profiler import noise_policy
+    from resomap.runtime import measurement_threads
 
     cfg = _config(args)
     if args.vs_bare:
         return _vs_bare(args, cfg)
+    measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
     options = ["baseline"] if args.compare_opts is None else (args.compare_opts or list(ALL_OPTIONS))
     model, _ = build_model(args.model, args.num_classes, args.in_channels, cfg.models)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
@@ -84,6 +88,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         options_batch_size=args.options_batch_size,
         model_name=args.model,
+        rounds=args.rounds,
+        noise=noise_policy(cfg),
     )
     print(report.as_json() if args.json else report.table(), end="")
     if args.output_dir:
@@ -100,17 +106,31 @@ def _vs_bare(args: argparse.Namespace, cfg: Any) -> int:
         model=args.model,
         resolution=args.resolution,
         batch_size=max(args.batch_sizes),
-        epochs=2,
-        repeats=args.repeats,
+        epochs=1,
+        rounds=max(args.rounds, 5),
         device=resolve_device(cfg.system),
-        overrides={"system": {"precision": cfg.system.precision, "channels_last": cfg.system.channels_last}},
+        overrides={
+            "system": {
+                "precision": cfg.system.precision,
+                "channels_last": cfg.system.channels_last,
+                "threads": cfg.system.threads,
+            }
+        },
     )
     if args.json:
         print(json.dumps(dataclasses.asdict(result), indent=2, default=str))
     else:
-        print(f"bare loop: {result.bare_images_per_s:.1f} images/s (runs: {_runs(result.bare_runs)})")
-        print(f"Trainer:   {result.trainer_images_per_s:.1f} images/s (runs: {_runs(result.trainer_runs)})")
-        print(f"ratio Trainer / bare: {result.ratio:.3f}")
+        print(f"bare loop: {result.bare_images_per_s:.1f} images/s (rounds: {_runs(result.bare_runs)})")
+        print(f"Trainer:   {result.trainer_images_per_s:.1f} images/s (rounds: {_runs(result.trainer_runs)})")
+        print(
+            f"ratio Trainer / bare: {result.ratio:.3f} [{result.ratio_low:.3f}, {result.ratio_high:.3f}] "
+            f"(median of {len(result.ratios)} interleaved rounds, 95% interval)"
+        )
+        verdict = "PASS" if result.ratio >= 0.97 else "MISS"
+        print(
+            f"trainer/bare {args.model}@{args.resolution}: {result.ratio:.3f} [{result.ratio_low:.3f}, "
+            f"{result.ratio_high:.3f}] (target >= 0.97) {verdict}"
+        )
     return 0
 
 
@@ -139,8 +159,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--options-batch-size", type=positive_int, help="batch for --compare-opts (default: largest)")
     p.add_argument("--devices", default="cpu,cuda", help="comma-separated, e.g. cpu,cuda (missing ones are skipped)")
     p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per measurement")
+    p.add_argument(
+        "--rounds", type=positive_int, default=5, help="interleaved rounds the iterations are split into (default 5)"
+    )
     p.add_argument("--warmup", type=positive_int, default=5, help="untimed iterations first")
     p.add_argument("--vs-bare", action="store_true", help="the Trainer against a bare PyTorch loop, same options")
-    p.add_argument("--repeats", type=positive_int, default=3, help="--vs-bare: repeats (median taken)")
     p.add_argument("--output-dir", help="also write benchmark.json and benchmark.txt here")
     p.set_defaults(func=cmd_bench)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from resomap.cli.args import add_config_args, load_config, positive_int
@@ -70,6 +71,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         return 0
     print(f"device: {describe_device(resolve_device(cfg.system))}")
+    if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
+        logging.getLogger("resomap").setLevel(logging.WARNING)
     outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)
     print(f"summary: {outcome.summary_dir}/summary.csv, figures: {outcome.summary_dir}/figures/")
     for r in outcome.failed:

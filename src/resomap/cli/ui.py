@@ -10,12 +10,14 @@ from resomap.cli.args import add_config_args, load_config, positive_int
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from resomap.tracking.ui import start_ui
+    from resomap.tracking.ui import experiment_links, start_ui
 
     cfg = load_config(args)
     proc = start_ui(cfg, args.host, args.port, args.workers)
-    print(f"MLflow UI: http://{args.host}:{args.port}  (Ctrl-C stops it)")
-    print("In an experiment, choose 'Model training' to see the runs table (MLflow 3 opens on 'Overview').")
+    base = f"http://{args.host}:{args.port}"
+    print(f"MLflow UI: {base}  (Ctrl-C stops it)", flush=True)
+    for name, link in list(experiment_links(cfg, base).items())[:5]:
+        print(f"the runs of {name}: {link}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return proc.wait()

@@ -359,6 +359,9 @@ def _check(cfg: Config, where: _Validator) -> None:
     need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
     need(st.resamples >= 1, "stats.resamples", "an integer >= 1 (e.g. 2000)", st.resamples)
     need(0 <= st.margin < 1, "stats.margin", "an accuracy difference in [0, 1)", st.margin)
+    from resomap.tasks import check as check_task  # models, dataset, loss and explainers fit experiment.task
+
+    check_task(cfg, lambda path, expected, got: need(False, path, expected, got))
 
 
 # ---------------------------------------------------------------- public API

@@ -25,6 +25,7 @@ class ExperimentConfig:
     checkpoint_dir: str = "checkpoints"  # checkpoints/{family}/{model}/{resolution}/seed{S}/ (relative to output_dir)
     summary_dir: str = "model_summaries"  # model_summaries/{model}/{resolution}/seed{S}/ (relative to output_dir)
     cache_dir: str = ".cache/resomap"  # resized uint8 image caches (relative to output_dir)
+    task: Literal["classification", "segmentation"] = "classification"  # what every model of the sweep learns
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class SystemConfig:
     num_workers: int = 0  # DataLoader worker processes
     persistent_workers: bool = False  # keep workers between epochs (num_workers > 0)
     pin_memory: Literal["auto", "on", "off"] = "auto"  # page-locked host batches; auto: on CUDA only
-    threads: int = 0  # torch intra-op threads; 0 leaves the default
+    threads: int = 0  # torch intra-op threads; 0: torch's default, profiles use the cores left free (README)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class ModelsConfig:
 @dataclass(frozen=True)
 class ExplainabilityConfig(GroupSection):
     GROUP: ClassVar[Group] = Group(
-        "resomap.explain", "resomap.explain.registry:EXPLAINERS", ("methods", "sanity_methods")
+        "resomap.explain", "resomap.explain.registry:EXPLAINERS", ("methods", "sanity_methods", "always")
     )
     enabled: bool = True  # explain the probe set after each trial
     methods: list[str] = field(default_factory=lambda: ["gradcam", "integrated_gradients", "saliency"])
@@ -177,7 +178,15 @@ class ExplainabilityConfig(GroupSection):
     pointing_tolerance: float = 0.05  # pointing game: mask dilated by this fraction of the image side
     sanity_seeds: int = 3  # weight-randomisation seeds of the sanity check
     sanity_threshold: float = 0.5  # fallback pass threshold (one image: no unrelated-image reference)
+    budget_share: float | None = None  # skip a method whose predicted cost exceeds this share of the training time
+    always: list[str] = field(default_factory=list)  # methods run whatever the budget (asked for explicitly)
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # explainability.<method>.*: its own
+
+    def __post_init__(self) -> None:
+        if self.budget_share is not None and not self.budget_share > 0:
+            from resomap.errors import ConfigError
+
+            raise ConfigError(f"explainability.budget_share must be null or a positive number, got {self.budget_share}")
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,9 @@ class ProfilingConfig:
     train_batch_size: int | None = None  # images per timed training step; null: max(batch_size, 8)
     warmup: int = 10  # untimed calls before timing (autotuning, allocator warm-up)
     iters: int = 50  # timed calls; latency median/p90/p99 are over these
+    rounds: int = 5  # timed calls are split into this many interleaved rounds (inference, training step)
+    spread_threshold: float = 0.5  # IQR/median of the calls above this: disturbed, re-measured, then marked noisy
+    retries: int = 2  # re-measurements of a disturbed profile (CPU: with threads lowered to the free cores)
 
 
 @dataclass(frozen=True)
@@ -207,6 +219,17 @@ class StatsConfig:
     paired_test: Literal["mcnemar", "bootstrap"] = "mcnemar"  # test between two resolutions on the same images
     correction: Literal["holm", "none"] = "holm"  # multiple-comparison correction over a model's resolution pairs
     margin: float = 0.0  # accuracy drop in [0, 1) accepted as "not worse" when recommending a resolution
+
+
+@dataclass(frozen=True)
+class SegmentationConfig:
+    loss: list[str] = field(default_factory=lambda: ["ce", "dice"])  # summed terms: ce, dice, focal_tversky, focal
+    loss_weights: list[float] = field(default_factory=list)  # one weight per loss term; empty: all 1
+    tversky_alpha: float = 0.3  # focal_tversky: weight of false positives
+    tversky_beta: float = 0.7  # focal_tversky: weight of false negatives
+    tversky_gamma: float = 0.75  # focal_tversky: loss = (1 - Tversky index) ** gamma (1 = plain Tversky)
+    reference_resolution: int | None = None  # metrics on masks of this side; null: the dataset's, else the largest
+    boundary_tolerance: float = 0.01  # boundary F1 tolerance as a fraction of the reference side (>= 1 px)
 
 
 @dataclass(frozen=True)
@@ -221,3 +244,4 @@ class Config:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
+    segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)

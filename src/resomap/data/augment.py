@@ -33,11 +33,21 @@ class BatchAugment:
             x = self._blur(x, gen)
         return x.clamp_(0.0, 1.0)
 
-    def _geometry(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    def pair(self, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Segmentation: x as in __call__ and its class-index masks y [B, r, r] moved by the same crop and flips
+        (nearest-neighbour, so classes never mix); jitter and blur touch the image only. The random draws are
+        those of __call__, in the same order."""
+        x, y = self._geometry(x, gen, y)
+        x = self._jitter(x, gen)
+        if self.blur_active:
+            x = self._blur(x, gen)
+        return x.clamp_(0.0, 1.0), y
+
+    def _geometry(self, x: torch.Tensor, gen: torch.Generator, masks: torch.Tensor | None = None):
         b, cfg = x.shape[0], self.cfg
         u = torch.rand(b, 6, generator=gen)
         if self.scale_min >= 1.0 and cfg.hflip <= 0 and cfg.vflip <= 0:
-            return x
+            return x if masks is None else (x, masks)
         area = self.scale_min + (1.0 - self.scale_min) * u[:, 0]
         log_ratio = math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[:, 1]
         ratio = torch.exp(log_ratio)
@@ -52,7 +62,13 @@ class BatchAugment:
         theta[:, 1, 1], theta[:, 1, 2] = h * fy, ty
         theta = theta.to(device=x.device, dtype=x.dtype)
         grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-        return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        out = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        if masks is None:
+            return out
+        moved = F.grid_sample(
+            masks[:, None].to(x.dtype), grid, mode="nearest", padding_mode="reflection", align_corners=False
+        )
+        return out, moved[:, 0].round().to(masks.dtype)
 
     def _jitter(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         b, cfg = x.shape[0], self.cfg

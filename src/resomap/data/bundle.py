@@ -42,6 +42,16 @@ class DataBundle:
     _entry: CacheEntry = field(repr=False)
     _positions: dict[str, np.ndarray] = field(repr=False)  # rows of the cache tensor per split
     _labels: dict[str, np.ndarray] = field(repr=False)
+    task: str = "classification"
+    reference_resolution: int | None = None  # segmentation: side of the val/test masks the metrics use
+    train_pixel_counts: np.ndarray | None = None  # segmentation: pixels per class in the training masks
+    _targets: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # uint8 masks per split
+
+    def targets(self, split: str) -> torch.Tensor | None:
+        """Segmentation: uint8 class-index masks [N, R, R] (train at the trial's resolution, val/test at the
+        reference resolution); None for classification."""
+        self._rows(split)
+        return self._targets.get(split)
 
     @property
     def num_classes(self) -> int:
@@ -139,7 +149,7 @@ def _loaders(
         n = len(positions[split])
         loaders[split] = BatchLoader(
             images,
-            torch.from_numpy(labels[split]),
+            labels[split] if isinstance(labels[split], torch.Tensor) else torch.from_numpy(labels[split]),
             torch.from_numpy(positions[split]),
             batch_size=batch_size,
             device=device,
@@ -192,7 +202,15 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
     split_labels = {s: labels[subset][p] for s, p in positions.items()}
     normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
 
-    loaders = _loaders(cfg, entry.images, positions, split_labels, normalizer, resolution, seed, device)
+    seg: dict[str, Any] = {}
+    if cfg.experiment.task == "segmentation":
+        from resomap.data.masks import segmentation_targets
+
+        seg = segmentation_targets(cfg, raw, subset, entry, positions, resolution, cache_root)
+        positions = seg.pop("positions")
+        split_labels = {s: labels[subset][p] for s, p in positions.items()}
+    loader_labels = {s: seg["targets"][s] for s in SPLITS} if seg else split_labels
+    loaders = _loaders(cfg, entry.images, positions, loader_labels, normalizer, resolution, seed, device)
     bundle = DataBundle(
         train=loaders["train"],
         val=loaders["val"],
@@ -211,5 +229,8 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
         _positions=positions,
         _labels=split_labels,
     )
+    if seg:
+        bundle.task, bundle.reference_resolution = seg["task"], seg["reference_resolution"]
+        bundle.train_pixel_counts, bundle._targets = seg["train_pixel_counts"], seg["targets"]
     log.info("data: %s", bundle.describe())
     return bundle

@@ -32,10 +32,12 @@ class CacheEntry:
     masks: torch.Tensor | None  # bool [N, r, r]
     bad: np.ndarray  # positions (into indices) of images that could not be read (zero-filled)
     location: str  # "memory", or the .npy path
+    targets: torch.Tensor | None = None  # uint8 [N, r, r] class-index masks (segmentation datasets)
 
     @property
     def nbytes(self) -> int:
-        return self.images.numel() + (self.masks.numel() if self.masks is not None else 0)
+        extra = sum(t.numel() for t in (self.masks, self.targets) if t is not None)
+        return self.images.numel() + extra
 
 
 _MEMORY: OrderedDict[tuple[str, int], CacheEntry] = OrderedDict()
@@ -82,21 +84,36 @@ def resize_mask(mask: np.ndarray, resolution: int) -> np.ndarray:
     return np.asarray(im.resize((resolution, resolution), Image.BILINEAR)) >= 128
 
 
-def _decode(raw: RawDataset, indices: np.ndarray, resolution: int) -> tuple[np.ndarray, np.ndarray | None, list]:
+def resize_targets(mask: np.ndarray, resolution: int) -> np.ndarray:
+    """uint8 class-index (H, W) -> (r, r) by nearest-neighbour resampling (classes never mix)."""
+    from PIL import Image
+
+    im = Image.fromarray(np.ascontiguousarray(mask, dtype=np.uint8))
+    return np.asarray(im.resize((resolution, resolution), Image.NEAREST))
+
+
+def _is_segmentation(raw: RawDataset) -> bool:
+    return getattr(raw, "task", "classification") == "segmentation"
+
+
+def _decode_all(raw: RawDataset, indices: np.ndarray, resolution: int):
     n, c = len(indices), raw.channels
     images = np.zeros((n, c, resolution, resolution), dtype=np.uint8)
     masks = np.zeros((n, resolution, resolution), dtype=bool) if raw.has_masks else None
+    targets = np.zeros((n, resolution, resolution), dtype=np.uint8) if _is_segmentation(raw) else None
     bad = []
     for pos, i in enumerate(indices.tolist()):
         try:
             images[pos] = resize_image(raw.load(i), resolution, c)
+            if targets is not None:  # a mask that cannot be read or holds unknown classes: the pair is skipped
+                targets[pos] = resize_targets(raw.seg_mask(i), resolution)
         except Exception as exc:  # PIL raises many types (OSError, SyntaxError, ValueError...) for corrupt files
             log.debug("cannot read %s: %s", raw.name(i), exc)
             bad.append(pos)
             continue
         if masks is not None:
-            masks[pos] = resize_mask(raw.mask(i), resolution)
-    return images, masks, bad
+            masks[pos] = resize_mask(raw.mask(i), resolution) if targets is None else targets[pos] > 0
+    return images, masks, bad, targets
 
 
 def _atomic_save(path: Path, arr: np.ndarray | bytes) -> None:
@@ -107,13 +124,24 @@ def _paths(folder: Path, resolution: int) -> tuple[Path, Path, Path]:
     return folder / f"{resolution}.npy", folder / f"{resolution}.masks.npy", folder / f"{resolution}.json"
 
 
-def _write_disk(folder: Path, resolution: int, images: np.ndarray, masks: np.ndarray | None, bad: list) -> None:
+def _write_disk(
+    folder: Path,
+    resolution: int,
+    images: np.ndarray,
+    masks: np.ndarray | None,
+    bad: list,
+    targets: np.ndarray | None = None,
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     img_path, mask_path, meta_path = _paths(folder, resolution)
     _atomic_save(img_path, images)
     if masks is not None:
         _atomic_save(mask_path, masks)
+    if targets is not None:
+        _atomic_save(folder / f"{resolution}.targets.npy", targets)
     meta = {"version": FORMAT_VERSION, "shape": list(images.shape), "masks": masks is not None, "bad": bad}
+    if targets is not None:
+        meta["targets"] = True
     _atomic_save(meta_path, json.dumps(meta).encode())  # last: its presence means the entry is complete
     log.info("wrote resolution cache %s", img_path)
 
@@ -127,13 +155,16 @@ def _read_disk(folder: Path, resolution: int, n: int, mmap: bool) -> CacheEntry 
         mode = "c" if mmap else None  # copy-on-write: writable for torch, never written back to the file
         images = np.load(img_path, mmap_mode=mode)
         masks = np.load(mask_path, mmap_mode=mode) if meta["masks"] else None
+        targets = np.load(folder / f"{resolution}.targets.npy", mmap_mode=mode) if meta.get("targets") else None
     except (OSError, ValueError, KeyError, IndexError):
         return None
     if list(images.shape) != meta["shape"]:
         return None
     location = str(img_path) if mmap else "memory"
     masks_t = torch.from_numpy(masks) if masks is not None else None
-    return CacheEntry(torch.from_numpy(images), masks_t, np.asarray(meta["bad"], dtype=np.int64), location)
+    targets_t = torch.from_numpy(targets) if targets is not None else None
+    bad = np.asarray(meta["bad"], dtype=np.int64)
+    return CacheEntry(torch.from_numpy(images), masks_t, bad, location, targets_t)
 
 
 def _remember(key: tuple[str, int], entry: CacheEntry, budget: int) -> None:
@@ -163,21 +194,25 @@ def get_resized(
     budget = cfg.memory_budget_mb * 2**20
     folder = Path(cache_root) / key
     c, n = raw.channels, len(indices)
-    size = n * resolution * resolution * (c + (1 if raw.has_masks else 0))
+    size = n * resolution * resolution * (c + (1 if raw.has_masks else 0) + (1 if _is_segmentation(raw) else 0))
     over = size > budget
     entry = _read_disk(folder, resolution, n, mmap=over)
+    if entry is not None and _is_segmentation(raw) and entry.targets is None:
+        entry = None  # written without class-index masks: decode again
     if entry is not None:
         log.info("resolution cache hit (disk): %s @ %d px", folder, resolution)
     else:
         log.info("resolution cache miss: decoding %d images of %s at %d px", n, raw.fingerprint, resolution)
-        images, masks, bad = _decode(raw, indices, resolution)
+        images, masks, bad, targets = _decode_all(raw, indices, resolution)
         if cfg.disk or over:
-            _write_disk(folder, resolution, images, masks, bad)
+            _write_disk(folder, resolution, images, masks, bad, targets)
         if over:  # over the memory budget: serve from the memory-mapped file instead of RAM
             entry = _read_disk(folder, resolution, n, mmap=True)
         if entry is None:
             masks_t = torch.from_numpy(masks) if masks is not None else None
-            entry = CacheEntry(torch.from_numpy(images), masks_t, np.asarray(bad, dtype=np.int64), "memory")
+            targets_t = torch.from_numpy(targets) if targets is not None else None
+            bad_a = np.asarray(bad, dtype=np.int64)
+            entry = CacheEntry(torch.from_numpy(images), masks_t, bad_a, "memory", targets_t)
     if entry.location == "memory" and cfg.disk:
         entry.location = f"memory + {folder}"
     if not over:

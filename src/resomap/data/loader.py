@@ -93,7 +93,8 @@ class BatchLoader:
         pin_memory: bool = False,
     ):
         self.images, self.positions = images, positions.long()
-        self.labels = labels.long()  # aligned with positions
+        # aligned with positions: int64 [N] class labels, or uint8 [N, R, R] class-index masks (segmentation)
+        self.labels = labels if labels.dim() > 1 else labels.long()
         self.batch_size, self.device = batch_size, torch.device(device)
         self.normalizer, self.augment = normalizer, augment
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
@@ -166,6 +167,12 @@ class BatchLoader:
         for x, y in self._host_batches():
             x = x.to(self.device, non_blocking=non_blocking)
             y = y.to(self.device, non_blocking=non_blocking)
+            if y.dim() > 1:  # segmentation masks: moved with the image, int64 for the losses
+                y = y.long()
+                if self.augment is not None:
+                    x, y = self.augment.pair(x.float() / 255.0, y, gen)
+                    yield self.normalizer.scaled(x), y
+                    continue
             if self.augment is None:
                 yield self.normalizer(x), y
             else:

@@ -13,7 +13,14 @@ import numpy as np
 from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
 from resomap.explain.compare import METRICS, Study, fmt_value, study
-from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
+from resomap.explain.figures import (
+    Verdict,
+    agreement_matrix,
+    per_map_scaled,
+    probe_grid,
+    quality_vs_resolution,
+    save_figure,
+)
 from resomap.explain.probe import load_maps
 from resomap.explain.run import PROBE_KEY
 
@@ -21,11 +28,12 @@ log = logging.getLogger(__name__)
 QUALITY_PLOTTED = ("deletion_auc", "insertion_auc", "pointing_game", "energy_in_mask")
 
 
-def load_sweep_maps(entries: Iterable[tuple]):
+def load_sweep_maps(entries: Iterable[tuple], metas: dict | None = None):
     """entries (model, resolution, seed, npz) -> maps[model][seed][res][method], images[model][seed][res] (uint8
     [N,C,r,r]). A seed whose probe images differ from the lowest seed's at some resolution (maps written before
     the probe set followed the data seed) is left out of the comparison with a warning: only maps of the same
-    images can be compared across seeds."""
+    images can be compared across seeds. `metas`, when given, is filled with metas[model][seed][res] = the npz's
+    meta (targets, the model's predictions and probabilities, class names)."""
     maps: dict[str, dict[int, dict[int, dict[str, np.ndarray]]]] = defaultdict(lambda: defaultdict(dict))
     images: dict[str, dict[int, dict[int, np.ndarray]]] = defaultdict(lambda: defaultdict(dict))
     for entry in entries:
@@ -34,6 +42,8 @@ def load_sweep_maps(entries: Iterable[tuple]):
             continue
         arrays, meta = load_maps(path)
         maps[model][seed][res] = {m: arrays[m] for m in meta.get("methods", []) if m in arrays}
+        if metas is not None:
+            metas.setdefault(model, {}).setdefault(seed, {})[res] = meta
         if PROBE_KEY in arrays:
             images[model][seed][res] = arrays[PROBE_KEY]
     for model in list(maps):
@@ -58,7 +68,8 @@ def compare_sweep(
 ) -> tuple[list[Path], Study]:
     """Agreement with its references (compare.study), matrices, probe grids and quality-vs-resolution figures;
     returns (files, the study: tidy rows, matrices, floors, statements)."""
-    maps, images = load_sweep_maps(entries)
+    metas: dict = {}
+    maps, images = load_sweep_maps(entries, metas)
     found = study(maps, images, cfg)
     files: list[Path] = []
     for (model, method), entry in sorted(found.matrices.items()):
@@ -77,20 +88,37 @@ def compare_sweep(
         files += save_figure(fig, out_dir / "agreement", f"{model}_{res}_methods_spearman")
     first = {mo: per_seed[min(per_seed)] for mo, per_seed in maps.items() if per_seed}  # probe figures: lowest seed
     first_images = {mo: images[mo].get(min(maps[mo]), {}) for mo in first}
-    files += _probe_figures(first, defaultdict(dict, first_images), out_dir / "probes", max_probe_figures)
+    first_meta = {mo: metas.get(mo, {}).get(min(maps[mo]), {}) for mo in first}
+    files += _probe_figures(first, defaultdict(dict, first_images), out_dir / "probes", max_probe_figures, first_meta)
     files += _quality_figures(quality, out_dir / "quality")
     return files, found
 
 
-def _probe_figures(maps, images, out_dir: Path, limit: int) -> list[Path]:
+def verdicts_of(meta_by_res: dict, i: int) -> dict[int, Verdict]:
+    """resolution -> what the model said about probe image i (from the npz metas; absent in older files)."""
+    out = {}
+    for res, meta in meta_by_res.items():
+        names, targets, preds, probs = (meta.get(k) or [] for k in ("class_names", "targets", "pred", "prob"))
+        if i < len(preds) and i < len(targets) and i < len(probs):
+            true, pred = (str(names[c]) if 0 <= c < len(names) else str(c) for c in (int(targets[i]), int(preds[i])))
+            out[res] = Verdict(true, pred, float(probs[i]))
+    return out
+
+
+def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None = None) -> list[Path]:
     files: list[Path] = []
+    metas = metas or {}
     for model, per_res in sorted(maps.items()):
         count = min((len(v) for v in images[model].values()), default=0)
         methods = sorted({m for pm in per_res.values() for m in pm})
+        shared = [m for m in methods if not per_map_scaled(m)]
         for i in range(min(count, limit)):  # per probe image: methods x resolutions
             imgs = {r: images[model][r][i] for r in images[model]}
             grid = {m: {r: per_res[r][m][i] for r in per_res if m in per_res[r]} for m in methods}
-            files += save_figure(probe_grid(imgs, grid, f"{model}: probe image {i}"), out_dir, f"{model}_probe{i}")
+            said = verdicts_of(metas.get(model, {}), i)
+            verdicts = {m: said for m in methods}
+            fig = probe_grid(imgs, grid, f"{model}: probe image {i}", verdicts=verdicts, shared=shared)
+            files += save_figure(fig, out_dir, f"{model}_probe{i}")
     models = sorted(maps)
     for method in sorted({m for pr in maps.values() for pm in pr.values() for m in pm}):
         for i in range(min(limit, 2)):  # per method: models x resolutions (rows are models)
@@ -98,7 +126,10 @@ def _probe_figures(maps, images, out_dir: Path, limit: int) -> list[Path]:
             imgs = next((dict((r, images[mo][r][i]) for r in images[mo]) for mo in models if images[mo]), {})
             all_res = sorted({r for mo in models for r in maps[mo]})
             if imgs and set(all_res) <= set(imgs):
-                fig = probe_grid(imgs, rows, f"{method}: models x resolutions, probe image {i}")
+                verdicts = {mo: verdicts_of(metas.get(mo, {}), i) for mo in models}
+                shared = [] if per_map_scaled(method) else models
+                title = f"{method}: models x resolutions, probe image {i}"
+                fig = probe_grid(imgs, rows, title, verdicts=verdicts, shared=shared)
                 files += save_figure(fig, out_dir, f"{method}_models_probe{i}")
     return files
 

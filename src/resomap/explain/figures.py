@@ -1,37 +1,78 @@
-"""Explanation figures (PNG + PDF, paper-size fonts), from plain arrays and dicts.
+"""Explanation figures (PNG + PDF, paper-size fonts), from plain arrays and dicts, and the probe overlays of
+the HTML report and MLflow (`probe_overlays`: RGB arrays, no figure).
 
-Conventions: attribution maps use MAP_CMAP over the grayscale image, each panel scaled to its own [min, max]
-for display only (the colour bar reads 'low -> high'); agreement matrices use MATRIX_CMAP on a fixed range
-([-1, 1] for Spearman, [0, 1] otherwise) with the value written in each cell; a resolution matrix with >= 2
-seeds has the cross-seed agreement (the noise floor) on its outlined diagonal.
+Conventions: attribution maps use MAP_CMAP over the grayscale image. Colour scale: a method whose maps are raw
+magnitudes (the captum methods) gets one scale per probe image across resolutions, [0, the 99th percentile of
+its maps at every resolution], so a map that is weaker at one resolution looks weaker; a CAM method (registered
+with needs_spatial_layer: grad-cam's maps are each scaled to [0, 1] by the library) is shown per map, [min, max].
+The caption says which. Agreement matrices use MATRIX_CMAP on a fixed range ([-1, 1] for Spearman, [0, 1]
+otherwise) with the value written in each cell; a resolution matrix with >= 2 seeds has the cross-seed agreement
+(the noise floor) on its outlined diagonal.
+
+matplotlib is imported by the functions that draw (and by the names MAP_CMAP, STYLE, save_figure, plt, read
+from resomap.plotstyle on first use), so `probe_overlays` can be imported without it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
-from resomap.plotstyle import MAP_CMAP, MATRIX_CMAP, STYLE, save_figure
-
-__all__ = [
-    "MAP_CMAP",
+__all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, save_figure, plt
     "OVERLAY_ALPHA",
-    "STYLE",
+    "ProbeOverlay",
     "agreement_matrix",
     "probe_grid",
+    "probe_overlays",
     "quality_vs_resolution",
-    "save_figure",
+    "shared_scales",
 ]
 
 log = logging.getLogger(__name__)
 
 OVERLAY_ALPHA = 0.55
+SCALE_PERCENTILE = 99.0  # upper end of a shared colour scale: robust to a few extreme pixels
+_LAZY = {"MAP_CMAP", "MATRIX_CMAP", "STYLE", "save_figure"}
+
+
+def __getattr__(name: str) -> Any:  # the plotting names, imported (with matplotlib) on first use
+    if name in _LAZY:
+        from resomap import plotstyle
+
+        return getattr(plotstyle, name)
+    if name == "plt":
+        return _plt()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def per_map_scaled(method: str) -> bool:
+    """True for a method whose maps are each scaled to [0, 1] (the CAM methods): not comparable across maps."""
+    from resomap.explain.registry import EXPLAINERS
+
+    try:
+        return bool(EXPLAINERS.meta(method).get("needs_spatial_layer", False))
+    except Exception:  # a method no longer registered: treat its maps as per-map
+        return True
+
+
+def scale_words(method: str, shared: bool) -> str:
+    if shared:
+        return f"{method}: one colour scale across resolutions (raw magnitudes, 0 to the {SCALE_PERCENTILE:g}th pct)"
+    return f"{method}: each map scaled to its own [min, max] (CAM maps are normalised per image)"
 
 
 def _gray(image: np.ndarray) -> np.ndarray:
@@ -45,40 +86,90 @@ def _unit(m: np.ndarray) -> np.ndarray:
     return (m - m.min()) / max(np.ptp(m), 1e-12)
 
 
+def _scaled(m: np.ndarray, top: float | None) -> np.ndarray:
+    """A map in [0, 1] for display: divided by a shared `top` (clipped), or its own [min, max] when top is None."""
+    if top is None:
+        return _unit(m)
+    return np.clip(np.asarray(m, dtype=np.float64) / max(float(top), 1e-30), 0.0, 1.0)
+
+
+def _top(maps: Iterable[np.ndarray]) -> float:
+    values = np.concatenate([np.abs(np.asarray(m, dtype=np.float64)).ravel() for m in maps])
+    return float(np.percentile(values, SCALE_PERCENTILE)) if values.size else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the model said about one probe image at one resolution."""
+
+    true: str
+    pred: str
+    prob: float
+
+    @property
+    def correct(self) -> bool:
+        return self.true == self.pred
+
+    def words(self) -> str:
+        mark = "correct" if self.correct else "WRONG"
+        return f"pred {self.pred} {self.prob:.0%} ({mark})"
+
+
 def probe_grid(
-    images: Mapping[int, np.ndarray], maps: Mapping[str, Mapping[int, np.ndarray]], title: str = ""
-) -> plt.Figure:
-    """One probe image: rows = methods, columns = resolutions; images[res] is [H,W] or [C,H,W], maps[m][res] [H,W]."""
+    images: Mapping[int, np.ndarray],
+    maps: Mapping[str, Mapping[int, np.ndarray]],
+    title: str = "",
+    *,
+    verdicts: Mapping[Any, Mapping[int, Verdict]] | None = None,
+    shared: Iterable[str] | None = None,
+) -> Any:
+    """One probe image: rows = methods (or models), columns = resolutions; images[res] is [H,W] or [C,H,W],
+    maps[row][res] [H,W]. `verdicts[row][res]` (what that row's model said at that resolution) go under each
+    panel, green when correct, red when not; rows named in `shared` get one colour scale across resolutions
+    (raw magnitudes), the others a scale per map; the figure's foot says which."""
+    plt = _plt()
+    from resomap.plotstyle import MAP_CMAP, STYLE
+
     resolutions = sorted(images)
-    methods = list(maps)
+    rows = list(maps)
+    shared = set(shared or ())
+    verdicts = verdicts or {}
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(
-            len(methods), len(resolutions), figsize=(1.4 * len(resolutions) + 0.8, 1.4 * len(methods)), squeeze=False
+            len(rows), len(resolutions), figsize=(1.5 * len(resolutions) + 0.9, 1.75 * len(rows)), squeeze=False
         )
         im = None
-        for i, method in enumerate(methods):
+        for i, row in enumerate(rows):
+            top = _top(maps[row].values()) if row in shared and maps[row] else None
             for j, res in enumerate(resolutions):
                 ax = axes[i, j]
                 ax.imshow(_gray(images[res]), cmap="gray", interpolation="nearest")
-                if res in maps[method]:
-                    im = ax.imshow(_unit(maps[method][res]), cmap=MAP_CMAP, alpha=OVERLAY_ALPHA, vmin=0, vmax=1)
+                if res in maps[row]:
+                    shown = _scaled(maps[row][res], top)
+                    im = ax.imshow(shown, cmap=MAP_CMAP, alpha=OVERLAY_ALPHA, vmin=0, vmax=1, interpolation="nearest")
                 ax.set_xticks([])
                 ax.set_yticks([])
+                verdict = verdicts.get(row, {}).get(res)
+                if verdict is not None:
+                    ax.set_xlabel(verdict.words(), fontsize=6.5, color="#1a7f37" if verdict.correct else "#c62828")
                 if i == 0:
                     ax.set_title(f"{res} px")
                 if j == 0:
-                    ax.set_ylabel(method)
+                    ax.set_ylabel(str(row))
         if im is not None:
             bar = fig.colorbar(im, ax=axes, fraction=0.03, ticks=[0, 1])
             bar.ax.set_yticklabels(["low", "high"])
-        if title:
-            fig.suptitle(title, y=1.03)
+        true = next((v.true for per in verdicts.values() for v in per.values()), None)
+        if title or true:
+            fig.suptitle(title + (f" (true class: {true})" if true else ""), y=1.02)
+        foot = [scale_words(str(r), str(r) in shared or r in shared) for r in rows]
+        fig.text(0.01, -0.02, "colour: " + "; ".join(foot), fontsize=6, va="top", wrap=True)
     return fig
 
 
 def agreement_matrix(
     matrix: np.ndarray, labels: Sequence, metric: str, title: str = "", *, floor_diagonal: bool = False
-) -> plt.Figure:
+) -> Any:
     """A labels x labels agreement heatmap (resolutions or methods) with values in the cells (nan: 'n.a.').
 
     `floor_diagonal`: the diagonal holds the cross-seed agreement at each resolution (the noise floor), not 1.0;
@@ -86,6 +177,9 @@ def agreement_matrix(
     """
     from matplotlib.patches import Rectangle
 
+    from resomap.plotstyle import MATRIX_CMAP, STYLE
+
+    plt = _plt()
     matrix = np.asarray(matrix, dtype=np.float64)
     vmin = -1.0 if metric == "spearman" else 0.0
     with plt.rc_context(STYLE):
@@ -106,8 +200,11 @@ def agreement_matrix(
     return fig
 
 
-def quality_vs_resolution(values: Mapping[str, Mapping[int, float]], metric: str, title: str = "") -> plt.Figure:
+def quality_vs_resolution(values: Mapping[str, Mapping[int, float]], metric: str, title: str = "") -> Any:
     """values[method][resolution] -> one line per method against resolution."""
+    from resomap.plotstyle import STYLE
+
+    plt = _plt()
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(3.4, 2.4))
         for method, per_res in values.items():
@@ -121,3 +218,123 @@ def quality_vs_resolution(values: Mapping[str, Mapping[int, float]], metric: str
         if title:
             ax.set_title(title)
     return fig
+
+
+# ------------------------------------------------------------------------------------------------ probe overlays
+
+
+@dataclasses.dataclass
+class ProbeOverlay:
+    """One probe image's map of one method at one resolution, drawn over the image (for MLflow and the report):
+    `image` uint8 [size, size, 3] RGB; `position` its place in the probe set, `index` its raw dataset index;
+    what the model said (`pred` with probability `prob`, `true_prob` the true class's) and `caption` in words."""
+
+    method: str
+    position: int
+    index: int
+    true: str
+    pred: str
+    prob: float
+    correct: bool
+    caption: str
+    image: np.ndarray
+    resolution: int = 0
+    true_prob: float = float("nan")
+    shared_scale: bool = False
+
+
+def shared_scales(paths: Iterable[str | Path]) -> dict[str, list[float]]:
+    """The shared colour scale of every raw-magnitude method (not the per-map CAMs) over several explanations.npz
+    of one model (its resolutions, one seed): method -> per probe position the 99th percentile of the maps at
+    every resolution. Pass it to `probe_overlays(..., scales=)`."""
+    from resomap.explain.probe import load_maps
+
+    found: dict[str, dict[int, list[np.ndarray]]] = {}
+    for path in paths:
+        arrays, meta = load_maps(path)
+        for method in meta.get("methods", []):
+            if method in arrays and not per_map_scaled(method):
+                for pos, m in enumerate(arrays[method]):
+                    found.setdefault(method, {}).setdefault(pos, []).append(m)
+    return {method: [_top(per[p]) for p in sorted(per)] for method, per in found.items()}
+
+
+def _nearest(a: np.ndarray, size: int) -> np.ndarray:
+    """[H,W(,3)] resized to [size,size(,3)] by nearest neighbour: the pixels the model saw stay visible."""
+    rows = np.arange(size) * a.shape[0] // size
+    cols = np.arange(size) * a.shape[1] // size
+    return a[rows][:, cols]
+
+
+def overlay_rgb(image: np.ndarray, heat: np.ndarray, size: int) -> np.ndarray:
+    """uint8 [size,size,3]: the grayscale image (from uint8 [C,H,W] or [H,W]) with `heat` in [0,1] over it."""
+    from matplotlib import colormaps
+
+    from resomap.plotstyle import MAP_CMAP
+
+    gray = _nearest(_gray(image), size)[..., None].repeat(3, axis=2)
+    colour = colormaps[MAP_CMAP](_nearest(np.asarray(heat, dtype=np.float64), size))[..., :3]
+    out = (1 - OVERLAY_ALPHA) * gray + OVERLAY_ALPHA * colour
+    return np.clip(np.round(out * 255), 0, 255).astype(np.uint8)
+
+
+def _name(names: Sequence[str], label: Any) -> str:
+    try:
+        return str(names[int(label)])
+    except (IndexError, TypeError, ValueError):
+        return str(label)
+
+
+def probe_overlays(
+    maps_path: str | Path, size: int = 128, scales: Mapping[str, float | Sequence[float]] | None = None
+) -> list[ProbeOverlay]:
+    """Every probe image x method of one explanations.npz as a map over its image, `size` px a side, with what the
+    model said in the caption. `scales` (method -> the top of its colour scale, one value or one per probe
+    position; `shared_scales` of the model's resolutions) puts a method's maps on one scale across resolutions;
+    without it, or for a CAM method, each map is scaled to its own [min, max]. The caption says which."""
+    from resomap.explain.probe import load_maps
+    from resomap.explain.run import PROBE_KEY
+
+    arrays, meta = load_maps(maps_path)
+    images = arrays.get(PROBE_KEY)
+    if images is None:
+        return []
+    names = meta.get("class_names") or []
+    targets = meta.get("targets") or []
+    preds, probs, true_probs = meta.get("pred") or [], meta.get("prob") or [], meta.get("true_prob") or []
+    index = meta.get("index") or list(range(len(images)))
+    res = int(meta.get("resolution") or images.shape[-1])
+    out: list[ProbeOverlay] = []
+    for method in meta.get("methods", []):
+        if method not in arrays:
+            continue
+        top_of = (scales or {}).get(method)
+        shared = top_of is not None and not per_map_scaled(method)
+        for pos, heat in enumerate(arrays[method]):
+            top = None
+            if shared:
+                top = float(top_of[pos] if isinstance(top_of, Sequence) else top_of)  # type: ignore[index]
+            true = _name(names, targets[pos]) if pos < len(targets) else "?"
+            pred = _name(names, preds[pos]) if pos < len(preds) else "?"
+            prob = float(probs[pos]) if pos < len(probs) else float("nan")
+            correct = pos < len(preds) and pos < len(targets) and int(preds[pos]) == int(targets[pos])
+            said = f"predicted {pred} ({prob:.0%}), {'correct' if correct else 'wrong'}" if pos < len(preds) else ""
+            caption = f"{method} at {res} px, image #{index[pos]} (true {true}): {said or 'prediction not recorded'}"
+            caption += "; " + ("colour scale shared across resolutions" if shared else "colour scaled per map")
+            out.append(
+                ProbeOverlay(
+                    method=method,
+                    position=pos,
+                    index=int(index[pos]),
+                    true=true,
+                    pred=pred,
+                    prob=prob,
+                    correct=bool(correct),
+                    caption=caption,
+                    image=overlay_rgb(images[pos], _scaled(heat, top), size),
+                    resolution=res,
+                    true_prob=float(true_probs[pos]) if pos < len(true_probs) else float("nan"),
+                    shared_scale=shared,
+                )
+            )
+    return out

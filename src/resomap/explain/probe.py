@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +54,54 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+@dataclasses.dataclass
+class MethodCost:
+    """What one method's maps of the probe set cost: `seconds`, the wall time of explaining the probe set (the
+    calls, not building the explainer: that is `build_seconds`, which holds a library's first import in the
+    process and would blur the cost against resolution), peak memory above the level before it
+    (resomap.profiling.memory.peak_increase: the CUDA allocator's peak, or the sampled RSS rise on CPU), and,
+    under a budget, the predicted time it was checked against (one-image timing x probe images x factor)."""
+
+    seconds: float = math.nan
+    peak_memory_mb: float = math.nan
+    predicted_seconds: float | None = None
+    build_seconds: float = math.nan
+
+    def metrics(self, method: str) -> dict[str, float]:
+        out = {
+            f"explain/{method}/seconds": self.seconds,
+            f"explain/{method}/peak_memory_mb": self.peak_memory_mb,
+            f"explain/{method}/build_seconds": self.build_seconds,
+        }
+        if self.predicted_seconds is not None:
+            out[f"explain/{method}/predicted_seconds"] = self.predicted_seconds
+        return {k: float(v) for k, v in out.items() if math.isfinite(v)}
+
+
+@dataclasses.dataclass
+class ProbeExplanations:
+    """explain_probe_costed's answer: maps (method -> float32 [N,r,r]), failed and skipped (method -> one-line
+    reason) and each method's cost (also the skipped ones': their one-image timing)."""
+
+    maps: dict[str, np.ndarray]
+    failed: dict[str, str]
+    skipped: dict[str, str]
+    costs: dict[str, MethodCost]
+
+
 def explain_probe_set(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor | np.ndarray | Sequence[int],
+    methods: Sequence[str],
+    **kw: Any,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(maps, failed) of explain_probe_costed (no budget): maps method -> float32 [N,r,r], failed method -> reason."""
+    found = explain_probe_costed(model, images, targets, methods, **kw)
+    return found.maps, found.failed
+
+
+def explain_probe_costed(
     model: nn.Module,
     images: torch.Tensor,
     targets: torch.Tensor | np.ndarray | Sequence[int],
@@ -63,37 +113,72 @@ def explain_probe_set(
     batch_size: int | None = None,
     min_cam_size: int = 4,
     options: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Explain float (normalised) images [N,C,r,r] with each method in batches.
+    budget_s: float | None = None,
+    always: Sequence[str] = (),
+    cost_factor: Mapping[str, float] | None = None,
+) -> ProbeExplanations:
+    """Explain float (normalised) images [N,C,r,r] with each method in batches, timing each.
 
     The model guard is entered once for the whole probe set; each method is built once (its CAM layer, hooks,
     captum object) and called per batch. `options` (method -> options instance) overrides `cfg`'s options.
-    Returns (maps: method -> float32 [N,r,r], failed: method -> one-line reason); one failing method does not
-    stop the others (the model is reset to the guarded state before the next one).
+    One failing method does not stop the others (the model is reset to the guarded state before the next one).
+
+    Budget: with `budget_s`, a method not in `always` is first timed on one image; its predicted cost is that
+    time x N x cost_factor[method] (default 1: e.g. the sanity check's extra runs), and a method predicted over
+    `budget_s` is skipped with the reason (its map of one image is thrown away; the one-image call includes the
+    method's first-call overhead and runs unbatched, so the prediction errs on the high side).
     """
+    from resomap.profiling.memory import MB, peak_increase
+
     batch_size = batch_size or cfg.batch_size
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     targets = torch.as_tensor(np.asarray(targets), dtype=torch.int64)
-    maps: dict[str, np.ndarray] = {}
-    failed: dict[str, str] = {}
+    always_keys = {EXPLAINERS.resolve(m) for m in always}
+    found = ProbeExplanations({}, {}, {}, {})
     with explaining(model) as guard:
         for method in methods:
+            cost = found.costs[method] = MethodCost()
             try:
                 key = EXPLAINERS.resolve(method)
                 opts = (options or {}).get(key)
                 kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size, options=opts)
-                with build_explainer(key, model, **kw) as explainer:
+                start = time.perf_counter()
+                with peak_increase(device) as peak, build_explainer(key, model, **kw) as explainer:
+                    cost.build_seconds = time.perf_counter() - start
+                    if budget_s is not None and key not in always_keys:
+                        one = time.perf_counter()
+                        explainer(images[:1].to(device), targets[:1].to(device))
+                        if device.type == "cuda":
+                            torch.cuda.synchronize(device)
+                        one_s = time.perf_counter() - one
+                        factor = float((cost_factor or {}).get(method, 1.0))
+                        cost.predicted_seconds = one_s * len(images) * factor
+                        if cost.predicted_seconds > budget_s:
+                            found.skipped[method] = (
+                                f"predicted {cost.predicted_seconds:.3g} s (1 image {one_s:.3g} s x {len(images)}"
+                                f" images x {factor:g} runs) > budget {budget_s:.3g} s (explainability.budget_share"
+                                " of the training time); list it in explainability.always to run it anyway"
+                            )
+                            log.warning("skipping %s on %s at %dpx: %s", method, spec.name, resolution,
+                                        found.skipped[method])  # fmt: skip
+                            continue
+                    run = time.perf_counter()
                     parts = [
                         explainer(images[i : i + batch_size].to(device), targets[i : i + batch_size].to(device))
                         for i in range(0, len(images), batch_size)
                     ]
-                maps[method] = torch.cat(parts).numpy().astype(np.float32)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    cost.seconds = time.perf_counter() - run
+                cost.peak_memory_mb = peak.bytes / MB
+                found.maps[method] = torch.cat(parts).numpy().astype(np.float32)
             except Exception as exc:  # a method that fails is recorded with its reason; the others still run
-                failed[method] = _reason(exc)
+                found.failed[method] = _reason(exc)
                 guard.reset()  # hooks or flags a failed method left behind must not reach the next one
-                log.warning("explainer %s failed on %s at %dpx: %s", method, spec.name, resolution, failed[method])
-    return maps, failed
+                reason = found.failed[method]
+                log.warning("explainer %s failed on %s at %dpx: %s", method, spec.name, resolution, reason)
+    return found
 
 
 def save_maps(path: str | Path, maps: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from resomap.config import Config
-from resomap.explain.probe import explain_probe_set, probe_indices, save_maps
+from resomap.errors import ConfigError
+from resomap.explain.probe import explain_probe_costed, probe_indices, save_maps
 from resomap.explain.quality import quality_context, quality_metrics, random_weight_maps, sanity_check
 from resomap.models.spec import ModelSpec
 
@@ -34,11 +35,13 @@ class ExplainOutcome:
     failed: dict[str, str]  # method -> one-line reason
     cam_layer: str | None
     seconds: float
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # method -> why the budget skipped it
 
     def summary(self) -> dict[str, Any]:
         return {
             "maps": str(self.maps_path) if self.maps_path else None,
             "failed": self.failed,
+            "skipped": self.skipped,
             "cam_layer": self.cam_layer,
             "seconds": round(self.seconds, 2),
             "metrics": self.metrics,
@@ -60,22 +63,68 @@ def probe_batch(bundle: Any, size: int, seed: int, device: torch.device) -> tupl
     return images, chosen, (masks[idx].cpu().numpy() if masks is not None else None)
 
 
+def budget_seconds(ec: Any, train_seconds: float | None) -> tuple[float | None, str]:
+    """(seconds a method may take, or None = no budget; the words saying so) from explainability.budget_share and
+    the trial's training time (sum of its epochs' train/epoch_time_s; unknown outside a training run)."""
+    share = ec.budget_share
+    if share is None:
+        return None, "off (explainability.budget_share is null)"
+    if not share > 0:
+        raise ConfigError(f"explainability.budget_share must be null or a positive number, got {share!r}")
+    if train_seconds is None or not train_seconds > 0:
+        return None, "not applied: no training time known (the model was not trained in this run)"
+    budget = share * train_seconds
+    return budget, f"{budget:.3g} s per method ({share:g} x {train_seconds:.3g} s of training)"
+
+
 def explain_trial(
-    model: nn.Module, spec: ModelSpec, bundle: Any, cfg: Config, seed: int, out_dir: Path, device: torch.device
+    model: nn.Module,
+    spec: ModelSpec,
+    bundle: Any,
+    cfg: Config,
+    seed: int,
+    out_dir: Path,
+    device: torch.device,
+    train_seconds: float | None = None,
 ) -> ExplainOutcome:
-    """Maps of every configured method for the probe set, their quality metrics, and an npz of the raw maps."""
+    """Maps of every configured method for the probe set, their quality metrics, and an npz of the raw maps.
+
+    Per method: `explain/<method>/seconds` and `peak_memory_mb` (its maps of the probe set) and `quality_seconds`
+    (scoring them, sanity check included). With explainability.budget_share and `train_seconds`, a method whose
+    predicted cost (one image timed, x probe images, x the explainer runs its scoring adds) exceeds that share of
+    the training time is skipped with the reason in `skipped`, unless it is listed in explainability.always.
+    """
     ec = cfg.explainability
     start = time.perf_counter()
+    budget_s, budget_words = budget_seconds(ec, train_seconds)
     from resomap.explain.cam import sweep_cam_spec
 
     spec = sweep_cam_spec(spec, cfg)  # models.cam_layer_policy: by default one CAM layer at every sweep resolution
     images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device)
+    probe_local = _probe_idx(bundle, ec.probe_size, seed)  # positions in the test split
+    splits = getattr(bundle, "splits", None) or {}
+    raw = np.asarray(splits["test"])[probe_local] if "test" in splits else probe_local  # raw dataset indices
     kw = {"spec": spec, "resolution": bundle.resolution, "cfg": ec, "min_cam_size": cfg.models.min_cam_size}
     cam_layer = _cam_layer_name(model, spec, bundle.resolution, cfg.models.min_cam_size)
-    maps, failed = explain_probe_set(model, images, targets, ec.methods, **kw)
+    checked = set(ec.sanity_methods)
+    extra = 1.0 if masks is not None else 0.0  # the random-weights maps of localisation
+    factor = {m: 1.0 + (ec.sanity_seeds if m in checked else extra) for m in ec.methods}
+    found = explain_probe_costed(
+        model, images, targets, ec.methods, budget_s=budget_s, always=ec.always, cost_factor=factor, **kw
+    )
+    maps, failed = found.maps, found.failed
     metrics: dict[str, float] = {}
+    for method, cost in found.costs.items():
+        metrics.update(cost.metrics(method))
+    metrics.update({f"explain/{m}/skipped": 1.0 for m in found.skipped})
+    try:
+        predictions = probe_predictions(model, images, targets, ec.batch_size)
+    except Exception as exc:  # e.g. a model whose output is not [B, classes]: the maps are still worth keeping
+        log.warning("probe predictions of %s not recorded: %s", spec.name, exc)
+        predictions = {}
     context = None  # the baselines every method is compared with, computed once for the probe set
     for method, method_maps in maps.items():
+        scoring = time.perf_counter()
         try:
             context = context or quality_context(model, images, targets.to(device), ec, masks)
             random_weights = None  # the method on the model with every weight re-drawn (first sanity seed)
@@ -95,6 +144,7 @@ def explain_trial(
             log.warning("quality metrics of %s failed: %s", method, failed[f"{method}/quality"])
             continue
         metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
+        metrics[f"explain/{method}/quality_seconds"] = time.perf_counter() - scoring
     meta = {
         "model": spec.name,
         "resolution": bundle.resolution,
@@ -102,14 +152,40 @@ def explain_trial(
         "cam_layer": cam_layer,
         "cam_layer_policy": spec.cam_layer_policy,
         "targets": targets.tolist(),
+        "index": [int(i) for i in raw],
+        "class_names": [str(c) for c in bundle.class_names],
+        **predictions,
         "failed": failed,
+        "skipped": found.skipped,
+        "budget": budget_words,
+        "costs": {m: dataclasses.asdict(c) for m, c in found.costs.items()},
         "methods": list(maps),
         **(context.meta() if context is not None else {}),
     }
-    arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[_probe_idx(bundle, ec.probe_size, seed)].cpu().numpy()})
+    arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[probe_local].cpu().numpy()})
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
     path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
-    return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start)
+    return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))
+
+
+def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
+    """What the model said about each probe image: `pred` (class), `prob` (its softmax probability) and
+    `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = torch.cat([model(images[i : i + batch_size]).float() for i in range(0, len(images), batch_size)])
+    finally:
+        model.train(was_training)
+    probs = torch.softmax(logits, dim=1).cpu()
+    pred = probs.argmax(dim=1)
+    true = targets.cpu().long()
+    return {
+        "pred": pred.tolist(),
+        "prob": [float(p) for p in probs.gather(1, pred[:, None])[:, 0]],
+        "true_prob": [float(p) for p in probs.gather(1, true[:, None])[:, 0]],
+    }
 
 
 def _cam_layer_name(model: nn.Module, spec: ModelSpec, resolution: int, min_size: int) -> str | None:

@@ -1,6 +1,6 @@
 """Model registry (torchvision, small CNNs, any `timm:<name>`), ModelSpec with resolution-aware CAM layers."""
 
-from resomap.models import small, zoo  # noqa: F401  (registers the built-in models)
+from resomap.models import segmentation, small, zoo  # noqa: F401  (registers the built-in models)
 from resomap.models.build import (
     ModelRow,
     build_model,
@@ -9,7 +9,7 @@ from resomap.models.build import (
     model_table,
     set_grad_checkpointing,
 )
-from resomap.models.registry import MODELS, families, list_models, register_model
+from resomap.models.registry import MODELS, families, list_models, model_task, register_model
 from resomap.models.spec import CamLayer, ModelSpec, unwrap
 from resomap.models.weights import adapt_input_conv_, load_pretrained
 
@@ -26,6 +26,7 @@ __all__ = [
     "list_models",
     "load_pretrained",
     "model_table",
+    "model_task",
     "register_model",
     "set_grad_checkpointing",
     "unwrap",

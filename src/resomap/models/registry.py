@@ -16,19 +16,29 @@ TIMM_PREFIX = "timm:"
 TIMM_FAMILY = "timm"  # the family of every `timm:<name>` model
 
 
-def register_model(name: str, *, family: str, cam_layers: Sequence[str]) -> Callable[[ModelFn], ModelFn]:
+def register_model(
+    name: str, *, family: str, cam_layers: Sequence[str], task: str = "classification"
+) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
-    `family` is any short word (it names the checkpoint folder: checkpoints/<family>/<model>/...)."""
+    `family` is any short word (it names the checkpoint folder: checkpoints/<family>/<model>/...). `task`:
+    classification (logits [B, K]) or segmentation (logits [B, K, r, r] at the input's size)."""
     if not family or not family.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"model '{name}': family must be a short word (letters, digits, - or _), got {family!r}")
     if not cam_layers:
         raise ValueError(f"model '{name}': give at least one CAM layer candidate")
-    return MODELS.register(name, family=family, cam_layers=tuple(cam_layers))
+    if task not in ("classification", "segmentation"):
+        raise ValueError(f"model '{name}': task must be classification or segmentation, got {task!r}")
+    return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task)
 
 
 def families() -> list[str]:
     """The families of the registered models (plus timm's), sorted."""
     return sorted({MODELS.meta(n)["family"] for n in MODELS.names()} | {TIMM_FAMILY})
+
+
+def model_task(name: str) -> str:
+    """classification or segmentation; `timm:<name>` models classify."""
+    return "classification" if is_timm_name(name) else str(MODELS.meta(name).get("task", "classification"))
 
 
 def list_models() -> list[str]:

@@ -1,9 +1,14 @@
 """run_benchmark: optimisation options side by side, throughput and memory per batch size, and cpu vs cuda.
 
 Every measurement runs on a private deep copy of the model, so the caller's model is never changed. Peak
-memory figures are the rise above what was held before the timed phase (model weights already on the
+memory figures are the rise above what was held before the warm-up calls (model weights already on the
 device): the CUDA allocator peak on GPU, sampled RSS on CPU (see memory.py); training peaks include
 gradients and AdamW state.
+
+Timing (profiling/timing.py): the options of --compare-opts are timed together in interleaved rounds (every
+option's inference and training step once per round, the order rotated), throughputs come from the median
+call, and each ratio to the baseline has the interval of its per-round ratios (`ratio_intervals`). A
+measurement that stays disturbed after its re-measurements is kept with noisy=True and the reasons.
 """
 
 from __future__ import annotations
@@ -35,7 +40,15 @@ from resomap.profiling.options import (
 )
 from resomap.profiling.profiler import PRECISIONS
 from resomap.profiling.report import num
-from resomap.profiling.timing import images_per_s, inference_step, time_calls, training_step
+from resomap.profiling.timing import (
+    Measurement,
+    NoisePolicy,
+    images_per_s,
+    inference_step,
+    measure,
+    ratio_interval,
+    training_step,
+)
 from resomap.runtime import autocast_dtype, describe_device
 
 log = logging.getLogger(__name__)
@@ -58,6 +71,10 @@ class BenchEntry:
     infer_peak_mb: float | None = None
     train_peak_mb: float | None = None
     ratios: dict[str, float] = field(default_factory=dict)  # options: vs baseline; devices: cuda / cpu
+    ratio_intervals: dict[str, list[float]] = field(default_factory=dict)  # options: [median, low, high] per round
+    noisy: bool = False  # still disturbed after the re-measurements (profiling/timing.py); `noise` says why
+    noise: list[str] = field(default_factory=list)
+    threads: int = 0  # torch intra-op threads on CPU (0 on CUDA)
 
 
 @dataclass
@@ -72,6 +89,7 @@ class BenchReport:
     torch_version: str
     device_names: dict[str, str] = field(default_factory=dict)
     entries: list[BenchEntry] = field(default_factory=list)
+    rounds: int = 5  # interleaved rounds per measurement
 
     def section(self, name: str) -> list[BenchEntry]:
         return [e for e in self.entries if e.section == name]
@@ -100,32 +118,86 @@ class _Case:
     precision: str
     iters: int
     warmup: int
+    rounds: int = 5
+    noise: NoisePolicy = field(default_factory=NoisePolicy)
 
 
-def _measure(model: nn.Module, option: BenchOption, device: torch.device, bs: int, case: _Case) -> dict[str, float]:
+@dataclass
+class _Built:
+    """One option ready to time: its calls (warmed up) and the memory peaks of the warm-up."""
+
+    infer: Any
+    train: Any | None
+    infer_peak_mb: float
+    train_peak_mb: float | None
+    keep: list = field(default_factory=list)  # the prepared models, alive while timed
+
+
+def _build(model: nn.Module, option: BenchOption, device: torch.device, bs: int, case: _Case) -> _Built:
     setup = option.setup
     amp = setup.amp_dtype or autocast_dtype(case.precision)
     fmt = torch.channels_last if setup.channels_last else torch.contiguous_format
     x = torch.randn(bs, case.in_channels, case.resolution, case.resolution, device=device)
     x = x.contiguous(memory_format=fmt)
     y = torch.randint(0, case.num_classes, (bs,), device=device)
-    out: dict[str, float] = {}
+    warm = max(1, case.warmup)
     with backend_flags(setup, device):
         net = prepare_model(copy.deepcopy(model).to(device).eval(), setup)
         with peak_increase(device) as mem:
             call = graphed_inference(net, x, amp) if setup.cuda_graphs else inference_step(net, x, amp)
-            secs = time_calls(call, device, warmup=case.warmup, iters=case.iters)
-        out.update(infer_images_per_s=images_per_s(bs, secs), infer_peak_mb=mem.bytes / MB)
-        del net, call
-        free_memory(device)
+            for _ in range(warm):
+                call()
+        built = _Built(_with_flags(call, setup, device), None, mem.bytes / MB, None, [net])
         if setup.cuda_graphs:  # inference-only option
-            return out
-        net = prepare_model(copy.deepcopy(model).to(device).train(), setup)
+            return built
+        tnet = prepare_model(copy.deepcopy(model).to(device).train(), setup)
         with peak_increase(device) as mem:
-            step = training_step(net, x, y, amp_dtype=amp, fused=setup.fused_adamw)
-            secs = time_calls(step, device, warmup=max(1, case.warmup), iters=case.iters)
-        out.update(train_images_per_s=images_per_s(bs, secs), train_peak_mb=mem.bytes / MB)
-        del net, step
+            step = training_step(tnet, x, y, amp_dtype=amp, fused=setup.fused_adamw)
+            for _ in range(warm):
+                step()
+        built.train, built.train_peak_mb = _with_flags(step, setup, device), mem.bytes / MB
+        built.keep.append(tnet)
+    return built
+
+
+def _with_flags(fn: Any, setup: Any, device: torch.device) -> Any:
+    """`fn` run under the option's process-wide backend flags, restored after each call, so options with and
+    without them can be timed in the same rounds."""
+    if not (setup.cudnn_benchmark_tf32 and device.type == "cuda"):
+        return fn
+
+    def call() -> Any:
+        with backend_flags(setup, device):
+            return fn()
+
+    return call
+
+
+def _timed(variants: dict[str, Any], device: torch.device, case: _Case) -> Measurement:
+    return measure(variants, device, iters=case.iters, warmup=0, rounds=case.rounds, policy=case.noise)
+
+
+def _noise_of(timed: Measurement, name: str) -> list[str]:
+    return [r for r in timed.reasons if r.startswith(f"{name}:") or r.startswith("oversubscribed")]
+
+
+def _measure(model: nn.Module, option: BenchOption, device: torch.device, bs: int, case: _Case) -> dict[str, Any]:
+    """One option at one batch size: inference and training step interleaved in rounds."""
+    built = _build(model, option, device, bs, case)
+    variants = {"infer": built.infer} | ({"train": built.train} if built.train is not None else {})
+    timed = _timed(variants, device, case)
+    for exc in timed.rounds.errors.values():
+        raise exc
+    out: dict[str, Any] = {
+        "infer_images_per_s": images_per_s(bs, timed.rounds.samples("infer")),
+        "infer_peak_mb": built.infer_peak_mb,
+        "noisy": timed.noisy,
+        "noise": list(timed.reasons),
+        "threads": timed.threads,
+    }
+    if built.train is not None:
+        out["train_images_per_s"] = images_per_s(bs, timed.rounds.samples("train"))
+        out["train_peak_mb"] = built.train_peak_mb
     return out
 
 
@@ -138,15 +210,22 @@ def _run(model: nn.Module, option: BenchOption, device: torch.device, bs: int, c
     try:
         for key, value in _measure(model, option, device, bs, case).items():
             setattr(entry, key, value)
-    except OptionUnsupported as exc:
-        entry.status, entry.reason = "skipped", str(exc)
     except Exception as exc:  # one failing option must not stop the others; the reason is reported
-        entry.status = "oom" if is_oom(exc) else "failed"
-        entry.reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
-        log.warning("bench %s on %s (batch %d) %s: %s", option.name, device.type, bs, entry.status, entry.reason)
+        _failed(entry, exc)
     finally:
         free_memory(device)
     return entry
+
+
+def _failed(entry: BenchEntry, exc: BaseException) -> None:
+    """Record why an option did not run: skipped (OptionUnsupported), oom or failed, with the first line."""
+    if isinstance(exc, OptionUnsupported):
+        entry.status, entry.reason = "skipped", str(exc)
+        return
+    entry.status = "oom" if is_oom(exc) else "failed"
+    entry.reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+    log.warning("bench %s on %s (batch %d) %s: %s", entry.option, entry.device, entry.batch_size, entry.status,
+                entry.reason)  # fmt: skip
 
 
 def _ratios(entry: BenchEntry, base: BenchEntry) -> dict[str, float]:
@@ -171,21 +250,61 @@ def _batch_sweep(model: nn.Module, device: torch.device, sizes: list[int], case:
 
 
 def _compare(
-    model: nn.Module, device: torch.device, options: list[BenchOption], bs: int, case: _Case, base: BenchEntry | None
+    model: nn.Module, device: torch.device, options: list[BenchOption], bs: int, case: _Case
 ) -> list[BenchEntry]:
-    entries = []
-    for option in options:
-        if option.name == "baseline" and base is not None:
-            entry = dataclasses.replace(base, section="options", ratios={})
-        else:
-            entry = _run(model, option, device, bs, case, "options")
-        entries.append(entry)
+    """Every option at batch `bs`, timed together in interleaved rounds (baseline first in the list)."""
+    entries = [BenchEntry("options", device.type, o.name, bs, "ok") for o in options]
+    built: dict[str, _Built] = {}
+    for option, entry in zip(options, entries):
+        reason = skip_reason(option, device)
+        if reason:
+            entry.status, entry.reason = "skipped", reason
+            continue
+        try:
+            built[option.name] = _build(model, option, device, bs, case)
+        except Exception as exc:
+            _failed(entry, exc)
+            free_memory(device)
+    variants: dict[str, Any] = {}
+    for name, b in built.items():
+        variants[f"{name}:infer"] = b.infer
+        if b.train is not None:
+            variants[f"{name}:train"] = b.train
+    timed = _timed(variants, device, case) if variants else None
+    for option, entry in zip(options, entries):
+        b = built.get(option.name)
+        if b is None or timed is None:
+            continue
+        errors = [e for k, e in timed.rounds.errors.items() if k.split(":")[0] == option.name]
+        if errors:
+            _failed(entry, errors[0])
+            continue
+        entry.infer_images_per_s = images_per_s(bs, timed.rounds.samples(f"{option.name}:infer"))
+        entry.infer_peak_mb = b.infer_peak_mb
+        if b.train is not None:
+            entry.train_images_per_s = images_per_s(bs, timed.rounds.samples(f"{option.name}:train"))
+            entry.train_peak_mb = b.train_peak_mb
+        entry.noise = _noise_of(timed, option.name)
+        entry.noisy, entry.threads = bool(entry.noise), timed.threads
+    built.clear()
+    free_memory(device)
     baseline = entries[0]
-    if baseline.status == "ok":
+    if baseline.status == "ok" and timed is not None:
         for entry in entries:
             if entry.status == "ok":
                 entry.ratios = _ratios(entry, baseline)
+                entry.ratio_intervals = _ratio_intervals(timed, entry.option, baseline.option)
     return entries
+
+
+def _ratio_intervals(timed: Measurement, name: str, base: str) -> dict[str, list[float]]:
+    """Throughput ratios option / baseline per round (baseline time / option time), median and interval."""
+    out = {}
+    for kind, key in (("infer", "infer_x"), ("train", "train_x")):
+        a, b = timed.rounds.round_medians(f"{base}:{kind}"), timed.rounds.round_medians(f"{name}:{kind}")
+        if a and b:
+            out[key] = ratio_interval(a, b).as_list()
+    return out
 
 
 def _device_ratios(report: BenchReport) -> list[BenchEntry]:
@@ -227,20 +346,23 @@ def run_benchmark(
     warmup: int = 5,
     options_batch_size: int | None = None,
     model_name: str | None = None,
+    rounds: int = 5,
+    noise: NoisePolicy | None = None,
 ) -> BenchReport:
     """Measure `model` per device: per batch size (baseline), then each option at `options_batch_size`
     (default: the largest batch size), with ratios to the baseline and cuda/cpu ratios per batch size."""
     if precision not in PRECISIONS:
         raise ConfigError(f"bench: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     sizes = sorted(set(batch_sizes))
-    if not sizes or sizes[0] < 1 or iters < 1 or warmup < 0 or resolution < 1:
-        raise ConfigError("bench: need batch sizes >= 1, iters >= 1, warmup >= 0 and resolution >= 1")
+    if not sizes or sizes[0] < 1 or iters < 1 or warmup < 0 or resolution < 1 or rounds < 1:
+        raise ConfigError("bench: need batch sizes >= 1, iters >= 1, rounds >= 1, warmup >= 0 and resolution >= 1")
     opts = [OPTIONS.get(n) for n in dict.fromkeys(["baseline", *options])]  # baseline first, no duplicates
     obs = options_batch_size or sizes[-1]
-    case = _Case(resolution, in_channels, num_classes, precision, iters, warmup)
+    case = _Case(resolution, in_channels, num_classes, precision, iters, warmup, rounds, noise or NoisePolicy())
     report = BenchReport(
         model_name or type(model).__name__, resolution, in_channels, precision, iters, warmup, obs, torch.__version__
     )
+    report.rounds = min(rounds, iters)
     for dev, unavailable in _devices(devices):
         if unavailable:
             report.entries.append(BenchEntry("devices", dev.type, "baseline", 0, "skipped", unavailable))
@@ -249,8 +371,16 @@ def run_benchmark(
         # untimed first pass: one-time allocations (autograd engine, thread pools) would inflate the first row
         _run(model, OPTIONS.get("baseline"), dev, sizes[0], dataclasses.replace(case, iters=1, warmup=0), "warm-up")
         report.entries += _batch_sweep(model, dev, sizes, case)
-        base = report.get("batch_sizes", dev.type, "baseline", obs)
-        report.entries += _compare(model, dev, opts, obs, case, base if base and base.status == "ok" else None)
+        if len(opts) > 1:  # the baseline alone is the batch sweep's row at the options batch size
+            report.entries += _compare(model, dev, opts, obs, case)
+        else:
+            base = report.get("batch_sizes", dev.type, "baseline", obs) or _run(
+                model, opts[0], dev, obs, case, "batch_sizes"
+            )
+            entry = dataclasses.replace(base, section="options", ratios={})
+            if entry.status == "ok":
+                entry.ratios = _ratios(entry, entry)
+            report.entries.append(entry)
     report.entries += _device_ratios(report)
     return report
 
@@ -283,6 +413,19 @@ def _figures(e: BenchEntry) -> list[str]:
     ]
 
 
+def _status(e: BenchEntry) -> str:
+    return f"{e.status} (noisy)" if e.noisy else e.status
+
+
+def _ratio(e: BenchEntry, key: str) -> str:
+    if not e.ratios:
+        return ""
+    ci = e.ratio_intervals.get(key)
+    if ci and e.option != "baseline":  # the per-round median with its interval (JSON `ratios`: pooled medians)
+        return f"{ci[0]:.2f}x [{ci[1]:.2f}, {ci[2]:.2f}]"
+    return num(e.ratios.get(key), ".2f", "x")
+
+
 def bench_table(report: BenchReport) -> str:
     """Plain-text tables of a BenchReport: options, batch sizes, cuda/cpu ratios, then skipped/failed reasons."""
     r = report
@@ -294,10 +437,14 @@ def bench_table(report: BenchReport) -> str:
     head = ["device", "option", "status", "infer img/s", "train img/s", "infer MB", "train MB"]
     opts = r.section("options")
     if opts:
-        lines += ["", f"options (batch {r.options_batch_size}; ratios vs baseline; MB = peak rise above weights)"]
+        lines += [
+            "",
+            f"options (batch {r.options_batch_size}; ratios vs baseline, [95% interval over {r.rounds} interleaved "
+            "rounds]; MB = peak rise above weights)",
+        ]
         rows = [
-            [e.device, e.option, e.status, *_figures(e)]
-            + [num(e.ratios.get(k), ".2f", "x") if e.ratios else "" for k in ("infer_x", "train_x", "train_mem_x")]
+            [e.device, e.option, _status(e), *_figures(e)]
+            + [_ratio(e, k) for k in ("infer_x", "train_x", "train_mem_x")]
             for e in opts
         ]
         lines += _grid([*head, "infer x", "train x", "train mem x"], rows)
@@ -306,7 +453,7 @@ def bench_table(report: BenchReport) -> str:
         lines += ["", "batch sizes (baseline)"]
         lines += _grid(
             ["device", "batch", "status", *head[3:]],
-            [[e.device, str(e.batch_size), e.status, *_figures(e)] for e in sizes],
+            [[e.device, str(e.batch_size), _status(e), *_figures(e)] for e in sizes],
         )
     ratios = [e for e in r.section("devices") if e.status == "ok"]
     if ratios:
@@ -324,6 +471,10 @@ def bench_table(report: BenchReport) -> str:
                 for e in ratios
             ],
         )
+    noisy = [e for e in r.entries if e.noisy]
+    if noisy:
+        lines += ["", "noisy (disturbed in every attempt; figures kept but not trustworthy)"]
+        lines += [f"  {e.device} {e.option} (batch {e.batch_size}): {'; '.join(e.noise)}" for e in noisy]
     notes = [e for e in r.entries if e.reason]
     if notes:
         lines += ["", "not measured"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,7 +18,15 @@ from resomap.config.schema import Config
 from resomap.errors import ConfigError, DeviceError
 from resomap.profiling.flops import count_ops
 from resomap.profiling.memory import MemoryStats, forward_memory
-from resomap.profiling.timing import LatencyStats, images_per_s, inference_step, time_calls, training_step
+from resomap.profiling.timing import (
+    LatencyStats,
+    NoisePolicy,
+    images_per_s,
+    inference_step,
+    measure,
+    torch_threads,
+    training_step,
+)
 from resomap.runtime import autocast_dtype, describe_device, resolve_device
 
 log = logging.getLogger(__name__)
@@ -48,6 +56,15 @@ class ModelProfile:
     inference_images_per_s: float
     train_images_per_s: float | None  # None when the model has no trainable parameters
     memory: MemoryStats
+    # How the timing went (profiling/timing.py): `noisy` when every attempt looked disturbed (the reasons say
+    # why); threads: torch intra-op threads of the kept attempt (0 on CUDA); others_cpu_cores: cores other
+    # processes kept busy meanwhile. Profiles written before these existed read back as quiet.
+    noisy: bool = False
+    noise_reasons: list[str] = field(default_factory=list)
+    attempts: int = 1
+    rounds: int = 1
+    threads: int = 0
+    others_cpu_cores: float | None = None
 
     @property
     def gmacs(self) -> float:
@@ -83,6 +100,7 @@ class ModelProfile:
                 out[f"{prefix}{key}"] = float(value)
 
         add("", self.as_dict())
+        out[f"{prefix}noisy"] = 1.0 if self.noisy else 0.0
         out[f"{prefix}gmacs"] = self.gmacs
         out[f"{prefix}gflops"] = self.gflops
         return out
@@ -102,7 +120,9 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
             p.requires_grad_(requires)
 
 
-def _check_args(resolution: int, in_channels: int, batch_size: int, precision: str, iters: int, warmup: int) -> None:
+def _check_args(
+    resolution: int, in_channels: int, batch_size: int, precision: str, iters: int, warmup: int, rounds: int = 1
+) -> None:
     if resolution < 1 or in_channels < 1 or batch_size < 1:
         raise ConfigError(
             f"profile: resolution, in_channels and batch_size must be >= 1, got {resolution}, {in_channels}, "
@@ -110,6 +130,8 @@ def _check_args(resolution: int, in_channels: int, batch_size: int, precision: s
         )
     if precision not in PRECISIONS:
         raise ConfigError(f"profile: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if rounds < 1:
+        raise ConfigError(f"profile: need rounds >= 1, got {rounds}")
     if iters < 1 or warmup < 0:
         raise ConfigError(f"profile: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
 
@@ -122,10 +144,9 @@ def _on_device(model: nn.Module, device: torch.device) -> nn.Module:
     return copy.deepcopy(model).to(device)
 
 
-def _train_throughput(
-    model: nn.Module, x: torch.Tensor, amp: torch.dtype | None, *, warmup: int, iters: int
-) -> float | None:
-    """Images/s of full training steps on a deep copy (so the caller's weights and optimizer state are untouched)."""
+def _train_step(model: nn.Module, x: torch.Tensor, amp: torch.dtype | None) -> Callable[[], None] | None:
+    """A full training step on a deep copy (the caller's weights and optimizer state are untouched), or None
+    when the model has nothing to train."""
     trainee = copy.deepcopy(model).train()
     if not any(p.requires_grad for p in trainee.parameters()):
         log.warning("model has no trainable parameters; training throughput not measured")
@@ -134,9 +155,7 @@ def _train_throughput(
         classes = trainee.eval()(x[:1]).shape[-1]
     trainee.train()
     y = torch.randint(0, classes, (x.shape[0],), device=x.device)
-    step = training_step(trainee, x, y, amp_dtype=amp)
-    seconds = time_calls(step, x.device, warmup=max(1, min(warmup, 3)), iters=iters)
-    return images_per_s(x.shape[0], seconds)
+    return training_step(trainee, x, y, amp_dtype=amp)
 
 
 def profile(
@@ -152,9 +171,16 @@ def profile(
     train_batch_size: int | None = None,
     train_iters: int | None = None,
     model_name: str | None = None,
+    rounds: int = 5,
+    noise: NoisePolicy | None = None,
 ) -> ModelProfile:
-    """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored."""
-    _check_args(resolution, in_channels, batch_size, precision, iters, warmup)
+    """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored.
+
+    Inference calls and training steps are timed in `rounds` interleaved rounds and re-measured while the
+    machine looks disturbed (`noise`, see profiling/timing.py); a figure no attempt measured cleanly comes back
+    with noisy=True and its reasons.
+    """
+    _check_args(resolution, in_channels, batch_size, precision, iters, warmup, rounds)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DeviceError("profile: device is cuda but no CUDA GPU is visible; pass device='cpu'")
@@ -165,12 +191,23 @@ def profile(
         net = _on_device(model, device)
         x = torch.randn(batch_size, in_channels, resolution, resolution, device=device)
         counts = count_ops(net, x[:1])
+        xt = torch.randn(train_bs, in_channels, resolution, resolution, device=device)
+        train = _train_step(net, xt, amp)
         net.eval()
         infer = inference_step(net, x, amp)
-        seconds = time_calls(infer, device, warmup=warmup, iters=iters)
+        variants: dict[str, Callable[[], object]] = {"inference": infer}
+        counts_per = {"inference": iters}
+        warm = {"inference": warmup}
+        if train is not None:
+            variants["training"] = train
+            counts_per["training"] = train_iters or iters
+            warm["training"] = max(1, min(warmup, 3))
+        timed = measure(variants, device, iters=counts_per, warmup=warm, rounds=rounds, policy=noise or NoisePolicy())
+        for exc in timed.rounds.errors.values():
+            raise exc
+        seconds = timed.rounds.samples("inference")
+        train_ips = images_per_s(train_bs, timed.rounds.samples("training")) if train is not None else None
         memory = forward_memory(net, infer, device)
-        xt = torch.randn(train_bs, in_channels, resolution, resolution, device=device)
-        train_ips = _train_throughput(net, xt, amp, warmup=warmup, iters=train_iters or iters)
     result = ModelProfile(
         model_name=model_name or type(model).__name__,
         resolution=resolution,
@@ -178,7 +215,7 @@ def profile(
         batch_size=batch_size,
         train_batch_size=train_bs,
         device=str(device),
-        device_name=describe_device(device),
+        device_name=_device_name(device, timed.threads),
         precision=precision,
         torch_version=torch.__version__,
         params_total=sum(p.numel() for p in params),
@@ -190,7 +227,15 @@ def profile(
         inference_images_per_s=images_per_s(batch_size, seconds),
         train_images_per_s=train_ips,
         memory=memory,
+        noisy=timed.noisy,
+        noise_reasons=list(timed.reasons),
+        attempts=timed.attempts,
+        rounds=len(timed.rounds.calls["inference"]),
+        threads=timed.threads,
+        others_cpu_cores=round(timed.others_cores, 3) if device.type == "cpu" else None,
     )
+    if timed.noisy:
+        log.warning("profile of %s @ %d px is noisy: %s", result.model_name, resolution, "; ".join(timed.reasons))
     log.info(
         "profiled %s @ %d px: %.2f GMACs, %.2f ms median",
         result.model_name,
@@ -199,6 +244,19 @@ def profile(
         result.latency.median_ms,
     )
     return result
+
+
+def _device_name(device: torch.device, threads: int) -> str:
+    """describe_device, with the thread count the kept attempt ran with (a retry may have lowered it)."""
+    with torch_threads(threads or None):
+        return describe_device(device)
+
+
+def noise_policy(cfg: Config) -> NoisePolicy:
+    """The interference policy of cfg.profiling (retries, spread threshold); threads adapt only when
+    system.threads is auto (0): a fixed thread count is measured as set."""
+    pc = cfg.profiling
+    return NoisePolicy(pc.spread_threshold, pc.retries, adapt_threads=cfg.system.threads == 0)
 
 
 def profile_by_name(
@@ -223,6 +281,8 @@ def profile_by_name(
         "warmup": pc.warmup,
         "iters": pc.iters,
         "precision": cfg.system.precision,
+        "rounds": pc.rounds,
+        "noise": noise_policy(cfg),
     }
     kwargs.update(overrides)
     dev = torch.device(device) if device is not None else resolve_device(cfg.system)

@@ -6,6 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 from resomap.atomic import write_text
 from resomap.profiling.profiler import ModelProfile
@@ -15,6 +16,22 @@ def num(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return f"{value:{fmt}}{unit}"
+
+
+def _interval(lat: Any) -> str:
+    if lat.median_low_ms is None or lat.median_high_ms is None:
+        return ""
+    return f" [{lat.median_low_ms:.3f}, {lat.median_high_ms:.3f}]"
+
+
+def _timing(p: ModelProfile) -> str:
+    """How the figures were taken, and NOISY with the reasons when no attempt was clean."""
+    threads = f", {p.threads} torch thread(s)" if p.threads else ""
+    others = f", other processes {p.others_cpu_cores:.1f} cores" if p.others_cpu_cores is not None else ""
+    text = f"{p.rounds} interleaved round(s), {p.attempts} attempt(s){threads}{others}"
+    if p.noisy:
+        text += f"; NOISY (disturbed in every attempt): {'; '.join(p.noise_reasons)}"
+    return text
 
 
 def print_profiling_report(profile: ModelProfile) -> str:
@@ -29,9 +46,10 @@ def print_profiling_report(profile: ModelProfile) -> str:
         ("FLOPs / (2 MACs)", num(p.flops_to_2macs, ".3f")),
         (
             f"latency (batch {p.batch_size})",
-            f"median {lat.median_ms:.3f} ms, p90 {lat.p90_ms:.3f}, p99 {lat.p99_ms:.3f}, "
-            f"mean {lat.mean_ms:.3f} +- {lat.std_ms:.3f} ms over {lat.iters} calls",
+            f"median {lat.median_ms:.3f} ms{_interval(lat)}, IQR {lat.iqr_ms:.3f}, p90 {lat.p90_ms:.3f}, "
+            f"p99 {lat.p99_ms:.3f}, mean {lat.mean_ms:.3f} +- {lat.std_ms:.3f} ms over {lat.iters} calls",
         ),
+        ("timing", _timing(p)),
         ("inference", f"{num(p.inference_images_per_s, '.1f')} images/s"),
         (f"training (batch {p.train_batch_size})", f"{num(p.train_images_per_s, '.1f')} images/s (fwd+bwd+AdamW)"),
         ("weights memory", f"{mem.weights_mb:.1f} MB"),

@@ -233,9 +233,12 @@ def pareto_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
             ax.errorbar(
                 x, y, yerr=yerr, xerr=np.nan_to_num(xstd), fmt="o", ms=4, capsize=2, lw=1, label=model, color=colour
             )
+            noisy = np.array([bool(r.get("profile_noisy")) for r in rs])
+            if noisy.any():  # disturbed latency: an open marker around the point
+                ax.scatter(x[noisy], y[noisy], s=90, facecolors="none", edgecolors=colour, lw=1, ls=":")
             for r, xi, yi in zip(rs, x, y):
                 ax.annotate(
-                    f"{r['resolution']}",
+                    f"{r['resolution']}{'?' if r.get('profile_noisy') else ''}",
                     (xi, yi),
                     fontsize=7,
                     xytext=(4, 3),
@@ -258,9 +261,12 @@ def pareto_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
             notes.append(f"accuracy: {level:.0%} CI over test images")
         if any_std:
             notes.append("latency: ± 1 std across seeds")
+        caption = ["error bars: " + "; ".join(notes)] if notes else []
+        if any(r.get("profile_noisy") for r in pts):
+            caption.append("circled, '?': latency measured on a disturbed machine (noisy)")
         ax.legend(handles, labels, loc="lower right")
-        if notes:
-            ax.text(0.0, -0.2, "error bars: " + "; ".join(notes), transform=ax.transAxes, fontsize=7, va="top")
+        if caption:
+            ax.text(0.0, -0.2, "\n".join(caption), transform=ax.transAxes, fontsize=7, va="top")
         fig.tight_layout()
     return fig
 
@@ -299,6 +305,37 @@ def cross_resolution_heatmap(model: str, rows: list[dict[str, Any]]) -> plt.Figu
     return fig
 
 
+def explain_cost_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
+    """Explanation seconds per method vs resolution: a panel per model, a line per method (the rows'
+    `explain_seconds/<method>` columns, mean over seeds); log scale when the times span more than 20x."""
+    prefix = "explain_seconds/"
+    by_model = {
+        m: rs for m, rs in _by_model(rows).items() if any(k.startswith(prefix) and _f(r[k]) > 0 for r in rs for k in r)
+    }
+    if not by_model:
+        return None
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(by_model), figsize=(3.4 * len(by_model), 2.8), squeeze=False)
+        for ax, (model, rs) in zip(axes[0], by_model.items()):
+            methods = sorted({k[len(prefix) :] for r in rs for k in r if k.startswith(prefix)})
+            values = []
+            for i, method in enumerate(methods):
+                pts = [(r["resolution"], _f(r.get(prefix + method))) for r in rs]
+                pts = [(x, y) for x, y in pts if math.isfinite(y) and y > 0]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=method, color=f"C{i % 10}")
+                    values += [y for _, y in pts]
+            _resolution_axis(ax, rs)
+            if values and max(values) / min(values) > 20:
+                ax.set_yscale("log")
+            ax.set_ylabel("seconds for the probe set")
+            ax.set_title(model)
+            ax.legend(loc="best")
+        fig.suptitle("explanation seconds per method vs resolution")
+        fig.tight_layout()
+    return fig
+
+
 def sweep_figures(
     rows: list[dict[str, Any]],
     out_dir: Path,
@@ -317,6 +354,7 @@ def sweep_figures(
         ("accuracy_vs_resolution", quality_figure(rows, paired, recommendations)),
         ("cost_vs_resolution", metric_vs_resolution(rows, cost, "inference cost vs input resolution")),
         ("pareto_accuracy_latency", pareto_figure(rows)),
+        ("explain_cost_vs_resolution", explain_cost_figure(rows)),
     ):
         if fig is not None:
             written += save(fig, out_dir, stem)

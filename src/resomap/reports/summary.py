@@ -147,12 +147,38 @@ def _rows(records: list[TrialRecord], cfg: StatsConfig) -> list[dict[str, Any]]:
             row[name] = float(finite.mean()) if finite.size else None
             row[f"{name}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else None
         note = intervals.pop("note")
+        noisy = sum(bool((m.get("profile") or {}).get("noisy")) for m in results)
+        row["profile_noisy"] = noisy > 0  # a profile's timing stayed disturbed: its latency/throughput are suspect
+        if noisy:
+            mark = f"latency/throughput noisy ({noisy} of {len(results)} profiles disturbed; see profile.json)"
+            note = f"{note}; {mark}" if note else mark
         row.update(intervals)
         row["recommended"] = False
         row["note"] = note
         row["cross_resolution"] = _mean_cross(results)
+        row.update(explain_costs(results))
         rows.append(row)
     return rows
+
+
+EXPLAIN_COST = {"seconds": "explain_seconds", "peak_memory_mb": "explain_peak_memory_mb"}  # metric -> column prefix
+
+
+def explain_costs(results: list[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Each explanation method's cost at this model x resolution, mean over seeds: `explain_seconds/<method>` (wall
+    time of its maps of the probe set) and `explain_peak_memory_mb/<method>` from the trials' explain metrics
+    (`explain/<method>/seconds`, `.../peak_memory_mb`); absent for results written before costs were kept."""
+    acc: dict[str, list[float]] = {}
+    for result in results:
+        for key, value in ((result.get("explain") or {}).get("metrics") or {}).items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "explain" and parts[2] in EXPLAIN_COST:
+                acc.setdefault(f"{EXPLAIN_COST[parts[2]]}/{parts[1]}", []).append(_get({"v": value}, ("v",)))
+    out: dict[str, float | None] = {}
+    for column, values in sorted(acc.items()):
+        finite = [v for v in values if math.isfinite(v)]
+        out[column] = float(np.mean(finite)) if finite else None
+    return out
 
 
 def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
@@ -241,6 +267,9 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     for name, text in files.items():
         write_text(out_dir / name, text)
         paths.append(out_dir / name)
+    from resomap.reports.seg_summary import write_seg_summary  # segmentation trials: mIoU / boundary F1 tables
+
+    paths += write_seg_summary(summary.trials, summary.stats, out_dir)
     return paths
 
 

@@ -60,10 +60,10 @@ def local(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress,
     """Trials one after another in this process."""
     results = []
     for trial in trials:
-        report(progress.line(trial.name))
         start = time.perf_counter()
         result = run_trial(trial, tracker=tracker, parent_run_id=parent_run_id)
         progress.record(result, time.perf_counter() - start)
+        report(progress.trial_line(result, time.perf_counter() - start))
         results.append(result)
     return results
 
@@ -82,7 +82,6 @@ def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, prog
         for gpu in gpus:
             if gpu not in running and queue:
                 trial = queue.pop(0)
-                report(progress.line(f"{trial.name} on GPU {gpu}"))
                 running[gpu] = (trial, _spawn(trial, parent_run_id, gpu), time.perf_counter())
         for gpu, (trial, proc, start) in list(running.items()):
             if proc.poll() is None:
@@ -90,6 +89,7 @@ def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, prog
             del running[gpu]
             result = _collect(trial, proc)
             progress.record(result, time.perf_counter() - start)
+            report(progress.trial_line(result, time.perf_counter() - start) + f" (GPU {gpu})")
             results.append(result)
         time.sleep(0.5)
     return results
@@ -200,7 +200,7 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
                 cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the task's own exception
                 result = _lost(trial, f"Ray task failed: {type(cause).__name__}: {cause}".splitlines()[0])
             progress.record(result, time.perf_counter() - start)
-            report(progress.line())
+            report(progress.trial_line(result, time.perf_counter() - start))
             results.append(result)
     finally:
         if started_here:

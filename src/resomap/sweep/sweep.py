@@ -71,6 +71,17 @@ class Progress:
         else:
             self.failed += 1
 
+    def trial_line(self, result: TrialResult, seconds: float) -> str:
+        """The one line a finished trial gets (after `record`): its outcome, headline figures and the progress."""
+        if result.status == "FINISHED":
+            figures = [f"test accuracy {result.test['test/accuracy']:.3f}"] if "test/accuracy" in result.test else []
+            if result.profile is not None and result.profile.latency_median_ms is not None:
+                figures.append(f"latency {result.profile.latency_median_ms:.2f} ms")
+            what = ", ".join(figures) or "finished"
+        else:
+            what = f"FAILED: {result.error}"
+        return f"{self.line()} | {result.name} in {seconds:.0f} s: {what}"
+
 
 def run_sweep(
     cfg: Config,
@@ -258,14 +269,19 @@ def _summarise(
     so publishing again is harmless). ``trials`` locate each result's folder (default: the sweep's plan)."""
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.stages import compare_stage
+    from resomap.tracking.publish import log_metric_points, publish_sweep_images, resolution_points
 
     folders = trial_folders(trials if trials is not None else plan(cfg, check=False))
     summary = build_summary(results, folders, cfg.stats)
     tables = write_summary(summary, out_dir)
     figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
     comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
+    page = _report(out_dir)
+    figures += [page] if page else []
     if parent is None:
         return figures + comparison.files
+    if page:
+        tracker.log_artifact(parent, page)
     for path in tables:
         tracker.log_artifact(parent, path, "summary")
     for path in figures:
@@ -287,7 +303,23 @@ def _summarise(
             if row.get(key) is not None:
                 metrics[f"{key}/{where}"] = row[key]
     _log_changed(tracker, parent, metrics, tags)
+    log_metric_points(tracker, parent, resolution_points(summary.rows, comparison.matrices))
+    shown = {}  # the first seed of each (model, resolution) in the parent's image grid
+    for (model, resolution, _seed), folder in sorted(trial_folders(trials or plan(cfg, check=False)).items()):
+        shown.setdefault((model, resolution), folder)
+    publish_sweep_images(tracker, parent, shown)
     return figures + comparison.files
+
+
+def _report(out_dir: Path) -> Path | None:
+    """The sweep's one-page HTML report (report.html beside the summary); a failure is logged, never fatal."""
+    try:
+        from resomap.reports.html import write_report
+
+        return write_report(out_dir)
+    except Exception as exc:
+        log.warning("HTML report not written: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def headline(summary: Any) -> dict[str, str]:

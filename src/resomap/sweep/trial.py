@@ -105,6 +105,10 @@ def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
         for part in parents:
             node = node[part]
         node.pop(leaf, None)
+    if tree["experiment"].pop("task", "classification") == "classification":
+        tree.pop("segmentation", None)  # classification keys stay what they were before the task axis
+    else:
+        tree["experiment"]["task"] = "segmentation"
     tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
     text = json.dumps(tree, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -138,6 +142,8 @@ class TrialResult:
     predictions: str | None = None  # per-test-image records beside result.json (resomap.records), when written
     # versions of python and the libraries, the platform and the device this result was computed with
     environment: dict[str, str | None] = dataclasses.field(default_factory=current_environment)
+    # what it was trained on: name, options, digest of the images and splits, split sizes, classes (data_record)
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def apply(self, evaluation: Evaluation) -> None:
         """Take the test, cross-resolution, profile and explanation results of resomap.stages.evaluate_trained."""
@@ -233,6 +239,7 @@ def run_trial(
     prepared, early = None, None
     try:
         prepared = _prepare(trial, trial.cfg, device)
+        result.data = data_record(prepared.bundle)
     except Exception as exc:
         if reraise and isinstance(exc, ResoMapError):
             raise
@@ -260,6 +267,27 @@ def run_trial(
         result.save(trial.summary_dir)
         _publish(trial, result, tracker, parent_run_id, prepared)
     return result
+
+
+def data_record(bundle: Any) -> dict[str, Any]:
+    """What a trial trained on, for result.json and MLflow's dataset inputs: the dataset and its options, a digest
+    of the classes and of the raw-image indices of each split (same digest = same images in the same splits, at
+    any resolution), and the split sizes."""
+    import numpy as np
+
+    h = hashlib.sha256(json.dumps([bundle.dataset, bundle.variant, list(bundle.class_names)]).encode())
+    for split in sorted(bundle.splits):
+        h.update(split.encode())
+        h.update(np.asarray(bundle.splits[split], dtype=np.int64).tobytes())
+    return {
+        "name": bundle.dataset,
+        "options": bundle.variant,
+        "digest": h.hexdigest()[:12],
+        "splits": {split: len(bundle.splits[split]) for split in sorted(bundle.splits)},
+        "classes": list(bundle.class_names),
+        "channels": int(bundle.channels),
+        "data_seed": int(bundle.data_seed),
+    }
 
 
 def _publish(trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any) -> None:
@@ -337,6 +365,12 @@ def _prepare(trial: Trial, cfg: Config, device: Any) -> _Prepared:
     from resomap import models as models_pkg
     from resomap.runtime import seed_everything
 
+    found = models_pkg.model_task(models_pkg.canonical_name(trial.model))
+    if found != cfg.experiment.task:  # `train --model` and include pairs bypass sweep.models' config check
+        raise ConfigError(
+            f"{trial.model} is a {found} model but experiment.task is {cfg.experiment.task}; "
+            f"pick a {cfg.experiment.task} model (resomap models) or set experiment.task={found}"
+        )
     bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
     seed_everything(trial.seed)  # weight init must not depend on what ran before in this process
     model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)

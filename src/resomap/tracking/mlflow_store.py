@@ -33,6 +33,32 @@ HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT
 PERMANENT_ERRORS = frozenset(
     {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "BAD_REQUEST"}
 )
+# MLflow 3's UI opens an experiment on its GenAI overview unless this tag names the kind; "custom_model_development"
+# is the value its UI uses for model training (the runs table with the chart view).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# The runs table's columns a resolution study reads first, as an MLflow shared view (the UI's own mechanism: an
+# experiment tag mlflow.sharedViewState.<key> opened with ?viewStateShareKey=<key>); `resomap ui` prints its link.
+VIEW_KEY = "resomap"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+VIEW_COLUMNS = (
+    "params.`model`",
+    "params.`resolution`",
+    "params.`seed`",
+    "params.`dataset`",
+    "metrics.`test/accuracy`",
+    "metrics.`test/macro_f1`",
+    "metrics.`profile/latency_p50_ms`",
+    "metrics.`profile/peak_memory_mb`",
+)
+
+
+def experiment_tags() -> dict[str, str]:
+    """The tags every experiment ResoMap logs to carries: its kind (model training) and the runs-table view."""
+    import json
+
+    view = {"selectedColumns": list(VIEW_COLUMNS), "orderByKey": "attributes.start_time", "orderByAsc": False}
+    return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG: json.dumps(view)}
 
 
 class TrackingUnavailable(RuntimeError):
@@ -120,11 +146,16 @@ class Tracker:
             return None
 
     def _experiment_id(self) -> str:
+        """The experiment's id (created when missing), tagged as model training so the UI opens on its runs."""
         exp = self.client.get_experiment_by_name(self.experiment_name)
-        if exp is not None:
-            return exp.experiment_id
-        location = artifact_root(self.cfg) if self.uri.startswith("sqlite:") else None
-        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+        if exp is None:
+            location = artifact_root(self.cfg) if self.uri.startswith("sqlite:") else None
+            tags = experiment_tags()
+            return self.client.create_experiment(self.experiment_name, artifact_location=location, tags=tags)
+        for key, value in experiment_tags().items():  # an experiment made before ResoMap tagged it, or by hand
+            if exp.tags.get(key) != value:
+                self.client.set_experiment_tag(exp.experiment_id, key, value)
+        return exp.experiment_id
 
     # ---------------------------------------------------------------- runs
     def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> str:
@@ -203,9 +234,36 @@ class Tracker:
     def log_figure(self, run_id: str, figure: Any, artifact_file: str) -> None:
         self._soft("log figure", self.client.log_figure, run_id, figure, artifact_file)
 
+    def log_image(self, run_id: str, image: Any, key: str, step: int) -> None:
+        """A step-indexed image (MLflow's image grid and its step slider; ResoMap's step is the resolution)."""
+        self._soft("log image", self.client.log_image, run_id, image, key=key, step=int(step), synchronous=True)
+
+    def log_inputs(self, run_id: str, datasets: list[tuple[Any, str]]) -> None:
+        """(mlflow.data Dataset, context) pairs as the run's inputs: the table's Dataset column."""
+        from mlflow.entities import DatasetInput, InputTag
+
+        inputs = [
+            DatasetInput(ds._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])
+            for ds, context in datasets
+        ]
+        if inputs:
+            self._soft("log inputs", self.client.log_inputs, run_id, datasets=inputs)
+
     def log_model(self, run_id: str, model: Any, example: Any, name: str = "model") -> None:
-        """mlflow.pytorch.log_model in pickle format (the pt2 default reloads the model without eval mode)."""
-        self._soft("log model", self._log_model, run_id, model, example, name)
+        """mlflow.pytorch.log_model in MLflow's pt2 format (torch.export): a graph and weights, no pickle, so loading
+        it runs no stored code (as checkpoints load with weights_only=True). Exported in eval mode, it computes in
+        eval mode when reloaded. A model torch.export cannot capture is not logged: the run gets a
+        `resomap.model_not_logged` tag with the reason, and the checkpoint stays the trained model's record."""
+        try:
+            self._call("log model", self._log_model, run_id, model, example, name)
+        except Exception as exc:
+            msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            if _export_error(exc):
+                log.warning("model of run %s not logged: torch.export failed (%s)", run_id, msg)
+                self.set_tags(run_id, {"resomap.model_not_logged": msg})
+                return
+            log.warning("MLflow gave up on log model: %s", msg)
+            self.failures.append(f"log model: {msg}")
 
     def _log_model(self, run_id: str, model: Any, example: Any, name: str) -> None:
         import mlflow
@@ -213,16 +271,21 @@ class Tracker:
 
         previous = mlflow.get_tracking_uri()
         mlflow.set_tracking_uri(self.uri)
+        # without pip in the environment (uv venvs) MLflow warns on every model that it cannot read pip's version
+        env_log = logging.getLogger("mlflow.utils.environment")
+        level = env_log.level
+        env_log.setLevel(logging.ERROR)
         try:
             with mlflow.start_run(run_id=run_id):
                 mlflow.pytorch.log_model(
-                    model,
+                    model.eval(),
                     name=name,
                     input_example=example,
-                    serialization_format="pickle",
+                    serialization_format="pt2",
                     pip_requirements=["torch", "torchvision", "timm"],
                 )
         finally:
+            env_log.setLevel(level)
             mlflow.set_tracking_uri(previous)
 
 
@@ -258,7 +321,7 @@ class NullTracker:
         return None
 
     end_run = reopen_run = log_params = log_metrics = set_tags = _nothing
-    log_artifact = log_text = log_figure = log_model = _nothing
+    log_artifact = log_text = log_figure = log_model = log_image = log_inputs = _nothing
 
 
 def make_tracker(cfg: Config) -> Tracker | NullTracker:
@@ -268,7 +331,16 @@ def make_tracker(cfg: Config) -> Tracker | NullTracker:
 
 def _permanent(exc: Exception) -> bool:
     """An error in the request itself (MLflow's 4xx codes), not in reaching the store."""
-    return getattr(exc, "error_code", None) in PERMANENT_ERRORS
+    return getattr(exc, "error_code", None) in PERMANENT_ERRORS or _export_error(exc)
+
+
+def _export_error(exc: BaseException) -> bool:
+    """torch.export could not capture the model (an error of torch, not of the store): retrying cannot help."""
+    while exc is not None:
+        if type(exc).__module__.split(".")[0] == "torch":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def is_number(value: Any) -> bool:

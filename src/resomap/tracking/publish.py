@@ -30,6 +30,12 @@ TRIAL_KEY_TAG = "resomap.trial_key"
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
 ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
+# plain names for the figures a reader sorts the runs table by (the profile's own JSON keeps its field names)
+HEADLINE_NAMES = {
+    "profile/latency_median_ms": "profile/latency_p50_ms",
+    "profile/memory_peak_mb": "profile/peak_memory_mb",
+}
+PROBE_IMAGE_SIZE = 128  # px of the probe maps logged as MLflow images (any trial resolution, one size)
 
 
 class PublishTrial(Protocol):
@@ -49,17 +55,21 @@ class PublishTrial(Protocol):
 
 
 def trial_params(cfg: Config, model: str, family: str, resolution: int, seed: int) -> dict[str, Any]:
-    """The params of a trial's run: its resolved config (without sweep.*) plus what identifies the trial."""
+    """The params of a trial's run: its resolved config (without sweep.*) plus what identifies the trial under
+    plain names (model, family, resolution, seed, dataset: columns of MLflow's runs table)."""
     params: dict[str, Any] = {k: v for k, v in flatten(cfg).items() if not k.startswith("sweep.")}
-    params.update({"model": model, "family": family, "resolution": resolution, "seed": seed})
+    params.update(
+        {"model": model, "family": family, "resolution": resolution, "seed": seed, "dataset": cfg.data.dataset}
+    )
     return params
 
 
-def trial_tags(key: str, data: Mapping[str, Any]) -> dict[str, Any]:
+def trial_tags(key: str, data: Mapping[str, Any], cfg: Config) -> dict[str, Any]:
     return {
         TRIAL_KEY_TAG: key,
         "resomap.kind": "trial",
         **{k: data[k] for k in ("model", "family", "resolution", "seed")},
+        "dataset": cfg.data.dataset,
         **{f"resomap.env.{k}": v for k, v in (data.get("environment") or {}).items() if v},  # versions, device
     }
 
@@ -74,7 +84,7 @@ def open_run(tracker: Any, trial: PublishTrial, data: Mapping[str, Any], parent_
             tracker.reopen_run(run_id)
             log.info("reusing MLflow run %s for %s", run_id, trial.name)
         return run_id
-    run_id = tracker.start_run(trial.name, tags=trial_tags(trial.key, data), parent_run_id=parent_run_id)
+    run_id = tracker.start_run(trial.name, tags=trial_tags(trial.key, data, trial.cfg), parent_run_id=parent_run_id)
     params = trial_params(trial.cfg, data["model"], data.get("family", ""), data["resolution"], data["seed"])
     tracker.log_params(run_id, params)
     return run_id
@@ -117,7 +127,7 @@ def publish(
 
 def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, Any], parent: str | None) -> None:
     run_id = run.info.run_id
-    tags = trial_tags(trial.key, data)
+    tags = trial_tags(trial.key, data, trial.cfg)
     if parent and run.data.tags.get("mlflow.parentRunId") != parent:
         tags["mlflow.parentRunId"] = parent  # trained while the parent could not be reached
     if data.get("status") != "FINISHED":
@@ -138,7 +148,9 @@ def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, An
     if missing:
         tracker.log_params(run_id, missing)
     _log_metrics_once(tracker, run, metric_points(data, trial.summary_dir))
-    _log_files(tracker, run_id, trial, data)
+    _log_inputs(tracker, run, trial, data)
+    have = _log_files(tracker, run_id, trial, data)
+    _log_probe_images(tracker, run_id, trial.summary_dir, int(data["resolution"]), have)
 
 
 def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, float]]:
@@ -158,7 +170,8 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
     if data.get("profile") and (folder / "profile.json").is_file():
         from resomap.profiling import load_profile
 
-        flat.update(load_profile(folder / "profile.json").as_metrics())
+        profile = load_profile(folder / "profile.json").as_metrics()
+        flat.update({HEADLINE_NAMES.get(k, k): v for k, v in profile.items()})
     for key, value in flat.items():
         if is_number(value):
             points.setdefault(key, {})[0] = float(value)
@@ -180,9 +193,10 @@ def _log_metrics_once(tracker: Any, run: Any, points: dict[str, dict[int, float]
         tracker.log_metrics(run_id, metrics, step=step)
 
 
-def _log_files(tracker: Any, run_id: str, trial: PublishTrial, data: Mapping[str, Any]) -> None:
+def _log_files(tracker: Any, run_id: str, trial: PublishTrial, data: Mapping[str, Any]) -> set[str]:
     """The summary folder's files (figures under figures/, maps under explanations/, the profile under profile/)
-    and the best checkpoint under checkpoints/; a file the run holds already is not sent again."""
+    and the best checkpoint under checkpoints/; a file the run holds already is not sent again. Returns the
+    artifact paths the run held before."""
     have = tracker.artifact_paths(run_id)
     for path in sorted(trial.summary_dir.iterdir()) if trial.summary_dir.is_dir() else []:
         if not path.is_file() or path.name == "result.json" or path.name.endswith("tmp"):
@@ -198,6 +212,83 @@ def _log_files(tracker: Any, run_id: str, trial: PublishTrial, data: Mapping[str
         and f"checkpoints/{Path(best).name}" not in have
     ):
         tracker.log_artifact(run_id, best, "checkpoints")
+    return have
+
+
+def _log_inputs(tracker: Any, run: Any, trial: PublishTrial, data: Mapping[str, Any]) -> None:
+    """The dataset as the run's input (MLflow's dataset API: the runs table's Dataset column): name, digest of its
+    images and splits, its options as the source, and the split sizes and classes as its profile. Logged once."""
+    record = data.get("data") or {}
+    inputs = getattr(run, "inputs", None)
+    if not record or (inputs is not None and inputs.dataset_inputs):
+        return
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    class ProfiledDataset(MetaDataset):
+        """A dataset known by its description (the images stay where they are) with a profile."""
+
+        def __init__(self, source: Any, name: str, digest: str, profile: dict[str, Any]):
+            super().__init__(source, name=name, digest=digest)
+            self._profile = profile
+
+        @property
+        def profile(self) -> dict[str, Any]:
+            return self._profile
+
+        def to_dict(self) -> dict[str, str]:
+            return {**super().to_dict(), "profile": json.dumps(self._profile)}
+
+    source = CodeDatasetSource(
+        {
+            "dataset": trial.cfg.data.dataset,
+            "options": record.get("options") or "",
+            "data_seed": str(record.get("data_seed", "")),
+        }
+    )
+    sizes = record.get("splits") or {}
+    profile = {**{f"{split}_images": n for split, n in sizes.items()}, "classes": record.get("classes") or []}
+    dataset = ProfiledDataset(source, record["name"], record["digest"], profile)
+    tracker.log_inputs(run.info.run_id, [(dataset, "train")])
+
+
+def probe_image_key(method: str, position: int) -> str:
+    """The MLflow image key of one probe image's map (step = the trial's resolution)."""
+    return f"probe/{method}/{position:02d}"
+
+
+def _log_probe_images(tracker: Any, run_id: str, folder: Path, resolution: int, have: set[str]) -> None:
+    """Each probe image's map of each method as an MLflow image at step = resolution, with the prediction in the
+    explanation figures; images the run holds at this step are not logged again."""
+    from resomap.explain.run import MAPS_FILE
+
+    maps = folder / MAPS_FILE
+    if not maps.is_file():
+        return
+    try:
+        from resomap.explain.figures import probe_overlays
+
+        overlays = probe_overlays(maps, size=PROBE_IMAGE_SIZE)
+    except Exception as exc:  # unreadable maps: the figures and npz artifacts still hold them
+        log.warning("probe images of %s not logged: %s", folder, exc)
+        return
+    held = _held_images(have)
+    for overlay in overlays:
+        key = probe_image_key(overlay.method, overlay.position)
+        if (key, resolution) not in held:
+            tracker.log_image(run_id, captioned(overlay), key=key, step=resolution)
+
+
+def _held_images(have: set[str]) -> set[tuple[str, int]]:
+    """(key, step) of the step-indexed images among a run's artifact paths (MLflow stores one as
+    images/<key, / written ~>+step+<step>+timestamp+...png, with a +compressed.webp copy)."""
+    held = set()
+    for path in have:
+        name = path.removeprefix("images/")
+        if name != path and "+step+" in name:
+            key, rest = name.split("+step+", 1)
+            held.add((key.replace("~", "/"), int(rest.split("+", 1)[0])))
+    return held
 
 
 def _join(folder: str | None, name: str) -> str:
@@ -234,3 +325,114 @@ def _load_best(data: Mapping[str, Any]) -> Any:
     model, _ = build_model(data["model"], int(meta["num_classes"]), int(meta["in_channels"]), cfg.models)
     model.load_state_dict(payload["model"])
     return model
+
+
+# ---------------------------------------------------------------- the sweep's parent run
+
+# summary-row columns drawn against resolution in the parent run (MLflow key by_resolution/<model>/<name>)
+BY_RESOLUTION = {
+    "test_accuracy": "test_accuracy",
+    "test_accuracy_ci_low": "test_accuracy_ci_low",
+    "test_accuracy_ci_high": "test_accuracy_ci_high",
+    "test_macro_f1": "test_macro_f1",
+    "latency_ms": "latency_p50_ms",
+    "peak_memory_mb": "peak_memory_mb",
+    "gmacs": "gmacs",
+    "train_time_s": "train_time_s",
+}
+
+
+def resolution_points(rows: list[Mapping[str, Any]], matrices: Mapping[str, Mapping[str, Any]]) -> dict:
+    """key -> {resolution: value} for the parent run, so that MLflow's chart view draws each model's results
+    against resolution (step = resolution): the summary's accuracy (with its interval), macro-F1, latency, memory,
+    GMACs, training time, explanation seconds per method, and per method the mean Spearman agreement of the maps
+    at a resolution with those at the sweep's other resolutions (main grid of the comparison)."""
+    points: dict[str, dict[int, float]] = {}
+
+    def add(model: str, name: str, resolution: Any, value: Any) -> None:
+        if is_number(value) and value == value:  # not NaN
+            points.setdefault(f"by_resolution/{mlflow_name(model)}/{name}", {})[int(resolution)] = float(value)
+
+    for row in rows:
+        for column, name in BY_RESOLUTION.items():
+            add(row["model"], name, row["resolution"], row.get(column))
+        for column, value in row.items():
+            if column.startswith("explain_seconds/"):
+                add(row["model"], f"explain_seconds_{column.split('/', 1)[1]}", row["resolution"], value)
+    for name, entry in matrices.items():
+        model, method = name.rsplit("/", 1)
+        matrix, labels = entry.get("spearman"), entry.get("resolutions") or []
+        for i, resolution in enumerate(labels if matrix else []):
+            others = [v for j, v in enumerate(matrix[i]) if j != i and v is not None]
+            if others:
+                add(model, f"agreement_{method}", resolution, sum(others) / len(others))
+    return points
+
+
+def log_metric_points(tracker: Any, run_id: str, points: dict[str, dict[int, float]]) -> None:
+    """Log the points (key -> {step: value}) the run does not hold yet."""
+    try:
+        run = tracker.get_run(run_id)
+    except Exception as exc:  # the calls below are soft; without the run, nothing is known to be there
+        log.warning("MLflow: run %s not read (%s)", run_id, exc)
+        return
+    _log_metrics_once(tracker, run, points)
+
+
+def publish_sweep_images(tracker: Any, run_id: str, folders: Mapping[tuple[str, int], Path]) -> None:
+    """In the parent run, each model's probe maps at every resolution as MLflow images at step = resolution
+    (key probe/<model>/<method>/<n>), so the image grid's step slider moves one model's maps across
+    resolutions, the raw-magnitude methods on one colour scale per model across its resolutions (grad-cam's CAMs
+    are each on their own [0, 1]). `folders`: (model, resolution) -> the summary folder of the trial shown."""
+    from resomap.explain.run import MAPS_FILE
+
+    try:
+        held = _held_images(tracker.artifact_paths(run_id))
+    except Exception as exc:
+        log.warning("MLflow: images of run %s not listed (%s)", run_id, exc)
+        return
+    by_model: dict[str, dict[int, Path]] = {}
+    for (model, resolution), folder in folders.items():
+        if (folder / MAPS_FILE).is_file():
+            by_model.setdefault(model, {})[int(resolution)] = folder / MAPS_FILE
+    for model, paths in sorted(by_model.items()):
+        try:
+            from resomap.explain.figures import probe_overlays, shared_scales
+
+            scales = shared_scales(paths.values())
+            overlays = {res: probe_overlays(path, size=PROBE_IMAGE_SIZE, scales=scales) for res, path in paths.items()}
+        except Exception as exc:  # unreadable maps: the figures and npz artifacts still hold them
+            log.warning("probe images of %s not logged: %s", model, exc)
+            continue
+        for resolution, found in sorted(overlays.items()):
+            for overlay in found:
+                key = f"probe/{mlflow_name(model)}/{overlay.method}/{overlay.position:02d}"
+                if (key, resolution) not in held:
+                    tracker.log_image(run_id, captioned(overlay), key=key, step=resolution)
+
+
+def captioned(overlay: Any) -> Any:
+    """The overlay with its caption (truth, prediction, probability, right or wrong) in a strip below it."""
+    from PIL import Image, ImageDraw
+
+    image = Image.fromarray(overlay.image)
+    width, height = image.size
+    lines = _wrap(str(overlay.caption), max(8, width // 6))
+    canvas = Image.new("RGB", (width, height + 12 * len(lines) + 4), "white")
+    canvas.paste(image, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    colour = (0, 110, 0) if overlay.correct else (180, 0, 0)
+    for i, line in enumerate(lines):
+        draw.text((2, height + 2 + 12 * i), line, fill=colour)
+    return canvas
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width) or [""]
+
+
+def mlflow_name(text: str) -> str:
+    """A name usable in an MLflow metric, tag or image key (letters, digits, _ - . / and space)."""
+    return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in str(text))

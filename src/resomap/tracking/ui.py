@@ -39,7 +39,21 @@ def ui_command(cfg: Config, host: str, port: int, workers: int | None = None) ->
         raise ResoMapError(f"port {port} on {host} is taken; pass --port with a free one")
     n = workers or max(1, (os.cpu_count() or 2) // 2)
     exe = [sys.executable, "-m", "mlflow", "server"]
-    return [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
+    cmd = [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
+    if _app_registered():
+        cmd += ["--app-name", APP_NAME]
+    else:
+        log.warning("resomap's MLflow app is not installed (pip install -e .); the UI opens on MLflow's GenAI view")
+    return cmd
+
+
+APP_NAME = "resomap"  # resomap.tracking.ui_app, registered in pyproject.toml's mlflow.app entry points
+
+
+def _app_registered() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.name == APP_NAME for ep in entry_points(group="mlflow.app"))
 
 
 def wait_until_up(url: str, timeout_s: float = 240.0, proc: subprocess.Popen | None = None) -> bool:
@@ -56,10 +70,21 @@ def wait_until_up(url: str, timeout_s: float = 240.0, proc: subprocess.Popen | N
     return False
 
 
+# What browsing needs, nothing more: MLflow 3's server otherwise starts a job runner and six Huey task consumers
+# (GenAI scorers, trace rollups, periodic tasks) that poll the store all the time, measured at about 60% of a core
+# on an idle 2-core machine (0.2% without them; scripts/benchmark_ui.py).
+LIGHT_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "GIT_PYTHON_REFRESH": "quiet"}
+
+
+def server_env() -> dict[str, str]:
+    """The environment of the server process: the light settings unless the user set them otherwise."""
+    return {**LIGHT_SERVER_ENV, **os.environ}
+
+
 def start_ui(cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None) -> subprocess.Popen:
     """Start the server in the background and return its process (the caller stops it)."""
     cmd = ui_command(cfg, host, port, workers)
-    env = dict(os.environ, GIT_PYTHON_REFRESH="quiet")
+    env = server_env()
     log_path = Path(cfg.experiment.output_dir) / "mlflow-ui.log"
     with open(log_path, "w", encoding="utf-8") as log_file:  # the child keeps its own handle
         proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True)
@@ -68,3 +93,24 @@ def start_ui(cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: in
         lines = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         raise ResoMapError(f"the MLflow UI did not start ({log_path}): {lines[-1] if lines else 'no output'}")
     return proc
+
+
+def experiment_links(cfg: Config, base: str) -> dict[str, str]:
+    """{experiment name: link to its runs table with ResoMap's columns} for the experiments of the store that
+    ResoMap logged to (they carry its shared runs-table view), the config's own first, then the most recent."""
+    import json
+    import urllib.parse
+
+    from resomap.tracking.mlflow_store import VIEW_KEY, VIEW_TAG
+
+    query = urllib.parse.urlencode({"max_results": 100, "order_by": "last_update_time DESC"})
+    try:
+        with urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/search?{query}", timeout=10) as resp:
+            found = json.load(resp).get("experiments", [])
+    except (OSError, ValueError):
+        return {}
+    ours = [e for e in found if any(t.get("key") == VIEW_TAG for t in e.get("tags", []))]
+    name = cfg.mlflow.experiment or cfg.experiment.name
+    ours.sort(key=lambda e: e["name"] != name)  # stable: the rest stay most recent first
+    view = f"runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    return {e["name"]: f"{base}/#/experiments/{e['experiment_id']}/{view}" for e in ours}

@@ -87,6 +87,7 @@ class Trainer:
         self._forward: nn.Module | None = None
         self._train_forward: nn.Module | None = None  # DistributedDataParallel under torchrun, else _forward
         self._criterion: nn.Module | None = None
+        self._pixels = 1  # targets per image in train/accuracy: 1, or r * r (segmentation)
         self._sched_when = "never"
 
     # ------------------------------------------------------------ callbacks and state
@@ -168,9 +169,18 @@ class Trainer:
         if getattr(data, "resolution", None) is not None:
             self.meta["resolution"] = int(data.resolution)
         weight = None
-        if cfg.training.class_weights == "balanced":
-            weight = class_weights(data.train_labels, num_classes).to(self.device)
-        self._criterion = nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
+        self._pixels = 1  # targets per image: 1 label, or r * r mask pixels (segmentation)
+        if cfg.experiment.task == "segmentation":  # task hook: the segmentation loss (resomap.training.losses)
+            from resomap.training.losses import build_loss, pixel_class_weights
+
+            if cfg.training.class_weights == "balanced":
+                weight = pixel_class_weights(data.train_pixel_counts).to(self.device)
+            self._criterion = build_loss(cfg.segmentation, num_classes, weight).to(self.device)
+            self._pixels = int(data.resolution) ** 2
+        else:
+            if cfg.training.class_weights == "balanced":
+                weight = class_weights(data.train_labels, num_classes).to(self.device)
+            self._criterion = nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
         self.optimizer = build_optimizer(model.parameters(), cfg.training.optimizer, self.device)
         steps = math.ceil(len(data.train) / cfg.training.grad_accum_steps)
         self.scheduler, self._sched_when = build_scheduler(self.optimizer, cfg.training, steps)
@@ -251,8 +261,10 @@ class Trainer:
         lr = float(self.optimizer.param_groups[0]["lr"])
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        losses = torch.zeros(max(n, 1), device=self.device)  # per-batch losses stay on device: no per-batch sync
-        sizes = torch.zeros(max(n, 1), device=self.device)
+        # per-batch losses stay on the device (no per-batch sync) in a list (no indexing kernel per step);
+        # batch sizes are known on the host
+        losses: list[torch.Tensor] = []
+        sizes: list[int] = []
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
         checked, seen = 0, 0
         self.optimizer.zero_grad(set_to_none=True)
@@ -262,11 +274,11 @@ class Trainer:
             with self._autocast():
                 out = self._train_forward(self._inputs(x))
                 loss = self._criterion(out.float(), y)
-            self.scaler.scale(loss / group).backward()
+            self.scaler.scale(loss / group if group > 1 else loss).backward()
             if (i + 1) % k == 0 or i + 1 == n:
                 self._optimizer_step()
-            losses[i] = loss.detach()
-            sizes[i] = y.shape[0]
+            losses.append(loss.detach())
+            sizes.append(y.shape[0])
             correct += (out.detach().argmax(1) == y).sum()
             seen += y.shape[0]
             if (i + 1) % _NAN_CHECK_EVERY == 0:
@@ -276,22 +288,29 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - t0
         distributed.sync_buffers(self.model)
-        totals = [(losses * sizes).sum(), correct, torch.tensor(seen, device=self.device)]
+        loss_total = (
+            (torch.stack(losses) * torch.tensor(sizes, device=self.device)).sum()
+            if losses
+            else torch.zeros((), device=self.device)
+        )
+        totals = [loss_total, correct, torch.tensor(seen, device=self.device)]
         totals = distributed.all_reduce_sum(torch.stack([t.double() for t in totals]))  # over ranks under DDP
         loss_sum, correct_sum, seen = totals.tolist()
         return {
             "epoch": self.epoch,
             "train/loss": float(loss_sum / max(seen, 1)),
-            "train/accuracy": float(correct_sum / max(seen, 1)),
+            "train/accuracy": float(correct_sum / max(seen * self._pixels, 1)),  # segmentation: pixel accuracy
             "train/epoch_time_s": elapsed,
             "train/images_per_s": seen / elapsed if elapsed > 0 else float("nan"),
             "train/peak_memory_mb": peak_memory_mb(self.device),
             "lr": lr,
         }
 
-    def _check_finite(self, losses: torch.Tensor, start: int, stop: int) -> int:
-        window = losses[start:stop]
-        if stop > start and not bool(torch.isfinite(window).all()):
+    def _check_finite(self, losses: list[torch.Tensor], start: int, stop: int) -> int:
+        if stop <= start:
+            return stop
+        window = torch.stack(losses[start:stop])
+        if not bool(torch.isfinite(window).all()):
             step = start + int((~torch.isfinite(window)).nonzero()[0, 0])
             raise TrainingError(
                 f"loss became NaN at epoch {self.epoch} step {step}; lower training.optimizer.lr, set "
@@ -304,8 +323,16 @@ class Trainer:
     def evaluate(
         self, model: nn.Module, loader: Any, prefix: str = "val", num_classes: int | None = None
     ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-        """Loss (plain cross-entropy) and classification metrics; the model's train/eval mode is restored."""
+        """Loss (plain cross-entropy) and classification metrics; the model's train/eval mode is restored.
+        Segmentation (experiment.task): resomap.training.seg_metrics.evaluate, whose y_true / y_pred are the
+        per-image scores and the confusion matrix."""
         forward = self._forward if model is self.model and self._forward is not None else model
+        if self.cfg.experiment.task == "segmentation":
+            from resomap.training.seg_metrics import evaluate as evaluate_segmentation
+
+            if num_classes is None:
+                num_classes = self.meta.get("num_classes")
+            return evaluate_segmentation(self, forward, model, loader, prefix, num_classes)
         was_training = model.training
         model.eval()
         loss_sum = torch.zeros((), device=self.device)

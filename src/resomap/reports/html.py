@@ -1,0 +1,394 @@
+"""The one-page HTML report of a finished sweep (`resomap report`, and the end of every sweep).
+
+One self-contained file: every image is a PNG data: URI, the style and the few lines of script are inline, nothing
+is fetched, so it opens from disk (file://) and inside MLflow's artifact viewer. It reads only what a sweep leaves
+on disk: summary.json (rows with intervals, recommendations, each trial's folder), the figures/ the sweep drew
+(drawn again from the rows when absent), explanations/ (agreement matrices and statements) and each trial's
+explanations.npz (probe maps with what the model said). With JavaScript off every resolution of a probe map is
+shown in a row; the script turns each row into a slider (<input type=range>). All text is escaped (html.escape).
+
+Written by hand: no report library does "data: URIs + a range slider per strip" without a server or a JS
+framework; the figures themselves come from the existing matplotlib code (reports.figures, explain.figures) and
+the probe overlays from explain.figures.probe_overlays. PNGs are encoded with Pillow (already a matplotlib
+dependency).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import logging
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from resomap.atomic import write_text
+from resomap.errors import DataError
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "report.html"
+PROBE_PX = 96  # probe overlays: drawn at min(resolution, this), shown at 128 px (pixelated): keeps the file small
+MAX_PROBES = 12  # probe images per model shown in the report
+FIGURE_ORDER = (
+    "accuracy_vs_resolution",
+    "cost_vs_resolution",
+    "explain_cost_vs_resolution",
+    "pareto_accuracy_latency",
+)
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1f2328;background:#f6f8fa}
+main{max-width:1180px;margin:0 auto;padding:24px 28px;background:#fff}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:32px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}.muted{color:#59636e}.small{font-size:12px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 8px;border-bottom:1px solid #e5e7eb;
+text-align:right}th{background:#f6f8fa;position:sticky;top:0}td.l,th.l{text-align:left}tr.rec td{background:#eefbf1}
+.figs{display:flex;flex-wrap:wrap;gap:12px}.figs figure{margin:0;max-width:100%}.figs img{max-width:560px;width:100%}
+figcaption{font-size:12px;color:#59636e}nav a{margin-right:12px}
+.probes{display:flex;flex-wrap:wrap;gap:10px}
+.probe{border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;background:#fcfcfd}
+.probe .said-all{font-size:12px;margin:2px 0 6px}.ok{color:#1a7f37}.bad{color:#c62828}
+.strips{display:flex;flex-wrap:wrap;gap:14px}.strip{min-width:134px}
+.strip .frames{display:flex;gap:6px}.strip figure{margin:0;width:132px}
+.strip figcaption{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;font-size:11px}
+.strip img{width:128px;height:128px;image-rendering:pixelated;border:2px solid #1a7f37;border-radius:3px}
+.strip figure.wrong img{border-color:#c62828}.strip figure.wrong .said{color:#c62828}.said{color:#1a7f37}
+.strip input{width:128px;display:block}.strip .res{font-size:12px;font-weight:600}
+.method{font-weight:600;font-size:13px}.mat td{text-align:center;min-width:52px}
+"""
+
+# The sliders: each strip of frames (one per resolution) becomes one frame + a range input; the caption of the
+# frame shown (resolution, prediction, confidence) is the one visible. Without JS all frames stay in a row.
+_JS = """
+document.querySelectorAll('.strip').forEach(function(s){
+ var f=s.querySelectorAll('figure');if(f.length<2)return;
+ var r=document.createElement('input');r.type='range';r.min=0;r.max=f.length-1;r.step=1;r.value=f.length-1;
+ r.setAttribute('aria-label',s.dataset.label+': resolution');
+ function show(i){f.forEach(function(x,j){x.hidden=(j!=i);});}
+ r.addEventListener('input',function(){show(+r.value);});
+ s.querySelector('.frames').before(r);show(f.length-1);
+});
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _png_uri(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _array_uri(rgb: Any) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG", optimize=True)
+    return _png_uri(buf.getvalue())
+
+
+def _file_uri(path: Path, max_width: int = 1100) -> str:
+    """A PNG on disk as a data: URI, downscaled to max_width px when wider (the sweep draws at 200 dpi)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        if img.width <= max_width:
+            return _png_uri(path.read_bytes())
+        small = img.convert("RGB").resize((max_width, round(img.height * max_width / img.width)), Image.LANCZOS)
+        buf = io.BytesIO()
+        small.save(buf, format="PNG", optimize=True)
+        return _png_uri(buf.getvalue())
+
+
+def _num(value: Any, fmt: str = "{:.3f}") -> str:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return fmt.format(x) if math.isfinite(x) else "–"
+
+
+# ------------------------------------------------------------------------------------------------ finding sweeps
+
+
+def find_sweep(name: str | None, root: str | Path = "model_summaries") -> Path:
+    """The folder of sweep `name` (a name under <root>/_sweep/ or a folder holding summary.json); None: the only
+    or most recently summarised sweep. An unknown name raises DataError listing the known sweeps."""
+    from resomap.results import SWEEP_DIR, known_sweeps
+
+    base = Path(root) / SWEEP_DIR
+    known = known_sweeps(root)
+    if name is None:
+        if not known:
+            raise DataError(f"no finished sweep under {base} (run `resomap sweep` first, or pass --sweep)")
+        return max((base / k for k in known), key=lambda p: (p / "summary.json").stat().st_mtime)
+    if (Path(name) / "summary.json").is_file():
+        return Path(name)
+    if name in known:
+        return base / name
+    listed = ", ".join(known) if known else f"none under {base}"
+    raise DataError(f"no sweep {name!r}; known sweeps: {listed}")
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+
+def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
+    """Write the sweep's one-page HTML report (default <sweep_dir>/report.html) and return its path."""
+    sweep_dir = Path(sweep_dir)
+    try:
+        data = json.loads((sweep_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = f"{sweep_dir} holds no readable summary.json ({type(exc).__name__}); is it a sweep folder?"
+        raise DataError(why) from None
+    out = Path(out) if out is not None else sweep_dir / REPORT_FILE
+    rows = data.get("rows") or []
+    trials = data.get("trials") or []
+    models = sorted({str(r["model"]) for r in rows} | {str(t.get("model")) for t in trials if t.get("model")})
+    resolutions = sorted({int(r["resolution"]) for r in rows} | {int(t["resolution"]) for t in trials})
+    seeds = sorted({int(t.get("seed") or 0) for t in trials})
+    sections = [
+        ("summary", "Summary", _summary_section(data, rows)),
+        ("figures", "Accuracy and cost against resolution", _figures_section(sweep_dir, rows, data)),
+        ("matrix", "Train x test resolution", _matrix_section(rows)),
+        ("probes", "What the models saw", _probe_section(sweep_dir, trials)),
+        ("agreement", "Agreement of explanations across resolutions", _agreement_section(sweep_dir)),
+    ]
+    nav = " ".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
+    head = (
+        f"<h1>ResoMap sweep {_e(sweep_dir.name)}</h1>"
+        f'<p class="muted">models: {_e(", ".join(models))} · resolutions: {_e(", ".join(map(str, resolutions)))} px'
+        f" · seeds: {_e(', '.join(map(str, seeds)))} · {len(trials)} trials · report written"
+        f" {_e(time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()))}</p><nav>{nav}</nav>"
+    )
+    body = "".join(f'<section id="{key}"><h2>{_e(title)}</h2>{content}</section>' for key, title, content in sections)
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>ResoMap report: {_e(sweep_dir.name)}</title><style>{_CSS}</style></head>"
+        f"<body><main>{head}{body}</main><script>{_JS}</script></body></html>\n"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, page)
+    log.info("report written: %s (%.1f MB)", out, out.stat().st_size / 2**20)
+    return out
+
+
+def _summary_section(data: dict, rows: list[dict]) -> str:
+    if not rows:
+        return '<p class="muted">No finished trial.</p>'
+    recs = [r for r in data.get("recommendations") or [] if r.get("sentence")]
+    parts = ["<ul>" + "".join(f"<li>{_e(r['sentence'])}</li>" for r in recs) + "</ul>"] if recs else []
+    methods = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith("explain_seconds/")})
+    level = next((r.get("ci_level") for r in rows if r.get("ci_level")), None)
+    acc_head = f"accuracy ({_num(level, '{:.0%}')} CI)" if level else "accuracy"
+    head = ["model", "px", "seeds", acc_head, "macro-F1", "latency ms", "peak MB", "train s"]
+    head += [f"explain {m} s" for m in methods]
+    cells = ["".join(f'<th class="{"l" if i == 0 else ""}">{_e(h)}</th>' for i, h in enumerate(head))]
+    for r in sorted(rows, key=lambda r: (str(r["model"]), int(r["resolution"]))):
+        pooled = r.get("test_accuracy_pooled")
+        acc = _num(pooled if pooled is not None else r.get("test_accuracy"))
+        if r.get("test_accuracy_ci_low") is not None:
+            acc += f" [{_num(r['test_accuracy_ci_low'])}, {_num(r.get('test_accuracy_ci_high'))}]"
+        elif r.get("test_accuracy_std") is not None:
+            acc += f" ± {_num(r['test_accuracy_std'])}"
+        vals = [
+            _num(r.get("test_macro_f1_pooled", r.get("test_macro_f1"))),
+            _num(r.get("latency_ms"), "{:.2f}"),
+            _num(r.get("peak_memory_mb"), "{:.3g}"),
+            _num(r.get("train_time_s"), "{:.1f}"),
+        ] + [_num(r.get(f"explain_seconds/{m}"), "{:.3g}") for m in methods]
+        mark = " ★" if r.get("recommended") else ""
+        cls = ' class="rec"' if r.get("recommended") else ""
+        line = (
+            f'<td class="l">{_e(r["model"])}{mark}</td><td>{_e(r["resolution"])}</td><td>{_e(r.get("n_seeds", 1))}</td>'
+        )
+        line += f"<td>{_e(acc)}</td>" + "".join(f"<td>{_e(v)}</td>" for v in vals)
+        cells.append(f"<tr{cls}>{line}</tr>")
+    notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.get("note") or "").split(";")))
+    foot = '<p class="small muted">★ recommended resolution (paired tests, see summary.md).'
+    foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
+    return (
+        "".join(parts)
+        + "<table>"
+        + "".join(f"<tr>{c}</tr>" if i == 0 else c for i, c in enumerate(cells))
+        + ("</table>" + foot)
+    )
+
+
+def _figures_section(sweep_dir: Path, rows: list[dict], data: dict) -> str:
+    folder = sweep_dir / "figures"
+    if folder.is_dir() and any(folder.glob("*.png")):
+        return _figures_from(folder)
+    import tempfile
+
+    from resomap.reports.figures import sweep_figures
+
+    with tempfile.TemporaryDirectory(prefix="resomap-report-") as tmp:  # a summary without its figures/: draw them
+        sweep_figures(rows, Path(tmp), data.get("paired_tests") or [], data.get("recommendations") or [])
+        return _figures_from(Path(tmp))
+
+
+def _figures_from(folder: Path) -> str:
+    pngs = {p.stem: p for p in sorted(folder.glob("*.png")) if not p.stem.startswith("train_test_resolution_")}
+    order = [s for s in FIGURE_ORDER if s in pngs] + [s for s in pngs if s not in FIGURE_ORDER]
+    if not order:
+        return '<p class="muted">No figure (no finished trial with metrics).</p>'
+    figs = "".join(
+        f'<figure><img alt="{_e(s)}" src="{_file_uri(pngs[s])}"><figcaption>{_e(s.replace("_", " "))}</figcaption>'
+        "</figure>"
+        for s in order
+    )
+    return f'<div class="figs">{figs}</div>'
+
+
+def _matrix_section(rows: list[dict]) -> str:
+    """Train x test accuracy as a table per model (the numbers of the heatmaps, readable without images)."""
+    parts = []
+    for model in sorted({str(r["model"]) for r in rows}):
+        mine = sorted((r for r in rows if str(r["model"]) == model), key=lambda r: int(r["resolution"]))
+        tests = sorted({int(k) for r in mine for k in (r.get("cross_resolution") or {})})
+        if not tests:
+            continue
+        head = '<tr><th class="l">train \\ test px</th>' + "".join(f"<th>{t}</th>" for t in tests) + "</tr>"
+        body = ""
+        values = [_float(v) for r in mine for v in (r.get("cross_resolution") or {}).values()]
+        values = [v for v in values if math.isfinite(v)]
+        low, high = (min(values), max(values)) if values else (0.0, 1.0)
+        for r in mine:
+            cross = {int(k): v for k, v in (r.get("cross_resolution") or {}).items()}
+            tds = "".join(_matrix_cell(_float(cross.get(t)), low, high, t == int(r["resolution"])) for t in tests)
+            body += f'<tr><td class="l">{_e(r["resolution"])}</td>{tds}</tr>'
+        parts.append(f'<h3>{_e(model)}</h3><table class="mat">{head}{body}</table>')
+    if not parts:
+        return '<p class="muted">No cross-resolution test results.</p>'
+    note = "Test accuracy (mean over seeds), shaded from the model's lowest to its highest; bold: the train resolution."
+    return "".join(parts) + f'<p class="small muted">{note}</p>'
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _matrix_cell(value: float, low: float, high: float, own: bool) -> str:
+    style = "font-weight:700;" if own else ""
+    if math.isfinite(value):
+        share = (value - low) / (high - low) if high > low else 1.0
+        style += f"background:rgba(33,145,140,{0.1 + 0.5 * share:.2f})"  # viridis' middle green, light to strong
+    return f'<td style="{style}">{_e(_num(value))}</td>'
+
+
+def _maps_path(sweep_dir: Path, trial: dict) -> Path | None:
+    folder = trial.get("folder")
+    candidates = []
+    if folder:
+        base = Path(folder)
+        candidates.append((base if base.is_absolute() else sweep_dir / base) / "explanations.npz")
+    maps = (trial.get("explain") or {}).get("maps")
+    if maps:
+        candidates.append(Path(maps))
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _probe_section(sweep_dir: Path, trials: list[dict]) -> str:
+    from resomap.explain.figures import probe_overlays, scale_words, shared_scales
+
+    by_model: dict[str, dict[int, Path]] = defaultdict(dict)
+    seed_of: dict[str, int] = {}
+    for t in sorted(trials, key=lambda t: int(t.get("seed") or 0)):
+        if t.get("status") != "FINISHED":
+            continue
+        path = _maps_path(sweep_dir, t)
+        model, seed = str(t["model"]), int(t.get("seed") or 0)
+        if path is None or seed_of.setdefault(model, seed) != seed:  # the lowest seed of each model
+            continue
+        by_model[model][int(t["resolution"])] = path
+    if not by_model:
+        return '<p class="muted">No explanations were saved (explainability.enabled off, or every method failed).</p>'
+    parts = [
+        '<p class="small muted">Each probe image (the same test images for every model and resolution) with each'
+        " method's map at every resolution; the border is green when the model was right at that resolution, red"
+        " when not. With JavaScript on, a slider moves across resolutions.</p>"
+    ]
+    for model, per_res in sorted(by_model.items()):
+        scales = shared_scales(per_res.values())
+        frames: dict[tuple[int, str], list[Any]] = defaultdict(list)  # (position, method) -> overlay per res
+        for res in sorted(per_res):
+            size = min(res, PROBE_PX)  # the pixels the model saw, up to PROBE_PX; shown at 128 px, pixelated
+            for ov in probe_overlays(per_res[res], size=size, scales=scales):
+                if ov.position < MAX_PROBES:
+                    frames[(ov.position, ov.method)].append(ov)
+        methods = sorted({m for _, m in frames})
+        words = "; ".join(scale_words(m, m in scales) for m in methods)
+        parts.append(f'<h3>{_e(model)} <span class="small muted">(seed {seed_of[model]})</span></h3>')
+        parts.append(f'<p class="small muted">Colour: {_e(words)}.</p>')
+        cards = []
+        for pos in sorted({p for p, _ in frames}):
+            one = next(frames[(pos, m)] for m in methods if frames.get((pos, m)))
+            first = one[0]
+            said = " · ".join(
+                f'<span class="{"ok" if o.correct else "bad"}">{o.resolution} px: {_e(o.pred)}'
+                f" {_e(_num(o.prob, '{:.0%}'))}{'' if o.correct else ' ✗'}</span>"
+                for o in sorted(one, key=lambda o: o.resolution)
+            )
+            strips = "".join(_strip(model, m, frames[(pos, m)]) for m in methods if frames.get((pos, m)))
+            cards.append(
+                f'<div class="probe"><div><b>image #{_e(first.index)}</b> · true class <b>{_e(first.true)}</b></div>'
+                f'<div class="said-all">{said}</div><div class="strips">{strips}</div></div>'
+            )
+        parts.append(f'<div class="probes">{"".join(cards)}</div>')
+    return "".join(parts)
+
+
+def _strip(model: str, method: str, overlays: list[Any]) -> str:
+    label = f"{model} {method} probe #{overlays[0].index}"
+    figs = []
+    for ov in sorted(overlays, key=lambda o: o.resolution):
+        cls = "" if ov.correct else ' class="wrong"'
+        said = f"{ov.pred} {_num(ov.prob, '{:.0%}')}" + ("" if ov.correct else " ✗")
+        figs.append(
+            f'<figure{cls} data-res="{ov.resolution}"><img alt="{_e(ov.caption)}" title="{_e(ov.caption)}"'
+            f' src="{_array_uri(ov.image)}"><figcaption><span class="res">{ov.resolution} px</span>'
+            f' <span class="said">{_e(said)}</span></figcaption></figure>'
+        )
+    return (
+        f'<div class="strip" data-label="{_e(label)}"><div class="method">{_e(method)}</div>'
+        f'<div class="frames">{"".join(figs)}</div></div>'
+    )
+
+
+def _agreement_section(sweep_dir: Path) -> str:
+    folder = sweep_dir / "explanations"
+    parts = []
+    statements = folder / "agreement.txt"
+    if statements.is_file():
+        lines = [x for x in statements.read_text(encoding="utf-8").splitlines() if x.strip()]
+        parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>")
+    mats = sorted((folder / "agreement").glob("*_spearman.png")) if (folder / "agreement").is_dir() else []
+    across = [p for p in mats if not p.stem.endswith("_methods_spearman")]
+    between = [p for p in mats if p.stem.endswith("_methods_spearman")]
+
+    def figs(paths: list[Path]) -> str:
+        return "".join(
+            f'<figure><img alt="{_e(p.stem)}" src="{_file_uri(p, 700)}" style="max-width:340px">'
+            f"<figcaption>{_e(p.stem.replace('_', ' '))}</figcaption></figure>"
+            for p in paths
+        )
+
+    if across:
+        parts.append(
+            '<p class="small muted">Spearman rank agreement of each method\'s maps across resolutions (common grid);'
+            " on the diagonal the cross-seed noise floor when the sweep has several seeds. All metrics and their"
+            f' references: explanations/agreement.csv.</p><div class="figs">{figs(across)}</div>'
+        )
+    if between:
+        parts.append(f'<h3>Between methods, at each resolution</h3><div class="figs">{figs(between)}</div>')
+    return "".join(parts) or '<p class="muted">No agreement results (fewer than two resolutions with maps).</p>'

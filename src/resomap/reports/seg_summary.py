@@ -1,0 +1,359 @@
+"""The segmentation part of a sweep summary: seg_summary.csv / seg_paired_tests.csv / seg_summary.md and the
+figures seg_quality_vs_resolution.png (mIoU and boundary F1 against resolution, with intervals) and
+seg_pareto.png (mIoU against latency, the Pareto front marked).
+
+Read from each trial's seg_predictions.csv (per test image: pixel accuracy, mIoU, mean Dice, boundary F1 at the
+reference resolution; resomap.training.seg_metrics) and result.json's test metrics. Per model x resolution:
+the dataset-level numbers (pooled pixel counts, mean over seeds), and the mean per-image mIoU / boundary F1
+with a bootstrap interval over test images (scipy.stats.bootstrap, BCa, seeds averaged per image). Between two
+resolutions of a model, on the same test images: the mean per-image difference with a paired bootstrap interval
+and a sign-flip permutation test (scipy.stats.permutation_test), Holm-adjusted over the model's pairs
+(resomap.stats.holm). Settings: the `stats` config section (level, resamples, seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from resomap.atomic import write_text
+
+log = logging.getLogger(__name__)
+
+SEG_RECORDS = "seg_predictions.csv"
+SEG_SUMMARY_CSV, SEG_PAIRED_CSV, SEG_SUMMARY_MD = "seg_summary.csv", "seg_paired_tests.csv", "seg_summary.md"
+SEG_AGREEMENT_CSV = "seg_agreement.csv"  # explanation maps compared across resolutions and seeds
+TOP_K_PERCENT = 10.0  # top-k% IoU of the map agreement (explainability.top_k_percent's default)
+ROW_COLUMNS = (
+    "model",
+    "resolution",
+    "n_seeds",
+    "test_miou",
+    "test_boundary_f1",
+    "test_pixel_accuracy",
+    "test_mdice",
+    "n_test_images",
+    "image_miou",
+    "image_miou_ci_low",
+    "image_miou_ci_high",
+    "image_boundary_f1",
+    "image_boundary_f1_ci_low",
+    "image_boundary_f1_ci_high",
+    "reference_resolution",
+    "boundary_tolerance_px",
+    "latency_ms",
+    "gmacs",
+    "peak_memory_mb",
+)
+PAIRED_COLUMNS = (
+    "model",
+    "metric",
+    "resolution_a",
+    "resolution_b",
+    "effect",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+    "significant",
+    "n_images",
+)
+
+
+def read_records(folder: Path) -> dict[int, dict[int, dict[str, float]]]:
+    """{test resolution: {image index: {column: value}}} from a trial's seg_predictions.csv ({} when absent)."""
+    path = Path(folder) / SEG_RECORDS
+    if not path.is_file():
+        return {}
+    out: dict[int, dict[int, dict[str, float]]] = defaultdict(dict)
+    with path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            values = {
+                k: (float(v) if v != "" else math.nan) for k, v in row.items() if k not in ("test_resolution", "index")
+            }
+            out[int(row["test_resolution"])][int(row["index"])] = values
+    return dict(out)
+
+
+def _per_image(trials: list[tuple[dict, dict]], resolution: int, column: str) -> dict[int, float]:
+    """Image index -> the column at the trials' own resolution, averaged over seeds."""
+    acc: dict[int, list[float]] = defaultdict(list)
+    for _, records in trials:
+        for idx, values in records.get(resolution, {}).items():
+            if math.isfinite(values[column]):
+                acc[idx].append(values[column])
+    return {idx: float(np.mean(v)) for idx, v in acc.items() if v}
+
+
+def _interval(values: np.ndarray, level: float, resamples: int, seed: int) -> tuple[float | None, float | None]:
+    from scipy import stats
+
+    if len(values) < 5 or np.ptp(values) == 0:
+        return (None, None)
+    res = stats.bootstrap(
+        (values,),
+        np.mean,
+        confidence_level=level,
+        n_resamples=resamples,
+        method="BCa",
+        random_state=np.random.default_rng(seed),
+    )
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
+
+
+def _paired(a: np.ndarray, b: np.ndarray, level: float, resamples: int, seed: int) -> dict[str, Any]:
+    from scipy import stats
+
+    d = b - a
+    out: dict[str, Any] = {
+        "effect": float(d.mean()),
+        "n_images": len(d),
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+    }
+    if len(d) < 5 or np.ptp(d) == 0:
+        out["p_value"] = 1.0 if np.all(d == 0) else None
+        return out
+    out["ci_low"], out["ci_high"] = _interval(d, level, resamples, seed)
+    test = stats.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=resamples, random_state=np.random.default_rng(seed)
+    )
+    out["p_value"] = float(test.pvalue)
+    return out
+
+
+def seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[str, Any]) -> tuple[list[dict], list[dict]]:
+    """(rows, paired tests) from the summary's trials (result.json trees with their "folder")."""
+    from resomap.stats import holm
+
+    level, resamples, seed = (
+        float(stats_cfg.get("level", 0.95)),
+        int(stats_cfg.get("resamples", 2000)),
+        int(stats_cfg.get("seed", 0)),
+    )
+    groups: dict[tuple[str, int], list[tuple[dict, dict]]] = defaultdict(list)
+    for trial in trials:
+        if trial.get("status") != "FINISHED" or not trial.get("folder"):
+            continue
+        records = read_records(Path(trial["folder"]))
+        if records:
+            groups[(str(trial["model"]), int(trial["resolution"]))].append((dict(trial), records))
+    rows, paired = [], []
+    per_model: dict[str, dict[int, dict[str, dict[int, float]]]] = defaultdict(dict)
+    for (model, res), members in sorted(groups.items()):
+
+        def mean(path: tuple[str, ...], members: list = members) -> float | None:
+            vals = []
+            for trial, _ in members:
+                node: Any = trial
+                for key in path:
+                    node = (node or {}).get(key) if isinstance(node, Mapping) else None
+                if isinstance(node, int | float) and math.isfinite(node):
+                    vals.append(float(node))
+            return float(np.mean(vals)) if vals else None
+
+        row: dict[str, Any] = {"model": model, "resolution": res, "n_seeds": len(members)}
+        for name, key in (
+            ("test_miou", "test/miou"),
+            ("test_boundary_f1", "test/boundary_f1"),
+            ("test_pixel_accuracy", "test/accuracy"),
+            ("test_mdice", "test/mdice"),
+            ("reference_resolution", "test/reference_resolution"),
+            ("boundary_tolerance_px", "test/boundary_tolerance_px"),
+        ):
+            row[name] = mean(("test", key))
+        row["latency_ms"] = mean(("profile", "latency_median_ms"))
+        row["gmacs"] = mean(("profile", "gmacs"))
+        row["peak_memory_mb"] = mean(("profile", "peak_memory_mb"))
+        per_model[model][res] = {}
+        for column, name in (("miou", "image_miou"), ("boundary_f1", "image_boundary_f1")):
+            per_img = _per_image(members, res, column)
+            per_model[model][res][column] = per_img
+            values = np.asarray(list(per_img.values()))
+            row["n_test_images"] = len(values)
+            row[name] = float(values.mean()) if len(values) else None
+            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = _interval(values, level, resamples, seed)
+        rows.append(row)
+    for model, by_res in per_model.items():
+        found = []
+        resolutions = sorted(by_res)
+        for column in ("miou", "boundary_f1"):
+            for i, ra in enumerate(resolutions):
+                for rb in resolutions[i + 1 :]:
+                    a, b = by_res[ra][column], by_res[rb][column]
+                    common = sorted(set(a) & set(b))
+                    test = _paired(
+                        np.array([a[k] for k in common]), np.array([b[k] for k in common]), level, resamples, seed
+                    )
+                    found.append({"model": model, "metric": column, "resolution_a": ra, "resolution_b": rb, **test})
+        pvals = [f["p_value"] if f["p_value"] is not None else 1.0 for f in found]
+        adjusted = holm(pvals) if found else []
+        for f, p in zip(found, adjusted):
+            f["p_adjusted"] = float(p)
+            f["significant"] = bool(f["p_value"] is not None and p <= 1 - level)
+        paired += found
+    return rows, paired
+
+
+def _csv(rows: list[dict], columns: Iterable[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+
+def _markdown(rows: list[dict], paired: list[dict], level: float) -> str:
+    lines = [
+        "# Segmentation summary",
+        "",
+        "Metrics on the reference masks (logits resampled bilinearly to them, masks nearest-neighbour); "
+        f"per-image intervals: bootstrap BCa at level {level} over test images; paired tests: sign-flip "
+        "permutation of the per-image differences, Holm-adjusted per model.",
+        "",
+        "| model | res | seeds | mIoU | boundary F1 | pixel acc | image mIoU [CI] | image boundary F1 [CI] | "
+        "ref px | tol px | latency ms | GMACs |",
+        "|" + " --- |" * 12,
+    ]
+    for r in rows:
+        ci = lambda name, r=r: f"{_fmt(r[name])} [{_fmt(r[name + '_ci_low'])}, {_fmt(r[name + '_ci_high'])}]"  # noqa: E731
+        lines.append(
+            f"| {r['model']} | {r['resolution']} | {r['n_seeds']} | {_fmt(r['test_miou'])} | "
+            f"{_fmt(r['test_boundary_f1'])} | {_fmt(r['test_pixel_accuracy'])} | {ci('image_miou')} | "
+            f"{ci('image_boundary_f1')} | {_fmt(r['reference_resolution'])} | "
+            f"{_fmt(r['boundary_tolerance_px'])} | {_fmt(r['latency_ms'])} | {_fmt(r['gmacs'])} |"
+        )
+    if paired:
+        lines += [
+            "",
+            "## Paired tests between resolutions (effect = b - a)",
+            "",
+            "| model | metric | a | b | effect [CI] | p (Holm) | significant |",
+            "|" + " --- |" * 7,
+        ]
+        for p in paired:
+            lines.append(
+                f"| {p['model']} | {p['metric']} | {p['resolution_a']} | {p['resolution_b']} | "
+                f"{_fmt(p['effect'])} [{_fmt(p['ci_low'])}, {_fmt(p['ci_high'])}] | "
+                f"{_fmt(p.get('p_adjusted'))} | {p.get('significant')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _figures(rows: list[dict], out_dir: Path) -> list[Path]:
+    from matplotlib.figure import Figure
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    models = sorted({r["model"] for r in rows})
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    for ax, (name, title) in zip(fig.subplots(1, 2), (("image_miou", "mIoU"), ("image_boundary_f1", "boundary F1"))):
+        for model in models:
+            mine = sorted(
+                (r for r in rows if r["model"] == model and r[name] is not None), key=lambda r: r["resolution"]
+            )
+            if not mine:
+                continue
+            x = [r["resolution"] for r in mine]
+            y = [r[name] for r in mine]
+            low = [r[name] - r[f"{name}_ci_low"] if r[f"{name}_ci_low"] is not None else 0 for r in mine]
+            high = [r[f"{name}_ci_high"] - r[name] if r[f"{name}_ci_high"] is not None else 0 for r in mine]
+            ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=3, label=model)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training resolution (px)")
+        ax.set_ylabel(f"{title} per test image (reference masks)")
+        ax.legend(fontsize=8)
+    paths = [out_dir / "seg_quality_vs_resolution.png"]
+    fig.savefig(paths[0], dpi=120)
+    pts = [
+        (r["latency_ms"], r["test_miou"], f"{r['model']}@{r['resolution']}")
+        for r in rows
+        if r["latency_ms"] is not None and r["test_miou"] is not None
+    ]
+    if pts:
+        from resomap.reports.summary import pareto_front
+
+        front = set(pareto_front([(c, s) for c, s, _ in pts]))
+        fig = Figure(figsize=(5, 4), layout="constrained")
+        ax = fig.add_subplot()
+        for i, (c, s, label) in enumerate(pts):
+            ax.scatter([c], [s], color="C3" if i in front else "C0")
+            ax.annotate(label, (c, s), fontsize=7)
+        ax.set_xlabel("latency (ms, median)")
+        ax.set_ylabel("test mIoU")
+        ax.set_title("mIoU vs cost (red: Pareto front)")
+        paths.append(out_dir / "seg_pareto.png")
+        fig.savefig(paths[-1], dpi=120)
+    return paths
+
+
+def _agreement_rows(entries: list, stats_cfg: Mapping[str, Any]) -> list[dict]:
+    """seg_agreement.csv rows (resomap.explain.segmentation.compare_maps); [] when it fails (logged)."""
+    try:
+        from resomap.explain.segmentation import compare_maps
+
+        return compare_maps(entries, TOP_K_PERCENT)
+    except Exception as exc:  # unreadable maps must not lose the tables
+        log.warning("segmentation map agreement failed: %s", exc)
+        return []
+
+
+def write_seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """The segmentation tables and figures; [] when no trial has seg_predictions.csv (classification sweeps)."""
+    trials = list(trials)
+    rows, paired = seg_summary(trials, stats_cfg)
+    if not rows:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    level = float(stats_cfg.get("level", 0.95))
+    files = {
+        SEG_SUMMARY_CSV: _csv(rows, ROW_COLUMNS),
+        SEG_PAIRED_CSV: _csv(paired, PAIRED_COLUMNS),
+        SEG_SUMMARY_MD: _markdown(rows, paired, level),
+    }
+    paths = []
+    for name, text in files.items():
+        write_text(out_dir / name, text)
+        paths.append(out_dir / name)
+    entries = [
+        (str(t["model"]), int(t["resolution"]), int(t.get("seed") or 0), Path(t["folder"]))
+        for t in trials
+        if t.get("status") == "FINISHED" and t.get("folder")
+    ]
+    agreement = _agreement_rows(entries, stats_cfg)
+    if agreement:
+        columns = (
+            "model",
+            "method",
+            "kind",
+            "resolution_a",
+            "resolution_b",
+            "seed_a",
+            "seed_b",
+            "n_images",
+            "spearman",
+            "topk_iou",
+            "chance_spearman",
+            "chance_topk_iou",
+        )
+        write_text(out_dir / SEG_AGREEMENT_CSV, _csv(agreement, columns))
+        paths.append(out_dir / SEG_AGREEMENT_CSV)
+    try:
+        paths += _figures(rows, out_dir / "figures")
+    except Exception as exc:  # a figure must not lose the tables (matplotlib errors are many)
+        log.warning("segmentation figures failed: %s", exc)
+    return paths

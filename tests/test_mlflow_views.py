@@ -1,0 +1,181 @@
+"""What a sweep leaves in MLflow for its UI: the experiment's kind and runs-table view, plain params, tags and
+dataset inputs, headline metrics, per-resolution metrics and probe images (step = resolution) logged once, the
+HTML report on the parent, one line per trial on the console; the UI app's model-training default; pt2 models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resomap.cli import main
+from resomap.config import load
+from resomap.tracking import Tracker
+from resomap.tracking.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
+from resomap.tracking.publish import _held_images, resolution_points
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS, RESOLUTIONS = ("tiny_cnn",), (16, 24)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path
+
+
+def _client(project: Path):
+    from mlflow import MlflowClient
+
+    return MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+
+
+def test_experiments_are_tagged_model_training_with_the_runs_view(project: Path):
+    client = _client(project)
+    old = client.create_experiment("made-by-hand")  # an experiment that existed before ResoMap logged to it
+    tracker = Tracker(load("configs", "smoke", ["mlflow.experiment=made-by-hand"]))
+    assert tracker.experiment_id == old
+    fresh = Tracker(load("configs", "smoke", ["mlflow.experiment=new-one"])).experiment_id
+    for exp_id in (old, fresh):
+        tags = client.get_experiment(exp_id).tags
+        assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+        view = json.loads(tags[VIEW_TAG])
+        assert view["selectedColumns"] == list(VIEW_COLUMNS)
+        assert {"params.`resolution`", "metrics.`test/accuracy`"} <= set(view["selectedColumns"])
+
+
+def test_resolution_points_put_each_model_against_resolution():
+    rows = [
+        {"model": "a", "resolution": 32, "test_accuracy": 0.5, "latency_ms": 2.0, "explain_seconds/saliency": 1.5},
+        {"model": "a", "resolution": 64, "test_accuracy": 0.75, "latency_ms": float("nan")},
+        {"model": "b:x", "resolution": 32, "test_accuracy": None},
+    ]
+    spearman = [[1, 0.2, 0.4], [0.2, 1, None], [0.4, None, 1]]
+    matrices = {"a/gradcam": {"resolutions": [32, 64, 128], "spearman": spearman}}
+    points = resolution_points(rows, matrices)
+    assert points["by_resolution/a/test_accuracy"] == {32: 0.5, 64: 0.75}
+    assert points["by_resolution/a/latency_p50_ms"] == {32: 2.0}  # NaN left out
+    assert points["by_resolution/a/explain_seconds_saliency"] == {32: 1.5}
+    assert points["by_resolution/a/agreement_gradcam"] == pytest.approx({32: 0.3, 64: 0.2, 128: 0.4})
+    assert not any(k.startswith("by_resolution/b") for k in points)  # no value, no point
+
+
+def test_held_images_reads_mlflow_image_names():
+    have = {
+        "images/probe~gradcam~00+step+32+timestamp+1+abc.png",
+        "images/probe~gradcam~00+step+32+timestamp+1+abc+compressed.webp",
+        "images/probe~a~saliency~03+step+128+timestamp+2+def.png",
+        "figures/confusion_matrix.png",
+    }
+    assert _held_images(have) == {("probe/gradcam/00", 32), ("probe/a/saliency/03", 128)}
+
+
+def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project: Path, capsys):
+    args = [
+        "sweep", "--preset", "smoke", f"sweep.models=[{','.join(MODELS)}]",
+        f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]", "explainability.sanity_methods=[]",
+    ]  # fmt: skip
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    trial_lines = [line for line in out.splitlines() if " | tiny_cnn@" in line]
+    assert len(trial_lines) == len(RESOLUTIONS) and all("test accuracy" in line for line in trial_lines), out
+    assert " INFO " not in err and "Pickle" not in err and "pip" not in err, err  # detail only with -v
+
+    client = _client(project)
+    exp = client.get_experiment_by_name("resomap-smoke")
+    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    parent = runs.pop("sweep resomap-smoke")
+    probes = load("configs", "smoke", []).explainability.probe_size
+    counts = {}
+    for res in RESOLUTIONS:
+        run = runs[f"tiny_cnn@{res}"]
+        assert run.data.params["resolution"] == str(res) and run.data.params["dataset"] == "synthetic"
+        assert run.data.tags["dataset"] == "synthetic" and run.data.tags["model"] == "tiny_cnn"
+        assert {"test/accuracy", "test/macro_f1", "profile/latency_p50_ms", "profile/peak_memory_mb"} <= set(
+            run.data.metrics
+        )
+        (inp,) = run.inputs.dataset_inputs
+        profile = json.loads(inp.dataset.profile)
+        result = json.loads((project / "model_summaries" / "tiny_cnn" / f"{res}/seed42/result.json").read_text())
+        assert inp.dataset.name == "synthetic" and inp.dataset.digest == result["data"]["digest"]
+        assert profile["train_images"] == result["data"]["splits"]["train"] > 0
+        images = _held_images({a.path for a in client.list_artifacts(run.info.run_id, "images")})
+        assert images == {(f"probe/{m}/{p:02d}", res) for m in ("saliency", "gradcam") for p in range(probes)}
+        counts[run.info.run_id] = len(client.list_artifacts(run.info.run_id, "images"))
+    history = client.get_metric_history(parent.info.run_id, "by_resolution/tiny_cnn/test_accuracy")
+    assert sorted(m.step for m in history) == list(RESOLUTIONS)
+    parent_images = _held_images({a.path for a in client.list_artifacts(parent.info.run_id, "images")})
+    assert ("probe/tiny_cnn/gradcam/00", RESOLUTIONS[0]) in parent_images
+    assert len(parent_images) == 2 * probes * len(RESOLUTIONS)
+    assert "report.html" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    counts[parent.info.run_id] = len(client.list_artifacts(parent.info.run_id, "images"))
+
+    for path in (project / "model_summaries" / "tiny_cnn").glob("*/seed42/result.json"):  # forget they were logged
+        path.write_text(json.dumps({**json.loads(path.read_text()), "tracked": False}))
+    (project / "model_summaries" / "_sweep" / "resomap-smoke" / "state.json").unlink()
+    assert main(["sync", *args[1:]]) == 0
+    assert "[sync] 2 logged" in capsys.readouterr().out
+    for run_id, n in counts.items():
+        assert len(client.list_artifacts(run_id, "images")) == n  # nothing logged twice
+    assert len(client.search_runs([exp.experiment_id])) == 1 + len(RESOLUTIONS)
+
+
+def test_the_ui_app_defaults_the_browser_to_model_training():
+    from resomap.tracking.ui_app import SCRIPT, ModelTrainingFirst
+
+    app = ModelTrainingFirst()
+    passed = []
+
+    async def mlflow_app(scope, receive, send):
+        passed.append(scope["path"])
+
+    app._mlflow = mlflow_app
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def call(path: str, method: str = "GET"):
+        await app({"type": "http", "path": path, "method": method}, None, send)
+
+    asyncio.run(call("/"))
+    body = sent[1]["body"].decode()
+    assert sent[0]["status"] == 200 and SCRIPT in body and body.index(SCRIPT) < body.index("</head>")
+    assert '"mlflow.workflowType_v1": "machine_learning"' in SCRIPT
+    from mlflow.server import app as flask_app
+
+    original = (Path(flask_app.static_folder) / "index.html").read_text(encoding="utf-8")
+    assert body.replace(SCRIPT, "", 1) == original  # MLflow's own page, one script added
+    asyncio.run(call("/ajax-api/2.0/mlflow/experiments/search"))
+    asyncio.run(call("/static-files/main.js"))
+    assert passed == ["/ajax-api/2.0/mlflow/experiments/search", "/static-files/main.js"]
+
+
+def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
+    import mlflow.pytorch
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Dropout(0.5), torch.nn.Flatten(),
+        torch.nn.Linear(4 * 6 * 6, 2),
+    )  # fmt: skip
+    model.train()
+    for _ in range(3):  # running statistics away from their initial values
+        model(torch.randn(8, 1, 8, 8))
+    model.eval()
+    tracker = Tracker(load("configs", "smoke", []))
+    run_id = tracker.start_run("m")
+    x = torch.randn(3, 1, 8, 8)
+    tracker.log_model(run_id, model, x[:2].numpy())
+    assert tracker.failures == []
+    (logged,) = tracker.client.search_logged_models([tracker.experiment_id])
+    loaded = mlflow.pytorch.load_model(logged.model_uri)
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), model(x))  # eval-mode batch norm, no dropout, any batch size
+        assert torch.equal(loaded(x), loaded(x))

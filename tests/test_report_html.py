@@ -1,0 +1,262 @@
+"""`resomap report` / resomap.reports.html.write_report on a real tiny sweep (2 models x 2 resolutions, synthetic
+data, 1 epoch): every model and resolution present, every image a decodable data: URI, one strip per probe image
+and method, text escaped; probe_overlays; the explanation cost in the summary. The `browser` test opens the page
+with file:// in headless Chromium, moves a slider and saves a screenshot ($RESOMAP_SCREENSHOTS or .ci/screenshots/)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from resomap.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS, RESOLUTIONS, METHODS, PROBES = ("simple_cnn", "tiny_cnn"), (16, 24), ("gradcam", "saliency"), 3
+NAME = "tiny-report"
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory) -> Path:
+    """A finished tiny sweep (MLflow off); returns its summary folder model_summaries/_sweep/<name>/."""
+    from resomap.config import load
+    from resomap.sweep.sweep import run_sweep
+
+    root = tmp_path_factory.mktemp("sweep")
+    cfg = load(
+        str(REPO / "configs"),
+        "smoke",
+        [
+            f"experiment.output_dir={root}",
+            f"experiment.name={NAME}",
+            f"sweep.models=[{','.join(MODELS)}]",
+            f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]",
+            f"explainability.methods=[{','.join(METHODS)}]",
+            f"explainability.probe_size={PROBES}",
+            "explainability.sanity_methods=[]",
+            "explainability.road=false",
+            "explainability.faithfulness_steps=2",
+            "explainability.baseline_draws=1",
+            "data.synthetic.num_images=60",
+            "data.synthetic.size=32",
+            "profiling.warmup=1",
+            "profiling.iters=2",
+            "stats.resamples=200",
+            "mlflow.enabled=false",
+        ],
+    )
+    outcome = run_sweep(cfg)
+    assert all(r.status == "FINISHED" for r in outcome.results)
+    return outcome.summary_dir
+
+
+class _Page(HTMLParser):
+    """The tags the tests look at: every <img> (src, alt), the strips (data-label) and their frames (data-res)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[dict[str, str]] = []
+        self.strips: list[str] = []
+        self.frames: list[tuple[str, int, bool]] = []  # (strip label, resolution, hidden)
+        self.scripts = 0
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.images.append(a)
+        elif tag == "div" and "strip" in (a.get("class") or "").split():
+            self.strips.append(a.get("data-label", ""))
+        elif tag == "figure" and "data-res" in a:
+            self.frames.append((self.strips[-1], int(a["data-res"]), "hidden" in a))
+        elif tag == "script":
+            self.scripts += 1
+            assert "src" not in a, "scripts are inline"
+        elif tag in ("a", "link"):
+            self.links.append(a.get("href", ""))
+
+
+def _parse(path: Path) -> tuple[str, _Page]:
+    text = path.read_text(encoding="utf-8")
+    page = _Page()
+    page.feed(text)
+    return text, page
+
+
+def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
+    from PIL import Image
+
+    from resomap.reports.html import write_report
+
+    path = write_report(sweep_dir)
+    assert path == sweep_dir / "report.html"
+    text, page = _parse(path)
+    assert path.stat().st_size < 3 * 2**20
+    # every image is an inline PNG that decodes; nothing is fetched from anywhere
+    assert len(page.images) >= len(MODELS) * PROBES * len(METHODS) * len(RESOLUTIONS)
+    for img in page.images:
+        src = img.get("src", "")
+        assert src.startswith("data:image/png;base64,"), src[:40]
+        with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as decoded:
+            assert decoded.width > 0 and decoded.height > 0
+    assert all(link.startswith("#") for link in page.links)
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
+    # one strip per model x probe image x method, each with a frame per resolution, all shown without JS
+    assert len(page.strips) == len(MODELS) * PROBES * len(METHODS)
+    for model in MODELS:
+        for method in METHODS:
+            labels = [s for s in page.strips if s.startswith(f"{model} {method} ")]
+            assert len(labels) == PROBES
+            for label in labels:
+                assert sorted(r for s, r, _ in page.frames if s == label) == list(RESOLUTIONS)
+    assert not any(hidden for *_, hidden in page.frames)
+    assert page.scripts == 1 and "type='range'" in text
+    # the summary table and the train x test matrix name every model and resolution
+    summary = text[text.index('id="summary"') : text.index('id="figures"')]
+    matrix = text[text.index('id="matrix"') : text.index('id="probes"')]
+    for model in MODELS:
+        assert model in summary and f"<h3>{model}</h3>" in matrix
+        for res in RESOLUTIONS:
+            assert re.search(rf"{model}[^<]*</td><td>{res}</td>", summary), (model, res)
+    assert all(f"<th>{res}</th>" in matrix for res in RESOLUTIONS)
+    # what the model said, and the figures of accuracy, cost, explanation cost, Pareto
+    assert re.search(r"true class <b>\w+</b>", text) and re.search(r"\d+ px: \w+ \d+%", text)
+    for stem in ("accuracy_vs_resolution", "explain_cost_vs_resolution", "pareto_accuracy_latency"):
+        assert f'alt="{stem}"' in text
+
+
+def test_the_summary_keeps_each_methods_cost(sweep_dir: Path):
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    assert {(r["model"], r["resolution"]) for r in data["rows"]} == {(m, r) for m in MODELS for r in RESOLUTIONS}
+    for row in data["rows"]:
+        for method in METHODS:
+            assert row[f"explain_seconds/{method}"] > 0
+            assert row[f"explain_peak_memory_mb/{method}"] >= 0
+    for trial in data["trials"]:
+        metrics = trial["explain"]["metrics"]
+        assert all(metrics[f"explain/{m}/seconds"] > 0 for m in METHODS)
+    assert (sweep_dir / "figures" / "explain_cost_vs_resolution.png").is_file()
+
+
+def test_probe_overlays_say_what_the_model_did(sweep_dir: Path):
+    from resomap.explain.figures import probe_overlays, shared_scales
+    from resomap.explain.probe import load_maps
+
+    folder = sweep_dir.parent.parent / "tiny_cnn"
+    paths = sorted(folder.glob("*/seed*/explanations.npz"))
+    assert len(paths) == len(RESOLUTIONS)
+    _, meta = load_maps(paths[0])
+    found = probe_overlays(paths[0], size=40)
+    assert [(o.method, o.position) for o in found] == [(m, p) for m in meta["methods"] for p in range(PROBES)]
+    names = meta["class_names"]
+    for o in found:
+        assert o.image.shape == (40, 40, 3) and o.image.dtype == np.uint8
+        assert o.index == meta["index"][o.position] and o.true == names[meta["targets"][o.position]]
+        assert o.pred == names[meta["pred"][o.position]] and o.prob == pytest.approx(meta["prob"][o.position])
+        assert o.correct == (o.pred == o.true)
+        assert f"true {o.true}" in o.caption and f"predicted {o.pred}" in o.caption
+        assert not o.shared_scale and "per map" in o.caption
+    # a shared scale applies to raw-magnitude methods only (grad-cam's CAMs stay per map), and changes the image
+    scales = shared_scales(paths)
+    assert set(scales) == {"saliency"} and len(scales["saliency"]) == PROBES
+    shared = {(o.method, o.position): o for o in probe_overlays(paths[0], size=40, scales=scales)}
+    own = {(o.method, o.position): o for o in found}
+    assert shared[("saliency", 0)].shared_scale and "shared across resolutions" in shared[("saliency", 0)].caption
+    assert not shared[("gradcam", 0)].shared_scale
+    np.testing.assert_array_equal(shared[("gradcam", 0)].image, own[("gradcam", 0)].image)
+    huge = probe_overlays(paths[0], size=40, scales={"saliency": 1e30})
+    assert not np.array_equal(huge[PROBES].image, own[("saliency", 0)].image)  # all-cold map vs its own range
+
+
+def test_text_is_escaped(sweep_dir: Path, tmp_path: Path):
+    from resomap.reports.html import write_report
+
+    copy = tmp_path / "evil"
+    shutil.copytree(sweep_dir, copy, ignore=shutil.ignore_patterns("report.html"))
+    data = json.loads((copy / "summary.json").read_text())
+    data["recommendations"][0]["sentence"] = '<script>alert("x")</script> & more'
+    data["rows"][0]["note"] = "<img src=x onerror=alert(1)>"
+    for trial in data["trials"]:  # the copy's trial folders: the originals' (relative paths moved with it)
+        trial["folder"] = str((sweep_dir / trial["folder"]).resolve())
+    (copy / "summary.json").write_text(json.dumps(data))
+    text = write_report(copy).read_text(encoding="utf-8")
+    assert '<script>alert("x")' not in text and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; more" in text
+    assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+
+
+def test_cli_report_and_its_errors(sweep_dir: Path, tmp_path: Path, capsys):
+    root = sweep_dir.parent.parent
+    assert main(["report", "--summaries", str(root), "--sweep", "nope"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("resomap: error: no sweep 'nope'; known sweeps: ") and NAME in err
+    target = tmp_path / "r.html"
+    assert main(["report", "--summaries", str(root), "--out", str(target)]) == 0  # the only sweep: the default
+    assert str(target) in capsys.readouterr().out and target.stat().st_size > 0
+    assert main(["report", "--summaries", str(tmp_path / "empty")]) == 2
+    assert "no finished sweep" in capsys.readouterr().err
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(300)
+def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: Path):
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    from resomap.reports.html import write_report
+
+    chromium, chromedriver = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+    missing = [str(p) for p in (chromium, chromedriver) if not p.exists()]
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)}; `bash .ci/browser` installs Chromium and runs these tests")
+    path = write_report(sweep_dir)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(chromium)
+    flags = "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking"
+    for flag in [*flags.split(), "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'profile'}"]:
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(chromedriver)), options=opts)
+    try:
+        driver.get(path.resolve().as_uri())
+        broken = driver.execute_script(
+            "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length"
+        )
+        assert broken == 0
+        assert driver.execute_script("return document.images.length") >= len(MODELS) * PROBES * len(METHODS) * 2
+        sliders = driver.find_elements(By.CSS_SELECTOR, ".strip input[type=range]")
+        assert len(sliders) == len(MODELS) * PROBES * len(METHODS)
+        strip = sliders[0].find_element(By.XPATH, "..")
+        shown = "return Array.from(arguments[0].querySelectorAll('figure')).filter(f => !f.hidden)"
+
+        def visible():
+            figs = driver.execute_script(shown, strip)
+            assert len(figs) == 1  # JS on: one resolution at a time
+            return figs[0].get_attribute("data-res"), figs[0].find_element(By.TAG_NAME, "img").get_attribute("src")
+
+        before = visible()
+        assert before[0] == str(max(RESOLUTIONS))
+        sliders[0].click()
+        driver.execute_script(
+            "arguments[0].value = 0; arguments[0].dispatchEvent(new Event('input'))", sliders[0]
+        )  # the smallest resolution
+        after = visible()
+        assert after[0] == str(min(RESOLUTIONS)) and after[1] != before[1]
+        caption = driver.execute_script(shown, strip)[0].find_element(By.TAG_NAME, "figcaption").text
+        assert caption.startswith(f"{min(RESOLUTIONS)} px") and "%" in caption
+        folder = Path(os.environ.get("RESOMAP_SCREENSHOTS") or REPO / ".ci" / "screenshots")
+        folder.mkdir(parents=True, exist_ok=True)
+        height = driver.execute_script("return document.body.scrollHeight")
+        driver.set_window_size(1400, min(int(height) + 80, 6000))
+        driver.execute_script("window.scrollTo(0, 0)")
+        assert driver.save_screenshot(str(folder / "report.png"))
+    finally:
+        driver.quit()
