@@ -179,3 +179,22 @@ def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
     with torch.no_grad():
         assert torch.allclose(loaded(x), model(x))  # eval-mode batch norm, no dropout, any batch size
         assert torch.equal(loaded(x), loaded(x))
+
+
+def test_segmentation_overlays_become_an_image_at_the_resolution(tmp_path: Path):
+    from PIL import Image
+
+    from resomap.tracking.publish import SEG_OVERLAYS, _log_probe_images
+
+    Image.new("RGBA", (40, 30), (255, 0, 0, 255)).save(tmp_path / SEG_OVERLAYS)
+    logged = []
+
+    class Recorder:
+        def log_image(self, run_id, image, key, step):
+            logged.append((key, step, image.mode, image.size))
+
+    _log_probe_images(Recorder(), "r", tmp_path, 64, set())
+    assert logged == [("segmentation/overlays", 64, "RGB", (40, 30))]
+    held = {"images/segmentation~overlays+step+64+timestamp+1+u.png"}
+    _log_probe_images(Recorder(), "r", tmp_path, 64, held)
+    assert len(logged) == 1  # held at this step: not logged again

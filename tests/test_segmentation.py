@@ -399,6 +399,71 @@ def test_trainer_fits_a_segmenter_with_bf16_and_channels_last(tmp_path):
     assert metrics["test/accuracy"] == pytest.approx(np.trace(conf) / conf.sum())
 
 
+# ---------------------------------------------------------------- profiling and bench
+
+
+def test_profile_of_a_segmenter_at_two_resolutions():
+    """The profiler reads the task from the logits: per-pixel labels and the segmentation loss in the training step,
+    finite latency, memory and MACs that grow with the pixels (a U-Net is all convolutions)."""
+    from resomap.profiling import print_profiling_report, profile
+
+    model, _ = build_model("tiny_segnet", 3, 1, ModelsConfig())
+    kw = {"in_channels": 1, "device": "cpu", "warmup": 1, "iters": 4, "train_batch_size": 2, "train_iters": 2}
+    found = {r: profile(model, r, rounds=2, **kw) for r in (16, 32)}
+    for prof in found.values():
+        assert prof.task == "segmentation" and prof.params_total == sum(p.numel() for p in model.parameters())
+        for value in (prof.latency.median_ms, prof.memory.peak_mb, prof.macs, prof.train_images_per_s):
+            assert math.isfinite(value) and value > 0
+    assert found[32].macs / found[16].macs == pytest.approx(4.0, rel=0.05)
+    assert "segmentation loss on per-pixel labels" in print_profiling_report(found[32])
+
+
+def test_the_training_step_uses_per_pixel_labels_and_the_configured_loss():
+    from resomap.profiling.profiler import step_task
+    from resomap.profiling.timing import training_step
+    from resomap.training.losses import CombinedLoss
+
+    torch.manual_seed(0)
+    model, _ = build_model("tiny_segnet", 3, 1, ModelsConfig())
+    x = torch.randn(2, 1, 24, 24)
+    task = step_task(model.train(), x, SegmentationConfig(loss=["focal_tversky"]))
+    assert model.training  # the probe forward restores the mode
+    assert task.task == "segmentation" and task.targets.shape == (2, 24, 24) and task.targets.dtype == torch.int64
+    assert set(task.targets.unique().tolist()) <= {0, 1, 2}
+    assert isinstance(task.loss, CombinedLoss) and list(task.loss.terms) == ["focal_tversky"]
+    before = [p.detach().clone() for p in model.parameters()]
+    training_step(model, x, task.targets, amp_dtype=None, loss_fn=task.loss)()
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # a real step, weights moved
+    assert step_task(torch.nn.Flatten(), x).targets.shape == (2,)  # [B, C] logits: one label per image
+    with pytest.raises(ConfigError, match=r"output has shape \[1, 24, 24\]"):
+        step_task(_Squeeze(), x)
+
+
+class _Squeeze(torch.nn.Module):
+    """Logits of rank 3: neither a classifier's nor a segmenter's."""
+
+    def forward(self, x):
+        return x[:, 0]
+
+
+def test_bench_command_of_a_segmenter_at_two_resolutions(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the defaults apply
+    for r in (16, 32):
+        argv = ["bench", "--model", "tiny_segnet", "--resolution", str(r), "--in-channels", "1", "--batch-sizes",
+                "1", "2", "--devices", "cpu", "--iters", "2", "--warmup", "1", "--rounds", "2", "--json"]  # fmt: skip
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        data = json.loads(out[: out.rindex("}") + 1])
+        assert data["task"] == "segmentation" and data["resolution"] == r
+        sizes = [e for e in data["entries"] if e["section"] == "batch_sizes"]
+        assert [e["batch_size"] for e in sizes] == [1, 2]
+        for e in sizes:
+            assert e["status"] == "ok", e["reason"]
+            for key in ("infer_images_per_s", "train_images_per_s", "infer_peak_mb", "train_peak_mb"):
+                assert math.isfinite(e[key]) and e[key] >= 0, key
+            assert e["infer_images_per_s"] > 0 and e["train_images_per_s"] > 0
+
+
 # ---------------------------------------------------------------- sweep
 
 
@@ -429,6 +494,7 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
         assert 0 <= result["test"]["test/miou"] <= 1 and "test/boundary_f1" in result["test"]
         assert set(result["cross_resolution"]) == {"16", "32"}
         assert result["profile"]["gmacs"] > 0
+        assert json.loads((folder / "profile.json").read_text())["task"] == "segmentation"  # the model itself
         assert result["explain"]["metrics"]["explain/gradcam/deletion_random"] >= 0
         rows = (folder / "seg_predictions.csv").read_text().splitlines()
         assert rows[0].startswith("test_resolution,index,pixel_accuracy,miou")

@@ -1,6 +1,9 @@
 """`resomap ui`: its error paths (fast), and a headless-Chromium walk through a real sweep in the MLflow UI
-(marker `browser`, run by .ci/browser): experiment -> parent run with nested children -> a child's metric and
-confusion matrix -> the parent's summary figure. Screenshots go to $RESOMAP_SCREENSHOTS or .ci/screenshots/."""
+(marker `browser`, run by .ci/browser): a fresh browser opens the experiment on its runs table (model training,
+not GenAI); the link `resomap ui` prints shows resolution and test accuracy columns; the parent expands to its
+children; a child's metric, parent and confusion matrix; the parent's accuracy against resolution (step =
+resolution), its image grid whose step moves a probe map across resolutions, and the HTML report in its artifacts
+with a working slider. Screenshots go to $RESOMAP_SCREENSHOTS or .ci/screenshots/."""
 
 from __future__ import annotations
 
@@ -286,14 +289,15 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     search = page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']")
     search.send_keys("by_resolution/tiny_cnn/test_accuracy")
     page.visible(By.XPATH, "//*[starts-with(normalize-space(text()), 'by_resolution/tiny_cnn')]")
-    chart = page.visible(By.XPATH, "//h4[@title='test_accuracy']/ancestor::*[.//*[normalize-space(text())='Step']][1]")
+    step_axis = "[.//*[local-name()='text' and normalize-space()='Step']]"  # the chart's x-axis title
+    chart = page.visible(By.XPATH, f"//h4[@title='by_resolution/tiny_cnn/test_accuracy']/ancestor::*{step_axis}[1]")
     history = client.get_metric_history(parent, "by_resolution/tiny_cnn/test_accuracy")
     assert sorted(m.step for m in history) == list(RESOLUTIONS)
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", chart)
     page.shot("parent_accuracy_vs_resolution")
 
     # the parent's image grid: one probe map of one model; its step slider moves across resolutions
-    key = "probe/tiny_cnn/saliency/00"
+    key = "probe/simple_cnn/gradcam/00"  # the first image card (sections are sorted by key)
     card = page.visible(By.XPATH, f"//h4[@title='{key}']/ancestor::*[.//input][1]")
     step_box = card.find_element(By.CSS_SELECTOR, "input[type='number']")
     sources = {}

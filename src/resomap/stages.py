@@ -285,10 +285,6 @@ def profile_stage(
     from resomap.profiling.profiler import noise_policy
 
     pc = cfg.profiling
-    if cfg.experiment.task == "segmentation":  # the profiler's training step expects [B, K] logits
-        from resomap.models.segmentation import ProfiledSegmenter
-
-        model = ProfiledSegmenter(model)
     prof = profile(
         model,
         resolution,
@@ -302,6 +298,7 @@ def profile_stage(
         model_name=model_name,
         rounds=pc.rounds,
         noise=noise_policy(cfg),
+        segmentation=cfg.segmentation,  # a segmenter's training step: per-pixel labels, the configured loss
     )
     save_profile(prof, out_dir)
     if torch.device(device).type == "cuda":

@@ -15,7 +15,9 @@ from resomap.config.schema import DEVICES, PRECISIONS
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
     p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
-    p.add_argument("--num-classes", type=positive_int, default=1000, help="classifier outputs (default 1000)")
+    p.add_argument(
+        "--num-classes", type=positive_int, help="outputs (default: 1000 for classifiers, 21 for segmentation models)"
+    )
     p.add_argument("--in-channels", type=positive_int, default=3, help="input channels (default 3)")
     p.add_argument("--device", choices=DEVICES, help="default: system.device")
     p.add_argument("--precision", choices=PRECISIONS, help="default: system.precision")
@@ -23,6 +25,16 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config-dir", default="configs", help="folder of the YAML files")
     p.add_argument("--preset", help="a file of configs/presets/ without .yaml")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
+
+
+def _num_classes(args: argparse.Namespace) -> int:
+    """--num-classes, else 1000 (ImageNet) for a classifier and 21 (torchvision's segmentation default, Pascal VOC)
+    for a segmentation model."""
+    if args.num_classes:
+        return int(args.num_classes)
+    from resomap.models import model_task
+
+    return 21 if model_task(args.model) == "segmentation" else 1000
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -49,7 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     prof = profile_by_name(
         args.model,
         args.resolution,
-        num_classes=args.num_classes,
+        num_classes=_num_classes(args),
         in_channels=args.in_channels,
         cfg=cfg,
         device=device,
@@ -73,13 +85,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _vs_bare(args, cfg)
     measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
     options = ["baseline"] if args.compare_opts is None else (args.compare_opts or list(ALL_OPTIONS))
-    model, _ = build_model(args.model, args.num_classes, args.in_channels, cfg.models)
+    num_classes = _num_classes(args)
+    model, _ = build_model(args.model, num_classes, args.in_channels, cfg.models)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     report = run_benchmark(
         model,
         args.resolution,
         in_channels=args.in_channels,
-        num_classes=args.num_classes,
+        num_classes=num_classes,
         options=options,
         batch_sizes=args.batch_sizes,
         devices=devices,
@@ -90,6 +103,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         model_name=args.model,
         rounds=args.rounds,
         noise=noise_policy(cfg),
+        segmentation=cfg.segmentation,  # a segmenter's training step uses the configured loss
     )
     print(report.as_json() if args.json else report.table(), end="")
     if args.output_dir:

@@ -131,15 +131,3 @@ def deeplabv3_resnet50(num_classes: int, in_channels: int, cfg: ModelsConfig) ->
     """torchvision DeepLabV3-ResNet50 (weights=None, no auxiliary head)."""
     return _tv_seg("deeplabv3_resnet50", num_classes, in_channels)
 
-
-class ProfiledSegmenter(nn.Module):
-    """For resomap.profiling, whose training step draws one label per image: the segmenter's logits averaged over
-    the pixels ([B, K]). The average is one cheap reduction after the full forward, so latency, memory and MACs
-    are the segmenter's (to within that reduction); the backward runs through the whole network."""
-
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x).mean(dim=(-2, -1))

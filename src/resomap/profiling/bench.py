@@ -38,7 +38,7 @@ from resomap.profiling.options import (
     prepare_model,
     skip_reason,
 )
-from resomap.profiling.profiler import PRECISIONS
+from resomap.profiling.profiler import CLASSIFICATION, PRECISIONS, step_task
 from resomap.profiling.report import num
 from resomap.profiling.timing import (
     Measurement,
@@ -90,6 +90,7 @@ class BenchReport:
     device_names: dict[str, str] = field(default_factory=dict)
     entries: list[BenchEntry] = field(default_factory=list)
     rounds: int = 5  # interleaved rounds per measurement
+    task: str = CLASSIFICATION  # from the model's logits (profiler.step_task): the labels and loss of the step
 
     def section(self, name: str) -> list[BenchEntry]:
         return [e for e in self.entries if e.section == name]
@@ -120,6 +121,7 @@ class _Case:
     warmup: int
     rounds: int = 5
     noise: NoisePolicy = field(default_factory=NoisePolicy)
+    segmentation: Any = None  # the segmentation config section (loss terms), None: its defaults
 
 
 @dataclass
@@ -139,10 +141,11 @@ def _build(model: nn.Module, option: BenchOption, device: torch.device, bs: int,
     fmt = torch.channels_last if setup.channels_last else torch.contiguous_format
     x = torch.randn(bs, case.in_channels, case.resolution, case.resolution, device=device)
     x = x.contiguous(memory_format=fmt)
-    y = torch.randint(0, case.num_classes, (bs,), device=device)
     warm = max(1, case.warmup)
     with backend_flags(setup, device):
-        net = prepare_model(copy.deepcopy(model).to(device).eval(), setup)
+        base = copy.deepcopy(model).to(device).eval()
+        task = step_task(base, x, case.segmentation)  # labels and loss from the logits, before compile & co.
+        net = prepare_model(base, setup)
         with peak_increase(device) as mem:
             call = graphed_inference(net, x, amp) if setup.cuda_graphs else inference_step(net, x, amp)
             for _ in range(warm):
@@ -152,7 +155,7 @@ def _build(model: nn.Module, option: BenchOption, device: torch.device, bs: int,
             return built
         tnet = prepare_model(copy.deepcopy(model).to(device).train(), setup)
         with peak_increase(device) as mem:
-            step = training_step(tnet, x, y, amp_dtype=amp, fused=setup.fused_adamw)
+            step = training_step(tnet, x, task.targets, amp_dtype=amp, fused=setup.fused_adamw, loss_fn=task.loss)
             for _ in range(warm):
                 step()
         built.train, built.train_peak_mb = _with_flags(step, setup, device), mem.bytes / MB
@@ -348,9 +351,14 @@ def run_benchmark(
     model_name: str | None = None,
     rounds: int = 5,
     noise: NoisePolicy | None = None,
+    segmentation: Any = None,
 ) -> BenchReport:
     """Measure `model` per device: per batch size (baseline), then each option at `options_batch_size`
-    (default: the largest batch size), with ratios to the baseline and cuda/cpu ratios per batch size."""
+    (default: the largest batch size), with ratios to the baseline and cuda/cpu ratios per batch size.
+
+    The training step follows the model's logits (profiler.step_task): classifier logits [B, C] get one label
+    per image and cross-entropy, segmentation logits [B, K, H, W] a label per pixel and the segmentation loss of
+    `segmentation` (the config section; None: its defaults)."""
     if precision not in PRECISIONS:
         raise ConfigError(f"bench: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     sizes = sorted(set(batch_sizes))
@@ -358,11 +366,16 @@ def run_benchmark(
         raise ConfigError("bench: need batch sizes >= 1, iters >= 1, rounds >= 1, warmup >= 0 and resolution >= 1")
     opts = [OPTIONS.get(n) for n in dict.fromkeys(["baseline", *options])]  # baseline first, no duplicates
     obs = options_batch_size or sizes[-1]
-    case = _Case(resolution, in_channels, num_classes, precision, iters, warmup, rounds, noise or NoisePolicy())
+    case = _Case(
+        resolution, in_channels, num_classes, precision, iters, warmup, rounds, noise or NoisePolicy(), segmentation
+    )
     report = BenchReport(
         model_name or type(model).__name__, resolution, in_channels, precision, iters, warmup, obs, torch.__version__
     )
     report.rounds = min(rounds, iters)
+    weights = next(iter(model.parameters()), None)
+    probe = torch.zeros(1, in_channels, resolution, resolution, device=weights.device if weights is not None else None)
+    report.task = step_task(model, probe, segmentation).task
     for dev, unavailable in _devices(devices):
         if unavailable:
             report.entries.append(BenchEntry("devices", dev.type, "baseline", 0, "skipped", unavailable))
@@ -433,6 +446,8 @@ def bench_table(report: BenchReport) -> str:
         f"benchmark: {r.model_name} @ {r.resolution}px, {r.in_channels} ch, {r.precision}, "
         f"torch {r.torch_version}, {r.iters} timed iters after {r.warmup} warm-up"
     ]
+    if r.task != CLASSIFICATION:  # the training step's labels and loss
+        lines.append(f"  task: {r.task} (per-pixel labels, the segmentation loss)")
     lines += [f"  {dev}: {name}" for dev, name in r.device_names.items()]
     head = ["device", "option", "status", "infer img/s", "train img/s", "infer MB", "train MB"]
     opts = r.section("options")

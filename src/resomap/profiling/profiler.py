@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from resomap.config import schema
@@ -32,6 +33,7 @@ from resomap.runtime import autocast_dtype, describe_device, resolve_device
 log = logging.getLogger(__name__)
 
 PRECISIONS = schema.PRECISIONS
+CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class ModelProfile:
     rounds: int = 1
     threads: int = 0
     others_cpu_cores: float | None = None
+    task: str = CLASSIFICATION  # from the model's logits (StepTask); older profiles read back so
 
     @property
     def gmacs(self) -> float:
@@ -144,18 +147,50 @@ def _on_device(model: nn.Module, device: torch.device) -> nn.Module:
     return copy.deepcopy(model).to(device)
 
 
-def _train_step(model: nn.Module, x: torch.Tensor, amp: torch.dtype | None) -> Callable[[], None] | None:
+@dataclass
+class StepTask:
+    """What a timed training step needs, read from the model's logits on one image: the task, random labels for
+    the batch and the loss. Classification: logits [B, C], labels [B], cross-entropy. Segmentation: logits
+    [B, K, H, W] (K = out.shape[1]), labels [B, H, W], the segmentation loss (resomap.training.losses.build_loss
+    with the `segmentation` config section: the configured terms, ce + dice by default)."""
+
+    task: str
+    targets: torch.Tensor
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def step_task(model: nn.Module, x: torch.Tensor, segmentation: schema.SegmentationConfig | None = None) -> StepTask:
+    """The StepTask of `model` on the batch `x` (one untimed eval forward of x[:1]; every module's mode is
+    restored). Logits of another rank raise ConfigError."""
+    with preserved_state(model), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        shape = tuple(model.eval()(x[:1]).shape)
+    batch = x.shape[0]
+    if len(shape) == 2:
+        y = torch.randint(0, shape[1], (batch,), device=x.device)
+        return StepTask(CLASSIFICATION, y, F.cross_entropy)
+    if len(shape) == 4:
+        from resomap.training.losses import build_loss  # lazy: segmentation-models-pytorch
+
+        classes, side = shape[1], shape[-2:]
+        y = torch.randint(0, classes, (batch, *side), device=x.device)
+        loss = build_loss(segmentation or schema.SegmentationConfig(), classes).to(x.device)
+        return StepTask(SEGMENTATION, y, loss)
+    raise ConfigError(
+        f"profile: the model's output has shape {list(shape)}; expected classifier logits [B, C] or segmentation "
+        "logits [B, K, H, W]"
+    )
+
+
+def _train_step(
+    model: nn.Module, x: torch.Tensor, amp: torch.dtype | None, task: StepTask
+) -> Callable[[], None] | None:
     """A full training step on a deep copy (the caller's weights and optimizer state are untouched), or None
     when the model has nothing to train."""
     trainee = copy.deepcopy(model).train()
     if not any(p.requires_grad for p in trainee.parameters()):
         log.warning("model has no trainable parameters; training throughput not measured")
         return None
-    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
-        classes = trainee.eval()(x[:1]).shape[-1]
-    trainee.train()
-    y = torch.randint(0, classes, (x.shape[0],), device=x.device)
-    return training_step(trainee, x, y, amp_dtype=amp)
+    return training_step(trainee, x, task.targets, amp_dtype=amp, loss_fn=task.loss)
 
 
 def profile(
@@ -173,8 +208,13 @@ def profile(
     model_name: str | None = None,
     rounds: int = 5,
     noise: NoisePolicy | None = None,
+    segmentation: schema.SegmentationConfig | None = None,
 ) -> ModelProfile:
     """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored.
+
+    The task follows the model's logits (StepTask): a classifier's training step draws one label per image, a
+    segmenter's ([B, K, H, W] logits) a label per pixel and uses the segmentation loss of `segmentation` (the
+    config section; default: its defaults).
 
     Inference calls and training steps are timed in `rounds` interleaved rounds and re-measured while the
     machine looks disturbed (`noise`, see profiling/timing.py); a figure no attempt measured cleanly comes back
@@ -192,7 +232,8 @@ def profile(
         x = torch.randn(batch_size, in_channels, resolution, resolution, device=device)
         counts = count_ops(net, x[:1])
         xt = torch.randn(train_bs, in_channels, resolution, resolution, device=device)
-        train = _train_step(net, xt, amp)
+        task = step_task(net, xt, segmentation)
+        train = _train_step(net, xt, amp, task)
         net.eval()
         infer = inference_step(net, x, amp)
         variants: dict[str, Callable[[], object]] = {"inference": infer}
@@ -211,6 +252,7 @@ def profile(
     result = ModelProfile(
         model_name=model_name or type(model).__name__,
         resolution=resolution,
+        task=task.task,
         in_channels=in_channels,
         batch_size=batch_size,
         train_batch_size=train_bs,
@@ -283,6 +325,7 @@ def profile_by_name(
         "precision": cfg.system.precision,
         "rounds": pc.rounds,
         "noise": noise_policy(cfg),
+        "segmentation": cfg.segmentation,
     }
     kwargs.update(overrides)
     dev = torch.device(device) if device is not None else resolve_device(cfg.system)

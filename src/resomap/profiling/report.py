@@ -34,6 +34,12 @@ def _timing(p: ModelProfile) -> str:
     return text
 
 
+def _step(p: ModelProfile) -> str:
+    """What the timed training step ran (the loss follows the task the profiler read from the logits)."""
+    loss = "segmentation loss on per-pixel labels" if p.task == "segmentation" else "cross-entropy"
+    return f"fwd + {loss} + bwd + AdamW"
+
+
 def print_profiling_report(profile: ModelProfile) -> str:
     """The profile as aligned text lines (returned; the CLI prints it)."""
     p, lat, mem = profile, profile.latency, profile.memory
@@ -51,7 +57,7 @@ def print_profiling_report(profile: ModelProfile) -> str:
         ),
         ("timing", _timing(p)),
         ("inference", f"{num(p.inference_images_per_s, '.1f')} images/s"),
-        (f"training (batch {p.train_batch_size})", f"{num(p.train_images_per_s, '.1f')} images/s (fwd+bwd+AdamW)"),
+        (f"training (batch {p.train_batch_size})", f"{num(p.train_images_per_s, '.1f')} images/s ({_step(p)})"),
         ("weights memory", f"{mem.weights_mb:.1f} MB"),
         (f"forward peak ({mem.method})", f"{mem.peak_mb:.1f} MB, activations {mem.activation_mb:.1f} MB"),
     ]

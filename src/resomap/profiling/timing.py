@@ -340,18 +340,22 @@ def training_step(
     *,
     amp_dtype: torch.dtype | None,
     fused: bool = False,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> Callable[[], None]:
-    """A call running forward + cross-entropy + backward + AdamW step (GradScaler under fp16)."""
+    """A call running forward + loss + backward + AdamW step (GradScaler under fp16). The loss is `loss_fn`
+    (logits in fp32, y), default cross-entropy; a segmenter passes its loss and per-pixel labels
+    (profiler.step_task)."""
     device = x.device
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, fused=True if fused else None)
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+    loss_fn = loss_fn or F.cross_entropy
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         with autocast(device, amp_dtype):
             out = model(x)
-        loss = F.cross_entropy(out.float(), y)
+        loss = loss_fn(out.float(), y)
         if scaler is None:
             loss.backward()
             opt.step()

@@ -35,6 +35,7 @@ HEADLINE_NAMES = {
     "profile/latency_median_ms": "profile/latency_p50_ms",
     "profile/memory_peak_mb": "profile/peak_memory_mb",
 }
+SEG_OVERLAYS = "seg_overlays.png"  # written by the test stage of a segmentation trial
 PROBE_IMAGE_SIZE = 128  # px of the probe maps logged as MLflow images (any trial resolution, one size)
 
 
@@ -262,6 +263,13 @@ def _log_probe_images(tracker: Any, run_id: str, folder: Path, resolution: int, 
     explanation figures; images the run holds at this step are not logged again."""
     from resomap.explain.run import MAPS_FILE
 
+    held = _held_images(have)
+    seg_png = folder / SEG_OVERLAYS  # a segmenter's predictions over its test images
+    if seg_png.is_file() and ("segmentation/overlays", resolution) not in held:
+        from PIL import Image
+
+        with Image.open(seg_png) as image:
+            tracker.log_image(run_id, image.convert("RGB"), key="segmentation/overlays", step=resolution)
     maps = folder / MAPS_FILE
     if not maps.is_file():
         return
@@ -272,7 +280,6 @@ def _log_probe_images(tracker: Any, run_id: str, folder: Path, resolution: int, 
     except Exception as exc:  # unreadable maps: the figures and npz artifacts still hold them
         log.warning("probe images of %s not logged: %s", folder, exc)
         return
-    held = _held_images(have)
     for overlay in overlays:
         key = probe_image_key(overlay.method, overlay.position)
         if (key, resolution) not in held:
