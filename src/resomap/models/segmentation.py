@@ -130,4 +130,3 @@ def fcn_resnet101(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.M
 def deeplabv3_resnet50(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
     """torchvision DeepLabV3-ResNet50 (weights=None, no auxiliary head)."""
     return _tv_seg("deeplabv3_resnet50", num_classes, in_channels)
-

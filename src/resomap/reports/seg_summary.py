@@ -255,7 +255,9 @@ def _markdown(rows: list[dict], paired: list[dict], level: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _figures(rows: list[dict], out_dir: Path) -> list[Path]:
+def seg_figures(rows: list[dict], out_dir: Path) -> list[Path]:
+    """seg_quality_vs_resolution.png and seg_pareto.png in out_dir from seg_summary's rows (also the HTML report's,
+    when a sweep folder lacks them)."""
     from matplotlib.figure import Figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -353,7 +355,7 @@ def write_seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[st
         write_text(out_dir / SEG_AGREEMENT_CSV, _csv(agreement, columns))
         paths.append(out_dir / SEG_AGREEMENT_CSV)
     try:
-        paths += _figures(rows, out_dir / "figures")
+        paths += seg_figures(rows, out_dir / "figures")
     except Exception as exc:  # a figure must not lose the tables (matplotlib errors are many)
         log.warning("segmentation figures failed: %s", exc)
     return paths
