@@ -157,6 +157,7 @@ def test_the_ui_app_defaults_the_browser_to_model_training():
 
 
 def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
+    import mlflow
     import mlflow.pytorch
     import torch
 
@@ -175,7 +176,12 @@ def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
     tracker.log_model(run_id, model, x[:2].numpy())
     assert tracker.failures == []
     (logged,) = tracker.client.search_logged_models([tracker.experiment_id])
-    loaded = mlflow.pytorch.load_model(logged.model_uri)
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(tracker.uri)  # models:/ URIs resolve through the global store
+    try:
+        loaded = mlflow.pytorch.load_model(logged.model_uri)
+    finally:
+        mlflow.set_tracking_uri(previous)
     with torch.no_grad():
         assert torch.allclose(loaded(x), model(x))  # eval-mode batch norm, no dropout, any batch size
         assert torch.equal(loaded(x), loaded(x))

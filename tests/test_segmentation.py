@@ -450,7 +450,8 @@ def test_bench_command_of_a_segmenter_at_two_resolutions(tmp_path, monkeypatch, 
     monkeypatch.chdir(tmp_path)  # no configs/ here: the defaults apply
     for r in (16, 32):
         argv = ["bench", "--model", "tiny_segnet", "--resolution", str(r), "--in-channels", "1", "--batch-sizes",
-                "1", "2", "--devices", "cpu", "--iters", "2", "--warmup", "1", "--rounds", "2", "--json"]  # fmt: skip
+                "1", "2", "--devices", "cpu", "--iters", "2", "--warmup", "1", "--rounds", "2", "--json",
+                "--compare-opts", "amp_bf16"]  # fmt: skip
         assert main(argv) == 0
         out = capsys.readouterr().out
         data = json.loads(out[: out.rindex("}") + 1])
@@ -462,6 +463,11 @@ def test_bench_command_of_a_segmenter_at_two_resolutions(tmp_path, monkeypatch, 
             for key in ("infer_images_per_s", "train_images_per_s", "infer_peak_mb", "train_peak_mb"):
                 assert math.isfinite(e[key]) and e[key] >= 0, key
             assert e["infer_images_per_s"] > 0 and e["train_images_per_s"] > 0
+        options = {e["option"]: e for e in data["entries"] if e["section"] == "options"}
+        assert set(options) == {"baseline", "amp_bf16"} and options["baseline"]["batch_size"] == 2
+        if options["amp_bf16"]["status"] != "skipped":  # bf16 autocast vs fp32, per-pixel loss included
+            assert options["amp_bf16"]["status"] == "ok", options["amp_bf16"]["reason"]
+            assert options["amp_bf16"]["ratios"]["train_x"] > 0
 
 
 # ---------------------------------------------------------------- sweep

@@ -80,6 +80,20 @@ def test_ui_on_a_taken_port_is_a_one_line_error(project: Path, capsys):
     assert err.count("\n") == 1 and err.startswith(f"resomap: error: port {port} on 127.0.0.1 is taken")
 
 
+def test_ui_starts_only_what_browsing_needs(project: Path, monkeypatch: pytest.MonkeyPatch):
+    from resomap.config import load
+    from resomap.tracking.ui import server_env, ui_command
+
+    (project / "mlflow.db").touch()
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", raising=False)
+    assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"  # no job runner, no task consumers
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")
+    assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"  # the user's choice wins
+    cmd = ui_command(load("configs", None, []), "127.0.0.1", _free_port())
+    assert cmd[cmd.index("--app-name") + 1] == "resomap"  # the installed entry point: model-training first
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+
+
 # ---------------------------------------------------------------- browser: a sweep in the UI
 
 

@@ -75,6 +75,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         logging.getLogger("resomap").setLevel(logging.WARNING)
     outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)
     print(f"summary: {outcome.summary_dir}/summary.csv, figures: {outcome.summary_dir}/figures/")
+    if (outcome.summary_dir / "report.html").is_file():
+        print(f"report: {(outcome.summary_dir / 'report.html').resolve().as_uri()}")
     for r in outcome.failed:
         print(f"FAILED {r.name}: {r.error}")
     if outcome.parent_run_id:
