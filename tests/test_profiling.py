@@ -97,6 +97,7 @@ def test_profile_counts_params_and_reports_per_image_macs(tiny_profile):
     assert tiny_profile.macs == pytest.approx(count_macs(model.eval(), torch.randn(1, 3, 32, 32)))
     assert tiny_profile.memory.method == "cpu_rss_sampler"
     assert tiny_profile.device == "cpu" and tiny_profile.torch_version == torch.__version__
+    assert tiny_profile.task == "classification"  # [B, C] logits: one label per image, cross-entropy
 
 
 def test_profile_restores_mode_and_requires_grad_and_leaves_weights_alone():
