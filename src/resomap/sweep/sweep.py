@@ -74,7 +74,14 @@ class Progress:
     def trial_line(self, result: TrialResult, seconds: float) -> str:
         """The one line a finished trial gets (after `record`): its outcome, headline figures and the progress."""
         if result.status == "FINISHED":
-            figures = [f"test accuracy {result.test['test/accuracy']:.3f}"] if "test/accuracy" in result.test else []
+            if "test/miou" in result.test:  # segmentation: mIoU and boundary F1 on the reference masks
+                figures = [f"test mIoU {result.test['test/miou']:.3f}"]
+                if "test/boundary_f1" in result.test:
+                    figures.append(f"boundary F1 {result.test['test/boundary_f1']:.3f}")
+            elif "test/accuracy" in result.test:
+                figures = [f"test accuracy {result.test['test/accuracy']:.3f}"]
+            else:
+                figures = []
             if result.profile is not None and result.profile.latency_median_ms is not None:
                 figures.append(f"latency {result.profile.latency_median_ms:.2f} ms")
             what = ", ".join(figures) or "finished"
