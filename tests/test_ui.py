@@ -1,9 +1,10 @@
 """`resomap ui`: its error paths (fast), and a headless-Chromium walk through a real sweep in the MLflow UI
 (marker `browser`, run by .ci/browser): a fresh browser opens the experiment on its runs table (model training,
 not GenAI); the link `resomap ui` prints shows resolution and test accuracy columns; the parent expands to its
-children; a child's metric, parent and confusion matrix; the parent's accuracy against resolution (step =
-resolution), its image grid whose step moves a probe map across resolutions, and the HTML report in its artifacts
-with a working slider. Screenshots go to $RESOMAP_SCREENSHOTS or .ci/screenshots/."""
+children; the children's image grid, whose step slider shows the children trained at each resolution; a child's
+metric, parent and confusion matrix; the parent's accuracy against resolution (step = resolution), its image grid
+whose step moves one model's probe map across resolutions, and the HTML report in its artifacts with a working
+slider. Screenshots go to $RESOMAP_SCREENSHOTS or .ci/screenshots/."""
 
 from __future__ import annotations
 
@@ -182,6 +183,28 @@ def shots() -> Path:
     return folder
 
 
+def _set_step(page: _Page, card, step: int) -> None:
+    """Type a step into an MLflow image card's number box and wait for its slider to follow."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = card.find_element(By.CSS_SELECTOR, "input[type='number']")
+    box.click()
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(step), Keys.TAB)
+    slider = card.find_element(By.CSS_SELECTOR, "[role='slider']")
+    page.wait.until(lambda d: slider.get_attribute("aria-valuenow") == str(step), f"slider not at {step}")
+
+
+def _image_runs(driver, card) -> set[str]:
+    """The run ids of the images an MLflow image card shows, loaded (naturalWidth > 0)."""
+    script = (
+        "return [...arguments[0].querySelectorAll('img')].filter(i => i.complete && i.naturalWidth > 0)"
+        ".map(i => new URL(i.src).searchParams.get('run_uuid'))"
+    )
+    return set(driver.execute_script(script, card))
+
+
 class _Page:
     """The driver with bounded waits on explicit conditions, and numbered screenshots."""
 
@@ -233,7 +256,6 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     from mlflow import MlflowClient
     from PIL import Image
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
 
     url, link = ui_url
     client = MlflowClient(f"sqlite:///{swept / 'mlflow.db'}")
@@ -283,6 +305,24 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     assert accuracy in row_text and "32" in row_text.split(), row_text  # the resolution and accuracy columns filled
     page.shot("runs_nested")
 
+    # the children's image grid (the experiment's chart view): its step slider moves a probe map across resolutions,
+    # each step showing the children trained at that resolution
+    browser.get(url + "/#/experiments")  # a route change first: a hash change within the runs page keeps its mode
+    page.visible(By.LINK_TEXT, EXPERIMENT)
+    browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs?compareRunsMode=CHART&workflowType=machine_learning")
+    page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']")
+    if not browser.find_elements(By.LINK_TEXT, child.info.run_name):
+        page.clickable(By.CSS_SELECTOR, "button[data-component-id*='runnamecellrenderer']").click()
+    page.visible(By.LINK_TEXT, child.info.run_name)
+    page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']").send_keys("probe/gradcam/00")
+    grid = page.visible(By.XPATH, "//h4[@title='probe/gradcam/00']/ancestor::*[.//input][1]")
+    for res in RESOLUTIONS:
+        _set_step(page, grid, res)
+        expected = {runs[f"{m}@{res}"].info.run_id for m in MODELS}
+        shown = page.wait.until(lambda d, e=expected: _image_runs(d, grid) == e and e, f"children at {res} not shown")
+        assert shown == expected
+        page.shot(f"children_probe_map_step{res}")
+
     # a child run: its test accuracy, its parent, its dataset input, its confusion matrix
     assert [d.dataset.name for d in child.inputs.dataset_inputs] == ["synthetic"]
     page.clickable(By.LINK_TEXT, child.info.run_name).click()
@@ -313,18 +353,9 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     # the parent's image grid: one probe map of one model; its step slider moves across resolutions
     key = "probe/simple_cnn/gradcam/00"  # the first image card (sections are sorted by key)
     card = page.visible(By.XPATH, f"//h4[@title='{key}']/ancestor::*[.//input][1]")
-    step_box = card.find_element(By.CSS_SELECTOR, "input[type='number']")
     sources = {}
     for res in RESOLUTIONS:
-        step_box.click()
-        step_box.send_keys(Keys.CONTROL, "a")
-        step_box.send_keys(str(res), Keys.TAB)
-        page.wait.until(
-            lambda d, r=res: (
-                card.find_element(By.CSS_SELECTOR, "[role='slider']").get_attribute("aria-valuenow") == str(r)
-            ),
-            f"slider not at {res}",
-        )
+        _set_step(page, card, res)
         img = page.wait.until(
             lambda d: [
                 i
