@@ -34,18 +34,25 @@ def confusion_matrix_figure(
     y_true: np.ndarray, y_pred: np.ndarray, class_names: Sequence[str], title: str = "Confusion matrix"
 ):
     """A matplotlib Figure (Agg): cells coloured by row-normalised rate, annotated with count and percent."""
-    from matplotlib.figure import Figure  # Figure() needs no pyplot state and renders with Agg
     from sklearn.metrics import confusion_matrix
 
+    cm = confusion_matrix(np.asarray(y_true), np.asarray(y_pred), labels=list(range(len(class_names))))
+    return counts_figure(cm, class_names, title)
+
+
+def counts_figure(cm: np.ndarray, class_names: Sequence[str], title: str, unit: str = "true class"):
+    """A confusion matrix of counts (rows true, columns predicted) as a Figure: cells coloured by the row's rate,
+    annotated with count and percent; `unit` names what the rows count (a class's images or its pixels)."""
+    from matplotlib.figure import Figure  # Figure() needs no pyplot state and renders with Agg
+
     n = len(class_names)
-    cm = confusion_matrix(np.asarray(y_true), np.asarray(y_pred), labels=list(range(n)))
     rows = cm.sum(axis=1, keepdims=True)
     rate = np.divide(cm, rows, out=np.zeros(cm.shape, dtype=float), where=rows > 0)
     side = max(3.5, 0.6 * n + 2.0)
     fig = Figure(figsize=(side + 1.0, side), layout="constrained")
     ax = fig.add_subplot()
     im = ax.imshow(rate, cmap="Blues", vmin=0.0, vmax=1.0)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="fraction of true class")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=f"fraction of {unit}")
     ax.set_xticks(range(n), labels=list(class_names), rotation=45 if n > 3 else 0, ha="right" if n > 3 else "center")
     ax.set_yticks(range(n), labels=list(class_names))
     ax.set_xlabel("predicted")

@@ -238,26 +238,9 @@ def evaluate(trainer, forward, model, loader, prefix: str, num_classes: int | No
 
 def confusion_figure(cm: np.ndarray, class_names, title: str):
     """Row-normalised pixel confusion matrix (counts and rates), a matplotlib Figure (Agg)."""
-    from matplotlib.figure import Figure
+    from resomap.training.metrics import counts_figure
 
-    n = len(class_names)
-    rows = cm.sum(axis=1, keepdims=True)
-    rate = np.divide(cm, rows, out=np.zeros(cm.shape, dtype=float), where=rows > 0)
-    side = max(3.5, 0.6 * n + 2.0)
-    fig = Figure(figsize=(side + 1.0, side), layout="constrained")
-    ax = fig.add_subplot()
-    im = ax.imshow(rate, cmap="Blues", vmin=0.0, vmax=1.0)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="fraction of true class's pixels")
-    ax.set_xticks(range(n), labels=list(class_names))
-    ax.set_yticks(range(n), labels=list(class_names))
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title)
-    for i in range(n):
-        for j in range(n):
-            color = "white" if rate[i, j] > 0.5 else "black"
-            ax.text(j, i, f"{cm[i, j]}\n{rate[i, j]:.0%}", ha="center", va="center", color=color, fontsize=8)
-    return fig
+    return counts_figure(cm, class_names, title, unit="true class's pixels")
 
 
 def write_records(path, index: np.ndarray, records_by_res: dict[int, np.ndarray]) -> None:
