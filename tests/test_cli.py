@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,15 +14,6 @@ from PIL import Image
 from resomap.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh project folder holding a copy of the repo's configs; the tests run inside it."""
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 SMOKE = ["--preset", "smoke"]

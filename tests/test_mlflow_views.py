@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from resomap.tracking.publish import _held_images, resolution_points
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS, RESOLUTIONS = ("tiny_cnn",), (16, 24)
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 def _client(project: Path):

@@ -5,7 +5,6 @@ trials (an exception, a NaN loss) closed as FAILED with the reason while the oth
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -25,14 +24,6 @@ from resomap.tracking.mlflow_store import HTTP_ENV, TrackingUnavailable
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false", "mlflow.log_checkpoint=false"]
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 def _run(args: list[str], capsys) -> tuple[int, str, str]:
