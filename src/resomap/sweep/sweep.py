@@ -29,6 +29,7 @@ from resomap.config import Config, flatten
 from resomap.sweep.plan import check_plan, describe_plan, load_result, plan, sweep_key
 from resomap.sweep.trial import Trial, TrialResult
 from resomap.tracking import default_tracking_uri, make_tracker
+from resomap.tracking.publish import mlflow_name
 
 log = logging.getLogger(__name__)
 SWEEP_KEY_TAG = "resomap.sweep_key"
@@ -302,10 +303,10 @@ def _summarise(
         tags["resomap.best"] = f"{best['model']}@{best['resolution']}"
     for rec in summary.recommendations:
         if rec["resolution"] is not None:
-            metrics[f"recommended_resolution/{_mlflow_name(rec['model'])}"] = rec["resolution"]
-            metrics[f"best_resolution/{_mlflow_name(rec['model'])}"] = rec["best_resolution"]
+            metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
+            metrics[f"best_resolution/{mlflow_name(rec['model'])}"] = rec["best_resolution"]
     for row in summary.rows:
-        where = f"{_mlflow_name(row['model'])}/{row['resolution']}"
+        where = f"{mlflow_name(row['model'])}/{row['resolution']}"
         for key in ("test_accuracy_pooled", "test_accuracy_ci_low", "test_accuracy_ci_high", "test_macro_f1_pooled"):
             if row.get(key) is not None:
                 metrics[f"{key}/{where}"] = row[key]
@@ -331,12 +332,7 @@ def _report(out_dir: Path) -> Path | None:
 
 def headline(summary: Any) -> dict[str, str]:
     """Tags of the parent run: the recommendation per model in words."""
-    return {f"resomap.recommendation.{_mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
-
-
-def _mlflow_name(text: str) -> str:
-    """A model name usable in an MLflow metric or tag key (letters, digits, _ - . / and space)."""
-    return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in str(text))
+    return {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
 
 
 def _log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
