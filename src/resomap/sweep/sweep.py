@@ -313,7 +313,7 @@ def _summarise(
     _log_changed(tracker, parent, metrics, tags)
     log_metric_points(tracker, parent, resolution_points(summary.rows, comparison.matrices))
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid
-    for (model, resolution, _seed), folder in sorted(trial_folders(trials or plan(cfg, check=False)).items()):
+    for (model, resolution, _seed), folder in sorted(folders.items()):
         shown.setdefault((model, resolution), folder)
     publish_sweep_images(tracker, parent, shown)
     return figures + comparison.files
