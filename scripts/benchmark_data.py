@@ -25,8 +25,9 @@ from torch import nn
 from resomap.config import build as build_config
 from resomap.data import build as build_data
 from resomap.models import build_model
-from resomap.profiling.timing import Interval, ratio_interval, time_rounds
+from resomap.profiling.timing import time_rounds
 from resomap.runtime import measurement_threads, resolve_device
+from resomap.stats import MedianInterval, ratio_interval
 from resomap.training.bare import InMemoryLoader
 
 TARGET = 1.05
@@ -52,7 +53,7 @@ def epoch_call(loader, model: nn.Module | None, opt: torch.optim.Optimizer | Non
     return run
 
 
-def verdict(ci: Interval, target: float = TARGET) -> str:
+def verdict(ci: MedianInterval, target: float = TARGET) -> str:
     if ci.value <= target:
         return "PASS"
     return "MISS (interval reaches it)" if ci.low <= target else "MISS"

@@ -25,7 +25,7 @@ import torch
 from resomap.config import load
 from resomap.data import build as build_data
 from resomap.models import build_model
-from resomap.profiling.timing import Interval
+from resomap.stats import MedianInterval
 from resomap.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def main() -> int:
                     lines.append(f"preset {args.preset}/default {key}: FAILED {type(exc).__name__}: {exc}")
                     print(lines[-1], file=sys.stderr)
                     continue
-                ci = Interval.of([a / b for a, b in zip(speeds[args.preset], speeds["default"])])
+                ci = MedianInterval.of([a / b for a, b in zip(speeds[args.preset], speeds["default"])])
                 results[key] = {"speeds": speeds, "ratio": ci.as_list()}
                 lines.append(
                     f"preset {args.preset}/default train images/s {key} {args.device}: {ci.text()} "

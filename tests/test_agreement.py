@@ -14,7 +14,6 @@ from resomap.config.schema import Config, ExplainabilityConfig, ModelsConfig, Sw
 from resomap.explain.compare import (
     METRICS,
     pair_matrix,
-    relabel_test,
     rescale,
     score_pair,
     study,
@@ -23,6 +22,7 @@ from resomap.explain.compare import (
     verdict,
 )
 from resomap.explain.probe import save_maps
+from resomap.stats import relabel_test
 
 CFG = ExplainabilityConfig(common_grid=16, top_k_percent=10.0)
 N = 8

@@ -149,12 +149,10 @@ def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
 
 
 def test_pooled_macro_f1_of_identical_seeds_is_the_one_seed_interval():
-    from resomap.reports.uncertainty import pooled_macro_f1
-
     _, labels, preds = _outcomes((0,))
     p = preds[(64, 0)]
     one = stats.bootstrap_metric(labels, p, metric="macro_f1", resamples=400, seed=0)
-    two = pooled_macro_f1(labels, np.stack([p, p]), FAST)
+    two = stats.pooled_macro_f1(labels, np.stack([p, p]), resamples=400, seed=0)
     assert (two.estimate, two.low, two.high) == pytest.approx((one.estimate, one.low, one.high))
 
 

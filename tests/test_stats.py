@@ -239,6 +239,49 @@ def test_pareto_front_keeps_ties_and_drops_dominated():
     assert stats.pareto_front([]) == []
 
 
+def test_pareto_indices_is_the_same_front_over_cost_score_pairs_and_skips_non_finite():
+    points = [("a", 0.9, 10), ("b", 0.9, 10), ("c", 0.8, 5), ("d", 0.85, 12), ("e", 0.7, 5), ("f", 0.95, 40)]
+    pairs = [(cost, acc) for _, acc, cost in points] + [(float("nan"), 1.0), (1.0, float("inf"))]
+    front = stats.pareto_indices(pairs)
+    assert front == [2, 0, 1, 5]  # by cost, ties in input order; the non-finite points are left out
+    assert [points[i][0] for i in front] == [p.name for p in stats.pareto_front(points)]
+
+
+# ------------------------------------------------------------------------------------------------ per-image scores
+
+
+def test_score_functions_equal_the_correctness_ones_on_0_1_scores():
+    rng = np.random.default_rng(3)
+    a, b = rng.random((2, 80)) < 0.7, rng.random((2, 80)) < 0.8
+    assert stats.bootstrap_scores(a.astype(float), resamples=300, seed=4) == stats.bootstrap_accuracy(
+        a, resamples=300, seed=4
+    )
+    by_score = stats.paired_score_test(a.astype(float), b.astype(float), resamples=300, seed=2)
+    by_correct = stats.paired_test(a, b, method="bootstrap", resamples=300, seed=2)
+    assert (by_score.low, by_score.high, by_score.p_value) == (by_correct.low, by_correct.high, by_correct.p_value)
+    assert (by_score.b01, by_score.b10, by_score.method) == (by_correct.b01, by_correct.b10, by_correct.method)
+    assert by_score.effect == pytest.approx(by_correct.effect, abs=1e-12)
+
+
+def test_paired_score_test_on_float_scores_finds_a_shifted_iou():
+    rng = np.random.default_rng(5)
+    iou_a = rng.uniform(0.3, 0.7, 60)
+    iou_b = np.clip(iou_a + 0.05 + rng.normal(0, 0.02, 60), 0, 1)
+    test = stats.paired_score_test(iou_a, iou_b, resamples=500)
+    assert test.effect == pytest.approx(float((iou_b - iou_a).mean()))
+    assert 0 < test.low < test.effect < test.high and test.p_value < 0.01
+    same = stats.paired_score_test(iou_a, iou_a)
+    assert (same.effect, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+    iv = stats.bootstrap_scores(iou_a, resamples=500)
+    assert iv.available and iv.low < float(iou_a.mean()) < iv.high
+
+
+def test_sign_flip_test_is_exact_on_few_differences():
+    # 4 nonzero differences of one sign: 2 of the 16 sign patterns are as extreme, p = 2 / 16
+    assert stats.sign_flip_test(np.array([0.0, 1.0, 2.0, 0.5, 1.5])) == pytest.approx(2 / 16)
+    assert stats.sign_flip_test(np.zeros(7)) == 1.0
+
+
 # ------------------------------------------------------------------------------------------------ bad inputs
 
 GOOD = np.random.default_rng(0).random(50) < 0.7
@@ -261,6 +304,8 @@ GOOD = np.random.default_rng(0).random(50) < 0.7
         pytest.param(lambda: stats.smallest_sufficient_resolution({}), id="no-resolutions"),
         pytest.param(lambda: stats.smallest_sufficient_resolution({32: GOOD}, margin=-0.1), id="bad-margin"),
         pytest.param(lambda: stats.pareto_front([("a", float("nan"), 1)]), id="pareto-nan"),
+        pytest.param(lambda: stats.bootstrap_scores([0.5, float("nan")]), id="scores-nan"),
+        pytest.param(lambda: stats.paired_score_test([0.1, 0.2], [0.3]), id="mismatched-scores"),
     ],
 )
 def test_bad_settings_raise_config_error_with_one_line_message(call):

@@ -13,16 +13,9 @@ import torch
 from torch import nn
 
 from resomap.profiling import profile
-from resomap.profiling.timing import (
-    Interval,
-    LatencyStats,
-    NoisePolicy,
-    measure,
-    median_interval,
-    ratio_interval,
-    time_rounds,
-)
+from resomap.profiling.timing import LatencyStats, NoisePolicy, measure, time_rounds
 from resomap.runtime import CpuLoad, auto_threads, free_cores
+from resomap.stats import MedianInterval, median_interval, ratio_interval
 
 CPU = torch.device("cpu")
 
@@ -91,7 +84,7 @@ def test_latency_stats_keep_the_spread_and_the_median_interval():
     stats = LatencyStats.from_seconds([0.001] * 10 + [0.002] * 10)
     assert stats.iqr_ms == pytest.approx(1.0) and stats.spread == pytest.approx(1.0 / 1.5)
     assert stats.median_low_ms <= stats.median_ms <= stats.median_high_ms
-    assert Interval.of([1.0, 2.0, 3.0]).text() == "2.00 [1.00, 3.00]"
+    assert MedianInterval.of([1.0, 2.0, 3.0]).text() == "2.00 [1.00, 3.00]"
 
 
 def test_a_disturbed_measurement_is_remeasured_then_marked_noisy():

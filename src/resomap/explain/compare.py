@@ -23,7 +23,7 @@ References (`study`) beside every number:
 - model_free: the same measure on a model-free map of the same probe images (gradient magnitude of the
   grey-level image, `edge_maps`) at the same resolutions: agreement that needs no model at all;
 - seed (the noise floor, >= 2 seeds): agreement of two seeds' maps at the same resolution; cross-resolution
-  agreement is given as a ratio to it and tested against it (`relabel_test`).
+  agreement is given as a ratio to it and tested against it (`resomap.stats.relabel_test`).
 A cross-resolution row's value is the mean over every pair (seed s at r1, seed t at r2), same-seed pairs included
 (`same_seed` holds those alone); its floor is the mean of the cross-seed agreement at r1 and at r2.
 """
@@ -34,7 +34,7 @@ import itertools
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ import torch.nn.functional as F
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
+from resomap.stats import RelabelTest, relabel_test
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ METRICS = ("spearman", "topk_iou", "mass")
 PRIMARY_METRIC = "spearman"  # the metric the per model x method sentence decides on
 ALPHA = 0.05  # one-sided level of the relabelling test
 KINDS = ("resolution", "seed", "chance", "model_free", "random", "method")
-MAX_EXACT = 20000  # relabellings enumerated exactly up to this count, else sampled (seeded)
 RANDOM_SHUFFLES = 2  # pixel shuffles per image for the random level
 
 
@@ -309,78 +309,6 @@ def compare_all(
 
 
 # ------------------------------------------------------------------------------ the test against the floor
-
-
-@dataclass(frozen=True)
-class RelabelTest:
-    """Is cross-resolution agreement lower than same-resolution cross-seed agreement beyond seed noise?"""
-
-    statistic: float  # mean same-resolution cross-seed agreement - mean cross-resolution cross-seed agreement
-    p_value: float  # one-sided: share of relabellings with a statistic >= the observed one (identity included)
-    relabellings: int  # distinct relabellings (enumerated, or the number sampled)
-    min_p: float  # the smallest p value the seeds and resolutions can give
-    exact: bool
-
-
-def relabel_test(
-    values: Mapping[tuple[tuple[Hashable, int], tuple[Hashable, int]], float],
-    seeds: Sequence[Hashable],
-    resolutions: Sequence[int],
-    *,
-    draws: int = 9999,
-) -> RelabelTest:
-    """Exact (or sampled) permutation test of the resolution labels within each seed.
-
-    `values[((s, r), (t, r'))]` is the agreement of seed s at r with seed t at r' (s != t, both orders or one).
-    Under H0 (no resolution effect beyond seed noise) the trials of one seed at the different resolutions are
-    exchangeable, so every relabelling of resolutions within each seed is as likely as the observed one; the
-    statistic is mean(same-resolution cross-seed) - mean(cross-resolution cross-seed). Same-seed pairs are not
-    used (they do not change under relabelling). The unit is the trained model (seed), not the probe image, so the
-    test is valid but needs seeds: with S seeds and R resolutions there are (R!)^(S-1) distinct relabellings and
-    p >= 1/(R!)^(S-1) (2 seeds and 2 resolutions: p >= 0.5).
-    """
-    seeds, res = list(seeds), list(resolutions)
-    R, S = len(res), len(seeds)
-
-    def get(s: int, i: int, t: int, j: int) -> float:
-        key = ((seeds[s], res[i]), (seeds[t], res[j]))
-        v = values.get(key)
-        if v is None:
-            v = values.get((key[1], key[0]), float("nan"))
-        return float(v)
-
-    # A[s, t, i, j]: seed s at resolution i vs seed t at resolution j (s < t used)
-    A = np.full((S, S, R, R), np.nan)
-    for s, t in itertools.combinations(range(S), 2):
-        for i in range(R):
-            for j in range(R):
-                A[s, t, i, j] = get(s, i, t, j)
-    pairs = list(itertools.combinations(range(S), 2))
-    if S < 2 or R < 2 or not np.isfinite(A[tuple(zip(*pairs))]).all():
-        return RelabelTest(float("nan"), float("nan"), 0, float("nan"), True)
-    totals = sum(A[s, t].sum() for s, t in pairs)
-    n_same, n_cross = len(pairs) * R, len(pairs) * R * (R - 1)
-
-    def stat(perm: Sequence[Sequence[int]]) -> float:
-        same = sum(A[s, t, perm[s], perm[t]].sum() for s, t in pairs)
-        return same / n_same - (totals - same) / n_cross
-
-    identity = [list(range(R))] * S
-    observed = stat(identity)
-    perms = [list(p) for p in itertools.permutations(range(R))]
-    count = len(perms) ** (S - 1)
-    min_p = 1.0 / count
-    if count <= MAX_EXACT:
-        stats = [stat([identity[0], *rest]) for rest in itertools.product(perms, repeat=S - 1)]
-        exact = True
-    else:
-        rng = np.random.default_rng(12345)
-        draw = [[identity[0], *(perms[k] for k in rng.integers(len(perms), size=S - 1))] for _ in range(draws)]
-        stats = [observed] + [stat(p) for p in draw]
-        exact, count = False, draws + 1
-    stats_arr = np.asarray(stats)
-    p = float(np.mean(stats_arr >= observed - 1e-12))
-    return RelabelTest(float(observed), p, count, min_p, exact)
 
 
 def verdict(test: RelabelTest, n_seeds: int) -> str:

@@ -40,6 +40,7 @@ from resomap.errors import ExplainError
 from resomap.explain.probe import explain_probe_set
 from resomap.explain.registry import ExplainFn, build_explainer, explaining
 from resomap.models import ModelSpec
+from resomap.stats import crossed_interval
 
 log = logging.getLogger(__name__)
 
@@ -437,40 +438,6 @@ def unrelated_similarity(maps: np.ndarray) -> np.ndarray:
     r = _ranks(maps)
     i, j = np.triu_indices(len(r), k=1)
     return _rank_corr(r[i], r[j]) if len(i) else np.zeros(0)
-
-
-def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): Student-t interval of the mean; (mean, nan, nan) for fewer than 2 values."""
-    values = np.asarray(values, dtype=np.float64)
-    mean = float(values.mean()) if values.size else float("nan")
-    if values.size < 2:
-        return mean, float("nan"), float("nan")
-    from scipy import stats
-
-    half = float(stats.t.ppf(0.5 + level / 2, df=values.size - 1)) * float(values.std(ddof=1)) / math.sqrt(values.size)
-    return mean, mean - half, mean + half
-
-
-def crossed_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high) of the grand mean of a [seeds, images] table where both are random draws.
-
-    Var = (MS_seeds + MS_images) / (S N) (two-way random effects, conservative: the residual is not
-    subtracted), Satterthwaite degrees of freedom; one seed or one image: `t_interval` of the values. A seed
-    effect shared by all images widens the interval, so a verdict that flips with the seed is inconclusive.
-    """
-    y = np.asarray(values, dtype=np.float64)
-    if y.ndim != 2 or min(y.shape) < 2:
-        return t_interval(y.reshape(-1), level)
-    s, n = y.shape
-    ms_s, ms_i = n * y.mean(axis=1).var(ddof=1), s * y.mean(axis=0).var(ddof=1)
-    mean, var = float(y.mean()), (ms_s + ms_i) / (s * n)
-    if var <= 0:
-        return mean, mean, mean
-    from scipy import stats
-
-    df = (ms_s + ms_i) ** 2 / (ms_s**2 / (s - 1) + ms_i**2 / (n - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, df=df)) * math.sqrt(var)
-    return mean, mean - half, mean + half
 
 
 @dataclass

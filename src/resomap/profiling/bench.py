@@ -46,10 +46,10 @@ from resomap.profiling.timing import (
     images_per_s,
     inference_step,
     measure,
-    ratio_interval,
     training_step,
 )
 from resomap.runtime import autocast_dtype, describe_device
+from resomap.stats import ratio_interval
 
 log = logging.getLogger(__name__)
 

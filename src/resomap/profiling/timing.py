@@ -4,9 +4,8 @@
   rounds (A B C, then B C A, ...), each round a short block of timed calls per variant, so a burst of load from
   another process hits every variant alike instead of one of them. Per call: CUDA events on GPU (the GPU time,
   no host sync per call), time.perf_counter on CPU.
-- `LatencyStats` keeps the per-call percentiles plus the IQR and a distribution-free interval of the median.
-- `ratio_interval` is the median of the per-round ratios between two variants with the same interval: the
-  ratio of two identical variants then has an interval that contains 1.0 (tests/test_timing.py checks it).
+- `LatencyStats` keeps the per-call percentiles plus the IQR and a distribution-free interval of the median
+  (`resomap.stats.median_interval`; the timing statistics, `ratio_interval` among them, live in resomap.stats).
 - `measure` watches the CPU while it times (`CpuLoad`: cores used by other processes, from psutil) and calls a
   measurement disturbed when the per-call spread (IQR / median) exceeds a threshold or, on CPU, when torch's
   threads plus the other processes' busy cores exceed the cores there are. It then re-measures a bounded number
@@ -38,55 +37,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from resomap.runtime import CpuLoad, free_cores
+from resomap.stats import MedianInterval, median_interval
 
-LEVEL = 0.95  # confidence level of the intervals printed by the benchmarks
-
-
-def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
-    """(median, low, high): the distribution-free confidence interval of a median from order statistics.
-
-    The interval [x_(k), x_(n-k+1)] holds the true median with probability 1 - 2 P(Binom(n, 1/2) < k), whatever
-    the distribution (no resampling, exact for i.i.d. samples). scipy has no function returning it, hence these
-    lines; with fewer than 6 values no k reaches 95%, and the interval is [min, max].
-    """
-    from scipy.stats import binom
-
-    x = np.sort(np.asarray(values, dtype=np.float64))
-    n = x.size
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    med = float(np.median(x))
-    # the largest k with P(Binom(n, .5) <= k - 1) <= (1 - level) / 2
-    k = int(binom.ppf((1 - level) / 2, n, 0.5))
-    if k >= 1 and binom.cdf(k - 1, n, 0.5) > (1 - level) / 2:
-        k -= 1
-    k = max(k, 1)
-    return med, float(x[k - 1]), float(x[n - k])
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A median with its confidence interval (`n`: how many values it came from)."""
-
-    value: float
-    low: float
-    high: float
-    n: int
-    level: float = LEVEL
-
-    @classmethod
-    def of(cls, values: Sequence[float], level: float = LEVEL) -> Interval:
-        med, lo, hi = median_interval(values, level)
-        return cls(med, lo, hi, len(values), level)
-
-    def contains(self, x: float) -> bool:
-        return self.low <= x <= self.high
-
-    def text(self, fmt: str = ".2f") -> str:
-        return f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
-
-    def as_list(self) -> list[float]:
-        return [self.value, self.low, self.high]
+# the timing intervals live in resomap.stats; `Interval` is the name training.bare still imports from here
+Interval = MedianInterval
 
 
 @dataclass(frozen=True)
@@ -231,12 +185,6 @@ def time_rounds(
     for n in out.errors:
         out.calls.pop(n, None)
     return out
-
-
-def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], level: float = LEVEL) -> Interval:
-    """The median of the per-round ratios numerator[r] / denominator[r] with its interval (median_interval)."""
-    ratios = [a / b for a, b in zip(numerator, denominator) if b > 0 and math.isfinite(a / b)]
-    return Interval.of(ratios, level) if ratios else Interval(math.nan, math.nan, math.nan, 0, level)
 
 
 # ---------------------------------------------------------------------------------------------- interference

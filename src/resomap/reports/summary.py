@@ -24,6 +24,9 @@ from resomap.config.schema import StatsConfig
 from resomap.reports.uncertainty import TrialId, TrialRecord, compare_models, group_records, interval_columns
 from resomap.reports.uncertainty import load_records as _load_records
 
+# (cost, score) points -> indices of the front; reports.seg_summary imports it from here
+from resomap.stats import pareto_indices as pareto_front  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
@@ -271,19 +274,3 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
 
     paths += write_seg_summary(summary.trials, summary.stats, out_dir)
     return paths
-
-
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of points not dominated in (lower cost, higher score)."""
-    front = []
-    for i, (cost, score) in enumerate(points):
-        if not (math.isfinite(cost) and math.isfinite(score)):
-            continue
-        dominated = any(
-            c <= cost and s >= score and (c < cost or s > score)
-            for j, (c, s) in enumerate(points)
-            if j != i and math.isfinite(c) and math.isfinite(s)
-        )
-        if not dominated:
-            front.append(i)
-    return sorted(front, key=lambda i: points[i][0])

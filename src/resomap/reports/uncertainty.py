@@ -122,43 +122,6 @@ def align(preds_by_seed: Mapping[int, Predictions]) -> Aligned | str:
     return Aligned(seeds, common, labels[0], np.stack(predictions), notes)
 
 
-def pooled_macro_f1(label: np.ndarray, prediction: np.ndarray, cfg: StatsConfig) -> stats.Interval:
-    """Macro-F1 of the seeds' predictions pooled ([S, N] against the N labels), with a bootstrap interval that
-    resamples images (each image keeps its label and its prediction under every seed). With one seed this is
-    exactly ``stats.bootstrap_metric``; pooling S identical seeds gives the one-seed answer."""
-    prediction = np.atleast_2d(prediction)
-    if prediction.shape[0] == 1:
-        return stats.bootstrap_metric(
-            label, prediction[0], metric="macro_f1", level=cfg.level, resamples=cfg.resamples, seed=cfg.seed
-        )
-    n = label.size
-    classes, codes = np.unique(np.concatenate([label, prediction.ravel()]), return_inverse=True)
-    codes = codes.reshape(-1)
-    t_codes, p_codes, k = codes[:n], codes[n:].reshape(prediction.shape), len(classes)
-
-    def statistic(t, *ps, axis=-1):
-        return stats._macro_f1(np.concatenate([t] * len(ps), axis=-1), np.concatenate(ps, axis=-1), k, axis=-1)
-
-    estimate = _num(statistic(t_codes, *p_codes))
-    label_text = f"bootstrap BCa over images, seeds pooled ({cfg.resamples} resamples)"
-    if n < stats.MIN_BOOTSTRAP_IMAGES:
-        why = f"only {n} test images: a bootstrap interval needs at least {stats.MIN_BOOTSTRAP_IMAGES}"
-        return stats.Interval(estimate, None, None, cfg.level, label_text, n, available=False, reason=why)
-    low, high, used, caveat = stats._bootstrap(
-        (t_codes, *p_codes),
-        statistic,
-        level=cfg.level,
-        resamples=cfg.resamples,
-        seed=cfg.seed,
-        method="BCa",
-        paired=True,
-    )
-    label_text = label_text.replace("BCa", used)
-    if low is None:
-        return stats.Interval(estimate, None, None, cfg.level, label_text, n, available=False, reason=caveat)
-    return stats.Interval(estimate, low, high, cfg.level, label_text, n, reason=caveat)
-
-
 # ------------------------------------------------------------------------------------------------ per row
 
 
@@ -191,7 +154,9 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
             notes.append(f"pooled over seeds {aligned.seeds}: {NO_PREDICTIONS} for seeds {lacking}")
         notes += aligned.notes
         acc = stats.bootstrap_accuracy(aligned.correct, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
-        f1 = pooled_macro_f1(aligned.label, aligned.prediction, cfg)
+        f1 = stats.pooled_macro_f1(
+            aligned.label, aligned.prediction, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed
+        )
         row["n_test_images"] = int(aligned.index.size)
         for name, iv in (("test_accuracy", acc), ("test_macro_f1", f1)):
             row[f"{name}_pooled"], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = iv.estimate, iv.low, iv.high

@@ -1,0 +1,82 @@
+"""Statistics a reviewer can trust: intervals, paired and permutation tests, the resolution recommendation, the
+Pareto front and the timing intervals, in one place (issues 13 and 17).
+
+Inputs are plain numpy arrays of per-test-image outcomes: ``correct`` is bool ``[N]`` (one run) or ``[S, N]`` (S
+seeds, each tested on the same N images, in the same order), or any per-image score (IoU, Dice) where a function
+says so. Nothing here trains or loads a model, and nothing of resomap is imported but :mod:`resomap.errors`: this
+is the bottom layer (settings come in as plain values).
+
+- :mod:`~resomap.stats.bootstrap`: :func:`bootstrap_accuracy`, :func:`bootstrap_scores`, :func:`bootstrap_metric`,
+  :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``).
+- :mod:`~resomap.stats.intervals`: :class:`Interval`; :func:`seed_interval` (mean, std and Student-t interval across
+  seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random).
+- :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, or a paired bootstrap
+  with a sign-flip p-value), :func:`paired_score_test` (any per-image score), :func:`holm`.
+- :mod:`~resomap.stats.permutation`: :func:`sign_flip_test`, :func:`relabel_test` (resolution labels within seeds).
+- :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted) and
+  :func:`smallest_sufficient_resolution`.
+- :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`.
+- :mod:`~resomap.stats.median`: :func:`median_interval`, :class:`MedianInterval`, :func:`ratio_interval` (timings).
+
+A bad setting (confidence level outside (0, 1), resamples < 1, arrays of mismatched shapes or non-0/1 values) raises
+:class:`~resomap.errors.ConfigError`; a sample too small for the statistic gives a result with ``available=False`` and a
+plain ``reason``. Results never hold NaN: a value that cannot be computed is ``None`` (the tuple helpers
+``t_interval``, ``crossed_interval``, ``median_interval`` excepted, as their docstrings say).
+
+scipy and statsmodels are imported inside the functions that use them (they take seconds to import).
+"""
+
+from resomap.stats.bootstrap import (
+    BOOTSTRAP_METHODS,
+    METRICS,
+    MIN_BOOTSTRAP_IMAGES,
+    _macro_f1,
+    bootstrap_accuracy,
+    bootstrap_metric,
+    bootstrap_scores,
+    pooled_macro_f1,
+)
+from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval
+from resomap.stats.median import MedianInterval, median_interval, ratio_interval
+from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test
+from resomap.stats.pareto import ParetoPoint, pareto_front, pareto_indices
+from resomap.stats.permutation import RelabelTest, relabel_test, sign_flip_test
+from resomap.stats.recommend import (
+    PairComparison,
+    Recommendation,
+    compare_resolutions,
+    smallest_sufficient_resolution,
+)
+
+__all__ = [
+    "BOOTSTRAP_METHODS",
+    "METRICS",
+    "MIN_BOOTSTRAP_IMAGES",
+    "PAIRED_METHODS",
+    "Interval",
+    "MedianInterval",
+    "PairComparison",
+    "PairedTest",
+    "ParetoPoint",
+    "Recommendation",
+    "RelabelTest",
+    "_macro_f1",
+    "bootstrap_accuracy",
+    "bootstrap_metric",
+    "bootstrap_scores",
+    "compare_resolutions",
+    "crossed_interval",
+    "holm",
+    "median_interval",
+    "paired_score_test",
+    "paired_test",
+    "pareto_front",
+    "pareto_indices",
+    "pooled_macro_f1",
+    "ratio_interval",
+    "relabel_test",
+    "seed_interval",
+    "sign_flip_test",
+    "smallest_sufficient_resolution",
+    "t_interval",
+]
