@@ -12,6 +12,7 @@ import pytest
 
 from resomap.cli import main
 from resomap.config import load
+from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
 from resomap.tracking.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
 from resomap.tracking.publish import _held_images, resolution_points
@@ -42,9 +43,9 @@ def test_experiments_are_tagged_model_training_with_the_runs_view(project: Path)
 
 def test_resolution_points_put_each_model_against_resolution():
     rows = [
-        {"model": "a", "resolution": 32, "test_accuracy": 0.5, "latency_ms": 2.0, "explain_seconds/saliency": 1.5},
-        {"model": "a", "resolution": 64, "test_accuracy": 0.75, "latency_ms": float("nan")},
-        {"model": "b:x", "resolution": 32, "test_accuracy": None},
+        SummaryRow("a", "", 32, 1, test_accuracy=0.5, latency_ms=2.0, explain_costs={"explain_seconds/saliency": 1.5}),
+        SummaryRow("a", "", 64, 1, test_accuracy=0.75, latency_ms=float("nan")),
+        SummaryRow("b:x", "", 32, 1, test_accuracy=None),
     ]
     spearman = [[1, 0.2, 0.4], [0.2, 1, None], [0.4, None, 1]]
     matrices = {"a/gradcam": {"resolutions": [32, 64, 128], "spearman": spearman}}

@@ -19,7 +19,7 @@ from resomap.config import load, with_overrides
 from resomap.config.schema import StatsConfig
 from resomap.errors import ConfigError, ResoMapError
 from resomap.records import Predictions, write_predictions
-from resomap.reports import build_summary, sweep_figures, write_summary
+from resomap.reports import SummaryRow, build_summary, sweep_figures, write_summary
 from resomap.sweep.plan import plan
 from resomap.sweep.sweep import _summarise, summary_folder, trial_folders
 from resomap.sweep.trial import TrialResult
@@ -148,6 +148,87 @@ def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
     assert {"test_macro_f1_ci_high", "test_accuracy_seed_ci_low", "n_seeds", "note", "recommended"} <= set(csv_rows[64])
 
 
+# summary.csv's columns as users read them (the explanation costs follow, one column per method)
+SUMMARY_CSV_COLUMNS = [
+    "model",
+    "family",
+    "resolution",
+    "n_seeds",
+    "test_accuracy",
+    "test_accuracy_std",
+    "test_macro_f1",
+    "test_macro_f1_std",
+    "test_macro_precision",
+    "test_macro_precision_std",
+    "test_macro_recall",
+    "test_macro_recall_std",
+    "latency_ms",
+    "latency_ms_std",
+    "throughput_ips",
+    "throughput_ips_std",
+    "train_throughput_ips",
+    "train_throughput_ips_std",
+    "peak_memory_mb",
+    "peak_memory_mb_std",
+    "gmacs",
+    "gmacs_std",
+    "params_m",
+    "params_m_std",
+    "train_time_s",
+    "train_time_s_std",
+    "epochs_run",
+    "epochs_run_std",
+    "profile_noisy",
+    "n_test_images",
+    "test_accuracy_pooled",
+    "test_accuracy_ci_low",
+    "test_accuracy_ci_high",
+    "test_macro_f1_pooled",
+    "test_macro_f1_ci_low",
+    "test_macro_f1_ci_high",
+    "ci_level",
+    "ci_method",
+    "test_accuracy_seed_ci_low",
+    "test_accuracy_seed_ci_high",
+    "test_macro_f1_seed_ci_low",
+    "test_macro_f1_seed_ci_high",
+    "recommended",
+    "note",
+]
+
+
+def test_summary_columns_keep_their_names_and_order(fake):
+    *_, out, _ = fake
+    with (out / "summary.csv").open(newline="") as fh:
+        assert next(csv.reader(fh)) == SUMMARY_CSV_COLUMNS
+    first = json.loads((out / "summary.json").read_text())["rows"][0]
+    assert list(first) == [*SUMMARY_CSV_COLUMNS, "cross_resolution"]
+
+
+def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake):
+    *_, out, _ = fake
+    data = json.loads((out / "summary.json").read_text())["rows"]
+    costs = {"explain_seconds/gradcam": 1.5, "explain_peak_memory_mb/gradcam": 9.0}
+    rows = [SummaryRow.from_dict({**d, **costs}) for d in data]
+    assert [r.to_dict() for r in rows] == [{**d, **costs} for d in data]  # a round trip, columns in order
+    assert list(rows[0].to_dict(csv=True)) == [*SUMMARY_CSV_COLUMNS, *costs]
+    row = rows[0]
+    assert row.accuracy == row.test_accuracy_pooled and row.explain_seconds == {"gradcam": 1.5}
+    assert row.value("explain_seconds/gradcam") == 1.5 and row.value("latency_ms") == row.latency_ms
+    assert row.value("no_such_column") is None
+    assert set(row.parent_metrics()) == {
+        "test_accuracy_pooled",
+        "test_accuracy_ci_low",
+        "test_accuracy_ci_high",
+        "test_macro_f1_pooled",
+    }
+    points = row.by_resolution()
+    assert points["latency_p50_ms"] == row.latency_ms and points["explain_seconds_gradcam"] == 1.5
+    assert points["test_accuracy_ci_low"] == row.test_accuracy_ci_low
+    old = SummaryRow.from_dict({"model": "m", "resolution": 32})  # a summary.json from before a column existed
+    assert old.test_accuracy_ci_low is None and old.accuracy is None and old.n_seeds == 1
+
+
 def test_pooled_macro_f1_of_identical_seeds_is_the_one_seed_interval():
     _, labels, preds = _outcomes((0,))
     p = preds[(64, 0)]
@@ -201,8 +282,8 @@ def test_results_without_predictions_say_why(tmp_path):
     results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
     summary = build_summary(results, trial_folders(trials), FAST)
     for row in summary.rows:
-        assert row["test_accuracy_ci_low"] is None and "no predictions.csv" in row["note"]
-        assert row["test_accuracy_seed_ci_low"] is not None  # the seed interval needs only result.json
+        assert row.test_accuracy_ci_low is None and "no predictions.csv" in row.note
+        assert row.test_accuracy_seed_ci_low is not None  # the seed interval needs only result.json
     assert summary.paired_tests == [] and summary.recommendations[0]["available"] is False
     assert "no predictions.csv" in summary.recommendations[0]["sentence"]
     figures = sweep_figures(summary.rows, tmp_path / "figures")

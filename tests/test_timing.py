@@ -145,9 +145,9 @@ def test_a_noisy_profile_is_marked_in_the_summary_and_the_pareto_figure():
     from resomap.reports.summary import summary_rows
 
     rows = summary_rows([_trial(1, True), _trial(2, False)])
-    assert rows[0]["profile_noisy"] is True and "noisy (1 of 2 profiles disturbed" in rows[0]["note"]
+    assert rows[0].profile_noisy is True and "noisy (1 of 2 profiles disturbed" in rows[0].note
     quiet = summary_rows([_trial(1, False), _trial(2, None)])  # None: a result.json from before the flag
-    assert quiet[0]["profile_noisy"] is False and "noisy" not in (quiet[0]["note"] or "")
+    assert quiet[0].profile_noisy is False and "noisy" not in quiet[0].note
     texts = [t.get_text() for t in pareto_figure(rows).axes[0].texts]
     assert "32?" in texts and any("disturbed machine" in t for t in texts)
     assert "32" in [t.get_text() for t in pareto_figure(quiet).axes[0].texts]

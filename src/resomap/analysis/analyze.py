@@ -15,6 +15,7 @@ from resomap.analysis.report import analysis_folders, write_report
 from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
 from resomap.reports import build_summary, sweep_figures
+from resomap.reports.rows import SummaryRow
 from resomap.stages import Comparison, compare_stage, evaluate_trained
 from resomap.sweep.trial import TrialResult
 
@@ -38,7 +39,7 @@ class AnalysisReport:
     report_path: Path
     summary_path: Path
     results: list[TrialResult]  # one per checkpoint
-    rows: list[dict[str, Any]]  # reports.summary_rows
+    rows: list[SummaryRow]  # one per model x resolution
     comparison: Comparison  # explanations across resolutions
     failed: dict[str, str]  # checkpoint -> one-line reason
     figures: list[Path]

@@ -48,7 +48,7 @@ def summary_text(
     """The results table with intervals, the recommendation per model, the paired tests, the mean explanation
     agreement and the checkpoints that could not be analysed. ``summary``: a SweepSummary, or summary rows."""
     from resomap.reports import SweepSummary
-    from resomap.reports.text import describe_stats, paired_table, recommendation_lines, results_table
+    from resomap.reports.text import describe_stats, notes_lines, paired_table, recommendation_lines, results_table
 
     if not isinstance(summary, SweepSummary):
         summary = SweepSummary(list(summary), [], [], [], {})
@@ -60,7 +60,7 @@ def summary_text(
         text += "\nRecommended resolution\n" + "".join(f"{x}\n" for x in recommendation_lines(summary.recommendations))
     if summary.paired_tests:
         text += "\nPaired tests between resolutions (B - A: accuracy difference)\n" + paired_table(summary.paired_tests)
-    notes = [f"{r['model']} @ {r['resolution']} px: {r['note']}" for r in summary.rows if r.get("note")]
+    notes = notes_lines(summary.rows)
     if notes:
         text += "\nNotes\n" + "".join(f"{x}\n" for x in notes)
     if agreement:
@@ -96,7 +96,7 @@ def write_report(
     agreement = comparison.agreement
     payload = {
         "models": models,
-        "summary": summary.rows,
+        "summary": [row.to_dict() for row in summary.rows],
         "paired_tests": summary.paired_tests,
         "recommendations": summary.recommendations,
         "stats": summary.stats,

@@ -1,11 +1,13 @@
 """Tables and figures from trial results (TrialResults or their dicts): no training or model code here.
 
-`build_summary(results, folders, stats) -> SweepSummary` (rows with intervals, paired tests between resolutions,
-the recommended resolution per model), `write_summary(summary, out_dir)` (summary.csv/json, paired_tests.csv,
-recommendation.csv, summary.md/txt), `sweep_figures(rows, out_dir, paired, recommendations)`.
+`build_summary(results, folders, stats) -> SweepSummary` (one typed `SummaryRow` per model x resolution with its
+intervals, paired tests between resolutions, the recommended resolution per model), `write_summary(summary,
+out_dir)` (summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt), `sweep_figures(rows, out_dir,
+paired, recommendations)`.
 """
 
 from resomap.reports.figures import save, sweep_figures
+from resomap.reports.rows import SummaryRow
 from resomap.reports.summary import (
     SweepSummary,
     build_summary,
@@ -16,6 +18,7 @@ from resomap.reports.summary import (
 )
 
 __all__ = [
+    "SummaryRow",
     "SweepSummary",
     "build_summary",
     "json_safe",

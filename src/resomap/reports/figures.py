@@ -8,6 +8,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from matplotlib.patches import Patch
 
 from resomap.plotstyle import MATRIX_CMAP, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
+from resomap.reports.rows import SummaryRow
+from resomap.stats import pareto_front
 
 log = logging.getLogger(__name__)
 
@@ -38,24 +41,34 @@ def _f(value: Any) -> float:
     return value if math.isfinite(value) else math.nan
 
 
-def _by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _by_model(rows: list[SummaryRow]) -> dict[str, list[SummaryRow]]:
+    groups: dict[str, list[SummaryRow]] = defaultdict(list)
     for row in rows:
-        groups[row["model"]].append(row)
-    return {m: sorted(rs, key=lambda r: r["resolution"]) for m, rs in sorted(groups.items())}
+        groups[row.model].append(row)
+    return {m: sorted(rs, key=lambda r: r.resolution) for m, rs in sorted(groups.items())}
 
 
-def _colours(rows: list[dict[str, Any]]) -> dict[str, str]:
+def _colours(rows: list[SummaryRow]) -> dict[str, str]:
     """One colour per model, the same in every figure (models in sorted order)."""
-    return {m: f"C{i % 10}" for i, m in enumerate(sorted({r["model"] for r in rows}))}
+    return {m: f"C{i % 10}" for i, m in enumerate(sorted({r.model for r in rows}))}
 
 
-def _seeds(row: Mapping[str, Any]) -> int:
-    return int(row.get("n_seeds", row.get("seeds", 1)) or 1)
+def _seeds(row: SummaryRow) -> int:
+    return int(row.n_seeds or 1)
 
 
-def _resolution_axis(ax: plt.Axes, rows: list[dict[str, Any]]) -> None:
-    ticks = sorted({r["resolution"] for r in rows})
+def _column(rows: list[SummaryRow], column: str) -> np.ndarray:
+    """float [len(rows)] of a column, NaN where a row has no value."""
+    return np.array([_f(r.value(column)) for r in rows])
+
+
+def _level(rows: list[SummaryRow]) -> float:
+    """The confidence level of the rows' intervals (0.95 when none says)."""
+    return next((_f(r.ci_level) for r in rows if math.isfinite(_f(r.ci_level))), 0.95)
+
+
+def _resolution_axis(ax: plt.Axes, rows: list[SummaryRow]) -> None:
+    ticks = sorted({r.resolution for r in rows})
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks)
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
@@ -70,18 +83,18 @@ def _dodge(n_models: int, i: int) -> float:
     return 2 ** (0.06 * (i - (n_models - 1) / 2)) if n_models > 1 else 1.0
 
 
-def metric_vs_resolution(rows: list[dict[str, Any]], panels: list[tuple[str, str]], title: str) -> plt.Figure | None:
+def metric_vs_resolution(rows: list[SummaryRow], panels: list[tuple[str, str]], title: str) -> plt.Figure | None:
     """One panel per (column, label); a line per model with a band of +/- one std across seeds where seeds > 1."""
-    panels = [(c, lab) for c, lab in panels if any(math.isfinite(_f(r.get(c))) for r in rows)]
+    panels = [(c, lab) for c, lab in panels if any(math.isfinite(_f(r.value(c))) for r in rows)]
     if not panels:
         return None
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.8), squeeze=False)
         for ax, (col, label) in zip(axes[0], panels):
             for model, rs in _by_model(rows).items():
-                x = np.array([r["resolution"] for r in rs])
-                y = np.array([_f(r.get(col)) for r in rs])
-                err = np.nan_to_num(np.array([_f(r.get(f"{col}_std")) for r in rs]))
+                x = np.array([r.resolution for r in rs])
+                y = _column(rs, col)
+                err = np.nan_to_num(_column(rs, f"{col}_std"))
                 colour = _colours(rows)[model]
                 ax.plot(x, y, marker="o", label=model, color=colour)
                 if any(_seeds(r) > 1 for r in rs):
@@ -118,7 +131,7 @@ def _test_words(recommendations: list[Mapping[str, Any]]) -> str:
 
 
 def quality_figure(
-    rows: list[dict[str, Any]],
+    rows: list[SummaryRow],
     paired: list[Mapping[str, Any]] = (),
     recommendations: list[Mapping[str, Any]] = (),
 ) -> plt.Figure | None:
@@ -129,70 +142,24 @@ def quality_figure(
 
     The t-interval across seeds is in the tables, not drawn: with two or three seeds it is too wide to read."""
     panels = [("test_accuracy", "test accuracy"), ("test_macro_f1", "test macro-F1")]
-    has = {c: any(math.isfinite(_f(r.get(f"{c}_pooled") or r.get(c))) for r in rows) for c, _ in panels}
+    has = {c: any(math.isfinite(_f(r.value(f"{c}_pooled") or r.value(c))) for r in rows) for c, _ in panels}
     panels = [p for p in panels if has[p[0]]]
     if not panels:
         return None
-    sig = _significant_below_best(list(paired), list(recommendations))
-    chosen = {(r["model"], r["resolution"]) for r in recommendations if r.get("available")}
-    level = next((_f(r.get("ci_level")) for r in rows if math.isfinite(_f(r.get("ci_level")))), 0.95)
-    any_ci = any_band = False
-    models = _by_model(rows)
+    marks = _Marks(
+        _significant_below_best(list(paired), list(recommendations)),
+        {(r["model"], r["resolution"]) for r in recommendations if r.get("available")},
+    )
     colours = _colours(rows)
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False)
         for ax, (col, label) in zip(axes[0], panels):
-            for i, (model, rs) in enumerate(models.items()):
-                x = np.array([r["resolution"] for r in rs], dtype=float) * _dodge(len(models), i)
-                pooled = np.array([_f(r.get(f"{col}_pooled")) for r in rs])
-                mean = np.array([_f(r.get(col)) for r in rs])
-                y = np.where(np.isfinite(pooled), pooled, mean)
-                low = np.array([_f(r.get(f"{col}_ci_low")) for r in rs])
-                high = np.array([_f(r.get(f"{col}_ci_high")) for r in rs])
-                has_ci = np.isfinite(low) & np.isfinite(high)
-                colour = colours[model]
-                ax.plot(x, y, marker="o", ms=4, label=model, zorder=3, color=colour)
-                if has_ci.any():
-                    any_ci = True
-                    yerr = np.vstack([y - low, high - y])[:, has_ci]
-                    ax.errorbar(x[has_ci], y[has_ci], yerr=yerr, fmt="none", ecolor=colour, capsize=3, lw=1, zorder=3)
-                std = np.array([_f(r.get(f"{col}_std")) for r in rs])
-                band = np.isfinite(std) & np.array([_seeds(r) > 1 for r in rs])
-                if band.any():
-                    any_band = True
-                    spread = np.where(band, std, 0.0)
-                    ax.fill_between(x, y - spread, y + spread, color=colour, alpha=0.15, lw=0, zorder=1)
-                for j, r in enumerate(rs):
-                    if (model, r["resolution"]) in chosen:
-                        ax.plot(x[j], y[j], marker="o", ms=11, mfc="none", mec=colour, mew=1.6, zorder=4)
-                    if col == "test_accuracy" and r["resolution"] in sig.get(model, ()):
-                        top = high[j] if has_ci[j] else y[j]
-                        ax.annotate(
-                            "*",
-                            (x[j], top),
-                            xytext=(0, 1),
-                            textcoords="offset points",
-                            ha="center",
-                            va="bottom",
-                            fontsize=12,
-                            fontweight="bold",
-                            color=colour,
-                        )
+            _quality_panel(ax, col, _by_model(rows), colours, marks)
             _resolution_axis(ax, rows)
             ax.set_ylabel(label)
             lo, hi = ax.get_ylim()
             ax.set_ylim(lo, hi + 0.06 * (hi - lo))  # room for the asterisks
-        handles: list[Any] = [Line2D([], [], color=c, marker="o", ms=4, label=m) for m, c in colours.items()]
-        if any_ci:
-            ci_label = f"{level:.0%} CI (bootstrap over test images)"
-            handles.append(Line2D([], [], color="grey", marker="|", ms=8, lw=1, label=ci_label))
-        if any_band:
-            handles.append(Patch(color="grey", alpha=0.3, lw=0, label="± 1 std across seeds"))
-        if chosen:
-            handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
-        if any(sig.values()):
-            sig_label = f"significantly below the best ({_test_words(list(recommendations))}, α = {1 - level:.2g})"
-            handles.append(Line2D([], [], ls="none", marker="$*$", ms=8, color="black", label=sig_label))
+        handles = _quality_legend(colours, marks, _level(rows), list(recommendations))
         fig.legend(
             handles=handles, loc="lower center", ncol=min(len(handles), 3), frameon=False, bbox_to_anchor=(0.5, -0.01)
         )
@@ -202,54 +169,81 @@ def quality_figure(
     return fig
 
 
-def pareto_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
+@dataclass
+class _Marks:
+    """What quality_figure marks, and what its panels drew (for the legend)."""
+
+    significant: dict[str, set[int]]  # model -> resolutions significantly below its best
+    chosen: set[tuple[str, int]]  # (model, resolution) recommended
+    any_ci: bool = False
+    any_band: bool = False
+
+
+def _quality_panel(
+    ax: plt.Axes, col: str, models: dict[str, list[SummaryRow]], colours: dict[str, str], marks: _Marks
+) -> None:
+    """One panel of quality_figure: per model the pooled estimate (else the mean) with its interval, the seeds'
+    band, the recommended ring and the significance asterisks."""
+    for i, (model, rs) in enumerate(models.items()):
+        x = np.array([r.resolution for r in rs], dtype=float) * _dodge(len(models), i)
+        pooled, mean = _column(rs, f"{col}_pooled"), _column(rs, col)
+        y = np.where(np.isfinite(pooled), pooled, mean)
+        low, high = _column(rs, f"{col}_ci_low"), _column(rs, f"{col}_ci_high")
+        has_ci = np.isfinite(low) & np.isfinite(high)
+        colour = colours[model]
+        ax.plot(x, y, marker="o", ms=4, label=model, zorder=3, color=colour)
+        if has_ci.any():
+            marks.any_ci = True
+            yerr = np.vstack([y - low, high - y])[:, has_ci]
+            ax.errorbar(x[has_ci], y[has_ci], yerr=yerr, fmt="none", ecolor=colour, capsize=3, lw=1, zorder=3)
+        std = _column(rs, f"{col}_std")
+        band = np.isfinite(std) & np.array([_seeds(r) > 1 for r in rs])
+        if band.any():
+            marks.any_band = True
+            spread = np.where(band, std, 0.0)
+            ax.fill_between(x, y - spread, y + spread, color=colour, alpha=0.15, lw=0, zorder=1)
+        for j, r in enumerate(rs):
+            if (model, r.resolution) in marks.chosen:
+                ax.plot(x[j], y[j], marker="o", ms=11, mfc="none", mec=colour, mew=1.6, zorder=4)
+            if col == "test_accuracy" and r.resolution in marks.significant.get(model, ()):
+                top = high[j] if has_ci[j] else y[j]
+                ax.annotate("*", (x[j], top), xytext=(0, 1), textcoords="offset points", ha="center", va="bottom",
+                            fontsize=12, fontweight="bold", color=colour)  # fmt: skip
+
+
+def _quality_legend(
+    colours: dict[str, str], marks: _Marks, level: float, recommendations: list[Mapping[str, Any]]
+) -> list[Any]:
+    handles: list[Any] = [Line2D([], [], color=c, marker="o", ms=4, label=m) for m, c in colours.items()]
+    if marks.any_ci:
+        ci_label = f"{level:.0%} CI (bootstrap over test images)"
+        handles.append(Line2D([], [], color="grey", marker="|", ms=8, lw=1, label=ci_label))
+    if marks.any_band:
+        handles.append(Patch(color="grey", alpha=0.3, lw=0, label="± 1 std across seeds"))
+    if marks.chosen:
+        handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
+    if any(marks.significant.values()):
+        sig_label = f"significantly below the best ({_test_words(recommendations)}, α = {1 - level:.2g})"
+        handles.append(Line2D([], [], ls="none", marker="$*$", ms=8, color="black", label=sig_label))
+    return handles
+
+
+def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
     """Accuracy (pooled, with its bootstrap interval) against inference latency (mean, +/- one std across seeds)
     for every model x resolution; the Pareto front (``stats.pareto_front``: no point is both faster and more
     accurate) drawn as a step line through its points."""
-    from resomap.stats import pareto_front
-
-    def acc(r: Mapping[str, Any]) -> float:
-        pooled = _f(r.get("test_accuracy_pooled"))
-        return pooled if math.isfinite(pooled) else _f(r.get("test_accuracy"))
-
-    pts = [r for r in rows if math.isfinite(_f(r.get("latency_ms"))) and math.isfinite(acc(r))]
+    pts = [r for r in rows if math.isfinite(_f(r.latency_ms)) and math.isfinite(_f(r.accuracy))]
     if not pts:
         return None
-    front = pareto_front([(f"{r['model']}@{r['resolution']}", acc(r), _f(r["latency_ms"])) for r in pts])
-    level = next((_f(r.get("ci_level")) for r in rows if math.isfinite(_f(r.get("ci_level")))), 0.95)
+    front = pareto_front([(f"{r.model}@{r.resolution}", _f(r.accuracy), _f(r.latency_ms)) for r in pts])
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.6, 3.4))
-        any_ci = any_std = False
-        for model, rs in _by_model(pts).items():
-            x = np.array([_f(r["latency_ms"]) for r in rs])
-            y = np.array([acc(r) for r in rs])
-            low = np.array([_f(r.get("test_accuracy_ci_low")) for r in rs])
-            high = np.array([_f(r.get("test_accuracy_ci_high")) for r in rs])
-            xstd = np.array([_f(r.get("latency_ms_std")) if _seeds(r) > 1 else math.nan for r in rs])
-            yerr = np.vstack([np.nan_to_num(y - low), np.nan_to_num(high - y)])
-            any_ci |= bool(np.isfinite(low).any())
-            any_std |= bool(np.isfinite(xstd).any())
-            colour = _colours(rows)[model]
-            ax.errorbar(
-                x, y, yerr=yerr, xerr=np.nan_to_num(xstd), fmt="o", ms=4, capsize=2, lw=1, label=model, color=colour
-            )
-            noisy = np.array([bool(r.get("profile_noisy")) for r in rs])
-            if noisy.any():  # disturbed latency: an open marker around the point
-                ax.scatter(x[noisy], y[noisy], s=90, facecolors="none", edgecolors=colour, lw=1, ls=":")
-            for r, xi, yi in zip(rs, x, y):
-                ax.annotate(
-                    f"{r['resolution']}{'?' if r.get('profile_noisy') else ''}",
-                    (xi, yi),
-                    fontsize=7,
-                    xytext=(4, 3),
-                    textcoords="offset points",
-                    color=colour,
-                )
+        any_ci, any_std = _pareto_points(ax, pts, _colours(rows))
         if front:
             fx = [p.cost for p in front]
             fy = [p.accuracy for p in front]
             ax.step(fx, fy, where="post", color="black", ls="--", lw=1, label="Pareto front", zorder=0)
-        costs = [_f(r["latency_ms"]) for r in pts]
+        costs = [_f(r.latency_ms) for r in pts]
         if min(costs) > 0 and max(costs) / min(costs) > 20:
             ax.set_xscale("log")
         ax.set_xlabel("inference latency, batch 1 (ms)")
@@ -258,11 +252,11 @@ def pareto_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
         handles, labels = ax.get_legend_handles_labels()
         notes = []
         if any_ci:
-            notes.append(f"accuracy: {level:.0%} CI over test images")
+            notes.append(f"accuracy: {_level(rows):.0%} CI over test images")
         if any_std:
             notes.append("latency: ± 1 std across seeds")
         caption = ["error bars: " + "; ".join(notes)] if notes else []
-        if any(r.get("profile_noisy") for r in pts):
+        if any(r.profile_noisy for r in pts):
             caption.append("circled, '?': latency measured on a disturbed machine (noisy)")
         ax.legend(handles, labels, loc="lower right")
         if caption:
@@ -271,17 +265,41 @@ def pareto_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
     return fig
 
 
-def cross_resolution_heatmap(model: str, rows: list[dict[str, Any]]) -> plt.Figure | None:
+def _pareto_points(ax: plt.Axes, pts: list[SummaryRow], colours: dict[str, str]) -> tuple[bool, bool]:
+    """Each model's points with their error bars, noisy ones circled, labelled by resolution; returns (any
+    accuracy interval drawn, any latency spread drawn)."""
+    any_ci = any_std = False
+    for model, rs in _by_model(pts).items():
+        x = _column(rs, "latency_ms")
+        y = np.array([_f(r.accuracy) for r in rs])
+        low, high = _column(rs, "test_accuracy_ci_low"), _column(rs, "test_accuracy_ci_high")
+        xstd = np.array([_f(r.latency_ms_std) if _seeds(r) > 1 else math.nan for r in rs])
+        yerr = np.vstack([np.nan_to_num(y - low), np.nan_to_num(high - y)])
+        any_ci |= bool(np.isfinite(low).any())
+        any_std |= bool(np.isfinite(xstd).any())
+        colour = colours[model]
+        xerr = np.nan_to_num(xstd)
+        ax.errorbar(x, y, yerr=yerr, xerr=xerr, fmt="o", ms=4, capsize=2, lw=1, label=model, color=colour)
+        noisy = np.array([bool(r.profile_noisy) for r in rs])
+        if noisy.any():  # disturbed latency: an open marker around the point
+            ax.scatter(x[noisy], y[noisy], s=90, facecolors="none", edgecolors=colour, lw=1, ls=":")
+        for r, xi, yi in zip(rs, x, y):
+            label = f"{r.resolution}{'?' if r.profile_noisy else ''}"
+            ax.annotate(label, (xi, yi), fontsize=7, xytext=(4, 3), textcoords="offset points", color=colour)
+    return any_ci, any_std
+
+
+def cross_resolution_heatmap(model: str, rows: list[SummaryRow]) -> plt.Figure | None:
     """Train resolution (rows) x test resolution (columns) accuracy for one model (FixRes-style)."""
-    rs = [r for r in rows if r["model"] == model and r.get("cross_resolution")]
+    rs = [r for r in rows if r.model == model and r.cross_resolution]
     if not rs:
         return None
-    train_res = sorted(r["resolution"] for r in rs)
-    test_res = sorted({int(k) for r in rs for k in r["cross_resolution"]})
+    train_res = sorted(r.resolution for r in rs)
+    test_res = sorted({int(k) for r in rs for k in r.cross_resolution})
     grid = np.full((len(train_res), len(test_res)), np.nan)
     for r in rs:
-        for k, v in r["cross_resolution"].items():
-            grid[train_res.index(r["resolution"]), test_res.index(int(k))] = _f(v)
+        for k, v in r.cross_resolution.items():
+            grid[train_res.index(r.resolution), test_res.index(int(k))] = _f(v)
     if not np.isfinite(grid).any():
         return None
     with plt.rc_context(STYLE):
@@ -305,22 +323,21 @@ def cross_resolution_heatmap(model: str, rows: list[dict[str, Any]]) -> plt.Figu
     return fig
 
 
-def explain_cost_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
+def explain_cost_figure(rows: list[SummaryRow]) -> plt.Figure | None:
     """Explanation seconds per method vs resolution: a panel per model, a line per method (the rows'
     `explain_seconds/<method>` columns, mean over seeds); log scale when the times span more than 20x."""
-    prefix = "explain_seconds/"
     by_model = {
-        m: rs for m, rs in _by_model(rows).items() if any(k.startswith(prefix) and _f(r[k]) > 0 for r in rs for k in r)
+        m: rs for m, rs in _by_model(rows).items() if any(_f(v) > 0 for r in rs for v in r.explain_seconds.values())
     }
     if not by_model:
         return None
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(by_model), figsize=(3.4 * len(by_model), 2.8), squeeze=False)
         for ax, (model, rs) in zip(axes[0], by_model.items()):
-            methods = sorted({k[len(prefix) :] for r in rs for k in r if k.startswith(prefix)})
+            methods = sorted({m for r in rs for m in r.explain_seconds})
             values = []
             for i, method in enumerate(methods):
-                pts = [(r["resolution"], _f(r.get(prefix + method))) for r in rs]
+                pts = [(r.resolution, _f(r.explain_seconds.get(method))) for r in rs]
                 pts = [(x, y) for x, y in pts if math.isfinite(y) and y > 0]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=method, color=f"C{i % 10}")
@@ -337,7 +354,7 @@ def explain_cost_figure(rows: list[dict[str, Any]]) -> plt.Figure | None:
 
 
 def sweep_figures(
-    rows: list[dict[str, Any]],
+    rows: list[SummaryRow],
     out_dir: Path,
     paired: list[Mapping[str, Any]] = (),
     recommendations: list[Mapping[str, Any]] = (),
@@ -358,7 +375,7 @@ def sweep_figures(
     ):
         if fig is not None:
             written += save(fig, out_dir, stem)
-    for model in sorted({r["model"] for r in rows}):
+    for model in sorted({r.model for r in rows}):
         fig = cross_resolution_heatmap(model, rows)
         if fig is not None:
             written += save(fig, out_dir, f"train_test_resolution_{model}")

@@ -35,6 +35,7 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
+from resomap.reports.rows import SummaryRow
 
 log = logging.getLogger(__name__)
 
@@ -157,10 +158,10 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
         why = f"{sweep_dir} holds no readable summary.json ({type(exc).__name__}); is it a sweep folder?"
         raise DataError(why) from None
     out = Path(out) if out is not None else sweep_dir / REPORT_FILE
-    rows = data.get("rows") or []
+    rows = [SummaryRow.from_dict(r) for r in data.get("rows") or []]
     trials = data.get("trials") or []
-    models = sorted({str(r["model"]) for r in rows} | {str(t.get("model")) for t in trials if t.get("model")})
-    resolutions = sorted({int(r["resolution"]) for r in rows} | {int(t["resolution"]) for t in trials})
+    models = sorted({str(r.model) for r in rows} | {str(t.get("model")) for t in trials if t.get("model")})
+    resolutions = sorted({int(r.resolution) for r in rows} | {int(t["resolution"]) for t in trials})
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
     seg = is_segmentation(trials)
     sections = [("summary", "Summary", _summary_section(data, rows, seg))]
@@ -201,42 +202,38 @@ def is_segmentation(trials: list[dict]) -> bool:
     return any("test/miou" in (t.get("test") or {}) for t in trials)
 
 
-def _summary_section(data: dict, rows: list[dict], seg: bool = False) -> str:
+def _summary_section(data: dict, rows: list[SummaryRow], seg: bool = False) -> str:
     if not rows:
         return '<p class="muted">No finished trial.</p>'
     recs = [r for r in data.get("recommendations") or [] if r.get("sentence")]
     if seg:  # the classification recommendation needs predictions.csv; segmentation's tests are in its section
         recs = [r for r in recs if SEG_NOT_APPLICABLE not in str(r["sentence"])]
     parts = ["<ul>" + "".join(f"<li>{_e(r['sentence'])}</li>" for r in recs) + "</ul>"] if recs else []
-    methods = sorted({k.split("/", 1)[1] for r in rows for k in r if k.startswith("explain_seconds/")})
-    level = next((r.get("ci_level") for r in rows if r.get("ci_level")), None)
+    methods = sorted({m for r in rows for m in r.explain_seconds})
+    level = next((r.ci_level for r in rows if r.ci_level), None)
     acc_name, f1_name = ("pixel accuracy", "mean Dice") if seg else ("accuracy", "macro-F1")
     acc_head = f"{acc_name} ({_num(level, '{:.0%}')} CI)" if level else acc_name
     head = ["model", "px", "seeds", acc_head, f1_name, "latency ms", "peak MB", "train s"]
     head += [f"explain {m} s" for m in methods]
     cells = ["".join(f'<th class="{"l" if i == 0 else ""}">{_e(h)}</th>' for i, h in enumerate(head))]
-    for r in sorted(rows, key=lambda r: (str(r["model"]), int(r["resolution"]))):
-        pooled = r.get("test_accuracy_pooled")
-        acc = _num(pooled if pooled is not None else r.get("test_accuracy"))
-        if r.get("test_accuracy_ci_low") is not None:
-            acc += f" [{_num(r['test_accuracy_ci_low'])}, {_num(r.get('test_accuracy_ci_high'))}]"
-        elif r.get("test_accuracy_std") is not None:
-            acc += f" ± {_num(r['test_accuracy_std'])}"
-        pooled_f1 = r.get("test_macro_f1_pooled")
+    for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
+        acc = _num(r.accuracy)
+        if r.test_accuracy_ci_low is not None:
+            acc += f" [{_num(r.test_accuracy_ci_low)}, {_num(r.test_accuracy_ci_high)}]"
+        elif r.test_accuracy_std is not None:
+            acc += f" ± {_num(r.test_accuracy_std)}"
         vals = [
-            _num(pooled_f1 if pooled_f1 is not None else r.get("test_macro_f1")),
-            _num(r.get("latency_ms"), "{:.2f}"),
-            _num(r.get("peak_memory_mb"), "{:.3g}"),
-            _num(r.get("train_time_s"), "{:.1f}"),
-        ] + [_num(r.get(f"explain_seconds/{m}"), "{:.3g}") for m in methods]
-        mark = " ★" if r.get("recommended") else ""
-        cls = ' class="rec"' if r.get("recommended") else ""
-        line = (
-            f'<td class="l">{_e(r["model"])}{mark}</td><td>{_e(r["resolution"])}</td><td>{_e(r.get("n_seeds", 1))}</td>'
-        )
+            _num(r.macro_f1),
+            _num(r.latency_ms, "{:.2f}"),
+            _num(r.peak_memory_mb, "{:.3g}"),
+            _num(r.train_time_s, "{:.1f}"),
+        ] + [_num(r.explain_seconds.get(m), "{:.3g}") for m in methods]
+        mark = " ★" if r.recommended else ""
+        cls = ' class="rec"' if r.recommended else ""
+        line = f'<td class="l">{_e(r.model)}{mark}</td><td>{_e(r.resolution)}</td><td>{_e(r.n_seeds)}</td>'
         line += f"<td>{_e(acc)}</td>" + "".join(f"<td>{_e(v)}</td>" for v in vals)
         cells.append(f"<tr{cls}>{line}</tr>")
-    notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.get("note") or "").split(";")))
+    notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.note or "").split(";")))
     if seg:
         notes = [n for n in notes if SEG_NOT_APPLICABLE not in n]
     foot = '<p class="small muted">★ recommended resolution (paired tests, see summary.md).'
@@ -251,7 +248,7 @@ def _summary_section(data: dict, rows: list[dict], seg: bool = False) -> str:
     )
 
 
-def _figures_section(sweep_dir: Path, rows: list[dict], data: dict) -> str:
+def _figures_section(sweep_dir: Path, rows: list[SummaryRow], data: dict) -> str:
     folder = sweep_dir / "figures"
     if folder.is_dir() and any(folder.glob("*.png")):
         return _figures_from(folder)
@@ -281,23 +278,23 @@ def _figures_from(folder: Path) -> str:
     return f'<div class="figs">{figs}</div>'
 
 
-def _matrix_section(rows: list[dict], seg: bool = False) -> str:
+def _matrix_section(rows: list[SummaryRow], seg: bool = False) -> str:
     """Train x test accuracy as a table per model (the numbers of the heatmaps, readable without images)."""
     parts = []
-    for model in sorted({str(r["model"]) for r in rows}):
-        mine = sorted((r for r in rows if str(r["model"]) == model), key=lambda r: int(r["resolution"]))
-        tests = sorted({int(k) for r in mine for k in (r.get("cross_resolution") or {})})
+    for model in sorted({str(r.model) for r in rows}):
+        mine = sorted((r for r in rows if str(r.model) == model), key=lambda r: int(r.resolution))
+        tests = sorted({int(k) for r in mine for k in r.cross_resolution})
         if not tests:
             continue
         head = '<tr><th class="l">train \\ test px</th>' + "".join(f"<th>{t}</th>" for t in tests) + "</tr>"
         body = ""
-        values = [_float(v) for r in mine for v in (r.get("cross_resolution") or {}).values()]
+        values = [_float(v) for r in mine for v in r.cross_resolution.values()]
         values = [v for v in values if math.isfinite(v)]
         low, high = (min(values), max(values)) if values else (0.0, 1.0)
         for r in mine:
-            cross = {int(k): v for k, v in (r.get("cross_resolution") or {}).items()}
-            tds = "".join(_matrix_cell(_float(cross.get(t)), low, high, t == int(r["resolution"])) for t in tests)
-            body += f'<tr><td class="l">{_e(r["resolution"])}</td>{tds}</tr>'
+            cross = {int(k): v for k, v in r.cross_resolution.items()}
+            tds = "".join(_matrix_cell(_float(cross.get(t)), low, high, t == int(r.resolution)) for t in tests)
+            body += f'<tr><td class="l">{_e(r.resolution)}</td>{tds}</tr>'
         parts.append(f'<h3>{_e(model)}</h3><table class="mat">{head}{body}</table>')
     if not parts:
         return '<p class="muted">No cross-resolution test results.</p>'

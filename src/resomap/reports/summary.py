@@ -21,6 +21,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
+from resomap.reports.rows import EXPLAIN_COST, SEED_COLUMNS, SummaryRow
 from resomap.reports.uncertainty import TrialId, TrialRecord, compare_models, group_records, interval_columns
 from resomap.reports.uncertainty import load_records as _load_records
 
@@ -33,22 +34,6 @@ SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
 PAIRED_CSV, RECOMMENDATION_CSV = "paired_tests.csv", "recommendation.csv"
 SUMMARY_MD, SUMMARY_TXT = "summary.md", "summary.txt"
 
-# Columns of the summary table: (name in the table, where it comes from in a result dict); each has its mean over
-# seeds (`name`) and its std across seeds (`name_std`, empty with one seed).
-COLUMNS = (
-    ("test_accuracy", ("test", "test/accuracy")),
-    ("test_macro_f1", ("test", "test/macro_f1")),
-    ("test_macro_precision", ("test", "test/macro_precision")),
-    ("test_macro_recall", ("test", "test/macro_recall")),
-    ("latency_ms", ("profile", "latency_median_ms")),
-    ("throughput_ips", ("profile", "throughput_inference_ips")),
-    ("train_throughput_ips", ("profile", "throughput_train_ips")),
-    ("peak_memory_mb", ("profile", "peak_memory_mb")),
-    ("gmacs", ("profile", "gmacs")),
-    ("params_m", ("profile", "params_m")),
-    ("train_time_s", ("train_time_s",)),
-    ("epochs_run", ("epochs_run",)),
-)
 PAIRED_COLUMNS = (
     "model",
     "resolution_a",
@@ -94,14 +79,15 @@ RECOMMENDATION_COLUMNS = (
 class SweepSummary:
     """What a sweep (or an analysis) summary holds; every value JSON-safe (None, never NaN)."""
 
-    rows: list[dict[str, Any]]  # one per model x resolution
+    rows: list[SummaryRow]  # one per model x resolution
     paired_tests: list[dict[str, Any]]  # one per pair of resolutions of a model
     recommendations: list[dict[str, Any]]  # one per model
     trials: list[dict[str, Any]]  # every trial's result.json tree, plus its folder ("folder")
     stats: dict[str, Any]  # the settings the statistics used (config `stats`)
 
     def to_dict(self) -> dict[str, Any]:
-        return json_safe(dataclasses.asdict(self))
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return json_safe({**plain, "rows": [row.to_dict() for row in self.rows]})
 
 
 def json_safe(value: Any) -> Any:
@@ -137,34 +123,35 @@ def _as_dicts(results: Iterable[Any]) -> list[dict[str, Any]]:
     return [dict(r) if isinstance(r, Mapping) else r.to_dict() for r in results]
 
 
-def _rows(records: list[TrialRecord], cfg: StatsConfig) -> list[dict[str, Any]]:
-    rows = []
-    for (model, res), members in group_records(records).items():
-        results = [m.result for m in members]
-        row: dict[str, Any] = {"model": model, "family": results[0].get("family", ""), "resolution": res}
-        intervals = interval_columns(members, cfg)
-        row["n_seeds"] = intervals.pop("n_seeds")
-        for name, path in COLUMNS:
-            values = np.array([_get(m, path) for m in results], dtype=float)
-            finite = values[np.isfinite(values)]
-            row[name] = float(finite.mean()) if finite.size else None
-            row[f"{name}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else None
-        note = intervals.pop("note")
-        noisy = sum(bool((m.get("profile") or {}).get("noisy")) for m in results)
-        row["profile_noisy"] = noisy > 0  # a profile's timing stayed disturbed: its latency/throughput are suspect
-        if noisy:
-            mark = f"latency/throughput noisy ({noisy} of {len(results)} profiles disturbed; see profile.json)"
-            note = f"{note}; {mark}" if note else mark
-        row.update(intervals)
-        row["recommended"] = False
-        row["note"] = note
-        row["cross_resolution"] = _mean_cross(results)
-        row.update(explain_costs(results))
-        rows.append(row)
-    return rows
+def _rows(records: list[TrialRecord], cfg: StatsConfig) -> list[SummaryRow]:
+    return [_row(model, res, members, cfg) for (model, res), members in group_records(records).items()]
 
 
-EXPLAIN_COST = {"seconds": "explain_seconds", "peak_memory_mb": "explain_peak_memory_mb"}  # metric -> column prefix
+def _row(model: str, res: int, members: list[TrialRecord], cfg: StatsConfig) -> SummaryRow:
+    results = [m.result for m in members]
+    over_seeds: dict[str, float | None] = {}
+    for name, path in SEED_COLUMNS:
+        values = np.array([_get(m, path) for m in results], dtype=float)
+        finite = values[np.isfinite(values)]
+        over_seeds[name] = float(finite.mean()) if finite.size else None
+        over_seeds[f"{name}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else None
+    intervals = interval_columns(members, cfg)
+    note = intervals.pop("note")
+    noisy = sum(bool((m.get("profile") or {}).get("noisy")) for m in results)
+    if noisy:
+        mark = f"latency/throughput noisy ({noisy} of {len(results)} profiles disturbed; see profile.json)"
+        note = f"{note}; {mark}" if note else mark
+    return SummaryRow(
+        model=model,
+        family=results[0].get("family", ""),
+        resolution=res,
+        **over_seeds,
+        profile_noisy=noisy > 0,
+        **intervals,
+        note=note,
+        cross_resolution=_mean_cross(results),
+        explain_costs=explain_costs(results),
+    )
 
 
 def explain_costs(results: list[Mapping[str, Any]]) -> dict[str, float | None]:
@@ -198,7 +185,7 @@ def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
 
 def summary_rows(
     results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
-) -> list[dict[str, Any]]:
+) -> list[SummaryRow]:
     """One row per (model, resolution): mean and std over seeds of every column and the seed count, with the
     intervals of :mod:`resomap.reports.uncertainty` when ``folders`` ({(model, resolution, seed): folder}) locate
     the trials' predictions.csv (otherwise the intervals are None and ``note`` says why)."""
@@ -216,7 +203,7 @@ def build_summary(
     paired, recs = compare_models(records, cfg)
     chosen = {(r["model"], r["resolution"]) for r in recs if r["available"]}
     for row in rows:
-        row["recommended"] = (row["model"], row["resolution"]) in chosen
+        row.recommended = (row.model, row.resolution) in chosen
     trials = []
     for result in dicts:
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
@@ -254,7 +241,7 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     from resomap.reports.text import summary_document
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    flat = [{k: v for k, v in row.items() if k != "cross_resolution"} for row in summary.rows]
+    flat = [row.to_dict(csv=True) for row in summary.rows]
     payload = summary.to_dict()
     for trial in payload["trials"]:
         trial["folder"] = _relative(trial["folder"], out_dir)

@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from resomap.reports.rows import SummaryRow
+
 COST_COLUMNS = (
     ("latency_ms", "latency ms", ".3f"),
     ("throughput_ips", "images/s", ".1f"),
@@ -54,10 +56,10 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
     return "\n".join(lines) + "\n"
 
 
-def results_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
+def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     """model x resolution: pooled accuracy and macro-F1 with their image-bootstrap intervals, accuracy over seeds
     (mean ± std, t-interval), costs (mean ± std over seeds)."""
-    level = next((r.get("ci_level") for r in rows if _ok(r.get("ci_level"))), 0.95)
+    level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
     header = [
         "model",
@@ -73,23 +75,21 @@ def results_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
     ]
     body = []
     for r in rows:
-        acc = r.get("test_accuracy_pooled") if _ok(r.get("test_accuracy_pooled")) else r.get("test_accuracy")
-        f1 = r.get("test_macro_f1_pooled") if _ok(r.get("test_macro_f1_pooled")) else r.get("test_macro_f1")
         seed_ci = "-"
-        if _ok(r.get("test_accuracy_seed_ci_low")) and _ok(r.get("test_accuracy_seed_ci_high")):
-            seed_ci = f"[{r['test_accuracy_seed_ci_low']:.3f}, {r['test_accuracy_seed_ci_high']:.3f}]"
+        if _ok(r.test_accuracy_seed_ci_low) and _ok(r.test_accuracy_seed_ci_high):
+            seed_ci = f"[{r.test_accuracy_seed_ci_low:.3f}, {r.test_accuracy_seed_ci_high:.3f}]"
         body.append(
             [
-                str(r["model"]),
-                str(r["resolution"]),
-                str(r.get("n_seeds", r.get("seeds", ""))),
-                str(r.get("n_test_images") or "-"),
-                fmt_interval(acc, r.get("test_accuracy_ci_low"), r.get("test_accuracy_ci_high")),
-                fmt_interval(f1, r.get("test_macro_f1_ci_low"), r.get("test_macro_f1_ci_high")),
-                fmt_spread(r.get("test_accuracy"), r.get("test_accuracy_std")),
+                str(r.model),
+                str(r.resolution),
+                str(r.n_seeds),
+                str(r.n_test_images or "-"),
+                fmt_interval(r.accuracy, r.test_accuracy_ci_low, r.test_accuracy_ci_high),
+                fmt_interval(r.macro_f1, r.test_macro_f1_ci_low, r.test_macro_f1_ci_high),
+                fmt_spread(r.test_accuracy, r.test_accuracy_std),
                 seed_ci,
-                *(fmt_spread(r.get(k), r.get(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
-                "recommended" if r.get("recommended") else "",
+                *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
+                "recommended" if r.recommended else "",
             ]
         )
     return table(header, body, markdown)
@@ -125,8 +125,8 @@ def recommendation_lines(recommendations: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def notes_lines(rows: list[Mapping[str, Any]]) -> list[str]:
-    return [f"{r['model']} @ {r['resolution']} px: {r['note']}" for r in rows if r.get("note")]
+def notes_lines(rows: list[SummaryRow]) -> list[str]:
+    return [f"{r.model} @ {r.resolution} px: {r.note}" for r in rows if r.note]
 
 
 def describe_stats(stats: Mapping[str, Any]) -> str:

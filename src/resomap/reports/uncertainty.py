@@ -6,8 +6,9 @@ of test accuracy / macro-F1 across seeds (mean, std, Student-t interval). For ea
 its resolutions on the same test images (``stats.compare_resolutions``, seeds pooled as ``stats.paired_test``
 documents) and the recommended resolution (``stats.smallest_sufficient_resolution``).
 
-Everything returned is plain dicts of JSON-safe values (None where a number is not available, never NaN), with a
-``reason`` in words wherever something is missing. The statistics themselves live in :mod:`resomap.stats`.
+Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
+``reports.rows.SummaryRow``; None where a number is not available, never NaN), with a ``reason`` in words wherever
+something is missing. The statistics themselves live in :mod:`resomap.stats`.
 """
 
 from __future__ import annotations
@@ -130,19 +131,10 @@ def _seed_values(members: list[TrialRecord], key: str) -> list[float]:
 
 
 def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, Any]:
-    """The uncertainty columns of one model x resolution row (see the module docstring)."""
-    row: dict[str, Any] = {
-        "n_seeds": len(members),
-        "n_test_images": None,
-        "test_accuracy_pooled": None,
-        "test_accuracy_ci_low": None,
-        "test_accuracy_ci_high": None,
-        "test_macro_f1_pooled": None,
-        "test_macro_f1_ci_low": None,
-        "test_macro_f1_ci_high": None,
-        "ci_level": cfg.level,
-        "ci_method": None,
-    }
+    """The uncertainty columns of one model x resolution row (see the module docstring): keyword arguments of
+    :class:`~resomap.reports.rows.SummaryRow` (a column that cannot be computed is left out: its default is None)
+    and ``note``."""
+    row: dict[str, Any] = {"n_seeds": len(members), "ci_level": cfg.level}
     notes: list[str] = []
     with_preds = {m.id[2]: m.own for m in members if m.own is not None}
     lacking = [m.id[2] for m in members if m.own is None]

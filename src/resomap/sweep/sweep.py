@@ -297,19 +297,17 @@ def _summarise(
     for path in comparison.files:
         tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
     metrics, tags = dict(comparison.agreement), headline(summary)
-    best = max(summary.rows, key=lambda r: r.get("test_accuracy") or 0.0, default=None)
-    if best and best.get("test_accuracy") is not None:
-        metrics["best_test_accuracy"] = best["test_accuracy"]
-        tags["resomap.best"] = f"{best['model']}@{best['resolution']}"
+    best = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
+    if best and best.test_accuracy is not None:
+        metrics["best_test_accuracy"] = best.test_accuracy
+        tags["resomap.best"] = f"{best.model}@{best.resolution}"
     for rec in summary.recommendations:
         if rec["resolution"] is not None:
             metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
             metrics[f"best_resolution/{mlflow_name(rec['model'])}"] = rec["best_resolution"]
-    for row in summary.rows:
-        where = f"{mlflow_name(row['model'])}/{row['resolution']}"
-        for key in ("test_accuracy_pooled", "test_accuracy_ci_low", "test_accuracy_ci_high", "test_macro_f1_pooled"):
-            if row.get(key) is not None:
-                metrics[f"{key}/{where}"] = row[key]
+    for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
+        where = f"{mlflow_name(row.model)}/{row.resolution}"
+        metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
     _log_changed(tracker, parent, metrics, tags)
     log_metric_points(tracker, parent, resolution_points(summary.rows, comparison.matrices))
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid

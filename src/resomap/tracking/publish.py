@@ -336,24 +336,13 @@ def _load_best(data: Mapping[str, Any]) -> Any:
 
 # ---------------------------------------------------------------- the sweep's parent run
 
-# summary-row columns drawn against resolution in the parent run (MLflow key by_resolution/<model>/<name>)
-BY_RESOLUTION = {
-    "test_accuracy": "test_accuracy",
-    "test_accuracy_ci_low": "test_accuracy_ci_low",
-    "test_accuracy_ci_high": "test_accuracy_ci_high",
-    "test_macro_f1": "test_macro_f1",
-    "latency_ms": "latency_p50_ms",
-    "peak_memory_mb": "peak_memory_mb",
-    "gmacs": "gmacs",
-    "train_time_s": "train_time_s",
-}
 
-
-def resolution_points(rows: list[Mapping[str, Any]], matrices: Mapping[str, Mapping[str, Any]]) -> dict:
+def resolution_points(rows: list[Any], matrices: Mapping[str, Mapping[str, Any]]) -> dict:
     """key -> {resolution: value} for the parent run, so that MLflow's chart view draws each model's results
-    against resolution (step = resolution): the summary's accuracy (with its interval), macro-F1, latency, memory,
-    GMACs, training time, explanation seconds per method, and per method the mean Spearman agreement of the maps
-    at a resolution with those at the sweep's other resolutions (main grid of the comparison)."""
+    against resolution (step = resolution): the summary rows' columns marked for it (`rows`: SummaryRows, read
+    through their `by_resolution()`: accuracy with its interval, macro-F1, latency, memory, GMACs, training time,
+    explanation seconds per method), and per method the mean Spearman agreement of the maps at a resolution with
+    those at the sweep's other resolutions (main grid of the comparison)."""
     points: dict[str, dict[int, float]] = {}
 
     def add(model: str, name: str, resolution: Any, value: Any) -> None:
@@ -361,11 +350,8 @@ def resolution_points(rows: list[Mapping[str, Any]], matrices: Mapping[str, Mapp
             points.setdefault(f"by_resolution/{mlflow_name(model)}/{name}", {})[int(resolution)] = float(value)
 
     for row in rows:
-        for column, name in BY_RESOLUTION.items():
-            add(row["model"], name, row["resolution"], row.get(column))
-        for column, value in row.items():
-            if column.startswith("explain_seconds/"):
-                add(row["model"], f"explain_seconds_{column.split('/', 1)[1]}", row["resolution"], value)
+        for name, value in row.by_resolution().items():
+            add(row.model, name, row.resolution, value)
     for name, entry in matrices.items():
         model, method = name.rsplit("/", 1)
         matrix, labels = entry.get("spearman"), entry.get("resolutions") or []

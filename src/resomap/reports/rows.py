@@ -1,0 +1,164 @@
+"""The summary row: one model x resolution of a sweep (or an analysis), typed.
+
+The fields of :class:`SummaryRow`, in order, are the columns of summary.csv and of summary.json's rows (plus the
+explanation costs, one column per method, and summary.json's ``cross_resolution``). Each field says where it comes
+from and where it goes in its metadata, so a new column is one field here (and its statistic in
+:mod:`resomap.stats`):
+
+- ``over_seeds(*path)``: the mean over seeds of each trial's result.json value at ``path``; the next field,
+  ``<name>_std``, holds its std across seeds (None with one seed);
+- ``parent=True``: logged to the sweep's MLflow parent run as ``<name>/<model>/<resolution>``;
+- ``by_resolution="<key>"``: drawn against resolution in the parent run (``by_resolution/<model>/<key>``).
+
+Every value is JSON-safe: None where a number is not available, never NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+EXPLAIN_COST = {"seconds": "explain_seconds", "peak_memory_mb": "explain_peak_memory_mb"}  # metric -> column prefix
+
+
+def over_seeds(*path: str, by_resolution: str | None = None) -> Any:
+    """A column averaged over seeds from ``path`` in each trial's result.json."""
+    meta: dict[str, Any] = {"result": path}
+    if by_resolution:
+        meta["by_resolution"] = by_resolution
+    return field(default=None, metadata=meta)
+
+
+def statistic(*, parent: bool = False, by_resolution: str | None = None) -> Any:
+    """A column computed by :mod:`resomap.stats` (through :mod:`resomap.reports.uncertainty`)."""
+    meta: dict[str, Any] = {"parent": True} if parent else {}
+    if by_resolution:
+        meta["by_resolution"] = by_resolution
+    return field(default=None, metadata=meta)
+
+
+@dataclass
+class SummaryRow:
+    """One model x resolution: means and spreads over seeds, intervals, the recommendation mark, notes, costs."""
+
+    model: str
+    family: str
+    resolution: int
+    n_seeds: int
+    test_accuracy: float | None = over_seeds("test", "test/accuracy", by_resolution="test_accuracy")
+    test_accuracy_std: float | None = None
+    test_macro_f1: float | None = over_seeds("test", "test/macro_f1", by_resolution="test_macro_f1")
+    test_macro_f1_std: float | None = None
+    test_macro_precision: float | None = over_seeds("test", "test/macro_precision")
+    test_macro_precision_std: float | None = None
+    test_macro_recall: float | None = over_seeds("test", "test/macro_recall")
+    test_macro_recall_std: float | None = None
+    latency_ms: float | None = over_seeds("profile", "latency_median_ms", by_resolution="latency_p50_ms")
+    latency_ms_std: float | None = None
+    throughput_ips: float | None = over_seeds("profile", "throughput_inference_ips")
+    throughput_ips_std: float | None = None
+    train_throughput_ips: float | None = over_seeds("profile", "throughput_train_ips")
+    train_throughput_ips_std: float | None = None
+    peak_memory_mb: float | None = over_seeds("profile", "peak_memory_mb", by_resolution="peak_memory_mb")
+    peak_memory_mb_std: float | None = None
+    gmacs: float | None = over_seeds("profile", "gmacs", by_resolution="gmacs")
+    gmacs_std: float | None = None
+    params_m: float | None = over_seeds("profile", "params_m")
+    params_m_std: float | None = None
+    train_time_s: float | None = over_seeds("train_time_s", by_resolution="train_time_s")
+    train_time_s_std: float | None = None
+    epochs_run: float | None = over_seeds("epochs_run")
+    epochs_run_std: float | None = None
+    profile_noisy: bool = False  # a profile's timing stayed disturbed: its latency/throughput are suspect
+    # pooled over seeds with a bootstrap interval over test images (from the trials' predictions.csv)
+    n_test_images: int | None = None
+    test_accuracy_pooled: float | None = statistic(parent=True)
+    test_accuracy_ci_low: float | None = statistic(parent=True, by_resolution="test_accuracy_ci_low")
+    test_accuracy_ci_high: float | None = statistic(parent=True, by_resolution="test_accuracy_ci_high")
+    test_macro_f1_pooled: float | None = statistic(parent=True)
+    test_macro_f1_ci_low: float | None = statistic()
+    test_macro_f1_ci_high: float | None = statistic()
+    ci_level: float | None = None
+    ci_method: str | None = None
+    # Student t across seeds, cut to [0, 1]
+    test_accuracy_seed_ci_low: float | None = statistic()
+    test_accuracy_seed_ci_high: float | None = statistic()
+    test_macro_f1_seed_ci_low: float | None = statistic()
+    test_macro_f1_seed_ci_high: float | None = statistic()
+    recommended: bool = False
+    note: str = ""  # what is not available and why, "; "-separated
+    # test resolution -> accuracy, mean over seeds (summary.json only: not a CSV column)
+    cross_resolution: dict[str, float | None] = field(default_factory=dict, metadata={"csv": False})
+    # 'explain_seconds/<method>', 'explain_peak_memory_mb/<method>' -> mean over seeds: one column each
+    explain_costs: dict[str, float | None] = field(default_factory=dict, metadata={"flat": True})
+
+    # ---------------------------------------------------------------------------------------- reading
+
+    @property
+    def accuracy(self) -> float | None:
+        """Test accuracy pooled over seeds, else the mean over seeds (no per-image predictions)."""
+        return self.test_accuracy_pooled if self.test_accuracy_pooled is not None else self.test_accuracy
+
+    @property
+    def macro_f1(self) -> float | None:
+        return self.test_macro_f1_pooled if self.test_macro_f1_pooled is not None else self.test_macro_f1
+
+    @property
+    def explain_seconds(self) -> dict[str, float | None]:
+        """method -> seconds of its maps of the probe set (mean over seeds)."""
+        prefix = f"{EXPLAIN_COST['seconds']}/"
+        return {k[len(prefix) :]: v for k, v in self.explain_costs.items() if k.startswith(prefix)}
+
+    def value(self, column: str) -> Any:
+        """The value of a column by its name (a field, or an explanation cost column); None when absent."""
+        if column in self.explain_costs:
+            return self.explain_costs[column]
+        return getattr(self, column) if column in _FIELD_NAMES and column not in _NESTED else None
+
+    def parent_metrics(self) -> dict[str, float]:
+        """The columns logged to the sweep's parent run (``<name>/<model>/<resolution>``), where available."""
+        return {f.name: getattr(self, f.name) for f in _FIELDS if f.metadata.get("parent") and _has(self, f.name)}
+
+    def by_resolution(self) -> dict[str, Any]:
+        """key -> value drawn against resolution in the parent run: the marked columns and each method's
+        explanation seconds (``explain_seconds_<method>``)."""
+        out = {f.metadata["by_resolution"]: getattr(self, f.name) for f in _FIELDS if "by_resolution" in f.metadata}
+        out.update({f"explain_seconds_{method}": v for method, v in self.explain_seconds.items()})
+        return out
+
+    # ---------------------------------------------------------------------------------------- writing
+
+    def to_dict(self, csv: bool = False) -> dict[str, Any]:
+        """summary.json's row (``csv=False``) or summary.csv's (no ``cross_resolution``), columns in order."""
+        out: dict[str, Any] = {}
+        for f in _FIELDS:
+            value = getattr(self, f.name)
+            if f.metadata.get("flat"):
+                out.update(value)
+            elif not (csv and f.metadata.get("csv") is False):
+                out[f.name] = dict(value) if isinstance(value, dict) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SummaryRow:
+        """A row read back from summary.json (columns it lacks, from an older summary, are None)."""
+        known = {k: v for k, v in data.items() if k in _FIELD_NAMES and k != "explain_costs"}
+        known.setdefault("family", "")
+        known.setdefault("n_seeds", 1)
+        known["cross_resolution"] = dict(known.get("cross_resolution") or {})
+        prefixes = tuple(f"{p}/" for p in EXPLAIN_COST.values())
+        costs = {k: v for k, v in data.items() if k.startswith(prefixes)}
+        return cls(**known, explain_costs=costs)
+
+
+def _has(row: SummaryRow, name: str) -> bool:
+    return getattr(row, name) is not None
+
+
+_FIELDS = dataclasses.fields(SummaryRow)
+_FIELD_NAMES = frozenset(f.name for f in _FIELDS)
+_NESTED = frozenset({"cross_resolution", "explain_costs"})
+# (column, path in a result.json) of the columns averaged over seeds; each is followed by its `_std` column
+SEED_COLUMNS = tuple((f.name, f.metadata["result"]) for f in _FIELDS if "result" in f.metadata)
