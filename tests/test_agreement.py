@@ -11,16 +11,8 @@ import pytest
 import torch
 
 from resomap.config.schema import Config, ExplainabilityConfig, ModelsConfig, SweepConfig
-from resomap.explain.compare import (
-    METRICS,
-    pair_matrix,
-    rescale,
-    score_pair,
-    study,
-    top_mask,
-    topk_iou,
-    verdict,
-)
+from resomap.explain.compare import study, verdict
+from resomap.explain.measures import METRICS, pair_matrix, rescale, score_pair, top_mask, topk_iou
 from resomap.explain.probe import save_maps
 from resomap.stats import relabel_test
 
@@ -145,7 +137,7 @@ def test_resolution_independent_model_free_maps_are_not_an_effect():
     """An explainer-like map that needs no model and does not depend on the resolution: the gradient magnitude of
     the probe image content on a fixed 8x8 lattice, block-repeated to each resolution. Identical for every seed
     and resolution: agreement 1 everywhere, no effect."""
-    from resomap.explain.compare import edge_maps, resample
+    from resomap.explain.measures import edge_maps, resample
 
     lattice = resample(edge_maps(_images(64)), 8)
     found = study(*_sweep(lambda s, r: _up(lattice, r), (1, 2, 3), (32, 64, 128)), CFG)

@@ -25,7 +25,8 @@ from resomap.explain import (
     register_explainer,
 )
 from resomap.explain.attribution import GradientShapOptions, IntegratedGradientsOptions, OcclusionOptions
-from resomap.explain.compare import compare_all, compare_resolutions, resample
+from resomap.explain.compare import compare_all, compare_resolutions
+from resomap.explain.measures import resample
 from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
 from resomap.explain.quality import deletion_insertion, energy_in_mask, pointing_game, road, sanity_check
 from resomap.explain.registry import ModelGuard

@@ -1,19 +1,7 @@
 """Agreement of explanation maps across resolutions, seeds and methods, each number with its references.
 
-Maps are resampled to a common grid (area interpolation) and compared image by image, then averaged:
-- spearman: Spearman rank correlation of the map values (constant maps are skipped);
-- topk_iou: IoU of the top-k% pixel sets (k = top_k_percent) under a tie rule with no position bias: the top set
-  is every pixel strictly above the k-th largest value, plus the pixels equal to it only when that whole tied
-  group fits inside the k (no tie straddles the boundary). A tie that straddles the boundary is left out whole,
-  so the set never holds more than k pixels and no pixel is chosen by its position: two maps that are zero
-  except on disjoint blobs score 0, identical maps 1, and the score is unchanged when both maps are permuted the
-  same way (mirrored, rotated). A map whose top set is empty (its top k% is one tied value, e.g. a constant map)
-  is skipped, as in spearman;
-- mass: 1 - total variation distance between |map| / sum|map| of the two maps. Its raw value is high for any two
-  maps (two independent uniform-noise maps get 2/3), so it is REPORTED RESCALED against the random level of the
-  maps compared: mass = (raw - random) / (1 - random), where random is the raw value of the same maps with their
-  pixels shuffled (same values, no spatial structure): 0 = no better than random placement of the same values,
-  1 = identical distribution of mass. The raw value is kept in the `raw` column.
+Maps are resampled to a common grid and compared image by image with the measures of `explain.measures`
+(spearman, tie-safe top-k% IoU, mass rescaled against its random level), then averaged.
 
 References (`study`) beside every number:
 - chance: the same measure between maps of DIFFERENT probe images (image i vs image j != i, same map sets),
@@ -39,200 +27,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
+from resomap.explain.measures import (
+    METRICS,
+    PairScore,
+    Prepared,
+    edge_maps,
+    nanmean,
+    resample,
+    score_pair,
+    second_grid,
+)
 from resomap.stats import RelabelTest, relabel_test
 
 log = logging.getLogger(__name__)
 
-METRICS = ("spearman", "topk_iou", "mass")
 PRIMARY_METRIC = "spearman"  # the metric the per model x method sentence decides on
 ALPHA = 0.05  # one-sided level of the relabelling test
 KINDS = ("resolution", "seed", "chance", "model_free", "random", "method")
-RANDOM_SHUFFLES = 2  # pixel shuffles per image for the random level
-
-
-# ------------------------------------------------------------------------------------------------ the measures
-
-
-def resample(maps: np.ndarray, grid: int) -> np.ndarray:
-    """[N,H,W] -> float32 [N,grid,grid] by area interpolation (averages when shrinking)."""
-    x = torch.as_tensor(np.asarray(maps, dtype=np.float32))[:, None]
-    if x.shape[-2:] == (grid, grid):
-        return x[:, 0].numpy()
-    return F.interpolate(x, size=(grid, grid), mode="area")[:, 0].numpy()
-
-
-def second_grid(grid: int) -> int | None:
-    """The second grid every agreement is also reported at (half the main one; None below 8)."""
-    return grid // 2 if grid // 2 >= 4 else None
-
-
-def top_mask(maps: np.ndarray, percent: float) -> np.ndarray:
-    """bool [N,H,W]: the top `percent`% pixels of each map under the tie rule of the module doc (no position bias:
-    a tied group straddling the k-th place is left out whole, so a set may hold fewer than k pixels)."""
-    maps = np.asarray(maps)
-    flat = maps.reshape(len(maps), -1)
-    k = max(1, round(flat.shape[1] * float(percent) / 100.0))
-    kth = -np.partition(-flat, k - 1, axis=1)[:, k - 1 : k]  # the k-th largest value of each map
-    above = flat > kth
-    at_or_above = flat >= kth
-    fits = at_or_above.sum(axis=1, keepdims=True) <= k  # the tied group at the k-th value fits inside the k
-    return np.where(fits, at_or_above, above).reshape(maps.shape)
-
-
-def _ranks(maps: np.ndarray) -> np.ndarray:
-    """Per map: z-scored average ranks [N,P] (rows of constant maps are nan)."""
-    from scipy.stats import rankdata
-
-    r = rankdata(maps.reshape(len(maps), -1), axis=1).astype(np.float64)
-    r -= r.mean(axis=1, keepdims=True)
-    sd = r.std(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(sd > 0, r / sd, np.nan)
-
-
-def _mass(maps: np.ndarray) -> np.ndarray:
-    a = np.abs(np.asarray(maps, dtype=np.float64)).reshape(len(maps), -1)
-    s = a.sum(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(s > 0, a / s, np.nan)
-
-
-class Prepared:
-    """A map set [N,g,g] with what each measure needs, computed once: z-scored ranks, tie-safe top-k% masks,
-    normalised |mass|. All three are permutation-equivariant per map, so pixel-shuffled maps are shuffles of them."""
-
-    def __init__(self, maps: np.ndarray, top_k_percent: float) -> None:
-        maps = np.asarray(maps, dtype=np.float32)
-        self.n = len(maps)
-        self.arrays = {
-            "spearman": _ranks(maps),
-            "topk_iou": top_mask(maps, top_k_percent).reshape(len(maps), -1).astype(np.float64),
-            "mass": _mass(maps),
-        }
-
-
-def _cross(metric: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """[N,M] measure between every row of x [N,P] and every row of y [M,P] (prepared arrays of `metric`)."""
-    if metric == "spearman":
-        return x @ y.T / x.shape[1]
-    if metric == "topk_iou":
-        inter = x @ y.T
-        sx, sy = x.sum(1)[:, None], y.sum(1)[None, :]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where((sx == 0) | (sy == 0), np.nan, inter / np.maximum(sx + sy - inter, 1))
-    if metric == "mass":
-        return 1.0 - 0.5 * np.abs(x[:, None, :] - y[None, :, :]).sum(axis=2)
-    raise ExplainError(f"unknown agreement metric '{metric}'; use one of {', '.join(METRICS)}")
-
-
-def _matched(metric: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """[N] measure between row i of x and row i of y."""
-    if metric == "spearman":
-        return (x * y).sum(1) / x.shape[1]
-    if metric == "topk_iou":
-        inter = (x * y).sum(1)
-        sx, sy = x.sum(1), y.sum(1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where((sx == 0) | (sy == 0), np.nan, inter / np.maximum(sx + sy - inter, 1))
-    if metric == "mass":
-        return 1.0 - 0.5 * np.abs(x - y).sum(1)
-    raise ExplainError(f"unknown agreement metric '{metric}'; use one of {', '.join(METRICS)}")
-
-
-def pair_matrix(a: np.ndarray, b: np.ndarray, metric: str, top_k_percent: float) -> np.ndarray:
-    """[N,M] matrix of `metric` (raw) between every map of `a` [N,g,g] and every map of `b` [M,g,g] (nan:
-    undefined: a constant map for spearman, an empty top set for topk_iou, an all-zero map for mass)."""
-    if metric not in METRICS:
-        raise ExplainError(f"unknown agreement metric '{metric}'; use one of {', '.join(METRICS)}")
-    return _cross(metric, Prepared(a, top_k_percent).arrays[metric], Prepared(b, top_k_percent).arrays[metric])
-
-
-def _nanmean(values: Any) -> float:
-    arr = np.asarray(values, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    return float(arr.mean()) if arr.size else float("nan")
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean over images of the Spearman correlation of two [N,H,W] maps (constant maps are skipped)."""
-    return _nanmean(np.diag(pair_matrix(a, b, "spearman", 10.0)))
-
-
-def topk_iou(a: np.ndarray, b: np.ndarray, percent: float) -> float:
-    """Mean over images of the tie-safe top-k% IoU (maps with an empty top set are skipped)."""
-    return _nanmean(np.diag(pair_matrix(a, b, "topk_iou", percent)))
-
-
-def mass_agreement(a: np.ndarray, b: np.ndarray) -> float:
-    """RAW mean of 1 - 0.5 * || |a|/sum|a| - |b|/sum|b| ||_1 over images (not rescaled; all-zero maps skipped)."""
-    return _nanmean(np.diag(pair_matrix(a, b, "mass", 10.0)))
-
-
-def _random(metric: str, x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
-    rng = np.random.default_rng([seed, 4099])
-    shuffled = [(rng.permuted(x, axis=1), rng.permuted(y, axis=1)) for _ in range(RANDOM_SHUFFLES)]
-    return _nanmean([_matched(metric, sx, sy) for sx, sy in shuffled])
-
-
-def random_level(a: np.ndarray, b: np.ndarray, metric: str, top_k_percent: float, seed: int = 0) -> float:
-    """The raw measure between the maps with their pixels shuffled (independently per map; seeded, so repeatable)."""
-    pa, pb = Prepared(a, top_k_percent), Prepared(b, top_k_percent)
-    return _random(metric, pa.arrays[metric], pb.arrays[metric], seed)
-
-
-def rescale(value: float, random: float) -> float:
-    """(value - random) / (1 - random): 0 at the random level, 1 at perfect agreement."""
-    if not (math.isfinite(value) and math.isfinite(random)) or random >= 1.0:
-        return float("nan")
-    return (value - random) / (1.0 - random)
-
-
-@dataclass(frozen=True)
-class PairScore:
-    """One metric between two sets of maps of the same N probe images (on one grid)."""
-
-    value: float  # mean over images of the matched pairs (image i vs image i); mass: rescaled
-    chance: float  # mean over image i vs image j != i; mass: rescaled
-    random: float  # raw measure between pixel-shuffled maps
-    raw: float  # value before rescaling (== value except for mass)
-
-
-def score_pair(
-    a: np.ndarray | Prepared, b: np.ndarray | Prepared, metric: str, top_k_percent: float = 10.0
-) -> PairScore:
-    """`metric` between two map sets [N,g,g] (same images, same grid; or their `Prepared` forms) with its chance
-    and random levels."""
-    pa = a if isinstance(a, Prepared) else Prepared(a, top_k_percent)
-    pb = b if isinstance(b, Prepared) else Prepared(b, top_k_percent)
-    x, y = pa.arrays[metric], pb.arrays[metric]
-    m = _cross(metric, x, y)
-    n = len(m)
-    raw = _nanmean(np.diag(m))
-    chance = _nanmean(m[~np.eye(n, dtype=bool)]) if n > 1 else float("nan")
-    rnd = _random(metric, x, y)
-    if metric == "mass":  # rescaled against the random level (module doc); raw kept
-        return PairScore(rescale(raw, rnd), rescale(chance, rnd), rnd, raw)
-    return PairScore(raw, chance, rnd, raw)
-
-
-# ------------------------------------------------------------------------------------------- model-free maps
-
-
-def edge_maps(images: np.ndarray) -> np.ndarray:
-    """Model-free reference maps: gradient magnitude (Sobel) of the grey-level images, uint8 [N,C,r,r] or [N,r,r]
-    -> float32 [N,r,r]. Anything that agrees across resolutions only as much as these needs no model."""
-    from scipy import ndimage
-
-    x = np.asarray(images, dtype=np.float32)
-    gray = x.mean(axis=1) if x.ndim == 4 else x
-    gx = ndimage.sobel(gray, axis=1, mode="nearest")
-    gy = ndimage.sobel(gray, axis=2, mode="nearest")
-    return np.hypot(gx, gy).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------- the plain pairwise matrices
@@ -389,6 +203,8 @@ def _study_method(
     top_k: float,
     main: bool,
 ) -> None:
+    """One method of one model on one grid: the cross-seed floors, the cross-resolution rows with their references
+    and tests (appended to ``out.rows``) and, on the main grid, its matrix, floors and sentence."""
     trials = {
         (s, r): Prepared(resample(pm[method], grid), top_k)
         for s, pr in per_seed.items()
@@ -400,76 +216,15 @@ def _study_method(
     sizes = {v.n for v in trials.values()}
     if len(sizes) > 1:
         raise ExplainError(f"{model}/{method}: maps to compare must hold the same probe images; got {sorted(sizes)}")
+    pairs = _Pairs(trials, top_k)
     resolutions = sorted({r for _, r in trials})
     seeds = sorted({s for s, _ in trials})
-    cache: dict[tuple, dict[str, PairScore]] = {}
-
-    def pair(x: tuple[int, int], y: tuple[int, int]) -> dict[str, PairScore]:
-        key = (x, y) if x <= y else (y, x)
-        if key not in cache:
-            cache[key] = {m: score_pair(trials[key[0]], trials[key[1]], m, top_k) for m in METRICS}
-        return cache[key]
-
     base = {"model": model, "method": method, "grid": grid}
-    floors: dict[str, dict[int, float]] = defaultdict(dict)
-    for r in resolutions:  # cross-seed agreement at the same resolution: the noise floor
-        have = [s for s in seeds if (s, r) in trials]
-        if len(have) < 2:
-            continue
-        scores = [pair((s, r), (t, r)) for s, t in itertools.combinations(have, 2)]
-        names = ",".join(map(str, have))
-        for metric in METRICS:
-            v = _nanmean([sc[metric].value for sc in scores])
-            floors[metric][r] = v
-            common = {**base, "metric": metric, "a": r, "b": r, "seeds": names}
-            out.rows.append({**common, "kind": "seed", "value": v, "raw": _nanmean([sc[metric].raw for sc in scores])})
-            ch = _nanmean([sc[metric].chance for sc in scores])
-            out.rows.append({**common, "kind": "chance", "of": "seed", "value": ch, "raw": ch})
-    tests: dict[str, RelabelTest] = {}
+    floors = _seed_floors(out, pairs, base, resolutions, seeds)
     complete = [s for s in seeds if all((s, r) in trials for r in resolutions)]
-    for metric in METRICS:  # all resolutions at once: the test behind the sentence
-        values = {(x, y): pair(x, y)[metric].value for x in trials for y in trials if x[0] != y[0] and x < y}
-        tests[metric] = relabel_test(values, complete, resolutions)
-    pair_rows: dict[str, list[dict]] = defaultdict(list)
-    for r1, r2 in itertools.combinations(resolutions, 2):
-        both = [s for s in seeds if (s, r1) in trials and (s, r2) in trials]
-        combos = [(s, t) for s in seeds for t in seeds if (s, r1) in trials and (t, r2) in trials]
-        scores = [pair((s, r1), (t, r2)) for s, t in combos]
-        edge = {m: score_pair(edges[r1], edges[r2], m) for m in METRICS} if r1 in edges and r2 in edges else {}
-        names = ",".join(map(str, sorted({x for c in combos for x in c})))
-        for metric in METRICS:
-            values = {(x, y): pair(x, y)[metric].value for x in trials for y in trials if x[0] != y[0] and x < y}
-            test = relabel_test(values, both, [r1, r2]) if len(both) >= 2 else None
-            v = _nanmean([sc[metric].value for sc in scores])
-            floor = _nanmean([floors[metric].get(r1, math.nan), floors[metric].get(r2, math.nan)])
-            if not (r1 in floors[metric] and r2 in floors[metric]):
-                floor = math.nan
-            common = {**base, "metric": metric, "a": r1, "b": r2, "seeds": names}
-            row = {
-                **common,
-                "kind": "resolution",
-                "value": v,
-                "raw": _nanmean([sc[metric].raw for sc in scores]),
-                "same_seed": _nanmean([pair((s, r1), (s, r2))[metric].value for s in both]) if both else math.nan,
-                "floor": floor,
-                "ratio_to_floor": v / floor if math.isfinite(floor) and floor > 0 else math.nan,
-                "p_value": test.p_value if test else math.nan,
-                "min_p": test.min_p if test else math.nan,
-                "effect_beyond_noise": verdict(test, len(both)) if test else "n.a.",
-            }
-            ch = _nanmean([sc[metric].chance for sc in scores])
-            rnd = _nanmean([sc[metric].random for sc in scores])
-            refs = [
-                {**common, "kind": "chance", "of": "resolution", "value": ch, "raw": ch},
-                {**common, "kind": "random", "value": rnd, "raw": rnd},
-            ]
-            if edge:
-                e = edge[metric]
-                refs.append({**common, "kind": "model_free", "value": e.value, "raw": e.raw, "chance": e.chance})
-            row["chance"], row["random"] = ch, rnd
-            row["model_free"] = edge[metric].value if edge else math.nan
-            out.rows += [row, *refs]
-            pair_rows[metric].append(row)
+    cross = {metric: pairs.cross_seed(metric) for metric in METRICS}
+    tests = {metric: relabel_test(cross[metric], complete, resolutions) for metric in METRICS}  # behind the sentence
+    pair_rows = _resolution_pairs(out, pairs, base, seeds, edges, floors, cross)
     if not main:
         return
     key = f"{model}/{method}"
@@ -478,6 +233,114 @@ def _study_method(
             out.floors[f"{key}/{metric}"] = {str(r): v for r, v in sorted(floors[metric].items())}
     out.matrices[(model, method)] = _matrix(resolutions, pair_rows, floors, tests, len(complete))
     out.statements.append(_sentence(model, method, grid, seeds, complete, pair_rows, floors, tests))
+
+
+class _Pairs:
+    """One method's prepared map sets by (seed, resolution), and the scores of a pair of them, each computed once."""
+
+    def __init__(self, trials: dict[tuple[int, int], Prepared], top_k: float) -> None:
+        self.trials, self.top_k = trials, top_k
+        self.cache: dict[tuple, dict[str, PairScore]] = {}
+
+    def __call__(self, x: tuple[int, int], y: tuple[int, int]) -> dict[str, PairScore]:
+        key = (x, y) if x <= y else (y, x)
+        if key not in self.cache:
+            a, b = self.trials[key[0]], self.trials[key[1]]
+            self.cache[key] = {m: score_pair(a, b, m, self.top_k) for m in METRICS}
+        return self.cache[key]
+
+    def cross_seed(self, metric: str) -> dict[tuple, float]:
+        """((seed, res), (seed', res')) -> value for every pair of different seeds (the relabelling test's input)."""
+        trials = self.trials
+        return {(x, y): self(x, y)[metric].value for x in trials for y in trials if x[0] != y[0] and x < y}
+
+
+def _seed_floors(
+    out: Study, pairs: _Pairs, base: dict[str, Any], resolutions: list[int], seeds: list[int]
+) -> dict[str, dict[int, float]]:
+    """metric -> {resolution: cross-seed agreement at that resolution} (the noise floor), with its rows."""
+    floors: dict[str, dict[int, float]] = defaultdict(dict)
+    for r in resolutions:
+        have = [s for s in seeds if (s, r) in pairs.trials]
+        if len(have) < 2:
+            continue
+        scores = [pairs((s, r), (t, r)) for s, t in itertools.combinations(have, 2)]
+        names = ",".join(map(str, have))
+        for metric in METRICS:
+            v = nanmean([sc[metric].value for sc in scores])
+            floors[metric][r] = v
+            common = {**base, "metric": metric, "a": r, "b": r, "seeds": names}
+            out.rows.append({**common, "kind": "seed", "value": v, "raw": nanmean([sc[metric].raw for sc in scores])})
+            ch = nanmean([sc[metric].chance for sc in scores])
+            out.rows.append({**common, "kind": "chance", "of": "seed", "value": ch, "raw": ch})
+    return floors
+
+
+def _resolution_pairs(
+    out: Study,
+    pairs: _Pairs,
+    base: dict[str, Any],
+    seeds: list[int],
+    edges: Mapping[int, Prepared],
+    floors: dict[str, dict[int, float]],
+    cross: dict[str, dict[tuple, float]],
+) -> dict[str, list[dict]]:
+    """Every pair of resolutions: the row (value, floor, test) and its references, per metric."""
+    trials = pairs.trials
+    pair_rows: dict[str, list[dict]] = defaultdict(list)
+    for r1, r2 in itertools.combinations(sorted({r for _, r in trials}), 2):
+        both = [s for s in seeds if (s, r1) in trials and (s, r2) in trials]
+        combos = [(s, t) for s in seeds for t in seeds if (s, r1) in trials and (t, r2) in trials]
+        scores = [pairs((s, r1), (t, r2)) for s, t in combos]
+        edge = {m: score_pair(edges[r1], edges[r2], m) for m in METRICS} if r1 in edges and r2 in edges else {}
+        names = ",".join(map(str, sorted({x for c in combos for x in c})))
+        for metric in METRICS:
+            test = relabel_test(cross[metric], both, [r1, r2]) if len(both) >= 2 else None
+            same = [pairs((s, r1), (s, r2))[metric].value for s in both]
+            common = {**base, "metric": metric, "a": r1, "b": r2, "seeds": names}
+            row = _resolution_row(common, [sc[metric] for sc in scores], same, floors[metric], test, len(both))
+            refs = [
+                {**common, "kind": "chance", "of": "resolution", "value": row["chance"], "raw": row["chance"]},
+                {**common, "kind": "random", "value": row["random"], "raw": row["random"]},
+            ]
+            if edge:
+                e = edge[metric]
+                refs.append({**common, "kind": "model_free", "value": e.value, "raw": e.raw, "chance": e.chance})
+            row["model_free"] = edge[metric].value if edge else math.nan
+            out.rows += [row, *refs]
+            pair_rows[metric].append(row)
+    return pair_rows
+
+
+def _resolution_row(
+    common: dict[str, Any],
+    scores: list[PairScore],
+    same_seed: list[float],
+    floor_at: dict[int, float],
+    test: RelabelTest | None,
+    n_both: int,
+) -> dict[str, Any]:
+    """The cross-resolution row of one metric: mean over the seed pairs, against the floor at both resolutions."""
+    r1, r2 = common["a"], common["b"]
+    v = nanmean([sc.value for sc in scores])
+    floor = nanmean([floor_at.get(r1, math.nan), floor_at.get(r2, math.nan)])
+    if not (r1 in floor_at and r2 in floor_at):
+        floor = math.nan
+    row = {
+        **common,
+        "kind": "resolution",
+        "value": v,
+        "raw": nanmean([sc.raw for sc in scores]),
+        "same_seed": nanmean(same_seed) if same_seed else math.nan,
+        "floor": floor,
+        "ratio_to_floor": v / floor if math.isfinite(floor) and floor > 0 else math.nan,
+        "p_value": test.p_value if test else math.nan,
+        "min_p": test.min_p if test else math.nan,
+        "effect_beyond_noise": verdict(test, n_both) if test else "n.a.",
+    }
+    row["chance"] = nanmean([sc.chance for sc in scores])
+    row["random"] = nanmean([sc.random for sc in scores])
+    return row
 
 
 def _matrix(resolutions, pair_rows, floors, tests, n_complete) -> dict[str, Any]:
@@ -493,7 +356,7 @@ def _matrix(resolutions, pair_rows, floors, tests, n_complete) -> dict[str, Any]
         for row in pair_rows.get(metric, []):
             m[index[row["a"]], index[row["b"]]] = m[index[row["b"]], index[row["a"]]] = row["value"]
         entry[metric] = m
-        entry["chance"][metric] = _nanmean([row["chance"] for row in pair_rows.get(metric, [])])
+        entry["chance"][metric] = nanmean([row["chance"] for row in pair_rows.get(metric, [])])
         entry["p_value"][metric] = tests[metric].p_value
         entry["effect_beyond_noise"][metric] = verdict(tests[metric], n_complete)
     return entry
@@ -502,9 +365,9 @@ def _matrix(resolutions, pair_rows, floors, tests, n_complete) -> dict[str, Any]
 def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests) -> str:
     metric = PRIMARY_METRIC
     rows = pair_rows.get(metric, [])
-    cross = _nanmean([r["value"] for r in rows])
-    chance = _nanmean([r["chance"] for r in rows])
-    free = _nanmean([r["model_free"] for r in rows])
+    cross = nanmean([r["value"] for r in rows])
+    chance = nanmean([r["chance"] for r in rows])
+    free = nanmean([r["model_free"] for r in rows])
     refs = f"chance {fmt_value(chance)}, model-free edge map {fmt_value(free)}"
     head = f"{model} / {method} ({metric}, grid {grid}):"
     if not rows:
@@ -514,7 +377,7 @@ def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests) ->
             f"{head} cross-resolution agreement {fmt_value(cross)} ({refs}); one seed: no noise floor, so no resolution"
             " effect can be told from seed noise."
         )
-    floor = _nanmean(list(floors.get(metric, {}).values()))
+    floor = nanmean(list(floors.get(metric, {}).values()))
     test = tests[metric]
     ratio = cross / floor if math.isfinite(floor) and floor > 0 else math.nan
     base = (
@@ -554,9 +417,9 @@ def _method_rows(
                 seeds = ",".join(str(s) for s, _ in both)
                 for metric in METRICS:
                     scores = [score_pair(prepared[(s, a)], prepared[(s, b)], metric) for s, _ in both]
-                    v = _nanmean([sc.value for sc in scores])
+                    v = nanmean([sc.value for sc in scores])
                     mats[metric][i, j] = mats[metric][j, i] = v
-                    ch = _nanmean([sc.chance for sc in scores])
+                    ch = nanmean([sc.chance for sc in scores])
                     out.rows.append(
                         {
                             "model": model,
@@ -568,7 +431,7 @@ def _method_rows(
                             "metric": metric,
                             "seeds": seeds,
                             "value": v,
-                            "raw": _nanmean([sc.raw for sc in scores]),
+                            "raw": nanmean([sc.raw for sc in scores]),
                             "chance": ch,
                         }
                     )

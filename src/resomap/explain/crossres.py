@@ -12,7 +12,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
-from resomap.explain.compare import METRICS, Study, fmt_value, study
+from resomap.explain.compare import Study, fmt_value, study
 from resomap.explain.figures import (
     Verdict,
     agreement_matrix,
@@ -21,6 +21,7 @@ from resomap.explain.figures import (
     quality_vs_resolution,
     save_figure,
 )
+from resomap.explain.measures import METRICS
 from resomap.explain.probe import load_maps
 from resomap.explain.run import PROBE_KEY
 
