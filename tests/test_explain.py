@@ -28,9 +28,10 @@ from resomap.explain.attribution import GradientShapOptions, IntegratedGradients
 from resomap.explain.compare import compare_all, compare_resolutions
 from resomap.explain.measures import resample
 from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
-from resomap.explain.quality import deletion_insertion, energy_in_mask, pointing_game, road, sanity_check
+from resomap.explain.quality import deletion_insertion, energy_in_mask, pointing_game, road
 from resomap.explain.registry import ModelGuard
 from resomap.explain.sampling import LimeOptions, ShapOptions
+from resomap.explain.sanity import sanity_check
 from resomap.models import ModelSpec, build_model
 
 OPTIONS = {  # small settings of each method's own options, for speed

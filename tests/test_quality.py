@@ -17,10 +17,9 @@ from resomap.explain.quality import (
     pointing_game,
     quality_metrics,
     random_maps,
-    sanity_check,
     tolerance_px,
-    unrelated_similarity,
 )
+from resomap.explain.sanity import sanity_check, unrelated_similarity
 from resomap.models import ModelSpec, build_model
 
 CFG = ExplainabilityConfig(batch_size=8, faithfulness_steps=8, baseline_draws=2, sanity_seeds=3)
