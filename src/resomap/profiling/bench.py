@@ -369,9 +369,8 @@ def run_benchmark(
     case = _Case(
         resolution, in_channels, num_classes, precision, iters, warmup, rounds, noise or NoisePolicy(), segmentation
     )
-    report = BenchReport(
-        model_name or type(model).__name__, resolution, in_channels, precision, iters, warmup, obs, torch.__version__
-    )
+    name = model_name or type(model).__name__
+    report = BenchReport(name, resolution, in_channels, precision, iters, warmup, obs, torch.__version__)
     report.rounds = min(rounds, iters)
     weights = next(iter(model.parameters()), None)
     probe = torch.zeros(1, in_channels, resolution, resolution, device=weights.device if weights is not None else None)
