@@ -51,7 +51,7 @@ def _outcomes(seeds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, dict[tupl
 
 
 def _macro_f1(y: np.ndarray, p: np.ndarray) -> float:
-    return float(stats._macro_f1(y, p, N_CLASSES))
+    return float(stats.macro_f1(y, p, N_CLASSES))
 
 
 def _fake_sweep(root: Path, seeds: tuple[int, ...] = (0, 1), with_predictions: bool = True):

@@ -7,6 +7,7 @@ says so. Nothing here trains or loads a model, and nothing of resomap is importe
 is the bottom layer (settings come in as plain values).
 
 - :mod:`~resomap.stats.bootstrap`: :func:`bootstrap_accuracy`, :func:`bootstrap_scores`, :func:`bootstrap_metric`,
+  :func:`macro_f1` (numpy, vectorized over resamples),
   :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``).
 - :mod:`~resomap.stats.intervals`: :class:`Interval`; :func:`seed_interval` (mean, std and Student-t interval across
   seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random).
@@ -30,10 +31,10 @@ from resomap.stats.bootstrap import (
     BOOTSTRAP_METHODS,
     METRICS,
     MIN_BOOTSTRAP_IMAGES,
-    _macro_f1,
     bootstrap_accuracy,
     bootstrap_metric,
     bootstrap_scores,
+    macro_f1,
     pooled_macro_f1,
 )
 from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval
@@ -60,7 +61,7 @@ __all__ = [
     "ParetoPoint",
     "Recommendation",
     "RelabelTest",
-    "_macro_f1",
+    "macro_f1",
     "bootstrap_accuracy",
     "bootstrap_metric",
     "bootstrap_scores",

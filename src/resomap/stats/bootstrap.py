@@ -32,7 +32,7 @@ METRICS = ("accuracy", "macro_f1")
 BATCH_ELEMENTS = 2_000_000  # values per statistic call inside scipy's bootstrap: bounds memory for large test sets
 
 
-def _macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int, axis: int = -1) -> np.ndarray:
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int, axis: int = -1) -> np.ndarray:
     """Macro-F1 of integer labels in [0, n_classes) along ``axis``, vectorized over the other axes.
 
     Written with numpy (sklearn per resample would be far too slow). Matches ``sklearn.metrics.f1_score(
@@ -194,7 +194,7 @@ def bootstrap_metric(
     else:
 
         def statistic(a, b, axis=-1):
-            return _macro_f1(a, b, k, axis=axis)
+            return macro_f1(a, b, k, axis=axis)
 
     estimate = finite(statistic(t_codes, p_codes))
     kw = dict(level=level, resamples=resamples, seed=seed, method=method, paired=True)
@@ -213,7 +213,7 @@ def pooled_macro_f1(
     t_codes, p_codes, k = _label_codes(np.asarray(label), prediction)
 
     def statistic(t, *ps, axis=-1):
-        return _macro_f1(np.concatenate([t] * len(ps), axis=-1), np.concatenate(ps, axis=-1), k, axis=-1)
+        return macro_f1(np.concatenate([t] * len(ps), axis=-1), np.concatenate(ps, axis=-1), k, axis=-1)
 
     estimate = finite(statistic(t_codes, *p_codes))
     label_text = "bootstrap {method} over images, seeds pooled ({resamples} resamples)"
