@@ -327,3 +327,20 @@ def test_too_small_samples_are_unavailable_with_a_reason():
     assert stats.paired_test(small, ~small).available  # McNemar's exact test is fine on few images
     rec = stats.smallest_sufficient_resolution({16: ~small, 32: small}, method="bootstrap")  # 32 px best: test 16
     assert not rec.available and rec.resolution is None and "at least" in rec.reason
+
+
+def test_stats_is_the_bottom_layer_it_imports_nothing_of_resomap_but_errors():
+    # imports inside functions count too (scipy/statsmodels are imported there): the whole AST is read
+    import ast
+    from pathlib import Path
+
+    package = Path(stats.__file__).parent
+    found = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    inside = {name for name in found if name == "resomap" or name.startswith("resomap.")}
+    assert inside and {name for name in inside if not name.startswith("resomap.stats")} == {"resomap.errors"}
