@@ -25,7 +25,7 @@ class ExperimentConfig:
     checkpoint_dir: str = "checkpoints"  # checkpoints/{family}/{model}/{resolution}/seed{S}/ (relative to output_dir)
     summary_dir: str = "model_summaries"  # model_summaries/{model}/{resolution}/seed{S}/ (relative to output_dir)
     cache_dir: str = ".cache/resomap"  # resized uint8 image caches (relative to output_dir)
-    task: Literal["classification", "segmentation"] = "classification"  # what every model of the sweep learns
+    task: str = "classification"  # what every model of the sweep learns: a registered task (resomap tasks)
 
 
 @dataclass(frozen=True)

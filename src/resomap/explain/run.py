@@ -53,14 +53,18 @@ def _probe_idx(bundle: Any, size: int, seed: int) -> np.ndarray:
     return probe_indices(labels, min(size, len(labels)), getattr(bundle, "data_seed", seed))  # same for every seed
 
 
-def probe_batch(bundle: Any, size: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Any]:
-    """(normalised images, true labels, masks or None) of the probe set at the bundle's resolution."""
-    labels = bundle.labels("test").cpu().numpy()
+def probe_batch(
+    bundle: Any, size: int, seed: int, device: torch.device, task: Any = None
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """(normalised images, targets, object masks or None) of the probe set at the bundle's resolution; the task
+    (resomap.tasks, default classification) says what is explained: a class (targets [N]) or a class over a
+    region (targets [N, r, r], resomap.explain.targets)."""
+    from resomap.tasks import get_task
+
     idx = _probe_idx(bundle, size, seed)
     images = bundle.normalize(bundle.images("test")[idx].to(device))
-    masks = bundle.masks("test")
-    chosen = torch.as_tensor(labels[idx], dtype=torch.int64)
-    return images, chosen, (masks[idx].cpu().numpy() if masks is not None else None)
+    targets, masks = (task or get_task()).probe_targets(bundle, idx, device)
+    return images, targets, masks
 
 
 def budget_seconds(ec: Any, train_seconds: float | None) -> tuple[float | None, str]:
@@ -100,7 +104,9 @@ def explain_trial(
     from resomap.explain.cam import sweep_cam_spec
 
     spec = sweep_cam_spec(spec, cfg)  # models.cam_layer_policy: by default one CAM layer at every sweep resolution
-    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device)
+    from resomap.tasks import task_of
+
+    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg))
     probe_local = _probe_idx(bundle, ec.probe_size, seed)  # positions in the test split
     splits = getattr(bundle, "splits", None) or {}
     raw = np.asarray(splits["test"])[probe_local] if "test" in splits else probe_local  # raw dataset indices
@@ -151,7 +157,7 @@ def explain_trial(
         "seed": seed,
         "cam_layer": cam_layer,
         "cam_layer_policy": spec.cam_layer_policy,
-        "targets": targets.tolist(),
+        "targets": _target_classes(targets),
         "index": [int(i) for i in raw],
         "class_names": [str(c) for c in bundle.class_names],
         **predictions,
@@ -170,7 +176,11 @@ def explain_trial(
 
 def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
     """What the model said about each probe image: `pred` (class), `prob` (its softmax probability) and
-    `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report)."""
+    `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report).
+    For region targets (resomap.explain.targets) each is over the region: the class with the highest mean
+    probability there, that probability, and the explained class's mean probability."""
+    from resomap.explain.targets import classes_and_regions
+
     was_training = model.training
     model.eval()
     try:
@@ -179,13 +189,22 @@ def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Ten
     finally:
         model.train(was_training)
     probs = torch.softmax(logits, dim=1).cpu()
+    true, region = classes_and_regions(targets.cpu())
+    if region is not None:  # mean probability of each class over the region: [N, K]
+        probs = (probs * region[:, None]).sum((2, 3)) / region.sum((1, 2)).clamp(min=1)[:, None]
     pred = probs.argmax(dim=1)
-    true = targets.cpu().long()
     return {
         "pred": pred.tolist(),
         "prob": [float(p) for p in probs.gather(1, pred[:, None])[:, 0]],
         "true_prob": [float(p) for p in probs.gather(1, true[:, None])[:, 0]],
     }
+
+
+def _target_classes(targets: torch.Tensor) -> list[int]:
+    """The explained class of each probe image (region targets: the class over its region)."""
+    from resomap.explain.targets import classes_and_regions
+
+    return [int(c) for c in classes_and_regions(targets.cpu())[0]]
 
 
 def _cam_layer_name(model: nn.Module, spec: ModelSpec, resolution: int, min_size: int) -> str | None:

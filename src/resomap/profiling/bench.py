@@ -447,7 +447,9 @@ def bench_table(report: BenchReport) -> str:
         f"torch {r.torch_version}, {r.iters} timed iters after {r.warmup} warm-up"
     ]
     if r.task != CLASSIFICATION:  # the training step's labels and loss
-        lines.append(f"  task: {r.task} (per-pixel labels, the segmentation loss)")
+        from resomap.tasks import step_words
+
+        lines.append(f"  task: {r.task} ({step_words(r.task)})")
     lines += [f"  {dev}: {name}" for dev, name in r.device_names.items()]
     head = ["device", "option", "status", "infer img/s", "train img/s", "infer MB", "train MB"]
     opts = r.section("options")

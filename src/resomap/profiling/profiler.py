@@ -8,10 +8,10 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from resomap.config import schema
@@ -33,7 +33,7 @@ from resomap.runtime import autocast_dtype, describe_device, resolve_device
 log = logging.getLogger(__name__)
 
 PRECISIONS = schema.PRECISIONS
-CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
+CLASSIFICATION = "classification"
 
 
 @dataclass(frozen=True)
@@ -149,10 +149,10 @@ def _on_device(model: nn.Module, device: torch.device) -> nn.Module:
 
 @dataclass
 class StepTask:
-    """What a timed training step needs, read from the model's logits on one image: the task, random labels for
-    the batch and the loss. Classification: logits [B, C], labels [B], cross-entropy. Segmentation: logits
-    [B, K, H, W] (K = out.shape[1]), labels [B, H, W], the segmentation loss (resomap.training.losses.build_loss
-    with the `segmentation` config section: the configured terms, ce + dice by default)."""
+    """What a timed training step needs, read from the model's logits on one image: the task (resomap.tasks, the
+    one whose models give outputs of that rank), random labels for the batch and the task's loss. Classification:
+    logits [B, C], labels [B], cross-entropy. Segmentation: logits [B, K, H, W], labels [B, H, W], the loss of the
+    `segmentation` config section (ce + dice by default)."""
 
     task: str
     targets: torch.Tensor
@@ -161,24 +161,15 @@ class StepTask:
 
 def step_task(model: nn.Module, x: torch.Tensor, segmentation: schema.SegmentationConfig | None = None) -> StepTask:
     """The StepTask of `model` on the batch `x` (one untimed eval forward of x[:1]; every module's mode is
-    restored). Logits of another rank raise ConfigError."""
-    with preserved_state(model), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
-        shape = tuple(model.eval()(x[:1]).shape)
-    batch = x.shape[0]
-    if len(shape) == 2:
-        y = torch.randint(0, shape[1], (batch,), device=x.device)
-        return StepTask(CLASSIFICATION, y, F.cross_entropy)
-    if len(shape) == 4:
-        from resomap.training.losses import build_loss  # lazy: segmentation-models-pytorch
+    restored). Logits of a rank no task has raise ConfigError."""
+    from resomap.tasks import for_output
 
-        classes, side = shape[1], shape[-2:]
-        y = torch.randint(0, classes, (batch, *side), device=x.device)
-        loss = build_loss(segmentation or schema.SegmentationConfig(), classes).to(x.device)
-        return StepTask(SEGMENTATION, y, loss)
-    raise ConfigError(
-        f"profile: the model's output has shape {list(shape)}; expected classifier logits [B, C] or segmentation "
-        "logits [B, K, H, W]"
-    )
+    with preserved_state(model), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        out = model.eval()(x[:1])
+    task = for_output(out)
+    batch = out.expand(x.shape[0], *out.shape[1:])
+    y, loss = task.step_targets(batch, SimpleNamespace(segmentation=segmentation))
+    return StepTask(task.name, y, loss)
 
 
 def _train_step(

@@ -105,10 +105,11 @@ def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
         for part in parents:
             node = node[part]
         node.pop(leaf, None)
-    if tree["experiment"].pop("task", "classification") == "classification":
-        tree.pop("segmentation", None)  # classification keys stay what they were before the task axis
-    else:
-        tree["experiment"]["task"] = "segmentation"
+    task = tree["experiment"].pop("task", "classification")
+    if task != "segmentation":
+        tree.pop("segmentation", None)  # the segmentation section only counts for segmentation trials
+    if task != "classification":  # classification keys stay what they were before the task axis
+        tree["experiment"]["task"] = task
     tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
     text = json.dumps(tree, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
