@@ -102,10 +102,9 @@ def explain_trial(
     start = time.perf_counter()
     budget_s, budget_words = budget_seconds(ec, train_seconds)
     from resomap.explain.cam import sweep_cam_spec
-
-    spec = sweep_cam_spec(spec, cfg)  # models.cam_layer_policy: by default one CAM layer at every sweep resolution
     from resomap.tasks import task_of
 
+    spec = sweep_cam_spec(spec, cfg)  # models.cam_layer_policy: by default one CAM layer at every sweep resolution
     images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg))
     probe_local = _probe_idx(bundle, ec.probe_size, seed)  # positions in the test split
     splits = getattr(bundle, "splits", None) or {}
@@ -123,34 +122,8 @@ def explain_trial(
     for method, cost in found.costs.items():
         metrics.update(cost.metrics(method))
     metrics.update({f"explain/{m}/skipped": 1.0 for m in found.skipped})
-    try:
-        predictions = probe_predictions(model, images, targets, ec.batch_size)
-    except Exception as exc:  # e.g. a model whose output is not [B, classes]: the maps are still worth keeping
-        log.warning("probe predictions of %s not recorded: %s", spec.name, exc)
-        predictions = {}
-    context = None  # the baselines every method is compared with, computed once for the probe set
-    for method, method_maps in maps.items():
-        scoring = time.perf_counter()
-        try:
-            context = context or quality_context(model, images, targets.to(device), ec, masks)
-            random_weights = None  # the method on the model with every weight re-drawn (first sanity seed)
-            sanity_scores: dict[str, float] = {}
-            if method in ec.sanity_methods:
-                sanity = sanity_check(method, model, images, targets.to(device), cascade=False, **kw)
-                random_weights, sanity_scores = sanity.random_maps, sanity.metrics()
-            elif masks is not None:
-                random_weights = random_weight_maps(method, model, images, targets.to(device), **kw)
-            scores = quality_metrics(
-                model, images, targets.to(device), method_maps, ec, masks, context=context,
-                random_weight_maps=random_weights if masks is not None else None,
-            )  # fmt: skip
-            scores.update(sanity_scores)
-        except Exception as exc:  # scoring failure of one method is recorded; maps and other methods stay
-            failed[f"{method}/quality"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            log.warning("quality metrics of %s failed: %s", method, failed[f"{method}/quality"])
-            continue
-        metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
-        metrics[f"explain/{method}/quality_seconds"] = time.perf_counter() - scoring
+    predictions = _predictions(model, images, targets, ec.batch_size, spec.name)
+    context = _score_maps(model, images, targets.to(device), maps, masks, ec, kw, failed, metrics)
     meta = {
         "model": spec.name,
         "resolution": bundle.resolution,
@@ -161,17 +134,72 @@ def explain_trial(
         "index": [int(i) for i in raw],
         "class_names": [str(c) for c in bundle.class_names],
         **predictions,
-        "failed": failed,
-        "skipped": found.skipped,
-        "budget": budget_words,
-        "costs": {m: dataclasses.asdict(c) for m, c in found.costs.items()},
-        "methods": list(maps),
-        **(context.meta() if context is not None else {}),
+        **_outcome_meta(found, budget_words, context),
     }
     arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[probe_local].cpu().numpy()})
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
     path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
     return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))
+
+
+def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int, name: str) -> dict:
+    try:
+        return probe_predictions(model, images, targets, batch_size)
+    except Exception as exc:  # e.g. a model whose output is neither form: the maps are still worth keeping
+        log.warning("probe predictions of %s not recorded: %s", name, exc)
+        return {}
+
+
+def _outcome_meta(found: Any, budget_words: str, context: Any) -> dict[str, Any]:
+    """What the npz meta says of the run itself: failures, skips and the budget, each method's cost, the methods
+    with maps and the quality context's baseline choice."""
+    return {
+        "failed": found.failed,
+        "skipped": found.skipped,
+        "budget": budget_words,
+        "costs": {m: dataclasses.asdict(c) for m, c in found.costs.items()},
+        "methods": list(found.maps),
+        **(context.meta() if context is not None else {}),
+    }
+
+
+def _score_maps(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    maps: dict[str, np.ndarray],
+    masks: Any,
+    ec: Any,
+    kw: dict[str, Any],
+    failed: dict[str, str],
+    metrics: dict[str, float],
+) -> Any:
+    """Each method's quality metrics (and sanity check) into `metrics` as explain/<method>/<name>, a failure into
+    `failed`; returns the quality context (the baselines every method is compared with, computed once), or None."""
+    context = None
+    for method, method_maps in maps.items():
+        scoring = time.perf_counter()
+        try:
+            context = context or quality_context(model, images, targets, ec, masks)
+            random_weights = None  # the method on the model with every weight re-drawn (first sanity seed)
+            sanity_scores: dict[str, float] = {}
+            if method in ec.sanity_methods:
+                sanity = sanity_check(method, model, images, targets, cascade=False, **kw)
+                random_weights, sanity_scores = sanity.random_maps, sanity.metrics()
+            elif masks is not None:
+                random_weights = random_weight_maps(method, model, images, targets, **kw)
+            scores = quality_metrics(
+                model, images, targets, method_maps, ec, masks, context=context,
+                random_weight_maps=random_weights if masks is not None else None,
+            )  # fmt: skip
+            scores.update(sanity_scores)
+        except Exception as exc:  # scoring failure of one method is recorded; maps and other methods stay
+            failed[f"{method}/quality"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            log.warning("quality metrics of %s failed: %s", method, failed[f"{method}/quality"])
+            continue
+        metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
+        metrics[f"explain/{method}/quality_seconds"] = time.perf_counter() - scoring
+    return context
 
 
 def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:

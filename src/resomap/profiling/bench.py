@@ -50,6 +50,7 @@ from resomap.profiling.timing import (
     training_step,
 )
 from resomap.runtime import autocast_dtype, describe_device
+from resomap.tasks import step_words
 
 log = logging.getLogger(__name__)
 
@@ -447,8 +448,6 @@ def bench_table(report: BenchReport) -> str:
         f"torch {r.torch_version}, {r.iters} timed iters after {r.warmup} warm-up"
     ]
     if r.task != CLASSIFICATION:  # the training step's labels and loss
-        from resomap.tasks import step_words
-
         lines.append(f"  task: {r.task} ({step_words(r.task)})")
     lines += [f"  {dev}: {name}" for dev, name in r.device_names.items()]
     head = ["device", "option", "status", "infer img/s", "train img/s", "infer MB", "train MB"]

@@ -37,6 +37,11 @@ class Task:
     output_rank: ClassVar[int] = 2  # rank of the model's output: logits [B, K] (2) or [B, K, r, r] (4)
     step_words: ClassVar[str] = "cross-entropy"  # a timed training step's labels and loss, in words
     default_classes: ClassVar[int] = 1000  # outputs of a model profiled without data (ImageNet's classes)
+    line_metrics: ClassVar[tuple[tuple[str, str], ...]] = (("test/accuracy", "test accuracy"),)  # a trial's line
+
+    def line_figures(self, test: dict[str, float]) -> list[str]:
+        """The headline test figures of a finished trial, in words, for its one line in the sweep's output."""
+        return [f"{words} {float(test[key]):.3f}" for key, words in self.line_metrics if key in test]
 
     # ---------------------------------------------------------------- config
 

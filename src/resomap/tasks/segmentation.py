@@ -24,6 +24,7 @@ class SegmentationTask(Task):
     output_rank = 4
     step_words = "segmentation loss on per-pixel labels"
     default_classes = 21  # torchvision's segmentation default (Pascal VOC)
+    line_metrics = (("test/miou", "test mIoU"), ("test/boundary_f1", "boundary F1"))  # on the reference masks
 
     def check(self, cfg, fail) -> None:
         from resomap.tasks.losses import check_loss_names
