@@ -193,6 +193,34 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
     assert len(client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")) == 3  # rerun reused the runs
 
 
+def test_out_of_memory_retry_saves_the_config_that_ran(project: Path, monkeypatch: pytest.MonkeyPatch):
+    """The first fit raises CUDA out-of-memory: the retry runs at half the batch with twice the accumulation, and
+    the trial's config.yaml (summary and checkpoint folders) records that, not the batch that did not fit."""
+    import torch
+    import yaml
+
+    from resomap.sweep.trial import run_trial
+    from resomap.training import Trainer
+
+    fit, calls = Trainer.fit, []
+
+    def fit_once_out_of_memory(self, *args, **kwargs):
+        calls.append(self.cfg.training.batch_size)
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "fit", fit_once_out_of_memory)
+    cfg = _cfg("explainability.enabled=false", "profiling.enabled=false", "mlflow.enabled=false")
+    (trial,) = plan(cfg)
+    result = run_trial(trial)
+    assert result.status == "FINISHED" and calls == [32, 16]
+    assert result.notes == ["CUDA out of memory at batch 32; retried with batch 16 x 2 accumulation steps"]
+    for folder in (trial.summary_dir, trial.checkpoint_dir("cnn")):
+        saved = yaml.safe_load((folder / "config.yaml").read_text())["training"]
+        assert (saved["batch_size"], saved["grad_accum_steps"]) == (16, 2), folder
+
+
 # ---------------------------------------------------------------- sync
 
 

@@ -202,8 +202,9 @@ class TrialResult:
         return path
 
 
-def save_trial_config(trial: Trial, folder: Path) -> Path:
-    return save_resolved(trial.cfg, folder / "config.yaml")
+def save_trial_config(cfg: Config, folder: Path) -> Path:
+    """config.yaml of the config a trial runs with (after an out-of-memory retry: the halved batch that ran)."""
+    return save_resolved(cfg, folder / "config.yaml")
 
 
 # ---------------------------------------------------------------- running a trial
@@ -427,8 +428,8 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     folder = trial.checkpoint_dir(prepared.spec.family)
     resume = distributed.share_from_rank0(_resume_point(folder, trial.key, fresh))  # DDP: every rank resumes alike
     folder.mkdir(parents=True, exist_ok=True)
-    save_trial_config(trial, folder)
-    save_trial_config(trial, trial.summary_dir)
+    save_trial_config(cfg, folder)
+    save_trial_config(cfg, trial.summary_dir)
     meta = {
         "model": trial.model,
         "family": prepared.spec.family,
