@@ -4,6 +4,7 @@ trials (an exception, a NaN loss) closed as FAILED with the reason while the oth
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -140,6 +141,20 @@ def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys,
     assert len(lines) == 1 and "Traceback" not in err and needle in lines[0], err
     assert not (project / "checkpoints").exists() and not (project / "model_summaries").exists()
     assert not (project / "mlflow.db").exists()
+
+
+def test_trial_key_is_computed_once_per_trial(project: Path, monkeypatch: pytest.MonkeyPatch):
+    from resomap.sweep import trial as trial_mod
+
+    real, calls = trial_mod.trial_key, []
+    monkeypatch.setattr(trial_mod, "trial_key", lambda *a: calls.append(a) or real(*a))
+    (trial,) = plan(_cfg())
+    calls.clear()  # whatever plan needed
+    keys = {trial.key for _ in range(5)} | {trial.pinned().key}
+    assert calls == [(trial.cfg, "tiny_cnn", 32, 42)]  # once, its pinned copy (run_trial's) included
+    assert keys == {real(trial.cfg, "tiny_cnn", 32, 42)}
+    other = dataclasses.replace(trial, resolution=48)
+    assert other.key == real(trial.cfg, "tiny_cnn", 48, 42) != trial.key  # a changed trial gets its own key
 
 
 # ---------------------------------------------------------------- failures, dry run, rerun

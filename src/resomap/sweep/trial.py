@@ -4,6 +4,7 @@ model -> Trainer -> the stages of resomap.stages -> summary files -> publish to 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -42,8 +43,9 @@ class Trial:
     cfg: Config
     legacy: bool | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """trial_key of this trial, computed on first use (the fields are frozen, so it never changes)."""
         return trial_key(self.cfg, self.model, self.resolution, self.seed)
 
     @property
@@ -63,7 +65,9 @@ class Trial:
 
     def pinned(self) -> Trial:
         """This trial with its layout decided now (see `legacy`)."""
-        return dataclasses.replace(self, legacy=self._in_legacy_folder())
+        pinned = dataclasses.replace(self, legacy=self._in_legacy_folder())
+        pinned.__dict__["key"] = self.key  # the same trial (legacy is no part of the key): its key carries over
+        return pinned
 
     def _summary_base(self) -> Path:
         out = Path(self.cfg.experiment.output_dir) / self.cfg.experiment.summary_dir
