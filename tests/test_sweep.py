@@ -18,10 +18,10 @@ from resomap.cli import main
 from resomap.config import load
 from resomap.sweep import plan
 from resomap.sweep.plan import sweep_key
-from resomap.sweep.trial import TRIAL_KEY_TAG
 from resomap.tracking import Tracker
 from resomap.tracking import sync as sync_mod
 from resomap.tracking.mlflow_store import HTTP_ENV, TrackingUnavailable
+from resomap.tracking.publish import TRIAL_KEY_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false", "mlflow.log_checkpoint=false"]
@@ -297,8 +297,12 @@ def test_sync_into_a_partly_logged_run_adds_only_missing_points(project: Path):
     assert len(tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{trial.key}'")) == 1
 
 
-def test_sync_names_the_same_tag_as_trials():
-    assert sync_mod.TRIAL_KEY_TAG == TRIAL_KEY_TAG
+def test_one_trial_key_tag_defined_in_tracking_publish():
+    """The tag that finds a trial's run is spelled once (tracking.publish); sync and the sweep import it."""
+    src = REPO / "src" / "resomap"
+    spelled = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if '"resomap.trial_key"' in p.read_text())
+    assert spelled == ["tracking/publish.py"]
+    assert sync_mod.TRIAL_KEY_TAG is TRIAL_KEY_TAG == "resomap.trial_key"
 
 
 # ---------------------------------------------------------------- Tracker retries

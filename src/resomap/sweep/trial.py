@@ -23,7 +23,6 @@ from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSumma
 
 log = logging.getLogger(__name__)
 
-TRIAL_KEY_TAG = "resomap.trial_key"
 # Settings that change how a trial is run or logged but not what it computes: left out of its key.
 _KEY_EXCLUDE = ("sweep", "mlflow", "stats", "training.progress", "system.num_workers", "system.persistent_workers")
 _SEED_FOLDER = re.compile(r"seed\d+")
