@@ -157,6 +157,19 @@ def test_trial_key_is_computed_once_per_trial(project: Path, monkeypatch: pytest
     assert other.key == real(trial.cfg, "tiny_cnn", 48, 42) != trial.key  # a changed trial gets its own key
 
 
+def test_trial_callbacks_are_the_training_defaults(project: Path, monkeypatch: pytest.MonkeyPatch):
+    """A trial's Trainer gets training.default_callbacks (one place decides checkpointing and early stopping)."""
+    from resomap import training
+    from resomap.sweep.trial import _callbacks
+
+    cfg = _cfg("training.early_stopping.enabled=true", "training.checkpoint.top_k=2")
+    real, seen = training.default_callbacks, []
+    monkeypatch.setattr(training, "default_callbacks", lambda *a: seen.append(a) or real(*a))
+    callbacks = _callbacks(cfg, project / "ck", {"model": "m"}, None, None)
+    assert seen == [(cfg, project / "ck", {"model": "m"})]
+    assert [type(c).__name__ for c in callbacks] == ["EarlyStopping", "TopKCheckpoint"] and callbacks[1].top_k == 2
+
+
 # ---------------------------------------------------------------- failures, dry run, rerun
 
 

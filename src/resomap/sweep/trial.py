@@ -470,16 +470,11 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
 
 
 def _callbacks(cfg: Config, folder: Path, meta: dict, tracker: Any, run_id: str | None) -> list[Any]:
+    """training.default_callbacks (checkpoints, early stopping), plus live MLflow logging when a run is open."""
+    from resomap import training
     from resomap.tracking import MlflowCallback
-    from resomap.training import EarlyStopping, TopKCheckpoint
 
-    tc = cfg.training
-    callbacks: list[Any] = [
-        TopKCheckpoint(folder, tc.checkpoint.monitor, tc.checkpoint.mode, tc.checkpoint.top_k, meta)
-    ]
-    if tc.early_stopping.enabled:
-        es = tc.early_stopping
-        callbacks.append(EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta))
+    callbacks: list[Any] = training.default_callbacks(cfg, folder, meta)
     if run_id is not None:
         callbacks.append(MlflowCallback(tracker, run_id))
     return callbacks
