@@ -160,7 +160,8 @@ def run_explainers(
     meta = {"model": trained.name, "resolution": trained.resolution, "seed": trained.seed, "cam_layer": None}
     meta.update({"targets": targets.tolist(), "failed": failed, "methods": list(maps)})
     labels = bundle.labels("test").cpu().numpy()
-    probe = bundle.images("test")[probe_indices(labels, min(ec.probe_size, len(labels)), trained.seed)].numpy()
+    idx = probe_indices(labels, min(ec.probe_size, len(labels)), bundle.data_seed)  # the images probe_batch took
+    probe = bundle.images("test")[idx].numpy()
     path = save_maps(out_dir / MAPS_FILE, dict(maps, **{PROBE_KEY: probe}), meta) if maps else None
     return ExplainOutcome(path, metrics, failed, None, 0.0)
 

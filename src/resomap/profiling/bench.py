@@ -380,23 +380,30 @@ def run_benchmark(
     for dev, unavailable in _devices(devices):
         if unavailable:
             report.entries.append(BenchEntry("devices", dev.type, "baseline", 0, "skipped", unavailable))
-            continue
-        report.device_names[dev.type] = describe_device(dev)
-        # untimed first pass: one-time allocations (autograd engine, thread pools) would inflate the first row
-        _run(model, OPTIONS.get("baseline"), dev, sizes[0], dataclasses.replace(case, iters=1, warmup=0), "warm-up")
-        report.entries += _batch_sweep(model, dev, sizes, case)
-        if len(opts) > 1:  # the baseline alone is the batch sweep's row at the options batch size
-            report.entries += _compare(model, dev, opts, obs, case)
         else:
-            base = report.get("batch_sizes", dev.type, "baseline", obs) or _run(
-                model, opts[0], dev, obs, case, "batch_sizes"
-            )
-            entry = dataclasses.replace(base, section="options", ratios={})
-            if entry.status == "ok":
-                entry.ratios = _ratios(entry, entry)
-            report.entries.append(entry)
+            _bench_device(report, model, dev, sizes, opts, case)
     report.entries += _device_ratios(report)
     return report
+
+
+def _bench_device(
+    report: BenchReport, model: nn.Module, dev: torch.device, sizes: list[int], opts: list[BenchOption], case: _Case
+) -> None:
+    """One device's rows into `report`: an untimed warm-up (one-time allocations such as the autograd engine and
+    thread pools would inflate the first row), the batch sweep, then the options at the options batch size."""
+    report.device_names[dev.type] = describe_device(dev)
+    _run(model, OPTIONS.get("baseline"), dev, sizes[0], dataclasses.replace(case, iters=1, warmup=0), "warm-up")
+    report.entries += _batch_sweep(model, dev, sizes, case)
+    obs = report.options_batch_size
+    if len(opts) > 1:
+        report.entries += _compare(model, dev, opts, obs, case)
+        return
+    # the baseline alone is the batch sweep's row at the options batch size
+    base = report.get("batch_sizes", dev.type, "baseline", obs) or _run(model, opts[0], dev, obs, case, "batch_sizes")
+    entry = dataclasses.replace(base, section="options", ratios={})
+    if entry.status == "ok":
+        entry.ratios = _ratios(entry, entry)
+    report.entries.append(entry)
 
 
 def save_benchmark(report: BenchReport, out_dir: str | os.PathLike) -> tuple[Path, Path]:
@@ -474,19 +481,9 @@ def bench_table(report: BenchReport) -> str:
     ratios = [e for e in r.section("devices") if e.status == "ok"]
     if ratios:
         lines += ["", "cuda / cpu (above 1: the GPU pays off)"]
-        lines += _grid(
-            ["devices", "batch", "", "infer x", "train x"],
-            [
-                [
-                    e.device,
-                    str(e.batch_size),
-                    "",
-                    num(e.ratios.get("infer_x"), ".2f", "x"),
-                    num(e.ratios.get("train_x"), ".2f", "x"),
-                ]
-                for e in ratios
-            ],
-        )
+        cells = [[num(e.ratios.get(k), ".2f", "x") for k in ("infer_x", "train_x")] for e in ratios]
+        rows = [[e.device, str(e.batch_size), "", *c] for e, c in zip(ratios, cells)]
+        lines += _grid(["devices", "batch", "", "infer x", "train x"], rows)
     noisy = [e for e in r.entries if e.noisy]
     if noisy:
         lines += ["", "noisy (disturbed in every attempt; figures kept but not trustworthy)"]

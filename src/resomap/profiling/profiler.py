@@ -17,10 +17,11 @@ from torch import nn
 from resomap.config import schema
 from resomap.config.schema import Config
 from resomap.errors import ConfigError, DeviceError
-from resomap.profiling.flops import count_ops
+from resomap.profiling.flops import OpCounts, count_ops
 from resomap.profiling.memory import MemoryStats, forward_memory
 from resomap.profiling.timing import (
     LatencyStats,
+    Measurement,
     NoisePolicy,
     images_per_s,
     inference_step,
@@ -212,12 +213,9 @@ def profile(
     with noisy=True and its reasons.
     """
     _check_args(resolution, in_channels, batch_size, precision, iters, warmup, rounds)
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("profile: device is cuda but no CUDA GPU is visible; pass device='cpu'")
+    device = _visible_device(device)
     amp = autocast_dtype(precision)
     train_bs = train_batch_size or max(batch_size, 8)
-    params = list(model.parameters())
     with preserved_state(model):
         net = _on_device(model, device)
         x = torch.randn(batch_size, in_channels, resolution, resolution, device=device)
@@ -227,18 +225,7 @@ def profile(
         train = _train_step(net, xt, amp, task)
         net.eval()
         infer = inference_step(net, x, amp)
-        variants: dict[str, Callable[[], object]] = {"inference": infer}
-        counts_per = {"inference": iters}
-        warm = {"inference": warmup}
-        if train is not None:
-            variants["training"] = train
-            counts_per["training"] = train_iters or iters
-            warm["training"] = max(1, min(warmup, 3))
-        timed = measure(variants, device, iters=counts_per, warmup=warm, rounds=rounds, policy=noise or NoisePolicy())
-        for exc in timed.rounds.errors.values():
-            raise exc
-        seconds = timed.rounds.samples("inference")
-        train_ips = images_per_s(train_bs, timed.rounds.samples("training")) if train is not None else None
+        timed = _time_steps(infer, train, device, iters, train_iters or iters, warmup, rounds, noise or NoisePolicy())
         memory = forward_memory(net, infer, device)
     result = ModelProfile(
         model_name=model_name or type(model).__name__,
@@ -248,35 +235,89 @@ def profile(
         batch_size=batch_size,
         train_batch_size=train_bs,
         device=str(device),
-        device_name=_device_name(device, timed.threads),
         precision=precision,
         torch_version=torch.__version__,
-        params_total=sum(p.numel() for p in params),
-        params_trainable=sum(p.numel() for p in params if p.requires_grad),
-        macs=counts.macs,
-        flops=counts.flops,
-        flops_to_2macs=counts.ratio,
-        latency=LatencyStats.from_seconds(seconds),
-        inference_images_per_s=images_per_s(batch_size, seconds),
-        train_images_per_s=train_ips,
         memory=memory,
-        noisy=timed.noisy,
-        noise_reasons=list(timed.reasons),
-        attempts=timed.attempts,
-        rounds=len(timed.rounds.calls["inference"]),
-        threads=timed.threads,
-        others_cpu_cores=round(timed.others_cores, 3) if device.type == "cpu" else None,
+        **_size_fields(list(model.parameters()), counts),  # requires_grad flags as restored by preserved_state
+        **_timing_fields(timed, device, batch_size, train_bs if train is not None else None),
     )
+    _log_profile(result, timed)
+    return result
+
+
+def _visible_device(device: torch.device | str) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("profile: device is cuda but no CUDA GPU is visible; pass device='cpu'")
+    return device
+
+
+def _time_steps(
+    infer: Callable[[], object],
+    train: Callable[[], None] | None,
+    device: torch.device,
+    iters: int,
+    train_iters: int,
+    warmup: int,
+    rounds: int,
+    noise: NoisePolicy,
+) -> Measurement:
+    """Time the inference call (and the training step, when there is one: at most 3 warm-up steps) in `rounds`
+    interleaved rounds under the noise policy; an exception a step raised is raised here."""
+    variants: dict[str, Callable[[], object]] = {"inference": infer}
+    counts_per = {"inference": iters}
+    warm = {"inference": warmup}
+    if train is not None:
+        variants["training"] = train
+        counts_per["training"] = train_iters
+        warm["training"] = max(1, min(warmup, 3))
+    timed = measure(variants, device, iters=counts_per, warmup=warm, rounds=rounds, policy=noise)
+    for exc in timed.rounds.errors.values():
+        raise exc
+    return timed
+
+
+def _size_fields(params: list[nn.Parameter], counts: OpCounts) -> dict[str, Any]:
+    """ModelProfile's parameter counts and per-image MACs/FLOPs."""
+    return {
+        "params_total": sum(p.numel() for p in params),
+        "params_trainable": sum(p.numel() for p in params if p.requires_grad),
+        "macs": counts.macs,
+        "flops": counts.flops,
+        "flops_to_2macs": counts.ratio,
+    }
+
+
+def _timing_fields(timed: Measurement, device: torch.device, batch_size: int, train_bs: int | None) -> dict[str, Any]:
+    """ModelProfile's latency, throughputs and how the timing went (train_bs None: no training step was timed)."""
+    seconds = timed.rounds.samples("inference")
+    train_ips = images_per_s(train_bs, timed.rounds.samples("training")) if train_bs is not None else None
+    return {
+        "device_name": _device_name(device, timed.threads),
+        "latency": LatencyStats.from_seconds(seconds),
+        "inference_images_per_s": images_per_s(batch_size, seconds),
+        "train_images_per_s": train_ips,
+        "noisy": timed.noisy,
+        "noise_reasons": list(timed.reasons),
+        "attempts": timed.attempts,
+        "rounds": len(timed.rounds.calls["inference"]),
+        "threads": timed.threads,
+        "others_cpu_cores": round(timed.others_cores, 3) if device.type == "cpu" else None,
+    }
+
+
+def _log_profile(result: ModelProfile, timed: Measurement) -> None:
     if timed.noisy:
-        log.warning("profile of %s @ %d px is noisy: %s", result.model_name, resolution, "; ".join(timed.reasons))
+        log.warning(
+            "profile of %s @ %d px is noisy: %s", result.model_name, result.resolution, "; ".join(timed.reasons)
+        )
     log.info(
         "profiled %s @ %d px: %.2f GMACs, %.2f ms median",
         result.model_name,
-        resolution,
+        result.resolution,
         result.gmacs,
         result.latency.median_ms,
     )
-    return result
 
 
 def _device_name(device: torch.device, threads: int) -> str:

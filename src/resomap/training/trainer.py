@@ -41,7 +41,12 @@ class FitResult:
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: max allocated since the last reset. CPU: the process's peak resident set size."""
+    """CUDA: max allocated since the last reset. CPU: the process's peak resident set size.
+
+    Not profiling.memory's RssPeakSampler on purpose: that samples the RSS rise during one block from a
+    thread; this is the absolute high-water mark of the whole process so far (ru_maxrss, kept by the kernel), read
+    once per epoch with no thread beside the training loop (and training sits below profiling in the layers).
+    """
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     try:
