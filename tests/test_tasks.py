@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import plugin_folder
 from resomap.config import load
 from resomap.errors import ConfigError
 from resomap.tasks import TASKS, get_task, task_names
@@ -82,12 +83,7 @@ def test_region_targets_explain_the_region_sum_of_a_class_logit():
 @pytest.fixture(scope="module")
 def plugin_path(tmp_path_factory) -> Path:
     """A folder that makes `task_example` an installed ResoMap plugin: a dist-info with its entry point."""
-    root = tmp_path_factory.mktemp("plugin")
-    info = root / "resomap_task_example-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: resomap-task-example\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[resomap.plugins]\ntasks = task_example\n")
-    return root
+    return plugin_folder(tmp_path_factory.mktemp("plugin"), "task_example")
 
 
 def _run(args: list[str], plugin_path: Path, cwd: Path) -> subprocess.CompletedProcess:
