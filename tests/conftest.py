@@ -18,3 +18,14 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path
+
+
+def plugin_folder(root: Path, module: str) -> Path:
+    """`root` made a folder that installs test module `module` as a ResoMap plugin (a dist-info whose entry point in
+    the `resomap.plugins` group names it); put it and tests/ on PYTHONPATH to load it."""
+    name = module.replace("_", "-")
+    info = root / f"resomap_{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: resomap-{name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[resomap.plugins]\n{module} = {module}\n")
+    return root

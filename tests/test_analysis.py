@@ -14,8 +14,11 @@ import torch
 
 from resomap import cli
 from resomap.analysis import best_checkpoint, find_checkpoints
+from resomap.analysis.checkpoints import CheckpointSource
+from resomap.analysis.explain_one import load_bundle
 from resomap.errors import CheckpointError
-from resomap.explain.probe import load_maps
+from resomap.explain.probe import load_maps, probe_indices
+from resomap.explain.run import PROBE_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL, RESOLUTIONS = "tiny_cnn", (32, 48)
@@ -75,6 +78,42 @@ def test_explain_target_class_is_used(sweep, tmp_path):
     assert cli.main([*argv, "--num-samples", "2", "--output-dir", str(out)]) == 0
     maps, meta = load_maps(out / "explanations.npz")
     assert meta["targets"] == [1, 1] and maps["saliency"].shape == (2, 32, 32)
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory) -> Path:
+    """A trained smoke sweep of 2 seeds at one resolution: checkpoints/cnn/tiny_cnn/32/seed{42,43}/."""
+    root = tmp_path_factory.mktemp("two_seeds")
+    shutil.copytree(ROOT / "configs", root / "configs")
+    argv = ["-q", "sweep", "--config-dir", str(root / "configs"), "--preset", "smoke"]
+    argv += [f"sweep.models=[{MODEL}]", "sweep.resolutions=[32]", "sweep.seeds=[42,43]"]
+    argv += [f"experiment.output_dir={root}", "mlflow.enabled=false", "profiling.enabled=false"]
+    argv += ["explainability.enabled=false", "explainability.sanity_methods=[]"]
+    assert cli.main(argv) == 0
+    return root
+
+
+def test_explain_target_on_a_second_seed_overlays_the_data_seeds_probe_images(two_seeds, tmp_path):
+    """The probe images stored beside the maps are the ones the maps were computed on: drawn with the data seed
+    (42, shared by the sweep's seeds), not the checkpoint's trial seed (43), with or without --target."""
+    ckpt = best_checkpoint(two_seeds / "checkpoints" / "cnn" / MODEL / "32" / "seed43")
+    assert ckpt is not None
+    trained = CheckpointSource().load(ckpt)
+    bundle = load_bundle(trained, trained.cfg)
+    labels = bundle.labels("test").cpu().numpy()
+    data_pick, trial_pick = probe_indices(labels, 4, bundle.data_seed), probe_indices(labels, 4, trained.seed)
+    assert (trained.seed, bundle.data_seed) == (43, 42) and not np.array_equal(data_pick, trial_pick)
+    expected = bundle.images("test")[data_pick].numpy()
+
+    stored = {}
+    for name, extra in (("plain", []), ("target", ["--target", "1"])):
+        argv = ["-q", "explain", "--checkpoint", str(ckpt), "--method", "saliency", "--num-samples", "4"]
+        assert cli.main([*argv, *extra, "--output-dir", str(tmp_path / name)]) == 0
+        stored[name], meta = load_maps(tmp_path / name / "explanations.npz")
+        assert meta["seed"] == 43 and stored[name]["saliency"].shape == (4, 32, 32)
+    assert meta["targets"] == [1, 1, 1, 1]
+    np.testing.assert_array_equal(stored["target"][PROBE_KEY], expected)
+    np.testing.assert_array_equal(stored["plain"][PROBE_KEY], expected)
 
 
 class _Evil:  # a pickled object of this class is code, which weights_only loading refuses

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from resomap.config import ConfigError, config_hash, flatten, load, load_full, save_resolved, with_overrides
-from resomap.config.docs import config_reference
+from resomap.config.docs import REFERENCE_PAGE, config_reference
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,10 +148,16 @@ def test_flatten_gives_dotted_keys():
     assert flat["sweep.resolutions"] == [64]
 
 
-def test_readme_config_reference_matches_schema():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_config_reference_page_matches_schema():
+    page = (REPO / REFERENCE_PAGE).read_text(encoding="utf-8")
     generated = config_reference()
     begin, end = generated.splitlines()[0], generated.splitlines()[-1]
-    assert begin in readme and end in readme, "README lacks the generated config reference markers"
-    current = readme[readme.index(begin) : readme.index(end) + len(end)] + "\n"
-    assert current == generated, "README config reference is stale: run `resomap config --doc` and paste it"
+    assert begin in page and end in page, f"{REFERENCE_PAGE} lacks the generated config reference markers"
+    current = page[page.index(begin) : page.index(end) + len(end)] + "\n"
+    assert current == generated, (
+        f"{REFERENCE_PAGE} is stale: run `resomap config --doc --write {REFERENCE_PAGE}` from the repository root"
+    )
+    # one copy only, linked from the README: a second, unchecked copy could drift
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert begin not in readme and end not in readme, "README.md holds a copy of the config reference"
+    assert f"]({REFERENCE_PAGE})" in readme, f"README.md does not link {REFERENCE_PAGE}"

@@ -121,3 +121,19 @@ def test_budget_config_errors_are_one_line():
         load("configs", None, ["explainability.always=[gradcm]"])
     cfg = load("configs", None, ["explainability.budget_share=0.25", "explainability.always=[saliency]"])
     assert cfg.explainability.budget_share == 0.25 and cfg.explainability.always == ["saliency"]
+
+
+def test_explain_benchmark_reads_the_profiling_rss_sampler(monkeypatch):
+    """explain.bench.peak_rss_mb is profiling.memory's RssPeakSampler (one RSS sampler), and it sees an allocation."""
+    from resomap.explain.bench import peak_rss_mb
+    from resomap.profiling import memory
+
+    held = []
+    grown = peak_rss_mb(lambda: held.append(np.ones(64 * 2**20, dtype=np.uint8)))
+    assert 48 <= grown <= 256  # the 64 MiB block (page granularity; other threads count too)
+    entered = []
+    monkeypatch.setattr(memory.RssPeakSampler, "__enter__", lambda self: entered.append(self) or self)
+    monkeypatch.setattr(memory.RssPeakSampler, "__exit__", lambda self, *exc: None)
+    monkeypatch.setattr(memory.RssPeakSampler, "increase_bytes", 5 * memory.MB)
+    assert peak_rss_mb(lambda: None, interval_s=0.002) == 5.0
+    assert len(entered) == 1 and entered[0].interval_s == 0.002

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import plugin_folder
 from resomap.config import build as build_config
 from resomap.config.docs import config_reference
 from resomap.config.groups import group_options
@@ -97,12 +98,7 @@ def test_every_registered_option_is_documented_and_validated(section, name):
 @pytest.fixture(scope="module")
 def plugin_path(tmp_path_factory) -> Path:
     """A folder that makes `extension_example` an installed ResoMap plugin: a dist-info with its entry point."""
-    root = tmp_path_factory.mktemp("plugin")
-    info = root / "resomap_extension_example-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: resomap-extension-example\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[resomap.plugins]\nexample = {EXT}\n")
-    return root
+    return plugin_folder(tmp_path_factory.mktemp("plugin"), EXT)
 
 
 def _run(args: list[str], plugin_path: Path, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -19,7 +19,8 @@ from resomap.cli import main
 from resomap.config import load
 from resomap.records import LIBRARIES, PREDICTIONS_FILE, read_predictions
 from resomap.sweep import plan
-from resomap.sweep.trial import TRIAL_KEY_TAG, TrialResult, _resume_point, run_trial
+from resomap.sweep.trial import TrialResult, _resume_point, run_trial
+from resomap.tracking.publish import TRIAL_KEY_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 # small and quick: 60 images, one epoch, no profile, no explanations, no MLflow

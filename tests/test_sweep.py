@@ -4,6 +4,7 @@ trials (an exception, a NaN loss) closed as FAILED with the reason while the oth
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -17,10 +18,10 @@ from resomap.cli import main
 from resomap.config import load
 from resomap.sweep import plan
 from resomap.sweep.plan import sweep_key
-from resomap.sweep.trial import TRIAL_KEY_TAG
 from resomap.tracking import Tracker
 from resomap.tracking import sync as sync_mod
 from resomap.tracking.mlflow_store import HTTP_ENV, TrackingUnavailable
+from resomap.tracking.publish import TRIAL_KEY_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false", "mlflow.log_checkpoint=false"]
@@ -142,6 +143,33 @@ def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys,
     assert not (project / "mlflow.db").exists()
 
 
+def test_trial_key_is_computed_once_per_trial(project: Path, monkeypatch: pytest.MonkeyPatch):
+    from resomap.sweep import trial as trial_mod
+
+    real, calls = trial_mod.trial_key, []
+    monkeypatch.setattr(trial_mod, "trial_key", lambda *a: calls.append(a) or real(*a))
+    (trial,) = plan(_cfg())
+    calls.clear()  # whatever plan needed
+    keys = {trial.key for _ in range(5)} | {trial.pinned().key}
+    assert calls == [(trial.cfg, "tiny_cnn", 32, 42)]  # once, its pinned copy (run_trial's) included
+    assert keys == {real(trial.cfg, "tiny_cnn", 32, 42)}
+    other = dataclasses.replace(trial, resolution=48)
+    assert other.key == real(trial.cfg, "tiny_cnn", 48, 42) != trial.key  # a changed trial gets its own key
+
+
+def test_trial_callbacks_are_the_training_defaults(project: Path, monkeypatch: pytest.MonkeyPatch):
+    """A trial's Trainer gets training.default_callbacks (one place decides checkpointing and early stopping)."""
+    from resomap import training
+    from resomap.sweep.trial import _callbacks
+
+    cfg = _cfg("training.early_stopping.enabled=true", "training.checkpoint.top_k=2")
+    real, seen = training.default_callbacks, []
+    monkeypatch.setattr(training, "default_callbacks", lambda *a: seen.append(a) or real(*a))
+    callbacks = _callbacks(cfg, project / "ck", {"model": "m"}, None, None)
+    assert seen == [(cfg, project / "ck", {"model": "m"})]
+    assert [type(c).__name__ for c in callbacks] == ["EarlyStopping", "TopKCheckpoint"] and callbacks[1].top_k == 2
+
+
 # ---------------------------------------------------------------- failures, dry run, rerun
 
 
@@ -191,6 +219,34 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
     assert _result(project, "tiny_cnn", 16)["finished_at"] == done_at
     assert all(_result(project, m, 16)["finished_at"] > t for m, t in failed_at.items())
     assert len(client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")) == 3  # rerun reused the runs
+
+
+def test_out_of_memory_retry_saves_the_config_that_ran(project: Path, monkeypatch: pytest.MonkeyPatch):
+    """The first fit raises CUDA out-of-memory: the retry runs at half the batch with twice the accumulation, and
+    the trial's config.yaml (summary and checkpoint folders) records that, not the batch that did not fit."""
+    import torch
+    import yaml
+
+    from resomap.sweep.trial import run_trial
+    from resomap.training import Trainer
+
+    fit, calls = Trainer.fit, []
+
+    def fit_once_out_of_memory(self, *args, **kwargs):
+        calls.append(self.cfg.training.batch_size)
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "fit", fit_once_out_of_memory)
+    cfg = _cfg("explainability.enabled=false", "profiling.enabled=false", "mlflow.enabled=false")
+    (trial,) = plan(cfg)
+    result = run_trial(trial)
+    assert result.status == "FINISHED" and calls == [32, 16]
+    assert result.notes == ["CUDA out of memory at batch 32; retried with batch 16 x 2 accumulation steps"]
+    for folder in (trial.summary_dir, trial.checkpoint_dir("cnn")):
+        saved = yaml.safe_load((folder / "config.yaml").read_text())["training"]
+        assert (saved["batch_size"], saved["grad_accum_steps"]) == (16, 2), folder
 
 
 # ---------------------------------------------------------------- sync
@@ -254,8 +310,12 @@ def test_sync_into_a_partly_logged_run_adds_only_missing_points(project: Path):
     assert len(tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{trial.key}'")) == 1
 
 
-def test_sync_names_the_same_tag_as_trials():
-    assert sync_mod.TRIAL_KEY_TAG == TRIAL_KEY_TAG
+def test_one_trial_key_tag_defined_in_tracking_publish():
+    """The tag that finds a trial's run is spelled once (tracking.publish); sync and the sweep import it."""
+    src = REPO / "src" / "resomap"
+    spelled = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if '"resomap.trial_key"' in p.read_text())
+    assert spelled == ["tracking/publish.py"]
+    assert sync_mod.TRIAL_KEY_TAG is TRIAL_KEY_TAG == "resomap.trial_key"
 
 
 # ---------------------------------------------------------------- Tracker retries

@@ -106,7 +106,7 @@ def auto_threads(others_cores: float | None = None) -> int:
 
     Two intra-op threads on two cores while another CPU-bound process runs made tiny models 10-15x slower here
     (OpenMP workers spin at every barrier while their partner is descheduled; the measured numbers are in
-    resomap/profiling/timing.py and README "Threads"); one thread per free core does not collapse.
+    resomap/profiling/timing.py and docs/performance.md "Threads"); one thread per free core does not collapse.
     """
     busy = others_busy_cores() if others_cores is None else others_cores
     return max(1, min(_DEFAULT_THREADS, free_cores(busy)))
@@ -125,7 +125,7 @@ def apply_system(system: SystemConfig, device: torch.device) -> None:
 
     Training keeps torch's default thread count when system.threads is 0: a count that followed the machine's
     load could change the floating-point reduction order between a run and its resume. On a shared CPU, set
-    system.threads=1 (README "Threads"); profiles adapt on their own (profiling/timing.py).
+    system.threads=1 (docs/performance.md "Threads"); profiles adapt on their own (profiling/timing.py).
     """
     if system.threads > 0:
         torch.set_num_threads(system.threads)

@@ -56,20 +56,16 @@ class EvalResult:
     index: np.ndarray | None = None
 
     @property
-    def segmentation(self) -> bool:
-        """True for a segmentation test: y_true holds per-image scores (resomap.training.seg_metrics), y_pred the
-        pixel confusion matrix."""
-        return self.y_true.dtype.names is not None
-
-    @property
     def summary(self) -> EvalMetrics:
         return EvalMetrics(self.metrics[f"{self.prefix}/accuracy"], self.metrics[f"{self.prefix}/macro_f1"])
 
     def records(self, resolution: int) -> Any:
-        """resomap.records.Predictions of these images at test resolution `resolution` (None without index)."""
+        """resomap.records.Predictions of these images at test resolution `resolution` (None without index, or
+        when the score table is not a label and a prediction per image)."""
         from resomap.records import Predictions
 
-        if self.index is None or len(self.index) != len(self.y_true) or self.segmentation:
+        plain = self.y_true.dtype.names is None and self.y_true.ndim == 1
+        if self.index is None or len(self.index) != len(self.y_true) or not plain:
             return None
         return Predictions(int(resolution), np.asarray(self.index), np.asarray(self.y_true), np.asarray(self.y_pred))
 
@@ -210,21 +206,10 @@ def _evaluate(trainer: Any, model: Any, bundle: Any, prefix: str, num_classes: i
 def test_stage(
     model: Any, bundle: Any, trainer: Any, title: str, out_dir: Path, num_classes: int | None = None
 ) -> EvalResult:
-    """The model on its own test split; confusion_matrix.png is written to `out_dir`."""
-    from resomap.training.metrics import confusion_matrix_figure
-
+    """The model on its own test split; the task's figures of it (confusion_matrix.png, ...) go to `out_dir`."""
     found = _evaluate(trainer, model, bundle, "test", num_classes)
     log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
-    if found.segmentation:  # the pixel confusion matrix at the reference resolution
-        from resomap.training.seg_metrics import confusion_figure, overlay_figure
-
-        fig = confusion_figure(found.y_pred, bundle.class_names, f"{title}: test pixel confusion matrix")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        overlay_figure(model, bundle, trainer, title).savefig(out_dir / "seg_overlays.png", dpi=100)
-    else:
-        fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
+    trainer.task.test_outputs(found, model, bundle, trainer, title, out_dir)
     return found
 
 
@@ -250,20 +235,12 @@ def test_matrix(
     return out
 
 
-def write_records(matrix: Mapping[int, EvalResult], out_dir: Path) -> Path | None:
-    """predictions.csv in out_dir: every test image's label and prediction at every test resolution."""
-    from resomap.records import write_predictions
+def write_records(matrix: Mapping[int, EvalResult], out_dir: Path, task: Any = None) -> Path | None:
+    """The task's per-image score table in out_dir (classification: predictions.csv, every test image's label and
+    prediction at every test resolution; resomap.tasks)."""
+    from resomap.tasks import get_task
 
-    seg = {res: found for res, found in matrix.items() if found.segmentation and found.index is not None}
-    if seg:  # segmentation: per-image scores in seg_predictions.csv (resomap.training.seg_metrics)
-        from resomap.training.seg_metrics import write_records as write_seg_records
-
-        path = out_dir / "seg_predictions.csv"
-        index = next(iter(seg.values())).index
-        write_seg_records(path, index, {res: found.y_true for res, found in seg.items()})
-        return path
-    records = {res: rec for res, found in matrix.items() if (rec := found.records(res)) is not None}
-    return write_predictions(out_dir, records) if records else None
+    return (task or get_task()).write_records(dict(matrix), out_dir)
 
 
 def profile_stage(
@@ -361,7 +338,7 @@ def evaluate_trained(
     kw = {"trainer": trainer, "num_classes": num_classes}
     matrix = test_matrix(model, cfg, cfg.sweep.resolutions, own, seed, device, **kw)
     cross = {str(res): found.summary for res, found in matrix.items()}
-    records = write_records(matrix, out_dir)
+    records = write_records(matrix, out_dir, trainer.task)
     plain = unwrap(model)
     prof = None
     if cfg.profiling.enabled:
@@ -377,11 +354,7 @@ def evaluate_trained(
             iters=profile_iters,
         )
     explain = None
-    if cfg.explainability.enabled and cfg.experiment.task == "segmentation":
-        from resomap.explain.segmentation import explain_segmentation
-
-        explain = explain_segmentation(plain.to(device), spec, bundle, cfg, seed, out_dir, device)
-    elif cfg.explainability.enabled:
+    if cfg.explainability.enabled:
         explain = explain_stage(
             plain.to(device), spec, bundle, cfg, seed, out_dir, device, train_seconds=training_seconds(trainer)
         )

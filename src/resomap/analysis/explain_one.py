@@ -149,8 +149,13 @@ def run_explainers(
     if target is None:
         return explain_trial(trained.model, trained.spec, bundle, cfg, trained.seed, out_dir, trained.device)
     ec = cfg.explainability
-    images, _, masks = probe_batch(bundle, ec.probe_size, trained.seed, trained.device)
+    from resomap.tasks import task_of
+    from resomap.tasks.targets import region_targets
+
+    images, own, masks = probe_batch(bundle, ec.probe_size, trained.seed, trained.device, task_of(cfg))
     targets = torch.full((len(images),), target, dtype=torch.int64)
+    if own.dim() == 3:  # region targets (a class per pixel): the class over the whole image
+        targets = region_targets(targets, torch.ones(own.shape, dtype=torch.bool))
     kw = {"spec": trained.spec, "resolution": trained.resolution, "cfg": ec, "min_cam_size": cfg.models.min_cam_size}
     maps, failed = explain_probe_set(trained.model, images, targets, ec.methods, **kw)
     metrics: dict[str, float] = {}
@@ -158,9 +163,10 @@ def run_explainers(
         scores = quality_metrics(trained.model, images, targets.to(trained.device), method_maps, ec, masks)
         metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
     meta = {"model": trained.name, "resolution": trained.resolution, "seed": trained.seed, "cam_layer": None}
-    meta.update({"targets": targets.tolist(), "failed": failed, "methods": list(maps)})
+    meta.update({"targets": [int(target)] * len(images), "failed": failed, "methods": list(maps)})
     labels = bundle.labels("test").cpu().numpy()
-    probe = bundle.images("test")[probe_indices(labels, min(ec.probe_size, len(labels)), trained.seed)].numpy()
+    idx = probe_indices(labels, min(ec.probe_size, len(labels)), bundle.data_seed)  # the images probe_batch took
+    probe = bundle.images("test")[idx].numpy()
     path = save_maps(out_dir / MAPS_FILE, dict(maps, **{PROBE_KEY: probe}), meta) if maps else None
     return ExplainOutcome(path, metrics, failed, None, 0.0)
 

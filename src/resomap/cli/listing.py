@@ -71,10 +71,10 @@ def cmd_executors(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     if args.doc:
-        from resomap.config.docs import config_reference, sync_readme
+        from resomap.config.docs import config_reference, sync_reference
 
         if args.write:
-            changed = sync_readme(args.write)
+            changed = sync_reference(args.write)
             print(f"{args.write}: config reference {'updated' if changed else 'already current'}")
         else:
             print(config_reference(), end="")
@@ -98,6 +98,8 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser("config", help="print the resolved config (or --doc: the reference)")
     p.add_argument("--doc", action="store_true", help="print the config reference in markdown")
-    p.add_argument("--write", metavar="README", help="with --doc: replace the reference block in this file")
+    p.add_argument(
+        "--write", metavar="FILE", help="with --doc: replace the reference block in this file (docs/config.md)"
+    )
     add_config_args(p)
     p.set_defaults(func=cmd_config)

@@ -28,13 +28,14 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _num_classes(args: argparse.Namespace) -> int:
-    """--num-classes, else 1000 (ImageNet) for a classifier and 21 (torchvision's segmentation default, Pascal VOC)
-    for a segmentation model."""
+    """--num-classes, else the model's task's default (1000, ImageNet, for a classifier; 21, torchvision's Pascal VOC
+    default, for a segmentation model)."""
     if args.num_classes:
         return int(args.num_classes)
     from resomap.models import model_task
+    from resomap.tasks import get_task
 
-    return 21 if model_task(args.model) == "segmentation" else 1000
+    return get_task(model_task(args.model)).default_classes
 
 
 def _config(args: argparse.Namespace) -> Any:

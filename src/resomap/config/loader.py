@@ -359,9 +359,12 @@ def _check(cfg: Config, where: _Validator) -> None:
     need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
     need(st.resamples >= 1, "stats.resamples", "an integer >= 1 (e.g. 2000)", st.resamples)
     need(0 <= st.margin < 1, "stats.margin", "an accuracy difference in [0, 1)", st.margin)
-    from resomap.tasks import check as check_task  # models, dataset, loss and explainers fit experiment.task
+    import resomap.explain  # noqa: F401  (registers the built-in explainers)
+    from resomap.explain.registry import check_task_targets
+    from resomap.tasks import check as check_task  # models, dataset and loss fit experiment.task
 
     check_task(cfg, lambda path, expected, got: need(False, path, expected, got))
+    check_task_targets(cfg, lambda path, expected, got: need(False, path, expected, got))
 
 
 # ---------------------------------------------------------------- public API

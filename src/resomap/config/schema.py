@@ -1,7 +1,7 @@
 """The typed config tree. Every section is a frozen dataclass; field comments are the reference docs.
 
-The README's config reference is generated from this file (`resomap config-doc`), and a test fails when
-the two drift apart. A field's comment is the text after `#` on the line that declares it.
+The config reference in docs/config.md is generated from this file (`resomap config --doc`), and a test fails
+when the two drift apart. A field's comment is the text after `#` on the line that declares it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class ExperimentConfig:
     checkpoint_dir: str = "checkpoints"  # checkpoints/{family}/{model}/{resolution}/seed{S}/ (relative to output_dir)
     summary_dir: str = "model_summaries"  # model_summaries/{model}/{resolution}/seed{S}/ (relative to output_dir)
     cache_dir: str = ".cache/resomap"  # resized uint8 image caches (relative to output_dir)
-    task: Literal["classification", "segmentation"] = "classification"  # what every model of the sweep learns
+    task: str = "classification"  # what every model of the sweep learns: a registered task (resomap tasks)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class SystemConfig:
     num_workers: int = 0  # DataLoader worker processes
     persistent_workers: bool = False  # keep workers between epochs (num_workers > 0)
     pin_memory: Literal["auto", "on", "off"] = "auto"  # page-locked host batches; auto: on CUDA only
-    threads: int = 0  # torch intra-op threads; 0: torch's default, profiles use the cores left free (README)
+    threads: int = 0  # torch intra-op threads; 0: torch's default, profiles use the free cores (docs/performance.md)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import torch
 
 from resomap.config.schema import Config, SystemConfig
 from resomap.data.augment import BatchAugment
-from resomap.data.cache import CacheEntry, get_resized
+from resomap.data.cache import CacheEntry, get_resized, has_dense_targets
 from resomap.data.loader import BatchLoader, Normalizer
 from resomap.data.registry import RawDataset, open_dataset
 from resomap.data.split import SPLITS, limit_subset, predefined_positions, split_indices
@@ -203,7 +203,7 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
     normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
 
     seg: dict[str, Any] = {}
-    if cfg.experiment.task == "segmentation":
+    if has_dense_targets(raw):  # a class per pixel: the loaders yield masks (train side r, val/test reference side)
         from resomap.data.masks import segmentation_targets
 
         seg = segmentation_targets(cfg, raw, subset, entry, positions, resolution, cache_root)

@@ -92,15 +92,16 @@ def resize_targets(mask: np.ndarray, resolution: int) -> np.ndarray:
     return np.asarray(im.resize((resolution, resolution), Image.NEAREST))
 
 
-def _is_segmentation(raw: RawDataset) -> bool:
-    return getattr(raw, "task", "classification") == "segmentation"
+def has_dense_targets(raw: RawDataset) -> bool:
+    """True for a dataset with a class per pixel (`seg_mask(i)`): its cache keeps those masks beside the images."""
+    return callable(getattr(raw, "seg_mask", None))
 
 
 def _decode_all(raw: RawDataset, indices: np.ndarray, resolution: int):
     n, c = len(indices), raw.channels
     images = np.zeros((n, c, resolution, resolution), dtype=np.uint8)
     masks = np.zeros((n, resolution, resolution), dtype=bool) if raw.has_masks else None
-    targets = np.zeros((n, resolution, resolution), dtype=np.uint8) if _is_segmentation(raw) else None
+    targets = np.zeros((n, resolution, resolution), dtype=np.uint8) if has_dense_targets(raw) else None
     bad = []
     for pos, i in enumerate(indices.tolist()):
         try:
@@ -194,10 +195,10 @@ def get_resized(
     budget = cfg.memory_budget_mb * 2**20
     folder = Path(cache_root) / key
     c, n = raw.channels, len(indices)
-    size = n * resolution * resolution * (c + (1 if raw.has_masks else 0) + (1 if _is_segmentation(raw) else 0))
+    size = n * resolution * resolution * (c + (1 if raw.has_masks else 0) + (1 if has_dense_targets(raw) else 0))
     over = size > budget
     entry = _read_disk(folder, resolution, n, mmap=over)
-    if entry is not None and _is_segmentation(raw) and entry.targets is None:
+    if entry is not None and has_dense_targets(raw) and entry.targets is None:
         entry = None  # written without class-index masks: decode again
     if entry is not None:
         log.info("resolution cache hit (disk): %s @ %d px", folder, resolution)

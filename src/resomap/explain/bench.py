@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import psutil
 import torch
 from torch import nn
 
@@ -18,6 +15,7 @@ from resomap.config.schema import ExplainabilityConfig
 from resomap.explain.attribution import IntegratedGradientsOptions
 from resomap.explain.registry import build_explainer, explainer_options, explaining
 from resomap.models import ModelSpec
+from resomap.profiling.memory import MB, RssPeakSampler
 
 log = logging.getLogger(__name__)
 
@@ -60,28 +58,10 @@ def gradcam_batched_vs_loop(
 
 
 def peak_rss_mb(fn: Callable[[], Any], interval_s: float = 0.001) -> float:
-    """Peak resident memory above the level before the call, in MiB (sampled by a background thread)."""
-    proc = psutil.Process()
-    gc.collect()
-    base = proc.memory_info().rss
-    peak = base
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, proc.memory_info().rss)
-            time.sleep(interval_s)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
+    """Peak resident memory above the level before the call, in MiB (profiling.memory's RSS sampler)."""
+    with RssPeakSampler(interval_s) as sampler:
         fn()
-    finally:
-        done.set()
-        thread.join()
-    peak = max(peak, proc.memory_info().rss)
-    return (peak - base) / 2**20
+    return sampler.increase_bytes / MB
 
 
 def ig_peak_memory(

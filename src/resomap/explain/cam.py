@@ -75,10 +75,10 @@ class CamExplainer(BaseExplainer):
             self.cam.batch_size = self.cfg.batch_size  # ScoreCAM: masked images per forward
 
     def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+        from resomap.explain.targets import cam_targets
 
-        try:
-            maps = self.cam(input_tensor=images, targets=[ClassifierOutputTarget(int(t)) for t in targets])
+        try:  # grad-cam's own targets: a class logit, or a class's logits summed over a region
+            maps = self.cam(input_tensor=images, targets=cam_targets(targets))
         finally:
             self.cam.activations_and_grads.clear()  # drop this batch's activations, gradients and graph
             self.cam.outputs = None
@@ -89,7 +89,7 @@ class CamExplainer(BaseExplainer):
         self.cam.activations_and_grads.release()
 
 
-def _make(name: str, cam_class: str, slow: bool = False) -> None:
+def _make(name: str, cam_class: str, slow: bool = False, targets: tuple[str, ...] = ("class", "region")) -> None:
     cls = type(
         cam_class + "Explainer",
         (CamExplainer,),
@@ -100,9 +100,10 @@ def _make(name: str, cam_class: str, slow: bool = False) -> None:
         },
     )
     globals()[cls.__name__] = cls
-    register_explainer(name, needs_spatial_layer=True, slow=slow)(cls)
+    register_explainer(name, needs_spatial_layer=True, slow=slow, targets=targets)(cls)
 
 
+# eigencam ignores its targets (first principal component of the activations): it explains both forms alike
 for _name, _cls, _slow in (
     ("gradcam", "GradCAM", False),
     ("gradcam++", "GradCAMPlusPlus", False),

@@ -128,57 +128,99 @@ def explain_probe_costed(
     `budget_s` is skipped with the reason (its map of one image is thrown away; the one-image call includes the
     method's first-call overhead and runs unbatched, so the prediction errs on the high side).
     """
-    from resomap.profiling.memory import MB, peak_increase
-
-    batch_size = batch_size or cfg.batch_size
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     targets = torch.as_tensor(np.asarray(targets), dtype=torch.int64)
+    probe = _Probe(images, targets, device, batch_size or cfg.batch_size)
     always_keys = {EXPLAINERS.resolve(m) for m in always}
     found = ProbeExplanations({}, {}, {}, {})
     with explaining(model) as guard:
         for method in methods:
-            cost = found.costs[method] = MethodCost()
+            found.costs[method] = MethodCost()
             try:
                 key = EXPLAINERS.resolve(method)
                 opts = (options or {}).get(key)
                 kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size, options=opts)
-                start = time.perf_counter()
-                with peak_increase(device) as peak, build_explainer(key, model, **kw) as explainer:
-                    cost.build_seconds = time.perf_counter() - start
-                    if budget_s is not None and key not in always_keys:
-                        one = time.perf_counter()
-                        explainer(images[:1].to(device), targets[:1].to(device))
-                        if device.type == "cuda":
-                            torch.cuda.synchronize(device)
-                        one_s = time.perf_counter() - one
-                        factor = float((cost_factor or {}).get(method, 1.0))
-                        cost.predicted_seconds = one_s * len(images) * factor
-                        if cost.predicted_seconds > budget_s:
-                            found.skipped[method] = (
-                                f"predicted {cost.predicted_seconds:.3g} s (1 image {one_s:.3g} s x {len(images)}"
-                                f" images x {factor:g} runs) > budget {budget_s:.3g} s (explainability.budget_share"
-                                " of the training time); list it in explainability.always to run it anyway"
-                            )
-                            log.warning("skipping %s on %s at %dpx: %s", method, spec.name, resolution,
-                                        found.skipped[method])  # fmt: skip
-                            continue
-                    run = time.perf_counter()
-                    parts = [
-                        explainer(images[i : i + batch_size].to(device), targets[i : i + batch_size].to(device))
-                        for i in range(0, len(images), batch_size)
-                    ]
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
-                    cost.seconds = time.perf_counter() - run
-                cost.peak_memory_mb = peak.bytes / MB
-                found.maps[method] = torch.cat(parts).numpy().astype(np.float32)
+                under = budget_s is not None and key not in always_keys
+                budget = (budget_s, float((cost_factor or {}).get(method, 1.0))) if under else None
+                _explain_method(found, method, key, model, probe, kw, budget)
+                if method in found.skipped:
+                    log.warning("skipping %s on %s at %dpx: %s", method, spec.name, resolution, found.skipped[method])
             except Exception as exc:  # a method that fails is recorded with its reason; the others still run
                 found.failed[method] = _reason(exc)
                 guard.reset()  # hooks or flags a failed method left behind must not reach the next one
                 reason = found.failed[method]
                 log.warning("explainer %s failed on %s at %dpx: %s", method, spec.name, resolution, reason)
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class _Probe:
+    """The probe set as explain_probe_costed runs it: images, int64 targets, the model's device, the batch size."""
+
+    images: torch.Tensor
+    targets: torch.Tensor
+    device: torch.device
+    batch_size: int
+
+    def batch(self, start: int, size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(images, targets) from `start`, `size` of them (default: the batch size), on the device."""
+        stop = start + (size or self.batch_size)
+        return self.images[start:stop].to(self.device), self.targets[start:stop].to(self.device)
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (CUDA), so wall time covers it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _explain_method(
+    found: ProbeExplanations,
+    method: str,
+    key: str,
+    model: nn.Module,
+    probe: _Probe,
+    kw: dict[str, Any],
+    budget: tuple[float, float] | None,
+) -> None:
+    """Build the explainer `key` once and explain the probe set in batches into found.maps[method], its cost into
+    found.costs[method]; under a budget (seconds, cost factor) it is timed on one image first and, predicted over
+    the budget, put in found.skipped instead."""
+    from resomap.profiling.memory import MB, peak_increase
+
+    cost = found.costs[method]
+    start = time.perf_counter()
+    with peak_increase(probe.device) as peak, build_explainer(key, model, **kw) as explainer:
+        cost.build_seconds = time.perf_counter() - start
+        if budget is not None:
+            skip = _over_budget(explainer, probe, *budget, cost)
+            if skip:
+                found.skipped[method] = skip
+                return
+        run = time.perf_counter()
+        parts = [explainer(*probe.batch(i)) for i in range(0, len(probe.images), probe.batch_size)]
+        probe.sync()
+        cost.seconds = time.perf_counter() - run
+    cost.peak_memory_mb = peak.bytes / MB
+    found.maps[method] = torch.cat(parts).numpy().astype(np.float32)
+
+
+def _over_budget(explainer: Any, probe: _Probe, budget_s: float, factor: float, cost: MethodCost) -> str | None:
+    """Time the explainer on the first image; cost.predicted_seconds = that x probe images x `factor`. The reason
+    to skip the method when that is over `budget_s`, else None."""
+    one = time.perf_counter()
+    explainer(*probe.batch(0, 1))
+    probe.sync()
+    one_s = time.perf_counter() - one
+    n = len(probe.images)
+    cost.predicted_seconds = one_s * n * factor
+    if not cost.predicted_seconds > budget_s:
+        return None
+    return (
+        f"predicted {cost.predicted_seconds:.3g} s (1 image {one_s:.3g} s x {n} images x {factor:g} runs) > budget "
+        f"{budget_s:.3g} s (explainability.budget_share of the training time); list it in explainability.always "
+        "to run it anyway"
+    )
 
 
 def save_maps(path: str | Path, maps: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path:

@@ -36,6 +36,7 @@ from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
 from resomap.explain import sanity as _sanity
 from resomap.explain.registry import explaining
+from resomap.explain.targets import cam_targets, target_probs
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,9 @@ def choose_baseline(
     classes = 1
     with explaining(model), torch.no_grad():
         for kind in candidates:
-            p = torch.softmax(model(baseline_images(images, kind)).float(), dim=-1)
-            classes = p.shape[-1]
-            probs[kind] = float(p.max(dim=-1).values.mean())
+            p = torch.softmax(model(baseline_images(images, kind)).float(), dim=1)  # [B, K] or [B, K, r, r]
+            classes = p.shape[1]
+            probs[kind] = float(p.max(dim=1).values.mean())
     name = min(candidates, key=lambda k: probs[k])
     return BaselineChoice(name, probs[name], 1.0 / classes, probs)
 
@@ -140,8 +141,8 @@ def edge_maps(images: torch.Tensor) -> np.ndarray:
 
 
 def _target_probs(model: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
-    with torch.no_grad():
-        return torch.softmax(model(x), dim=-1).gather(1, targets[:, None])[:, 0].cpu().numpy()
+    """The target's softmax probability per image (over its region for region targets)."""
+    return target_probs(model, x, targets)
 
 
 def deletion_insertion(
@@ -179,11 +180,10 @@ def deletion_insertion(
 def road(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, maps: np.ndarray) -> np.ndarray:
     """Per-image ROADCombined score of pytorch-grad-cam (higher = more faithful), on softmax targets."""
     from pytorch_grad_cam.metrics.road import ROADCombined  # heavy import, only when used
-    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
 
-    cam_targets = [ClassifierOutputSoftmaxTarget(int(t)) for t in targets]
+    softmax_targets = cam_targets(targets, softmax=True)
     with explaining(model):
-        scores = ROADCombined(percentiles=list(ROAD_PERCENTILES))(images.detach(), maps, cam_targets, model)
+        scores = ROADCombined(percentiles=list(ROAD_PERCENTILES))(images.detach(), maps, softmax_targets, model)
     return np.asarray(scores, dtype=np.float64).reshape(-1)
 
 

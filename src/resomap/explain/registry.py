@@ -36,6 +36,7 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
+from resomap.explain.targets import IGNORE
 from resomap.models import ModelSpec
 from resomap.registry import Registry
 
@@ -135,19 +136,31 @@ class FunctionExplainer(BaseExplainer):
         return self.call(self.model, images, targets)
 
 
+TARGET_FORMS = ("class", "region")  # resomap.explain.targets
 Factory = Callable[..., BaseExplainer]  # factory(model, *, spec, resolution, cfg, options, min_cam_size)
 EXPLAINERS: Registry[Factory] = Registry("explainer", "resomap explainers")
 
 
 def register_explainer(
-    name: str, *, options: type | None = None, needs_spatial_layer: bool = False, slow: bool = False
+    name: str,
+    *,
+    options: type | None = None,
+    needs_spatial_layer: bool = False,
+    slow: bool = False,
+    targets: tuple[str, ...] = ("class",),
 ) -> Callable[[Any], Any]:
     """Register an explainer class (built once per model and resolution) or a plain explain function.
 
     `options`: a frozen dataclass of the method's own settings (config keys `explainability.<name>.<field>`,
     one `# comment` per field); the built explainer gets the configured instance as `options`.
+    `targets`: the target forms it explains (resomap.explain.targets): "class" (a class logit, targets [B]) and/or
+    "region" (a class's logits summed over a region, targets [B, r, r]); a task lists the form its probe
+    targets take, and the config check refuses an explainer that does not take it.
     Returns the decorated object unchanged.
     """
+    unknown = set(targets) - set(TARGET_FORMS)
+    if unknown or not targets:
+        raise ValueError(f"explainer '{name}': targets must be a non-empty subset of {TARGET_FORMS}, got {targets!r}")
 
     def deco(obj: Any) -> Any:
         if isinstance(obj, type):
@@ -158,7 +171,9 @@ def register_explainer(
             factory = functools.partial(FunctionExplainer, obj)
         else:
             raise TypeError(f"explainer '{name}' must be a class or a function, got {obj!r}")
-        EXPLAINERS.register(name, options=options, needs_spatial_layer=needs_spatial_layer, slow=slow)(factory)
+        EXPLAINERS.register(
+            name, options=options, needs_spatial_layer=needs_spatial_layer, slow=slow, targets=tuple(targets)
+        )(factory)
         return obj
 
     return deco
@@ -169,7 +184,7 @@ def list_explainers() -> list[str]:
 
 
 def explainer_meta(name: str) -> dict[str, Any]:
-    """{'name', 'options', 'needs_spatial_layer', 'slow'} of a registered explainer."""
+    """{'name', 'options', 'needs_spatial_layer', 'slow', 'targets'} of a registered explainer."""
     return EXPLAINERS.meta(name)
 
 
@@ -179,6 +194,33 @@ def explainer_options(cfg: Any, name: str) -> Any:
     from resomap.config.groups import group_options
 
     return group_options(cfg, name)
+
+
+def check_task_targets(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    """fail(path, expected, got) when a configured explainer does not take the target form of cfg's task (its
+    registry meta `targets`; resomap.tasks' `target_form`). Run by the config loader."""
+    ex = cfg.explainability
+    if not ex.enabled:
+        return
+    from resomap.errors import UnknownNameError
+    from resomap.tasks import get_task
+
+    try:
+        form = get_task(cfg.experiment.task).target_form
+    except UnknownNameError:
+        return  # reported by the task check
+    for key in ("methods", "sanity_methods"):
+        bad = []
+        for method in getattr(ex, key):
+            try:
+                forms = EXPLAINERS.meta(method).get("targets", ("class",))
+            except UnknownNameError:
+                continue  # reported with its suggestions by the explainers' config group
+            if form not in forms:
+                bad.append(method)
+        if bad:
+            takes = [n for n in EXPLAINERS.names() if form in EXPLAINERS.meta(n).get("targets", ())]
+            fail(f"explainability.{key}", f"explainers of {form} targets ({', '.join(takes)})", bad)
 
 
 # ------------------------------------------------------------------------------------------------ the guard
@@ -297,19 +339,25 @@ def num_outputs(model: nn.Module, images: torch.Tensor) -> int:
     if model not in _NUM_OUTPUTS:
         with torch.no_grad():
             out = model(images[:1])
-        _NUM_OUTPUTS[model] = int(out.shape[-1])
+        _NUM_OUTPUTS[model] = int(out.shape[1])  # logits [B, K] or [B, K, r, r]
     return _NUM_OUTPUTS[model]
 
 
 def check_inputs(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, resolution: int) -> torch.Tensor:
-    """Validate shapes and target range; returns targets as int64 on the images' device."""
+    """Validate shapes and target range; returns targets (class [B] or region [B, r, r], resomap.explain.targets)
+    as int64 on the images' device."""
     if images.dim() != 4 or images.shape[-2:] != (resolution, resolution):
         raise ExplainError(f"images must be [B, C, {resolution}, {resolution}], got {list(images.shape)}")
-    targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device).reshape(-1)
-    if targets.numel() != images.shape[0]:
-        raise ExplainError(f"got {targets.numel()} targets for {images.shape[0]} images; give one per image")
+    targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
+    if targets.dim() != 3:
+        targets = targets.reshape(-1)
+    elif targets.shape[-2:] != images.shape[-2:]:
+        raise ExplainError(f"region targets must be [B, {resolution}, {resolution}], got {list(targets.shape)}")
+    if targets.shape[0] != images.shape[0]:
+        raise ExplainError(f"got {targets.shape[0]} targets for {images.shape[0]} images; give one per image")
     n = num_outputs(model, images)
-    bad = targets[(targets < 0) | (targets >= n)]
+    classes = targets[targets != IGNORE] if targets.dim() == 3 else targets
+    bad = classes[(classes < 0) | (classes >= n)]
     if bad.numel():
         raise ExplainError(f"target class {int(bad[0])} is out of range; valid classes are 0..{n - 1}")
     return targets

@@ -53,14 +53,18 @@ def _probe_idx(bundle: Any, size: int, seed: int) -> np.ndarray:
     return probe_indices(labels, min(size, len(labels)), getattr(bundle, "data_seed", seed))  # same for every seed
 
 
-def probe_batch(bundle: Any, size: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Any]:
-    """(normalised images, true labels, masks or None) of the probe set at the bundle's resolution."""
-    labels = bundle.labels("test").cpu().numpy()
+def probe_batch(
+    bundle: Any, size: int, seed: int, device: torch.device, task: Any = None
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """(normalised images, targets, object masks or None) of the probe set at the bundle's resolution; the task
+    (resomap.tasks, default classification) says what is explained: a class (targets [N]) or a class over a
+    region (targets [N, r, r], resomap.explain.targets)."""
+    from resomap.tasks import get_task
+
     idx = _probe_idx(bundle, size, seed)
     images = bundle.normalize(bundle.images("test")[idx].to(device))
-    masks = bundle.masks("test")
-    chosen = torch.as_tensor(labels[idx], dtype=torch.int64)
-    return images, chosen, (masks[idx].cpu().numpy() if masks is not None else None)
+    targets, masks = (task or get_task()).probe_targets(bundle, idx, device)
+    return images, targets, masks
 
 
 def budget_seconds(ec: Any, train_seconds: float | None) -> tuple[float | None, str]:
@@ -98,9 +102,10 @@ def explain_trial(
     start = time.perf_counter()
     budget_s, budget_words = budget_seconds(ec, train_seconds)
     from resomap.explain.cam import sweep_cam_spec
+    from resomap.tasks import task_of
 
     spec = sweep_cam_spec(spec, cfg)  # models.cam_layer_policy: by default one CAM layer at every sweep resolution
-    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device)
+    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg))
     probe_local = _probe_idx(bundle, ec.probe_size, seed)  # positions in the test split
     splits = getattr(bundle, "splits", None) or {}
     raw = np.asarray(splits["test"])[probe_local] if "test" in splits else probe_local  # raw dataset indices
@@ -117,25 +122,74 @@ def explain_trial(
     for method, cost in found.costs.items():
         metrics.update(cost.metrics(method))
     metrics.update({f"explain/{m}/skipped": 1.0 for m in found.skipped})
+    predictions = _predictions(model, images, targets, ec.batch_size, spec.name)
+    context = _score_maps(model, images, targets.to(device), maps, masks, ec, kw, failed, metrics)
+    meta = {
+        "model": spec.name,
+        "resolution": bundle.resolution,
+        "seed": seed,
+        "cam_layer": cam_layer,
+        "cam_layer_policy": spec.cam_layer_policy,
+        "targets": _target_classes(targets),
+        "index": [int(i) for i in raw],
+        "class_names": [str(c) for c in bundle.class_names],
+        **predictions,
+        **_outcome_meta(found, budget_words, context),
+    }
+    arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[probe_local].cpu().numpy()})
+    arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
+    path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
+    return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))
+
+
+def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int, name: str) -> dict:
     try:
-        predictions = probe_predictions(model, images, targets, ec.batch_size)
-    except Exception as exc:  # e.g. a model whose output is not [B, classes]: the maps are still worth keeping
-        log.warning("probe predictions of %s not recorded: %s", spec.name, exc)
-        predictions = {}
-    context = None  # the baselines every method is compared with, computed once for the probe set
+        return probe_predictions(model, images, targets, batch_size)
+    except Exception as exc:  # e.g. a model whose output is neither form: the maps are still worth keeping
+        log.warning("probe predictions of %s not recorded: %s", name, exc)
+        return {}
+
+
+def _outcome_meta(found: Any, budget_words: str, context: Any) -> dict[str, Any]:
+    """What the npz meta says of the run itself: failures, skips and the budget, each method's cost, the methods
+    with maps and the quality context's baseline choice."""
+    return {
+        "failed": found.failed,
+        "skipped": found.skipped,
+        "budget": budget_words,
+        "costs": {m: dataclasses.asdict(c) for m, c in found.costs.items()},
+        "methods": list(found.maps),
+        **(context.meta() if context is not None else {}),
+    }
+
+
+def _score_maps(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    maps: dict[str, np.ndarray],
+    masks: Any,
+    ec: Any,
+    kw: dict[str, Any],
+    failed: dict[str, str],
+    metrics: dict[str, float],
+) -> Any:
+    """Each method's quality metrics (and sanity check) into `metrics` as explain/<method>/<name>, a failure into
+    `failed`; returns the quality context (the baselines every method is compared with, computed once), or None."""
+    context = None
     for method, method_maps in maps.items():
         scoring = time.perf_counter()
         try:
-            context = context or quality_context(model, images, targets.to(device), ec, masks)
+            context = context or quality_context(model, images, targets, ec, masks)
             random_weights = None  # the method on the model with every weight re-drawn (first sanity seed)
             sanity_scores: dict[str, float] = {}
             if method in ec.sanity_methods:
-                sanity = sanity_check(method, model, images, targets.to(device), cascade=False, **kw)
+                sanity = sanity_check(method, model, images, targets, cascade=False, **kw)
                 random_weights, sanity_scores = sanity.random_maps, sanity.metrics()
             elif masks is not None:
-                random_weights = random_weight_maps(method, model, images, targets.to(device), **kw)
+                random_weights = random_weight_maps(method, model, images, targets, **kw)
             scores = quality_metrics(
-                model, images, targets.to(device), method_maps, ec, masks, context=context,
+                model, images, targets, method_maps, ec, masks, context=context,
                 random_weight_maps=random_weights if masks is not None else None,
             )  # fmt: skip
             scores.update(sanity_scores)
@@ -145,32 +199,16 @@ def explain_trial(
             continue
         metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
         metrics[f"explain/{method}/quality_seconds"] = time.perf_counter() - scoring
-    meta = {
-        "model": spec.name,
-        "resolution": bundle.resolution,
-        "seed": seed,
-        "cam_layer": cam_layer,
-        "cam_layer_policy": spec.cam_layer_policy,
-        "targets": targets.tolist(),
-        "index": [int(i) for i in raw],
-        "class_names": [str(c) for c in bundle.class_names],
-        **predictions,
-        "failed": failed,
-        "skipped": found.skipped,
-        "budget": budget_words,
-        "costs": {m: dataclasses.asdict(c) for m, c in found.costs.items()},
-        "methods": list(maps),
-        **(context.meta() if context is not None else {}),
-    }
-    arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[probe_local].cpu().numpy()})
-    arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
-    path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
-    return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))
+    return context
 
 
 def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
     """What the model said about each probe image: `pred` (class), `prob` (its softmax probability) and
-    `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report)."""
+    `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report).
+    For region targets (resomap.explain.targets) each is over the region: the class with the highest mean
+    probability there, that probability, and the explained class's mean probability."""
+    from resomap.explain.targets import classes_and_regions
+
     was_training = model.training
     model.eval()
     try:
@@ -179,13 +217,22 @@ def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Ten
     finally:
         model.train(was_training)
     probs = torch.softmax(logits, dim=1).cpu()
+    true, region = classes_and_regions(targets.cpu())
+    if region is not None:  # mean probability of each class over the region: [N, K]
+        probs = (probs * region[:, None]).sum((2, 3)) / region.sum((1, 2)).clamp(min=1)[:, None]
     pred = probs.argmax(dim=1)
-    true = targets.cpu().long()
     return {
         "pred": pred.tolist(),
         "prob": [float(p) for p in probs.gather(1, pred[:, None])[:, 0]],
         "true_prob": [float(p) for p in probs.gather(1, true[:, None])[:, 0]],
     }
+
+
+def _target_classes(targets: torch.Tensor) -> list[int]:
+    """The explained class of each probe image (region targets: the class over its region)."""
+    from resomap.explain.targets import classes_and_regions
+
+    return [int(c) for c in classes_and_regions(targets.cpu())[0]]
 
 
 def _cam_layer_name(model: nn.Module, spec: ModelSpec, resolution: int, min_size: int) -> str | None:

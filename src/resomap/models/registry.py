@@ -20,14 +20,15 @@ def register_model(
     name: str, *, family: str, cam_layers: Sequence[str], task: str = "classification"
 ) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
-    `family` is any short word (it names the checkpoint folder: checkpoints/<family>/<model>/...). `task`:
-    classification (logits [B, K]) or segmentation (logits [B, K, r, r] at the input's size)."""
+    `family` is any short word (it names the checkpoint folder: checkpoints/<family>/<model>/...). `task`: the
+    registered task it serves (resomap.tasks: classification, logits [B, K]; segmentation, logits [B, K, r, r] at
+    the input's size; or a plugin's), checked against experiment.task when a config is loaded."""
     if not family or not family.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"model '{name}': family must be a short word (letters, digits, - or _), got {family!r}")
     if not cam_layers:
         raise ValueError(f"model '{name}': give at least one CAM layer candidate")
-    if task not in ("classification", "segmentation"):
-        raise ValueError(f"model '{name}': task must be classification or segmentation, got {task!r}")
+    if not task or not str(task).replace("_", "").isalnum():
+        raise ValueError(f"model '{name}': task must be a task's name (resomap.tasks), got {task!r}")
     return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task)
 
 
@@ -37,7 +38,7 @@ def families() -> list[str]:
 
 
 def model_task(name: str) -> str:
-    """classification or segmentation; `timm:<name>` models classify."""
+    """The task the model serves (classification, segmentation, ...); `timm:<name>` models classify."""
     return "classification" if is_timm_name(name) else str(MODELS.meta(name).get("task", "classification"))
 
 

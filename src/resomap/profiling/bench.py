@@ -50,6 +50,7 @@ from resomap.profiling.timing import (
 )
 from resomap.runtime import autocast_dtype, describe_device
 from resomap.stats import ratio_interval
+from resomap.tasks import step_words
 
 log = logging.getLogger(__name__)
 
@@ -369,8 +370,9 @@ def run_benchmark(
     case = _Case(
         resolution, in_channels, num_classes, precision, iters, warmup, rounds, noise or NoisePolicy(), segmentation
     )
-    name = model_name or type(model).__name__
-    report = BenchReport(name, resolution, in_channels, precision, iters, warmup, obs, torch.__version__)
+    report = BenchReport(
+        model_name or type(model).__name__, resolution, in_channels, precision, iters, warmup, obs, torch.__version__
+    )
     report.rounds = min(rounds, iters)
     weights = next(iter(model.parameters()), None)
     probe = torch.zeros(1, in_channels, resolution, resolution, device=weights.device if weights is not None else None)
@@ -378,23 +380,30 @@ def run_benchmark(
     for dev, unavailable in _devices(devices):
         if unavailable:
             report.entries.append(BenchEntry("devices", dev.type, "baseline", 0, "skipped", unavailable))
-            continue
-        report.device_names[dev.type] = describe_device(dev)
-        # untimed first pass: one-time allocations (autograd engine, thread pools) would inflate the first row
-        _run(model, OPTIONS.get("baseline"), dev, sizes[0], dataclasses.replace(case, iters=1, warmup=0), "warm-up")
-        report.entries += _batch_sweep(model, dev, sizes, case)
-        if len(opts) > 1:  # the baseline alone is the batch sweep's row at the options batch size
-            report.entries += _compare(model, dev, opts, obs, case)
         else:
-            base = report.get("batch_sizes", dev.type, "baseline", obs) or _run(
-                model, opts[0], dev, obs, case, "batch_sizes"
-            )
-            entry = dataclasses.replace(base, section="options", ratios={})
-            if entry.status == "ok":
-                entry.ratios = _ratios(entry, entry)
-            report.entries.append(entry)
+            _bench_device(report, model, dev, sizes, opts, case)
     report.entries += _device_ratios(report)
     return report
+
+
+def _bench_device(
+    report: BenchReport, model: nn.Module, dev: torch.device, sizes: list[int], opts: list[BenchOption], case: _Case
+) -> None:
+    """One device's rows into `report`: an untimed warm-up (one-time allocations such as the autograd engine and
+    thread pools would inflate the first row), the batch sweep, then the options at the options batch size."""
+    report.device_names[dev.type] = describe_device(dev)
+    _run(model, OPTIONS.get("baseline"), dev, sizes[0], dataclasses.replace(case, iters=1, warmup=0), "warm-up")
+    report.entries += _batch_sweep(model, dev, sizes, case)
+    obs = report.options_batch_size
+    if len(opts) > 1:
+        report.entries += _compare(model, dev, opts, obs, case)
+        return
+    # the baseline alone is the batch sweep's row at the options batch size
+    base = report.get("batch_sizes", dev.type, "baseline", obs) or _run(model, opts[0], dev, obs, case, "batch_sizes")
+    entry = dataclasses.replace(base, section="options", ratios={})
+    if entry.status == "ok":
+        entry.ratios = _ratios(entry, entry)
+    report.entries.append(entry)
 
 
 def save_benchmark(report: BenchReport, out_dir: str | os.PathLike) -> tuple[Path, Path]:
@@ -446,7 +455,7 @@ def bench_table(report: BenchReport) -> str:
         f"torch {r.torch_version}, {r.iters} timed iters after {r.warmup} warm-up"
     ]
     if r.task != CLASSIFICATION:  # the training step's labels and loss
-        lines.append(f"  task: {r.task} (per-pixel labels, the segmentation loss)")
+        lines.append(f"  task: {r.task} ({step_words(r.task)})")
     lines += [f"  {dev}: {name}" for dev, name in r.device_names.items()]
     head = ["device", "option", "status", "infer img/s", "train img/s", "infer MB", "train MB"]
     opts = r.section("options")
@@ -472,19 +481,9 @@ def bench_table(report: BenchReport) -> str:
     ratios = [e for e in r.section("devices") if e.status == "ok"]
     if ratios:
         lines += ["", "cuda / cpu (above 1: the GPU pays off)"]
-        lines += _grid(
-            ["devices", "batch", "", "infer x", "train x"],
-            [
-                [
-                    e.device,
-                    str(e.batch_size),
-                    "",
-                    num(e.ratios.get("infer_x"), ".2f", "x"),
-                    num(e.ratios.get("train_x"), ".2f", "x"),
-                ]
-                for e in ratios
-            ],
-        )
+        cells = [[num(e.ratios.get(k), ".2f", "x") for k in ("infer_x", "train_x")] for e in ratios]
+        rows = [[e.device, str(e.batch_size), "", *c] for e, c in zip(ratios, cells)]
+        lines += _grid(["devices", "batch", "", "infer x", "train x"], rows)
     noisy = [e for e in r.entries if e.noisy]
     if noisy:
         lines += ["", "noisy (disturbed in every attempt; figures kept but not trustworthy)"]

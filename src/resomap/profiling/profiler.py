@@ -8,19 +8,20 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from resomap.config import schema
 from resomap.config.schema import Config
 from resomap.errors import ConfigError, DeviceError
-from resomap.profiling.flops import count_ops
+from resomap.profiling.flops import OpCounts, count_ops
 from resomap.profiling.memory import MemoryStats, forward_memory
 from resomap.profiling.timing import (
     LatencyStats,
+    Measurement,
     NoisePolicy,
     images_per_s,
     inference_step,
@@ -33,7 +34,7 @@ from resomap.runtime import autocast_dtype, describe_device, resolve_device
 log = logging.getLogger(__name__)
 
 PRECISIONS = schema.PRECISIONS
-CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
+CLASSIFICATION = "classification"
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,10 @@ def _on_device(model: nn.Module, device: torch.device) -> nn.Module:
 
 @dataclass
 class StepTask:
-    """What a timed training step needs, read from the model's logits on one image: the task, random labels for
-    the batch and the loss. Classification: logits [B, C], labels [B], cross-entropy. Segmentation: logits
-    [B, K, H, W] (K = out.shape[1]), labels [B, H, W], the segmentation loss (resomap.training.losses.build_loss
-    with the `segmentation` config section: the configured terms, ce + dice by default)."""
+    """What a timed training step needs, read from the model's logits on one image: the task (resomap.tasks, the
+    one whose models give outputs of that rank), random labels for the batch and the task's loss. Classification:
+    logits [B, C], labels [B], cross-entropy. Segmentation: logits [B, K, H, W], labels [B, H, W], the loss of the
+    `segmentation` config section (ce + dice by default)."""
 
     task: str
     targets: torch.Tensor
@@ -161,24 +162,15 @@ class StepTask:
 
 def step_task(model: nn.Module, x: torch.Tensor, segmentation: schema.SegmentationConfig | None = None) -> StepTask:
     """The StepTask of `model` on the batch `x` (one untimed eval forward of x[:1]; every module's mode is
-    restored). Logits of another rank raise ConfigError."""
-    with preserved_state(model), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
-        shape = tuple(model.eval()(x[:1]).shape)
-    batch = x.shape[0]
-    if len(shape) == 2:
-        y = torch.randint(0, shape[1], (batch,), device=x.device)
-        return StepTask(CLASSIFICATION, y, F.cross_entropy)
-    if len(shape) == 4:
-        from resomap.training.losses import build_loss  # lazy: segmentation-models-pytorch
+    restored). Logits of a rank no task has raise ConfigError."""
+    from resomap.tasks import for_output
 
-        classes, side = shape[1], shape[-2:]
-        y = torch.randint(0, classes, (batch, *side), device=x.device)
-        loss = build_loss(segmentation or schema.SegmentationConfig(), classes).to(x.device)
-        return StepTask(SEGMENTATION, y, loss)
-    raise ConfigError(
-        f"profile: the model's output has shape {list(shape)}; expected classifier logits [B, C] or segmentation "
-        "logits [B, K, H, W]"
-    )
+    with preserved_state(model), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        out = model.eval()(x[:1])
+    task = for_output(out)
+    batch = out.expand(x.shape[0], *out.shape[1:])
+    y, loss = task.step_targets(batch, SimpleNamespace(segmentation=segmentation))
+    return StepTask(task.name, y, loss)
 
 
 def _train_step(
@@ -221,12 +213,9 @@ def profile(
     with noisy=True and its reasons.
     """
     _check_args(resolution, in_channels, batch_size, precision, iters, warmup, rounds)
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("profile: device is cuda but no CUDA GPU is visible; pass device='cpu'")
+    device = _visible_device(device)
     amp = autocast_dtype(precision)
     train_bs = train_batch_size or max(batch_size, 8)
-    params = list(model.parameters())
     with preserved_state(model):
         net = _on_device(model, device)
         x = torch.randn(batch_size, in_channels, resolution, resolution, device=device)
@@ -236,18 +225,7 @@ def profile(
         train = _train_step(net, xt, amp, task)
         net.eval()
         infer = inference_step(net, x, amp)
-        variants: dict[str, Callable[[], object]] = {"inference": infer}
-        counts_per = {"inference": iters}
-        warm = {"inference": warmup}
-        if train is not None:
-            variants["training"] = train
-            counts_per["training"] = train_iters or iters
-            warm["training"] = max(1, min(warmup, 3))
-        timed = measure(variants, device, iters=counts_per, warmup=warm, rounds=rounds, policy=noise or NoisePolicy())
-        for exc in timed.rounds.errors.values():
-            raise exc
-        seconds = timed.rounds.samples("inference")
-        train_ips = images_per_s(train_bs, timed.rounds.samples("training")) if train is not None else None
+        timed = _time_steps(infer, train, device, iters, train_iters or iters, warmup, rounds, noise or NoisePolicy())
         memory = forward_memory(net, infer, device)
     result = ModelProfile(
         model_name=model_name or type(model).__name__,
@@ -257,35 +235,89 @@ def profile(
         batch_size=batch_size,
         train_batch_size=train_bs,
         device=str(device),
-        device_name=_device_name(device, timed.threads),
         precision=precision,
         torch_version=torch.__version__,
-        params_total=sum(p.numel() for p in params),
-        params_trainable=sum(p.numel() for p in params if p.requires_grad),
-        macs=counts.macs,
-        flops=counts.flops,
-        flops_to_2macs=counts.ratio,
-        latency=LatencyStats.from_seconds(seconds),
-        inference_images_per_s=images_per_s(batch_size, seconds),
-        train_images_per_s=train_ips,
         memory=memory,
-        noisy=timed.noisy,
-        noise_reasons=list(timed.reasons),
-        attempts=timed.attempts,
-        rounds=len(timed.rounds.calls["inference"]),
-        threads=timed.threads,
-        others_cpu_cores=round(timed.others_cores, 3) if device.type == "cpu" else None,
+        **_size_fields(list(model.parameters()), counts),  # requires_grad flags as restored by preserved_state
+        **_timing_fields(timed, device, batch_size, train_bs if train is not None else None),
     )
+    _log_profile(result, timed)
+    return result
+
+
+def _visible_device(device: torch.device | str) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("profile: device is cuda but no CUDA GPU is visible; pass device='cpu'")
+    return device
+
+
+def _time_steps(
+    infer: Callable[[], object],
+    train: Callable[[], None] | None,
+    device: torch.device,
+    iters: int,
+    train_iters: int,
+    warmup: int,
+    rounds: int,
+    noise: NoisePolicy,
+) -> Measurement:
+    """Time the inference call (and the training step, when there is one: at most 3 warm-up steps) in `rounds`
+    interleaved rounds under the noise policy; an exception a step raised is raised here."""
+    variants: dict[str, Callable[[], object]] = {"inference": infer}
+    counts_per = {"inference": iters}
+    warm = {"inference": warmup}
+    if train is not None:
+        variants["training"] = train
+        counts_per["training"] = train_iters
+        warm["training"] = max(1, min(warmup, 3))
+    timed = measure(variants, device, iters=counts_per, warmup=warm, rounds=rounds, policy=noise)
+    for exc in timed.rounds.errors.values():
+        raise exc
+    return timed
+
+
+def _size_fields(params: list[nn.Parameter], counts: OpCounts) -> dict[str, Any]:
+    """ModelProfile's parameter counts and per-image MACs/FLOPs."""
+    return {
+        "params_total": sum(p.numel() for p in params),
+        "params_trainable": sum(p.numel() for p in params if p.requires_grad),
+        "macs": counts.macs,
+        "flops": counts.flops,
+        "flops_to_2macs": counts.ratio,
+    }
+
+
+def _timing_fields(timed: Measurement, device: torch.device, batch_size: int, train_bs: int | None) -> dict[str, Any]:
+    """ModelProfile's latency, throughputs and how the timing went (train_bs None: no training step was timed)."""
+    seconds = timed.rounds.samples("inference")
+    train_ips = images_per_s(train_bs, timed.rounds.samples("training")) if train_bs is not None else None
+    return {
+        "device_name": _device_name(device, timed.threads),
+        "latency": LatencyStats.from_seconds(seconds),
+        "inference_images_per_s": images_per_s(batch_size, seconds),
+        "train_images_per_s": train_ips,
+        "noisy": timed.noisy,
+        "noise_reasons": list(timed.reasons),
+        "attempts": timed.attempts,
+        "rounds": len(timed.rounds.calls["inference"]),
+        "threads": timed.threads,
+        "others_cpu_cores": round(timed.others_cores, 3) if device.type == "cpu" else None,
+    }
+
+
+def _log_profile(result: ModelProfile, timed: Measurement) -> None:
     if timed.noisy:
-        log.warning("profile of %s @ %d px is noisy: %s", result.model_name, resolution, "; ".join(timed.reasons))
+        log.warning(
+            "profile of %s @ %d px is noisy: %s", result.model_name, result.resolution, "; ".join(timed.reasons)
+        )
     log.info(
         "profiled %s @ %d px: %.2f GMACs, %.2f ms median",
         result.model_name,
-        resolution,
+        result.resolution,
         result.gmacs,
         result.latency.median_ms,
     )
-    return result
 
 
 def _device_name(device: torch.device, threads: int) -> str:

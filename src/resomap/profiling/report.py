@@ -36,7 +36,9 @@ def _timing(p: ModelProfile) -> str:
 
 def _step(p: ModelProfile) -> str:
     """What the timed training step ran (the loss follows the task the profiler read from the logits)."""
-    loss = "segmentation loss on per-pixel labels" if p.task == "segmentation" else "cross-entropy"
+    from resomap.tasks import step_words
+
+    loss = step_words(p.task)
     return f"fwd + {loss} + bwd + AdamW"
 
 

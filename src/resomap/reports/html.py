@@ -173,10 +173,8 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     ]
     if seg:
         sections.append(("predictions", "Predicted masks", _overlay_section(sweep_dir, trials)))
-        sections.append(("agreement", "Agreement of explanations across resolutions", _seg_agreement(sweep_dir)))
-    else:
-        sections.append(("probes", "What the models saw", _probe_section(sweep_dir, trials)))
-        sections.append(("agreement", "Agreement of explanations across resolutions", _agreement_section(sweep_dir)))
+    sections.append(("probes", "What the models saw", _probe_section(sweep_dir, trials)))
+    sections.append(("agreement", "Agreement of explanations across resolutions", _agreement_section(sweep_dir)))
     nav = " ".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
     head = (
         f"<h1>ResoMap sweep {_e(sweep_dir.name)}</h1>"
@@ -198,7 +196,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
 
 
 def is_segmentation(trials: list[dict]) -> bool:
-    """True for a segmentation sweep: a trial's test metrics hold test/miou (resomap.training.seg_metrics)."""
+    """True for a segmentation sweep: a trial's test metrics hold test/miou (resomap.tasks.seg_metrics)."""
     return any("test/miou" in (t.get("test") or {}) for t in trials)
 
 
@@ -609,39 +607,3 @@ def _overlay_section(sweep_dir: Path, trials: list[dict]) -> str:
         if missing:
             parts.append(f'<p class="small muted">No prediction overlays for {_e(", ".join(missing))}.</p>')
     return "".join(parts) if chosen else '<p class="muted">No finished trial.</p>'
-
-
-def _seg_agreement(sweep_dir: Path) -> str:
-    """seg_agreement.csv as a table: the maps compared across resolutions and seeds, beside the chance level."""
-    from resomap.reports.seg_summary import SEG_AGREEMENT_CSV
-
-    path = sweep_dir / SEG_AGREEMENT_CSV
-    rows = _read_csv(path) if path.is_file() else []
-    if not rows:
-        return '<p class="muted">No agreement results (fewer than two resolutions with maps).</p>'
-    head = ["model", "method", "kind", "px a", "px b", "images", "Spearman", "top-10% IoU", "chance Spearman",
-            "chance top-10% IoU"]  # fmt: skip
-    lines = [
-        (
-            [
-                str(r["model"]),
-                str(r["method"]),
-                str(r["kind"]),
-                str(r["resolution_a"]),
-                str(r["resolution_b"]),
-                _num(r.get("n_images"), "{:.0f}"),
-                _num(r.get("spearman")),
-                _num(r.get("topk_iou")),
-                _num(r.get("chance_spearman")),
-                _num(r.get("chance_topk_iou")),
-            ],
-            False,
-        )
-        for r in rows
-    ]
-    note = (
-        '<p class="small muted">Each method\'s maps of the same probe images compared between two resolutions'
-        " (kind resolution) or two seeds at one resolution (kind seed: the noise floor); chance: maps of different"
-        " images (seg_agreement.csv).</p>"
-    )
-    return _table(head, lines) + note

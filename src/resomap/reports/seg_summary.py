@@ -3,7 +3,7 @@ figures seg_quality_vs_resolution.png (mIoU and boundary F1 against resolution, 
 seg_pareto.png (mIoU against latency, the Pareto front marked).
 
 Read from each trial's seg_predictions.csv (per test image: pixel accuracy, mIoU, mean Dice, boundary F1 at the
-reference resolution; resomap.training.seg_metrics) and result.json's test metrics. Per model x resolution:
+reference resolution; resomap.tasks.seg_metrics) and result.json's test metrics. Per model x resolution:
 the dataset-level numbers (pooled pixel counts, mean over seeds), and the mean per-image mIoU / boundary F1
 with a bootstrap interval over test images (scipy.stats.bootstrap, BCa, seeds averaged per image). Between two
 resolutions of a model, on the same test images: the mean per-image difference with a paired bootstrap interval
@@ -30,8 +30,6 @@ log = logging.getLogger(__name__)
 
 SEG_RECORDS = "seg_predictions.csv"
 SEG_SUMMARY_CSV, SEG_PAIRED_CSV, SEG_SUMMARY_MD = "seg_summary.csv", "seg_paired_tests.csv", "seg_summary.md"
-SEG_AGREEMENT_CSV = "seg_agreement.csv"  # explanation maps compared across resolutions and seeds
-TOP_K_PERCENT = 10.0  # top-k% IoU of the map agreement (explainability.top_k_percent's default)
 ROW_COLUMNS = (
     "model",
     "resolution",
@@ -303,17 +301,6 @@ def seg_figures(rows: list[dict], out_dir: Path) -> list[Path]:
     return paths
 
 
-def _agreement_rows(entries: list, stats_cfg: Mapping[str, Any]) -> list[dict]:
-    """seg_agreement.csv rows (resomap.explain.segmentation.compare_maps); [] when it fails (logged)."""
-    try:
-        from resomap.explain.segmentation import compare_maps
-
-        return compare_maps(entries, TOP_K_PERCENT)
-    except Exception as exc:  # unreadable maps must not lose the tables
-        log.warning("segmentation map agreement failed: %s", exc)
-        return []
-
-
 def write_seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """The segmentation tables and figures; [] when no trial has seg_predictions.csv (classification sweeps)."""
     trials = list(trials)
@@ -331,29 +318,6 @@ def write_seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[st
     for name, text in files.items():
         write_text(out_dir / name, text)
         paths.append(out_dir / name)
-    entries = [
-        (str(t["model"]), int(t["resolution"]), int(t.get("seed") or 0), Path(t["folder"]))
-        for t in trials
-        if t.get("status") == "FINISHED" and t.get("folder")
-    ]
-    agreement = _agreement_rows(entries, stats_cfg)
-    if agreement:
-        columns = (
-            "model",
-            "method",
-            "kind",
-            "resolution_a",
-            "resolution_b",
-            "seed_a",
-            "seed_b",
-            "n_images",
-            "spearman",
-            "topk_iou",
-            "chance_spearman",
-            "chance_topk_iou",
-        )
-        write_text(out_dir / SEG_AGREEMENT_CSV, _csv(agreement, columns))
-        paths.append(out_dir / SEG_AGREEMENT_CSV)
     try:
         paths += seg_figures(rows, out_dir / "figures")
     except Exception as exc:  # a figure must not lose the tables (matplotlib errors are many)

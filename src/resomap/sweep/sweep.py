@@ -52,8 +52,11 @@ class SweepOutcome:
 class Progress:
     """Sweep-level progress: done / failed / remaining and an ETA from the mean time of trials run so far."""
 
-    def __init__(self, total: int, already: int):
+    def __init__(self, total: int, already: int, task: str | None = None):
+        from resomap.tasks import get_task
+
         self.total, self.done, self.failed = total, already, 0
+        self.task = get_task(task)
         self.durations: list[float] = []
         self.start = time.perf_counter()
 
@@ -75,14 +78,7 @@ class Progress:
     def trial_line(self, result: TrialResult, seconds: float) -> str:
         """The one line a finished trial gets (after `record`): its outcome, headline figures and the progress."""
         if result.status == "FINISHED":
-            if "test/miou" in result.test:  # segmentation: mIoU and boundary F1 on the reference masks
-                figures = [f"test mIoU {result.test['test/miou']:.3f}"]
-                if "test/boundary_f1" in result.test:
-                    figures.append(f"boundary F1 {result.test['test/boundary_f1']:.3f}")
-            elif "test/accuracy" in result.test:
-                figures = [f"test accuracy {result.test['test/accuracy']:.3f}"]
-            else:
-                figures = []
+            figures = self.task.line_figures(result.test)  # the task's headline test metrics
             if result.profile is not None and result.profile.latency_median_ms is not None:
                 figures.append(f"latency {result.profile.latency_median_ms:.2f} ms")
             what = ", ".join(figures) or "finished"
@@ -103,7 +99,7 @@ def run_sweep(
     states = describe_plan(trials)
     todo = [t for t, s in states if s in ("pending", "partial") or (s == "failed" and rerun)]
     out_dir = summary_folder(cfg)
-    progress = Progress(len(trials), sum(1 for _, s in states if s == "done"))
+    progress = Progress(len(trials), sum(1 for _, s in states if s == "done"), cfg.experiment.task)
     progress.failed = sum(1 for t, s in states if s == "failed" and t not in todo)
     report(progress.line())
     if not todo:

@@ -4,6 +4,7 @@ model -> Trainer -> the stages of resomap.stages -> summary files -> publish to 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -22,7 +23,6 @@ from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSumma
 
 log = logging.getLogger(__name__)
 
-TRIAL_KEY_TAG = "resomap.trial_key"
 # Settings that change how a trial is run or logged but not what it computes: left out of its key.
 _KEY_EXCLUDE = ("sweep", "mlflow", "stats", "training.progress", "system.num_workers", "system.persistent_workers")
 _SEED_FOLDER = re.compile(r"seed\d+")
@@ -42,8 +42,9 @@ class Trial:
     cfg: Config
     legacy: bool | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """trial_key of this trial, computed on first use (the fields are frozen, so it never changes)."""
         return trial_key(self.cfg, self.model, self.resolution, self.seed)
 
     @property
@@ -63,7 +64,9 @@ class Trial:
 
     def pinned(self) -> Trial:
         """This trial with its layout decided now (see `legacy`)."""
-        return dataclasses.replace(self, legacy=self._in_legacy_folder())
+        pinned = dataclasses.replace(self, legacy=self._in_legacy_folder())
+        pinned.__dict__["key"] = self.key  # the same trial (legacy is no part of the key): its key carries over
+        return pinned
 
     def _summary_base(self) -> Path:
         out = Path(self.cfg.experiment.output_dir) / self.cfg.experiment.summary_dir
@@ -105,10 +108,11 @@ def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
         for part in parents:
             node = node[part]
         node.pop(leaf, None)
-    if tree["experiment"].pop("task", "classification") == "classification":
-        tree.pop("segmentation", None)  # classification keys stay what they were before the task axis
-    else:
-        tree["experiment"]["task"] = "segmentation"
+    task = tree["experiment"].pop("task", "classification")
+    if task != "segmentation":
+        tree.pop("segmentation", None)  # the segmentation section only counts for segmentation trials
+    if task != "classification":  # classification keys stay what they were before the task axis
+        tree["experiment"]["task"] = task
     tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
     text = json.dumps(tree, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -202,8 +206,9 @@ class TrialResult:
         return path
 
 
-def save_trial_config(trial: Trial, folder: Path) -> Path:
-    return save_resolved(trial.cfg, folder / "config.yaml")
+def save_trial_config(cfg: Config, folder: Path) -> Path:
+    """config.yaml of the config a trial runs with (after an out-of-memory retry: the halved batch that ran)."""
+    return save_resolved(cfg, folder / "config.yaml")
 
 
 # ---------------------------------------------------------------- running a trial
@@ -427,8 +432,8 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     folder = trial.checkpoint_dir(prepared.spec.family)
     resume = distributed.share_from_rank0(_resume_point(folder, trial.key, fresh))  # DDP: every rank resumes alike
     folder.mkdir(parents=True, exist_ok=True)
-    save_trial_config(trial, folder)
-    save_trial_config(trial, trial.summary_dir)
+    save_trial_config(cfg, folder)
+    save_trial_config(cfg, trial.summary_dir)
     meta = {
         "model": trial.model,
         "family": prepared.spec.family,
@@ -466,16 +471,11 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
 
 
 def _callbacks(cfg: Config, folder: Path, meta: dict, tracker: Any, run_id: str | None) -> list[Any]:
+    """training.default_callbacks (checkpoints, early stopping), plus live MLflow logging when a run is open."""
+    from resomap import training
     from resomap.tracking import MlflowCallback
-    from resomap.training import EarlyStopping, TopKCheckpoint
 
-    tc = cfg.training
-    callbacks: list[Any] = [
-        TopKCheckpoint(folder, tc.checkpoint.monitor, tc.checkpoint.mode, tc.checkpoint.top_k, meta)
-    ]
-    if tc.early_stopping.enabled:
-        es = tc.early_stopping
-        callbacks.append(EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta))
+    callbacks: list[Any] = training.default_callbacks(cfg, folder, meta)
     if run_id is not None:
         callbacks.append(MlflowCallback(tracker, run_id))
     return callbacks

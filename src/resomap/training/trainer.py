@@ -18,9 +18,9 @@ from resomap.config import config_hash
 from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
 from resomap.runtime import apply_system, autocast_dtype, seed_everything
+from resomap.tasks import task_of
 from resomap.training import distributed
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
-from resomap.training.metrics import classification_metrics
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
 from resomap.training.progress import Progress
 
@@ -41,7 +41,12 @@ class FitResult:
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: max allocated since the last reset. CPU: the process's peak resident set size."""
+    """CUDA: max allocated since the last reset. CPU: the process's peak resident set size.
+
+    Not profiling.memory's RssPeakSampler on purpose: that samples the RSS rise during one block from a
+    thread; this is the absolute high-water mark of the whole process so far (ru_maxrss, kept by the kernel), read
+    once per epoch with no thread beside the training loop (and training sits below profiling in the layers).
+    """
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     try:
@@ -53,17 +58,6 @@ def peak_memory_mb(device: torch.device) -> float:
 
         info = psutil.Process().memory_info()
         return getattr(info, "peak_wset", info.rss) / 2**20
-
-
-def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
-    """sklearn 'balanced' weights; classes absent from the training labels get weight 1."""
-    from sklearn.utils.class_weight import compute_class_weight
-
-    labels = np.asarray(labels, dtype=np.int64)
-    present = np.unique(labels)
-    weights = np.ones(num_classes, dtype=np.float64)
-    weights[present] = compute_class_weight("balanced", classes=present, y=labels)
-    return torch.tensor(weights, dtype=torch.float32)
 
 
 class Trainer:
@@ -87,7 +81,8 @@ class Trainer:
         self._forward: nn.Module | None = None
         self._train_forward: nn.Module | None = None  # DistributedDataParallel under torchrun, else _forward
         self._criterion: nn.Module | None = None
-        self._pixels = 1  # targets per image in train/accuracy: 1, or r * r (segmentation)
+        self.task = task_of(cfg)  # loss, training accuracy and evaluation of experiment.task (resomap.tasks)
+        self._pixels = 1  # labels per image in train/accuracy: 1 per image, r * r per-pixel labels
         self._sched_when = "never"
 
     # ------------------------------------------------------------ callbacks and state
@@ -168,19 +163,7 @@ class Trainer:
         self.meta["num_classes"] = num_classes
         if getattr(data, "resolution", None) is not None:
             self.meta["resolution"] = int(data.resolution)
-        weight = None
-        self._pixels = 1  # targets per image: 1 label, or r * r mask pixels (segmentation)
-        if cfg.experiment.task == "segmentation":  # task hook: the segmentation loss (resomap.training.losses)
-            from resomap.training.losses import build_loss, pixel_class_weights
-
-            if cfg.training.class_weights == "balanced":
-                weight = pixel_class_weights(data.train_pixel_counts).to(self.device)
-            self._criterion = build_loss(cfg.segmentation, num_classes, weight).to(self.device)
-            self._pixels = int(data.resolution) ** 2
-        else:
-            if cfg.training.class_weights == "balanced":
-                weight = class_weights(data.train_labels, num_classes).to(self.device)
-            self._criterion = nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
+        self._criterion = self.task.criterion(cfg, data, self.device)  # the task's loss (resomap.tasks)
         self.optimizer = build_optimizer(model.parameters(), cfg.training.optimizer, self.device)
         steps = math.ceil(len(data.train) / cfg.training.grad_accum_steps)
         self.scheduler, self._sched_when = build_scheduler(self.optimizer, cfg.training, steps)
@@ -279,8 +262,9 @@ class Trainer:
                 self._optimizer_step()
             losses.append(loss.detach())
             sizes.append(y.shape[0])
-            correct += (out.detach().argmax(1) == y).sum()
+            correct += self.task.correct(out, y)
             seen += y.shape[0]
+            self._pixels = y.numel() // max(y.shape[0], 1)
             if (i + 1) % _NAN_CHECK_EVERY == 0:
                 checked = self._check_finite(losses, checked, i + 1)
         self._check_finite(losses, checked, n)
@@ -299,7 +283,7 @@ class Trainer:
         return {
             "epoch": self.epoch,
             "train/loss": float(loss_sum / max(seen, 1)),
-            "train/accuracy": float(correct_sum / max(seen * self._pixels, 1)),  # segmentation: pixel accuracy
+            "train/accuracy": float(correct_sum / max(seen * self._pixels, 1)),  # per-pixel labels: pixel accuracy
             "train/epoch_time_s": elapsed,
             "train/images_per_s": seen / elapsed if elapsed > 0 else float("nan"),
             "train/peak_memory_mb": peak_memory_mb(self.device),
@@ -323,38 +307,10 @@ class Trainer:
     def evaluate(
         self, model: nn.Module, loader: Any, prefix: str = "val", num_classes: int | None = None
     ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-        """Loss (plain cross-entropy) and classification metrics; the model's train/eval mode is restored.
-        Segmentation (experiment.task): resomap.training.seg_metrics.evaluate, whose y_true / y_pred are the
-        per-image scores and the confusion matrix."""
+        """The task's evaluation (resomap.tasks: loss and metrics '<prefix>/<name>', and the per-image score table
+        as y_true / y_pred); the model's train/eval mode is restored."""
         forward = self._forward if model is self.model and self._forward is not None else model
-        if self.cfg.experiment.task == "segmentation":
-            from resomap.training.seg_metrics import evaluate as evaluate_segmentation
-
-            if num_classes is None:
-                num_classes = self.meta.get("num_classes")
-            return evaluate_segmentation(self, forward, model, loader, prefix, num_classes)
-        was_training = model.training
-        model.eval()
-        loss_sum = torch.zeros((), device=self.device)
-        preds, targets = [], []
-        try:
-            with torch.inference_mode():
-                for x, y in loader:
-                    with self._autocast():
-                        out = forward(self._inputs(x))
-                    loss_sum += nn.functional.cross_entropy(out.float(), y, reduction="sum")
-                    preds.append(out.argmax(1))
-                    targets.append(y)
-        finally:
-            model.train(was_training)
-        y_pred = torch.cat(preds).cpu().numpy() if preds else np.zeros(0, np.int64)
-        y_true = torch.cat(targets).cpu().numpy() if targets else np.zeros(0, np.int64)
-        n = len(y_true)
-        if num_classes is None:
-            num_classes = self.meta.get("num_classes") or int(max(y_true.max(initial=0), y_pred.max(initial=0)) + 1)
-        metrics = {f"{prefix}/loss": float(loss_sum.item() / n) if n else float("nan")}
-        metrics.update(classification_metrics(y_true, y_pred, num_classes, prefix))
-        return metrics, y_true, y_pred
+        return self.task.evaluate(self, forward, model, loader, prefix, num_classes)
 
     def _result(self, start: int, resumed: int | None) -> FitResult:
         best_path = last_path = best_score = None

@@ -1,4 +1,5 @@
-"""Segmentation losses (segmentation.loss): summed terms of cross-entropy, Dice, Focal-Tversky and focal loss.
+"""Segmentation losses (segmentation.loss): summed terms from a registry (`register_loss`): cross-entropy, Dice,
+Focal-Tversky and focal loss are built in.
 
 Dice, Tversky and focal come from segmentation-models-pytorch (multiclass mode, from logits, class weights);
 cross-entropy is torch's. smp's TverskyLoss raises the *class-averaged* loss to gamma; the Focal-Tversky loss of
@@ -8,24 +9,34 @@ only that aggregation (the one line smp does differently). With gamma = 1 both a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from resomap.errors import ConfigError
+from resomap.errors import ConfigError, UnknownNameError
+from resomap.registry import Registry
 
-LOSSES = ("ce", "dice", "focal_tversky", "focal")
+LossFn = Callable[[int, Any, "torch.Tensor | None"], nn.Module]  # (classes, segmentation section, class weights)
+LOSSES: Registry[LossFn] = Registry("loss term", "resomap tasks")
+
+
+def register_loss(name: str) -> Callable[[LossFn], LossFn]:
+    """Register a loss term `fn(num_classes, seg, weight) -> nn.Module` (logits [B, K, H, W], target [B, H, W]);
+    `seg` is the segmentation config section (its settings), `weight` the class weights or None."""
+    return LOSSES.register(name)
 
 
 def check_loss_names(names: Sequence[str], weights: Sequence[float]) -> str | None:
     """None when the loss config is valid, else what is wrong (the config loader turns it into a ConfigError)."""
+    known = LOSSES.names()
     if not names:
-        return f"at least one loss term ({', '.join(LOSSES)})"
-    unknown = [n for n in names if n not in LOSSES]
-    if unknown:
-        return f"loss terms from {', '.join(LOSSES)} (unknown: {', '.join(unknown)})"
+        return f"at least one loss term ({', '.join(known)})"
+    for name in names:
+        if name not in LOSSES:
+            return f"loss terms from {', '.join(known)} (no loss term '{name}'{LOSSES.hint(name)})"
     if weights and len(weights) != len(names):
         return f"one weight per loss term ({len(names)}) or none"
     return None
@@ -64,28 +75,49 @@ class CombinedLoss(nn.Module):
         return total
 
 
-def build_term(name: str, num_classes: int, seg, weight: torch.Tensor | None = None) -> nn.Module:
-    """One loss term; `seg` is the segmentation config section (Focal-Tversky's alpha, beta, gamma)."""
+def _class_weights(weight: torch.Tensor | None) -> list[float] | None:
+    return None if weight is None else [float(w) for w in weight.detach().cpu()]
+
+
+@register_loss("ce")
+def cross_entropy(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
+    return nn.CrossEntropyLoss(weight=weight)
+
+
+@register_loss("dice")
+def dice(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
     from segmentation_models_pytorch import losses as smp_losses
 
-    cw = None if weight is None else [float(w) for w in weight.detach().cpu()]
-    if name == "ce":
-        return nn.CrossEntropyLoss(weight=weight)
-    if name == "dice":
-        return smp_losses.DiceLoss("multiclass", from_logits=True, class_weights=cw)
-    if name == "focal_tversky":
-        cls = _focal_tversky_class()
-        return cls(
-            "multiclass",
-            from_logits=True,
-            alpha=seg.tversky_alpha,
-            beta=seg.tversky_beta,
-            gamma=seg.tversky_gamma,
-            class_weights=cw,
-        )
-    if name == "focal":
-        return smp_losses.FocalLoss("multiclass", class_weights=cw)
-    raise ConfigError(f"segmentation.loss: unknown term '{name}'; use {', '.join(LOSSES)}")
+    return smp_losses.DiceLoss("multiclass", from_logits=True, class_weights=_class_weights(weight))
+
+
+@register_loss("focal_tversky")
+def focal_tversky(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
+    cls = _focal_tversky_class()
+    return cls(
+        "multiclass",
+        from_logits=True,
+        alpha=seg.tversky_alpha,
+        beta=seg.tversky_beta,
+        gamma=seg.tversky_gamma,
+        class_weights=_class_weights(weight),
+    )
+
+
+@register_loss("focal")
+def focal(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
+    from segmentation_models_pytorch import losses as smp_losses
+
+    return smp_losses.FocalLoss("multiclass", class_weights=_class_weights(weight))
+
+
+def build_term(name: str, num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
+    """One registered loss term; `seg` is the segmentation config section (Focal-Tversky's alpha, beta, gamma)."""
+    try:
+        fn = LOSSES.get(name)
+    except UnknownNameError as exc:
+        raise ConfigError(f"segmentation.loss: {exc}") from None
+    return fn(num_classes, seg, weight)
 
 
 def build_loss(seg, num_classes: int, weight: torch.Tensor | None = None) -> CombinedLoss:
@@ -94,7 +126,7 @@ def build_loss(seg, num_classes: int, weight: torch.Tensor | None = None) -> Com
     if problem:
         raise ConfigError(f"segmentation.loss: expected {problem}, got {list(seg.loss)!r}")
     weights = list(seg.loss_weights) or [1.0] * len(seg.loss)
-    terms = {name: build_term(name, num_classes, seg, weight) for name in seg.loss}
+    terms = {LOSSES.resolve(name): build_term(name, num_classes, seg, weight) for name in seg.loss}
     return CombinedLoss(terms, weights)
 
 

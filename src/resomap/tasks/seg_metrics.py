@@ -238,7 +238,7 @@ def evaluate(trainer, forward, model, loader, prefix: str, num_classes: int | No
 
 def confusion_figure(cm: np.ndarray, class_names, title: str):
     """Row-normalised pixel confusion matrix (counts and rates), a matplotlib Figure (Agg)."""
-    from resomap.training.metrics import counts_figure
+    from resomap.tasks.metrics import counts_figure
 
     return counts_figure(cm, class_names, title, unit="true class's pixels")
 

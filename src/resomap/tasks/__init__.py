@@ -1,0 +1,186 @@
+"""The task axis: what every model of a sweep learns (`experiment.task`), as a registered strategy.
+
+A task is a `Task` subclass registered with `@register_task(name)`: `classification` and `segmentation` are
+built in, a plugin (the `resomap.plugins` entry point) or any imported module adds others. A task supplies
+- `check(cfg, fail)`: its config checks, run at load (loss names and options, explainers that fit its targets);
+- `criterion(cfg, data, device)`: the training loss, and `correct(out, y)` for the training accuracy;
+- `evaluate(...)`: a test split -> metrics and one score table per image (classification: label and prediction;
+  segmentation: IoU/Dice/... per image), `headline` naming the metrics a summary reads first, `write_records` the
+  per-image table to the trial's folder, `test_outputs` its figures (confusion matrix, overlays);
+- `probe_targets(bundle, rows, device)`: what an explanation of a probe image explains, in one of the forms of
+  resomap.explain.targets (`target_form`: "class" logit or a class's logits summed over a "region"), and the
+  object masks its localisation scores use;
+- `step_targets(out, cfg)`: random labels and the loss of a timed training step (profiling).
+Models (`register_model(..., task=)`) and datasets (registry meta `task=`) declare the task they serve; the config
+loader refuses a model, dataset, loss or explainer that does not fit (one line, exit 2, before anything runs).
+Only the registries are read for that: no model is built and no heavy library is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from resomap.registry import Registry
+
+DEFAULT_TASK = "classification"
+
+
+class Task:
+    """The strategy of one task; subclasses override what differs (see the module doc)."""
+
+    name: ClassVar[str] = ""
+    target_form: ClassVar[str] = "class"  # the explanation target form (resomap.explain.targets)
+    headline: ClassVar[tuple[str, ...]] = ("accuracy", "macro_f1")  # metric names a summary reads first
+    section: ClassVar[str | None] = None  # the config section holding this task's settings, if any
+    output_rank: ClassVar[int] = 2  # rank of the model's output: logits [B, K] (2) or [B, K, r, r] (4)
+    step_words: ClassVar[str] = "cross-entropy"  # a timed training step's labels and loss, in words
+    default_classes: ClassVar[int] = 1000  # outputs of a model profiled without data (ImageNet's classes)
+    line_metrics: ClassVar[tuple[tuple[str, str], ...]] = (("test/accuracy", "test accuracy"),)  # a trial's line
+
+    def line_figures(self, test: dict[str, float]) -> list[str]:
+        """The headline test figures of a finished trial, in words, for its one line in the sweep's output."""
+        return [f"{words} {float(test[key]):.3f}" for key, words in self.line_metrics if key in test]
+
+    # ---------------------------------------------------------------- config
+
+    def check(self, cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+        """fail(path, expected, got) on a key of cfg that this task cannot run with."""
+
+    # ---------------------------------------------------------------- training
+
+    def criterion(self, cfg: Any, data: Any, device: Any) -> Any:
+        raise NotImplementedError
+
+    def correct(self, out: Any, y: Any) -> Any:
+        """Correct labels in a training batch (a tensor; divided by y.numel() for train/accuracy)."""
+        return (out.detach().argmax(1) == y).sum()
+
+    # ---------------------------------------------------------------- testing
+
+    def evaluate(
+        self, trainer: Any, forward: Any, model: Any, loader: Any, prefix: str, num_classes: int | None
+    ) -> tuple[dict[str, float], Any, Any]:
+        """(metrics '<prefix>/<name>', y_true, y_pred): the two arrays are the per-image score table."""
+        raise NotImplementedError
+
+    def test_outputs(self, found: Any, model: Any, bundle: Any, trainer: Any, title: str, out_dir: Path) -> None:
+        """Figures of a test (confusion_matrix.png, ...) written to out_dir."""
+
+    def write_records(self, matrix: dict[int, Any], out_dir: Path) -> Path | None:
+        """The per-image score table of every test resolution ({resolution: EvalResult}) in out_dir."""
+        return None
+
+    # ---------------------------------------------------------------- explaining
+
+    def probe_targets(self, bundle: Any, rows: Any, device: Any) -> tuple[Any, Any]:
+        """(targets of the probe images at `rows` of the test split, object masks bool [N, r, r] or None)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- profiling
+
+    def step_targets(self, out: Any, cfg: Any = None) -> tuple[Any, Callable[[Any, Any], Any]]:
+        """(random labels for a batch whose logits are `out`, the loss): a timed training step's inputs."""
+        raise NotImplementedError
+
+
+TASKS: Registry[type[Task]] = Registry("task", "resomap tasks")
+
+
+def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
+    """Register a Task subclass under `name` (the value of experiment.task)."""
+
+    def deco(cls: type[Task]) -> type[Task]:
+        if not (isinstance(cls, type) and issubclass(cls, Task)):
+            raise TypeError(f"task '{name}' must be a resomap.tasks.Task subclass, got {cls!r}")
+        cls.name = name
+        TASKS.register(name)(cls)
+        return cls
+
+    return deco
+
+
+_BUILT: dict[str, Task] = {}
+
+
+def get_task(name: str | None = None) -> Task:
+    """The task named `name` (default classification); unknown names raise UnknownNameError with suggestions."""
+    _builtins()
+    key = TASKS.resolve(name or DEFAULT_TASK)
+    if key not in _BUILT:
+        _BUILT[key] = TASKS.get(key)()
+    return _BUILT[key]
+
+
+def task_of(cfg: Any) -> Task:
+    return get_task(cfg.experiment.task)
+
+
+def task_names() -> list[str]:
+    _builtins()
+    return TASKS.names()
+
+
+def _builtins() -> None:
+    from resomap.tasks import classification, segmentation  # noqa: F401  (registers the built-in tasks)
+
+
+def step_words(name: str) -> str:
+    """The labels and loss of a task's timed training step in words (its name when the task is unknown)."""
+    try:
+        return get_task(name).step_words
+    except Exception:  # a profile read back from a task no longer registered
+        return str(name)
+
+
+def for_output(out: Any) -> Task:
+    """The first registered task whose models give outputs of this rank (profiling a bare model)."""
+    from resomap.errors import ConfigError
+
+    for name in task_names():
+        task = get_task(name)
+        if task.output_rank == out.dim():
+            return task
+    raise ConfigError(
+        f"profile: the model's output has shape {list(out.shape)}; expected classifier logits [B, C] or segmentation "
+        "logits [B, K, H, W]"
+    )
+
+
+# ---------------------------------------------------------------- config checks (run by the config loader)
+
+
+def dataset_task(name: str) -> str:
+    import resomap.data  # noqa: F401  (registers the built-in datasets)
+    from resomap.data.registry import DATASETS
+
+    return str(DATASETS.meta(name).get("task", DEFAULT_TASK))
+
+
+def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    """fail(path, expected, got) on the first key that does not fit cfg.experiment.task."""
+    from resomap.errors import UnknownNameError
+    from resomap.models.registry import model_task
+
+    try:
+        task = get_task(cfg.experiment.task)
+    except UnknownNameError as exc:
+        fail("experiment.task", f"a registered task ({', '.join(task_names())})", f"{cfg.experiment.task} ({exc})")
+        return
+    name = task.name
+    names = list(cfg.sweep.models) + [pair[0] for pair in cfg.sweep.include]
+    for model in names:
+        try:
+            found = model_task(model)
+        except UnknownNameError:
+            continue  # reported with its suggestions where models are resolved
+        if found != name:
+            fail("sweep.models", f"{name} models (experiment.task={name})", f"{model} ({found} model)")
+    try:
+        data_task = dataset_task(cfg.data.dataset)
+    except UnknownNameError:
+        data_task = name
+    if data_task != name:
+        fail("data.dataset", f"a {name} dataset (experiment.task={name})", f"{cfg.data.dataset} ({data_task})")
+    task.check(cfg, fail)

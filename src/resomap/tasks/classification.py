@@ -1,0 +1,95 @@
+"""Classification: logits [B, K], one label per image, cross-entropy, a label and a prediction per test image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from resomap.tasks import Task, register_task
+from resomap.tasks.metrics import classification_metrics
+
+
+def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
+    """sklearn 'balanced' weights; classes absent from the training labels get weight 1."""
+    from sklearn.utils.class_weight import compute_class_weight
+
+    labels = np.asarray(labels, dtype=np.int64)
+    present = np.unique(labels)
+    weights = np.ones(num_classes, dtype=np.float64)
+    weights[present] = compute_class_weight("balanced", classes=present, y=labels)
+    return torch.tensor(weights, dtype=torch.float32)
+
+
+def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tuple[torch.Tensor, list, list]:
+    """(summed cross-entropy, predictions per batch, labels per batch) of the model over the loader, in eval mode
+    (its train/eval mode restored)."""
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), device=trainer.device)
+    preds, targets = [], []
+    try:
+        with torch.inference_mode():
+            for x, y in loader:
+                with trainer._autocast():
+                    out = forward(trainer._inputs(x))
+                loss_sum += nn.functional.cross_entropy(out.float(), y, reduction="sum")
+                preds.append(out.argmax(1))
+                targets.append(y)
+    finally:
+        model.train(was_training)
+    return loss_sum, preds, targets
+
+
+@register_task("classification")
+class ClassificationTask(Task):
+    """One class per image; cross-entropy (class weights and label smoothing from cfg.training)."""
+
+    def criterion(self, cfg: Any, data: Any, device: Any) -> nn.Module:
+        weight = None
+        if cfg.training.class_weights == "balanced":
+            weight = class_weights(data.train_labels, int(data.num_classes)).to(device)
+        return nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
+
+    def evaluate(self, trainer, forward, model, loader, prefix, num_classes):
+        loss_sum, preds, targets = evaluate_labels(trainer, forward, model, loader)
+        y_pred = torch.cat(preds).cpu().numpy() if preds else np.zeros(0, np.int64)
+        y_true = torch.cat(targets).cpu().numpy() if targets else np.zeros(0, np.int64)
+        n = len(y_true)
+        if num_classes is None:
+            num_classes = trainer.meta.get("num_classes") or int(max(y_true.max(initial=0), y_pred.max(initial=0)) + 1)
+        metrics = {f"{prefix}/loss": float(loss_sum.item() / n) if n else float("nan")}
+        metrics.update(classification_metrics(y_true, y_pred, num_classes, prefix))
+        return metrics, y_true, y_pred
+
+    def test_outputs(self, found, model, bundle, trainer, title, out_dir: Path) -> None:
+        from resomap.tasks.metrics import confusion_matrix_figure
+
+        fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
+
+    def write_records(self, matrix, out_dir: Path) -> Path | None:
+        """predictions.csv: every test image's label and prediction at every test resolution (resomap.records)."""
+        from resomap.records import Predictions, write_predictions
+
+        records = {}
+        for res, found in matrix.items():
+            if found.index is not None and len(found.index) == len(found.y_true):
+                records[res] = Predictions(int(res), np.asarray(found.index), found.y_true, found.y_pred)
+        return write_predictions(out_dir, records) if records else None
+
+    def probe_targets(self, bundle, rows, device):
+        """The probe images' labels (their class logit is explained) and their object masks, when the data has
+        them (localisation scores)."""
+        labels = bundle.labels("test").cpu().numpy()
+        masks = bundle.masks("test")
+        chosen = torch.as_tensor(labels[rows], dtype=torch.int64)
+        return chosen, (masks[rows].cpu().numpy() if masks is not None else None)
+
+    def step_targets(self, out, cfg=None):
+        y = torch.randint(0, out.shape[1], (out.shape[0],), device=out.device)
+        return y, nn.functional.cross_entropy

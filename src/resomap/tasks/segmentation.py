@@ -1,0 +1,108 @@
+"""Segmentation: logits [B, K, r, r], a class per pixel, the configured sum of loss terms (resomap.tasks.losses),
+metrics at a reference resolution with per-image IoU/Dice/pixel accuracy/boundary F1 (resomap.tasks.seg_metrics),
+and explanations of a class's logits summed over its region (resomap.explain.targets)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from resomap.tasks import Task, register_task
+
+SEG_RECORDS = "seg_predictions.csv"  # the per-image score table of a segmentation trial
+SEG_OVERLAYS = "seg_overlays.png"  # true and predicted masks of a few test images
+
+
+@register_task("segmentation")
+class SegmentationTask(Task):
+    target_form = "region"
+    headline = ("miou", "boundary_f1")
+    section = "segmentation"
+    output_rank = 4
+    step_words = "segmentation loss on per-pixel labels"
+    default_classes = 21  # torchvision's segmentation default (Pascal VOC)
+    line_metrics = (("test/miou", "test mIoU"), ("test/boundary_f1", "boundary F1"))  # on the reference masks
+
+    def check(self, cfg, fail) -> None:
+        from resomap.tasks.losses import check_loss_names
+
+        seg = cfg.segmentation
+        problem = check_loss_names(seg.loss, seg.loss_weights)
+        if problem:
+            fail("segmentation.loss", problem, list(seg.loss))
+        if cfg.training.label_smoothing:
+            fail("training.label_smoothing", "0 for segmentation", cfg.training.label_smoothing)
+        if seg.reference_resolution is not None and seg.reference_resolution < 1:
+            fail("segmentation.reference_resolution", "null or a positive integer", seg.reference_resolution)
+        if not 0 <= seg.boundary_tolerance < 0.5:
+            fail("segmentation.boundary_tolerance", "a fraction of the side in [0, 0.5)", seg.boundary_tolerance)
+        for key in ("tversky_alpha", "tversky_beta", "tversky_gamma"):
+            if getattr(seg, key) <= 0:
+                fail(f"segmentation.{key}", "a positive number", getattr(seg, key))
+
+    def criterion(self, cfg, data, device):
+        from resomap.tasks.losses import build_loss, pixel_class_weights
+
+        weight = None
+        if cfg.training.class_weights == "balanced":
+            weight = pixel_class_weights(data.train_pixel_counts).to(device)
+        return build_loss(cfg.segmentation, int(data.num_classes), weight).to(device)
+
+    def evaluate(self, trainer, forward, model, loader, prefix, num_classes):
+        """(metrics, per-image records (structured [N], seg_metrics.RECORD_COLUMNS), pixel confusion [K, K])."""
+        from resomap.tasks.seg_metrics import evaluate
+
+        if num_classes is None:
+            num_classes = trainer.meta.get("num_classes")
+        return evaluate(trainer, forward, model, loader, prefix, num_classes)
+
+    def test_outputs(self, found, model, bundle, trainer, title, out_dir: Path) -> None:
+        from resomap.tasks.seg_metrics import confusion_figure, overlay_figure
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fig = confusion_figure(found.y_pred, bundle.class_names, f"{title}: test pixel confusion matrix")
+        fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
+        overlay_figure(model, bundle, trainer, title).savefig(out_dir / SEG_OVERLAYS, dpi=100)
+
+    def write_records(self, matrix, out_dir: Path) -> Path | None:
+        """seg_predictions.csv: per test resolution and image, pixel accuracy, IoU, Dice and boundary F1."""
+        from resomap.tasks.seg_metrics import write_records
+
+        found = {res: f for res, f in matrix.items() if f.index is not None and len(f.index) == len(f.y_true)}
+        if not found:
+            return None
+        path = out_dir / SEG_RECORDS
+        write_records(path, next(iter(found.values())).index, {res: f.y_true for res, f in found.items()})
+        return path
+
+    def probe_targets(self, bundle, rows, device):
+        """Per probe image the rarest class of the training masks present in its mask (background 0 only when
+        nothing else is), over that class's pixels at the model's resolution: region targets, and those regions
+        as the localisation masks."""
+        masks = bundle.targets("test")[torch.as_tensor(rows, dtype=torch.int64)].long()  # reference side
+        r = bundle.resolution
+        small = F.interpolate(masks[:, None].float(), size=(r, r), mode="nearest")[:, 0].long()
+        counts = np.asarray(bundle.train_pixel_counts, dtype=np.float64)
+        rank = np.argsort(np.where(counts > 0, counts, np.inf), kind="stable")  # rarest first
+        classes, regions = [], []
+        for m in small:
+            present = set(m.unique().tolist())
+            k = next((int(c) for c in rank if int(c) in present and c != 0), int(m.max()))
+            classes.append(k)
+            regions.append(m == k)
+        from resomap.tasks.targets import region_targets
+
+        region = torch.stack(regions)
+        return region_targets(torch.tensor(classes), region), region.numpy()
+
+    def step_targets(self, out, cfg=None):
+        from resomap.config.schema import SegmentationConfig
+        from resomap.tasks.losses import build_loss
+
+        classes = out.shape[1]
+        y = torch.randint(0, classes, (out.shape[0], *out.shape[-2:]), device=out.device)
+        seg = getattr(cfg, "segmentation", None) or SegmentationConfig()
+        return y, build_loss(seg, classes).to(out.device)
