@@ -16,7 +16,7 @@ import json
 import logging
 from pathlib import Path
 
-from resomap.training.bare import BenchResult, benchmark_vs_bare
+from resomap.profiling.bare import BenchResult, benchmark_vs_bare
 
 TARGET = 0.97
 

@@ -114,7 +114,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _vs_bare(args: argparse.Namespace, cfg: Any) -> int:
     from resomap.runtime import resolve_device
-    from resomap.training.bare import benchmark_vs_bare
+    from resomap.profiling.bare import benchmark_vs_bare
 
     result = benchmark_vs_bare(
         model=args.model,

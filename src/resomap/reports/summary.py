@@ -23,6 +23,7 @@ from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
 from resomap.reports.uncertainty import TrialId, TrialRecord, compare_models, group_records, interval_columns
 from resomap.reports.uncertainty import load_records as _load_records
+from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -45,45 +46,6 @@ COLUMNS = (
     ("params_m", ("profile", "params_m")),
     ("train_time_s", ("train_time_s",)),
     ("epochs_run", ("epochs_run",)),
-)
-PAIRED_COLUMNS = (
-    "model",
-    "resolution_a",
-    "resolution_b",
-    "accuracy_a",
-    "accuracy_b",
-    "effect",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "p_adjusted",
-    "significant",
-    "level",
-    "method",
-    "correction",
-    "n_images",
-    "n_seeds",
-    "b01",
-    "b10",
-    "available",
-    "reason",
-)
-RECOMMENDATION_COLUMNS = (
-    "model",
-    "resolution",
-    "best_resolution",
-    "accuracy",
-    "best_accuracy",
-    "level",
-    "margin",
-    "paired_test",
-    "correction",
-    "n_seeds",
-    "n_images",
-    "available",
-    "reason",
-    "sentence",
-    "note",
 )
 
 
