@@ -16,6 +16,7 @@ import json
 import logging
 from pathlib import Path
 
+import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before a config is loaded)
 from resomap.profiling.bare import BenchResult, benchmark_vs_bare
 
 TARGET = 0.97

@@ -39,6 +39,9 @@ def _num_classes(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace) -> Any:
     from resomap.config import load
+    from resomap.sweep.builtins import register_builtins
+
+    register_builtins()
 
     extra: dict[str, Any] = {}
     if args.device:
@@ -113,8 +116,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _vs_bare(args: argparse.Namespace, cfg: Any) -> int:
-    from resomap.runtime import resolve_device
     from resomap.profiling.bare import benchmark_vs_bare
+    from resomap.runtime import resolve_device
 
     result = benchmark_vs_bare(
         model=args.model,

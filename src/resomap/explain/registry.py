@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from resomap.config.groups import register_group
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
 from resomap.models import ModelSpec
@@ -137,6 +138,7 @@ class FunctionExplainer(BaseExplainer):
 
 Factory = Callable[..., BaseExplainer]  # factory(model, *, spec, resolution, cfg, options, min_cam_size)
 EXPLAINERS: Registry[Factory] = Registry("explainer", "resomap explainers")
+register_group("explainability", EXPLAINERS)  # the loader checks the section's selectors and options against it
 
 
 def register_explainer(
