@@ -2,17 +2,16 @@
 loading a config.
 
 The config layer imports nothing of resomap above it: each registry pushes its config group when its package is
-imported (datasets -> `data.*`, explainers -> `explainability.*`, executors -> `sweep.*`) and the task check is
-pushed as a load-time check. Whoever loads a config (the CLI, a sweep's worker, `resomap analyze`, the tests)
-calls this first. It imports what the loader imported before (the registries and their built-in entries): no
-explanation, tracking or plotting library.
+imported (datasets -> `data.*`, explainers -> `explainability.*`, executors -> `sweep.*`: resomap.sweep imports
+them before this module runs) and the task check is pushed as a load-time check. Whoever loads a config (the CLI,
+a sweep's worker, `resomap analyze`, the tests, the scripts) calls this first. It imports what the loader imported
+before (the registries and their built-in entries): no explanation, tracking or plotting library.
 """
 
 from __future__ import annotations
 
-import resomap.data
-import resomap.explain
-import resomap.sweep.executors
+import resomap.data  # datasets: data.*
+import resomap.explain  # explainers: explainability.*
 import resomap.tasks
 from resomap.config import register_check
 
