@@ -16,7 +16,7 @@ from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
 from resomap.reports import build_summary, sweep_figures
 from resomap.stages import Comparison, compare_stage, evaluate_trained
-from resomap.sweep.trial import TrialResult
+from resomap.trial_result import TrialResult
 
 log = logging.getLogger(__name__)
 
