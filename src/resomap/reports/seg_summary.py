@@ -284,9 +284,9 @@ def seg_figures(rows: list[dict], out_dir: Path) -> list[Path]:
         if r["latency_ms"] is not None and r["test_miou"] is not None
     ]
     if pts:
-        from resomap.reports.summary import pareto_front
+        from resomap.stats import pareto_indices
 
-        front = set(pareto_front([(c, s) for c, s, _ in pts]))
+        front = set(pareto_indices([(c, s) for c, s, _ in pts]))
         fig = Figure(figsize=(5, 4), layout="constrained")
         ax = fig.add_subplot()
         for i, (c, s, label) in enumerate(pts):
