@@ -46,8 +46,9 @@ class EvalMetrics:
 
 @dataclasses.dataclass
 class EvalResult:
-    """Trainer.evaluate on a test split: `metrics` named '<prefix>/<name>', the labels behind them, and `index`,
-    each image's index in the raw dataset (bundle.splits['test'], the test loader's order)."""
+    """Trainer.evaluate on a test split: `metrics` named '<prefix>/<name>', the task's per-image score table behind
+    them (y_true, y_pred: resomap.tasks) and `index`, each image's index in the raw dataset (bundle.splits['test'],
+    the test loader's order)."""
 
     metrics: dict[str, float]
     y_true: np.ndarray
@@ -57,17 +58,8 @@ class EvalResult:
 
     @property
     def summary(self) -> EvalMetrics:
-        return EvalMetrics(self.metrics[f"{self.prefix}/accuracy"], self.metrics[f"{self.prefix}/macro_f1"])
-
-    def records(self, resolution: int) -> Any:
-        """resomap.records.Predictions of these images at test resolution `resolution` (None without index, or
-        when the score table is not a label and a prediction per image)."""
-        from resomap.records import Predictions
-
-        plain = self.y_true.dtype.names is None and self.y_true.ndim == 1
-        if self.index is None or len(self.index) != len(self.y_true) or not plain:
-            return None
-        return Predictions(int(resolution), np.asarray(self.index), np.asarray(self.y_true), np.asarray(self.y_pred))
+        get = self.metrics.get  # a task without these metrics keeps NaN in the cross-resolution matrix
+        return EvalMetrics(get(f"{self.prefix}/accuracy", math.nan), get(f"{self.prefix}/macro_f1", math.nan))
 
 
 @dataclasses.dataclass
