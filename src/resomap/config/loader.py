@@ -305,10 +305,19 @@ def register_check(check: Check) -> None:
 
 
 def _check(cfg: Config, where: _Validator) -> None:
+    """The checks across keys (a value alone is checked where it is read); the first failure raises ConfigError."""
+
     def need(ok: bool, path: str, expected: str, got: Any) -> None:
         if not ok:
             raise ConfigError(f"{where.where(path)}: {path}: expected {expected}, got {got!r}")
 
+    for part in (_check_sweep, _check_training, _check_rest):
+        part(cfg, need)
+    for check in _CHECKS:  # pushed by the packages above (resomap.tasks: models, dataset, loss fit the task)
+        check(cfg, lambda path, expected, got: need(False, path, expected, got))
+
+
+def _check_sweep(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
     sw = cfg.sweep
     need(len(sw.models) > 0, "sweep.models", "at least one model", sw.models)
     need(len(sw.resolutions) > 0, "sweep.resolutions", "at least one resolution", sw.resolutions)
@@ -324,6 +333,9 @@ def _check(cfg: Config, where: _Validator) -> None:
         for i, pair in enumerate(getattr(sw, name)):
             ok = len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int and pair[1] > 0
             need(ok, f"sweep.{name}[{i}]", "a [model, resolution] pair", pair)
+
+
+def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
     tr = cfg.training
     for key in ("epochs", "batch_size", "eval_batch_size", "grad_accum_steps"):
         need(getattr(tr, key) >= 1, f"training.{key}", "an integer >= 1", getattr(tr, key))
@@ -343,6 +355,9 @@ def _check(cfg: Config, where: _Validator) -> None:
         "an integer >= 0",
         tr.scheduler.warmup_epochs,
     )
+
+
+def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
     sp = cfg.data.split
     need(0 < sp.val < 1, "data.split.val", "a fraction in (0, 1)", sp.val)
     need(0 < sp.test < 1, "data.split.test", "a fraction in (0, 1)", sp.test)
@@ -369,8 +384,6 @@ def _check(cfg: Config, where: _Validator) -> None:
     need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
     need(st.resamples >= 1, "stats.resamples", "an integer >= 1 (e.g. 2000)", st.resamples)
     need(0 <= st.margin < 1, "stats.margin", "an accuracy difference in [0, 1)", st.margin)
-    for check in _CHECKS:  # pushed by the packages above (resomap.tasks: models, dataset, loss fit the task)
-        check(cfg, lambda path, expected, got: need(False, path, expected, got))
 
 
 # ---------------------------------------------------------------- public API

@@ -5,7 +5,7 @@ Importing this package registers the built-in explainers without importing captu
 lime: each is imported when an explainer that uses it is built.
 """
 
-from resomap.explain import attribution, cam, sampling  # noqa: F401  (registers the built-in explainers)
+from resomap.explain import attribution, cam, checks, sampling  # noqa: F401  (registers the built-ins, the check)
 from resomap.explain.registry import (
     EXPLAINERS,
     BaseExplainer,

@@ -34,7 +34,6 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from resomap.config import register_check
 from resomap.config.groups import register_group
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
@@ -197,36 +196,6 @@ def explainer_options(cfg: Any, name: str) -> Any:
     from resomap.config.groups import group_options
 
     return group_options(cfg, name)
-
-
-def check_task_targets(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
-    """fail(path, expected, got) when a configured explainer does not take the target form of cfg's task (its
-    registry meta `targets`; resomap.tasks' `target_form`). Run by the config loader."""
-    ex = cfg.explainability
-    if not ex.enabled:
-        return
-    from resomap.errors import UnknownNameError
-    from resomap.tasks import get_task
-
-    try:
-        form = get_task(cfg.experiment.task).target_form
-    except UnknownNameError:
-        return  # reported by the task check
-    for key in ("methods", "sanity_methods"):
-        bad = []
-        for method in getattr(ex, key):
-            try:
-                forms = EXPLAINERS.meta(method).get("targets", ("class",))
-            except UnknownNameError:
-                continue  # reported with its suggestions by the explainers' config group
-            if form not in forms:
-                bad.append(method)
-        if bad:
-            takes = [n for n in EXPLAINERS.names() if form in EXPLAINERS.meta(n).get("targets", ())]
-            fail(f"explainability.{key}", f"explainers of {form} targets ({', '.join(takes)})", bad)
-
-
-register_check(check_task_targets)  # run by the config loader on every load
 
 
 # ------------------------------------------------------------------------------------------------ the guard
