@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before a config is loaded)
 from resomap.config import load
 from resomap.data import build as build_data
 from resomap.models import build_model

@@ -16,7 +16,8 @@ import json
 import logging
 from pathlib import Path
 
-from resomap.training.bare import BenchResult, benchmark_vs_bare
+import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before a config is loaded)
+from resomap.profiling.bare import BenchResult, benchmark_vs_bare
 
 TARGET = 0.97
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before a config is loaded)
 from resomap.config import build
 from resomap.training import TopKCheckpoint, Trainer
 from resomap.training.bare import InMemoryLoader, in_memory_data

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before any test loads a config)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -161,3 +161,30 @@ def test_config_reference_page_matches_schema():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert begin not in readme and end not in readme, "README.md holds a copy of the config reference"
     assert f"]({REFERENCE_PAGE})" in readme, f"README.md does not link {REFERENCE_PAGE}"
+
+
+REGISTRATION = """
+import sys
+from resomap.config import ConfigError, load
+above = [m for m in ("resomap.data", "resomap.explain", "resomap.sweep", "resomap.tasks") if m in sys.modules]
+try:
+    load(sys.argv[1])
+except ConfigError as exc:
+    print("before:", exc)
+import resomap.sweep.builtins
+print("after:", load(sys.argv[1]).data.dataset, "imported above config:", above)
+"""
+
+
+def test_the_config_layer_learns_the_registries_from_the_packages_that_register_them():
+    """resomap.config imports nothing above it; a config loaded before the registries are registered is a one-line
+    error saying what to do; after resomap.sweep.builtins the same load works."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", REGISTRATION, str(REPO / "configs")], capture_output=True, text=True, check=True
+    )
+    before, after = proc.stdout.strip().splitlines()
+    assert before.startswith("before: config section '") and "register_builtins()" in before, proc.stdout
+    assert after == "after: elpv imported above config: []", proc.stdout

@@ -196,3 +196,29 @@ def test_segmentation_overlays_become_an_image_at_the_resolution(tmp_path: Path)
     held = {"images/segmentation~overlays+step+64+timestamp+1+u.png"}
     _log_probe_images(Recorder(), "r", tmp_path, 64, held)
     assert len(logged) == 1  # held at this step: not logged again
+
+
+def test_a_model_not_in_memory_is_logged_from_what_the_caller_rebuilds(project: Path):
+    """publish builds no model: without one in memory (resomap sync) it logs what `load_model` gives, and
+    nothing without it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from resomap.tracking.publish import publish
+
+    cfg = load("configs", "smoke", ["mlflow.log_model=true"])
+    tracker = Tracker(cfg)
+    data = {"model": "tiny_cnn", "family": "cnn", "resolution": 8, "seed": 42, "status": "FINISHED"}
+    asked = []
+
+    def load_model(result):
+        asked.append(result["model"])
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 2)), torch.zeros(2, 1, 8, 8).numpy()
+
+    for key, loader in (("without", None), ("with", load_model)):
+        trial = SimpleNamespace(key=key, name=key, cfg=cfg, summary_dir=project / key)
+        assert publish(data, trial, tracker, load_model=loader) is not None
+    assert asked == ["tiny_cnn"]
+    (logged,) = tracker.client.search_logged_models([tracker.experiment_id])
+    assert tracker.client.get_run(logged.source_run_id).info.run_name == "with"

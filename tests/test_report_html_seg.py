@@ -106,8 +106,9 @@ def test_segmentation_report_shows_the_summary_figures_and_overlays(sweep_dir: P
     assert "Paired tests between resolutions" in seg and "16 → 32" in seg
     assert {"seg_quality_vs_resolution", "seg_pareto"} <= set(alts)
     assert alts.count("seg_quality_vs_resolution") == 1  # in its section only, not again with the other figures
-    assert 'id="probes"' not in text and "predictions.csv" not in _section(text, "summary")
-    assert "saliency" in _section(text, "agreement")  # seg_agreement.csv as a table
+    assert "predictions.csv" not in _section(text, "summary")
+    # the segmenter's maps through the shared path: probe maps and the agreement with its floor and references
+    assert "saliency" in _section(text, "probes") and "saliency" in _section(text, "agreement")
 
 
 def test_segmentation_report_without_its_tables_computes_them_again(sweep_dir: Path, tmp_path: Path):

@@ -22,8 +22,8 @@ from resomap.records import Predictions, write_predictions
 from resomap.reports import SummaryRow, build_summary, sweep_figures, write_summary
 from resomap.sweep.plan import plan
 from resomap.sweep.sweep import _summarise, summary_folder, trial_folders
-from resomap.sweep.trial import TrialResult
 from resomap.tracking import NullTracker
+from resomap.trial_result import TrialResult
 
 MODEL = "simple_cnn"
 RESOLUTIONS = (32, 64, 128)

@@ -174,7 +174,7 @@ def test_profile_summary_and_metrics_carry_the_noisy_flag():
 
 
 def test_trainer_vs_bare_runs_interleaved_rounds_and_reports_the_ratio_interval():
-    from resomap.training.bare import benchmark_vs_bare
+    from resomap.profiling.bare import benchmark_vs_bare
 
     res = benchmark_vs_bare(model="tiny_cnn", resolution=16, num_images=64, batch_size=16, epochs=1, rounds=5)
     assert len(res.ratios) == len(res.bare_runs) == len(res.trainer_runs) == 5

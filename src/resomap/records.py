@@ -23,6 +23,8 @@ import numpy as np
 from resomap.atomic import write_text
 
 PREDICTIONS_FILE = "predictions.csv"
+# beside it, <method>/<nn>.png: each probe image's map, captioned (explain stage), the trial run's MLflow images
+PROBE_IMAGES_DIR = "probe_images"
 # the distributions whose versions every result records (read from installed metadata: nothing is imported)
 LIBRARIES = ("torch", "torchvision", "timm", "captum", "grad-cam", "numpy", "mlflow")
 COLUMNS = ("test_resolution", "index", "label", "prediction", "correct")

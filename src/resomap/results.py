@@ -27,6 +27,46 @@ from resomap.errors import DataError
 
 SWEEP_DIR = "_sweep"
 PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index", "label", "prediction", "correct")
+# the columns of paired_tests.csv and recommendation.csv (written by resomap.reports.summary, read here)
+PAIRED_COLUMNS = (
+    "model",
+    "resolution_a",
+    "resolution_b",
+    "accuracy_a",
+    "accuracy_b",
+    "effect",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+    "significant",
+    "level",
+    "method",
+    "correction",
+    "n_images",
+    "n_seeds",
+    "b01",
+    "b10",
+    "available",
+    "reason",
+)
+RECOMMENDATION_COLUMNS = (
+    "model",
+    "resolution",
+    "best_resolution",
+    "accuracy",
+    "best_accuracy",
+    "level",
+    "margin",
+    "paired_test",
+    "correction",
+    "n_seeds",
+    "n_images",
+    "available",
+    "reason",
+    "sentence",
+    "note",
+)
 
 
 @dataclasses.dataclass
@@ -89,8 +129,6 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
     is absent (results from before per-image records) have no rows in ``predictions`` (``trials.has_predictions``).
     """
     import pandas as pd
-
-    from resomap.reports.summary import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
 
     folder = _find(name_or_folder, root)
     data = json.loads((folder / "summary.json").read_text(encoding="utf-8"))

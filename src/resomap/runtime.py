@@ -7,13 +7,16 @@ import math
 import os
 import random
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import psutil
 import torch
 
-from resomap.config.schema import SystemConfig
 from resomap.errors import DeviceError
+
+if TYPE_CHECKING:  # annotations only: runtime sits below the config layer
+    from resomap.config.schema import SystemConfig
 
 log = logging.getLogger(__name__)
 

@@ -295,9 +295,13 @@ def explain_stage(
 ) -> ExplainSummary:
     """explain_trial on the probe set: maps saved to out_dir/explanations.npz, scored, each method's cost kept;
     `train_seconds` (the trial's training time) is what explainability.budget_share is a share of."""
+    from resomap.explain.figures import write_probe_images
     from resomap.explain.run import explain_trial
+    from resomap.records import PROBE_IMAGES_DIR
 
     outcome = explain_trial(model, spec, bundle, cfg, seed, out_dir, device, train_seconds=train_seconds)
+    if outcome.maps_path is not None:  # what tracking logs as the run's probe images
+        write_probe_images(outcome.maps_path, out_dir / PROBE_IMAGES_DIR)
     return ExplainSummary.from_outcome(outcome)
 
 

@@ -17,7 +17,7 @@ from resomap.errors import CheckpointError, ResoMapError
 from resomap.reports import build_summary, sweep_figures
 from resomap.reports.rows import SummaryRow
 from resomap.stages import Comparison, compare_stage, evaluate_trained
-from resomap.sweep.trial import TrialResult
+from resomap.trial_result import TrialResult
 
 log = logging.getLogger(__name__)
 

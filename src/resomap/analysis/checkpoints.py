@@ -108,6 +108,9 @@ def find_checkpoints(root: str | Path) -> list[Path]:
 
 
 def _trial_config(path: Path, config_dir: str | Path | None, preset: str | None, overrides: Sequence[str]) -> Config:
+    from resomap.sweep.builtins import register_builtins
+
+    register_builtins()  # the registries' config groups and checks, before any config is loaded
     if (path.parent / CONFIG_FILE).is_file():
         return load(path.parent, None, overrides)
     log.warning("%s: no %s beside the checkpoint; using the config of %s", path, CONFIG_FILE, config_dir)

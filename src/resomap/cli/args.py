@@ -32,5 +32,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Any:
     """The resolved, validated config of the command's --config-dir, --preset and key=value overrides."""
     from resomap.config import load
+    from resomap.sweep.builtins import register_builtins
 
+    register_builtins()
     return load(args.config_dir, args.preset, args.overrides, extra)

@@ -72,6 +72,9 @@ def cmd_executors(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     if args.doc:
         from resomap.config.docs import config_reference, sync_reference
+        from resomap.sweep.builtins import register_builtins
+
+        register_builtins()
 
         if args.write:
             changed = sync_reference(args.write)

@@ -40,6 +40,9 @@ def _num_classes(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace) -> Any:
     from resomap.config import load
+    from resomap.sweep.builtins import register_builtins
+
+    register_builtins()
 
     extra: dict[str, Any] = {}
     if args.device:
@@ -114,8 +117,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _vs_bare(args: argparse.Namespace, cfg: Any) -> int:
+    from resomap.profiling.bare import benchmark_vs_bare
     from resomap.runtime import resolve_device
-    from resomap.training.bare import benchmark_vs_bare
 
     result = benchmark_vs_bare(
         model=args.model,

@@ -1,5 +1,6 @@
 """Typed, validated, frozen configuration (see schema.py for every key)."""
 
+from resomap.config.groups import register_group, registry_of
 from resomap.config.loader import (
     DEFAULT_CONFIG_DIR,
     FILE_ORDER,
@@ -11,6 +12,7 @@ from resomap.config.loader import (
     load,
     load_full,
     parse_override,
+    register_check,
     save_resolved,
     to_dict,
     with_overrides,
@@ -51,6 +53,9 @@ __all__ = [
     "load",
     "load_full",
     "parse_override",
+    "register_check",
+    "register_group",
+    "registry_of",
     "save_resolved",
     "to_dict",
     "with_overrides",

@@ -6,28 +6,47 @@ registered with an options dataclass owns the keys `<section>.<entry>.<field>`: 
 that dataclass, fills the defaults of every selected entry, and the value is read as `cfg.<section>.<entry>`
 (or `group_options(section, name)`, which also gives the defaults of an entry that is not selected).
 
-The registries are imported only when a config is loaded (the schema itself stays free of them), so adding a
-dataset, an explainer or an executor needs its decorated function and nothing else.
+The config layer imports nothing of resomap above it: each registry pushes itself here when its package is imported
+(`register_group("data", DATASETS)` in resomap.data.registry, likewise resomap.explain.registry and
+resomap.sweep.executors), so whoever loads a config imports the registering packages first
+(resomap.sweep.builtins.register_builtins() does it in one call, without heavy libraries). Adding a dataset, an
+explainer or an executor still needs its decorated function and nothing else.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
+
+_REGISTRIES: dict[str, Any] = {}  # section -> the Registry its package pushed (register_group)
+
+
+def register_group(section: str, registry: Any) -> None:
+    """Called by a registry's package when it is imported: `registry` selects the entries of config `section`."""
+    _REGISTRIES[section] = registry
+
+
+def registry_of(section: str) -> Any:
+    """The Registry pushed for config `section`; a ConfigError when its package has not been imported."""
+    found = _REGISTRIES.get(section)
+    if found is None:
+        from resomap.errors import ConfigError
+
+        raise ConfigError(
+            f"config section '{section}': no registry has been registered for its entries; import the packages that "
+            "register them before loading a config (resomap.sweep.builtins.register_builtins())"
+        )
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
 class Group:
-    module: str  # importing it registers the built-in entries
-    registry: str  # "module:name" of the Registry object
+    section: str  # the config section; its registry is pushed by register_group when its package is imported
     selectors: tuple[str, ...]  # fields whose values (a name or a list of names) select entries
 
     def load(self) -> Any:
-        importlib.import_module(self.module)
-        where, name = self.registry.split(":")
-        return getattr(importlib.import_module(where), name)
+        return registry_of(self.section)
 
 
 class GroupSection:

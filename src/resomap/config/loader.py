@@ -15,7 +15,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +293,16 @@ class _Validator:
 
 # ---------------------------------------------------------------- semantic checks
 
+Check = Callable[[Config, Callable[[str, str, Any], None]], None]
+_CHECKS: list[Check] = []
+
+
+def register_check(check: Check) -> None:
+    """A load-time check `check(cfg, fail)` from a package above the config layer; `fail(path, expected, got)`
+    raises the one-line ConfigError. Registering the same function twice keeps one."""
+    if check not in _CHECKS:
+        _CHECKS.append(check)
+
 
 def _check(cfg: Config, where: _Validator) -> None:
     def need(ok: bool, path: str, expected: str, got: Any) -> None:
@@ -359,12 +369,8 @@ def _check(cfg: Config, where: _Validator) -> None:
     need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
     need(st.resamples >= 1, "stats.resamples", "an integer >= 1 (e.g. 2000)", st.resamples)
     need(0 <= st.margin < 1, "stats.margin", "an accuracy difference in [0, 1)", st.margin)
-    import resomap.explain  # noqa: F401  (registers the built-in explainers)
-    from resomap.explain.registry import check_task_targets
-    from resomap.tasks import check as check_task  # models, dataset and loss fit experiment.task
-
-    check_task(cfg, lambda path, expected, got: need(False, path, expected, got))
-    check_task_targets(cfg, lambda path, expected, got: need(False, path, expected, got))
+    for check in _CHECKS:  # pushed by the packages above (resomap.tasks: models, dataset, loss fit the task)
+        check(cfg, lambda path, expected, got: need(False, path, expected, got))
 
 
 # ---------------------------------------------------------------- public API

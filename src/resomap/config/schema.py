@@ -30,7 +30,7 @@ class ExperimentConfig:
 
 @dataclass(frozen=True)
 class SweepConfig(GroupSection):
-    GROUP: ClassVar[Group] = Group("resomap.sweep.executors", "resomap.sweep.executors:EXECUTORS", ("executor",))
+    GROUP: ClassVar[Group] = Group("sweep", ("executor",))
     models: list[str] = field(default_factory=lambda: ["tiny_cnn"])  # registry names (resomap models)
     resolutions: list[int] = field(default_factory=lambda: [64])  # square input sizes in pixels
     seeds: list[int] = field(default_factory=lambda: [42])  # one trial per seed
@@ -137,7 +137,7 @@ class CacheConfig:
 
 @dataclass(frozen=True)
 class DataConfig(GroupSection):
-    GROUP: ClassVar[Group] = Group("resomap.data", "resomap.data.registry:DATASETS", ("dataset",))
+    GROUP: ClassVar[Group] = Group("data", ("dataset",))
     dataset: str = "elpv"  # a registered dataset (resomap datasets); its own keys are data.<dataset>.*
     seed: int | Literal["trial"] | None = (
         None  # split, generated images, probe set: null = experiment.seed (all seeds alike); trial; or an int
@@ -161,9 +161,7 @@ class ModelsConfig:
 
 @dataclass(frozen=True)
 class ExplainabilityConfig(GroupSection):
-    GROUP: ClassVar[Group] = Group(
-        "resomap.explain", "resomap.explain.registry:EXPLAINERS", ("methods", "sanity_methods", "always")
-    )
+    GROUP: ClassVar[Group] = Group("explainability", ("methods", "sanity_methods", "always"))
     enabled: bool = True  # explain the probe set after each trial
     methods: list[str] = field(default_factory=lambda: ["gradcam", "integrated_gradients", "saliency"])
     probe_size: int = 16  # images in the probe set (class-stratified, same for every trial)

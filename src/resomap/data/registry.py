@@ -9,10 +9,12 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from resomap.config.groups import register_group
 from resomap.config.schema import DataConfig
 from resomap.registry import Registry
 
 DATASETS: Registry[Callable[..., RawDataset]] = Registry("dataset", "resomap datasets")
+register_group("data", DATASETS)  # the loader checks the section's selectors and options against it
 
 
 @runtime_checkable

@@ -25,12 +25,16 @@ import numpy as np
 
 __all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, save_figure, plt
     "OVERLAY_ALPHA",
+    "PROBE_IMAGE_SIZE",
     "ProbeOverlay",
     "agreement_matrix",
+    "captioned",
     "probe_grid",
     "probe_overlays",
     "quality_vs_resolution",
     "shared_scales",
+    "sweep_probe_images",
+    "write_probe_images",
 ]
 
 log = logging.getLogger(__name__)
@@ -337,4 +341,74 @@ def probe_overlays(
                     shared_scale=shared,
                 )
             )
+    return out
+
+
+# ---------------------------------------------------------------- captioned probe maps (what MLflow shows)
+
+PROBE_IMAGE_SIZE = 128  # px of the captioned probe maps logged as MLflow images (any trial resolution, one size)
+
+
+def captioned(overlay: ProbeOverlay) -> np.ndarray:
+    """uint8 [H, W, 3]: the overlay with its caption (truth, prediction, probability, right or wrong) in a strip
+    below it."""
+    import textwrap
+
+    from PIL import Image, ImageDraw
+
+    image = Image.fromarray(overlay.image)
+    width, height = image.size
+    lines = textwrap.wrap(str(overlay.caption), max(8, width // 6)) or [""]
+    canvas = Image.new("RGB", (width, height + 12 * len(lines) + 4), "white")
+    canvas.paste(image, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    colour = (0, 110, 0) if overlay.correct else (180, 0, 0)
+    for i, line in enumerate(lines):
+        draw.text((2, height + 2 + 12 * i), line, fill=colour)
+    return np.asarray(canvas)
+
+
+def write_probe_images(maps_path: str | Path, folder: str | Path, size: int = PROBE_IMAGE_SIZE) -> list[Path]:
+    """Each probe image x method of one explanations.npz, captioned, as `folder/<method>/<position:02d>.png`
+    (written atomically): what resomap.tracking logs as the trial run's MLflow images `probe/<method>/<nn>`.
+    Unreadable maps are logged as a warning and give no file (the figures and the npz still hold them)."""
+    from PIL import Image
+
+    from resomap.atomic import write_atomic
+
+    try:
+        overlays = probe_overlays(maps_path, size=size)
+    except Exception as exc:
+        log.warning("probe images of %s not written: %s", maps_path, exc)
+        return []
+    written = []
+    for overlay in overlays:
+        picture = Image.fromarray(captioned(overlay))
+        path = Path(folder) / overlay.method / f"{overlay.position:02d}.png"
+        written.append(write_atomic(path, lambda f, picture=picture: picture.save(f, format="PNG")))
+    return written
+
+
+def sweep_probe_images(
+    maps: Mapping[tuple[str, int], str | Path], size: int = PROBE_IMAGE_SIZE
+) -> dict[tuple[str, str, int], dict[int, np.ndarray]]:
+    """For a sweep's parent run: (model, method, probe position) -> {resolution: captioned map}, from `maps`
+    ((model, resolution) -> the explanations.npz shown; missing files are left out). A model's raw-magnitude maps
+    share one colour scale across its resolutions (`shared_scales`; grad-cam's CAMs are each on their own [0, 1]).
+    A model whose maps cannot be read is logged as a warning and left out."""
+    by_model: dict[str, dict[int, Path]] = {}
+    for (model, resolution), path in maps.items():
+        if Path(path).is_file():
+            by_model.setdefault(model, {})[int(resolution)] = Path(path)
+    out: dict[tuple[str, str, int], dict[int, np.ndarray]] = {}
+    for model, paths in sorted(by_model.items()):
+        try:
+            scales = shared_scales(paths.values())
+            overlays = {res: probe_overlays(path, size=size, scales=scales) for res, path in paths.items()}
+        except Exception as exc:  # unreadable maps: the figures and npz artifacts still hold them
+            log.warning("probe images of %s not drawn: %s", model, exc)
+            continue
+        for resolution, found in sorted(overlays.items()):
+            for overlay in found:
+                out.setdefault((model, overlay.method, overlay.position), {})[resolution] = captioned(overlay)
     return out

@@ -34,6 +34,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from resomap.config import register_check
+from resomap.config.groups import register_group
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
 from resomap.explain.targets import IGNORE
@@ -139,6 +141,7 @@ class FunctionExplainer(BaseExplainer):
 TARGET_FORMS = ("class", "region")  # resomap.explain.targets
 Factory = Callable[..., BaseExplainer]  # factory(model, *, spec, resolution, cfg, options, min_cam_size)
 EXPLAINERS: Registry[Factory] = Registry("explainer", "resomap explainers")
+register_group("explainability", EXPLAINERS)  # the loader checks the section's selectors and options against it
 
 
 def register_explainer(
@@ -221,6 +224,9 @@ def check_task_targets(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
         if bad:
             takes = [n for n in EXPLAINERS.names() if form in EXPLAINERS.meta(n).get("targets", ())]
             fail(f"explainability.{key}", f"explainers of {form} targets ({', '.join(takes)})", bad)
+
+
+register_check(check_task_targets)  # run by the config loader on every load
 
 
 # ------------------------------------------------------------------------------------------------ the guard

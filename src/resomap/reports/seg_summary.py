@@ -5,9 +5,9 @@ seg_pareto.png (mIoU against latency, the Pareto front marked).
 Read from each trial's seg_predictions.csv (per test image: pixel accuracy, mIoU, mean Dice, boundary F1 at the
 reference resolution; resomap.tasks.seg_metrics) and result.json's test metrics. Per model x resolution:
 the dataset-level numbers (pooled pixel counts, mean over seeds), and the mean per-image mIoU / boundary F1
-with a bootstrap interval over test images (scipy.stats.bootstrap, BCa, seeds averaged per image). Between two
-resolutions of a model, on the same test images: the mean per-image difference with a paired bootstrap interval
-and a sign-flip permutation test (scipy.stats.permutation_test), Holm-adjusted over the model's pairs
+with a bootstrap interval over test images (resomap.stats.bootstrap_scores: BCa, seeds pooled per image). Between
+two resolutions of a model, on the same test images and seeds: the mean per-image difference with a paired bootstrap
+interval and a sign-flip p-value (resomap.stats.paired_score_test), Holm-adjusted over the model's pairs
 (resomap.stats.holm). Settings: the `stats` config section (level, resamples, seed).
 """
 
@@ -81,64 +81,76 @@ def read_records(folder: Path) -> dict[int, dict[int, dict[str, float]]]:
     return dict(out)
 
 
-def _per_image(trials: list[tuple[dict, dict]], resolution: int, column: str) -> dict[int, float]:
-    """Image index -> the column at the trials' own resolution, averaged over seeds."""
-    acc: dict[int, list[float]] = defaultdict(list)
-    for _, records in trials:
-        for idx, values in records.get(resolution, {}).items():
-            if math.isfinite(values[column]):
-                acc[idx].append(values[column])
-    return {idx: float(np.mean(v)) for idx, v in acc.items() if v}
-
-
-def _interval(values: np.ndarray, level: float, resamples: int, seed: int) -> tuple[float | None, float | None]:
-    from scipy import stats
-
-    if len(values) < 5 or np.ptp(values) == 0:
-        return (None, None)
-    res = stats.bootstrap(
-        (values,),
-        np.mean,
-        confidence_level=level,
-        n_resamples=resamples,
-        method="BCa",
-        random_state=np.random.default_rng(seed),
-    )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
-
-
-def _paired(a: np.ndarray, b: np.ndarray, level: float, resamples: int, seed: int) -> dict[str, Any]:
-    from scipy import stats
-
-    d = b - a
-    out: dict[str, Any] = {
-        "effect": float(d.mean()),
-        "n_images": len(d),
-        "ci_low": None,
-        "ci_high": None,
-        "p_value": None,
-    }
-    if len(d) < 5 or np.ptp(d) == 0:
-        out["p_value"] = 1.0 if np.all(d == 0) else None
-        return out
-    out["ci_low"], out["ci_high"] = _interval(d, level, resamples, seed)
-    test = stats.permutation_test(
-        (d,), np.mean, permutation_type="samples", n_resamples=resamples, random_state=np.random.default_rng(seed)
-    )
-    out["p_value"] = float(test.pvalue)
+def _scores(members: list[tuple[dict, dict]], resolution: int, column: str) -> dict[int, np.ndarray]:
+    """Image index -> the column's value under each seed at test resolution `resolution` (images every seed has;
+    an image whose value is not finite under some seed is left out)."""
+    tables = [records.get(resolution, {}) for _, records in members]
+    common = set.intersection(*(set(t) for t in tables)) if tables else set()
+    out = {}
+    for idx in sorted(common):
+        values = np.array([t[idx][column] for t in tables], dtype=np.float64)
+        if np.isfinite(values).all():
+            out[idx] = values
     return out
 
 
-def seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[str, Any]) -> tuple[list[dict], list[dict]]:
-    """(rows, paired tests) from the summary's trials (result.json trees with their "folder")."""
-    from resomap.stats import holm
+def _interval(scores: dict[int, np.ndarray], settings: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The bootstrap interval (resomap.stats.bootstrap_scores, BCa) of the mean per-image score, seeds pooled."""
+    from resomap.stats import bootstrap_scores
 
-    level, resamples, seed = (
-        float(stats_cfg.get("level", 0.95)),
-        int(stats_cfg.get("resamples", 2000)),
-        int(stats_cfg.get("seed", 0)),
+    if not scores:
+        return (None, None)
+    found = bootstrap_scores(np.stack(list(scores.values()), axis=1), **settings)
+    return (found.low, found.high) if found.available else (None, None)
+
+
+def _paired(a: dict[int, np.ndarray], b: dict[int, np.ndarray], settings: dict[str, Any]) -> dict[str, Any]:
+    """B against A on the images both hold: resomap.stats.paired_score_test (paired bootstrap interval of the
+    mean per-image difference, sign-flip p-value)."""
+    from resomap.stats import paired_score_test
+
+    common = sorted(set(a) & set(b))
+    if not common:
+        return {"effect": None, "n_images": 0, "ci_low": None, "ci_high": None, "p_value": None}
+    found = paired_score_test(
+        np.stack([a[k] for k in common], axis=1), np.stack([b[k] for k in common], axis=1), **settings
     )
+    return {
+        "effect": found.effect,
+        "n_images": len(common),
+        "ci_low": found.low,
+        "ci_high": found.high,
+        "p_value": found.p_value,
+    }
+
+
+def _mean(members: list[tuple[dict, dict]], path: tuple[str, ...]) -> float | None:
+    """The mean over the trials of result.json's number at `path` (None when no trial has it)."""
+    vals = []
+    for trial, _ in members:
+        node: Any = trial
+        for key in path:
+            node = (node or {}).get(key) if isinstance(node, Mapping) else None
+        if isinstance(node, int | float) and math.isfinite(node):
+            vals.append(float(node))
+    return float(np.mean(vals)) if vals else None
+
+
+ROW_SOURCES = (
+    ("test_miou", ("test", "test/miou")),
+    ("test_boundary_f1", ("test", "test/boundary_f1")),
+    ("test_pixel_accuracy", ("test", "test/accuracy")),
+    ("test_mdice", ("test", "test/mdice")),
+    ("reference_resolution", ("test", "test/reference_resolution")),
+    ("boundary_tolerance_px", ("test", "test/boundary_tolerance_px")),
+    ("latency_ms", ("profile", "latency_median_ms")),
+    ("gmacs", ("profile", "gmacs")),
+    ("peak_memory_mb", ("profile", "peak_memory_mb")),
+)
+TESTED = (("miou", "image_miou"), ("boundary_f1", "image_boundary_f1"))  # per-image columns with intervals and tests
+
+
+def _groups(trials: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], list[tuple[dict, dict]]]:
     groups: dict[tuple[str, int], list[tuple[dict, dict]]] = defaultdict(list)
     for trial in trials:
         if trial.get("status") != "FINISHED" or not trial.get("folder"):
@@ -146,60 +158,47 @@ def seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[str, Any
         records = read_records(Path(trial["folder"]))
         if records:
             groups[(str(trial["model"]), int(trial["resolution"]))].append((dict(trial), records))
-    rows, paired = [], []
-    per_model: dict[str, dict[int, dict[str, dict[int, float]]]] = defaultdict(dict)
-    for (model, res), members in sorted(groups.items()):
+    return groups
 
-        def mean(path: tuple[str, ...], members: list = members) -> float | None:
-            vals = []
-            for trial, _ in members:
-                node: Any = trial
-                for key in path:
-                    node = (node or {}).get(key) if isinstance(node, Mapping) else None
-                if isinstance(node, int | float) and math.isfinite(node):
-                    vals.append(float(node))
-            return float(np.mean(vals)) if vals else None
 
+def _model_tests(model: str, by_res: dict[int, dict[str, dict]], settings: dict[str, Any]) -> list[dict]:
+    """Every pair of the model's resolutions on each tested column, Holm-adjusted over the model's pairs."""
+    from resomap.stats import holm
+
+    found = []
+    resolutions = sorted(by_res)
+    for column, _ in TESTED:
+        for i, ra in enumerate(resolutions):
+            for rb in resolutions[i + 1 :]:
+                test = _paired(by_res[ra][column], by_res[rb][column], settings)
+                found.append({"model": model, "metric": column, "resolution_a": ra, "resolution_b": rb, **test})
+    pvals = [f["p_value"] if f["p_value"] is not None else 1.0 for f in found]
+    for f, p in zip(found, holm(pvals) if found else []):
+        f["p_adjusted"] = float(p)
+        f["significant"] = bool(f["p_value"] is not None and p <= 1 - settings["level"])
+    return found
+
+
+def seg_summary(trials: Iterable[Mapping[str, Any]], stats_cfg: Mapping[str, Any]) -> tuple[list[dict], list[dict]]:
+    """(rows, paired tests) from the summary's trials (result.json trees with their "folder")."""
+    settings = {
+        "level": float(stats_cfg.get("level", 0.95)),
+        "resamples": int(stats_cfg.get("resamples", 2000)),
+        "seed": int(stats_cfg.get("seed", 0)),
+    }
+    rows = []
+    per_model: dict[str, dict[int, dict[str, dict]]] = defaultdict(dict)
+    for (model, res), members in sorted(_groups(trials).items()):
         row: dict[str, Any] = {"model": model, "resolution": res, "n_seeds": len(members)}
-        for name, key in (
-            ("test_miou", "test/miou"),
-            ("test_boundary_f1", "test/boundary_f1"),
-            ("test_pixel_accuracy", "test/accuracy"),
-            ("test_mdice", "test/mdice"),
-            ("reference_resolution", "test/reference_resolution"),
-            ("boundary_tolerance_px", "test/boundary_tolerance_px"),
-        ):
-            row[name] = mean(("test", key))
-        row["latency_ms"] = mean(("profile", "latency_median_ms"))
-        row["gmacs"] = mean(("profile", "gmacs"))
-        row["peak_memory_mb"] = mean(("profile", "peak_memory_mb"))
+        row.update({name: _mean(members, path) for name, path in ROW_SOURCES})
         per_model[model][res] = {}
-        for column, name in (("miou", "image_miou"), ("boundary_f1", "image_boundary_f1")):
-            per_img = _per_image(members, res, column)
-            per_model[model][res][column] = per_img
-            values = np.asarray(list(per_img.values()))
-            row["n_test_images"] = len(values)
-            row[name] = float(values.mean()) if len(values) else None
-            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = _interval(values, level, resamples, seed)
+        for column, name in TESTED:
+            scores = per_model[model][res][column] = _scores(members, res, column)
+            row["n_test_images"] = len(scores)
+            row[name] = float(np.mean([v.mean() for v in scores.values()])) if scores else None
+            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = _interval(scores, settings)
         rows.append(row)
-    for model, by_res in per_model.items():
-        found = []
-        resolutions = sorted(by_res)
-        for column in ("miou", "boundary_f1"):
-            for i, ra in enumerate(resolutions):
-                for rb in resolutions[i + 1 :]:
-                    a, b = by_res[ra][column], by_res[rb][column]
-                    common = sorted(set(a) & set(b))
-                    test = _paired(
-                        np.array([a[k] for k in common]), np.array([b[k] for k in common]), level, resamples, seed
-                    )
-                    found.append({"model": model, "metric": column, "resolution_a": ra, "resolution_b": rb, **test})
-        pvals = [f["p_value"] if f["p_value"] is not None else 1.0 for f in found]
-        adjusted = holm(pvals) if found else []
-        for f, p in zip(found, adjusted):
-            f["p_adjusted"] = float(p)
-            f["significant"] = bool(f["p_value"] is not None and p <= 1 - level)
-        paired += found
+    paired = [t for model, by_res in per_model.items() for t in _model_tests(model, by_res, settings)]
     return rows, paired
 
 
@@ -285,9 +284,9 @@ def seg_figures(rows: list[dict], out_dir: Path) -> list[Path]:
         if r["latency_ms"] is not None and r["test_miou"] is not None
     ]
     if pts:
-        from resomap.reports.summary import pareto_front
+        from resomap.stats import pareto_indices
 
-        front = set(pareto_front([(c, s) for c, s, _ in pts]))
+        front = set(pareto_indices([(c, s) for c, s, _ in pts]))
         fig = Figure(figsize=(5, 4), layout="constrained")
         ax = fig.add_subplot()
         for i, (c, s, label) in enumerate(pts):

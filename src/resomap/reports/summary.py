@@ -24,55 +24,13 @@ from resomap.config.schema import StatsConfig
 from resomap.reports.rows import EXPLAIN_COST, SEED_COLUMNS, SummaryRow
 from resomap.reports.uncertainty import TrialId, TrialRecord, compare_models, group_records, interval_columns
 from resomap.reports.uncertainty import load_records as _load_records
-
-# (cost, score) points -> indices of the front; reports.seg_summary imports it from here
-from resomap.stats import pareto_indices as pareto_front  # noqa: F401
+from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
 
 log = logging.getLogger(__name__)
 
 SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
 PAIRED_CSV, RECOMMENDATION_CSV = "paired_tests.csv", "recommendation.csv"
 SUMMARY_MD, SUMMARY_TXT = "summary.md", "summary.txt"
-
-PAIRED_COLUMNS = (
-    "model",
-    "resolution_a",
-    "resolution_b",
-    "accuracy_a",
-    "accuracy_b",
-    "effect",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "p_adjusted",
-    "significant",
-    "level",
-    "method",
-    "correction",
-    "n_images",
-    "n_seeds",
-    "b01",
-    "b10",
-    "available",
-    "reason",
-)
-RECOMMENDATION_COLUMNS = (
-    "model",
-    "resolution",
-    "best_resolution",
-    "accuracy",
-    "best_accuracy",
-    "level",
-    "margin",
-    "paired_test",
-    "correction",
-    "n_seeds",
-    "n_images",
-    "available",
-    "reason",
-    "sentence",
-    "note",
-)
 
 
 @dataclasses.dataclass

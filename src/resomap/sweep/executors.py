@@ -14,13 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from resomap.config import Config, build, to_dict
-from resomap.config.groups import group_options
+from resomap.config.groups import group_options, register_group
 from resomap.registry import Registry
 from resomap.sweep.trial import Trial, TrialResult, run_trial
 from resomap.tracking import make_tracker
 
 log = logging.getLogger(__name__)
 EXECUTORS: Registry[Callable[..., list[TrialResult]]] = Registry("executor", "resomap sweep --help")
+register_group("sweep", EXECUTORS)  # the loader checks the section's selectors and options against it
 
 
 def register_executor(name: str, *, options: type | None = None):
@@ -49,6 +50,9 @@ def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict."""
     if spec.get("cwd") and os.path.isdir(spec["cwd"]) and os.getcwd() != spec["cwd"]:
         os.chdir(spec["cwd"])  # a Ray worker may have been started elsewhere (on a cluster the path must be shared)
+    from resomap.sweep.builtins import register_builtins
+
+    register_builtins()  # a fresh worker process: the registries' config groups and checks
     cfg = build(spec["config"])
     trial = Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
     result = run_trial(trial, tracker=make_tracker(cfg), parent_run_id=spec.get("parent_run_id"))

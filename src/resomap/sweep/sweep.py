@@ -25,14 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from resomap.atomic import write_text
-from resomap.config import Config, flatten
+from resomap.config import Config
 from resomap.sweep.plan import check_plan, describe_plan, load_result, plan, sweep_key
 from resomap.sweep.trial import Trial, TrialResult
 from resomap.tracking import default_tracking_uri, make_tracker
-from resomap.tracking.publish import mlflow_name
+from resomap.tracking.publish import close_parent, open_parent
 
 log = logging.getLogger(__name__)
-SWEEP_KEY_TAG = "resomap.sweep_key"
 STATE_FILE = "state.json"
 
 
@@ -113,17 +112,17 @@ def run_sweep(
 
     key = sweep_key(trials)
     tracker = make_tracker(cfg)
-    parent = _open_parent(tracker, cfg, key, trials)
+    parent = open_parent(tracker, cfg, key, len(trials))
     new: list[TrialResult] = []
     if todo:
         run = executor or get_executor(cfg.sweep.executor)
         new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
     if tracker.enabled and _needs_sync(trials):  # results logged while the store was down are sent now
-        parent = parent or _open_parent(tracker, cfg, key, trials)
+        parent = parent or open_parent(tracker, cfg, key, len(trials))
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
     figures = _summarise(results, cfg, out_dir, tracker, parent, trials)
-    closed = _close_parent(tracker, parent, results, len(trials))
+    closed = close_parent(tracker, parent, results, len(trials))
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
     return SweepOutcome(results, parent, out_dir, figures, len(trials) - len(todo))
@@ -177,30 +176,7 @@ def _save_state(cfg: Config, trials: list[Trial], out_dir: Path, parent: str | N
     write_text(out_dir / STATE_FILE, json.dumps(state, indent=2))
 
 
-# ---------------------------------------------------------------- MLflow: parent run and sync
-
-
-def _open_parent(tracker: Any, cfg: Config, key: str, trials: list[Trial], reopen: bool = True) -> str | None:
-    """The sweep's run, found by its sweep-key tag or created; None (and a recorded failure) when the store is
-    unreachable: the sweep goes on and the parent is found or made again at its end or by `resomap sync`."""
-    if not tracker.enabled:
-        return None
-    try:
-        found = tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{key}'")
-        if found:
-            run_id = found[0].info.run_id
-            if reopen:
-                tracker.reopen_run(run_id)
-            return run_id
-        tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": len(trials)}
-        run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
-    except Exception as exc:
-        tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
-        log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
-        return None
-    sweep_params = {k: v for k, v in flatten(cfg).items() if k.startswith(("sweep.", "training.", "data."))}
-    tracker.log_params(run_id, sweep_params)
-    return run_id
+# ---------------------------------------------------------------- MLflow: sync (the parent run: tracking.publish)
 
 
 def _needs_sync(trials: list[Trial]) -> bool:
@@ -211,21 +187,9 @@ def _needs_sync(trials: list[Trial]) -> bool:
 
 def _sync(trials: list[Trial], tracker: Any, parent: str | None):
     from resomap.tracking.sync import sync_results
+    from resomap.training.checkpoint import load_best_model
 
-    return sync_results(trials, tracker, parent)
-
-
-def _close_parent(tracker: Any, parent: str | None, results: list[TrialResult], planned: int) -> bool:
-    """Child-run tags on the parent; closed FINISHED / FAILED once every planned trial has a result."""
-    if parent is None:
-        return False
-    children = {f"resomap.child.{r.name.replace('@', ' at ')}": r.run_id for r in results if r.run_id}
-    tracker.set_tags(parent, children)
-    if len(results) != planned:
-        return False
-    before = len(tracker.failures)
-    tracker.end_run(parent, "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED")
-    return len(tracker.failures) == before
+    return sync_results(trials, tracker, parent, load_model=load_best_model)
 
 
 def sync_sweep(cfg: Config):
@@ -238,13 +202,13 @@ def sync_sweep(cfg: Config):
     tracker = Tracker(cfg)
     if not any(load_result(t) for t in trials):
         return SyncReport(missing=[t.name for t in trials])  # nothing trained yet: no run to make
-    parent = _open_parent(tracker, cfg, sweep_key(trials), trials, reopen=False)
+    parent = open_parent(tracker, cfg, sweep_key(trials), len(trials), reopen=False)
     outcome = _sync(trials, tracker, parent)
     results = _results(trials)
     if parent and results and not outcome.failed:
         out_dir = summary_folder(cfg)
         _summarise(results, cfg, out_dir, tracker, parent, trials)
-        closed = _close_parent(tracker, parent, results, len(trials))
+        closed = close_parent(tracker, parent, results, len(trials))
         _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     if tracker.failures and not outcome.failed:
         outcome.failed["sweep run"] = tracker.failures[-1].splitlines()[0]
@@ -273,7 +237,6 @@ def _summarise(
     so publishing again is harmless). ``trials`` locate each result's folder (default: the sweep's plan)."""
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.stages import compare_stage
-    from resomap.tracking.publish import log_metric_points, publish_sweep_images, resolution_points
 
     folders = trial_folders(trials if trials is not None else plan(cfg, check=False))
     summary = build_summary(results, folders, cfg.stats)
@@ -284,32 +247,17 @@ def _summarise(
     figures += [page] if page else []
     if parent is None:
         return figures + comparison.files
-    if page:
-        tracker.log_artifact(parent, page)
-    for path in tables:
-        tracker.log_artifact(parent, path, "summary")
-    for path in figures:
-        tracker.log_artifact(parent, path, "figures")
-    for path in comparison.files:
-        tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
-    metrics, tags = dict(comparison.agreement), headline(summary)
-    best = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
-    if best and best.test_accuracy is not None:
-        metrics["best_test_accuracy"] = best.test_accuracy
-        tags["resomap.best"] = f"{best.model}@{best.resolution}"
-    for rec in summary.recommendations:
-        if rec["resolution"] is not None:
-            metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
-            metrics[f"best_resolution/{mlflow_name(rec['model'])}"] = rec["best_resolution"]
-    for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
-        where = f"{mlflow_name(row.model)}/{row.resolution}"
-        metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
-    _log_changed(tracker, parent, metrics, tags)
-    log_metric_points(tracker, parent, resolution_points(summary.rows, comparison.matrices))
+    from resomap.explain.figures import sweep_probe_images
+    from resomap.explain.run import MAPS_FILE
+    from resomap.tracking.publish import publish_sweep
+
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid
     for (model, resolution, _seed), folder in sorted(folders.items()):
-        shown.setdefault((model, resolution), folder)
-    publish_sweep_images(tracker, parent, shown)
+        shown.setdefault((model, resolution), folder / MAPS_FILE)
+    images = sweep_probe_images(shown)
+    publish_sweep(
+        tracker, parent, summary, tables=tables, figures=figures, page=page, comparison=comparison, images=images
+    )
     return figures + comparison.files
 
 
@@ -322,24 +270,3 @@ def _report(out_dir: Path) -> Path | None:
     except Exception as exc:
         log.warning("HTML report not written: %s: %s", type(exc).__name__, exc)
         return None
-
-
-def headline(summary: Any) -> dict[str, str]:
-    """Tags of the parent run: the recommendation per model in words."""
-    return {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
-
-
-def _log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
-    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing)."""
-    try:
-        run = tracker.get_run(run_id)
-    except Exception:  # unreachable: log everything (the calls themselves are soft)
-        run = None
-    have_m = dict(run.data.metrics) if run is not None else {}
-    have_t = dict(run.data.tags) if run is not None else {}
-    metrics = {k: float(v) for k, v in metrics.items() if have_m.get(k) != float(v)}
-    tags = {k: str(v) for k, v in tags.items() if have_t.get(k) != str(v)}
-    if metrics:
-        tracker.log_metrics(run_id, metrics)
-    if tags:
-        tracker.set_tags(run_id, tags)

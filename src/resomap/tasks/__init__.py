@@ -184,3 +184,12 @@ def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
     if data_task != name:
         fail("data.dataset", f"a {name} dataset (experiment.task={name})", f"{cfg.data.dataset} ({data_task})")
     task.check(cfg, fail)
+
+
+def _register() -> None:
+    from resomap.config import register_check
+
+    register_check(check)  # the config loader runs it on every load (the config layer imports nothing above it)
+
+
+_register()

@@ -10,23 +10,31 @@ explanation metrics, the summary folder's files, the best checkpoint (mlflow.log
 refreshed), so publishing again changes nothing, and the points MlflowCallback logged live are not repeated.
 
 It knows runs and result files, not sweeps: `trial` is anything with key, name, cfg and summary_dir
-(resomap.sweep.Trial), `result` a TrialResult (anything with to_dict()) or its dict.
+(resomap.sweep.Trial), `result` a TrialResult (anything with to_dict()) or its dict. It publishes what the stages
+produced and builds nothing: the probe maps come as the explain stage's captioned PNGs (probe_images/), the
+parent's as arrays drawn by the sweep, a model not in memory through the caller's `load_model`.
+
+The sweep's parent run lives here too (second half): found or created by its sweep-key tag (`open_parent`), the
+summary's tables, figures, report, headline metrics and tags, the per-resolution points and probe images
+(`publish_sweep`), closed once every planned trial has a result (`close_parent`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from resomap.config import Config, flatten
+from resomap.records import PROBE_IMAGES_DIR
 from resomap.tracking.mlflow_store import is_number
 
 log = logging.getLogger(__name__)
 
 TRIAL_KEY_TAG = "resomap.trial_key"
+SWEEP_KEY_TAG = "resomap.sweep_key"
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
 ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
@@ -36,7 +44,8 @@ HEADLINE_NAMES = {
     "profile/memory_peak_mb": "profile/peak_memory_mb",
 }
 SEG_OVERLAYS = "seg_overlays.png"  # written by the test stage of a segmentation trial
-PROBE_IMAGE_SIZE = 128  # px of the probe maps logged as MLflow images (any trial resolution, one size)
+# (model, best_checkpoint, ...) of a result -> (model, input example) to log, or None: given by the caller
+LoadModel = Callable[[Mapping[str, Any]], "tuple[Any, Any] | None"]
 
 
 class PublishTrial(Protocol):
@@ -99,12 +108,14 @@ def publish(
     *,
     model: Any = None,
     example: Any = None,
+    load_model: LoadModel | None = None,
 ) -> str | None:
     """Make the trial's run hold everything of `result` and its summary folder, closed with its status.
 
     Returns the run id when every call succeeded (the result may then say `tracked: true`), else None (the
     reason is the tracker's last failure). `model` (+ `example` input) is logged when mlflow.log_model; without
-    it the best checkpoint is loaded."""
+    it, `load_model(result)` gives them (the caller rebuilds the model from the best checkpoint), else no model
+    is logged."""
     if not tracker.enabled:
         return None
     data = dict(result) if isinstance(result, Mapping) else result.to_dict()
@@ -114,7 +125,7 @@ def publish(
         run = tracker.get_run(run_id)
         _log_content(tracker, run, trial, data, parent_run_id)
         if trial.cfg.mlflow.log_model and data.get("status") == "FINISHED" and not tracker.has_logged_model(run_id):
-            _log_model(tracker, run_id, data, model, example)
+            _log_model(tracker, run_id, data, model, example, load_model)
         tracker.log_text(run_id, json.dumps({**data, "tracked": True, "run_id": run_id}, indent=2), "result.json")
         status = "FINISHED" if data.get("status") == "FINISHED" else "FAILED"
         if run.info.status != status:
@@ -259,31 +270,25 @@ def probe_image_key(method: str, position: int) -> str:
 
 
 def _log_probe_images(tracker: Any, run_id: str, folder: Path, resolution: int, have: set[str]) -> None:
-    """Each probe image's map of each method as an MLflow image at step = resolution, with the prediction in the
-    explanation figures; images the run holds at this step are not logged again."""
-    from resomap.explain.run import MAPS_FILE
+    """Each probe image's captioned map (the explain stage's PNGs, probe_images/<method>/<nn>.png) as an MLflow
+    image at step = resolution, and a segmenter's test overlays; images the run holds at this step are not logged
+    again."""
+    from PIL import Image
 
     held = _held_images(have)
-    seg_png = folder / SEG_OVERLAYS  # a segmenter's predictions over its test images
-    if seg_png.is_file() and ("segmentation/overlays", resolution) not in held:
-        from PIL import Image
-
-        with Image.open(seg_png) as image:
-            tracker.log_image(run_id, image.convert("RGB"), key="segmentation/overlays", step=resolution)
-    maps = folder / MAPS_FILE
-    if not maps.is_file():
-        return
-    try:
-        from resomap.explain.figures import probe_overlays
-
-        overlays = probe_overlays(maps, size=PROBE_IMAGE_SIZE)
-    except Exception as exc:  # unreadable maps: the figures and npz artifacts still hold them
-        log.warning("probe images of %s not logged: %s", folder, exc)
-        return
-    for overlay in overlays:
-        key = probe_image_key(overlay.method, overlay.position)
-        if (key, resolution) not in held:
-            tracker.log_image(run_id, captioned(overlay), key=key, step=resolution)
+    pictures = [("segmentation/overlays", folder / SEG_OVERLAYS)]  # a segmenter's predictions over its test images
+    for path in sorted((folder / PROBE_IMAGES_DIR).glob("*/*.png")):
+        if path.stem.isdigit():
+            pictures.append((probe_image_key(path.parent.name, int(path.stem)), path))
+    for key, path in pictures:
+        if path.is_file() and (key, resolution) not in held:
+            try:
+                with Image.open(path) as image:
+                    picture = image.convert("RGB")
+            except OSError as exc:  # unreadable file: the npz and figures still hold the maps
+                log.warning("%s not logged: %s", path, exc)
+                continue
+            tracker.log_image(run_id, picture, key=key, step=resolution)
 
 
 def _held_images(have: set[str]) -> set[tuple[str, int]]:
@@ -302,36 +307,16 @@ def _join(folder: str | None, name: str) -> str:
     return f"{folder}/{name}" if folder else name
 
 
-def _log_model(tracker: Any, run_id: str, data: Mapping[str, Any], model: Any, example: Any) -> None:
-    """The trained model (given, else rebuilt from the best checkpoint) with an input example."""
-    import torch
-
-    from resomap.models.spec import input_channels
-
+def _log_model(
+    tracker: Any, run_id: str, data: Mapping[str, Any], model: Any, example: Any, load_model: LoadModel | None
+) -> None:
+    """The trained model with an input example: the one given, else what `load_model(data)` rebuilds."""
     if model is None:
-        model = _load_best(data)
-        if model is None:
+        found = load_model(data) if load_model is not None else None
+        if found is None:
             return
-    if example is None:
-        size = int(data["resolution"])
-        example = torch.zeros(2, input_channels(model), size, size).numpy()
+        model, example = found
     tracker.log_model(run_id, model.cpu().eval(), example)
-
-
-def _load_best(data: Mapping[str, Any]) -> Any:
-    from resomap.config import load
-    from resomap.models import build_model
-    from resomap.training import load_checkpoint
-
-    best = data.get("best_checkpoint")
-    if not best or not Path(best).is_file():
-        return None
-    payload = load_checkpoint(best)
-    meta = payload.get("meta") or {}
-    cfg = load(Path(best).parent, None, ()) if (Path(best).parent / "config.yaml").is_file() else Config()
-    model, _ = build_model(data["model"], int(meta["num_classes"]), int(meta["in_channels"]), cfg.models)
-    model.load_state_dict(payload["model"])
-    return model
 
 
 # ---------------------------------------------------------------- the sweep's parent run
@@ -372,58 +357,128 @@ def log_metric_points(tracker: Any, run_id: str, points: dict[str, dict[int, flo
     _log_metrics_once(tracker, run, points)
 
 
-def publish_sweep_images(tracker: Any, run_id: str, folders: Mapping[tuple[str, int], Path]) -> None:
+def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, str, int], Mapping[int, Any]]) -> None:
     """In the parent run, each model's probe maps at every resolution as MLflow images at step = resolution
-    (key probe/<model>/<method>/<n>), so the image grid's step slider moves one model's maps across
-    resolutions, the raw-magnitude methods on one colour scale per model across its resolutions (grad-cam's CAMs
-    are each on their own [0, 1]). `folders`: (model, resolution) -> the summary folder of the trial shown."""
-    from resomap.explain.run import MAPS_FILE
+    (key probe/<model>/<method>/<n>), so the image grid's step slider moves one model's maps across resolutions.
+    `images`: (model, method, probe position) -> {resolution: RGB uint8 array}, drawn by the sweep
+    (resomap.explain.figures.sweep_probe_images: one colour scale per model across its resolutions)."""
+    from PIL import Image
 
     try:
         held = _held_images(tracker.artifact_paths(run_id))
     except Exception as exc:
         log.warning("MLflow: images of run %s not listed (%s)", run_id, exc)
         return
-    by_model: dict[str, dict[int, Path]] = {}
-    for (model, resolution), folder in folders.items():
-        if (folder / MAPS_FILE).is_file():
-            by_model.setdefault(model, {})[int(resolution)] = folder / MAPS_FILE
-    for model, paths in sorted(by_model.items()):
-        try:
-            from resomap.explain.figures import probe_overlays, shared_scales
-
-            scales = shared_scales(paths.values())
-            overlays = {res: probe_overlays(path, size=PROBE_IMAGE_SIZE, scales=scales) for res, path in paths.items()}
-        except Exception as exc:  # unreadable maps: the figures and npz artifacts still hold them
-            log.warning("probe images of %s not logged: %s", model, exc)
-            continue
-        for resolution, found in sorted(overlays.items()):
-            for overlay in found:
-                key = f"probe/{mlflow_name(model)}/{overlay.method}/{overlay.position:02d}"
-                if (key, resolution) not in held:
-                    tracker.log_image(run_id, captioned(overlay), key=key, step=resolution)
+    for (model, method, position), by_resolution in sorted(images.items()):
+        key = f"probe/{mlflow_name(model)}/{method}/{position:02d}"
+        for resolution, array in sorted(by_resolution.items()):
+            if (key, int(resolution)) not in held:
+                tracker.log_image(run_id, Image.fromarray(array), key=key, step=int(resolution))
 
 
-def captioned(overlay: Any) -> Any:
-    """The overlay with its caption (truth, prediction, probability, right or wrong) in a strip below it."""
-    from PIL import Image, ImageDraw
+def open_parent(tracker: Any, cfg: Config, key: str, trials: int, reopen: bool = True) -> str | None:
+    """The sweep's run, found by its sweep-key tag or created (`trials`: how many the sweep plans); None (and a
+    recorded failure) when the store is unreachable: the sweep goes on and the parent is found or made again at
+    its end or by `resomap sync`."""
+    if not tracker.enabled:
+        return None
+    try:
+        found = tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{key}'")
+        if found:
+            run_id = found[0].info.run_id
+            if reopen:
+                tracker.reopen_run(run_id)
+            return run_id
+        tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": trials}
+        run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
+    except Exception as exc:
+        tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
+        log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
+        return None
+    sweep_params = {k: v for k, v in flatten(cfg).items() if k.startswith(("sweep.", "training.", "data."))}
+    tracker.log_params(run_id, sweep_params)
+    return run_id
 
-    image = Image.fromarray(overlay.image)
-    width, height = image.size
-    lines = _wrap(str(overlay.caption), max(8, width // 6))
-    canvas = Image.new("RGB", (width, height + 12 * len(lines) + 4), "white")
-    canvas.paste(image, (0, 0))
-    draw = ImageDraw.Draw(canvas)
-    colour = (0, 110, 0) if overlay.correct else (180, 0, 0)
-    for i, line in enumerate(lines):
-        draw.text((2, height + 2 + 12 * i), line, fill=colour)
-    return canvas
+
+def close_parent(tracker: Any, parent: str | None, results: Iterable[Any], planned: int) -> bool:
+    """Child-run tags on the parent; closed FINISHED / FAILED once every planned trial has a result (each with
+    name, run_id and status: resomap.stages.TrialResult)."""
+    if parent is None:
+        return False
+    results = list(results)
+    children = {f"resomap.child.{r.name.replace('@', ' at ')}": r.run_id for r in results if r.run_id}
+    tracker.set_tags(parent, children)
+    if len(results) != planned:
+        return False
+    before = len(tracker.failures)
+    tracker.end_run(parent, "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED")
+    return len(tracker.failures) == before
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    import textwrap
+def publish_sweep(
+    tracker: Any,
+    parent: str,
+    summary: Any,
+    *,
+    tables: Iterable[Path] = (),
+    figures: Iterable[Path] = (),
+    page: Path | None = None,
+    comparison: Any = None,
+    images: Mapping[tuple[str, str, int], Mapping[int, Any]] | None = None,
+) -> None:
+    """Log what the sweep's summary produced to its parent run, only what the run lacks or what changed (so
+    publishing again is harmless): report.html, the tables under summary/, the figures under figures/, the
+    comparison's files under explanations/<kind>/, headline metrics and the recommendation tags, the
+    per-resolution points (`resolution_points`) and the probe images (`publish_sweep_images`). `summary`: a
+    resomap.reports SweepSummary (rows, recommendations); `comparison`: a resomap.stages Comparison (files,
+    agreement, matrices) or None."""
+    if page:
+        tracker.log_artifact(parent, page)
+    for path in tables:
+        tracker.log_artifact(parent, path, "summary")
+    for path in figures:
+        tracker.log_artifact(parent, path, "figures")
+    files = comparison.files if comparison is not None else []
+    for path in files:
+        tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
+    metrics = dict(comparison.agreement) if comparison is not None else {}
+    tags = headline(summary)
+    best = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
+    if best and best.test_accuracy is not None:
+        metrics["best_test_accuracy"] = best.test_accuracy
+        tags["resomap.best"] = f"{best.model}@{best.resolution}"
+    for rec in summary.recommendations:
+        if rec["resolution"] is not None:
+            metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
+            metrics[f"best_resolution/{mlflow_name(rec['model'])}"] = rec["best_resolution"]
+    for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
+        where = f"{mlflow_name(row.model)}/{row.resolution}"
+        metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
+    log_changed(tracker, parent, metrics, tags)
+    matrices = comparison.matrices if comparison is not None else {}
+    log_metric_points(tracker, parent, resolution_points(summary.rows, matrices))
+    publish_sweep_images(tracker, parent, images or {})
 
-    return textwrap.wrap(text, width) or [""]
+
+def headline(summary: Any) -> dict[str, str]:
+    """Tags of the parent run: the recommendation per model in words."""
+    return {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
+
+
+def log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing)."""
+    try:
+        run = tracker.get_run(run_id)
+    except Exception:  # unreachable: log everything (the calls themselves are soft)
+        run = None
+    have_m = dict(run.data.metrics) if run is not None else {}
+    have_t = dict(run.data.tags) if run is not None else {}
+    metrics = {k: float(v) for k, v in metrics.items() if have_m.get(k) != float(v)}
+    tags = {k: str(v) for k, v in tags.items() if have_t.get(k) != str(v)}
+    if metrics:
+        tracker.log_metrics(run_id, metrics)
+    if tags:
+        tracker.set_tags(run_id, tags)
 
 
 def mlflow_name(text: str) -> str:

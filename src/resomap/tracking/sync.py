@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from resomap.atomic import write_text
-from resomap.tracking.publish import TRIAL_KEY_TAG, PublishTrial, publish
+from resomap.tracking.publish import TRIAL_KEY_TAG, LoadModel, PublishTrial, publish
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,11 @@ def needs_sync(trials: Iterable[PublishTrial]) -> bool:
     return any(data is not None and not data.get("tracked") for data in map(read_result, trials))
 
 
-def sync_results(trials: Iterable[PublishTrial], tracker: Any, parent_run_id: str | None) -> SyncReport:
-    """Make every finished trial's child run complete and closed, exactly once; see the module docstring."""
+def sync_results(
+    trials: Iterable[PublishTrial], tracker: Any, parent_run_id: str | None, load_model: LoadModel | None = None
+) -> SyncReport:
+    """Make every finished trial's child run complete and closed, exactly once; see the module docstring.
+    `load_model` rebuilds a trial's model from its result for mlflow.log_model (publish's `load_model`)."""
     report = SyncReport(parent_run_id)
     try:
         runs = _trial_runs(tracker)
@@ -85,7 +88,7 @@ def sync_results(trials: Iterable[PublishTrial], tracker: Any, parent_run_id: st
         elif data.get("tracked") and _closed_once(runs.get(trial.key, [])):
             report.already.append(trial.name)
         else:
-            run_id = publish(data, trial, tracker, parent_run_id)
+            run_id = publish(data, trial, tracker, parent_run_id, load_model=load_model)
             if run_id is None:
                 error = (tracker.failures[-1] if tracker.failures else "not published").splitlines()[0]
                 report.failed[trial.name] = error

@@ -112,3 +112,24 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     cuda = state.get("cuda") or []
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
+
+
+def load_best_model(result: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """(model, input example) of a trial's result (its dict: model, resolution, best_checkpoint): the model rebuilt
+    and loaded from the best checkpoint, with its config.yaml beside it when there is one (the caller has the
+    registries registered: resomap.sweep.builtins), and a zero batch of two images as the example; None without a
+    checkpoint file. What `resomap sync` logs with mlflow.log_model (resomap.tracking.publish's `load_model`)."""
+    from resomap.config import Config, load
+    from resomap.models import build_model
+    from resomap.models.spec import input_channels
+
+    best = result.get("best_checkpoint")
+    if not best or not Path(best).is_file():
+        return None
+    payload = load_checkpoint(best)
+    meta = payload.get("meta") or {}
+    cfg = load(Path(best).parent, None, ()) if (Path(best).parent / "config.yaml").is_file() else Config()
+    model, _ = build_model(result["model"], int(meta["num_classes"]), int(meta["in_channels"]), cfg.models)
+    model.load_state_dict(payload["model"])
+    size = int(result["resolution"])
+    return model, torch.zeros(2, input_channels(model), size, size).numpy()

@@ -1,0 +1,107 @@
+"""What a trial found: `TrialResult`, the one result type (result.json is its JSON), holding the typed parts the
+stages produced (resomap.stages: test metrics, cross-resolution metrics, profile, explanation summary) and where it
+was computed. It sits below resomap.sweep (which runs trials) and resomap.analysis (which re-evaluates their
+checkpoints); `resomap.sweep.trial.TrialResult` is the same class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from resomap.atomic import write_text
+from resomap.records import environment as current_environment
+from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSummary, known_fields
+
+__all__ = ["TrialResult"]
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """What a trial (or `resomap analyze` of its checkpoint) found; result.json is its JSON (to_json/from_json)."""
+
+    key: str
+    name: str
+    model: str
+    family: str
+    resolution: int
+    seed: int
+    status: str  # FINISHED | FAILED
+    test: dict[str, float] = dataclasses.field(default_factory=dict)
+    best_val: float | None = None
+    epochs_run: int = 0
+    train_time_s: float = 0.0
+    best_checkpoint: str | None = None
+    run_id: str | None = None
+    cross_resolution: dict[str, EvalMetrics] = dataclasses.field(default_factory=dict)  # test resolution -> metrics
+    profile: ProfileSummary | None = None
+    explain: ExplainSummary | None = None
+    error: str | None = None
+    history: list[dict[str, float]] = dataclasses.field(default_factory=list)  # per-epoch metrics
+    tracked: bool = False  # every MLflow call for this trial succeeded (else `resomap sync` logs it later)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    finished_at: float = dataclasses.field(default_factory=time.time)
+    predictions: str | None = None  # per-test-image records beside result.json (resomap.records), when written
+    # versions of python and the libraries, the platform and the device this result was computed with
+    environment: dict[str, str | None] = dataclasses.field(default_factory=current_environment)
+    # what it was trained on: name, options, digest of the images and splits, split sizes, classes (data_record)
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def apply(self, evaluation: Evaluation) -> None:
+        """Take the test, cross-resolution, profile and explanation results of resomap.stages.evaluate_trained."""
+        self.test = dict(evaluation.test.metrics)
+        self.cross_resolution = dict(evaluation.cross_resolution)
+        self.profile, self.explain = evaluation.profile, evaluation.explain
+        self.predictions = evaluation.predictions.name if evaluation.predictions else None
+        if evaluation.device:
+            self.environment["device"] = evaluation.device
+        if evaluation.explain is not None:
+            self.notes += [f"explainer {m} failed: {r}" for m, r in evaluation.explain.failed.items()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON tree of result.json (a missing profile or explanation is {}, as files have always said)."""
+        data = dataclasses.asdict(self)
+        data["profile"] = data["profile"] or {}
+        data["explain"] = data["explain"] or {}
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialResult:
+        fields = known_fields(cls, data)
+        cross = fields.get("cross_resolution") or {}
+        fields["cross_resolution"] = {str(r): EvalMetrics.from_dict(m) for r, m in cross.items()}
+        fields["profile"] = ProfileSummary.from_dict(fields.get("profile") or {})
+        fields["explain"] = ExplainSummary.from_dict(fields.get("explain") or {})
+        fields["environment"] = dict(fields.get("environment") or {})  # unknown for results written before it
+        return cls(**fields)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialResult:
+        return cls.from_dict(json.loads(text))
+
+    def summary_text(self) -> str:
+        lines = [f"trial {self.name} ({self.family}), seed {self.seed}, key {self.key}: {self.status}"]
+        if self.error:
+            lines.append(f"error: {self.error}")
+        lines.append(f"epochs run: {self.epochs_run}, training time: {self.train_time_s:.1f} s")
+        for k, v in sorted(self.test.items()):
+            lines.append(f"{k}: {v:.4f}")
+        for res, metrics in sorted(self.cross_resolution.items(), key=lambda kv: int(kv[0])):
+            lines.append(f"tested at {res} px: accuracy {metrics.accuracy:.4f}, macro-F1 {metrics.macro_f1:.4f}")
+        for k, v in sorted(dataclasses.asdict(self.profile).items() if self.profile else []):
+            lines.append(f"profile {k}: {v}")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines) + "\n"
+
+    def save(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "result.json"
+        write_text(path, self.to_json())
+        write_text(folder / "summary.txt", self.summary_text())
+        return path

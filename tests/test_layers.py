@@ -1,0 +1,64 @@
+"""The import layers hold (docs/DESIGN.md, "Layers"; the contracts in pyproject.toml [tool.importlinter], run by
+`lint-imports` in .ci/run): the package as it is keeps every contract, and an upward import added on purpose to a
+copy of it, at module level or inside a function, breaks the layers contract, which names it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+LAYERS = "resomap layers: each package imports only the layers below it"
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess:
+    """lint-imports with the repo's contracts over the copy of resomap under `tree`/src (first on the path)."""
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"), COLUMNS="200")
+    return subprocess.run(
+        [str(LINT), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of src/resomap and of the pyproject.toml holding the contracts."""
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "src" / "resomap", tmp_path / "src" / "resomap", ignore=skip)
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+def _function(statement: str) -> str:
+    """A function at the end of a module whose body imports: the import runs only when it is called."""
+    return f"\n\ndef _added_on_purpose():\n    {statement}\n"
+
+
+def test_the_package_keeps_its_contracts(tree: Path):
+    proc = _lint(tree)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout
+
+
+def test_an_upward_import_breaks_the_layers_contract(tree: Path):
+    pkg = tree / "src" / "resomap"
+    _append(pkg / "errors.py", "\nfrom resomap.stats import __name__ as _upward\n")  # errors sits below stats
+    _append(pkg / "config" / "groups.py", _function("from resomap.sweep import plan"))
+    _append(pkg / "tracking" / "publish.py", _function("from resomap.explain import figures"))
+    proc = _lint(tree)
+    out = proc.stdout + proc.stderr
+    flat = " ".join(out.split())  # long lines may wrap
+    assert proc.returncode != 0, out
+    assert f"{LAYERS} BROKEN" in flat, out
+    assert "resomap.errors -> resomap.stats" in flat, out  # a module-level import within the bottom layer
+    assert "resomap.config.groups -> resomap.sweep" in flat, out  # an import inside a function counts too
+    assert "resomap.tracking.publish -> resomap.explain.figures" in flat, out  # tracking renders nothing
