@@ -12,7 +12,6 @@ from resomap.reports.summary import (
     SweepSummary,
     build_summary,
     json_safe,
-    pareto_front,
     summary_rows,
     write_summary,
 )
@@ -22,7 +21,6 @@ __all__ = [
     "SweepSummary",
     "build_summary",
     "json_safe",
-    "pareto_front",
     "save",
     "summary_rows",
     "sweep_figures",
