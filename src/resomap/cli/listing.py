@@ -45,8 +45,22 @@ def cmd_explainers(args: argparse.Namespace) -> int:
     for name in EXPLAINERS.names():
         meta = EXPLAINERS.meta(name)
         notes = ", ".join(k for k in ("needs_spatial_layer", "slow") if meta.get(k))
+        targets = "+".join(meta.get("targets", ("class",)))  # class logit / a class over a region (resomap.tasks)
         options = _options(EXPLAINERS, name)
-        print(f"{name:<24}{notes:<26}{'options: ' + options if options else ''}".rstrip())
+        print(f"{name:<24}{notes:<26}{'targets: ' + targets:<24}{'options: ' + options if options else ''}".rstrip())
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    """The registered tasks (experiment.task) with their explanation target form and headline metrics, then the
+    segmentation loss terms (segmentation.loss)."""
+    from resomap.tasks import get_task, task_names
+    from resomap.tasks.losses import LOSSES
+
+    for name in task_names():
+        task = get_task(name)
+        print(f"{name:<24}targets: {task.target_form:<10}headline: {', '.join(task.headline)}")
+    print(f"loss terms (segmentation.loss): {', '.join(LOSSES.names())}")
     return 0
 
 
@@ -98,6 +112,8 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_datasets)
     p = sub.add_parser("executors", help="list the registered sweep executors")
     p.set_defaults(func=cmd_executors)
+    p = sub.add_parser("tasks", help="list the registered tasks (experiment.task) and loss terms")
+    p.set_defaults(func=cmd_tasks)
 
     p = sub.add_parser("config", help="print the resolved config (or --doc: the reference)")
     p.add_argument("--doc", action="store_true", help="print the config reference in markdown")

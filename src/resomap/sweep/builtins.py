@@ -11,6 +11,10 @@ library.
 
 from __future__ import annotations
 
+import resomap.data  # datasets: data.*
+import resomap.explain  # explainers: explainability.*, and the check that they take the task's targets
+import resomap.tasks  # noqa: F401  (the task check: models, dataset and loss fit experiment.task)
+
 
 def register_builtins() -> None:
     """Idempotent: the groups and checks are pushed when their packages are imported (above)."""

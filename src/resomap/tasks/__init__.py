@@ -165,8 +165,9 @@ def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
 
     try:
         task = get_task(cfg.experiment.task)
-    except UnknownNameError as exc:
-        fail("experiment.task", f"a registered task ({', '.join(task_names())})", f"{cfg.experiment.task} ({exc})")
+    except UnknownNameError:
+        hint = TASKS.hint(cfg.experiment.task).lstrip("; ")  # "did you mean ...?" or the known names
+        fail("experiment.task", f"a registered task, see resomap tasks ({hint})", cfg.experiment.task)
         return
     name = task.name
     names = list(cfg.sweep.models) + [pair[0] for pair in cfg.sweep.include]
