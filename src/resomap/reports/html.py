@@ -16,15 +16,12 @@ macro-F1.
 
 Written by hand: no report library does "data: URIs + a range slider per strip" without a server or a JS
 framework; the figures themselves come from the existing matplotlib code (reports.figures, explain.figures) and
-the probe overlays from explain.figures.probe_overlays. PNGs are encoded with Pillow (already a matplotlib
-dependency).
+the probe overlays from explain.figures.probe_overlays. The page's pieces (style, script, escaping, PNG data: URIs
+with Pillow) are reports.html_parts; the probe maps and agreement sections are reports.html_explain.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
 import logging
 import math
@@ -35,13 +32,17 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
+from resomap.reports.html_explain import agreement_section, probe_section
+from resomap.reports.html_parts import CSS as _CSS
+from resomap.reports.html_parts import JS as _JS
+from resomap.reports.html_parts import escape as _e
+from resomap.reports.html_parts import file_uri as _file_uri
+from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.html"
-PROBE_PX = 96  # probe overlays: drawn at min(resolution, this), shown at 128 px (pixelated): keeps the file small
-MAX_PROBES = 12  # probe images per model shown in the report
 SEG_FIGURES = ("seg_quality_vs_resolution", "seg_pareto")  # shown in the segmentation section
 SEG_OVERLAYS = "seg_overlays.png"  # a segmentation trial's true and predicted masks (stages.test_stage)
 SEG_NOT_APPLICABLE = "predictions.csv"  # summary notes about classification's per-image records: not for segmentation
@@ -51,78 +52,6 @@ FIGURE_ORDER = (
     "explain_cost_vs_resolution",
     "pareto_accuracy_latency",
 )
-
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1f2328;background:#f6f8fa}
-main{max-width:1180px;margin:0 auto;padding:24px 28px;background:#fff}
-h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:32px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
-h3{font-size:15px;margin:18px 0 6px}.muted{color:#59636e}.small{font-size:12px}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 8px;border-bottom:1px solid #e5e7eb;
-text-align:right}th{background:#f6f8fa;position:sticky;top:0}td.l,th.l{text-align:left}tr.rec td{background:#eefbf1}
-.figs{display:flex;flex-wrap:wrap;gap:12px}.figs figure{margin:0;max-width:100%}.figs img{max-width:560px;width:100%}
-figcaption{font-size:12px;color:#59636e}nav a{margin-right:12px}
-.probes{display:flex;flex-wrap:wrap;gap:10px}
-.probe{border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;background:#fcfcfd}
-.probe .said-all{font-size:12px;margin:2px 0 6px}.ok{color:#1a7f37}.bad{color:#c62828}
-.strips{display:flex;flex-wrap:wrap;gap:14px}.strip{min-width:134px}
-.strip .frames{display:flex;gap:6px}.strip figure{margin:0;width:132px}
-.strip figcaption{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;font-size:11px}
-.strip img{width:128px;height:128px;image-rendering:pixelated;border:2px solid #1a7f37;border-radius:3px}
-.strip figure.wrong img{border-color:#c62828}.strip figure.wrong .said{color:#c62828}.said{color:#1a7f37}
-.strip input{width:128px;display:block}.strip .res{font-size:12px;font-weight:600}
-.method{font-weight:600;font-size:13px}.mat td{text-align:center;min-width:52px}
-"""
-
-# The sliders: each strip of frames (one per resolution) becomes one frame + a range input; the caption of the
-# frame shown (resolution, prediction, confidence) is the one visible. Without JS all frames stay in a row.
-_JS = """
-document.querySelectorAll('.strip').forEach(function(s){
- var f=s.querySelectorAll('figure');if(f.length<2)return;
- var r=document.createElement('input');r.type='range';r.min=0;r.max=f.length-1;r.step=1;r.value=f.length-1;
- r.setAttribute('aria-label',s.dataset.label+': resolution');
- function show(i){f.forEach(function(x,j){x.hidden=(j!=i);});}
- r.addEventListener('input',function(){show(+r.value);});
- s.querySelector('.frames').before(r);show(f.length-1);
-});
-"""
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _png_uri(data: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-
-
-def _array_uri(rgb: Any) -> str:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(rgb).save(buf, format="PNG", optimize=True)
-    return _png_uri(buf.getvalue())
-
-
-def _file_uri(path: Path, max_width: int = 1100) -> str:
-    """A PNG on disk as a data: URI, downscaled to max_width px when wider (the sweep draws at 200 dpi)."""
-    from PIL import Image
-
-    with Image.open(path) as img:
-        if img.width <= max_width:
-            return _png_uri(path.read_bytes())
-        small = img.convert("RGB").resize((max_width, round(img.height * max_width / img.width)), Image.LANCZOS)
-        buf = io.BytesIO()
-        small.save(buf, format="PNG", optimize=True)
-        return _png_uri(buf.getvalue())
-
-
-def _num(value: Any, fmt: str = "{:.3f}") -> str:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return "–"
-    return fmt.format(x) if math.isfinite(x) else "–"
-
 
 # ------------------------------------------------------------------------------------------------ finding sweeps
 
@@ -173,8 +102,8 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     ]
     if seg:
         sections.append(("predictions", "Predicted masks", _overlay_section(sweep_dir, trials)))
-    sections.append(("probes", "What the models saw", _probe_section(sweep_dir, trials)))
-    sections.append(("agreement", "Agreement of explanations across resolutions", _agreement_section(sweep_dir)))
+    sections.append(("probes", "What the models saw", probe_section(sweep_dir, trials)))
+    sections.append(("agreement", "Agreement of explanations across resolutions", agreement_section(sweep_dir)))
     nav = " ".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
     head = (
         f"<h1>ResoMap sweep {_e(sweep_dir.name)}</h1>"
@@ -314,114 +243,6 @@ def _matrix_cell(value: float, low: float, high: float, own: bool) -> str:
         share = (value - low) / (high - low) if high > low else 1.0
         style += f"background:rgba(33,145,140,{0.1 + 0.5 * share:.2f})"  # viridis' middle green, light to strong
     return f'<td style="{style}">{_e(_num(value))}</td>'
-
-
-def _maps_path(sweep_dir: Path, trial: dict) -> Path | None:
-    folder = trial.get("folder")
-    candidates = []
-    if folder:
-        base = Path(folder)
-        candidates.append((base if base.is_absolute() else sweep_dir / base) / "explanations.npz")
-    maps = (trial.get("explain") or {}).get("maps")
-    if maps:
-        candidates.append(Path(maps))
-    return next((c for c in candidates if c.is_file()), None)
-
-
-def _probe_section(sweep_dir: Path, trials: list[dict]) -> str:
-    from resomap.explain.figures import probe_overlays, scale_words, shared_scales
-
-    by_model: dict[str, dict[int, Path]] = defaultdict(dict)
-    seed_of: dict[str, int] = {}
-    for t in sorted(trials, key=lambda t: int(t.get("seed") or 0)):
-        if t.get("status") != "FINISHED":
-            continue
-        path = _maps_path(sweep_dir, t)
-        model, seed = str(t["model"]), int(t.get("seed") or 0)
-        if path is None or seed_of.setdefault(model, seed) != seed:  # the lowest seed of each model
-            continue
-        by_model[model][int(t["resolution"])] = path
-    if not by_model:
-        return '<p class="muted">No explanations were saved (explainability.enabled off, or every method failed).</p>'
-    parts = [
-        '<p class="small muted">Each probe image (the same test images for every model and resolution) with each'
-        " method's map at every resolution; the border is green when the model was right at that resolution, red"
-        " when not. With JavaScript on, a slider moves across resolutions.</p>"
-    ]
-    for model, per_res in sorted(by_model.items()):
-        scales = shared_scales(per_res.values())
-        frames: dict[tuple[int, str], list[Any]] = defaultdict(list)  # (position, method) -> overlay per res
-        for res in sorted(per_res):
-            size = min(res, PROBE_PX)  # the pixels the model saw, up to PROBE_PX; shown at 128 px, pixelated
-            for ov in probe_overlays(per_res[res], size=size, scales=scales):
-                if ov.position < MAX_PROBES:
-                    frames[(ov.position, ov.method)].append(ov)
-        methods = sorted({m for _, m in frames})
-        words = "; ".join(scale_words(m, m in scales) for m in methods)
-        parts.append(f'<h3>{_e(model)} <span class="small muted">(seed {seed_of[model]})</span></h3>')
-        parts.append(f'<p class="small muted">Colour: {_e(words)}.</p>')
-        cards = []
-        for pos in sorted({p for p, _ in frames}):
-            one = next(frames[(pos, m)] for m in methods if frames.get((pos, m)))
-            first = one[0]
-            said = " · ".join(
-                f'<span class="{"ok" if o.correct else "bad"}">{o.resolution} px: {_e(o.pred)}'
-                f" {_e(_num(o.prob, '{:.0%}'))}{'' if o.correct else ' ✗'}</span>"
-                for o in sorted(one, key=lambda o: o.resolution)
-            )
-            strips = "".join(_strip(model, m, frames[(pos, m)]) for m in methods if frames.get((pos, m)))
-            cards.append(
-                f'<div class="probe"><div><b>image #{_e(first.index)}</b> · true class <b>{_e(first.true)}</b></div>'
-                f'<div class="said-all">{said}</div><div class="strips">{strips}</div></div>'
-            )
-        parts.append(f'<div class="probes">{"".join(cards)}</div>')
-    return "".join(parts)
-
-
-def _strip(model: str, method: str, overlays: list[Any]) -> str:
-    label = f"{model} {method} probe #{overlays[0].index}"
-    figs = []
-    for ov in sorted(overlays, key=lambda o: o.resolution):
-        cls = "" if ov.correct else ' class="wrong"'
-        said = f"{ov.pred} {_num(ov.prob, '{:.0%}')}" + ("" if ov.correct else " ✗")
-        figs.append(
-            f'<figure{cls} data-res="{ov.resolution}"><img alt="{_e(ov.caption)}" title="{_e(ov.caption)}"'
-            f' src="{_array_uri(ov.image)}"><figcaption><span class="res">{ov.resolution} px</span>'
-            f' <span class="said">{_e(said)}</span></figcaption></figure>'
-        )
-    return (
-        f'<div class="strip" data-label="{_e(label)}"><div class="method">{_e(method)}</div>'
-        f'<div class="frames">{"".join(figs)}</div></div>'
-    )
-
-
-def _agreement_section(sweep_dir: Path) -> str:
-    folder = sweep_dir / "explanations"
-    parts = []
-    statements = folder / "agreement.txt"
-    if statements.is_file():
-        lines = [x for x in statements.read_text(encoding="utf-8").splitlines() if x.strip()]
-        parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>")
-    mats = sorted((folder / "agreement").glob("*_spearman.png")) if (folder / "agreement").is_dir() else []
-    across = [p for p in mats if not p.stem.endswith("_methods_spearman")]
-    between = [p for p in mats if p.stem.endswith("_methods_spearman")]
-
-    def figs(paths: list[Path]) -> str:
-        return "".join(
-            f'<figure><img alt="{_e(p.stem)}" src="{_file_uri(p, 700)}" style="max-width:340px">'
-            f"<figcaption>{_e(p.stem.replace('_', ' '))}</figcaption></figure>"
-            for p in paths
-        )
-
-    if across:
-        parts.append(
-            '<p class="small muted">Spearman rank agreement of each method\'s maps across resolutions (common grid);'
-            " on the diagonal the cross-seed noise floor when the sweep has several seeds. All metrics and their"
-            f' references: explanations/agreement.csv.</p><div class="figs">{figs(across)}</div>'
-        )
-    if between:
-        parts.append(f'<h3>Between methods, at each resolution</h3><div class="figs">{figs(between)}</div>')
-    return "".join(parts) or '<p class="muted">No agreement results (fewer than two resolutions with maps).</p>'
 
 
 # ------------------------------------------------------------------------------------------------ segmentation

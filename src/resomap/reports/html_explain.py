@@ -1,0 +1,126 @@
+"""The report's explanation sections (reports.html): "What the models saw" (each probe image with every method's map
+at every resolution, what the model said, one strip per method that the page's script turns into a slider) and the
+agreement of the explanations across resolutions (the statements and matrices the sweep's comparison wrote under
+explanations/)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from resomap.reports.html_parts import array_uri as _array_uri
+from resomap.reports.html_parts import escape as _e
+from resomap.reports.html_parts import file_uri as _file_uri
+from resomap.reports.html_parts import num as _num
+
+PROBE_PX = 96  # probe overlays: drawn at min(resolution, this), shown at 128 px (pixelated): keeps the file small
+MAX_PROBES = 12  # probe images per model shown in the report
+
+
+def _maps_path(sweep_dir: Path, trial: dict) -> Path | None:
+    folder = trial.get("folder")
+    candidates = []
+    if folder:
+        base = Path(folder)
+        candidates.append((base if base.is_absolute() else sweep_dir / base) / "explanations.npz")
+    maps = (trial.get("explain") or {}).get("maps")
+    if maps:
+        candidates.append(Path(maps))
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def probe_section(sweep_dir: Path, trials: list[dict]) -> str:
+    from resomap.explain.figures import probe_overlays, scale_words, shared_scales
+
+    by_model: dict[str, dict[int, Path]] = defaultdict(dict)
+    seed_of: dict[str, int] = {}
+    for t in sorted(trials, key=lambda t: int(t.get("seed") or 0)):
+        if t.get("status") != "FINISHED":
+            continue
+        path = _maps_path(sweep_dir, t)
+        model, seed = str(t["model"]), int(t.get("seed") or 0)
+        if path is None or seed_of.setdefault(model, seed) != seed:  # the lowest seed of each model
+            continue
+        by_model[model][int(t["resolution"])] = path
+    if not by_model:
+        return '<p class="muted">No explanations were saved (explainability.enabled off, or every method failed).</p>'
+    parts = [
+        '<p class="small muted">Each probe image (the same test images for every model and resolution) with each'
+        " method's map at every resolution; the border is green when the model was right at that resolution, red"
+        " when not. With JavaScript on, a slider moves across resolutions.</p>"
+    ]
+    for model, per_res in sorted(by_model.items()):
+        scales = shared_scales(per_res.values())
+        frames: dict[tuple[int, str], list[Any]] = defaultdict(list)  # (position, method) -> overlay per res
+        for res in sorted(per_res):
+            size = min(res, PROBE_PX)  # the pixels the model saw, up to PROBE_PX; shown at 128 px, pixelated
+            for ov in probe_overlays(per_res[res], size=size, scales=scales):
+                if ov.position < MAX_PROBES:
+                    frames[(ov.position, ov.method)].append(ov)
+        methods = sorted({m for _, m in frames})
+        words = "; ".join(scale_words(m, m in scales) for m in methods)
+        parts.append(f'<h3>{_e(model)} <span class="small muted">(seed {seed_of[model]})</span></h3>')
+        parts.append(f'<p class="small muted">Colour: {_e(words)}.</p>')
+        cards = []
+        for pos in sorted({p for p, _ in frames}):
+            one = next(frames[(pos, m)] for m in methods if frames.get((pos, m)))
+            first = one[0]
+            said = " · ".join(
+                f'<span class="{"ok" if o.correct else "bad"}">{o.resolution} px: {_e(o.pred)}'
+                f" {_e(_num(o.prob, '{:.0%}'))}{'' if o.correct else ' ✗'}</span>"
+                for o in sorted(one, key=lambda o: o.resolution)
+            )
+            strips = "".join(_strip(model, m, frames[(pos, m)]) for m in methods if frames.get((pos, m)))
+            cards.append(
+                f'<div class="probe"><div><b>image #{_e(first.index)}</b> · true class <b>{_e(first.true)}</b></div>'
+                f'<div class="said-all">{said}</div><div class="strips">{strips}</div></div>'
+            )
+        parts.append(f'<div class="probes">{"".join(cards)}</div>')
+    return "".join(parts)
+
+
+def _strip(model: str, method: str, overlays: list[Any]) -> str:
+    label = f"{model} {method} probe #{overlays[0].index}"
+    figs = []
+    for ov in sorted(overlays, key=lambda o: o.resolution):
+        cls = "" if ov.correct else ' class="wrong"'
+        said = f"{ov.pred} {_num(ov.prob, '{:.0%}')}" + ("" if ov.correct else " ✗")
+        figs.append(
+            f'<figure{cls} data-res="{ov.resolution}"><img alt="{_e(ov.caption)}" title="{_e(ov.caption)}"'
+            f' src="{_array_uri(ov.image)}"><figcaption><span class="res">{ov.resolution} px</span>'
+            f' <span class="said">{_e(said)}</span></figcaption></figure>'
+        )
+    return (
+        f'<div class="strip" data-label="{_e(label)}"><div class="method">{_e(method)}</div>'
+        f'<div class="frames">{"".join(figs)}</div></div>'
+    )
+
+
+def agreement_section(sweep_dir: Path) -> str:
+    folder = sweep_dir / "explanations"
+    parts = []
+    statements = folder / "agreement.txt"
+    if statements.is_file():
+        lines = [x for x in statements.read_text(encoding="utf-8").splitlines() if x.strip()]
+        parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>")
+    mats = sorted((folder / "agreement").glob("*_spearman.png")) if (folder / "agreement").is_dir() else []
+    across = [p for p in mats if not p.stem.endswith("_methods_spearman")]
+    between = [p for p in mats if p.stem.endswith("_methods_spearman")]
+
+    def figs(paths: list[Path]) -> str:
+        return "".join(
+            f'<figure><img alt="{_e(p.stem)}" src="{_file_uri(p, 700)}" style="max-width:340px">'
+            f"<figcaption>{_e(p.stem.replace('_', ' '))}</figcaption></figure>"
+            for p in paths
+        )
+
+    if across:
+        parts.append(
+            '<p class="small muted">Spearman rank agreement of each method\'s maps across resolutions (common grid);'
+            " on the diagonal the cross-seed noise floor when the sweep has several seeds. All metrics and their"
+            f' references: explanations/agreement.csv.</p><div class="figs">{figs(across)}</div>'
+        )
+    if between:
+        parts.append(f'<h3>Between methods, at each resolution</h3><div class="figs">{figs(between)}</div>')
+    return "".join(parts) or '<p class="muted">No agreement results (fewer than two resolutions with maps).</p>'
