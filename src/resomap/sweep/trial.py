@@ -18,6 +18,7 @@ from typing import Any
 from resomap.atomic import write_text
 from resomap.config import Config, save_resolved, to_dict
 from resomap.errors import ConfigError, ResoMapError
+from resomap.tasks import other_task_sections
 from resomap.trial_result import TrialResult  # below sweep and analysis; kept importable from here
 
 log = logging.getLogger(__name__)
@@ -108,8 +109,8 @@ def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
             node = node[part]
         node.pop(leaf, None)
     task = tree["experiment"].pop("task", "classification")
-    if task != "segmentation":
-        tree.pop("segmentation", None)  # the segmentation section only counts for segmentation trials
+    for section in other_task_sections(task):  # another task's settings do not change what this trial computes
+        tree.pop(section, None)
     if task != "classification":  # classification keys stay what they were before the task axis
         tree["experiment"]["task"] = task
     tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}

@@ -126,6 +126,11 @@ def _builtins() -> None:
     from resomap.tasks import classification, segmentation  # noqa: F401  (registers the built-in tasks)
 
 
+def other_task_sections(name: str) -> list[str]:
+    """The config sections that hold the settings of tasks other than `name` (a trial key leaves them out)."""
+    return [s for t in task_names() if t != name and (s := get_task(t).section)]
+
+
 def step_words(name: str) -> str:
     """The labels and loss of a task's timed training step in words (its name when the task is unknown)."""
     try:
