@@ -182,9 +182,10 @@ def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
 def test_segmentation_overlays_become_an_image_at_the_resolution(tmp_path: Path):
     from PIL import Image
 
-    from resomap.tracking.publish import SEG_OVERLAYS, _log_probe_images
+    from resomap.records import SEG_OVERLAYS_FILE
+    from resomap.tracking.publish import _log_probe_images
 
-    Image.new("RGBA", (40, 30), (255, 0, 0, 255)).save(tmp_path / SEG_OVERLAYS)
+    Image.new("RGBA", (40, 30), (255, 0, 0, 255)).save(tmp_path / SEG_OVERLAYS_FILE)
     logged = []
 
     class Recorder:

@@ -23,6 +23,8 @@ import numpy as np
 from resomap.atomic import write_text
 
 PREDICTIONS_FILE = "predictions.csv"
+SEG_RECORDS_FILE = "seg_predictions.csv"  # a segmentation trial's per-image scores (resomap.tasks.segmentation)
+SEG_OVERLAYS_FILE = "seg_overlays.png"  # a segmentation trial's true and predicted masks of a few test images
 # beside it, <method>/<nn>.png: each probe image's map, captioned (explain stage), the trial run's MLflow images
 PROBE_IMAGES_DIR = "probe_images"
 # the distributions whose versions every result records (read from installed metadata: nothing is imported)

@@ -32,6 +32,7 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
+from resomap.records import SEG_OVERLAYS_FILE
 from resomap.reports.html_explain import agreement_section, probe_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.html"
 SEG_FIGURES = ("seg_quality_vs_resolution", "seg_pareto")  # shown in the segmentation section
-SEG_OVERLAYS = "seg_overlays.png"  # a segmentation trial's true and predicted masks (stages.test_stage)
 SEG_NOT_APPLICABLE = "predictions.csv"  # summary notes about classification's per-image records: not for segmentation
 FIGURE_ORDER = (
     "accuracy_vs_resolution",
@@ -411,7 +411,7 @@ def _overlay_section(sweep_dir: Path, trials: list[dict]) -> str:
         figs, missing = [], []
         for res, t in sorted(per_res.items()):
             folder = _trial_folder(sweep_dir, t)
-            path = folder / SEG_OVERLAYS if folder is not None else None
+            path = folder / SEG_OVERLAYS_FILE if folder is not None else None
             if path is None or not path.is_file():
                 missing.append(f"{res} px")
                 continue

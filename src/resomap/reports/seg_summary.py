@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from resomap.atomic import write_text
+from resomap.records import SEG_RECORDS_FILE
 
 log = logging.getLogger(__name__)
 
-SEG_RECORDS = "seg_predictions.csv"
 SEG_SUMMARY_CSV, SEG_PAIRED_CSV, SEG_SUMMARY_MD = "seg_summary.csv", "seg_paired_tests.csv", "seg_summary.md"
 ROW_COLUMNS = (
     "model",
@@ -68,7 +68,7 @@ PAIRED_COLUMNS = (
 
 def read_records(folder: Path) -> dict[int, dict[int, dict[str, float]]]:
     """{test resolution: {image index: {column: value}}} from a trial's seg_predictions.csv ({} when absent)."""
-    path = Path(folder) / SEG_RECORDS
+    path = Path(folder) / SEG_RECORDS_FILE
     if not path.is_file():
         return {}
     out: dict[int, dict[int, dict[str, float]]] = defaultdict(dict)

@@ -10,10 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE
 from resomap.tasks import Task, register_task
-
-SEG_RECORDS = "seg_predictions.csv"  # the per-image score table of a segmentation trial
-SEG_OVERLAYS = "seg_overlays.png"  # true and predicted masks of a few test images
 
 
 @register_task("segmentation")
@@ -65,7 +63,7 @@ class SegmentationTask(Task):
         out_dir.mkdir(parents=True, exist_ok=True)
         fig = confusion_figure(found.y_pred, bundle.class_names, f"{title}: test pixel confusion matrix")
         fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
-        overlay_figure(model, bundle, trainer, title).savefig(out_dir / SEG_OVERLAYS, dpi=100)
+        overlay_figure(model, bundle, trainer, title).savefig(out_dir / SEG_OVERLAYS_FILE, dpi=100)
 
     def write_records(self, matrix, out_dir: Path) -> Path | None:
         """seg_predictions.csv: per test resolution and image, pixel accuracy, IoU, Dice and boundary F1."""
@@ -74,7 +72,7 @@ class SegmentationTask(Task):
         found = {res: f for res, f in matrix.items() if f.index is not None and len(f.index) == len(f.y_true)}
         if not found:
             return None
-        path = out_dir / SEG_RECORDS
+        path = out_dir / SEG_RECORDS_FILE
         write_records(path, next(iter(found.values())).index, {res: f.y_true for res, f in found.items()})
         return path
 

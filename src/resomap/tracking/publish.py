@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from resomap.config import Config, flatten
-from resomap.records import PROBE_IMAGES_DIR
+from resomap.records import PROBE_IMAGES_DIR, SEG_OVERLAYS_FILE
 from resomap.tracking.mlflow_store import is_number
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,6 @@ HEADLINE_NAMES = {
     "profile/latency_median_ms": "profile/latency_p50_ms",
     "profile/memory_peak_mb": "profile/peak_memory_mb",
 }
-SEG_OVERLAYS = "seg_overlays.png"  # written by the test stage of a segmentation trial
 # (model, best_checkpoint, ...) of a result -> (model, input example) to log, or None: given by the caller
 LoadModel = Callable[[Mapping[str, Any]], "tuple[Any, Any] | None"]
 
@@ -276,7 +275,7 @@ def _log_probe_images(tracker: Any, run_id: str, folder: Path, resolution: int, 
     from PIL import Image
 
     held = _held_images(have)
-    pictures = [("segmentation/overlays", folder / SEG_OVERLAYS)]  # a segmenter's predictions over its test images
+    pictures = [("segmentation/overlays", folder / SEG_OVERLAYS_FILE)]  # a segmenter's predictions over its test images
     for path in sorted((folder / PROBE_IMAGES_DIR).glob("*/*.png")):
         if path.stem.isdigit():
             pictures.append((probe_image_key(path.parent.name, int(path.stem)), path))
