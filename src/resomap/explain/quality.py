@@ -34,14 +34,10 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain import sanity as _sanity
 from resomap.explain.registry import explaining
 from resomap.explain.targets import cam_targets, target_probs
 
 log = logging.getLogger(__name__)
-
-# the sanity check lives in explain.sanity; explain.run still imports these two from here
-sanity_check, random_weight_maps = _sanity.sanity_check, _sanity.random_weight_maps
 
 ROAD_PERCENTILES = (20, 40, 60, 80)  # fraction of pixels imputed by ROAD, in %
 BASELINE_CANDIDATES = ("mean", "zeros", "blur", "noise")  # deletion/insertion baseline images, in tie order
@@ -140,11 +136,6 @@ def edge_maps(images: torch.Tensor) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ faithfulness
 
 
-def _target_probs(model: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
-    """The target's softmax probability per image (over its region for region targets)."""
-    return target_probs(model, x, targets)
-
-
 def deletion_insertion(
     model: nn.Module,
     images: torch.Tensor,
@@ -172,8 +163,8 @@ def deletion_insertion(
     with explaining(model):
         for f in fractions:
             moved = rank < round(float(f) * h * w)
-            dele.append(_target_probs(model, torch.where(moved, base, images), targets))
-            ins.append(_target_probs(model, torch.where(moved, images, base), targets))
+            dele.append(target_probs(model, torch.where(moved, base, images), targets))
+            ins.append(target_probs(model, torch.where(moved, images, base), targets))
     return np.trapezoid(np.stack(dele, 1), fractions, axis=1), np.trapezoid(np.stack(ins, 1), fractions, axis=1)
 
 

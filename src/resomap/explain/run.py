@@ -19,7 +19,9 @@ from torch import nn
 from resomap.config import Config
 from resomap.errors import ConfigError
 from resomap.explain.probe import explain_probe_costed, probe_indices, save_maps
-from resomap.explain.quality import quality_context, quality_metrics, random_weight_maps, sanity_check
+from resomap.explain.quality import quality_context, quality_metrics
+from resomap.explain.sanity import random_weight_maps, sanity_check
+from resomap.explain.targets import classes_and_regions, region_mean
 from resomap.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -207,8 +209,6 @@ def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Ten
     `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report).
     For region targets (resomap.explain.targets) each is over the region: the class with the highest mean
     probability there, that probability, and the explained class's mean probability."""
-    from resomap.explain.targets import classes_and_regions
-
     was_training = model.training
     model.eval()
     try:
@@ -219,7 +219,7 @@ def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Ten
     probs = torch.softmax(logits, dim=1).cpu()
     true, region = classes_and_regions(targets.cpu())
     if region is not None:  # mean probability of each class over the region: [N, K]
-        probs = (probs * region[:, None]).sum((2, 3)) / region.sum((1, 2)).clamp(min=1)[:, None]
+        probs = region_mean(probs, region[:, None])
     pred = probs.argmax(dim=1)
     return {
         "pred": pred.tolist(),
@@ -230,8 +230,6 @@ def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Ten
 
 def _target_classes(targets: torch.Tensor) -> list[int]:
     """The explained class of each probe image (region targets: the class over its region)."""
-    from resomap.explain.targets import classes_and_regions
-
     return [int(c) for c in classes_and_regions(targets.cpu())[0]]
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "cam_targets",
     "classes_and_regions",
     "is_region",
+    "region_mean",
     "region_targets",
     "target_probs",
 ]
@@ -44,6 +45,12 @@ class RegionLogits(nn.Module):
         return (out * region[:, None].to(out.dtype)).sum(dim=(2, 3))
 
 
+def region_mean(values: torch.Tensor, region: torch.Tensor) -> torch.Tensor:
+    """The mean of `values` [..., r, r] over the region's pixels (the last two dims; an empty region gives 0)."""
+    region = region.to(values.dtype)
+    return (values * region).sum((-2, -1)) / region.sum((-2, -1)).clamp(min=1)
+
+
 def num_outputs(out: torch.Tensor) -> int:
     """Classes of a model output: logits [B, K] or [B, K, r, r]."""
     return int(out.shape[1])
@@ -58,7 +65,7 @@ def target_probs(model: nn.Module, x: torch.Tensor, targets: torch.Tensor) -> np
     picked = prob[torch.arange(len(classes), device=prob.device), classes]
     if region is None:
         return picked.cpu().numpy()
-    return ((picked * region).sum((1, 2)) / region.sum((1, 2)).clamp(min=1)).cpu().numpy()
+    return region_mean(picked, region).cpu().numpy()
 
 
 class RegionSoftmaxTarget:
@@ -68,9 +75,8 @@ class RegionSoftmaxTarget:
         self.category, self.mask = category, torch.as_tensor(mask, dtype=torch.float32)
 
     def __call__(self, model_output: torch.Tensor) -> torch.Tensor:
-        mask = self.mask.to(model_output.device)
         prob = torch.softmax(model_output, dim=0)[self.category]
-        return (prob * mask).sum() / mask.sum().clamp(min=1)
+        return region_mean(prob, self.mask.to(model_output.device))
 
 
 def cam_targets(targets: torch.Tensor, softmax: bool = False) -> list[Any]:
