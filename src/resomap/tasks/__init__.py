@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from resomap.config import register_check
+from resomap.errors import ConfigError, UnknownNameError
 from resomap.registry import Registry
 
 DEFAULT_TASK = "classification"
@@ -135,14 +137,12 @@ def step_words(name: str) -> str:
     """The labels and loss of a task's timed training step in words (its name when the task is unknown)."""
     try:
         return get_task(name).step_words
-    except Exception:  # a profile read back from a task no longer registered
+    except UnknownNameError:  # a profile read back from a task no longer registered
         return str(name)
 
 
 def for_output(out: Any) -> Task:
     """The first registered task whose models give outputs of this rank (profiling a bare model)."""
-    from resomap.errors import ConfigError
-
     for name in task_names():
         task = get_task(name)
         if task.output_rank == out.dim():
@@ -165,7 +165,6 @@ def dataset_task(name: str) -> str:
 
 def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
     """fail(path, expected, got) on the first key that does not fit cfg.experiment.task."""
-    from resomap.errors import UnknownNameError
     from resomap.models.registry import model_task
 
     try:
@@ -192,10 +191,4 @@ def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
     task.check(cfg, fail)
 
 
-def _register() -> None:
-    from resomap.config import register_check
-
-    register_check(check)  # the config loader runs it on every load (the config layer imports nothing above it)
-
-
-_register()
+register_check(check)  # the config loader runs it on every load (the config layer imports nothing above it)
