@@ -6,8 +6,8 @@ Each step returns a typed value that resomap.sweep.trial.TrialResult holds:
   predictions per image; `.summary` is the EvalMetrics a result keeps);
 - profile_stage: cost at its resolution (profile.txt/json written) -> ProfileSummary;
 - explain_stage: maps of the probe set, scored (explanations.npz written) -> ExplainSummary;
-- evaluate_trained: the four above in order, as a sweep trial and `resomap analyze` run them, keeping every test
-  image's prediction at every test resolution in predictions.csv (resomap.records);
+- evaluate_trained: the four above in order, as a sweep trial and `resomap analyze` run them, keeping the task's
+  per-image score table at every test resolution (resomap.tasks: predictions.csv, seg_predictions.csv);
 - compare_stage: over many trials, the explanations of each model compared across resolutions -> Comparison.
 """
 
@@ -227,14 +227,6 @@ def test_matrix(
     return out
 
 
-def write_records(matrix: Mapping[int, EvalResult], out_dir: Path, task: Any = None) -> Path | None:
-    """The task's per-image score table in out_dir (classification: predictions.csv, every test image's label and
-    prediction at every test resolution; resomap.tasks)."""
-    from resomap.tasks import get_task
-
-    return (task or get_task()).write_records(dict(matrix), out_dir)
-
-
 def profile_stage(
     model: Any,
     cfg: Any,
@@ -334,7 +326,7 @@ def evaluate_trained(
     kw = {"trainer": trainer, "num_classes": num_classes}
     matrix = test_matrix(model, cfg, cfg.sweep.resolutions, own, seed, device, **kw)
     cross = {str(res): found.summary for res, found in matrix.items()}
-    records = write_records(matrix, out_dir, trainer.task)
+    records = trainer.task.write_records(matrix, out_dir)  # the per-image score table (predictions.csv, ...)
     plain = unwrap(model)
     prof = None
     if cfg.profiling.enabled:

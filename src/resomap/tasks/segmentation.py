@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE
 from resomap.tasks import Task, register_task
+from resomap.tasks.targets import region_targets
 
 
 @register_task("segmentation")
@@ -91,8 +92,6 @@ class SegmentationTask(Task):
             k = next((int(c) for c in rank if int(c) in present and c != 0), int(m.max()))
             classes.append(k)
             regions.append(m == k)
-        from resomap.tasks.targets import region_targets
-
         region = torch.stack(regions)
         return region_targets(torch.tensor(classes), region), region.numpy()
 
