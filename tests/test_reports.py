@@ -202,7 +202,8 @@ def test_summary_columns_keep_their_names_and_order(fake):
     with (out / "summary.csv").open(newline="") as fh:
         assert next(csv.reader(fh)) == SUMMARY_CSV_COLUMNS
     first = json.loads((out / "summary.json").read_text())["rows"][0]
-    assert list(first) == [*SUMMARY_CSV_COLUMNS, "cross_resolution"]
+    assert list(first) == [*SUMMARY_CSV_COLUMNS, "cross_resolution", "score_columns", "words"]
+    assert first["score_columns"] == ["test_accuracy"] and first["words"]["test_accuracy"] == "accuracy"
 
 
 def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake):
@@ -213,7 +214,8 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
     assert [r.to_dict() for r in rows] == [{**d, **costs} for d in data]  # a round trip, columns in order
     assert list(rows[0].to_dict(csv=True)) == [*SUMMARY_CSV_COLUMNS, *costs]
     row = rows[0]
-    assert row.accuracy == row.test_accuracy_pooled and row.explain_seconds == {"gradcam": 1.5}
+    assert row.accuracy == row.value("test_accuracy_pooled") == row.score("test_accuracy")[0]
+    assert row.explain_seconds == {"gradcam": 1.5}
     assert row.value("explain_seconds/gradcam") == 1.5 and row.value("latency_ms") == row.latency_ms
     assert row.value("no_such_column") is None
     assert set(row.parent_metrics()) == {
@@ -224,9 +226,9 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
     }
     points = row.by_resolution()
     assert points["latency_p50_ms"] == row.latency_ms and points["explain_seconds_gradcam"] == 1.5
-    assert points["test_accuracy_ci_low"] == row.test_accuracy_ci_low
+    assert points["test_accuracy_ci_low"] == row.score("test_accuracy")[1] is not None
     old = SummaryRow.from_dict({"model": "m", "resolution": 32})  # a summary.json from before a column existed
-    assert old.test_accuracy_ci_low is None and old.accuracy is None and old.n_seeds == 1
+    assert old.value("test_accuracy_ci_low") is None and old.accuracy is None and old.n_seeds == 1
 
 
 def test_pooled_macro_f1_of_identical_seeds_is_the_one_seed_interval():
@@ -282,7 +284,7 @@ def test_results_without_predictions_say_why(tmp_path):
     results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
     summary = build_summary(results, trial_folders(trials), FAST)
     for row in summary.rows:
-        assert row.test_accuracy_ci_low is None and "no predictions.csv" in row.note
+        assert row.value("test_accuracy_ci_low") is None and "no predictions.csv" in row.note
         assert row.test_accuracy_seed_ci_low is not None  # the seed interval needs only result.json
     assert summary.paired_tests == [] and summary.recommendations[0]["available"] is False
     assert "no predictions.csv" in summary.recommendations[0]["sentence"]
@@ -413,3 +415,75 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     logged = [c for c in tracker.calls if c[0] != "artifact"]
     _summarise(results, cfg, out, tracker, "parent", trials)  # publishing again adds no metric point, tag or image
     assert [c for c in tracker.calls if c[0] != "artifact"] == logged
+
+
+def _seg_trials(root: Path, scores: dict[tuple[int, int], np.ndarray]) -> tuple[list[dict], dict]:
+    """Segmentation trials (tiny_segnet at each resolution x seed) whose seg_predictions.csv holds `scores`
+    ({(resolution, seed): [2, N] mIoU and boundary F1 per image}), NaN written empty as the task writes them."""
+    results, folders = [], {}
+    for (res, seed), values in scores.items():
+        folder = root / f"{res}" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        lines = ["test_resolution,index,pixel_accuracy,miou,mdice,boundary_f1"]
+        for i, (miou, bf1) in enumerate(values.T):
+            cell = "" if math.isnan(bf1) else f"{bf1:.6g}"
+            lines.append(f"{res},{100 + i},0.9,{miou:.6g},0.5,{cell}")
+        (folder / "seg_predictions.csv").write_text("\n".join(lines) + "\n")
+        test = {"test/accuracy": 0.9, "test/miou": float(values[0].mean()), "test/macro_f1": 0.5}
+        results.append(
+            {"model": "tiny_segnet", "family": "segnet", "resolution": res, "seed": seed, "status": "FINISHED",
+             "test": test, "predictions": "seg_predictions.csv", "task": "segmentation" if seed == 0 else ""}
+        )  # fmt: skip
+        folders[("tiny_segnet", res, seed)] = folder
+    return results, folders
+
+
+def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics(tmp_path):
+    """The summary of a segmentation sweep: per-image mIoU / boundary F1 from the task's score tables, pooled over
+    seeds with the same bootstrap interval, paired tests and recommendation as a classifier's accuracy gets, on the
+    same [seeds, images] arrays (float scores: the paired bootstrap, Holm within each metric)."""
+    rng = np.random.default_rng(0)
+    n = 30
+    base = rng.uniform(0.4, 0.8, n)
+    scores = {}
+    for res, gain in ((16, 0.0), (32, 0.1)):
+        for seed in (0, 1):
+            miou = np.clip(base + gain + rng.normal(0, 0.05, n), 0, 1)
+            bf1 = np.clip(miou - 0.1 + rng.normal(0, 0.05, n), 0, 1)
+            bf1[3] = np.nan  # an image with no boundary: no score
+            scores[(res, seed)] = np.round(np.stack([miou, bf1]), 6)
+    results, folders = _seg_trials(tmp_path, scores)
+    summary = build_summary(results, folders, FAST)
+    rows = {r.resolution: r for r in summary.rows}
+    settings = {"level": FAST.level, "resamples": FAST.resamples, "seed": FAST.seed}
+    for res, row in rows.items():
+        assert row.score_columns == ["image_miou", "image_boundary_f1"] and row.headline == "image_miou"
+        miou = np.stack([scores[(res, s)][0] for s in (0, 1)])
+        expect = stats.bootstrap_scores(miou, **settings)
+        assert row.score("image_miou") == (expect.estimate, expect.low, expect.high)
+        bf1 = np.stack([scores[(res, s)][1] for s in (0, 1)])
+        kept = np.isfinite(bf1).all(axis=0)
+        expect = stats.bootstrap_scores(bf1[:, kept], **settings)
+        assert row.score("image_boundary_f1") == (expect.estimate, expect.low, expect.high)
+        assert "29 of 30 images" in row.note and row.n_test_images == n
+        assert row.value("test_miou") == pytest.approx(np.mean([scores[(res, s)][0].mean() for s in (0, 1)]))
+    by_metric = {p["metric"]: p for p in summary.paired_tests}
+    assert set(by_metric) == {"miou", "boundary_f1"}
+    a = np.stack([scores[(16, s)][0] for s in (0, 1)])
+    b = np.stack([scores[(32, s)][0] for s in (0, 1)])
+    test = stats.paired_score_test(a, b, **settings)
+    found = by_metric["miou"]
+    assert (found["effect"], found["ci_low"], found["ci_high"], found["p_value"]) == (
+        test.effect,
+        test.low,
+        test.high,
+        test.p_value,
+    )
+    assert found["p_adjusted"] == test.p_value and found["significant"]  # one pair per metric: nothing to adjust
+    (rec,) = summary.recommendations
+    assert rec["metric"] == "miou" and rec["resolution"] == 32 and rec["paired_test"] == "bootstrap"
+    assert "has the highest mIoU per image" in rec["sentence"]
+    out = tmp_path / "summary"
+    write_summary(summary, out)
+    assert "mIoU per image [95% CI]" in (out / "summary.md").read_text()
+    assert sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)

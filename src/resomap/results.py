@@ -30,6 +30,7 @@ PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index",
 # the columns of paired_tests.csv and recommendation.csv (written by resomap.reports.summary, read here)
 PAIRED_COLUMNS = (
     "model",
+    "metric",
     "resolution_a",
     "resolution_b",
     "accuracy_a",
@@ -52,6 +53,7 @@ PAIRED_COLUMNS = (
 )
 RECOMMENDATION_COLUMNS = (
     "model",
+    "metric",
     "resolution",
     "best_resolution",
     "accuracy",

@@ -57,18 +57,21 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 
 
 def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
-    """model x resolution: pooled accuracy and macro-F1 with their image-bootstrap intervals, accuracy over seeds
-    (mean ± std, t-interval), costs (mean ± std over seeds)."""
+    """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
+    image-bootstrap intervals, the headline test metric over seeds (mean ± std, t-interval for accuracy), costs
+    (mean ± std over seeds)."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
+    first = rows[0] if rows else SummaryRow("", "", 0, 0)
+    scores = [*first.score_columns, "test_macro_f1"]
+    seed_column = first.seed_column
     header = [
         "model",
         "res",
         "seeds",
         "images",
-        f"accuracy [{pct} CI]",
-        f"macro-F1 [{pct} CI]",
-        "accuracy over seeds",
+        *(f"{first.say(c)} [{pct} CI]" for c in scores),
+        f"{first.say(seed_column)} over seeds",
         f"seed {pct} t-interval",
         *(title for _, title, _ in COST_COLUMNS),
         "",
@@ -76,7 +79,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     body = []
     for r in rows:
         seed_ci = "-"
-        if _ok(r.test_accuracy_seed_ci_low) and _ok(r.test_accuracy_seed_ci_high):
+        if seed_column == "test_accuracy" and _ok(r.test_accuracy_seed_ci_low) and _ok(r.test_accuracy_seed_ci_high):
             seed_ci = f"[{r.test_accuracy_seed_ci_low:.3f}, {r.test_accuracy_seed_ci_high:.3f}]"
         body.append(
             [
@@ -84,9 +87,8 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 str(r.resolution),
                 str(r.n_seeds),
                 str(r.n_test_images or "-"),
-                fmt_interval(r.accuracy, r.test_accuracy_ci_low, r.test_accuracy_ci_high),
-                fmt_interval(r.macro_f1, r.test_macro_f1_ci_low, r.test_macro_f1_ci_high),
-                fmt_spread(r.test_accuracy, r.test_accuracy_std),
+                *(fmt_interval(*r.score(c)) for c in scores),
+                fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 seed_ci,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
                 "recommended" if r.recommended else "",
@@ -96,10 +98,16 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
 
 
 def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    """The paired tests; a `metric` column when more than one score was compared (segmentation: mIoU and boundary
+    F1 per image)."""
+    metrics = len({p.get("metric") for p in paired}) > 1
     header = ["model", "A px", "B px", "acc A", "acc B", "B - A [CI]", "p", "p adjusted", "significant", "note"]
+    if metrics:
+        header = ["model", "metric", "A px", "B px", "A", "B", *header[5:]]
     body = [
         [
             str(p["model"]),
+            *([str(p.get("metric") or "")] if metrics else []),
             str(p["resolution_a"]),
             str(p["resolution_b"]),
             fmt(p.get("accuracy_a"), ".3f"),
@@ -129,8 +137,12 @@ def notes_lines(rows: list[SummaryRow]) -> list[str]:
     return [f"{r.model} @ {r.resolution} px: {r.note}" for r in rows if r.note]
 
 
-def describe_stats(stats: Mapping[str, Any]) -> str:
-    test = "McNemar's exact test" if stats.get("paired_test") == "mcnemar" else "a paired image bootstrap"
+def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = ()) -> str:
+    """The statistics settings in words; the test named is the one the paired rows used, else the configured one
+    (a score that is not 0/1 per image is always compared with the paired bootstrap)."""
+    methods = {str(p.get("method") or "") for p in paired}
+    mcnemar = all(m.startswith("McNemar") for m in methods) if methods else stats.get("paired_test") == "mcnemar"
+    test = "McNemar's exact test" if mcnemar else "a paired image bootstrap"
     correction = "Holm-adjusted over each model's pairs" if stats.get("correction") == "holm" else "not adjusted"
     margin = f", accepting drops up to {stats['margin']:g}" if stats.get("margin") else ""
     return (
@@ -146,13 +158,16 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     h = (lambda t: f"## {t}\n\n") if markdown else (lambda t: f"{t}\n{'-' * len(t)}\n")
     bullet = "- " if markdown else ""
     gap = "\n"
-    out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats) + "\n\n"
+    out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats, summary.paired_tests) + "\n\n"
     out += h("Results per model and resolution") + results_table(summary.rows, markdown) + gap
     out += h("Recommended resolution") + "".join(
         f"{bullet}{x}\n" for x in recommendation_lines(summary.recommendations)
     )
     if summary.paired_tests:
-        out += gap + h("Paired tests between resolutions (B - A: accuracy difference)")
+        metrics = {p.get("metric") for p in summary.paired_tests}
+        first = summary.rows[0] if summary.rows else None
+        what = f"{first.say(first.headline)} difference" if first and len(metrics) == 1 else "difference per metric"
+        out += gap + h(f"Paired tests between resolutions (B - A: {what})")
         out += paired_table(summary.paired_tests, markdown)
     notes = notes_lines(summary.rows)
     if notes:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from resomap.config import Config, flatten
-from resomap.records import PROBE_IMAGES_DIR, SEG_OVERLAYS_FILE
+from resomap.records import PROBE_IMAGES_DIR
 from resomap.tracking.mlflow_store import is_number
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, An
     _log_metrics_once(tracker, run, metric_points(data, trial.summary_dir))
     _log_inputs(tracker, run, trial, data)
     have = _log_files(tracker, run_id, trial, data)
-    _log_probe_images(tracker, run_id, trial.summary_dir, int(data["resolution"]), have)
+    _log_probe_images(tracker, run_id, trial.summary_dir, data, have)
 
 
 def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, float]]:
@@ -268,14 +268,16 @@ def probe_image_key(method: str, position: int) -> str:
     return f"probe/{method}/{position:02d}"
 
 
-def _log_probe_images(tracker: Any, run_id: str, folder: Path, resolution: int, have: set[str]) -> None:
+def _log_probe_images(tracker: Any, run_id: str, folder: Path, data: dict[str, Any], have: set[str]) -> None:
     """Each probe image's captioned map (the explain stage's PNGs, probe_images/<method>/<nn>.png) as an MLflow
-    image at step = resolution, and a segmenter's test overlays; images the run holds at this step are not logged
-    again."""
+    image at step = resolution, and the figures the trial's task shows in the report (resomap.tasks
+    `report_figures`, e.g. a segmenter's test overlays); images the run holds at this step are not logged again."""
     from PIL import Image
 
-    held = _held_images(have)
-    pictures = [("segmentation/overlays", folder / SEG_OVERLAYS_FILE)]  # a segmenter's predictions over its test images
+    from resomap.tasks import of_result
+
+    held, resolution = _held_images(have), int(data["resolution"])
+    pictures = [(key, folder / name) for name, key, _ in of_result(data).report_figures]
     for path in sorted((folder / PROBE_IMAGES_DIR).glob("*/*.png")):
         if path.stem.isdigit():
             pictures.append((probe_image_key(path.parent.name, int(path.stem)), path))
