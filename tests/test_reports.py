@@ -193,6 +193,13 @@ SUMMARY_CSV_COLUMNS = [
     "test_macro_f1_seed_ci_low",
     "test_macro_f1_seed_ci_high",
     "recommended",
+    "verdict",
+    "margin",
+    "reference_difference",
+    "reference_low",
+    "reference_high",
+    "verdict_p",
+    "detectable_margin",
     "note",
 ]
 
@@ -253,15 +260,40 @@ def test_paired_tests_and_recommendation(fake):
     sig = {(int(r["resolution_a"]), int(r["resolution_b"])): r["significant"] == "True" for r in rows}
     assert sig == {(32, 64): True, (32, 128): True, (64, 128): False}
 
+    # the decision: each resolution against the largest at the margin, from the same arrays (stats.decide). At the
+    # default margin 0.02 the 200 images cannot show 64 px non-inferior (5 discordant images): undecided, said so
     (rec,) = _csv(out / "recommendation.csv")
-    assert (int(rec["resolution"]), int(rec["best_resolution"]), rec["available"]) == (64, 128, "True")
-    assert rec["sentence"].startswith(f"{MODEL}: 64 px is the smallest resolution not significantly below the best")
+    assert (int(rec["resolution"]), int(rec["reference"]), rec["decided"]) == (128, 128, "False")
+    assert rec["sentence"].startswith(f"{MODEL}: undecided: no smaller resolution shown non-inferior to 128 px")
+    assert "detects margins of" in rec["sentence"]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["recommendations"][0]["resolution"] == 64 and len(summary["paired_tests"]) == 3
-    assert [r["recommended"] for r in summary["rows"]] == [False, True, False]
+    assert len(summary["paired_tests"]) == 3
+    _check_verdicts(
+        summary["rows"], stats.noninferiority(correct, margin=0.02), ["undecided", "undecided", "reference"]
+    )
     text = (out / "summary.md").read_text()
-    assert "64 px is the smallest resolution not significantly below the best" in text
-    assert "64 px is the smallest" in (out / "summary.txt").read_text()
+    assert "64 px undecided to 128 px at margin 0.02" in text and "this design detects margins of" in text
+    # at a margin the design can decide, 64 px is shown non-inferior and 32 px (60 more errors) inferior
+    trials = fake[1]
+    results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
+    wider = build_summary(results, trial_folders(trials), StatsConfig(resamples=400, margin=0.04))
+    (rec,) = wider.recommendations
+    assert (rec["resolution"], rec["decided"]) == (64, True)
+    assert (
+        rec["sentence"]
+        == f"{MODEL}: 64 px is the smallest resolution shown non-inferior to 128 px (margin 0.04 in accuracy)"
+    )
+    rows = [r.to_dict() for r in wider.rows]
+    _check_verdicts(rows, stats.noninferiority(correct, margin=0.04), ["inferior", "non-inferior", "reference"])
+    assert [r["recommended"] for r in rows] == [False, True, False]
+
+
+def _check_verdicts(rows: list[dict], expect: stats.Decision, verdicts: list[str]) -> None:
+    found = {v.resolution: v for v in expect.verdicts}
+    for row in rows:
+        v = found[row["resolution"]]
+        assert (row["verdict"], row["reference_low"], row["detectable_margin"]) == (v.verdict, v.low, v.detectable)
+    assert [r["verdict"] for r in sorted(rows, key=lambda r: r["resolution"])] == verdicts
 
 
 def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
@@ -275,7 +307,8 @@ def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
         assert row["n_seeds"] == 1 and row["test_accuracy_seed_ci_low"] is None
         assert "seed interval not available: one seed" in row["note"]
         assert row["test_accuracy_ci_low"] is not None  # the image interval is there with one seed
-    assert data["recommendations"][0]["resolution"] == 64
+    rec = data["recommendations"][0]  # the decision is made with one seed too (the image is the unit)
+    assert rec["reference"] == 128 and rec["n_seeds"] == 1 and rec["detectable"] > 0
     assert "not available: one seed" in _csv(out / "summary.csv")[0]["note"]
 
 
@@ -325,7 +358,7 @@ def test_load_sweep(fake, tmp_path):
     acc = res.predictions.groupby("resolution")["correct"].mean()
     assert acc[64] == pytest.approx(res.summary.set_index("resolution").loc[64, "test_accuracy_pooled"])
     assert len(res.paired_tests) == 3 and "p_adjusted" in res.paired_tests.columns
-    assert res.recommendations.loc[0, "resolution"] == 64
+    assert res.recommendations.loc[0, "resolution"] == 128 and not res.recommendations.loc[0, "decided"]
     assert res.agreement.empty  # no explanations in this fake sweep
     assert load_sweep(out).folder == out  # a folder works too
 
@@ -407,9 +440,15 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     tracker = _RecordingTracker()
     _summarise(results, cfg, out, tracker, "parent", trials)
     assert {"summary/paired_tests.csv", "summary/recommendation.csv", "summary/summary.md"} <= tracker.artifacts
-    assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 64
+    assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 128  # undecided at 0.02: the reference
+    assert tracker.metrics[f"reference_resolution/{MODEL}"] == 128
     assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]
-    assert "64 px is the smallest resolution" in tracker.tags[f"resomap.recommendation.{MODEL}"]
+    assert "undecided: no smaller resolution shown non-inferior" in tracker.tags[f"resomap.recommendation.{MODEL}"]
+    # each resolution's verdict with its margin and the detectable margin, in words and as numbers
+    assert tracker.tags[f"resomap.verdict.{MODEL}.64"].startswith("undecided (margin 0.02; detectable 0.0")
+    assert tracker.tags[f"resomap.verdict.{MODEL}.128"] == "reference (margin 0.02)"
+    assert 0 < tracker.metrics[f"detectable_margin/{MODEL}/64"] < 0.1
+    assert sorted(tracker.points[f"by_resolution/{MODEL}/detectable_margin"]) == [64]
     by_res = tracker.points[f"by_resolution/{MODEL}/test_accuracy"]
     assert sorted(by_res) == sorted({t.resolution for t in trials})  # step = resolution
     logged = [c for c in tracker.calls if c[0] != "artifact"]
@@ -481,8 +520,10 @@ def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics
     )
     assert found["p_adjusted"] == test.p_value and found["significant"]  # one pair per metric: nothing to adjust
     (rec,) = summary.recommendations
-    assert rec["metric"] == "miou" and rec["resolution"] == 32 and rec["paired_test"] == "bootstrap"
-    assert "has the highest mIoU per image" in rec["sentence"]
+    assert (rec["metric"], rec["resolution"], rec["reference"], rec["decided"]) == ("miou", 32, 32, True)
+    assert "16 px is shown inferior (more than 0.02 below in mIoU per image)" in rec["sentence"]
+    decision = stats.noninferiority({r: np.stack([scores[(r, s)][0] for s in (0, 1)]) for r in (16, 32)}, margin=0.02)
+    assert rows[16].verdict == "inferior" and rows[16].reference_high == decision.verdicts[1].high
     out = tmp_path / "summary"
     write_summary(summary, out)
     assert "mIoU per image [95% CI]" in (out / "summary.md").read_text()

@@ -515,7 +515,8 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
     assert set(paired["metric"]) == {"miou", "boundary_f1"} and (paired["n_seeds"] == 2).all()
     assert (paired["method"].str.startswith("paired bootstrap")).all()  # per-image IoU is not 0/1: no McNemar
     recommendation = pd.read_csv(out / "recommendation.csv")
-    assert list(recommendation["metric"]) == ["miou"] and "only 8 test images" in recommendation["reason"][0]
+    assert list(recommendation["metric"]) == ["miou"] and list(recommendation["reference"]) == [32]
+    assert "detects margins of" in recommendation["reason"][0]  # 8 images decide little, and the summary says so
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

@@ -112,26 +112,17 @@ def metric_vs_resolution(rows: list[SummaryRow], panels: list[tuple[str, str]], 
     return fig
 
 
-def _significant_below_best(
-    paired: list[Mapping[str, Any]], recommendations: list[Mapping[str, Any]]
-) -> dict[str, set[int]]:
-    """{model: resolutions whose paired test against the model's best resolution is significant}."""
-    best = {r["model"]: r.get("best_resolution") for r in recommendations if r.get("best_resolution") is not None}
-    metric = {r["model"]: r.get("metric") for r in recommendations}
+def _shown_inferior(rows: list[SummaryRow]) -> dict[str, set[int]]:
+    """{model: resolutions shown inferior to its reference (more than the margin below; stats.decide)}."""
     out: dict[str, set[int]] = defaultdict(set)
-    for p in paired:
-        if p.get("metric") != metric.get(p["model"]):  # the recommendation's score only
-            continue
-        b = best.get(p["model"])
-        if p.get("significant") and b in (p["resolution_a"], p["resolution_b"]):
-            out[p["model"]].add(p["resolution_b"] if p["resolution_a"] == b else p["resolution_a"])
+    for r in rows:
+        if r.verdict == "inferior":
+            out[r.model].add(r.resolution)
     return out
 
 
-def _test_words(recommendations: list[Mapping[str, Any]]) -> str:
-    rec = next(iter(recommendations), {})
-    test = "McNemar" if rec.get("paired_test", "mcnemar") == "mcnemar" else "paired bootstrap"
-    return f"{test}, Holm-adjusted" if rec.get("correction", "holm") == "holm" else test
+def _margin(rows: list[SummaryRow]) -> float | None:
+    return next((r.margin for r in rows if r.margin is not None), None)
 
 
 def quality_figure(
@@ -141,8 +132,8 @@ def quality_figure(
 ) -> plt.Figure | None:
     """Each per-image score of the task and macro-F1 against resolution: the estimate pooled over seeds with its
     bootstrap interval over test images (error bars), the seeds' spread (band of +/- one std, >= 2 seeds), '*' over
-    a resolution significantly below its model's best one (headline score; the paired test of the summary), and the
-    recommended
+    a resolution shown inferior to its model's reference (headline score, at the margin: the summary's decision),
+    and the recommended
     resolution ringed. Without per-image predictions: the mean over seeds, no error bar.
 
     The t-interval across seeds is in the tables, not drawn: with two or three seeds it is too wide to read."""
@@ -154,7 +145,7 @@ def quality_figure(
     if not panels:
         return None
     marks = _Marks(
-        _significant_below_best(list(paired), list(recommendations)),
+        _shown_inferior(rows),
         {(r["model"], r["resolution"]) for r in recommendations if r.get("available")},
     )
     colours = _colours(rows)
@@ -166,7 +157,7 @@ def quality_figure(
             ax.set_ylabel(label)
             lo, hi = ax.get_ylim()
             ax.set_ylim(lo, hi + 0.06 * (hi - lo))  # room for the asterisks
-        handles = _quality_legend(colours, marks, _level(rows), list(recommendations))
+        handles = _quality_legend(colours, marks, _level(rows), _margin(rows))
         fig.legend(
             handles=handles, loc="lower center", ncol=min(len(handles), 3), frameon=False, bbox_to_anchor=(0.5, -0.01)
         )
@@ -180,7 +171,7 @@ def quality_figure(
 class _Marks:
     """What quality_figure marks, and what its panels drew (for the legend)."""
 
-    significant: dict[str, set[int]]  # model -> resolutions significantly below its best
+    significant: dict[str, set[int]]  # model -> resolutions shown inferior to its reference
     chosen: set[tuple[str, int]]  # (model, resolution) recommended
     any_ci: bool = False
     any_band: bool = False
@@ -218,9 +209,7 @@ def _quality_panel(
                             fontsize=12, fontweight="bold", color=colour)  # fmt: skip
 
 
-def _quality_legend(
-    colours: dict[str, str], marks: _Marks, level: float, recommendations: list[Mapping[str, Any]]
-) -> list[Any]:
+def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin: float | None) -> list[Any]:
     handles: list[Any] = [Line2D([], [], color=c, marker="o", ms=4, label=m) for m, c in colours.items()]
     if marks.any_ci:
         ci_label = f"{level:.0%} CI (bootstrap over test images)"
@@ -230,7 +219,7 @@ def _quality_legend(
     if marks.chosen:
         handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
     if any(marks.significant.values()):
-        sig_label = f"significantly below the best ({_test_words(recommendations)}, α = {1 - level:.2g})"
+        sig_label = f"shown more than {margin:g} below the reference (one-sided, α = {1 - level:.2g})"
         handles.append(Line2D([], [], ls="none", marker="$*$", ms=8, color="black", label=sig_label))
     return handles
 

@@ -127,11 +127,13 @@ def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
     first = rows[0]
     scores = [*first.score_columns, "test_macro_f1"]
     heads = [f"{first.say(c)} ({_num(level, '{:.0%}')} CI)" if level else first.say(c) for c in scores]
-    head = ["model", "px", "seeds", *heads, "latency ms", "peak MB", "train s"]
+    head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
     head += [f"explain {m} s" for m in methods]
     lines = []
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
         vals = [_score_cell(r, c) for c in scores] + [
+            r.verdict or "-",
+            _num(r.detectable_margin),
             _num(r.latency_ms, "{:.2f}"),
             _num(r.peak_memory_mb, "{:.3g}"),
             _num(r.train_time_s, "{:.1f}"),
@@ -140,7 +142,12 @@ def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
         name = f"{r.model}{' ★' if r.recommended else ''}"
         lines.append(([name, str(r.resolution), str(r.n_seeds), *vals], r.recommended))
     notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.note or "").split(";")))
-    foot = '<p class="small muted">★ recommended resolution (paired tests below and in summary.md).'
+    margin = next((r.margin for r in rows if r.margin is not None), None)
+    foot = (
+        '<p class="small muted">★ the smallest resolution shown non-inferior to the reference (the reference itself'
+        f" when none is). vs reference: the decision at margin {_num(margin, '{:g}')} on the headline score;"
+        " detectable: the smallest margin this design shows at the stated power (undecided is not the same)."
+    )
     foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
     return "".join(parts) + _table(head, lines) + foot + _paired_part(data.get("paired_tests") or [], first)
 

@@ -95,6 +95,14 @@ class SummaryRow:
     test_macro_f1_seed_ci_low: float | None = statistic()
     test_macro_f1_seed_ci_high: float | None = statistic()
     recommended: bool = False
+    # the decision against the model's reference resolution at `margin` (stats.decide.noninferiority)
+    verdict: str | None = None  # reference | non-inferior | inferior | undecided | above reference
+    margin: float | None = None
+    reference_difference: float | None = statistic(parent=True)  # headline score: this resolution - the reference
+    reference_low: float | None = statistic(parent=True)  # one-sided bounds at the level
+    reference_high: float | None = statistic()
+    verdict_p: float | None = statistic()  # one-sided p of "more than margin below the reference"
+    detectable_margin: float | None = statistic(parent=True, by_resolution="detectable_margin")
     note: str = ""  # what is not available and why, "; "-separated
     # test resolution -> accuracy, mean over seeds (summary.json only: not a CSV column)
     cross_resolution: dict[str, float | None] = field(default_factory=dict, metadata={"csv": False})

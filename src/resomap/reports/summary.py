@@ -178,8 +178,14 @@ def build_summary(
     rows = _rows(records, cfg)
     paired, recs = compare_models(records, cfg)
     chosen = {(r["model"], r["resolution"]) for r in recs if r["available"]}
+    verdicts = {(r["model"], v["resolution"]): v for r in recs for v in r.get("verdicts") or []}
     for row in rows:
         row.recommended = (row.model, row.resolution) in chosen
+        v = verdicts.get((row.model, row.resolution))
+        if v is not None:
+            row.verdict, row.margin, row.verdict_p = v["verdict"], v["margin"], v["p_value"]
+            row.reference_difference, row.reference_low, row.reference_high = v["difference"], v["low"], v["high"]
+            row.detectable_margin = v["detectable"]
     trials = []
     for result in dicts:
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))

@@ -74,6 +74,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         f"{first.say(seed_column)} over seeds",
         f"seed {pct} t-interval",
         *(title for _, title, _ in COST_COLUMNS),
+        "vs reference",
         "",
     ]
     body = []
@@ -91,6 +92,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 seed_ci,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
+                r.verdict or "-",
                 "recommended" if r.recommended else "",
             ]
         )
@@ -123,13 +125,16 @@ def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str
     return table(header, body, markdown)
 
 
-def recommendation_lines(recommendations: list[Mapping[str, Any]]) -> list[str]:
+def recommendation_lines(recommendations: list[Mapping[str, Any]], verdicts: bool = False) -> list[str]:
+    """Each model's decision in words; with ``verdicts``, each tested resolution's verdict after it."""
     lines = []
     for rec in recommendations:
         line = str(rec.get("sentence") or f"{rec['model']}: {rec.get('reason', '')}")
         if rec.get("note"):
             line += f" [{rec['note']}]"
         lines.append(line)
+        if verdicts:
+            lines += [f"  {v['reason']}" for v in rec.get("verdicts") or [] if v.get("p_value") is not None]
     return lines
 
 
@@ -144,11 +149,19 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
     mcnemar = all(m.startswith("McNemar") for m in methods) if methods else stats.get("paired_test") == "mcnemar"
     test = "McNemar's exact test" if mcnemar else "a paired image bootstrap"
     correction = "Holm-adjusted over each model's pairs" if stats.get("correction") == "holm" else "not adjusted"
-    margin = f", accepting drops up to {stats['margin']:g}" if stats.get("margin") else ""
+    level = stats.get("level", 0.95)
+    reference = f"{stats['reference']} px" if stats.get("reference") else "the largest resolution"
+    decision = (
+        f" Decision: each resolution against the reference ({reference}, fixed before testing) on the headline "
+        f"score, non-inferior when shown no more than {stats.get('margin', 0.02):g} below it (one-sided paired t-test "
+        f"over test images, seeds averaged per image, alpha {1 - level:.2g}), tested in a fixed sequence from the "
+        f"reference down; 'undecided' is not 'the same': the detectable margin beside it says what the design could "
+        f"show at power {stats.get('power', 0.8):g}."
+    )
     return (
-        f"Intervals at level {stats.get('level', 0.95):g}: bootstrap over test images ({stats.get('resamples')} "
-        f"resamples, seeds pooled) and Student t across seeds. Resolutions of a model are compared on the same test "
-        f"images with {test} (p {correction}){margin}."
+        f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} "
+        f"resamples, seeds pooled) and Student t across seeds. Pairs of resolutions are compared on the same test "
+        f"images with {test} (p {correction}; descriptive)." + decision
     )
 
 
@@ -160,8 +173,9 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     gap = "\n"
     out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats, summary.paired_tests) + "\n\n"
     out += h("Results per model and resolution") + results_table(summary.rows, markdown) + gap
-    out += h("Recommended resolution") + "".join(
-        f"{bullet}{x}\n" for x in recommendation_lines(summary.recommendations)
+    out += h("Decision per model (non-inferiority to the reference)") + "".join(
+        f"{bullet}{x}\n" if not x.startswith("  ") else f"  {bullet}{x.strip()}\n"
+        for x in recommendation_lines(summary.recommendations, verdicts=True)
     )
     if summary.paired_tests:
         metrics = {p.get("metric") for p in summary.paired_tests}

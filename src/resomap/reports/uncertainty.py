@@ -285,26 +285,6 @@ def _pair_row(model: str, metric: str, row: stats.PairComparison) -> dict[str, A
     }
 
 
-def _sentence(model: str, rec: stats.Recommendation, rows: list[dict[str, Any]]) -> str:
-    """The recommendation in words, e.g. "simple_cnn: 64 px is the smallest resolution not significantly below the
-    best (128 px: 0.912 vs 0.905, McNemar exact, Holm-adjusted p = 0.41 at level 0.95); difference ...".
-    """
-    if not rec.available or rec.resolution is None:
-        return f"{model}: no recommendation: {rec.reason}"
-    r, best = rec.resolution, rec.best_resolution
-    if r == best:  # the reason reads "<r> px is the most accurate (...)..."
-        return f"{model}: {rec.reason}"
-    prefix = f"{r} px: not significantly below the best "
-    if rec.reason.startswith(prefix):
-        return (
-            f"{model}: {r} px is the smallest resolution not significantly below the best {rec.reason[len(prefix) :]}"
-        )
-    pair = next((p for p in rows if {p["resolution_a"], p["resolution_b"]} == {r, best}), None)
-    if pair is not None and pair["significant"]:
-        return f"{model}: {r} px is the smallest resolution within the margin {rec.margin:g} of the best ({rec.reason})"
-    return f"{model}: {r} px is recommended ({rec.reason})"
-
-
 def _method(score: Score, cfg: StatsConfig) -> str:
     """The paired test of a score: the configured one for a 0/1 score; the paired bootstrap (sign-flip) for any
     other (McNemar's test needs 0/1 outcomes)."""
@@ -314,20 +294,22 @@ def _method(score: Score, cfg: StatsConfig) -> str:
 def compare_model(
     model: str, by_res: Mapping[int, list[TrialRecord]], cfg: StatsConfig
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(paired test rows of every score, recommendation on the headline score) of one model's resolutions."""
+    """(paired test rows of every score, descriptive; the decision on the headline score: every resolution against
+    the reference at the margin, stats.decide.noninferiority) of one model's resolutions."""
     task = next(iter(by_res.values()))[0].task
     headline = task.scores[0]
     rec_row: dict[str, Any] = {
         "model": model,
         "metric": headline.name,
         "resolution": None,
-        "best_resolution": None,
+        "reference": None,
+        "decided": False,
         "accuracy": None,
-        "best_accuracy": None,
+        "reference_accuracy": None,
         "level": cfg.level,
         "margin": cfg.margin,
-        "paired_test": _method(headline, cfg),
-        "correction": cfg.correction,
+        "detectable": None,
+        "power": cfg.power,
         "n_seeds": None,
         "n_images": None,
         "available": False,
@@ -342,26 +324,40 @@ def compare_model(
         return [], rec_row
     arrays, seeds, n_images, notes = found
     settings = {"level": cfg.level, "correction": cfg.correction, "resamples": cfg.resamples, "seed": cfg.seed}
-    rec = stats.smallest_sufficient_resolution(
-        arrays[headline.name], margin=cfg.margin, method=_method(headline, cfg), metric=headline.words, **settings
-    )
-    rows = [_pair_row(model, headline.name, row) for row in rec.rows]
-    for sc in task.scores[1:]:  # each further score: its own family of pairs, adjusted on its own
+    rows = []
+    for sc in task.scores:  # each score: its own family of pairs, adjusted on its own (descriptive)
         found_rows = stats.compare_resolutions(arrays[sc.name], method=_method(sc, cfg), **settings)
         rows += [_pair_row(model, sc.name, row) for row in found_rows]
+    scores = arrays[headline.name]
+    if cfg.reference is not None and cfg.reference not in scores:
+        why = f"the reference {cfg.reference} px has no per-image records to compare with"
+        rec_row.update(reason=why, sentence=f"{model}: no decision: {why}", note="; ".join(notes))
+        return rows, rec_row
+    decision = stats.noninferiority(
+        scores, margin=cfg.margin, reference=cfg.reference, level=cfg.level, power=cfg.power, metric=headline.words
+    )
+    means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
     rec_row.update(
-        resolution=rec.resolution,
-        best_resolution=rec.best_resolution,
-        accuracy=rec.accuracies.get(rec.resolution) if rec.resolution is not None else None,
-        best_accuracy=rec.accuracies.get(rec.best_resolution) if rec.best_resolution is not None else None,
+        resolution=decision.resolution,
+        reference=decision.reference,
+        decided=decision.decided,
+        accuracy=means[decision.resolution],
+        reference_accuracy=means[decision.reference],
+        detectable=_detectable(decision),
         n_seeds=len(seeds),
         n_images=n_images,
-        available=bool(rec.available and rec.resolution is not None),
-        reason=rec.reason,
-        sentence=_sentence(model, rec, rows),
+        available=True,
+        reason=decision.reason,
+        sentence=f"{model}: {decision.reason}",
         note="; ".join(notes),
+        verdicts=[v.to_dict() for v in decision.verdicts],
     )
     return rows, rec_row
+
+
+def _detectable(decision: stats.Decision) -> float | None:
+    """The detectable margin of the first tested resolution (the design's, as the others share its images)."""
+    return next((v.detectable for v in decision.verdicts if v.detectable is not None), None)
 
 
 def compare_models(records: Iterable[TrialRecord], cfg: StatsConfig) -> tuple[list[dict], list[dict]]:

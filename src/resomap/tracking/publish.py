@@ -451,7 +451,7 @@ def publish_sweep(
     for rec in summary.recommendations:
         if rec["resolution"] is not None:
             metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
-            metrics[f"best_resolution/{mlflow_name(rec['model'])}"] = rec["best_resolution"]
+            metrics[f"reference_resolution/{mlflow_name(rec['model'])}"] = rec["reference"]
     for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
@@ -462,8 +462,16 @@ def publish_sweep(
 
 
 def headline(summary: Any) -> dict[str, str]:
-    """Tags of the parent run: the recommendation per model in words."""
-    return {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
+    """Tags of the parent run: the decision per model in words, and each resolution's verdict with its margin and
+    the margin the design could detect (`resomap.verdict.<model>.<resolution>`)."""
+    tags = {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
+    for row in summary.rows:
+        if row.verdict:
+            text = f"{row.verdict} (margin {row.margin:g}"
+            if row.detectable_margin is not None:
+                text += f"; detectable {row.detectable_margin:.3f}"
+            tags[f"resomap.verdict.{mlflow_name(row.model)}.{row.resolution}"] = text + ")"
+    return tags
 
 
 def log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
