@@ -528,3 +528,22 @@ def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics
     write_summary(summary, out)
     assert "mIoU per image [95% CI]" in (out / "summary.md").read_text()
     assert sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
+
+
+def test_a_seed_interval_cut_to_the_metric_range_is_marked(fake):
+    """Two seeds give a Student-t interval of mean +/- 12.7 sd/sqrt(2): cut to [0, 1], the row says so and the
+    table marks the bound; an interval inside [0, 1] is not marked."""
+    _, _, _, out, _ = fake
+    data = json.loads((out / "summary.json").read_text())
+    results = {}
+    for t in data["trials"]:
+        results.setdefault(t["resolution"], []).append(t["test"]["test/accuracy"])
+    marked = 0
+    for row in data["rows"]:
+        iv = stats.seed_interval(results[row["resolution"]], level=0.95)
+        cut = iv.low < 0 or iv.high > 1
+        assert ("test_accuracy seed interval" in row["note"]) == cut, row["resolution"]
+        assert row["test_accuracy_seed_ci_high"] == min(1.0, iv.high)
+        marked += cut
+    assert marked >= 1  # the fake's seeds spread enough for a cut at least once: the check can fail
+    assert (out / "summary.md").read_text().count(" cut |") == marked

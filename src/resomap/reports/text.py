@@ -82,6 +82,8 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         seed_ci = "-"
         if seed_column == "test_accuracy" and _ok(r.test_accuracy_seed_ci_low) and _ok(r.test_accuracy_seed_ci_high):
             seed_ci = f"[{r.test_accuracy_seed_ci_low:.3f}, {r.test_accuracy_seed_ci_high:.3f}]"
+            if "test_accuracy seed interval" in (r.note or ""):  # cut to [0, 1]: marked, the note gives the bounds
+                seed_ci += " cut"
         body.append(
             [
                 str(r.model),

@@ -174,9 +174,12 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
         notes += _score_intervals(aligned, task.scores, row, cfg)
     for name, key in (("test_accuracy", "test/accuracy"), ("test_macro_f1", "test/macro_f1")):
         iv = stats.seed_interval(_seed_values(members, key), level=cfg.level)
-        # accuracy and macro-F1 live in [0, 1]: the t-interval (symmetric, wide with few seeds) is cut to it
+        # accuracy and macro-F1 live in [0, 1]: the t-interval (symmetric, wide with few seeds) is cut to it, and
+        # the note says so (a cut bound is not a bound the data gave)
         row[f"{name}_seed_ci_low"] = max(0.0, iv.low) if iv.low is not None else None
         row[f"{name}_seed_ci_high"] = min(1.0, iv.high) if iv.high is not None else None
+        if iv.low is not None and (iv.low < 0.0 or iv.high > 1.0):
+            notes.append(f"{name} seed interval [{iv.low:.3f}, {iv.high:.3f}] cut to [0, 1] ({iv.n} seeds)")
         if name == "test_accuracy" and not iv.available:
             why = "one seed" if iv.n == 1 else iv.reason
             notes.append(f"seed interval not available: {why}")
