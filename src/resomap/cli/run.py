@@ -71,12 +71,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         counts = {s: sum(1 for _, st in states if st == s) for s in ("done", "failed", "partial", "pending")}
         print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         print("\n".join(power_lines(cfg)))
+        if cfg.sweep.adaptive.enabled:
+            from resomap.sweep.adaptive import plan_lines
+
+            print("\n".join(plan_lines(cfg)))
         return 0
     print(f"device: {describe_device(resolve_device(cfg.system))}")
     print("\n".join(power_lines(cfg)))
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
-    outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)
+    if cfg.sweep.adaptive.enabled:  # rounds of run_sweep until every model is decided (sweep.adaptive)
+        from resomap.sweep.adaptive import run_adaptive
+
+        outcome = run_adaptive(cfg, rerun_failed=args.rerun_failed or None, report=print).outcome
+    else:
+        outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)
     print(f"summary: {outcome.summary_dir}/summary.csv, figures: {outcome.summary_dir}/figures/")
     if (outcome.summary_dir / "report.html").is_file():
         print(f"report: {(outcome.summary_dir / 'report.html').resolve().as_uri()}")

@@ -1,5 +1,6 @@
 """Typed, validated, frozen configuration (see schema.py for every key)."""
 
+from resomap.config.adaptive import check_adaptive
 from resomap.config.groups import register_group, registry_of
 from resomap.config.loader import (
     DEFAULT_CONFIG_DIR,
@@ -30,6 +31,8 @@ from resomap.config.schema import (
     TrainingConfig,
 )
 from resomap.errors import ConfigError
+
+register_check(check_adaptive)  # sweep.adaptive and stats.look_alpha, on every load
 
 __all__ = [
     "DEFAULT_CONFIG_DIR",

@@ -29,6 +29,17 @@ class ExperimentConfig:
 
 
 @dataclass(frozen=True)
+class AdaptiveConfig:
+    # `resomap sweep` in rounds: each round trains one more seed only for the models whose non-inferiority decision
+    # is still undecided, drops resolutions from the first shown inferior down, and stops when every model is decided
+    enabled: bool = False  # run the sweep adaptively (sweep.seeds: the seeds of the first round)
+    max_rounds: int = 3  # the planned looks (>= 1): the alpha-spending rule splits alpha over them
+    seeds_per_round: int = 1  # seeds added per round to the undecided models (new seeds: max(sweep.seeds) + 1, ...)
+    budget: int | None = None  # the most trials in all (finished ones included); null: only max_rounds limits it
+    spending: str = "obrien_fleming"  # alpha-spending rule over the looks: obrien_fleming, pocock, bonferroni
+
+
+@dataclass(frozen=True)
 class SweepConfig(GroupSection):
     GROUP: ClassVar[Group] = Group("sweep", ("executor",))
     models: list[str] = field(default_factory=lambda: ["tiny_cnn"])  # registry names (resomap models)
@@ -39,6 +50,7 @@ class SweepConfig(GroupSection):
     include: list[list] = field(default_factory=list)  # extra [model, resolution] pairs to run
     exclude: list[list] = field(default_factory=list)  # [model, resolution] pairs to skip
     rerun_failed: bool = False  # run trials that failed before again
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)  # rounds of seeds until decided
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # sweep.<executor>.*: the executor's own
 
 
@@ -223,6 +235,9 @@ class StatsConfig:
     power: float = 0.8  # the power at which the smallest detectable margin is stated
     discordance: float = 0.2  # planning assumption: fraction of test images whose outcome changes between resolutions
     seed_correlation: float = 0.5  # planning assumption: correlation of one image's differences across seeds
+    # per model: the one-sided alpha of its non-inferiority decision in place of 1 - level; set by an adaptive
+    # sweep at each look from its spending rule (leave empty)
+    look_alpha: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

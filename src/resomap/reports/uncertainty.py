@@ -337,7 +337,13 @@ def compare_model(
         rec_row.update(reason=why, sentence=f"{model}: no decision: {why}", note="; ".join(notes))
         return rows, rec_row
     decision = stats.noninferiority(
-        scores, margin=cfg.margin, reference=cfg.reference, level=cfg.level, power=cfg.power, metric=headline.words
+        scores,
+        margin=cfg.margin,
+        reference=cfg.reference,
+        level=cfg.level,
+        power=cfg.power,
+        metric=headline.words,
+        alpha=cfg.look_alpha.get(model),  # an adaptive sweep's alpha of this look (stats.spending); else 1 - level
     )
     means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
     rec_row.update(
@@ -356,6 +362,13 @@ def compare_model(
         verdicts=[v.to_dict() for v in decision.verdicts],
     )
     return rows, rec_row
+
+
+def headline_scores(by_res: Mapping[int, list[TrialRecord]]) -> dict[int, np.ndarray] | str:
+    """{resolution: [S, N]} of the task's headline score as the decision compares them; or the reason why not."""
+    task = next(iter(by_res.values()))[0].task
+    found = _scores_by_resolution(by_res, task)
+    return found if isinstance(found, str) else found[0][task.scores[0].name]
 
 
 def _detectable(decision: stats.Decision) -> float | None:

@@ -115,12 +115,19 @@ def noninferiority(
     level: float = 0.95,
     power: float = 0.8,
     metric: str = "accuracy",
+    alpha: float | None = None,
 ) -> Decision:
     """The fixed-sequence non-inferiority decision of every resolution against the reference (module doc).
 
     ``scores_by_res``: {resolution: [seeds, images]} per-image scores (0/1 or in [0, 1]) on the same images and
-    seeds at every resolution; ``reference`` None: the largest resolution."""
+    seeds at every resolution; ``reference`` None: the largest resolution. ``alpha``: the one-sided alpha of the
+    tests and bounds in place of ``1 - level`` (an adaptive sweep's alpha for this look, stats.spending); the
+    verdicts then carry ``level = 1 - alpha``."""
     margin, level, power = check_margin(margin), check_level(level), check_power(power)
+    if alpha is not None:
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1:
+            raise ConfigError(f"alpha must be a one-sided alpha in (0, 1), got {alpha!r}")
+        level = 1 - float(alpha)
     if not isinstance(scores_by_res, Mapping) or len(scores_by_res) < 1:
         raise ConfigError("scores_by_res must be a non-empty mapping {resolution: [seeds, images]}")
     runs = {int(r): as_scores(v, f"scores at {r} px") for r, v in sorted(scores_by_res.items())}
@@ -161,11 +168,17 @@ def _words(r: int, ref: int, verdict: str, found: dict[str, Any], margin: float,
     diff, low, high = found["difference"], found["low"], found["high"]
     text = (
         f"{r} px {verdict} to {ref} px at margin {margin:g} ({metric} difference {diff:+.3f}, "
-        f"{level:.0%} one-sided bounds [{low:+.3f}, {high:+.3f}], p = {found['p_value']:.3g})"
+        f"{_percent(level)} one-sided bounds [{low:+.3f}, {high:+.3f}], p = {found['p_value']:.3g})"
     )
     if verdict == "undecided":
         text += f"; this design detects margins of {found['detectable']:.3f} and larger"
     return text
+
+
+def _percent(level: float) -> str:
+    """95% for a round level; 99.931% for a look's level of an adaptive sweep."""
+    text = f"{level:.0%}"
+    return text if abs(float(text[:-1]) / 100 - level) < 1e-12 else f"{level:.3%}"
 
 
 def _summary(chosen: int, ref: int, verdicts: list[Verdict], margin: float, metric: str) -> str:

@@ -1,0 +1,308 @@
+"""Adaptive sweeps (sweep.adaptive): rounds that add seeds only where the non-inferiority decision is undecided.
+
+Round k (look k of ``max_rounds`` planned looks) is an ordinary run_sweep over the trials planned so far: finished
+trials are reused by their keys, and only the new trials of the undecided models are trained (the others stay
+unplanned for this round's executor). The round's summary is built with each undecided model's decision tested at
+the look's alpha from the spending rule (stats.spending; the increments of the spending function, summing to
+1 - stats.level), and each model decided earlier keeps the alpha of the look that decided it (its data no longer
+change, so its verdicts stay). After each look, per model:
+
+- decided (the fixed sequence ends at a resolution shown inferior, or every resolution is shown non-inferior): no
+  more seeds;
+- undecided at resolution s: the resolutions below s are tested alone against the reference at the look's alpha;
+  from the first shown inferior down they are dropped (no more seeds, left out of later rounds' summaries, their
+  verdict kept here); the other resolutions get ``seeds_per_round`` new seeds in the next round.
+
+It stops when every model is decided, after ``max_rounds`` looks, or before a round that would exceed ``budget``
+trials. The rounds, the spending rule and its per-look alphas, and the trials used against the full grid (every
+model x resolution x every seed the plan allows) are added to summary.md and summary.json ("adaptive").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from resomap.atomic import write_text
+from resomap.config import Config, with_overrides
+from resomap.errors import ConfigError
+from resomap.sweep.plan import plan
+from resomap.sweep.sweep import SweepOutcome, run_sweep, trial_folders
+from resomap.sweep.trial import TrialResult
+
+log = logging.getLogger(__name__)
+SECTION = "## Adaptive sweep"
+TrialId = tuple[str, int, int]
+
+
+@dataclasses.dataclass
+class ModelState:
+    """One model across the rounds: its seeds, its dropped resolutions and, once decided, the look and alpha."""
+
+    model: str
+    resolutions: list[int]
+    seeds: list[int]
+    dropped: dict[int, str] = dataclasses.field(default_factory=dict)  # resolution -> why
+    decided_at: int | None = None
+    alpha: float | None = None
+    sentence: str = ""
+
+    def active(self) -> list[int]:
+        return [r for r in self.resolutions if r not in self.dropped]
+
+    def wanted(self) -> set[TrialId]:
+        return {(self.model, r, s) for r in self.active() for s in self.seeds}
+
+
+@dataclasses.dataclass
+class AdaptiveOutcome:
+    outcome: SweepOutcome
+    record: dict[str, Any]
+
+    @property
+    def failed(self) -> list[TrialResult]:
+        return self.outcome.failed
+
+
+def look_alphas(cfg: Config) -> list[float]:
+    from resomap.stats.spending import look_alphas as split
+
+    ad = cfg.sweep.adaptive
+    return split(ad.spending, 1 - cfg.stats.level, ad.max_rounds)
+
+
+def plan_lines(cfg: Config) -> list[str]:
+    """What `resomap sweep --dry-run` prints of the adaptive plan: the looks, their alphas, the seeds, the budget."""
+    ad = cfg.sweep.adaptive
+    alphas = ", ".join(f"{a:.4g}" for a in look_alphas(cfg))
+    grid = len({(t.model, t.resolution) for t in plan(cfg, check=False)})
+    most = grid * (len(cfg.sweep.seeds) + ad.seeds_per_round * (ad.max_rounds - 1))
+    budget = "no budget" if ad.budget is None else f"budget {ad.budget} trials"
+    return [
+        f"adaptive: up to {ad.max_rounds} rounds, {len(cfg.sweep.seeds)} seed(s) in the first and "
+        f"{ad.seeds_per_round} more per round for undecided models only; {budget}; the full grid would be {most} "
+        f"trials; alpha {1 - cfg.stats.level:.2g} spent by {ad.spending}: one-sided alpha per look {alphas}"
+    ]
+
+
+def run_adaptive(
+    cfg: Config,
+    *,
+    executor: Callable[..., list[TrialResult]] | None = None,
+    rerun_failed: bool | None = None,
+    report: Callable[[str], None] = log.info,
+) -> AdaptiveOutcome:
+    """The rounds (module doc); the last round's sweep outcome and the adaptive record."""
+    ad, alphas = cfg.sweep.adaptive, look_alphas(cfg)
+    grid: dict[str, list[int]] = {}
+    for t in plan(cfg):
+        grid.setdefault(t.model, [])
+        if t.resolution not in grid[t.model]:
+            grid[t.model].append(t.resolution)
+    states = {m: ModelState(m, sorted(rs), list(cfg.sweep.seeds)) for m, rs in grid.items()}
+    first = sum(len(s.wanted()) for s in states.values())
+    if ad.budget is not None and ad.budget < first:
+        raise ConfigError(f"sweep.adaptive.budget {ad.budget} is below the first round's {first} trials")
+    used: set[TrialId] = set()
+    rounds: list[dict[str, Any]] = []
+    outcome, stopped, next_seed = None, f"the {ad.max_rounds} planned rounds are done", max(cfg.sweep.seeds) + 1
+    for look in range(1, ad.max_rounds + 1):
+        open_models = [s for s in states.values() if s.decided_at is None]
+        wanted = set().union(*(s.wanted() for s in open_models))
+        if ad.budget is not None and len(used | wanted) > ad.budget:
+            stopped = f"the budget of {ad.budget} trials would be exceeded by round {look}"
+            break
+        report(f"[adaptive] round {look}: {len(wanted - used)} new trial(s) at one-sided alpha {alphas[look - 1]:.4g}")
+        round_cfg = _round_config(cfg, states, alphas[look - 1])
+        outcome = run_sweep(round_cfg, executor=_only(wanted, executor), rerun_failed=rerun_failed, report=report)
+        rounds.append(_look(look, alphas[look - 1], wanted, used, open_models))
+        used |= wanted
+        _decide(outcome, round_cfg, open_models, look, alphas[look - 1])
+        rounds[-1]["decided"] = sorted(s.model for s in open_models if s.decided_at == look)
+        if all(s.decided_at is not None for s in states.values()):
+            stopped = "every model is decided"
+            break
+        if look < ad.max_rounds:
+            new = list(range(next_seed, next_seed + ad.seeds_per_round))
+            next_seed += ad.seeds_per_round
+            for s in states.values():
+                s.seeds += new if s.decided_at is None else []
+    record = _record(cfg, alphas, rounds, states, used, stopped)
+    if outcome is not None:
+        write_record(outcome.summary_dir, record)
+    report(f"[adaptive] {stopped}: {record['trials_used']} trials used, the full grid is {record['full_grid_trials']}")
+    return AdaptiveOutcome(outcome, record)
+
+
+def _round_config(cfg: Config, states: dict[str, ModelState], alpha: float) -> Config:
+    """The sweep of this round: every seed so far, the dropped pairs excluded, each model's alpha for this look."""
+    seeds = sorted(set().union(*(s.seeds for s in states.values())))
+    dropped = [[m, r] for m, s in states.items() for r in sorted(s.dropped)]
+    look_alpha = {m: (s.alpha if s.decided_at is not None else alpha) for m, s in states.items()}
+    overrides = {
+        "sweep.seeds": seeds,
+        "sweep.exclude": [*cfg.sweep.exclude, *dropped],
+        "stats.look_alpha": look_alpha,
+    }
+    return with_overrides(cfg, overrides, "adaptive round")
+
+
+def _only(wanted: set[TrialId], executor: Callable[..., list[TrialResult]] | None) -> Callable[..., list[TrialResult]]:
+    """An executor that runs only the trials of ``wanted`` (the decided models' new seeds stay untrained)."""
+
+    def run(todo: list[Any], **kwargs: Any) -> list[TrialResult]:
+        from resomap.sweep.executors import get_executor
+
+        chosen = [t for t in todo if (t.model, t.resolution, t.seed) in wanted]
+        inner = executor or get_executor(kwargs["cfg"].sweep.executor)
+        return inner(chosen, **kwargs) if chosen else []
+
+    return run
+
+
+def _look(look: int, alpha: float, wanted: set[TrialId], used: set[TrialId], open_models: list[ModelState]):
+    return {
+        "look": look,
+        "alpha": alpha,
+        "models": sorted(s.model for s in open_models),
+        "seeds": sorted({seed for _, _, seed in wanted}),
+        "trials": len(wanted),
+        "new_trials": len(wanted - used),
+    }
+
+
+# ---------------------------------------------------------------- reading each model's decision
+
+
+def _decide(outcome: SweepOutcome, cfg: Config, open_models: list[ModelState], look: int, alpha: float) -> None:
+    """Each open model's decision from the round's summary.json: decided, or the resolutions to drop."""
+    try:
+        payload = json.loads((outcome.summary_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"adaptive sweep: the round's summary.json cannot be read ({exc})") from None
+    recs = {r["model"]: r for r in payload.get("recommendations") or []}
+    scores = None
+    for state in open_models:
+        rec = recs.get(state.model) or {}
+        state.sentence = rec.get("sentence") or f"{state.model}: no decision"
+        settled, stop = settled_at(rec)
+        if settled:
+            state.decided_at, state.alpha = look, alpha
+            continue
+        if stop is None:
+            continue  # no decision available (the sentence says why): more seeds may not help; the budget bounds it
+        if scores is None:
+            scores = _scores(outcome, cfg)
+        found = scores.get(state.model)
+        if isinstance(found, dict):
+            _drop(state, found, rec["reference"], stop, cfg, look, alpha)
+
+
+def settled_at(rec: dict[str, Any]) -> tuple[bool, int | None]:
+    """(decided, the resolution the fixed sequence stopped at undecided) from a recommendation row: decided when
+    the sequence ends at a resolution shown inferior or shows every resolution below the reference non-inferior."""
+    if not rec.get("available"):
+        return False, None
+    below = [v for v in rec.get("verdicts") or [] if v["resolution"] < rec["reference"]]
+    for v in sorted(below, key=lambda v: v["resolution"], reverse=True):
+        if v["verdict"] == "non-inferior":
+            continue
+        return v["verdict"] == "inferior", (None if v["verdict"] == "inferior" else v["resolution"])
+    return True, None
+
+
+def _scores(outcome: SweepOutcome, cfg: Config) -> dict[str, Any]:
+    """{model: {resolution: [S, N]} headline scores (or a reason)} of the round's results."""
+    from resomap.reports.uncertainty import group_records, headline_scores, load_records
+
+    folders = trial_folders(plan(cfg, check=False))
+    records = load_records([r.to_dict() for r in outcome.results], folders)
+    by_model: dict[str, dict[int, list[Any]]] = {}
+    for (model, res), members in group_records(records).items():
+        by_model.setdefault(model, {})[res] = members
+    return {m: headline_scores(by_res) for m, by_res in by_model.items()}
+
+
+def _drop(state: ModelState, scores: dict[int, Any], ref: int, stop: int, cfg: Config, look: int, alpha: float):
+    """The resolutions below ``stop`` from the first shown inferior (alone against the reference) down."""
+    from resomap.stats import noninferiority
+
+    st = cfg.stats
+    for r in sorted((r for r in scores if r < stop), reverse=True):
+        pair = {ref: scores[ref], r: scores[r]}
+        decision = noninferiority(pair, margin=st.margin, reference=ref, level=st.level, power=st.power, alpha=alpha)
+        verdict = next(v for v in decision.verdicts if v.resolution == r)
+        if verdict.verdict == "inferior":
+            state.dropped[r] = f"shown inferior at look {look} (alone against {ref} px): {verdict.reason}"
+            for lower in (x for x in state.resolutions if x < r):
+                state.dropped.setdefault(lower, f"below {r} px, shown inferior at look {look}: not run further")
+            return
+
+
+# ---------------------------------------------------------------- the record in the summary
+
+
+def _record(cfg, alphas, rounds, states: dict[str, ModelState], used: set[TrialId], stopped: str) -> dict[str, Any]:
+    ad = cfg.sweep.adaptive
+    planned_seeds = len(cfg.sweep.seeds) + ad.seeds_per_round * (ad.max_rounds - 1)
+    pairs = sum(len(s.resolutions) for s in states.values())
+    reached = len({seed for _, _, seed in used})
+    return {
+        "spending": ad.spending,
+        "alpha": 1 - cfg.stats.level,
+        "planned_looks": ad.max_rounds,
+        "look_alphas": alphas,
+        "seeds_per_round": ad.seeds_per_round,
+        "budget": ad.budget,
+        "rounds": rounds,
+        "stopped": stopped,
+        "trials_used": len(used),
+        "full_grid_trials": pairs * planned_seeds,
+        "full_grid_trials_seeds_reached": pairs * reached,
+        "models": {
+            m: {"decided_at": s.decided_at, "alpha": s.alpha, "seeds": s.seeds, "dropped": s.dropped}
+            | {"sentence": s.sentence}
+            for m, s in sorted(states.items())
+        },
+    }
+
+
+def record_text(record: dict[str, Any]) -> str:
+    """The summary.md section of the adaptive record."""
+    alphas = ", ".join(f"look {i}: {a:.4g}" for i, a in enumerate(record["look_alphas"], 1))
+    lines = [
+        SECTION,
+        "",
+        f"Alpha {record['alpha']:.2g} (one-sided) spent over {record['planned_looks']} planned looks by the "
+        f"{record['spending']} rule; each look tests at the increment of the spending function ({alphas}), so "
+        "the chance of any false 'non-inferior' over all looks is at most alpha (union bound).",
+        f"Stopped: {record['stopped']}. Trials used: {record['trials_used']}; the full grid with every planned "
+        f"seed: {record['full_grid_trials']} (with the seeds reached: {record['full_grid_trials_seeds_reached']}).",
+        "",
+    ]
+    for r in record["rounds"]:
+        decided = ", ".join(r.get("decided") or []) or "none"
+        lines.append(
+            f"- round {r['look']} (alpha {r['alpha']:.4g}): models {', '.join(r['models'])}, seeds {r['seeds']}, "
+            f"{r['new_trials']} new of {r['trials']} trials; decided: {decided}"
+        )
+    for model, m in record["models"].items():
+        at = f"decided at look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
+        lines.append(f"- {model}: {at}, seeds {m['seeds']}; {m['sentence']}")
+        lines += [f"  - {res} px dropped: {why}" for res, why in sorted(m["dropped"].items(), reverse=True)]
+    return "\n".join(lines) + "\n"
+
+
+def write_record(out_dir: Any, record: dict[str, Any]) -> None:
+    """The record into summary.json ("adaptive") and as the last section of summary.md (replacing an older one)."""
+    path = out_dir / "summary.json"
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    payload["adaptive"] = record
+    write_text(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
+    md = out_dir / "summary.md"
+    text = md.read_text(encoding="utf-8") if md.is_file() else ""
+    text = text.split(f"\n{SECTION}\n")[0].rstrip("\n") + "\n"
+    write_text(md, f"{text}\n{record_text(record)}")
