@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from resomap.cli.args import add_config_args, load_config, positive_int
+from resomap.cli.args import add_config_args, load_config, positive_int, resolution
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -56,6 +56,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from resomap.errors import ConfigError
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
+    from resomap.sweep.plan import STATES
 
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
         raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
@@ -67,13 +68,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
         for trial, state in states:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
-        counts = {s: sum(1 for _, st in states if st == s) for s in ("done", "failed", "partial", "pending")}
-        print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        counts = {s: sum(1 for _, st in states if st == s) for s in STATES}
+        print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "unreadable"))
         return 0
     print(f"device: {describe_device(resolve_device(cfg.system))}")
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
-    outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)
+    outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print, wait=args.wait)
     print(f"summary: {outcome.summary_dir}/summary.csv, figures: {outcome.summary_dir}/figures/")
     if (outcome.summary_dir / "report.html").is_file():
         print(f"report: {(outcome.summary_dir / 'report.html').resolve().as_uri()}")
@@ -107,7 +108,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("train", help="train one model at one resolution")
     p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
-    p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
+    p.add_argument("--resolution", required=True, type=resolution, help="input side in pixels")
     p.add_argument("--epochs", type=positive_int, help="shorthand for training.epochs=N")
     p.add_argument("--fresh", action="store_true", help="discard this trial's checkpoints instead of resuming")
     add_config_args(p)
@@ -117,6 +118,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan and each trial's state, train nothing")
     p.add_argument("--rerun-failed", action="store_true", help="run trials that failed before again")
     p.add_argument("--executor", help="a registered executor (resomap executors; default: sweep.executor)")
+    p.add_argument("--wait", action="store_true", help="if this sweep is running in this folder, wait for it to end")
     add_config_args(p)
     p.set_defaults(func=cmd_sweep)
 
