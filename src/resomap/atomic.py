@@ -119,6 +119,16 @@ def recover_dir(target: str | os.PathLike) -> None:
         os.rename(old, target)
 
 
+def discard_staging(target: str | os.PathLike) -> None:
+    """What a killed build or swap of `target` left: the old folder put back when it was aside, a half-built (or
+    swapped-out) staging folder removed. Only where no other process builds `target` (under its lock)."""
+    target = Path(target)
+    recover_dir(target)
+    shutil.rmtree(_staging_root(target) / target.name, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        _staging_root(target).rmdir()
+
+
 def _staging_root(target: Path) -> Path:
     return target.parent.with_name(f".{target.parent.name}.staging")
 

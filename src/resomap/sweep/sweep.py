@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from resomap.atomic import replace_dir, staging_dir, write_text
+from resomap.atomic import discard_staging, replace_dir, staging_dir, write_text
 from resomap.config import Config, to_dict
 from resomap.errors import DataError
 from resomap.locks import hold
@@ -126,6 +126,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     states = describe_plan(trials)  # again, under the lock: a run that held it may have finished trials
     todo = _todo(states, rerun)
     out_dir = summary_folder(cfg)
+    discard_staging(out_dir)  # a summary build or swap a kill interrupted
     progress = Progress(len(trials), sum(1 for _, s in states if s == "done"), cfg.experiment.task)
     progress.failed = sum(1 for t, s in states if s == "failed" and t not in todo)
     report(progress.line())
@@ -161,11 +162,16 @@ def sweep_lock(
     report: Callable[[str], None] = log.info,
     hint: str = "wait for it with `resomap sweep --wait`, or stop that process",
 ) -> Iterator[None]:
-    """Held while this sweep (experiment name) runs in this output folder: `_sweep/.<name>.lock`."""
-    out_dir = summary_folder(cfg)
+    """Held while this sweep (experiment name) runs in this output folder (`lock_path`)."""
     what = f"sweep '{cfg.experiment.name}' in {Path(cfg.experiment.output_dir).resolve()}"
-    with hold(out_dir.with_name(f".{out_dir.name}.lock"), what, wait=wait, hint=hint, on_wait=report):
+    with hold(lock_path(cfg), what, wait=wait, hint=hint, on_wait=report):
         yield
+
+
+def lock_path(cfg: Config) -> Path:
+    """`_sweep/.<name>.lock` beside the sweep's summary folder."""
+    out_dir = summary_folder(cfg)
+    return out_dir.with_name(f".{out_dir.name}.lock")
 
 
 def _check_readable(states: list[tuple[Trial, str]]) -> None:
