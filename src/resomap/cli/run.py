@@ -56,7 +56,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from resomap.errors import ConfigError
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
-    from resomap.sweep.plan import STATES
+    from resomap.sweep.plan import STATES, power_lines
 
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
         raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
@@ -70,8 +70,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
         counts = {s: sum(1 for _, st in states if st == s) for s in STATES}
         print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "unreadable"))
+        print("\n".join(power_lines(cfg)))
         return 0
     print(f"device: {describe_device(resolve_device(cfg.system))}")
+    print("\n".join(power_lines(cfg)))
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
     outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print, wait=args.wait)
