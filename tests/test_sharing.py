@@ -180,7 +180,6 @@ def test_stats_resamples_below_a_valid_interval_are_refused_at_load():
         load("configs", None, ["stats.level=0.99", "stats.resamples=500"])
 
 
-@pytest.mark.slow
 def test_changed_stats_recompute_the_summary_without_training(project: Path, capsys, monkeypatch):
     args = ["sweep", *FAST, "mlflow.enabled=false", "sweep.resolutions=[16,24]", "stats.resamples=200"]
     assert main(args) == 0
@@ -209,7 +208,6 @@ def test_changed_stats_recompute_the_summary_without_training(project: Path, cap
     assert "nothing to do" in capsys.readouterr().out
 
 
-@pytest.mark.slow
 def test_adding_a_seed_keeps_one_parent_run_with_every_child(project: Path):
     from mlflow import MlflowClient
 
