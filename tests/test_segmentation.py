@@ -326,10 +326,12 @@ def test_unknown_class_index_is_skipped_with_a_count_then_an_error(tmp_path, cap
     with caplog.at_level("WARNING"):
         bundle = data.build(_folder_cfg(tmp_path, root, "data.max_bad_fraction=0.05"), 8, 0)
     assert sum(len(v) for v in bundle.splits.values()) == 39
-    assert any("1 of 40 images could not be read" in r.getMessage() for r in caplog.records)
+    warned = [r.getMessage() for r in caplog.records if "invalid mask" in r.getMessage()]
+    assert warned and "1 of 40 images have an invalid mask" in warned[0], warned  # not "could not be read"
+    assert "im5.png holds class index 7" in warned[0] and "could not be read" not in warned[0]
     for i in range(1, 4):
         Image.fromarray(np.full((16, 16), 9, np.uint8)).save(root / "masks" / f"im{i}.png")
-    with pytest.raises(DataError, match=r"over data\.max_bad_fraction"):
+    with pytest.raises(DataError, match=r"4 of 40 images have an invalid mask \(mask .*im\d\.png holds class index"):
         data.build(_folder_cfg(tmp_path, root, "data.max_bad_fraction=0.05", "data.cache.disk=false"), 12, 0)
 
 

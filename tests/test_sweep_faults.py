@@ -1,6 +1,8 @@
 """Fault handling of the sweep with real processes: a sweep killed with SIGKILL at several points and started
 again ends with every trial exactly once and the same metrics as an uninterrupted sweep; a tracking server killed
-mid-sweep does not stop training, and `resomap sync` after its restart logs everything it missed."""
+mid-sweep does not stop training, and `resomap sync` after its restart logs everything it missed; two identical
+sweeps started together train each trial once (the second waits) beside a sweep of another experiment on the same
+store; a SIGKILL during the summary swap leaves the old or the new summary, whole."""
 
 from __future__ import annotations
 
@@ -225,3 +227,86 @@ def test_tracking_server_killed_mid_sweep_then_sync_logs_everything(tmp_path: Pa
         steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "val/loss"))
         assert steps == list(range(result["epochs_run"])), (model, res, steps)
         assert "result.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+# ---------------------------------------------------------------- two sweeps at once, a kill during the summary swap
+
+
+def _trial_lines(log: str) -> list[str]:
+    return [line.split(" | ", 1)[1].split(" in ")[0] for line in log.splitlines() if " | " in line and " in " in line]
+
+
+def _no_duplicate_points(client, run) -> None:
+    for key in run.data.metrics:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert len(steps) == len(set(steps)), (run.info.run_name, key, steps)
+
+
+def test_two_identical_sweeps_train_each_trial_once_beside_another_experiment(tmp_path: Path, procs):
+    root = _project(tmp_path / "p")
+    first = _start(procs, _sweep_cmd(), root, "first.log")
+    second = _start(procs, _sweep_cmd("--wait"), root, "second.log")
+    other = ["experiment.name=other", "sweep.resolutions=[20]"]  # its own trial folders, the same store
+    beside = _start(procs, _sweep_cmd(*other), root, "other.log")
+    for proc in (first, second, beside):
+        assert proc.wait(timeout=900) == 0, (root / "first.log").read_text()[-3000:]
+    logs = {name: (root / f"{name}.log").read_text() for name in ("first", "second", "other")}
+    trained = _trial_lines(logs["first"]) + _trial_lines(logs["second"])
+    assert sorted(trained) == sorted(f"{m}@{r}" for m, r in TRIALS), logs  # each trial trained once
+    waited = [n for n in ("first", "second") if "waiting for sweep 'resomap-smoke'" in logs[n]]
+    assert len(waited) == 1 and "nothing to do" in logs[waited[0]], logs
+    assert "waiting" not in logs["other"] and len(_trial_lines(logs["other"])) == 2  # not held up by the lock
+    for text in logs.values():
+        assert "Traceback" not in text and "sqlalchemy" not in text.lower() and "OperationalError" not in text, text
+    client, children, parents = _runs(f"sqlite:///{root / 'mlflow.db'}")
+    assert len(parents) == 1
+    keys = sorted(c.data.tags["resomap.trial_key"] for c in children)
+    assert keys == sorted(_result(root, m, r)["key"] for m, r in TRIALS)  # one child run per trial key
+    for run in children:
+        _no_duplicate_points(client, run)
+    other_runs = client.search_runs([client.get_experiment_by_name("other").experiment_id])
+    assert len(other_runs) == 1 + 2
+
+
+def _summary_files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def _whole(folder: Path, files: set[str]) -> float:
+    """The summary's confidence level, after checking that the folder is one whole summary (old or new)."""
+    assert _summary_files(folder) == files
+    level = json.loads((folder / "summary.json").read_text())["stats"]["level"]
+    assert json.loads((folder / "state.json").read_text())["inputs"]["stats"]["level"] == level
+    with (folder / "summary.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == 2
+    return level
+
+
+def test_sigkill_during_the_summary_swap_leaves_the_old_or_the_new_summary_whole(tmp_path: Path, procs):
+    root = _project(tmp_path / "p")
+    args = ["mlflow.enabled=false", "sweep.models=[tiny_cnn]", "training.epochs=1"]
+    assert _start(procs, _sweep_cmd(*args), root, "sweep.log").wait(timeout=400) == 0
+    folder = root / "model_summaries" / "_sweep" / "resomap-smoke"
+    staging = root / "model_summaries" / "._sweep.staging" / "resomap-smoke"
+    files = _summary_files(folder)
+    assert _whole(folder, files) == 0.95 and "state.json" in files and "report.html" in files
+    seen = set()
+    for delay in (0.0, 0.5, 1.5, 4.0, None):  # kills from the start of the summary build to after the swap
+        proc = _start(procs, _sweep_cmd(*args, "stats.level=0.9"), root, "sweep.log")
+        if delay is None:
+            _wait_for("the new summary in place", lambda: _whole_or_none(folder, files) == 0.9, proc, timeout=400)
+        else:
+            _wait_for("the summary being built", staging.exists, proc, timeout=400)
+            time.sleep(delay)
+        _kill(proc)
+        seen.add(_whole(folder, files))
+    assert 0.9 in seen
+    assert _start(procs, _sweep_cmd(*args, "stats.level=0.9"), root, "sweep.log").wait(timeout=400) == 0
+    assert _whole(folder, files) == 0.9 and not staging.exists()
+
+
+def _whole_or_none(folder: Path, files: set[str]) -> float | None:
+    try:
+        return _whole(folder, files)
+    except (AssertionError, OSError, ValueError):
+        return None

@@ -1,20 +1,30 @@
 """Atomic file writes: a temp file in the same folder, flushed and fsynced, then renamed over the target, so a
-reader (or a process killed mid-write) sees the old file or the new one, never a torn one."""
+reader (or a process killed mid-write) sees the old file or the new one, never a torn one. Files are created
+with the process umask (0644 under umask 022), as open() would make them, so a lab's group can read them.
+
+`replace_dir` does the same for a whole folder (the sweep summary): built in `staging_dir(target)`, then swapped
+in."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
-import tempfile
+import secrets
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+_EXCHANGE_FLAGS = {"linux": 2, "darwin": 2}  # renameat2 RENAME_EXCHANGE; renamex_np RENAME_SWAP
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
     """Write through `write(binary_file)`, then rename over `path` (its folder is created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
@@ -22,10 +32,22 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """A new hidden file beside `path`, opened for writing. os.open's mode 0o666 goes through the umask (tempfile's
+    mkstemp would make it 0600 whatever the umask, and the rename keeps that mode)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -48,3 +70,85 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- whole folders
+
+
+def staging_dir(target: str | os.PathLike) -> Path:
+    """An empty folder to build `target`'s new content in (a leftover of a killed run is removed first). It has
+    the same name and depth as `target` (a/b/c -> a/.b.staging/c), so relative paths and the folder name written
+    inside it read the same once it is swapped in, and it is on the same filesystem, so the swap is a rename."""
+    staging = _staging_root(Path(target)) / Path(target).name
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def replace_dir(new: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """Put folder `new` (from `staging_dir(target)`) in place of folder `target` and delete the old content.
+
+    Where the OS swaps two names in one step (Linux renameat2 RENAME_EXCHANGE, macOS RENAME_SWAP), a reader or a
+    process killed at any moment finds the old folder or the new one at `target`, whole. Elsewhere `target` is
+    renamed aside first; a kill between the two renames leaves it aside, and `recover_dir` (called here before
+    anything else) puts it back."""
+    new, target = Path(new), Path(target)
+    recover_dir(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        os.rename(new, target)
+    elif _exchange(new, target):
+        shutil.rmtree(new)  # now the old content
+    else:
+        old = _aside(target)
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)
+        os.rename(new, target)
+        shutil.rmtree(old)
+    _fsync_dir(target.parent)
+    with contextlib.suppress(OSError):  # the staging root, when no other folder is being built there
+        _staging_root(target).rmdir()
+    return target
+
+
+def recover_dir(target: str | os.PathLike) -> None:
+    """Undo a `replace_dir` killed between its two renames (platforms without an atomic swap)."""
+    target = Path(target)
+    old = _aside(target)
+    if old.is_dir() and not target.exists():
+        os.rename(old, target)
+
+
+def discard_staging(target: str | os.PathLike) -> None:
+    """What a killed build or swap of `target` left: the old folder put back when it was aside, a half-built (or
+    swapped-out) staging folder removed. Only where no other process builds `target` (under its lock)."""
+    target = Path(target)
+    recover_dir(target)
+    shutil.rmtree(_staging_root(target) / target.name, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        _staging_root(target).rmdir()
+
+
+def _staging_root(target: Path) -> Path:
+    return target.parent.with_name(f".{target.parent.name}.staging")
+
+
+def _aside(target: Path) -> Path:
+    return _staging_root(target) / f"{target.name}.old"
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names a and b in one system call; False where the OS or the filesystem cannot."""
+    flag = _EXCHANGE_FLAGS.get(sys.platform)
+    if flag is None:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if sys.platform == "linux":
+            at_fdcwd = -100
+            done = libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flag)
+        else:
+            done = libc.renamex_np(os.fsencode(a), os.fsencode(b), flag)
+    except (OSError, AttributeError):  # no such libc function (old glibc)
+        return False
+    return done == 0

@@ -38,3 +38,7 @@ class ModelError(ResoMapError):
 
 class ExplainError(ResoMapError):
     """An explainer cannot run on this model or input (for example a CAM on a model with no spatial layer)."""
+
+
+class BusyError(ResoMapError):
+    """Another process holds what this one needs (the same sweep running elsewhere in the same folder)."""

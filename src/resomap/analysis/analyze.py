@@ -71,8 +71,9 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
         ec = ec or cfg.explainability
         stats = stats or cfg.stats
     if not results:
-        first = next(iter(failed.values()))
-        raise CheckpointError(f"{req.checkpoint_dir}: no checkpoint could be analysed; first problem: {first}")
+        first, more = next(iter(failed.values())), len(failed) - 1
+        also = f" (and {more} more, each named in the log)" if more else ""
+        raise CheckpointError(f"{req.checkpoint_dir}: no checkpoint could be analysed: {first}{also}")
     out = req.output_dir
     models = [r.to_dict() | extra[r.name] for r in results]
     summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings

@@ -93,14 +93,18 @@ def best_checkpoint(folder: str | Path) -> Path | None:
 
 
 def find_checkpoints(root: str | Path) -> list[Path]:
-    """The best checkpoint of every trial folder under `root`, sorted; a missing or empty root is an error."""
+    """The best checkpoint of every trial folder under `root` (a folder without ResoMap's epoch=*.pt / last.pt:
+    each of its *.pt, so that a file that cannot be loaded is reported as such); a missing or empty root is an
+    error."""
     root = Path(root)
     if not root.is_dir():
         raise CheckpointError(
             f"{root}: checkpoint folder not found; train first (resomap sweep) or fix --checkpoint-dir"
         )
-    folders = sorted({p.parent for p in root.rglob("*.pt")})
-    found = [best for best in (best_checkpoint(f) for f in folders) if best is not None]
+    found = []
+    for folder in sorted({p.parent for p in root.rglob("*.pt")}):
+        best = best_checkpoint(folder)
+        found += [best] if best is not None else sorted(folder.glob("*.pt"))  # other names: each tried as it is
     if not found:
         raise CheckpointError(f"{root}: no trained checkpoints (*.pt) found; train first (resomap sweep)")
     log.info("found %d trained checkpoint(s) under %s", len(found), root)

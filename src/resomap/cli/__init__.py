@@ -51,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ResoMapError as exc:
         print(f"resomap: error: {exc}", file=sys.stderr)
         return 2
+    except PermissionError as exc:  # another user's files: say which, not a traceback
+        where = exc.filename or "a file"
+        print(f"resomap: error: {where}: permission denied; ask its owner for access (chmod g+rX)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("resomap: interrupted", file=sys.stderr)
         return 130

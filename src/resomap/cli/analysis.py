@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from resomap.cli.args import positive_int
+from resomap.cli.args import positive_int, resolution
 from resomap.config.schema import DEVICES
 
 
@@ -91,7 +91,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--output-dir", help="default: analysis_results/explain/<model>_<resolution>/")
     p.add_argument("--target", type=_class_index, help="explain this class for every image (default: true class)")
     p.add_argument("--model", help="when given, must match the checkpoint's model")
-    p.add_argument("--resolution", type=positive_int, help="when given, must match the checkpoint's resolution")
+    p.add_argument("--resolution", type=resolution, help="when given, must match the checkpoint's resolution")
     p.add_argument("--preset", help="preset for --config-dir (checkpoints without a config.yaml)")
     _add_common(p)
     p.set_defaults(func=cmd_explain)

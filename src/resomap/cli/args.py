@@ -23,6 +23,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def resolution(text: str) -> int:
+    """An input side in pixels: a positive integer up to MAX_RESOLUTION."""
+    from resomap.config.schema import MAX_RESOLUTION
+
+    value = positive_int(text)
+    if value > MAX_RESOLUTION:
+        raise argparse.ArgumentTypeError(f"expected a side of at most {MAX_RESOLUTION} px, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port number, 1 to 65535."""
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {value}")
+    return value
+
+
 def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config-dir", default="configs", help="folder of the YAML files (default: configs)")
     p.add_argument("--preset", help="a file of configs/presets/ without .yaml, merged after the config files")

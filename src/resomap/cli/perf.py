@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resomap.cli.args import positive_int
+from resomap.cli.args import positive_int, resolution
 from resomap.config.schema import DEVICES, PRECISIONS
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
-    p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
+    p.add_argument("--resolution", required=True, type=resolution, help="input side in pixels")
     p.add_argument(
         "--num-classes", type=positive_int, help="outputs (default: 1000 for classifiers, 21 for segmentation models)"
     )
@@ -79,7 +79,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from resomap.models import build_model
+    from resomap.models import build_model, check_input_size
     from resomap.profiling import ALL_OPTIONS, run_benchmark, save_benchmark
     from resomap.profiling.profiler import noise_policy
     from resomap.runtime import measurement_threads
@@ -91,6 +91,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     options = ["baseline"] if args.compare_opts is None else (args.compare_opts or list(ALL_OPTIONS))
     num_classes = _num_classes(args)
     model, _ = build_model(args.model, num_classes, args.in_channels, cfg.models)
+    check_input_size(model, args.model, args.resolution, args.in_channels)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     report = run_benchmark(
         model,

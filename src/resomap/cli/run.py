@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any
 
-from resomap.cli.args import add_config_args, load_config, positive_int
+from resomap.cli.args import add_config_args, load_config, positive_int, resolution
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -56,7 +56,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from resomap.errors import ConfigError
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
-    from resomap.sweep.plan import power_lines
+    from resomap.sweep.plan import STATES, power_lines
 
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
         raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
@@ -68,8 +68,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
         for trial, state in states:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
-        counts = {s: sum(1 for _, st in states if st == s) for s in ("done", "failed", "partial", "pending")}
-        print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        counts = {s: sum(1 for _, st in states if st == s) for s in STATES}
+        print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "unreadable"))
         print("\n".join(power_lines(cfg)))
         if cfg.sweep.adaptive.enabled:
             from resomap.sweep.adaptive import plan_lines
@@ -83,9 +83,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if cfg.sweep.adaptive.enabled:  # rounds of run_sweep until every model is decided (sweep.adaptive)
         from resomap.sweep.adaptive import run_adaptive
 
-        outcome = run_adaptive(cfg, rerun_failed=args.rerun_failed or None, report=print).outcome
+        outcome = run_adaptive(cfg, rerun_failed=args.rerun_failed or None, report=print, wait=args.wait).outcome
     else:
-        outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)
+        outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print, wait=args.wait)
     print(f"summary: {outcome.summary_dir}/summary.csv, figures: {outcome.summary_dir}/figures/")
     if (outcome.summary_dir / "report.html").is_file():
         print(f"report: {(outcome.summary_dir / 'report.html').resolve().as_uri()}")
@@ -119,7 +119,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("train", help="train one model at one resolution")
     p.add_argument("--model", required=True, help="a registry name (resomap models) or timm:<name>")
-    p.add_argument("--resolution", required=True, type=positive_int, help="input side in pixels")
+    p.add_argument("--resolution", required=True, type=resolution, help="input side in pixels")
     p.add_argument("--epochs", type=positive_int, help="shorthand for training.epochs=N")
     p.add_argument("--fresh", action="store_true", help="discard this trial's checkpoints instead of resuming")
     add_config_args(p)
@@ -129,6 +129,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan and each trial's state, train nothing")
     p.add_argument("--rerun-failed", action="store_true", help="run trials that failed before again")
     p.add_argument("--executor", help="a registered executor (resomap executors; default: sweep.executor)")
+    p.add_argument("--wait", action="store_true", help="if this sweep is running in this folder, wait for it to end")
     add_config_args(p)
     p.set_defaults(func=cmd_sweep)
 

@@ -6,7 +6,7 @@ import argparse
 import signal
 from typing import Any
 
-from resomap.cli.args import add_config_args, load_config, positive_int
+from resomap.cli.args import add_config_args, load_config, port, positive_int
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("ui", help="start the MLflow UI over the project's tracking store")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=positive_int, default=5000, help="port (default 5000)")
+    p.add_argument("--port", type=port, default=5000, help="port (default 5000)")
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
     add_config_args(p)
     p.set_defaults(func=cmd_ui)

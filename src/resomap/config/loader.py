@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -23,7 +24,8 @@ import yaml
 
 from resomap.atomic import write_text
 from resomap.config.groups import group_of, option_items
-from resomap.config.schema import Config
+from resomap.config.schema import MAX_RESOLUTION, Config
+from resomap.config.suggest import suggest
 from resomap.errors import ConfigError, UnknownNameError
 
 FILE_ORDER = (
@@ -39,6 +41,7 @@ FILE_ORDER = (
     "stats.yaml",
 )
 DEFAULT_CONFIG_DIR = "configs"
+TAIL_RESAMPLES = 5  # bootstrap resamples wanted beyond each end of an interval (stats.resamples' lower bound)
 
 
 def _read_yaml(path: Path) -> dict:
@@ -109,36 +112,6 @@ def _nest(key: str, value: Any) -> dict:
 # ---------------------------------------------------------------- validation against the schema
 
 
-def _all_paths(cls: type, prefix: str = "") -> list[str]:
-    paths = []
-    for f in dataclasses.fields(cls):
-        if f.name == "options" and group_of(cls):
-            continue
-        path = f"{prefix}{f.name}"
-        paths.append(path)
-        hint = typing.get_type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(hint):
-            paths.extend(_all_paths(hint, path + "."))
-    group = group_of(cls)
-    if group is not None:
-        registry = group.load()
-        for name in registry.names():
-            options = registry.options(name)
-            if options is not None:
-                paths.extend(_all_paths(options, f"{prefix}{name}."))
-    return paths
-
-
-def _suggest(path: str) -> str:
-    candidates = _all_paths(Config)
-    close = difflib.get_close_matches(path, candidates, n=1, cutoff=0.6)
-    if not close:
-        leaf = path.rsplit(".", 1)[-1]
-        by_leaf = {c.rsplit(".", 1)[-1]: c for c in candidates}
-        close = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)]
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
 def _first_leaf(value: Any) -> str:
     """'.epochs' for {'epochs': 3}: an unknown section is reported with the key below it."""
     suffix = ""
@@ -169,8 +142,9 @@ def _type_name(hint: Any) -> str:
 
 
 class _Validator:
-    def __init__(self, origins: dict[str, str]):
+    def __init__(self, origins: dict[str, str], raw: Mapping[str, Any] | None = None):
         self.origins = origins
+        self.raw = raw or {}  # the whole merged config as typed: what the suggestions rank by
 
     def where(self, path: str) -> str:
         probe = re.sub(r"\[\d+\]", "", path)
@@ -200,7 +174,7 @@ class _Validator:
                     entries[registry.resolve(key)] = (data[key], path)
                     continue
                 shown = path + _first_leaf(data[key])
-                raise ConfigError(f"{self.where(path)}: unknown key '{shown}'{_suggest(shown)}")
+                raise ConfigError(f"{self.where(path)}: unknown key '{shown}'{suggest(shown, self.raw)}")
         kwargs = {}
         for name in names & set(data):
             kwargs[name] = self.value(hints[name], data[name], f"{prefix}{name}")
@@ -323,7 +297,7 @@ def _check_sweep(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> No
     need(len(sw.resolutions) > 0, "sweep.resolutions", "at least one resolution", sw.resolutions)
     need(len(sw.seeds) > 0, "sweep.seeds", "at least one seed", sw.seeds)
     for i, r in enumerate(sw.resolutions):
-        need(r > 0, f"sweep.resolutions[{i}]", "a positive integer", r)
+        need(0 < r <= MAX_RESOLUTION, f"sweep.resolutions[{i}]", f"a positive integer up to {MAX_RESOLUTION}", r)
     lowered = [m.lower() for m in sw.models]
     dupes = sorted({m for m in lowered if lowered.count(m) > 1})
     need(not dupes, "sweep.models", "each model once", f"duplicate {', '.join(dupes)}")
@@ -331,8 +305,8 @@ def _check_sweep(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> No
     need(len(set(sw.seeds)) == len(sw.seeds), "sweep.seeds", "each seed once", sw.seeds)
     for name in ("include", "exclude"):
         for i, pair in enumerate(getattr(sw, name)):
-            ok = len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int and pair[1] > 0
-            need(ok, f"sweep.{name}[{i}]", "a [model, resolution] pair", pair)
+            ok = len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int and 0 < pair[1] <= MAX_RESOLUTION
+            need(ok, f"sweep.{name}[{i}]", f"a [model, resolution] pair (resolution up to {MAX_RESOLUTION})", pair)
 
 
 def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
@@ -382,7 +356,9 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
     need(cfg.mlflow.retries >= 1, "mlflow.retries", "an integer >= 1", cfg.mlflow.retries)
     st = cfg.stats
     need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
-    need(st.resamples >= 1, "stats.resamples", "an integer >= 1 (e.g. 2000)", st.resamples)
+    least = min_resamples(st.level) if 0 < st.level < 1 else 1
+    enough = f"at least {least} at stats.level={st.level} ({TAIL_RESAMPLES} beyond each end of an interval)"
+    need(st.resamples >= least, "stats.resamples", enough, st.resamples)
     need(0 < st.margin < 1, "stats.margin", "a non-inferiority margin in (0, 1) on the score's scale", st.margin)
     need(0 < st.power < 1, "stats.power", "a power target in (0, 1) (e.g. 0.8)", st.power)
     need(0 < st.discordance <= 1, "stats.discordance", "a fraction of test images in (0, 1]", st.discordance)
@@ -394,6 +370,12 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
         f"null (the largest resolution) or one of the sweep's resolutions {sorted(set(resolutions))}",
         st.reference,
     )
+
+
+def min_resamples(level: float) -> int:
+    """The fewest bootstrap resamples that put TAIL_RESAMPLES beyond each end of a `level` interval (200 at 0.95):
+    with fewer the interval's ends are a handful of resamples, or none, and need not contain the estimate."""
+    return math.ceil(round(2 * TAIL_RESAMPLES / (1 - level), 6))
 
 
 # ---------------------------------------------------------------- public API
@@ -408,7 +390,7 @@ class LoadedConfig:
 
 def build(raw: dict, origins: dict[str, str] | None = None) -> Config:
     """Validate a plain nested dict (missing keys take defaults) into a Config."""
-    validator = _Validator(origins or {})
+    validator = _Validator(origins or {}, raw)
     cfg = validator.build(Config, raw)
     _check(cfg, validator)
     return cfg

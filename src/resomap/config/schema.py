@@ -15,6 +15,7 @@ Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["fp32", "bf16", "fp16"]
 DEVICES: tuple[str, ...] = get_args(Device)  # the one list of device choices (config, CLI flags)
 PRECISIONS: tuple[str, ...] = get_args(Precision)  # the one list of precision choices
+MAX_RESOLUTION = 8192  # the largest input side accepted anywhere (config and CLI); memory sets the real limit
 
 
 @dataclass(frozen=True)

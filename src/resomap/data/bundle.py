@@ -105,15 +105,27 @@ def _variant(dc: Any) -> str | None:
     return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(options).items()) or None
 
 
-def _usable(raw: RawDataset, subset: np.ndarray, bad: np.ndarray, max_fraction: float) -> np.ndarray:
-    """Bool mask over subset positions; a warning naming the unreadable files, or a DataError past the limit."""
+def _usable(
+    raw: RawDataset, subset: np.ndarray, bad: np.ndarray, max_fraction: float, reasons: dict[int, str] | None = None
+) -> np.ndarray:
+    """Bool mask over subset positions; a warning naming the unreadable files and what is wrong with the others (a
+    mask's class index: `reasons`), or a DataError past the limit."""
     ok = np.ones(len(subset), dtype=bool)
     if len(bad) == 0:
         return ok
     ok[bad] = False
-    names = ", ".join(raw.name(int(subset[p])) for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
+    reasons = reasons or {}
+    unreadable = [int(p) for p in bad if int(p) not in reasons]
+    wrong = [int(p) for p in bad if int(p) in reasons]
+    parts = []
+    if unreadable:
+        names = ", ".join(raw.name(int(subset[p])) for p in unreadable[:3]) + (", ..." if len(unreadable) > 3 else "")
+        parts.append(f"{len(unreadable)} of {len(subset)} images could not be read ({names})")
+    if wrong:
+        shown = "; ".join(reasons[p] for p in wrong[:2]) + ("; ..." if len(wrong) > 2 else "")
+        parts.append(f"{len(wrong)} of {len(subset)} images have an invalid mask ({shown})")
+    msg = "; ".join(parts)
     fraction = len(bad) / len(subset)
-    msg = f"{len(bad)} of {len(subset)} images could not be read ({names})"
     if fraction > max_fraction:
         raise DataError(
             f"{msg}: {fraction:.1%} is over data.max_bad_fraction={max_fraction}; "
@@ -190,7 +202,7 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
     subset = limit_subset(labels, dc.limit, class_names)
     cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
     entry = get_resized(raw, subset, resolution, dc.cache, cache_root)
-    ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction)
+    ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction, entry.reasons)
     rows = np.flatnonzero(ok)
     predefined = getattr(raw, "predefined_splits", None)
     if predefined is not None:  # the user's own train/val/test folders or split column

@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ import torch
 from resomap.atomic import write_atomic
 from resomap.config.schema import CacheConfig
 from resomap.data.registry import RawDataset, digest
+from resomap.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class CacheEntry:
     bad: np.ndarray  # positions (into indices) of images that could not be read (zero-filled)
     location: str  # "memory", or the .npy path
     targets: torch.Tensor | None = None  # uint8 [N, r, r] class-index masks (segmentation datasets)
+    reasons: dict[int, str] = field(default_factory=dict)  # bad position -> what is wrong, when not unreadable
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +104,7 @@ def _decode_all(raw: RawDataset, indices: np.ndarray, resolution: int):
     images = np.zeros((n, c, resolution, resolution), dtype=np.uint8)
     masks = np.zeros((n, resolution, resolution), dtype=bool) if raw.has_masks else None
     targets = np.zeros((n, resolution, resolution), dtype=np.uint8) if has_dense_targets(raw) else None
-    bad = []
+    bad, reasons = [], {}
     for pos, i in enumerate(indices.tolist()):
         try:
             images[pos] = resize_image(raw.load(i), resolution, c)
@@ -111,10 +113,12 @@ def _decode_all(raw: RawDataset, indices: np.ndarray, resolution: int):
         except Exception as exc:  # PIL raises many types (OSError, SyntaxError, ValueError...) for corrupt files
             log.debug("cannot read %s: %s", raw.name(i), exc)
             bad.append(pos)
+            if isinstance(exc, DataError):  # a readable file with wrong content (a mask's class index): says which
+                reasons[pos] = str(exc)
             continue
         if masks is not None:
             masks[pos] = resize_mask(raw.mask(i), resolution) if targets is None else targets[pos] > 0
-    return images, masks, bad, targets
+    return images, masks, bad, targets, reasons
 
 
 def _atomic_save(path: Path, arr: np.ndarray | bytes) -> None:
@@ -132,6 +136,7 @@ def _write_disk(
     masks: np.ndarray | None,
     bad: list,
     targets: np.ndarray | None = None,
+    reasons: dict[int, str] | None = None,
 ) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     img_path, mask_path, meta_path = _paths(folder, resolution)
@@ -141,6 +146,7 @@ def _write_disk(
     if targets is not None:
         _atomic_save(folder / f"{resolution}.targets.npy", targets)
     meta = {"version": FORMAT_VERSION, "shape": list(images.shape), "masks": masks is not None, "bad": bad}
+    meta["reasons"] = {str(pos): why for pos, why in (reasons or {}).items()}
     if targets is not None:
         meta["targets"] = True
     _atomic_save(meta_path, json.dumps(meta).encode())  # last: its presence means the entry is complete
@@ -165,7 +171,8 @@ def _read_disk(folder: Path, resolution: int, n: int, mmap: bool) -> CacheEntry 
     masks_t = torch.from_numpy(masks) if masks is not None else None
     targets_t = torch.from_numpy(targets) if targets is not None else None
     bad = np.asarray(meta["bad"], dtype=np.int64)
-    return CacheEntry(torch.from_numpy(images), masks_t, bad, location, targets_t)
+    reasons = {int(pos): str(why) for pos, why in (meta.get("reasons") or {}).items()}
+    return CacheEntry(torch.from_numpy(images), masks_t, bad, location, targets_t, reasons)
 
 
 def _remember(key: tuple[str, int], entry: CacheEntry, budget: int) -> None:
@@ -204,16 +211,16 @@ def get_resized(
         log.info("resolution cache hit (disk): %s @ %d px", folder, resolution)
     else:
         log.info("resolution cache miss: decoding %d images of %s at %d px", n, raw.fingerprint, resolution)
-        images, masks, bad, targets = _decode_all(raw, indices, resolution)
+        images, masks, bad, targets, reasons = _decode_all(raw, indices, resolution)
         if cfg.disk or over:
-            _write_disk(folder, resolution, images, masks, bad, targets)
+            _write_disk(folder, resolution, images, masks, bad, targets, reasons)
         if over:  # over the memory budget: serve from the memory-mapped file instead of RAM
             entry = _read_disk(folder, resolution, n, mmap=True)
         if entry is None:
             masks_t = torch.from_numpy(masks) if masks is not None else None
             targets_t = torch.from_numpy(targets) if targets is not None else None
             bad_a = np.asarray(bad, dtype=np.int64)
-            entry = CacheEntry(torch.from_numpy(images), masks_t, bad_a, "memory", targets_t)
+            entry = CacheEntry(torch.from_numpy(images), masks_t, bad_a, "memory", targets_t, reasons)
     if entry.location == "memory" and cfg.disk:
         entry.location = f"memory + {folder}"
     if not over:

@@ -10,10 +10,10 @@
 Masks are class-index PNGs (mode L or P: the pixel value is the class; `classes` names them in order). Every
 image needs a mask of its own size: an image without a mask, or a mask whose size differs from its image, is a
 DataError when the dataset is opened (file headers only, nothing decoded). A mask holding a class index outside
-`classes` is found when the masks are decoded for the resolution cache and that pair is skipped with the other
-unreadable files (counted, up to data.max_bad_fraction). No package in this environment ships a small real
-segmentation data set with masks (scikit-image's sample images have no label masks and its larger data need a
-download), so the real-data route is these two readers.
+`classes` is found when the masks are decoded for the resolution cache; that pair is skipped, and counted and named
+(the mask file and its class index) beside the unreadable files, up to data.max_bad_fraction. No package in this
+environment ships a small real segmentation data set with masks (scikit-image's sample images have no label masks
+and its larger data need a download), so the real-data route is these two readers.
 
 Image-level `labels` are all 0 (one stratum for the split); `mask(i)` is the foreground (class > 0) that the
 explanation localisation scores use; `seg_mask(i)` the class-index mask.

@@ -11,7 +11,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from resomap.config.schema import ModelsConfig
-from resomap.errors import ConfigError
+from resomap.errors import ConfigError, ModelError
 from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name, list_models
 from resomap.models.spec import ModelSpec
 from resomap.models.timm_models import create_timm, spec_from_model, timm_arch, timm_spec
@@ -84,6 +84,40 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
         add_grayscale_repeat(model)
     log.debug("built %s (%d classes, %d input channels, grayscale=%s)", key, num_classes, in_channels, cfg.grayscale)
     return model, spec
+
+
+def check_input_size(model: nn.Module, name: str, resolution: int, in_channels: int) -> None:
+    """A model whose layers shrink a `resolution` px input below one pixel (pooling without padding) is a ModelError
+    naming the smallest side it takes. One forward of one zero image in eval mode; more only when that fails."""
+    error = _forward_error(model, resolution, in_channels)
+    if error is None:
+        return
+    low, ok = resolution, None  # low: a side that fails
+    while ok is None and low < 1024:  # double until a side works, then halve the gap down to the smallest
+        side = min(low * 2, 1024)
+        if _forward_error(model, side, in_channels) is None:
+            ok = side
+        else:
+            low = side
+    if ok is None:
+        raise error  # not a matter of size: the model's own error, as a forward would give it
+    while ok - low > 1:
+        mid = (low + ok) // 2
+        low, ok = (low, mid) if _forward_error(model, mid, in_channels) is None else (mid, ok)
+    raise ModelError(f"{name} needs inputs of at least {ok} px (its layers shrink smaller ones away); got {resolution}")
+
+
+def _forward_error(model: nn.Module, side: int, in_channels: int) -> Exception | None:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, in_channels, side, side))
+    except (RuntimeError, ValueError) as exc:
+        return exc
+    finally:
+        model.train(was_training)
+    return None
 
 
 def set_grad_checkpointing(model: nn.Module, enabled: bool = True) -> bool:

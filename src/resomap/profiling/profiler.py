@@ -344,10 +344,11 @@ def profile_by_name(
     **overrides: Any,
 ) -> ModelProfile:
     """Build a registered model (resomap.models) and profile it with the `profiling` and `system` config."""
-    from resomap.models import build_model  # lazy: models may import heavy optional backends
+    from resomap.models import build_model, check_input_size  # lazy: models may import heavy optional backends
 
     cfg = cfg or Config()
     model, _spec = build_model(name, num_classes, in_channels, cfg.models)
+    check_input_size(model, name, resolution, in_channels)  # too small for its layers: one line, not a traceback
     pc = cfg.profiling
     kwargs: dict[str, Any] = {
         "batch_size": pc.batch_size,

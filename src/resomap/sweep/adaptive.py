@@ -94,8 +94,10 @@ def run_adaptive(
     executor: Callable[..., list[TrialResult]] | None = None,
     rerun_failed: bool | None = None,
     report: Callable[[str], None] = log.info,
+    wait: bool = False,
 ) -> AdaptiveOutcome:
-    """The rounds (module doc); the last round's sweep outcome and the adaptive record."""
+    """The rounds (module doc); the last round's sweep outcome and the adaptive record. ``wait``: wait for another
+    run of the same sweep to finish instead of refusing (each round takes the sweep's lock)."""
     ad, alphas = cfg.sweep.adaptive, look_alphas(cfg)
     grid: dict[str, list[int]] = {}
     for t in plan(cfg):
@@ -117,7 +119,9 @@ def run_adaptive(
             break
         report(f"[adaptive] round {look}: {len(wanted - used)} new trial(s) at one-sided alpha {alphas[look - 1]:.4g}")
         round_cfg = _round_config(cfg, states, alphas[look - 1])
-        outcome = run_sweep(round_cfg, executor=_only(wanted, executor), rerun_failed=rerun_failed, report=report)
+        outcome = run_sweep(
+            round_cfg, executor=_only(wanted, executor), rerun_failed=rerun_failed, report=report, wait=wait
+        )
         rounds.append(_look(look, alphas[look - 1], wanted, used, open_models))
         used |= wanted
         _decide(outcome, round_cfg, open_models, look, alphas[look - 1])

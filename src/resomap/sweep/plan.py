@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.models import get_spec
 from resomap.sweep.trial import Trial, TrialResult
 
-STATES = ("done", "failed", "partial", "pending")
+STATES = ("done", "failed", "partial", "pending", "unreadable")
 
 
 def plan(cfg: Config, check: bool = True) -> list[Trial]:
@@ -70,13 +71,17 @@ def load_result(trial: Trial) -> TrialResult | None:
         return None
     try:
         result = TrialResult.from_json(path.read_text(encoding="utf-8"))
-    except (ValueError, TypeError):
+    except (OSError, ValueError, TypeError):  # unreadable (another user's file: see trial_state) or torn
         return None
     return result if result.key == trial.key else None
 
 
 def trial_state(trial: Trial) -> str:
-    """done / failed (a result on disk for this exact key), partial (a last.pt), or pending."""
+    """done / failed (a result on disk for this exact key), partial (a last.pt), pending, or unreadable (a
+    result.json this user has no permission to read)."""
+    path = trial.summary_dir / "result.json"
+    if path.is_file() and not os.access(path, os.R_OK):
+        return "unreadable"
     result = load_result(trial)
     if result is not None:
         return "done" if result.status == "FINISHED" else "failed"

@@ -9,27 +9,39 @@ untracked (`tracked: false` in result.json), and `sync_sweep` (run at the end of
 untracked, and by `resomap sync`) publishes those results once the store answers again.
 
 A finished sweep run again with nothing to do returns at once: `state.json` beside summary.csv keeps a digest of
-the result files the summary was made from and whether MLflow holds everything; when both still hold, nothing is
-rewritten and neither MLflow nor the plotting and explanation libraries are imported.
+the result files the summary was made from, the statistics settings and the code version of the statistics and
+reports it was computed with (`summary_inputs`), and whether MLflow holds everything; when all still hold, nothing
+is rewritten and neither MLflow nor the plotting and explanation libraries are imported. A changed `stats.*` (or
+statistics code) recomputes the summary, without training.
+
+The summary folder is built beside its place (`.<name>.new`) and swapped in whole (`resomap.atomic.replace_dir`),
+state.json with it: a crash or a bad setting leaves the old summary, never a half-updated one.
+
+One sweep at a time per experiment and folder: `run_sweep` and `sync_sweep` hold `_sweep/.<name>.lock`
+(`resomap.locks`; released on any exit, SIGKILL included); a second one refuses naming the holder, or waits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from resomap.atomic import write_text
-from resomap.config import Config
+from resomap.atomic import discard_staging, replace_dir, staging_dir, write_text
+from resomap.config import Config, to_dict
+from resomap.errors import DataError
+from resomap.locks import hold
 from resomap.sweep.plan import check_plan, describe_plan, load_result, plan, sweep_key
-from resomap.sweep.trial import Trial, TrialResult
+from resomap.sweep.trial import Trial, TrialResult, sweep_identity
 from resomap.tracking import default_tracking_uri, make_tracker
-from resomap.tracking.publish import close_parent, open_parent
+from resomap.tracking.parent import close_parent, open_parent
 
 log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
@@ -92,12 +104,29 @@ def run_sweep(
     executor: Callable[..., list[TrialResult]] | None = None,
     rerun_failed: bool | None = None,
     report: Callable[[str], None] = log.info,
+    wait: bool = False,
 ) -> SweepOutcome:
+    """Run the pending trials, then the summary. Another run of this sweep in this folder (holding its lock):
+    BusyError naming it, or with `wait` wait for it to end."""
     trials = plan(cfg, check=False)
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
-    states = describe_plan(trials)
-    todo = [t for t, s in states if s in ("pending", "partial") or (s == "failed" and rerun)]
+    if _todo(describe_plan(trials), rerun):  # bad input fails here, before anything is written (lock included)
+        check_plan(cfg)  # explainer names (imports their libraries: only when something is to run)
+    with sweep_lock(cfg, wait=wait, report=report):
+        return _run_sweep(cfg, trials, executor, rerun, report)
+
+
+def _todo(states: list[tuple[Trial, str]], rerun: bool) -> list[Trial]:
+    """The trials to run; a result.json this user cannot read stops the sweep (DataError)."""
+    _check_readable(states)
+    return [t for t, s in states if s in ("pending", "partial") or (s == "failed" and rerun)]
+
+
+def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, report: Any) -> SweepOutcome:
+    states = describe_plan(trials)  # again, under the lock: a run that held it may have finished trials
+    todo = _todo(states, rerun)
     out_dir = summary_folder(cfg)
+    discard_staging(out_dir)  # a summary build or swap a kill interrupted
     progress = Progress(len(trials), sum(1 for _, s in states if s == "done"), cfg.experiment.task)
     progress.failed = sum(1 for t, s in states if s == "failed" and t not in todo)
     report(progress.line())
@@ -106,19 +135,17 @@ def run_sweep(
         if unchanged is not None:
             report("[sweep] nothing to do: every trial has its result and the summary is current")
             return SweepOutcome(unchanged[0], unchanged[1], out_dir, [], len(trials))
-    else:
-        check_plan(cfg)  # explainer names, before anything is written
     from resomap.sweep.executors import get_executor
 
-    key = sweep_key(trials)
     tracker = make_tracker(cfg)
-    parent = open_parent(tracker, cfg, key, len(trials))
+    identity, grid = sweep_identity(cfg), sweep_key(trials)
+    parent = open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
     new: list[TrialResult] = []
     if todo:
         run = executor or get_executor(cfg.sweep.executor)
         new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
     if tracker.enabled and _needs_sync(trials):  # results logged while the store was down are sent now
-        parent = parent or open_parent(tracker, cfg, key, len(trials))
+        parent = parent or open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
     figures = _summarise(results, cfg, out_dir, tracker, parent, trials)
@@ -126,6 +153,35 @@ def run_sweep(
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
     return SweepOutcome(results, parent, out_dir, figures, len(trials) - len(todo))
+
+
+@contextlib.contextmanager
+def sweep_lock(
+    cfg: Config,
+    wait: bool = False,
+    report: Callable[[str], None] = log.info,
+    hint: str = "wait for it with `resomap sweep --wait`, or stop that process",
+) -> Iterator[None]:
+    """Held while this sweep (experiment name) runs in this output folder (`lock_path`)."""
+    what = f"sweep '{cfg.experiment.name}' in {Path(cfg.experiment.output_dir).resolve()}"
+    with hold(lock_path(cfg), what, wait=wait, hint=hint, on_wait=report):
+        yield
+
+
+def lock_path(cfg: Config) -> Path:
+    """`_sweep/.<name>.lock` beside the sweep's summary folder."""
+    out_dir = summary_folder(cfg)
+    return out_dir.with_name(f".{out_dir.name}.lock")
+
+
+def _check_readable(states: list[tuple[Trial, str]]) -> None:
+    """A trial whose result.json this user cannot read stops the sweep before anything is written."""
+    for trial, state in states:
+        if state == "unreadable":
+            raise DataError(
+                f"{trial.summary_dir / 'result.json'}: no permission to read it; ask its owner to make the sweep "
+                "group-readable (chmod -R g+rX), or run in a folder of your own (experiment.output_dir=...)"
+            )
 
 
 def summary_folder(cfg: Config) -> Path:
@@ -152,28 +208,46 @@ def results_digest(trials: list[Trial]) -> str:
     return h.hexdigest()
 
 
+def summary_inputs(cfg: Config) -> dict[str, Any]:
+    """What the summary depends on besides the result files: the stats settings and a hash of the statistics and
+    report code (resomap.stats, resomap.reports), read from the source files, nothing imported."""
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted([*(package / "stats").glob("*.py"), *(package / "reports").glob("*.py")]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return {"stats": to_dict(cfg)["stats"], "code": h.hexdigest()[:16]}
+
+
 def _unchanged(cfg: Config, trials: list[Trial], out_dir: Path) -> tuple[list[TrialResult], str | None] | None:
-    """(results, parent run id) when the summary was made from exactly these result files and, with MLflow on,
-    the store named now holds everything; else None."""
+    """(results, parent run id) when the summary was made from exactly these result files and settings and, with
+    MLflow on, the store named now holds everything; else None."""
     try:
         state = json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if state.get("digest") != results_digest(trials) or not (out_dir / "summary.csv").is_file():
         return None
+    if state.get("inputs") != summary_inputs(cfg):
+        return None
     if cfg.mlflow.enabled and not (state.get("published") and state.get("tracking_uri") == default_tracking_uri(cfg)):
         return None
     return _results(trials), state.get("parent_run_id")
 
 
-def _save_state(cfg: Config, trials: list[Trial], out_dir: Path, parent: str | None, published: bool) -> None:
+def _state(cfg: Config, trials: list[Trial], parent: str | None, published: bool) -> str:
     state = {
         "digest": results_digest(trials),
+        "inputs": summary_inputs(cfg),
         "parent_run_id": parent,
         "published": published,
         "tracking_uri": default_tracking_uri(cfg) if cfg.mlflow.enabled else None,
     }
-    write_text(out_dir / STATE_FILE, json.dumps(state, indent=2))
+    return json.dumps(state, indent=2)
+
+
+def _save_state(cfg: Config, trials: list[Trial], out_dir: Path, parent: str | None, published: bool) -> None:
+    write_text(out_dir / STATE_FILE, _state(cfg, trials, parent, published))
 
 
 # ---------------------------------------------------------------- MLflow: sync (the parent run: tracking.publish)
@@ -199,10 +273,15 @@ def sync_sweep(cfg: Config):
     from resomap.tracking.sync import SyncReport
 
     trials = plan(cfg, check=False)
-    tracker = Tracker(cfg)
-    if not any(load_result(t) for t in trials):
-        return SyncReport(missing=[t.name for t in trials])  # nothing trained yet: no run to make
-    parent = open_parent(tracker, cfg, sweep_key(trials), len(trials), reopen=False)
+    with sweep_lock(cfg, hint="it syncs its results when it ends; run `resomap sync` after it if needed"):
+        _check_readable(describe_plan(trials))
+        if not any(load_result(t) for t in trials):
+            return SyncReport(missing=[t.name for t in trials])  # nothing trained yet: no run to make
+        return _sync_locked(cfg, trials, Tracker(cfg))
+
+
+def _sync_locked(cfg: Config, trials: list[Trial], tracker: Any):
+    parent = open_parent(tracker, cfg, sweep_identity(cfg), len(trials), reopen=False, legacy_key=sweep_key(trials))
     outcome = _sync(trials, tracker, parent)
     results = _results(trials)
     if parent and results and not outcome.failed:
@@ -232,21 +311,48 @@ def _summarise(
     parent: str | None,
     trials: list[Trial] | None = None,
 ) -> list[Path]:
-    """summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt, the sweep figures and the
-    cross-resolution comparison of explanations; all logged to the parent run (only what it lacks or what changed,
-    so publishing again is harmless). ``trials`` locate each result's folder (default: the sweep's plan)."""
+    """summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt, the sweep figures, the
+    cross-resolution comparison of explanations, report.html and state.json, built in a staging folder and swapped
+    in whole; then all logged to the parent run (only what it lacks or what changed, so publishing again is
+    harmless). ``trials`` locate each result's folder (default: the sweep's plan)."""
+    trials = trials if trials is not None else plan(cfg, check=False)
+    folders = trial_folders(trials)
+    staging = staging_dir(out_dir)
+    try:
+        built = _build_summary(results, cfg, staging, folders)
+        write_text(staging / STATE_FILE, _state(cfg, trials, parent, published=False))
+        replace_dir(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    summary, tables, figures, comparison, page = _moved(built, staging, out_dir)
+    if parent is not None:
+        _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders)
+    return figures + ([page] if page else []) + comparison.files
+
+
+def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict) -> tuple:
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.stages import compare_stage
 
-    folders = trial_folders(trials if trials is not None else plan(cfg, check=False))
     summary = build_summary(results, folders, cfg.stats)
     tables = write_summary(summary, out_dir)
     figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
     comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
-    page = _report(out_dir)
-    figures += [page] if page else []
-    if parent is None:
-        return figures + comparison.files
+    return summary, tables, figures, comparison, _report(out_dir)
+
+
+def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
+    """The paths of what `_build_summary` wrote in `staging`, now under `out_dir`."""
+    summary, tables, figures, comparison, page = built
+
+    def move(path: Path) -> Path:
+        return out_dir / Path(path).relative_to(staging)
+
+    comparison = dataclasses.replace(comparison, files=[move(p) for p in comparison.files])
+    return summary, [move(p) for p in tables], [move(p) for p in figures], comparison, page and move(page)
+
+
+def _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders) -> None:
     from resomap.explain.figures import sweep_probe_images
     from resomap.explain.run import MAPS_FILE
     from resomap.tracking.publish import publish_sweep
@@ -258,7 +364,6 @@ def _summarise(
     publish_sweep(
         tracker, parent, summary, tables=tables, figures=figures, page=page, comparison=comparison, images=images
     )
-    return figures + comparison.files
 
 
 def _report(out_dir: Path) -> Path | None:

@@ -101,6 +101,19 @@ class Trial:
 
 def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
     """A stable hash of everything that decides what the trial computes."""
+    tree = _key_tree(cfg)
+    tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
+    return _hash(tree)
+
+
+def sweep_identity(cfg: Config) -> str:
+    """A stable hash of what a sweep computes apart from its grid (sweep.* is in no key): adding models,
+    resolutions or seeds keeps it, so the sweep keeps its MLflow parent run."""
+    return _hash({**_key_tree(cfg), "sweep": "identity"})
+
+
+def _key_tree(cfg: Config) -> dict[str, Any]:
+    """The config as a tree without the settings that do not change what a trial computes."""
     tree = to_dict(cfg)
     for dotted in _KEY_EXCLUDE:
         node = tree
@@ -113,7 +126,10 @@ def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
         tree.pop(section, None)
     if task != "classification":  # classification keys stay what they were before the task axis
         tree["experiment"]["task"] = task
-    tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
+    return tree
+
+
+def _hash(tree: dict[str, Any]) -> str:
     text = json.dumps(tree, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -292,6 +308,7 @@ def _prepare(trial: Trial, cfg: Config, device: Any) -> _Prepared:
     bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
     seed_everything(trial.seed)  # weight init must not depend on what ran before in this process
     model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
+    models_pkg.check_input_size(model, trial.model, trial.resolution, bundle.channels)
     if cfg.system.grad_checkpointing and not models_pkg.set_grad_checkpointing(model, True):
         raise ConfigError(f"system.grad_checkpointing is on but {trial.model} has no stages to checkpoint; turn it off")
     return _Prepared(cfg, bundle, model, spec)

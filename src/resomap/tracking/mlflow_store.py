@@ -12,6 +12,7 @@ logged while offline keep `tracked: false` and `resomap sync` sends them later.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -73,6 +74,19 @@ def default_tracking_uri(cfg: Config) -> str:
     return "sqlite:///" + str((Path(cfg.experiment.output_dir) / "mlflow.db").resolve())
 
 
+def store_lock(uri: str) -> contextlib.AbstractContextManager:
+    """Held while a SQLite store is opened (MLflow creates and migrates its tables then) and while an experiment is
+    looked up or made: two processes starting on a fresh store do it one after the other, not racing (which ends
+    in SQL warnings and an untracked run). Other stores (servers) need no lock."""
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    from resomap.locks import hold
+
+    db = Path(uri[len("sqlite:///") :])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return hold(db.with_name(db.name + ".lock"), f"MLflow store set-up of {db}", wait=600.0)
+
+
 def artifact_root(cfg: Config) -> str:
     """Where a new experiment keeps artifacts when the store is a local SQLite file."""
     return (Path(cfg.experiment.output_dir) / "mlartifacts").resolve().as_uri()
@@ -101,7 +115,8 @@ class Tracker:
         """Made on first use: opening a SQLite store creates its file and tables."""
         from mlflow import MlflowClient
 
-        return MlflowClient(tracking_uri=self.uri)
+        with store_lock(self.uri):
+            return MlflowClient(tracking_uri=self.uri)
 
     @functools.cached_property
     def experiment_id(self) -> str:
@@ -147,14 +162,19 @@ class Tracker:
 
     def _experiment_id(self) -> str:
         """The experiment's id (created when missing), tagged as model training so the UI opens on its runs."""
-        exp = self.client.get_experiment_by_name(self.experiment_name)
+        client = self.client
+        with store_lock(self.uri):
+            return self._get_or_create_experiment(client)
+
+    def _get_or_create_experiment(self, client: Any) -> str:
+        exp = client.get_experiment_by_name(self.experiment_name)
         if exp is None:
             location = artifact_root(self.cfg) if self.uri.startswith("sqlite:") else None
             tags = experiment_tags()
-            return self.client.create_experiment(self.experiment_name, artifact_location=location, tags=tags)
+            return client.create_experiment(self.experiment_name, artifact_location=location, tags=tags)
         for key, value in experiment_tags().items():  # an experiment made before ResoMap tagged it, or by hand
             if exp.tags.get(key) != value:
-                self.client.set_experiment_tag(exp.experiment_id, key, value)
+                client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
 
     # ---------------------------------------------------------------- runs

@@ -14,9 +14,9 @@ It knows runs and result files, not sweeps: `trial` is anything with key, name, 
 produced and builds nothing: the probe maps come as the explain stage's captioned PNGs (probe_images/), the
 parent's as arrays drawn by the sweep, a model not in memory through the caller's `load_model`.
 
-The sweep's parent run lives here too (second half): found or created by its sweep-key tag (`open_parent`), the
-summary's tables, figures, report, headline metrics and tags, the per-resolution points and probe images
-(`publish_sweep`), closed once every planned trial has a result (`close_parent`).
+What the sweep's parent run holds is published here too (second half): the summary's tables, figures, report,
+headline metrics and tags, the per-resolution points and probe images (`publish_sweep`); the parent itself is
+found or made, and closed, by `resomap.tracking.parent`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from resomap.tracking.mlflow_store import is_number
 log = logging.getLogger(__name__)
 
 TRIAL_KEY_TAG = "resomap.trial_key"
-SWEEP_KEY_TAG = "resomap.sweep_key"
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
 ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
@@ -375,45 +374,6 @@ def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, s
         for resolution, array in sorted(by_resolution.items()):
             if (key, int(resolution)) not in held:
                 tracker.log_image(run_id, Image.fromarray(array), key=key, step=int(resolution))
-
-
-def open_parent(tracker: Any, cfg: Config, key: str, trials: int, reopen: bool = True) -> str | None:
-    """The sweep's run, found by its sweep-key tag or created (`trials`: how many the sweep plans); None (and a
-    recorded failure) when the store is unreachable: the sweep goes on and the parent is found or made again at
-    its end or by `resomap sync`."""
-    if not tracker.enabled:
-        return None
-    try:
-        found = tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{key}'")
-        if found:
-            run_id = found[0].info.run_id
-            if reopen:
-                tracker.reopen_run(run_id)
-            return run_id
-        tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": trials}
-        run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
-    except Exception as exc:
-        tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
-        log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
-        return None
-    sweep_params = {k: v for k, v in flatten(cfg).items() if k.startswith(("sweep.", "training.", "data."))}
-    tracker.log_params(run_id, sweep_params)
-    return run_id
-
-
-def close_parent(tracker: Any, parent: str | None, results: Iterable[Any], planned: int) -> bool:
-    """Child-run tags on the parent; closed FINISHED / FAILED once every planned trial has a result (each with
-    name, run_id and status: resomap.stages.TrialResult)."""
-    if parent is None:
-        return False
-    results = list(results)
-    children = {f"resomap.child.{r.name.replace('@', ' at ')}": r.run_id for r in results if r.run_id}
-    tracker.set_tags(parent, children)
-    if len(results) != planned:
-        return False
-    before = len(tracker.failures)
-    tracker.end_run(parent, "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED")
-    return len(tracker.failures) == before
 
 
 def publish_sweep(

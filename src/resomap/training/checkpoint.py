@@ -11,6 +11,7 @@ import json
 import logging
 import pickle
 import random
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +39,14 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_atomic(path, lambda fh: fh.write(text))
 
 
+def _forbidden_global(message: str) -> str | None:
+    """The global (a function or class) torch's safe loader refused, named in its message ("Unsupported global:
+    GLOBAL builtins.print", "unsupported GLOBAL posix.system"); None when it failed on something else (random or
+    torn bytes: "Unsupported operand 149")."""
+    found = re.search(r"\bGLOBAL\s+([\w.]+)", message)
+    return found.group(1) if found else None
+
+
 def _describe(meta: Mapping[str, Any]) -> str:
     return f"{meta.get('model', '?')} at {meta.get('resolution', '?')} px with {meta.get('num_classes', '?')} classes"
 
@@ -55,12 +64,13 @@ def load_checkpoint(
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "weights only" in str(exc).lower() or "weights_only" in str(exc).lower():
-            raise CheckpointError(
-                f"{path}: refused: the file contains pickled code/objects; only plain tensors and containers "
-                "are loaded (re-save it as a plain state_dict)"
-            ) from None
-        raise CheckpointError(f"{path}: checkpoint is truncated or corrupt; delete it or retrain") from None
+        code = _forbidden_global(str(exc))
+        if code is None:
+            raise CheckpointError(f"{path}: corrupt or not a checkpoint; delete it or retrain") from None
+        raise CheckpointError(
+            f"{path}: refused: the file contains pickled code ({code}); only plain tensors and containers "
+            "are loaded (re-save it as a plain state_dict)"
+        ) from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, IndexError):
         raise CheckpointError(f"{path}: checkpoint is truncated or corrupt; delete it or retrain") from None
     if not isinstance(payload, dict):

@@ -1,0 +1,87 @@
+"""The sweep's parent run: one per sweep identity, whatever its grid.
+
+`open_parent` finds it by its sweep-identity tag (the hash of what the sweep computes apart from its models,
+resolutions and seeds: `resomap.sweep.trial.sweep_identity`), so adding seeds, resolutions or models to a finished
+sweep reuses its parent; a parent made before identities (tagged with the hash of its trial keys) is found by that
+key and re-tagged. The grid of the latest round is in the parent's `resomap.grid.*` tags (params cannot change).
+`close_parent` tags the children, moves under the parent any child of a planned trial that an earlier round put
+elsewhere, and closes it once every planned trial has a result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from resomap.config import Config, flatten
+
+log = logging.getLogger(__name__)
+
+SWEEP_KEY_TAG = "resomap.sweep_key"
+GRID_KEYS = ("sweep.models", "sweep.resolutions", "sweep.seeds", "sweep.include", "sweep.exclude")
+
+
+def open_parent(
+    tracker: Any, cfg: Config, key: str, trials: int, reopen: bool = True, legacy_key: str | None = None
+) -> str | None:
+    """The sweep's run, found by its identity tag `key` (else by `legacy_key`, the older grid hash) or created
+    (`trials`: how many the sweep plans); None (and a recorded failure) when the store is unreachable: the sweep
+    goes on and the parent is found or made again at its end or by `resomap sync`."""
+    if not tracker.enabled:
+        return None
+    flat = flatten(cfg)
+    grid = {f"resomap.grid.{k.split('.', 1)[1]}": flat[k] for k in GRID_KEYS}
+    try:
+        run_id = _find(tracker, key, legacy_key)
+        if run_id is not None:
+            if reopen:
+                tracker.reopen_run(run_id)
+            tracker.set_tags(run_id, {SWEEP_KEY_TAG: key, "resomap.trials": trials, **grid})
+            return run_id
+        tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": trials, **grid}
+        run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
+    except Exception as exc:
+        tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
+        log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
+        return None
+    params = {k: v for k, v in flat.items() if k.startswith(("sweep.", "training.", "data.")) and k not in GRID_KEYS}
+    tracker.log_params(run_id, params)
+    return run_id
+
+
+def _find(tracker: Any, key: str, legacy_key: str | None) -> str | None:
+    for tag in [key, legacy_key] if legacy_key else [key]:
+        found = tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{tag}'")
+        if found:
+            return min(found, key=lambda r: r.info.start_time).info.run_id  # the first, if a race made two
+    return None
+
+
+def close_parent(tracker: Any, parent: str | None, results: Iterable[Any], planned: int) -> bool:
+    """Child-run tags on the parent, every child under it; closed FINISHED / FAILED once every planned trial has a
+    result (each with name, run_id and status: resomap.trial_result.TrialResult)."""
+    if parent is None:
+        return False
+    results = list(results)
+    children = {f"resomap.child.{r.name.replace('@', ' at ')}": r.run_id for r in results if r.run_id}
+    tracker.set_tags(parent, children)
+    adopt_children(tracker, parent, {r.run_id for r in results if r.run_id})
+    if len(results) != planned:
+        return False
+    before = len(tracker.failures)
+    tracker.end_run(parent, "FINISHED" if all(r.status == "FINISHED" for r in results) else "FAILED")
+    return len(tracker.failures) == before
+
+
+def adopt_children(tracker: Any, parent: str, run_ids: set[str]) -> None:
+    """Nest the runs `run_ids` under `parent` where they are not (a trial of an earlier round that opened its own
+    parent, or one trained while the parent could not be reached)."""
+    try:
+        runs = tracker.find_runs("tags.`resomap.kind` = 'trial'")
+    except Exception as exc:  # soft: the tags are a view, the results are on disk
+        log.warning("MLflow: children of %s not checked (%s)", parent, exc)
+        return
+    for run in runs:
+        if run.info.run_id in run_ids and run.data.tags.get("mlflow.parentRunId") != parent:
+            tracker.set_tags(run.info.run_id, {"mlflow.parentRunId": parent})
