@@ -55,12 +55,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from resomap.profiling import print_profiling_report, profile_by_name, save_profile
-    from resomap.runtime import describe_device, measurement_threads, resolve_device
+    from resomap.runtime import describe_device, measurement_threads, resolve_device, resolve_precision
 
     cfg = _config(args)
     device = resolve_device(cfg.system)
     measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
     print(f"device: {describe_device(device)}")
+    print("precision: {} ({})".format(*resolve_precision(cfg.system.precision, device)))
     overrides = {"batch_size": args.batch_size} if args.batch_size else {}
     prof = profile_by_name(
         args.model,

@@ -23,11 +23,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     models.get_spec(args.model)  # unknown names fail before anything is written
     device = resolve_device(cfg.system)  # no GPU for system.device=cuda: fails here, before anything is created
     cfg = with_overrides(cfg, {"sweep.seeds": [cfg.experiment.seed]}, "command line")
+    cfg, why = _pinned(cfg)
     with distributed.process_group(device) as device:
-        return _train(args, cfg, device)
+        return _train(args, cfg, device, why)
 
 
-def _train(args: argparse.Namespace, cfg: Any, device: Any) -> int:
+def _pinned(cfg: Any) -> tuple[Any, str]:
+    """The config with system.precision=auto resolved (sweep.trial.pin_precision), and why that precision."""
+    from resomap.sweep.trial import pin_precision, precision_choice
+
+    _, why = precision_choice(cfg)
+    return pin_precision(cfg), why
+
+
+def _train(args: argparse.Namespace, cfg: Any, device: Any, why: str) -> int:
     from resomap.runtime import describe_device
     from resomap.sweep import Trial, run_trial
     from resomap.tracking import NullTracker, make_tracker
@@ -35,6 +44,7 @@ def _train(args: argparse.Namespace, cfg: Any, device: Any) -> int:
 
     where = distributed.describe()
     print(f"device: {describe_device(device)}" + (f", {where}" if where else ""))
+    print(f"precision: {cfg.system.precision} ({why})")
     rank0 = distributed.is_rank0()
     tracker = make_tracker(cfg) if rank0 else NullTracker()
     if tracker.enabled:
@@ -60,17 +70,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
         raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
     extra = {"sweep.executor": args.executor} if args.executor else None
-    cfg = load_config(args, extra)
+    cfg, why = _pinned(load_config(args, extra))
     if args.dry_run:
         trials = plan(cfg)
         states = describe_plan(trials)
         print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
+        print(f"precision: {cfg.system.precision} ({why})")
         for trial, state in states:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
         counts = {s: sum(1 for _, st in states if st == s) for s in ("done", "failed", "partial", "pending")}
         print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         return 0
     print(f"device: {describe_device(resolve_device(cfg.system))}")
+    print(f"precision: {cfg.system.precision} ({why}); every trial of the sweep uses it")
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
     outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)

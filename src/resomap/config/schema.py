@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal, get_args
 from resomap.config.groups import Group, GroupSection
 
 Device = Literal["auto", "cpu", "cuda"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 DEVICES: tuple[str, ...] = get_args(Device)  # the one list of device choices (config, CLI flags)
 PRECISIONS: tuple[str, ...] = get_args(Precision)  # the one list of precision choices
 
@@ -97,7 +97,7 @@ class TrainingConfig:
 @dataclass(frozen=True)
 class SystemConfig:
     device: Device = "auto"  # auto: CUDA when available, else CPU
-    precision: Precision = "fp32"  # autocast dtype (fp16 adds a GradScaler)
+    precision: Precision = "auto"  # autocast dtype; auto: bf16 with native bf16 (CPU or GPU), else fp32
     channels_last: bool = False  # NHWC memory format for model and inputs
     compile: bool = False  # torch.compile the model
     cudnn_benchmark: bool = False  # cudnn autotuner (CUDA only)

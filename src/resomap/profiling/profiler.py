@@ -29,7 +29,7 @@ from resomap.profiling.timing import (
     torch_threads,
     training_step,
 )
-from resomap.runtime import autocast_dtype, describe_device, resolve_device
+from resomap.runtime import autocast_dtype, describe_device, resolve_device, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,7 @@ def profile(
     """
     _check_args(resolution, in_channels, batch_size, precision, iters, warmup, rounds)
     device = _visible_device(device)
+    precision, _ = resolve_precision(precision, device)  # auto: bf16 where the device computes it natively
     amp = autocast_dtype(precision)
     train_bs = train_batch_size or max(batch_size, 8)
     with preserved_state(model):

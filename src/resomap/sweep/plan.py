@@ -8,7 +8,7 @@ import json
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.models import get_spec
-from resomap.sweep.trial import Trial, TrialResult
+from resomap.sweep.trial import Trial, TrialResult, pin_precision
 
 STATES = ("done", "failed", "partial", "pending")
 
@@ -16,6 +16,7 @@ STATES = ("done", "failed", "partial", "pending")
 def plan(cfg: Config, check: bool = True) -> list[Trial]:
     """models x resolutions x seeds, plus `include` pairs, minus `exclude` pairs; per-model overrides applied.
     Unknown model names raise here; unknown explainer names too unless `check` is off (see check_plan)."""
+    cfg = pin_precision(cfg)
     sw = cfg.sweep
     for name in sw.models:
         get_spec(name)  # unknown model names fail here, before anything runs
@@ -40,7 +41,9 @@ def plan(cfg: Config, check: bool = True) -> list[Trial]:
     for model, res in pairs:
         if model not in cache:
             overrides = sw.model_overrides.get(model, {})
-            cache[model] = with_overrides(cfg, overrides, f"sweep.model_overrides.{model}") if overrides else cfg
+            cache[model] = (
+                pin_precision(with_overrides(cfg, overrides, f"sweep.model_overrides.{model}")) if overrides else cfg
+            )
         for seed in sw.seeds:
             trials.append(Trial(model, res, seed, cache[model]))
     return trials

@@ -27,7 +27,7 @@ from typing import Any
 from resomap.atomic import write_text
 from resomap.config import Config
 from resomap.sweep.plan import check_plan, describe_plan, load_result, plan, sweep_key
-from resomap.sweep.trial import Trial, TrialResult
+from resomap.sweep.trial import Trial, TrialResult, pin_precision
 from resomap.tracking import default_tracking_uri, make_tracker
 from resomap.tracking.publish import close_parent, open_parent
 
@@ -93,6 +93,7 @@ def run_sweep(
     rerun_failed: bool | None = None,
     report: Callable[[str], None] = log.info,
 ) -> SweepOutcome:
+    cfg = pin_precision(cfg)  # auto decided once, for every trial, the parent run and the summary
     trials = plan(cfg, check=False)
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
     states = describe_plan(trials)

@@ -83,8 +83,8 @@ class SmallCNN(nn.Module):
 
 def bare_epoch(model: nn.Module, loader: InMemoryLoader, optimizer: torch.optim.Optimizer, cfg: Config) -> float:
     """One plain training epoch (same precision/channels_last as the trainer); returns images per second."""
-    dtype = autocast_dtype(cfg.system.precision)
     device_type = loader.x.device.type
+    dtype = autocast_dtype(cfg.system.precision, loader.x.device)
     amp = (lambda: torch.autocast(device_type, dtype=dtype)) if dtype else contextlib.nullcontext
     model.train()
     t0 = time.perf_counter()
