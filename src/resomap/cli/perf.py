@@ -39,25 +39,48 @@ def _num_classes(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from resomap.config import load
-    from resomap.sweep.builtins import register_builtins
-
-    register_builtins()
+    """The config, checked without torch first (resomap.cli.preflight: names, the model, whether one batch of
+    inputs at --resolution fits in memory), then fully."""
+    from resomap.cli import preflight
 
     extra: dict[str, Any] = {}
     if args.device:
         extra["system.device"] = args.device
     if args.precision:
         extra["system.precision"] = args.precision
-    folder = args.config_dir if Path(args.config_dir).is_dir() else None  # profiling needs no project files
-    return load(folder, args.preset, args.overrides, extra)
+    folder = preflight.config_folder(args)  # profiling needs no project files
+    early = preflight.config(args, extra, folder)
+    preflight.check_model(args.model)
+    if early is not None:
+        _inputs_fit(args, early)
+    from resomap.config import load
+    from resomap.sweep.builtins import register_builtins
+
+    register_builtins()
+    cfg = load(folder, args.preset, args.overrides, extra)
+    if early is None:
+        _inputs_fit(args, cfg)
+    return cfg
+
+
+def _inputs_fit(args: argparse.Namespace, cfg: Any) -> None:
+    """One batch of the largest timed batch (a profile's training step: at least 8) fits in memory."""
+    from resomap.cli import preflight
+
+    if getattr(args, "batch_sizes", None):
+        batch = max(args.batch_sizes)
+    else:
+        pc = cfg.profiling
+        infer = args.batch_size or pc.batch_size
+        batch = max(infer, pc.train_batch_size or max(infer, 8))
+    preflight.check_inputs_fit([args.resolution], batch, args.in_channels, "--resolution", "a smaller batch size")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    cfg = _config(args)  # mistakes end here, most before torch loads
     from resomap.profiling import print_profiling_report, profile_by_name, save_profile
     from resomap.runtime import describe_device, measurement_threads, resolve_device, resolve_precision
 
-    cfg = _config(args)
     device = resolve_device(cfg.system)
     measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
     print(f"device: {describe_device(device)}")
@@ -80,12 +103,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    cfg = _config(args)  # mistakes end here, most before torch loads
     from resomap.models import build_model
     from resomap.profiling import ALL_OPTIONS, run_benchmark, save_benchmark
     from resomap.profiling.profiler import noise_policy
     from resomap.runtime import measurement_threads
 
-    cfg = _config(args)
     if args.vs_bare:
         return _vs_bare(args, cfg)
     measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
@@ -158,8 +181,10 @@ def _runs(values: list[float]) -> str:
 
 
 def add_commands(sub: Any) -> None:
-    from resomap.profiling import ALL_OPTIONS
+    from resomap import catalog  # the options' names without importing torch (resomap.profiling)
 
+    found = catalog.registry("bench_options")
+    all_options = found.names() if found is not None else []
     p = sub.add_parser("profile", help="params, MACs/FLOPs, latency, throughput and memory of one model")
     _model_args(p)
     p.add_argument("--batch-size", type=positive_int, help="images per timed call (default: profiling.batch_size)")
@@ -172,7 +197,7 @@ def add_commands(sub: Any) -> None:
         "--compare-opts",
         nargs="*",
         metavar="OPT",
-        help=f"options beside the baseline; no value: all ({', '.join(ALL_OPTIONS)})",
+        help=f"options beside the baseline; no value: all ({', '.join(all_options) or 'resomap.profiling.OPTIONS'})",
     )
     p.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 8, 32], help="default: 1 8 32")
     p.add_argument("--options-batch-size", type=positive_int, help="batch for --compare-opts (default: largest)")

@@ -11,15 +11,15 @@ from resomap.cli.args import add_config_args, load_config, positive_int
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One trial; under torchrun (WORLD_SIZE > 1) one DDP process per rank, rank 0 writes and tracks."""
+    extra: dict[str, Any] = {"sweep.models": [args.model], "sweep.resolutions": [args.resolution]}
+    if args.epochs is not None:
+        extra["training.epochs"] = args.epochs
+    cfg = load_config(args, extra, inputs="--resolution")  # config mistakes end here, most before torch loads
     from resomap import models
     from resomap.config import with_overrides
     from resomap.runtime import resolve_device
     from resomap.training import distributed
 
-    extra: dict[str, Any] = {"sweep.models": [args.model], "sweep.resolutions": [args.resolution]}
-    if args.epochs is not None:
-        extra["training.epochs"] = args.epochs
-    cfg = load_config(args, extra)
     models.get_spec(args.model)  # unknown names fail before anything is written
     device = resolve_device(cfg.system)  # no GPU for system.device=cuda: fails here, before anything is created
     cfg = with_overrides(cfg, {"sweep.seeds": [cfg.experiment.seed]}, "command line")
@@ -64,13 +64,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import os
 
     from resomap.errors import ConfigError
-    from resomap.runtime import describe_device, resolve_device
-    from resomap.sweep import describe_plan, plan, run_sweep
 
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
         raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
     extra = {"sweep.executor": args.executor} if args.executor else None
-    cfg, why = _pinned(load_config(args, extra))
+    cfg = load_config(args, extra, inputs="sweep.resolutions")  # config mistakes end here, most before torch loads
+    from resomap.runtime import describe_device, resolve_device
+    from resomap.sweep import describe_plan, plan, run_sweep
+
+    cfg, why = _pinned(cfg)
     if args.dry_run:
         trials = plan(cfg)
         states = describe_plan(trials)
