@@ -24,8 +24,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     device = resolve_device(cfg.system)  # no GPU for system.device=cuda: fails here, before anything is created
     cfg = with_overrides(cfg, {"sweep.seeds": [cfg.experiment.seed]}, "command line")
     cfg, why = _pinned(cfg)
+    _check_memory(args, cfg)  # activations that cannot fit: before anything is created
     with distributed.process_group(device) as device:
         return _train(args, cfg, device, why)
+
+
+def _check_memory(args: argparse.Namespace, cfg: Any) -> None:
+    from resomap.cli.preflight import dataset_channels
+    from resomap.sweep import Trial
+    from resomap.sweep.plan import check_memory
+
+    check_memory(
+        [Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)], dataset_channels(cfg.data.dataset)
+    )
 
 
 def _pinned(cfg: Any) -> tuple[Any, str]:

@@ -17,6 +17,7 @@ from torch import nn
 from resomap.config import schema
 from resomap.config.schema import Config
 from resomap.errors import ConfigError, DeviceError
+from resomap.profiling.fits import check_fits
 from resomap.profiling.flops import OpCounts, count_ops
 from resomap.profiling.memory import MemoryStats, forward_memory
 from resomap.profiling.timing import (
@@ -218,6 +219,9 @@ def profile(
     amp = autocast_dtype(precision)
     train_bs = train_batch_size or max(batch_size, 8)
     with preserved_state(model):
+        batches = {"inference": batch_size, "training": train_bs}
+        check_fits(model_name or type(model).__name__, model, in_channels=in_channels, resolutions=[resolution],
+                   batches=batches, precision=precision, device=device, settings="a smaller batch size")  # fmt: skip
         net = _on_device(model, device)
         x = torch.randn(batch_size, in_channels, resolution, resolution, device=device)
         counts = count_ops(net, x[:1])

@@ -62,6 +62,33 @@ def check_plan(cfg: Config) -> None:
                 raise ConfigError(f"explainability.methods: {exc}") from None
 
 
+def check_memory(trials: list[Trial], channels: int = 1) -> None:
+    """DeviceError before anything is created when a trial's training or evaluation batch cannot fit in the
+    device's free memory at its resolution (profiling.fits: activations estimated from a small probe forward).
+    `channels`: the dataset's input channels when known (1, the fewest, otherwise: the estimate errs low)."""
+    from resomap.models import build_model
+    from resomap.profiling.fits import check_fits
+    from resomap.runtime import resolve_device
+
+    by_model: dict[str, list[Trial]] = {}
+    for t in trials:
+        by_model.setdefault(t.model, []).append(t)
+    for model, group in by_model.items():
+        cfg = group[0].cfg
+        net, _ = build_model(model, 2, channels, cfg.models)
+        tr = cfg.training
+        check_fits(
+            model,
+            net,
+            in_channels=channels,
+            resolutions=[t.resolution for t in group],
+            batches={"training": tr.batch_size, "evaluation": tr.eval_batch_size},
+            precision=cfg.system.precision,
+            device=resolve_device(cfg.system),
+            settings="training.batch_size / training.eval_batch_size",
+        )
+
+
 def sweep_key(trials: list[Trial]) -> str:
     text = json.dumps(sorted(t.key for t in trials))
     return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -26,7 +26,7 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.config import Config
-from resomap.sweep.plan import check_plan, describe_plan, load_result, plan, sweep_key
+from resomap.sweep.plan import check_memory, check_plan, describe_plan, load_result, plan, sweep_key
 from resomap.sweep.trial import Trial, TrialResult, pin_precision
 from resomap.tracking import default_tracking_uri, make_tracker
 from resomap.tracking.publish import close_parent, open_parent
@@ -109,6 +109,7 @@ def run_sweep(
             return SweepOutcome(unchanged[0], unchanged[1], out_dir, [], len(trials))
     else:
         check_plan(cfg)  # explainer names, before anything is written
+        check_memory(todo, _channels(cfg))  # a resolution whose activations cannot fit: before anything is written
     from resomap.sweep.executors import get_executor
 
     key = sweep_key(trials)
@@ -127,6 +128,13 @@ def run_sweep(
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
     return SweepOutcome(results, parent, out_dir, figures, len(trials) - len(todo))
+
+
+def _channels(cfg: Config) -> int:
+    """The dataset's input channels when its registry entry says (elpv, synthetic: 1), else 1 (the fewest)."""
+    from resomap.data.registry import DATASETS
+
+    return int(DATASETS.meta(cfg.data.dataset).get("channels") or 1)
 
 
 def summary_folder(cfg: Config) -> Path:
