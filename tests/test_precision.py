@@ -83,3 +83,26 @@ def test_a_trial_records_its_precision_and_the_cli_prints_it(project: Path, caps
     assert result["environment"]["precision"] == "bf16"
     saved = (project / "model_summaries/tiny_cnn/16/seed42/config.yaml").read_text()
     assert "precision: bf16" in saved
+
+
+def test_channels_last_auto_goes_with_reduced_precision(project: Path, cpu_with_bf16):
+    assert runtime.resolve_channels_last("auto", "bf16") and runtime.resolve_channels_last("auto", "fp16")
+    assert not runtime.resolve_channels_last("auto", "fp32")
+    assert runtime.resolve_channels_last(True, "fp32") and not runtime.resolve_channels_last(False, "bf16")
+    sysc = pin_precision(_cfg()).system
+    assert (sysc.precision, sysc.channels_last) == ("bf16", True)
+    sysc = pin_precision(_cfg("system.precision=fp32")).system
+    assert (sysc.precision, sysc.channels_last) == ("fp32", False)  # the settings (and keys) of fp32 runs before
+
+
+def test_a_channels_last_profile_leaves_the_callers_model_alone():
+    from resomap.config import load as load_cfg
+    from resomap.models import build_model
+    from resomap.profiling import profile
+
+    model, _ = build_model("tiny_cnn", 2, 1, load_cfg(None).models)
+    prof = profile(model, 16, in_channels=1, device="cpu", precision="auto", iters=2, warmup=1, rounds=1,
+                   channels_last=True)  # fmt: skip
+    assert prof.channels_last and prof.precision in ("bf16", "fp32")
+    conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous()  # NCHW as it was

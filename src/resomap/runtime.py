@@ -207,3 +207,11 @@ def autocast_dtype(precision: str, device: torch.device | str = "cpu") -> torch.
     """The autocast dtype of `precision` (auto: resolved for `device`); None for fp32."""
     precision, _ = resolve_precision(precision, device)
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def resolve_channels_last(channels_last: bool | str, precision: str) -> bool:
+    """system.channels_last: a bool as it is; auto: on with a resolved bf16/fp16 precision (the NHWC kernels of
+    oneDNN and cuDNN are the fast ones for reduced precision), off with fp32 (what it has always been)."""
+    if isinstance(channels_last, bool):
+        return channels_last
+    return precision in ("bf16", "fp16")

@@ -98,7 +98,7 @@ class TrainingConfig:
 class SystemConfig:
     device: Device = "auto"  # auto: CUDA when available, else CPU
     precision: Precision = "auto"  # autocast dtype; auto: bf16 with native bf16 (CPU or GPU), else fp32
-    channels_last: bool = False  # NHWC memory format for model and inputs
+    channels_last: bool | Literal["auto"] = "auto"  # NHWC memory format for model and inputs; auto: with bf16/fp16
     compile: bool = False  # torch.compile the model
     cudnn_benchmark: bool = False  # cudnn autotuner (CUDA only)
     tf32: bool = False  # TF32 matmul and convolutions (CUDA only)

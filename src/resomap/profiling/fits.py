@@ -49,7 +49,7 @@ def activation_sizes(model: nn.Module, in_channels: int, side: int = PROBE_SIDE)
 
     leaves = [m for m in model.modules() if not any(True for _ in m.children())]
     handles = [m.register_forward_hook(hook) for m in leaves]
-    training = model.training
+    modes = [(m, m.training) for m in model.modules()]  # a mixed train/eval state comes back as it was
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
         with torch.no_grad():
@@ -59,7 +59,8 @@ def activation_sizes(model: nn.Module, in_channels: int, side: int = PROBE_SIDE)
     finally:
         for h in handles:
             h.remove()
-        model.train(training)
+        for m, mode in modes:
+            m.training = mode
     sizes = [t.numel() for t in kept]
     return ActivationSizes(side, sum(sizes), max(sizes)) if sizes else None
 

@@ -132,13 +132,21 @@ def precision_choice(cfg: Config) -> tuple[str, str]:
 
 
 def pin_precision(cfg: Config) -> Config:
-    """The config with `system.precision: auto` replaced by what it resolves to here, once per sweep: every trial
-    then runs, records and is keyed by the same precision (a trial's key hashes its config, so trials of one
-    precision are never taken for those of another, and auto resolving to fp32 keeps the keys of fp32 runs)."""
-    if cfg.system.precision != "auto":
+    """The config with `system.precision: auto` replaced by what it resolves to here, and `system.channels_last:
+    auto` by what goes with that precision (runtime.resolve_channels_last), once per sweep: every trial then runs,
+    records and is keyed by the same settings (a trial's key hashes its config, so trials of one precision are
+    never taken for those of another, and auto resolving to fp32 keeps the keys of the fp32 runs before auto)."""
+    from resomap.runtime import resolve_channels_last
+
+    sysc = cfg.system
+    if sysc.precision != "auto" and isinstance(sysc.channels_last, bool):
         return cfg
     precision, _ = precision_choice(cfg)
-    return with_overrides(cfg, {"system.precision": precision}, "system.precision=auto")
+    pinned = {
+        "system.precision": precision,
+        "system.channels_last": resolve_channels_last(sysc.channels_last, precision),
+    }
+    return with_overrides(cfg, pinned, "system auto settings")
 
 
 def save_trial_config(cfg: Config, folder: Path) -> Path:
