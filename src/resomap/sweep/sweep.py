@@ -15,12 +15,13 @@ rewritten and neither MLflow nor the plotting and explanation libraries are impo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,9 @@ def run_sweep(
         parent = parent or open_parent(tracker, cfg, key, len(trials))
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
-    figures = _summarise(results, cfg, out_dir, tracker, parent, trials)
+    seconds: dict[str, float] = {}
+    figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds)
+    report(summary_line(seconds))
     closed = close_parent(tracker, parent, results, len(trials))
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
@@ -240,19 +243,26 @@ def _summarise(
     tracker: Any,
     parent: str | None,
     trials: list[Trial] | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> list[Path]:
     """summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt, the sweep figures and the
     cross-resolution comparison of explanations; all logged to the parent run (only what it lacks or what changed,
-    so publishing again is harmless). ``trials`` locate each result's folder (default: the sweep's plan)."""
+    so publishing again is harmless). ``trials`` locate each result's folder (default: the sweep's plan);
+    ``seconds`` (when given) receives how long each part took."""
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.stages import compare_stage
 
+    clock = _Clock(seconds if seconds is not None else {})
     folders = trial_folders(trials if trials is not None else plan(cfg, check=False))
-    summary = build_summary(results, folders, cfg.stats)
-    tables = write_summary(summary, out_dir)
-    figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
-    comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
-    page = _report(out_dir)
+    with clock("statistics"):
+        summary = build_summary(results, folders, cfg.stats)
+        tables = write_summary(summary, out_dir)
+    with clock("figures"):
+        figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
+    with clock("explanations"):
+        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
+    with clock("report"):
+        page = _report(out_dir)
     figures += [page] if page else []
     if parent is None:
         return figures + comparison.files
@@ -263,11 +273,34 @@ def _summarise(
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid
     for (model, resolution, _seed), folder in sorted(folders.items()):
         shown.setdefault((model, resolution), folder / MAPS_FILE)
-    images = sweep_probe_images(shown)
-    publish_sweep(
-        tracker, parent, summary, tables=tables, figures=figures, page=page, comparison=comparison, images=images
-    )
+    with clock("probe images"):
+        images = sweep_probe_images(shown)
+    with clock("MLflow"):
+        publish_sweep(
+            tracker, parent, summary, tables=tables, figures=figures, page=page, comparison=comparison, images=images
+        )
     return figures + comparison.files
+
+
+class _Clock:
+    """`with clock(name):` adds the block's wall time to `seconds[name]`."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds = seconds
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def summary_line(seconds: dict[str, float]) -> str:
+    """'[sweep] summary in 12.3 s (statistics 1.0 s, figures 4.1 s, ...)': where the summary phase's time went."""
+    parts = ", ".join(f"{name} {value:.1f} s" for name, value in seconds.items())
+    return f"[sweep] summary in {sum(seconds.values()):.1f} s ({parts})"
 
 
 def _report(out_dir: Path) -> Path | None:
