@@ -192,10 +192,10 @@ def test_segmentation_overlays_become_an_image_at_the_resolution(tmp_path: Path)
         def log_image(self, run_id, image, key, step):
             logged.append((key, step, image.mode, image.size))
 
-    _log_probe_images(Recorder(), "r", tmp_path, 64, set())
+    _log_probe_images(Recorder(), "r", tmp_path, {"resolution": 64, "task": "segmentation"}, set())
     assert logged == [("segmentation/overlays", 64, "RGB", (40, 30))]
     held = {"images/segmentation~overlays+step+64+timestamp+1+u.png"}
-    _log_probe_images(Recorder(), "r", tmp_path, 64, held)
+    _log_probe_images(Recorder(), "r", tmp_path, {"resolution": 64, "predictions": "seg_predictions.csv"}, held)
     assert len(logged) == 1  # held at this step: not logged again
 
 

@@ -1,7 +1,9 @@
 """The HTML report of a segmentation sweep (resomap.reports.html.write_report): a real tiny sweep (tiny_segnet and
-unet_resnet18 x 16/32 px, synthetic_seg, 1 epoch, MLflow off). Every model and resolution in the segmentation
-table with its intervals, every <img> a decodable PNG data: URI, the segmentation figures and one prediction overlay
-per model x resolution; without seg_summary.csv and the figures the report computes and draws them again."""
+unet_resnet18 x 16/32 px, synthetic_seg, 1 epoch, MLflow off) through the same summary and page as a classifier's.
+Every model and resolution in the summary table with its per-image mIoU and boundary F1 intervals (summary.csv),
+the paired tests of both metrics, every <img> a decodable PNG data: URI, the quality figure with the mIoU panel,
+one prediction overlay per model x resolution (the task's report figures); without its figures the report draws
+them again from summary.json."""
 
 from __future__ import annotations
 
@@ -80,53 +82,55 @@ def _section(text: str, key: str) -> str:
     return text[start : text.index("</section>", start)]
 
 
+def _summary_rows(sweep_dir: Path) -> dict[tuple[str, int], dict[str, str]]:
+    with (sweep_dir / "summary.csv").open() as fh:
+        return {(r["model"], int(r["resolution"])): r for r in csv.DictReader(fh)}
+
+
 def test_segmentation_report_shows_the_summary_figures_and_overlays(sweep_dir: Path):
     from resomap.reports.html import write_report
 
+    assert not list(sweep_dir.glob("seg_*"))  # one summary for every task: no second set of tables
     path = write_report(sweep_dir)
     text = path.read_text(encoding="utf-8")
     alts = [img.get("alt", "") for img in _images(text)]
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
-    seg = _section(text, "segmentation")
-    with (sweep_dir / "seg_summary.csv").open() as fh:
-        rows = {(r["model"], int(r["resolution"])): r for r in csv.DictReader(fh)}
+    summary = _section(text, "summary")
+    rows = _summary_rows(sweep_dir)
     assert set(rows) == {(m, r) for m in MODELS for r in RESOLUTIONS}
     for (model, res), row in rows.items():
-        # the row of the table: model, px, seeds, mIoU, boundary F1, then the image mIoU with its interval
-        miou, bf1 = float(row["test_miou"]), float(row["test_boundary_f1"])
-        cells = rf'<td class="l">{model}</td><td>{res}</td><td>1</td><td>{miou:.3f}</td><td>{bf1:.3f}</td>'
-        assert re.search(cells, seg), (model, res)
-        if row["image_miou_ci_low"]:
-            interval = f"{float(row['image_miou']):.3f} [{float(row['image_miou_ci_low']):.3f}, "
-            assert interval in seg, (model, res)
-        assert f"{model} {res} px predicted masks" in alts  # the prediction overlay of every trial
-        summary = _section(text, "summary")
-        assert re.search(rf"{model}[^<]*</td><td>{res}</td>", summary), (model, res)
-    assert "pixel accuracy" in _section(text, "summary") and "mean Dice" in _section(text, "summary")
-    assert "Paired tests between resolutions" in seg and "16 → 32" in seg
-    assert {"seg_quality_vs_resolution", "seg_pareto"} <= set(alts)
-    assert alts.count("seg_quality_vs_resolution") == 1  # in its section only, not again with the other figures
-    assert "predictions.csv" not in _section(text, "summary")
+        assert re.search(rf"{model}[^<]*</td><td>{res}</td><td>1</td>", summary), (model, res)
+        for column in ("image_miou", "image_boundary_f1"):  # the per-image scores with their intervals
+            assert row[f"{column}_pooled"], (model, res, column)
+            estimate = f"{float(row[f'{column}_pooled']):.3f}"
+            if row[f"{column}_ci_low"]:
+                estimate += f" [{float(row[f'{column}_ci_low']):.3f}, {float(row[f'{column}_ci_high']):.3f}]"
+            assert f"<td>{estimate}</td>" in summary, (model, res, column)
+        assert any(a.startswith(f"{model} {res} px true and predicted masks") for a in alts), (model, res)
+    assert "mIoU per image" in summary and "boundary F1 per image" in summary and "mean Dice" in summary
+    assert "Paired tests between resolutions" in summary and "16 → 32" in summary
+    with (sweep_dir / "paired_tests.csv").open() as fh:
+        assert {r["metric"] for r in csv.DictReader(fh)} == {"miou", "boundary_f1"}
+    assert "accuracy_vs_resolution" in alts and "pareto_accuracy_latency" in alts
+    assert "predictions.csv" not in summary
     # the segmenter's maps through the shared path: probe maps and the agreement with its floor and references
     assert "saliency" in _section(text, "probes") and "saliency" in _section(text, "agreement")
 
 
-def test_segmentation_report_without_its_tables_computes_them_again(sweep_dir: Path, tmp_path: Path):
-    """A sweep folder without seg_summary.csv / figures: the report recomputes the same numbers and draws."""
+def test_segmentation_report_without_its_figures_draws_them_again(sweep_dir: Path, tmp_path: Path):
+    """A sweep folder without figures/: the report draws them from summary.json, the numbers unchanged."""
     from resomap.reports.html import write_report
 
     root = sweep_dir.parents[2]  # <output>/model_summaries/_sweep/<name>: trial folders are relative to it
     copy = tmp_path / "copy"
     shutil.copytree(root / "model_summaries", copy / "model_summaries")
     bare = copy / "model_summaries" / "_sweep" / sweep_dir.name
-    kept = (sweep_dir / "seg_summary.csv").read_text()
-    for name in ("seg_summary.csv", "seg_paired_tests.csv", "report.html"):
-        (bare / name).unlink(missing_ok=True)
+    (bare / "report.html").unlink(missing_ok=True)
     shutil.rmtree(bare / "figures")
     text = write_report(bare).read_text(encoding="utf-8")
     alts = [img.get("alt", "") for img in _images(text)]
-    assert {"seg_quality_vs_resolution", "seg_pareto"} <= set(alts)
-    seg = _section(text, "segmentation")
-    for row in csv.DictReader(io.StringIO(kept)):
-        miou = f"<td>{float(row['test_miou']):.3f}</td>"
-        assert re.search(rf'<td class="l">{row["model"]}</td><td>{row["resolution"]}</td><td>1</td>{miou}', seg)
+    assert {"accuracy_vs_resolution", "pareto_accuracy_latency"} <= set(alts)
+    summary = _section(text, "summary")
+    for (model, res), row in _summary_rows(sweep_dir).items():
+        miou = f"<td>{float(row['image_miou_pooled']):.3f}"
+        assert re.search(rf"{model}[^<]*</td><td>{res}</td><td>1</td>{miou}", summary), (model, res)

@@ -193,6 +193,13 @@ SUMMARY_CSV_COLUMNS = [
     "test_macro_f1_seed_ci_low",
     "test_macro_f1_seed_ci_high",
     "recommended",
+    "verdict",
+    "margin",
+    "reference_difference",
+    "reference_low",
+    "reference_high",
+    "verdict_p",
+    "detectable_margin",
     "note",
 ]
 
@@ -202,7 +209,8 @@ def test_summary_columns_keep_their_names_and_order(fake):
     with (out / "summary.csv").open(newline="") as fh:
         assert next(csv.reader(fh)) == SUMMARY_CSV_COLUMNS
     first = json.loads((out / "summary.json").read_text())["rows"][0]
-    assert list(first) == [*SUMMARY_CSV_COLUMNS, "cross_resolution"]
+    assert list(first) == [*SUMMARY_CSV_COLUMNS, "cross_resolution", "score_columns", "words"]
+    assert first["score_columns"] == ["test_accuracy"] and first["words"]["test_accuracy"] == "accuracy"
 
 
 def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake):
@@ -213,7 +221,8 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
     assert [r.to_dict() for r in rows] == [{**d, **costs} for d in data]  # a round trip, columns in order
     assert list(rows[0].to_dict(csv=True)) == [*SUMMARY_CSV_COLUMNS, *costs]
     row = rows[0]
-    assert row.accuracy == row.test_accuracy_pooled and row.explain_seconds == {"gradcam": 1.5}
+    assert row.accuracy == row.value("test_accuracy_pooled") == row.score("test_accuracy")[0]
+    assert row.explain_seconds == {"gradcam": 1.5}
     assert row.value("explain_seconds/gradcam") == 1.5 and row.value("latency_ms") == row.latency_ms
     assert row.value("no_such_column") is None
     assert set(row.parent_metrics()) == {
@@ -224,9 +233,9 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
     }
     points = row.by_resolution()
     assert points["latency_p50_ms"] == row.latency_ms and points["explain_seconds_gradcam"] == 1.5
-    assert points["test_accuracy_ci_low"] == row.test_accuracy_ci_low
+    assert points["test_accuracy_ci_low"] == row.score("test_accuracy")[1] is not None
     old = SummaryRow.from_dict({"model": "m", "resolution": 32})  # a summary.json from before a column existed
-    assert old.test_accuracy_ci_low is None and old.accuracy is None and old.n_seeds == 1
+    assert old.value("test_accuracy_ci_low") is None and old.accuracy is None and old.n_seeds == 1
 
 
 def test_pooled_macro_f1_of_identical_seeds_is_the_one_seed_interval():
@@ -251,15 +260,40 @@ def test_paired_tests_and_recommendation(fake):
     sig = {(int(r["resolution_a"]), int(r["resolution_b"])): r["significant"] == "True" for r in rows}
     assert sig == {(32, 64): True, (32, 128): True, (64, 128): False}
 
+    # the decision: each resolution against the largest at the margin, from the same arrays (stats.decide). At the
+    # default margin 0.02 the 200 images cannot show 64 px non-inferior (5 discordant images): undecided, said so
     (rec,) = _csv(out / "recommendation.csv")
-    assert (int(rec["resolution"]), int(rec["best_resolution"]), rec["available"]) == (64, 128, "True")
-    assert rec["sentence"].startswith(f"{MODEL}: 64 px is the smallest resolution not significantly below the best")
+    assert (int(rec["resolution"]), int(rec["reference"]), rec["decided"]) == (128, 128, "False")
+    assert rec["sentence"].startswith(f"{MODEL}: undecided: no smaller resolution shown non-inferior to 128 px")
+    assert "detects margins of" in rec["sentence"]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["recommendations"][0]["resolution"] == 64 and len(summary["paired_tests"]) == 3
-    assert [r["recommended"] for r in summary["rows"]] == [False, True, False]
+    assert len(summary["paired_tests"]) == 3
+    _check_verdicts(
+        summary["rows"], stats.noninferiority(correct, margin=0.02), ["undecided", "undecided", "reference"]
+    )
     text = (out / "summary.md").read_text()
-    assert "64 px is the smallest resolution not significantly below the best" in text
-    assert "64 px is the smallest" in (out / "summary.txt").read_text()
+    assert "64 px undecided to 128 px at margin 0.02" in text and "this design detects margins of" in text
+    # at a margin the design can decide, 64 px is shown non-inferior and 32 px (60 more errors) inferior
+    trials = fake[1]
+    results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
+    wider = build_summary(results, trial_folders(trials), StatsConfig(resamples=400, margin=0.04))
+    (rec,) = wider.recommendations
+    assert (rec["resolution"], rec["decided"]) == (64, True)
+    assert (
+        rec["sentence"]
+        == f"{MODEL}: 64 px is the smallest resolution shown non-inferior to 128 px (margin 0.04 in accuracy)"
+    )
+    rows = [r.to_dict() for r in wider.rows]
+    _check_verdicts(rows, stats.noninferiority(correct, margin=0.04), ["inferior", "non-inferior", "reference"])
+    assert [r["recommended"] for r in rows] == [False, True, False]
+
+
+def _check_verdicts(rows: list[dict], expect: stats.Decision, verdicts: list[str]) -> None:
+    found = {v.resolution: v for v in expect.verdicts}
+    for row in rows:
+        v = found[row["resolution"]]
+        assert (row["verdict"], row["reference_low"], row["detectable_margin"]) == (v.verdict, v.low, v.detectable)
+    assert [r["verdict"] for r in sorted(rows, key=lambda r: r["resolution"])] == verdicts
 
 
 def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
@@ -273,7 +307,8 @@ def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
         assert row["n_seeds"] == 1 and row["test_accuracy_seed_ci_low"] is None
         assert "seed interval not available: one seed" in row["note"]
         assert row["test_accuracy_ci_low"] is not None  # the image interval is there with one seed
-    assert data["recommendations"][0]["resolution"] == 64
+    rec = data["recommendations"][0]  # the decision is made with one seed too (the image is the unit)
+    assert rec["reference"] == 128 and rec["n_seeds"] == 1 and rec["detectable"] > 0
     assert "not available: one seed" in _csv(out / "summary.csv")[0]["note"]
 
 
@@ -282,7 +317,7 @@ def test_results_without_predictions_say_why(tmp_path):
     results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
     summary = build_summary(results, trial_folders(trials), FAST)
     for row in summary.rows:
-        assert row.test_accuracy_ci_low is None and "no predictions.csv" in row.note
+        assert row.value("test_accuracy_ci_low") is None and "no predictions.csv" in row.note
         assert row.test_accuracy_seed_ci_low is not None  # the seed interval needs only result.json
     assert summary.paired_tests == [] and summary.recommendations[0]["available"] is False
     assert "no predictions.csv" in summary.recommendations[0]["sentence"]
@@ -323,7 +358,7 @@ def test_load_sweep(fake, tmp_path):
     acc = res.predictions.groupby("resolution")["correct"].mean()
     assert acc[64] == pytest.approx(res.summary.set_index("resolution").loc[64, "test_accuracy_pooled"])
     assert len(res.paired_tests) == 3 and "p_adjusted" in res.paired_tests.columns
-    assert res.recommendations.loc[0, "resolution"] == 64
+    assert res.recommendations.loc[0, "resolution"] == 128 and not res.recommendations.loc[0, "decided"]
     assert res.agreement.empty  # no explanations in this fake sweep
     assert load_sweep(out).folder == out  # a folder works too
 
@@ -405,11 +440,110 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     tracker = _RecordingTracker()
     _summarise(results, cfg, out, tracker, "parent", trials)
     assert {"summary/paired_tests.csv", "summary/recommendation.csv", "summary/summary.md"} <= tracker.artifacts
-    assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 64
+    assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 128  # undecided at 0.02: the reference
+    assert tracker.metrics[f"reference_resolution/{MODEL}"] == 128
     assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]
-    assert "64 px is the smallest resolution" in tracker.tags[f"resomap.recommendation.{MODEL}"]
+    assert "undecided: no smaller resolution shown non-inferior" in tracker.tags[f"resomap.recommendation.{MODEL}"]
+    # each resolution's verdict with its margin and the detectable margin, in words and as numbers
+    assert tracker.tags[f"resomap.verdict.{MODEL}.64"].startswith("undecided (margin 0.02; detectable 0.0")
+    assert tracker.tags[f"resomap.verdict.{MODEL}.128"] == "reference (margin 0.02)"
+    assert 0 < tracker.metrics[f"detectable_margin/{MODEL}/64"] < 0.1
+    assert sorted(tracker.points[f"by_resolution/{MODEL}/detectable_margin"]) == [64]
     by_res = tracker.points[f"by_resolution/{MODEL}/test_accuracy"]
     assert sorted(by_res) == sorted({t.resolution for t in trials})  # step = resolution
     logged = [c for c in tracker.calls if c[0] != "artifact"]
     _summarise(results, cfg, out, tracker, "parent", trials)  # publishing again adds no metric point, tag or image
     assert [c for c in tracker.calls if c[0] != "artifact"] == logged
+
+
+def _seg_trials(root: Path, scores: dict[tuple[int, int], np.ndarray]) -> tuple[list[dict], dict]:
+    """Segmentation trials (tiny_segnet at each resolution x seed) whose seg_predictions.csv holds `scores`
+    ({(resolution, seed): [2, N] mIoU and boundary F1 per image}), NaN written empty as the task writes them."""
+    results, folders = [], {}
+    for (res, seed), values in scores.items():
+        folder = root / f"{res}" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        lines = ["test_resolution,index,pixel_accuracy,miou,mdice,boundary_f1"]
+        for i, (miou, bf1) in enumerate(values.T):
+            cell = "" if math.isnan(bf1) else f"{bf1:.6g}"
+            lines.append(f"{res},{100 + i},0.9,{miou:.6g},0.5,{cell}")
+        (folder / "seg_predictions.csv").write_text("\n".join(lines) + "\n")
+        test = {"test/accuracy": 0.9, "test/miou": float(values[0].mean()), "test/macro_f1": 0.5}
+        results.append(
+            {"model": "tiny_segnet", "family": "segnet", "resolution": res, "seed": seed, "status": "FINISHED",
+             "test": test, "predictions": "seg_predictions.csv", "task": "segmentation" if seed == 0 else ""}
+        )  # fmt: skip
+        folders[("tiny_segnet", res, seed)] = folder
+    return results, folders
+
+
+def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics(tmp_path):
+    """The summary of a segmentation sweep: per-image mIoU / boundary F1 from the task's score tables, pooled over
+    seeds with the same bootstrap interval, paired tests and recommendation as a classifier's accuracy gets, on the
+    same [seeds, images] arrays (float scores: the paired bootstrap, Holm within each metric)."""
+    rng = np.random.default_rng(0)
+    n = 30
+    base = rng.uniform(0.4, 0.8, n)
+    scores = {}
+    for res, gain in ((16, 0.0), (32, 0.1)):
+        for seed in (0, 1):
+            miou = np.clip(base + gain + rng.normal(0, 0.05, n), 0, 1)
+            bf1 = np.clip(miou - 0.1 + rng.normal(0, 0.05, n), 0, 1)
+            bf1[3] = np.nan  # an image with no boundary: no score
+            scores[(res, seed)] = np.round(np.stack([miou, bf1]), 6)
+    results, folders = _seg_trials(tmp_path, scores)
+    summary = build_summary(results, folders, FAST)
+    rows = {r.resolution: r for r in summary.rows}
+    settings = {"level": FAST.level, "resamples": FAST.resamples, "seed": FAST.seed}
+    for res, row in rows.items():
+        assert row.score_columns == ["image_miou", "image_boundary_f1"] and row.headline == "image_miou"
+        miou = np.stack([scores[(res, s)][0] for s in (0, 1)])
+        expect = stats.bootstrap_scores(miou, **settings)
+        assert row.score("image_miou") == (expect.estimate, expect.low, expect.high)
+        bf1 = np.stack([scores[(res, s)][1] for s in (0, 1)])
+        kept = np.isfinite(bf1).all(axis=0)
+        expect = stats.bootstrap_scores(bf1[:, kept], **settings)
+        assert row.score("image_boundary_f1") == (expect.estimate, expect.low, expect.high)
+        assert "29 of 30 images" in row.note and row.n_test_images == n
+        assert row.value("test_miou") == pytest.approx(np.mean([scores[(res, s)][0].mean() for s in (0, 1)]))
+    by_metric = {p["metric"]: p for p in summary.paired_tests}
+    assert set(by_metric) == {"miou", "boundary_f1"}
+    a = np.stack([scores[(16, s)][0] for s in (0, 1)])
+    b = np.stack([scores[(32, s)][0] for s in (0, 1)])
+    test = stats.paired_score_test(a, b, **settings)
+    found = by_metric["miou"]
+    assert (found["effect"], found["ci_low"], found["ci_high"], found["p_value"]) == (
+        test.effect,
+        test.low,
+        test.high,
+        test.p_value,
+    )
+    assert found["p_adjusted"] == test.p_value and found["significant"]  # one pair per metric: nothing to adjust
+    (rec,) = summary.recommendations
+    assert (rec["metric"], rec["resolution"], rec["reference"], rec["decided"]) == ("miou", 32, 32, True)
+    assert "16 px is shown inferior (more than 0.02 below in mIoU per image)" in rec["sentence"]
+    decision = stats.noninferiority({r: np.stack([scores[(r, s)][0] for s in (0, 1)]) for r in (16, 32)}, margin=0.02)
+    assert rows[16].verdict == "inferior" and rows[16].reference_high == decision.verdicts[1].high
+    out = tmp_path / "summary"
+    write_summary(summary, out)
+    assert "mIoU per image [95% CI]" in (out / "summary.md").read_text()
+    assert sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
+
+
+def test_a_seed_interval_cut_to_the_metric_range_is_marked(fake):
+    """Two seeds give a Student-t interval of mean +/- 12.7 sd/sqrt(2): cut to [0, 1], the row says so and the
+    table marks the bound; an interval inside [0, 1] is not marked."""
+    _, _, _, out, _ = fake
+    data = json.loads((out / "summary.json").read_text())
+    results = {}
+    for t in data["trials"]:
+        results.setdefault(t["resolution"], []).append(t["test"]["test/accuracy"])
+    marked = 0
+    for row in data["rows"]:
+        iv = stats.seed_interval(results[row["resolution"]], level=0.95)
+        cut = iv.low < 0 or iv.high > 1
+        assert ("test_accuracy seed interval" in row["note"]) == cut, row["resolution"]
+        assert row["test_accuracy_seed_ci_high"] == min(1.0, iv.high)
+        marked += cut
+    assert marked >= 1  # the fake's seeds spread enough for a cut at least once: the check can fail
+    assert (out / "summary.md").read_text().count(" cut |") == marked

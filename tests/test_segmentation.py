@@ -498,15 +498,25 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
         assert (folder / "confusion_matrix.png").is_file() and (folder / "explanations.npz").is_file()
         assert (folder / "seg_overlays.png").is_file()
     out = tmp_path / "model_summaries" / "_sweep" / "resomap-seg-quickstart"
-    assert (out / "summary.csv").is_file() and (out / "seg_summary.csv").is_file()
+    assert (out / "summary.csv").is_file() and not list(out.glob("seg_*"))  # the one summary of every task
     import pandas as pd
 
     agreement = pd.read_csv(out / "explanations" / "agreement.csv")
     gradcam = agreement[(agreement["model"] == "tiny_segnet") & (agreement["method"] == "gradcam")]
     kinds = set(gradcam["kind"])
     assert {"resolution", "seed", "chance", "model_free"} <= kinds, kinds  # floor, chance and references
-    assert (out / "figures" / "seg_quality_vs_resolution.png").is_file()
-    assert not math.isnan(float((out / "seg_summary.csv").read_text().splitlines()[1].split(",")[3]))
+    assert (out / "figures" / "accuracy_vs_resolution.png").is_file()
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["image_miou_pooled"].notna().all() and (summary["n_seeds"] == 2).all()
+    assert summary["test_miou"].notna().all()  # the seeds' mean of test/miou
+    # 8 test images: too few for a bootstrap interval, and the summary says so (intervals: tests/test_reports.py)
+    assert summary["image_miou_ci_low"].isna().all() and summary["note"].str.contains("only 8 test images").all()
+    paired = pd.read_csv(out / "paired_tests.csv")
+    assert set(paired["metric"]) == {"miou", "boundary_f1"} and (paired["n_seeds"] == 2).all()
+    assert (paired["method"].str.startswith("paired bootstrap")).all()  # per-image IoU is not 0/1: no McNemar
+    recommendation = pd.read_csv(out / "recommendation.csv")
+    assert list(recommendation["metric"]) == ["miou"] and list(recommendation["reference"]) == [32]
+    assert "detects margins of" in recommendation["reason"][0]  # 8 images decide little, and the summary says so
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

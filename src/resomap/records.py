@@ -5,6 +5,10 @@ is the image's index in the raw dataset, the same across resolutions and seeds w
 statistic (bootstrap intervals, paired tests between resolutions, pooled seeds) can be recomputed later without
 retraining. Plain csv: readable by pandas, R or a spreadsheet.
 
+Whatever the task, a trial's records read back as one `ScoreTable` per test resolution: a score per image (0/1
+correctness for classification, IoU or boundary F1 per image for segmentation; the task names its scores and reads
+its own file, resomap.tasks), which is what the summary's intervals and paired tests consume.
+
 `environment()`: what every result records of where it was computed (python and library versions, platform).
 """
 
@@ -56,6 +60,45 @@ class Predictions:
     @property
     def accuracy(self) -> float:
         return float(self.correct.mean()) if len(self.index) else float("nan")
+
+    def table(self, score: str = "accuracy") -> ScoreTable:
+        """As a ScoreTable: the 0/1 score `score` (correct or not), with the labels and predictions kept."""
+        index = np.asarray(self.index)
+        return ScoreTable(self.test_resolution, index, {score: self.correct}, self.label, self.prediction)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreTable:
+    """One trained model's per-image scores on the test split at one test resolution (arrays aligned by image).
+
+    ``scores``: name -> [N] (bool for a 0/1 score, float otherwise; NaN where an image has no score, e.g. no
+    boundary in its mask); ``label``/``prediction``: the class labels and predictions where the task has them
+    (a pooled macro-F1 needs them)."""
+
+    test_resolution: int
+    index: np.ndarray  # int64 [N]: image index in the raw dataset
+    scores: dict[str, np.ndarray]
+    label: np.ndarray | None = None
+    prediction: np.ndarray | None = None
+
+
+def read_score_csv(path: str | Path, columns: tuple[str, ...]) -> dict[int, ScoreTable]:
+    """{test resolution: ScoreTable of `columns`} from a csv with test_resolution, index and those columns (an
+    empty cell is NaN); {} when the file is absent."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    rows: dict[int, list[list[float]]] = {}
+    with path.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            scored = [float(row[c]) if row.get(c) not in ("", None) else np.nan for c in columns]
+            rows.setdefault(int(row["test_resolution"]), []).append([float(row["index"]), *scored])
+    out = {}
+    for res, items in rows.items():
+        arr = np.asarray(items, dtype=np.float64).reshape(-1, 1 + len(columns))
+        scores = {c: arr[:, 1 + i] for i, c in enumerate(columns)}
+        out[res] = ScoreTable(res, arr[:, 0].astype(np.int64), scores)
+    return out
 
 
 def write_predictions(folder: str | Path, records: Mapping[int, Predictions]) -> Path:

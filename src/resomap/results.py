@@ -30,6 +30,7 @@ PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index",
 # the columns of paired_tests.csv and recommendation.csv (written by resomap.reports.summary, read here)
 PAIRED_COLUMNS = (
     "model",
+    "metric",
     "resolution_a",
     "resolution_b",
     "accuracy_a",
@@ -52,14 +53,16 @@ PAIRED_COLUMNS = (
 )
 RECOMMENDATION_COLUMNS = (
     "model",
+    "metric",
     "resolution",
-    "best_resolution",
+    "reference",
+    "decided",
     "accuracy",
-    "best_accuracy",
+    "reference_accuracy",
     "level",
     "margin",
-    "paired_test",
-    "correction",
+    "detectable",
+    "power",
     "n_seeds",
     "n_images",
     "available",

@@ -49,6 +49,7 @@ class TrialResult:
     environment: dict[str, str | None] = dataclasses.field(default_factory=current_environment)
     # what it was trained on: name, options, digest of the images and splits, split sizes, classes (data_record)
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
+    task: str = ""  # experiment.task (resomap.tasks); "" in results written before it was recorded
 
     def apply(self, evaluation: Evaluation) -> None:
         """Take the test, cross-resolution, profile and explanation results of resomap.stages.evaluate_trained."""

@@ -120,6 +120,7 @@ def _analyze_one(trained: TrainedModel, req: AnalyzeRequest, methods: list[str] 
     key = str(trained.meta.get("config_hash") or "")
     result = TrialResult(key, name, trained.name, trained.family, trained.resolution, trained.seed, "FINISHED")
     result.best_checkpoint = str(trained.path)
+    result.task = cfg.experiment.task
     result.apply(found)
     result.save(summary_dir)
     return result, cfg

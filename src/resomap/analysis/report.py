@@ -54,7 +54,7 @@ def summary_text(
         summary = SweepSummary(list(summary), [], [], [], {})
     text = "Trained checkpoints, tested on their test split (estimates pooled over seeds, with intervals)\n"
     if summary.stats:
-        text += describe_stats(summary.stats) + "\n"
+        text += describe_stats(summary.stats, summary.paired_tests) + "\n"
     text += results_table(summary.rows)
     if summary.recommendations:
         text += "\nRecommended resolution\n" + "".join(f"{x}\n" for x in recommendation_lines(summary.recommendations))

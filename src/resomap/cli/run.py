@@ -82,6 +82,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = load_config(args, extra, inputs="sweep.resolutions")  # config mistakes end here, most before torch loads
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
+    from resomap.sweep.plan import power_lines
 
     cfg, why = _pinned(cfg)
     if args.dry_run:
@@ -93,9 +94,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
         counts = {s: sum(1 for _, st in states if st == s) for s in ("done", "failed", "partial", "pending")}
         print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        print("\n".join(power_lines(cfg)))
         return 0
     print(f"device: {describe_device(resolve_device(cfg.system))}")
     print(f"precision: {cfg.system.precision} ({why}); every trial of the sweep uses it")
+    print("\n".join(power_lines(cfg)))
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
     outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print)

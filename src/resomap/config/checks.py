@@ -101,4 +101,14 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
     st = cfg.stats
     need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
     need(st.resamples >= 1, "stats.resamples", "an integer >= 1 (e.g. 2000)", st.resamples)
-    need(0 <= st.margin < 1, "stats.margin", "an accuracy difference in [0, 1)", st.margin)
+    need(0 < st.margin < 1, "stats.margin", "a non-inferiority margin in (0, 1) on the score's scale", st.margin)
+    need(0 < st.power < 1, "stats.power", "a power target in (0, 1) (e.g. 0.8)", st.power)
+    need(0 < st.discordance <= 1, "stats.discordance", "a fraction of test images in (0, 1]", st.discordance)
+    need(0 <= st.seed_correlation <= 1, "stats.seed_correlation", "a correlation in [0, 1]", st.seed_correlation)
+    resolutions = list(cfg.sweep.resolutions) + [pair[1] for pair in cfg.sweep.include]
+    need(
+        st.reference is None or st.reference in resolutions,
+        "stats.reference",
+        f"null (the largest resolution) or one of the sweep's resolutions {sorted(set(resolutions))}",
+        st.reference,
+    )

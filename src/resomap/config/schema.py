@@ -216,7 +216,13 @@ class StatsConfig:
     seed: int = 0  # random seed of the bootstrap resamples (the same summary every time)
     paired_test: Literal["mcnemar", "bootstrap"] = "mcnemar"  # test between two resolutions on the same images
     correction: Literal["holm", "none"] = "holm"  # multiple-comparison correction over a model's resolution pairs
-    margin: float = 0.0  # accuracy drop in [0, 1) accepted as "not worse" when recommending a resolution
+    # non-inferiority: a resolution is "non-inferior" when shown no more than `margin` below the reference on the
+    # task's headline score (accuracy, per-image mIoU), one-sided at alpha, in a fixed sequence from the reference down
+    margin: float = 0.02  # in (0, 1), on the score's scale (0.02: two accuracy points)
+    reference: int | None = None  # the reference resolution, fixed before testing; null: the sweep's largest
+    power: float = 0.8  # the power at which the smallest detectable margin is stated
+    discordance: float = 0.2  # planning assumption: fraction of test images whose outcome changes between resolutions
+    seed_correlation: float = 0.5  # planning assumption: correlation of one image's differences across seeds
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Sweep figures (PNG + PDF, paper-size fonts): accuracy and macro-F1 against resolution with their intervals,
+"""Sweep figures (PNG + PDF, paper-size fonts): the task's per-image scores (accuracy; mIoU and boundary F1 per
+image for segmentation) and macro-F1 against resolution with their intervals,
 the significant differences and the recommended resolution marked; costs against resolution; the accuracy-latency
 Pareto front with error bars; the train x test resolution heatmap per model."""
 
@@ -111,23 +112,17 @@ def metric_vs_resolution(rows: list[SummaryRow], panels: list[tuple[str, str]], 
     return fig
 
 
-def _significant_below_best(
-    paired: list[Mapping[str, Any]], recommendations: list[Mapping[str, Any]]
-) -> dict[str, set[int]]:
-    """{model: resolutions whose paired test against the model's best resolution is significant}."""
-    best = {r["model"]: r.get("best_resolution") for r in recommendations if r.get("best_resolution") is not None}
+def _shown_inferior(rows: list[SummaryRow]) -> dict[str, set[int]]:
+    """{model: resolutions shown inferior to its reference (more than the margin below; stats.decide)}."""
     out: dict[str, set[int]] = defaultdict(set)
-    for p in paired:
-        b = best.get(p["model"])
-        if p.get("significant") and b in (p["resolution_a"], p["resolution_b"]):
-            out[p["model"]].add(p["resolution_b"] if p["resolution_a"] == b else p["resolution_a"])
+    for r in rows:
+        if r.verdict == "inferior":
+            out[r.model].add(r.resolution)
     return out
 
 
-def _test_words(recommendations: list[Mapping[str, Any]]) -> str:
-    rec = next(iter(recommendations), {})
-    test = "McNemar" if rec.get("paired_test", "mcnemar") == "mcnemar" else "paired bootstrap"
-    return f"{test}, Holm-adjusted" if rec.get("correction", "holm") == "holm" else test
+def _margin(rows: list[SummaryRow]) -> float | None:
+    return next((r.margin for r in rows if r.margin is not None), None)
 
 
 def quality_figure(
@@ -135,31 +130,34 @@ def quality_figure(
     paired: list[Mapping[str, Any]] = (),
     recommendations: list[Mapping[str, Any]] = (),
 ) -> plt.Figure | None:
-    """Test accuracy and macro-F1 against resolution: the estimate pooled over seeds with its bootstrap interval
-    over test images (error bars), the seeds' spread (band of +/- one std, >= 2 seeds), '*' over a resolution
-    significantly below its model's best one (accuracy; the paired test of the summary), and the recommended
+    """Each per-image score of the task and macro-F1 against resolution: the estimate pooled over seeds with its
+    bootstrap interval over test images (error bars), the seeds' spread (band of +/- one std, >= 2 seeds), '*' over
+    a resolution shown inferior to its model's reference (headline score, at the margin: the summary's decision),
+    and the recommended
     resolution ringed. Without per-image predictions: the mean over seeds, no error bar.
 
     The t-interval across seeds is in the tables, not drawn: with two or three seeds it is too wide to read."""
-    panels = [("test_accuracy", "test accuracy"), ("test_macro_f1", "test macro-F1")]
+    if not rows:
+        return None
+    panels = [(c, f"test {rows[0].say(c)}") for c in (*rows[0].score_columns, "test_macro_f1")]
     has = {c: any(math.isfinite(_f(r.value(f"{c}_pooled") or r.value(c))) for r in rows) for c, _ in panels}
     panels = [p for p in panels if has[p[0]]]
     if not panels:
         return None
     marks = _Marks(
-        _significant_below_best(list(paired), list(recommendations)),
+        _shown_inferior(rows),
         {(r["model"], r["resolution"]) for r in recommendations if r.get("available")},
     )
     colours = _colours(rows)
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False)
         for ax, (col, label) in zip(axes[0], panels):
-            _quality_panel(ax, col, _by_model(rows), colours, marks)
+            _quality_panel(ax, col, _by_model(rows), colours, marks, col == rows[0].headline)
             _resolution_axis(ax, rows)
             ax.set_ylabel(label)
             lo, hi = ax.get_ylim()
             ax.set_ylim(lo, hi + 0.06 * (hi - lo))  # room for the asterisks
-        handles = _quality_legend(colours, marks, _level(rows), list(recommendations))
+        handles = _quality_legend(colours, marks, _level(rows), _margin(rows))
         fig.legend(
             handles=handles, loc="lower center", ncol=min(len(handles), 3), frameon=False, bbox_to_anchor=(0.5, -0.01)
         )
@@ -173,14 +171,14 @@ def quality_figure(
 class _Marks:
     """What quality_figure marks, and what its panels drew (for the legend)."""
 
-    significant: dict[str, set[int]]  # model -> resolutions significantly below its best
+    significant: dict[str, set[int]]  # model -> resolutions shown inferior to its reference
     chosen: set[tuple[str, int]]  # (model, resolution) recommended
     any_ci: bool = False
     any_band: bool = False
 
 
 def _quality_panel(
-    ax: plt.Axes, col: str, models: dict[str, list[SummaryRow]], colours: dict[str, str], marks: _Marks
+    ax: plt.Axes, col: str, models: dict[str, list[SummaryRow]], colours: dict[str, str], marks: _Marks, tested: bool
 ) -> None:
     """One panel of quality_figure: per model the pooled estimate (else the mean) with its interval, the seeds'
     band, the recommended ring and the significance asterisks."""
@@ -205,15 +203,13 @@ def _quality_panel(
         for j, r in enumerate(rs):
             if (model, r.resolution) in marks.chosen:
                 ax.plot(x[j], y[j], marker="o", ms=11, mfc="none", mec=colour, mew=1.6, zorder=4)
-            if col == "test_accuracy" and r.resolution in marks.significant.get(model, ()):
+            if tested and r.resolution in marks.significant.get(model, ()):
                 top = high[j] if has_ci[j] else y[j]
                 ax.annotate("*", (x[j], top), xytext=(0, 1), textcoords="offset points", ha="center", va="bottom",
                             fontsize=12, fontweight="bold", color=colour)  # fmt: skip
 
 
-def _quality_legend(
-    colours: dict[str, str], marks: _Marks, level: float, recommendations: list[Mapping[str, Any]]
-) -> list[Any]:
+def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin: float | None) -> list[Any]:
     handles: list[Any] = [Line2D([], [], color=c, marker="o", ms=4, label=m) for m, c in colours.items()]
     if marks.any_ci:
         ci_label = f"{level:.0%} CI (bootstrap over test images)"
@@ -223,7 +219,7 @@ def _quality_legend(
     if marks.chosen:
         handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
     if any(marks.significant.values()):
-        sig_label = f"significantly below the best ({_test_words(recommendations)}, α = {1 - level:.2g})"
+        sig_label = f"shown more than {margin:g} below the reference (one-sided, α = {1 - level:.2g})"
         handles.append(Line2D([], [], ls="none", marker="$*$", ms=8, color="black", label=sig_label))
     return handles
 
@@ -232,10 +228,11 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
     """Accuracy (pooled, with its bootstrap interval) against inference latency (mean, +/- one std across seeds)
     for every model x resolution; the Pareto front (``stats.pareto_front``: no point is both faster and more
     accurate) drawn as a step line through its points."""
-    pts = [r for r in rows if math.isfinite(_f(r.latency_ms)) and math.isfinite(_f(r.accuracy))]
+    pts = [r for r in rows if math.isfinite(_f(r.latency_ms)) and math.isfinite(_f(r.score(r.headline)[0]))]
     if not pts:
         return None
-    front = pareto_front([(f"{r.model}@{r.resolution}", _f(r.accuracy), _f(r.latency_ms)) for r in pts])
+    words = pts[0].say(pts[0].headline)
+    front = pareto_front([(f"{r.model}@{r.resolution}", _f(r.score(r.headline)[0]), _f(r.latency_ms)) for r in pts])
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.6, 3.4))
         any_ci, any_std = _pareto_points(ax, pts, _colours(rows))
@@ -247,12 +244,12 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
         if min(costs) > 0 and max(costs) / min(costs) > 20:
             ax.set_xscale("log")
         ax.set_xlabel("inference latency, batch 1 (ms)")
-        ax.set_ylabel("test accuracy")
-        ax.set_title("accuracy vs latency (labels: resolution in px)")
+        ax.set_ylabel(f"test {words}")
+        ax.set_title(f"{words} vs latency (labels: resolution in px)")
         handles, labels = ax.get_legend_handles_labels()
         notes = []
         if any_ci:
-            notes.append(f"accuracy: {_level(rows):.0%} CI over test images")
+            notes.append(f"{words}: {_level(rows):.0%} CI over test images")
         if any_std:
             notes.append("latency: ± 1 std across seeds")
         caption = ["error bars: " + "; ".join(notes)] if notes else []
@@ -271,8 +268,8 @@ def _pareto_points(ax: plt.Axes, pts: list[SummaryRow], colours: dict[str, str])
     any_ci = any_std = False
     for model, rs in _by_model(pts).items():
         x = _column(rs, "latency_ms")
-        y = np.array([_f(r.accuracy) for r in rs])
-        low, high = _column(rs, "test_accuracy_ci_low"), _column(rs, "test_accuracy_ci_high")
+        y = np.array([_f(r.score(r.headline)[0]) for r in rs])
+        low, high = _column(rs, f"{rs[0].headline}_ci_low"), _column(rs, f"{rs[0].headline}_ci_high")
         xstd = np.array([_f(r.latency_ms_std) if _seeds(r) > 1 else math.nan for r in rs])
         yerr = np.vstack([np.nan_to_num(y - low), np.nan_to_num(high - y)])
         any_ci |= bool(np.isfinite(low).any())
@@ -314,11 +311,12 @@ def cross_resolution_heatmap(model: str, rows: list[SummaryRow]) -> plt.Figure |
         ax.set_yticks(range(len(train_res)), [str(t) for t in train_res])
         ax.set_xlabel("test resolution (px)")
         ax.set_ylabel("train resolution (px)")
-        ax.set_title(f"{model}: test accuracy")
+        words = rs[0].say("test_accuracy")
+        ax.set_title(f"{model}: test {words}")
         ax.grid(False)
         for side in ("top", "right"):
             ax.spines[side].set_visible(True)
-        fig.colorbar(im, ax=ax, label="accuracy", shrink=0.8)
+        fig.colorbar(im, ax=ax, label=words, shrink=0.8)
         fig.tight_layout()
     return fig
 

@@ -7,12 +7,10 @@ on disk: summary.json (rows with intervals, recommendations, each trial's folder
 explanations.npz (probe maps with what the model said). With JavaScript off every resolution of a probe map is
 shown in a row; the script turns each row into a slider (<input type=range>). All text is escaped (html.escape).
 
-A segmentation sweep (trials with test/miou) gets a segmentation section instead of the probe maps: the mIoU and
-boundary F1 table with the per-image bootstrap intervals and the paired tests between resolutions
-(seg_summary.csv / seg_paired_tests.csv, computed again with reports.seg_summary when absent), the figures
-seg_quality_vs_resolution and seg_pareto, and each trial's prediction overlays (seg_overlays.png, lowest seed);
-the summary and matrix then name pixel accuracy and mean Dice for what a classifier's columns call accuracy and
-macro-F1.
+Whatever the task, the page is the same: the rows name their per-image scores and say them in words (accuracy for
+classification; mIoU and boundary F1 per image for segmentation), the paired tests carry the metric they compared,
+and the figures each task's trials write for the report (resomap.tasks `report_figures`, e.g. segmentation's
+true and predicted masks) are shown per model and resolution.
 
 Written by hand: no report library does "data: URIs + a range slider per strip" without a server or a JS
 framework; the figures themselves come from the existing matplotlib code (reports.figures, explain.figures) and
@@ -32,7 +30,6 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
-from resomap.records import SEG_OVERLAYS_FILE
 from resomap.reports.html_explain import agreement_section, probe_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
@@ -44,8 +41,6 @@ from resomap.reports.rows import SummaryRow
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.html"
-SEG_FIGURES = ("seg_quality_vs_resolution", "seg_pareto")  # shown in the segmentation section
-SEG_NOT_APPLICABLE = "predictions.csv"  # summary notes about classification's per-image records: not for segmentation
 FIGURE_ORDER = (
     "accuracy_vs_resolution",
     "cost_vs_resolution",
@@ -92,16 +87,14 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     models = sorted({str(r.model) for r in rows} | {str(t.get("model")) for t in trials if t.get("model")})
     resolutions = sorted({int(r.resolution) for r in rows} | {int(t["resolution"]) for t in trials})
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
-    seg = is_segmentation(trials)
-    sections = [("summary", "Summary", _summary_section(data, rows, seg))]
-    if seg:
-        sections.append(("segmentation", "Segmentation: mIoU and boundary F1", _seg_section(sweep_dir, data, trials)))
-    sections += [
-        ("figures", "Accuracy and cost against resolution", _figures_section(sweep_dir, rows, data)),
-        ("matrix", "Train x test resolution", _matrix_section(rows, seg)),
+    sections = [
+        ("summary", "Summary", _summary_section(data, rows)),
+        ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
+        ("matrix", "Train x test resolution", _matrix_section(rows)),
     ]
-    if seg:
-        sections.append(("predictions", "Predicted masks", _overlay_section(sweep_dir, trials)))
+    outputs = _outputs_section(sweep_dir, trials)
+    if outputs:
+        sections.append(("outputs", "Test outputs", outputs))
     sections.append(("probes", "What the models saw", probe_section(sweep_dir, trials)))
     sections.append(("agreement", "Agreement of explanations across resolutions", agreement_section(sweep_dir)))
     nav = " ".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
@@ -124,55 +117,77 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     return out
 
 
-def is_segmentation(trials: list[dict]) -> bool:
-    """True for a segmentation sweep: a trial's test metrics hold test/miou (resomap.tasks.seg_metrics)."""
-    return any("test/miou" in (t.get("test") or {}) for t in trials)
-
-
-def _summary_section(data: dict, rows: list[SummaryRow], seg: bool = False) -> str:
+def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
     if not rows:
         return '<p class="muted">No finished trial.</p>'
     recs = [r for r in data.get("recommendations") or [] if r.get("sentence")]
-    if seg:  # the classification recommendation needs predictions.csv; segmentation's tests are in its section
-        recs = [r for r in recs if SEG_NOT_APPLICABLE not in str(r["sentence"])]
     parts = ["<ul>" + "".join(f"<li>{_e(r['sentence'])}</li>" for r in recs) + "</ul>"] if recs else []
     methods = sorted({m for r in rows for m in r.explain_seconds})
     level = next((r.ci_level for r in rows if r.ci_level), None)
-    acc_name, f1_name = ("pixel accuracy", "mean Dice") if seg else ("accuracy", "macro-F1")
-    acc_head = f"{acc_name} ({_num(level, '{:.0%}')} CI)" if level else acc_name
-    head = ["model", "px", "seeds", acc_head, f1_name, "latency ms", "peak MB", "train s"]
+    first = rows[0]
+    scores = [*first.score_columns, "test_macro_f1"]
+    heads = [f"{first.say(c)} ({_num(level, '{:.0%}')} CI)" if level else first.say(c) for c in scores]
+    head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
     head += [f"explain {m} s" for m in methods]
-    cells = ["".join(f'<th class="{"l" if i == 0 else ""}">{_e(h)}</th>' for i, h in enumerate(head))]
+    lines = []
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
-        acc = _num(r.accuracy)
-        if r.test_accuracy_ci_low is not None:
-            acc += f" [{_num(r.test_accuracy_ci_low)}, {_num(r.test_accuracy_ci_high)}]"
-        elif r.test_accuracy_std is not None:
-            acc += f" ± {_num(r.test_accuracy_std)}"
-        vals = [
-            _num(r.macro_f1),
+        vals = [_score_cell(r, c) for c in scores] + [
+            r.verdict or "-",
+            _num(r.detectable_margin),
             _num(r.latency_ms, "{:.2f}"),
             _num(r.peak_memory_mb, "{:.3g}"),
             _num(r.train_time_s, "{:.1f}"),
-        ] + [_num(r.explain_seconds.get(m), "{:.3g}") for m in methods]
-        mark = " ★" if r.recommended else ""
-        cls = ' class="rec"' if r.recommended else ""
-        line = f'<td class="l">{_e(r.model)}{mark}</td><td>{_e(r.resolution)}</td><td>{_e(r.n_seeds)}</td>'
-        line += f"<td>{_e(acc)}</td>" + "".join(f"<td>{_e(v)}</td>" for v in vals)
-        cells.append(f"<tr{cls}>{line}</tr>")
+        ]
+        vals += [_num(r.explain_seconds.get(m), "{:.3g}") for m in methods]
+        name = f"{r.model}{' ★' if r.recommended else ''}"
+        lines.append(([name, str(r.resolution), str(r.n_seeds), *vals], r.recommended))
     notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.note or "").split(";")))
-    if seg:
-        notes = [n for n in notes if SEG_NOT_APPLICABLE not in n]
-    foot = '<p class="small muted">★ recommended resolution (paired tests, see summary.md).'
-    if seg:
-        foot += " Pixel accuracy and mean Dice on the reference masks; mIoU and boundary F1 in the next section."
-    foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
-    return (
-        "".join(parts)
-        + "<table>"
-        + "".join(f"<tr>{c}</tr>" if i == 0 else c for i, c in enumerate(cells))
-        + ("</table>" + foot)
+    margin = next((r.margin for r in rows if r.margin is not None), None)
+    foot = (
+        '<p class="small muted">★ the smallest resolution shown non-inferior to the reference (the reference itself'
+        f" when none is). vs reference: the decision at margin {_num(margin, '{:g}')} on the headline score;"
+        " detectable: the smallest margin this design shows at the stated power (undecided is not the same)."
     )
+    foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
+    return "".join(parts) + _table(head, lines) + foot + _paired_part(data.get("paired_tests") or [], first)
+
+
+def _score_cell(r: SummaryRow, column: str) -> str:
+    """'0.912 [0.880, 0.940]'; the seeds' mean ± std where there is no pooled interval."""
+    estimate, low, high = r.score(column)
+    text = _num(estimate)
+    if low is not None and high is not None:
+        return f"{text} [{_num(low)}, {_num(high)}]"
+    std = r.value(f"{column}_std")
+    return f"{text} ± {_num(std)}" if std is not None else text
+
+
+def _paired_part(paired: list[dict], first: SummaryRow) -> str:
+    """The paired tests between resolutions (every metric the task compares), significant rows shaded."""
+    if not paired:
+        return ""
+    words = {c.removeprefix("image_").removeprefix("test_"): first.say(c) for c in first.score_columns}
+    lines = [
+        (
+            [
+                str(p["model"]),
+                words.get(str(p.get("metric")), str(p.get("metric") or "accuracy")),
+                f"{p['resolution_a']} → {p['resolution_b']}",
+                f"{_num(p.get('effect'), '{:+.3f}')} [{_num(p.get('ci_low'), '{:+.3f}')}, "
+                f"{_num(p.get('ci_high'), '{:+.3f}')}]",
+                _num(p.get("p_value")),
+                _num(p.get("p_adjusted")),
+                "yes" if p.get("significant") else "no",
+                _num(p.get("n_images"), "{:.0f}"),
+            ],
+            bool(p.get("significant")),
+        )
+        for p in paired
+    ]
+    head = ["model", "metric", "px a → b", "effect b - a (CI)", "p", "p adjusted", "significant", "images"]
+    tests = sorted({str(p.get("method")) for p in paired if p.get("method")})
+    note = f"Same test images, seeds paired: {'; '.join(tests)}; p adjusted over each model's pairs of a metric."
+    return "<h3>Paired tests between resolutions</h3>" + _table(head, lines) + f'<p class="small muted">{_e(note)}</p>'
 
 
 def _figures_section(sweep_dir: Path, rows: list[SummaryRow], data: dict) -> str:
@@ -189,11 +204,7 @@ def _figures_section(sweep_dir: Path, rows: list[SummaryRow], data: dict) -> str
 
 
 def _figures_from(folder: Path) -> str:
-    pngs = {
-        p.stem: p
-        for p in sorted(folder.glob("*.png"))
-        if not p.stem.startswith("train_test_resolution_") and p.stem not in SEG_FIGURES
-    }
+    pngs = {p.stem: p for p in sorted(folder.glob("*.png")) if not p.stem.startswith("train_test_resolution_")}
     order = [s for s in FIGURE_ORDER if s in pngs] + [s for s in pngs if s not in FIGURE_ORDER]
     if not order:
         return '<p class="muted">No figure (no finished trial with metrics).</p>'
@@ -205,7 +216,7 @@ def _figures_from(folder: Path) -> str:
     return f'<div class="figs">{figs}</div>'
 
 
-def _matrix_section(rows: list[SummaryRow], seg: bool = False) -> str:
+def _matrix_section(rows: list[SummaryRow]) -> str:
     """Train x test accuracy as a table per model (the numbers of the heatmaps, readable without images)."""
     parts = []
     for model in sorted({str(r.model) for r in rows}):
@@ -225,7 +236,7 @@ def _matrix_section(rows: list[SummaryRow], seg: bool = False) -> str:
         parts.append(f'<h3>{_e(model)}</h3><table class="mat">{head}{body}</table>')
     if not parts:
         return '<p class="muted">No cross-resolution test results.</p>'
-    what = "Test pixel accuracy on the reference masks" if seg else "Test accuracy"
+    what = f"Test {rows[0].say('test_accuracy')}"
     note = f"{what} (mean over seeds), shaded from the model's lowest to its highest; bold: the train resolution."
     return "".join(parts) + f'<p class="small muted">{note}</p>'
 
@@ -245,7 +256,7 @@ def _matrix_cell(value: float, low: float, high: float, own: bool) -> str:
     return f'<td style="{style}">{_e(_num(value))}</td>'
 
 
-# ------------------------------------------------------------------------------------------------ segmentation
+# ------------------------------------------------------------------------------------------------ test outputs
 
 
 def _trial_folder(sweep_dir: Path, trial: dict) -> Path | None:
@@ -254,45 +265,6 @@ def _trial_folder(sweep_dir: Path, trial: dict) -> Path | None:
         return None
     base = Path(folder)
     return base if base.is_absolute() else sweep_dir / base
-
-
-def _csv_value(text: str) -> Any:
-    if text == "":
-        return None
-    if text in ("True", "False"):
-        return text == "True"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _read_csv(path: Path) -> list[dict]:
-    import csv
-
-    with path.open(newline="", encoding="utf-8") as fh:
-        return [{k: _csv_value(v or "") for k, v in row.items()} for row in csv.DictReader(fh)]
-
-
-def _seg_tables(sweep_dir: Path, data: dict, trials: list[dict]) -> tuple[list[dict], list[dict]]:
-    """seg_summary's (rows, paired tests): the sweep's seg_summary.csv / seg_paired_tests.csv, else computed again
-    from the trials' seg_predictions.csv."""
-    from resomap.reports import seg_summary as ss
-
-    rows_csv, paired_csv = sweep_dir / ss.SEG_SUMMARY_CSV, sweep_dir / ss.SEG_PAIRED_CSV
-    if rows_csv.is_file():
-        return _read_csv(rows_csv), (_read_csv(paired_csv) if paired_csv.is_file() else [])
-    resolved = [{**t, "folder": str(_trial_folder(sweep_dir, t))} for t in trials if t.get("folder")]
-    return ss.seg_summary(resolved, data.get("stats") or {})
-
-
-def _ci(row: dict, name: str) -> str:
-    text = _num(row.get(name))
-    if row.get(f"{name}_ci_low") is not None and row.get(f"{name}_ci_high") is not None:
-        text += f" [{_num(row[f'{name}_ci_low'])}, {_num(row[f'{name}_ci_high'])}]"
-    return text
 
 
 def _table(head: list[str], lines: list[tuple[list[str], bool]]) -> str:
@@ -307,124 +279,38 @@ def _table(head: list[str], lines: list[tuple[list[str], bool]]) -> str:
     return f"<table><tr>{top}</tr>{body}</table>"
 
 
-def _seg_section(sweep_dir: Path, data: dict, trials: list[dict]) -> str:
-    rows, paired = _seg_tables(sweep_dir, data, trials)
-    if not rows:
-        return '<p class="muted">No segmentation records (no finished trial wrote seg_predictions.csv).</p>'
-    level = (data.get("stats") or {}).get("level", 0.95)
-    head = ["model", "px", "seeds", "mIoU", "boundary F1", f"image mIoU ({_num(level, '{:.0%}')} CI)",
-            "image boundary F1 (CI)", "test images", "reference px", "tolerance px", "latency ms", "GMACs"]  # fmt: skip
-    lines = [
-        (
-            [
-                str(r["model"]),
-                str(r["resolution"]),
-                str(r.get("n_seeds") or 1),
-                _num(r.get("test_miou")),
-                _num(r.get("test_boundary_f1")),
-                _ci(r, "image_miou"),
-                _ci(r, "image_boundary_f1"),
-                _num(r.get("n_test_images"), "{:.0f}"),
-                _num(r.get("reference_resolution"), "{:.0f}"),
-                _num(r.get("boundary_tolerance_px"), "{:.0f}"),
-                _num(r.get("latency_ms"), "{:.2f}"),
-                _num(r.get("gmacs"), "{:.3g}"),
-            ],
-            False,
-        )
-        for r in sorted(rows, key=lambda r: (str(r["model"]), int(r["resolution"])))
-    ]
-    parts = [
-        _table(head, lines),
-        '<p class="small muted">mIoU and boundary F1 on the reference masks (logits resampled bilinearly to them),'
-        " pooled over the test set and averaged over seeds; the image columns are the mean per test image with a"
-        " bootstrap (BCa) interval over test images (seg_summary.csv).</p>",
-    ]
-    if paired:
-        plines = [
-            (
-                [
-                    str(p["model"]),
-                    str(p["metric"]).replace("_", " "),
-                    f"{p['resolution_a']} → {p['resolution_b']}",
-                    f"{_num(p.get('effect'), '{:+.3f}')} [{_num(p.get('ci_low'), '{:+.3f}')}, "
-                    f"{_num(p.get('ci_high'), '{:+.3f}')}]",
-                    _num(p.get("p_value")),
-                    _num(p.get("p_adjusted")),
-                    "yes" if p.get("significant") else "no",
-                    _num(p.get("n_images"), "{:.0f}"),
-                ],
-                bool(p.get("significant")),
-            )
-            for p in paired
-        ]
-        head = ["model", "metric", "px a → b", "effect b - a (CI)", "p", "p (Holm)", "significant", "images"]
-        parts += [
-            "<h3>Paired tests between resolutions</h3>",
-            _table(head, plines),
-            '<p class="small muted">Per-image differences on the same test images: paired bootstrap interval and'
-            " sign-flip permutation test, Holm-adjusted over each model's pairs (seg_paired_tests.csv).</p>",
-        ]
-    parts.append(_seg_figures(sweep_dir, rows))
-    return "".join(parts)
+def _outputs_section(sweep_dir: Path, trials: list[dict]) -> str:
+    """The figures the trials' task writes for the report (`report_figures`), per model and training resolution
+    (the model's lowest seed), captioned with the trial's headline test figures; "" when the task has none."""
+    from resomap.tasks import of_result
 
-
-def _seg_figures(sweep_dir: Path, rows: list[dict]) -> str:
-    folder = sweep_dir / "figures"
-    found = {s: folder / f"{s}.png" for s in SEG_FIGURES if (folder / f"{s}.png").is_file()}
-    if len(found) < len(SEG_FIGURES):  # a summary without them: draw them from the rows
-        import tempfile
-
-        from resomap.reports.seg_summary import seg_figures
-
-        with tempfile.TemporaryDirectory(prefix="resomap-report-") as tmp:
-            drawn = {p.stem: p for p in seg_figures(rows, Path(tmp))}
-            return _figure_row({**drawn, **found})
-    return _figure_row(found)
-
-
-def _figure_row(paths: dict[str, Path]) -> str:
-    figs = "".join(
-        f'<figure><img alt="{_e(stem)}" src="{_file_uri(paths[stem])}"><figcaption>{_e(stem.replace("_", " "))}'
-        "</figcaption></figure>"
-        for stem in SEG_FIGURES
-        if stem in paths
-    )
-    return f'<div class="figs">{figs}</div>' if figs else ""
-
-
-def _overlay_section(sweep_dir: Path, trials: list[dict]) -> str:
-    """Each model's seg_overlays.png at every resolution (its lowest seed): true and predicted masks."""
     chosen: dict[str, dict[int, dict]] = defaultdict(dict)
     seed_of: dict[str, int] = {}
     for t in sorted(trials, key=lambda t: int(t.get("seed") or 0)):
-        if t.get("status") != "FINISHED":
-            continue
-        model, seed = str(t["model"]), int(t.get("seed") or 0)
-        if seed_of.setdefault(model, seed) == seed:
-            chosen[model][int(t["resolution"])] = t
-    parts = [
-        '<p class="small muted">The first test images with their true (top) and predicted (bottom) masks at the'
-        " reference side, per training resolution (each trial's seg_overlays.png).</p>"
-    ]
+        if t.get("status") == "FINISHED" and seed_of.setdefault(str(t["model"]), int(t.get("seed") or 0)) == int(
+            t.get("seed") or 0
+        ):
+            chosen[str(t["model"])][int(t["resolution"])] = t
+    parts = []
     for model, per_res in sorted(chosen.items()):
-        figs, missing = [], []
-        for res, t in sorted(per_res.items()):
-            folder = _trial_folder(sweep_dir, t)
-            path = folder / SEG_OVERLAYS_FILE if folder is not None else None
-            if path is None or not path.is_file():
-                missing.append(f"{res} px")
-                continue
-            test = t.get("test") or {}
-            scores = f"mIoU {_num(test.get('test/miou'))} · boundary F1 {_num(test.get('test/boundary_f1'))}"
-            caption = f"{res} px · {scores}"
-            figs.append(
-                f'<figure><img alt="{_e(f"{model} {res} px predicted masks")}" src="{_file_uri(path, 900)}">'
-                f"<figcaption>{_e(caption)}</figcaption></figure>"
-            )
-        parts.append(f'<h3>{_e(model)} <span class="small muted">(seed {seed_of[model]})</span></h3>')
-        if figs:
-            parts.append(f'<div class="figs">{"".join(figs)}</div>')
-        if missing:
-            parts.append(f'<p class="small muted">No prediction overlays for {_e(", ".join(missing))}.</p>')
-    return "".join(parts) if chosen else '<p class="muted">No finished trial.</p>'
+        task = of_result(next(iter(per_res.values())))
+        for name, _key, caption in task.report_figures:
+            figs, missing = [], []
+            for res, t in sorted(per_res.items()):
+                folder = _trial_folder(sweep_dir, t)
+                path = folder / name if folder is not None else None
+                if path is None or not path.is_file():
+                    missing.append(f"{res} px")
+                    continue
+                words = f"{res} px · " + ", ".join(task.line_figures(t.get("test") or {}))
+                figs.append(
+                    f'<figure><img alt="{_e(f"{model} {res} px {caption}")}" src="{_file_uri(path, 900)}">'
+                    f"<figcaption>{_e(words)}</figcaption></figure>"
+                )
+            seed = f'<span class="small muted">(seed {seed_of[model]})</span>'
+            parts.append(f"<h3>{_e(model)}: {_e(caption)} {seed}</h3>")
+            if figs:
+                parts.append(f'<div class="figs">{"".join(figs)}</div>')
+            if missing:
+                parts.append(f'<p class="small muted">No {_e(name)} for {_e(", ".join(missing))}.</p>')
+    return "".join(parts)

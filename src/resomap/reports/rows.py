@@ -10,6 +10,12 @@ from and where it goes in its metadata, so a new column is one field here (and i
 - ``parent=True``: logged to the sweep's MLflow parent run as ``<name>/<model>/<resolution>``;
 - ``by_resolution="<key>"``: drawn against resolution in the parent run (``by_resolution/<model>/<key>``).
 
+The task's per-image scores (resomap.tasks: accuracy for classification, mIoU and boundary F1 per image for
+segmentation) are flat columns ``<column>_pooled``, ``<column>_ci_low``, ``<column>_ci_high`` of ``image_scores``
+(classification's are the historical ``test_accuracy_pooled`` ...): all three are logged to the parent run and the
+bounds drawn against resolution. ``score_columns`` names them (the first is the headline score) and ``words`` says
+what each column is in words, so tables and figures need not know the task.
+
 Every value is JSON-safe: None where a number is not available, never NaN.
 """
 
@@ -71,12 +77,13 @@ class SummaryRow:
     train_time_s_std: float | None = None
     epochs_run: float | None = over_seeds("epochs_run")
     epochs_run_std: float | None = None
+    # the seeds' mean and std of the task's other headline test metrics ('test_miou', 'test_miou_std', ...)
+    task_metrics: dict[str, float | None] = field(default_factory=dict, metadata={"flat": True})
     profile_noisy: bool = False  # a profile's timing stayed disturbed: its latency/throughput are suspect
     # pooled over seeds with a bootstrap interval over test images (from the trials' predictions.csv)
     n_test_images: int | None = None
-    test_accuracy_pooled: float | None = statistic(parent=True)
-    test_accuracy_ci_low: float | None = statistic(parent=True, by_resolution="test_accuracy_ci_low")
-    test_accuracy_ci_high: float | None = statistic(parent=True, by_resolution="test_accuracy_ci_high")
+    # '<column>_pooled', '<column>_ci_low', '<column>_ci_high' of each per-image score of the task
+    image_scores: dict[str, float | None] = field(default_factory=dict, metadata={"flat": True})
     test_macro_f1_pooled: float | None = statistic(parent=True)
     test_macro_f1_ci_low: float | None = statistic()
     test_macro_f1_ci_high: float | None = statistic()
@@ -88,18 +95,51 @@ class SummaryRow:
     test_macro_f1_seed_ci_low: float | None = statistic()
     test_macro_f1_seed_ci_high: float | None = statistic()
     recommended: bool = False
+    # the decision against the model's reference resolution at `margin` (stats.decide.noninferiority)
+    verdict: str | None = None  # reference | non-inferior | inferior | undecided | above reference
+    margin: float | None = None
+    reference_difference: float | None = statistic(parent=True)  # headline score: this resolution - the reference
+    reference_low: float | None = statistic(parent=True)  # one-sided bounds at the level
+    reference_high: float | None = statistic()
+    verdict_p: float | None = statistic()  # one-sided p of "more than margin below the reference"
+    detectable_margin: float | None = statistic(parent=True, by_resolution="detectable_margin")
     note: str = ""  # what is not available and why, "; "-separated
     # test resolution -> accuracy, mean over seeds (summary.json only: not a CSV column)
     cross_resolution: dict[str, float | None] = field(default_factory=dict, metadata={"csv": False})
     # 'explain_seconds/<method>', 'explain_peak_memory_mb/<method>' -> mean over seeds: one column each
     explain_costs: dict[str, float | None] = field(default_factory=dict, metadata={"flat": True})
+    # the per-image score columns (headline first) and column -> words (summary.json only)
+    score_columns: list[str] = field(default_factory=lambda: ["test_accuracy"], metadata={"csv": False})
+    words: dict[str, str] = field(default_factory=dict, metadata={"csv": False})
 
     # ---------------------------------------------------------------------------------------- reading
 
     @property
     def accuracy(self) -> float | None:
         """Test accuracy pooled over seeds, else the mean over seeds (no per-image predictions)."""
-        return self.test_accuracy_pooled if self.test_accuracy_pooled is not None else self.test_accuracy
+        return self.score("test_accuracy")[0]
+
+    @property
+    def headline(self) -> str:
+        """The column of the headline score (test_accuracy, image_miou, ...)."""
+        return self.score_columns[0] if self.score_columns else "test_accuracy"
+
+    @property
+    def seed_column(self) -> str:
+        """The task's first headline test metric, as the seeds' mean (test_accuracy, test_miou, ...)."""
+        return next((k for k in self.task_metrics if not k.endswith("_std")), "test_accuracy")
+
+    def score(self, column: str) -> tuple[float | None, float | None, float | None]:
+        """(estimate, interval low, high) of a per-image score column: pooled over seeds where the per-image
+        records allowed it, else the mean over seeds with no interval."""
+        pooled = self.value(f"{column}_pooled")
+        if pooled is None:
+            return self.value(column), None, None
+        return pooled, self.value(f"{column}_ci_low"), self.value(f"{column}_ci_high")
+
+    def say(self, column: str) -> str:
+        """A column in words ('accuracy', 'mIoU per image'); the column name where the row has no words for it."""
+        return self.words.get(column) or column.removeprefix("test_").replace("_", " ")
 
     @property
     def macro_f1(self) -> float | None:
@@ -113,18 +153,22 @@ class SummaryRow:
 
     def value(self, column: str) -> Any:
         """The value of a column by its name (a field, or an explanation cost column); None when absent."""
-        if column in self.explain_costs:
-            return self.explain_costs[column]
+        for flat in (self.image_scores, self.task_metrics, self.explain_costs):
+            if column in flat:
+                return flat[column]
         return getattr(self, column) if column in _FIELD_NAMES and column not in _NESTED else None
 
     def parent_metrics(self) -> dict[str, float]:
         """The columns logged to the sweep's parent run (``<name>/<model>/<resolution>``), where available."""
-        return {f.name: getattr(self, f.name) for f in _FIELDS if f.metadata.get("parent") and _has(self, f.name)}
+        out = {f.name: getattr(self, f.name) for f in _FIELDS if f.metadata.get("parent") and _has(self, f.name)}
+        out.update({k: v for k, v in self.image_scores.items() if v is not None})
+        return out
 
     def by_resolution(self) -> dict[str, Any]:
         """key -> value drawn against resolution in the parent run: the marked columns and each method's
         explanation seconds (``explain_seconds_<method>``)."""
         out = {f.metadata["by_resolution"]: getattr(self, f.name) for f in _FIELDS if "by_resolution" in f.metadata}
+        out.update({k: v for k, v in self.image_scores.items() if k.endswith(("_ci_low", "_ci_high"))})
         out.update({f"explain_seconds_{method}": v for method, v in self.explain_seconds.items()})
         return out
 
@@ -144,13 +188,18 @@ class SummaryRow:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SummaryRow:
         """A row read back from summary.json (columns it lacks, from an older summary, are None)."""
-        known = {k: v for k, v in data.items() if k in _FIELD_NAMES and k != "explain_costs"}
+        known = {k: v for k, v in data.items() if k in _FIELD_NAMES and k not in _NESTED}
         known.setdefault("family", "")
         known.setdefault("n_seeds", 1)
-        known["cross_resolution"] = dict(known.get("cross_resolution") or {})
+        known["cross_resolution"] = dict(data.get("cross_resolution") or {})
+        known["score_columns"] = list(data.get("score_columns") or ["test_accuracy"])
+        known["words"] = dict(data.get("words") or {})
         prefixes = tuple(f"{p}/" for p in EXPLAIN_COST.values())
         costs = {k: v for k, v in data.items() if k.startswith(prefixes)}
-        return cls(**known, explain_costs=costs)
+        stems = tuple(f"{c}{end}" for c in known["score_columns"] for end in SCORE_ENDS)
+        scores = {k: v for k, v in data.items() if k in stems}
+        others = {k: v for k, v in data.items() if k.startswith("test_") and k not in _FIELD_NAMES and k not in scores}
+        return cls(**known, explain_costs=costs, image_scores=scores, task_metrics=others)
 
 
 def _has(row: SummaryRow, name: str) -> bool:
@@ -159,6 +208,8 @@ def _has(row: SummaryRow, name: str) -> bool:
 
 _FIELDS = dataclasses.fields(SummaryRow)
 _FIELD_NAMES = frozenset(f.name for f in _FIELDS)
-_NESTED = frozenset({"cross_resolution", "explain_costs"})
+ROW_COLUMNS = _FIELD_NAMES  # the typed columns (a flat dict's keys are columns too, but not these)
+_NESTED = frozenset({"cross_resolution", "explain_costs", "image_scores", "task_metrics", "score_columns", "words"})
+SCORE_ENDS = ("_pooled", "_ci_low", "_ci_high")  # the columns of a per-image score
 # (column, path in a result.json) of the columns averaged over seeds; each is followed by its `_std` column
 SEED_COLUMNS = tuple((f.name, f.metadata["result"]) for f in _FIELDS if "result" in f.metadata)

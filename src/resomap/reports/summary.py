@@ -3,7 +3,8 @@ resolutions and the recommended resolution per model; written as summary.csv / s
 recommendation.csv / summary.md / summary.txt.
 
 Takes TrialResults (anything with to_dict()) or their dicts, and optionally where each trial's folder is (its
-predictions.csv gives the intervals and tests), so it never touches models or training code.
+per-image records, read by the trial's task, give the intervals and tests: classification's predictions.csv,
+segmentation's seg_predictions.csv), so it never touches models or training code.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
-from resomap.reports.rows import EXPLAIN_COST, SEED_COLUMNS, SummaryRow
+from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow
 from resomap.reports.uncertainty import TrialId, TrialRecord, compare_models, group_records, interval_columns
 from resomap.reports.uncertainty import load_records as _load_records
 from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
@@ -95,6 +96,7 @@ def _row(model: str, res: int, members: list[TrialRecord], cfg: StatsConfig) -> 
         over_seeds[f"{name}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else None
     intervals = interval_columns(members, cfg)
     note = intervals.pop("note")
+    task_metrics = _task_metrics(members[0].task.headline, results)
     noisy = sum(bool((m.get("profile") or {}).get("noisy")) for m in results)
     if noisy:
         mark = f"latency/throughput noisy ({noisy} of {len(results)} profiles disturbed; see profile.json)"
@@ -104,12 +106,28 @@ def _row(model: str, res: int, members: list[TrialRecord], cfg: StatsConfig) -> 
         family=results[0].get("family", ""),
         resolution=res,
         **over_seeds,
+        task_metrics=task_metrics,
         profile_noisy=noisy > 0,
         **intervals,
         note=note,
         cross_resolution=_mean_cross(results),
         explain_costs=explain_costs(results),
     )
+
+
+def _task_metrics(headline: tuple[str, ...], results: list[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The seeds' mean and std of each headline test metric of the task that is not a column of its own
+    (segmentation: test_miou, test_boundary_f1)."""
+    out: dict[str, float | None] = {}
+    for name in headline:
+        column = f"test_{name}"
+        if column in ROW_COLUMNS:
+            continue
+        values = np.array([_get(m, ("test", f"test/{name}")) for m in results], dtype=float)
+        finite = values[np.isfinite(values)]
+        out[column] = float(finite.mean()) if finite.size else None
+        out[f"{column}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else None
+    return out
 
 
 def explain_costs(results: list[Mapping[str, Any]]) -> dict[str, float | None]:
@@ -160,8 +178,14 @@ def build_summary(
     rows = _rows(records, cfg)
     paired, recs = compare_models(records, cfg)
     chosen = {(r["model"], r["resolution"]) for r in recs if r["available"]}
+    verdicts = {(r["model"], v["resolution"]): v for r in recs for v in r.get("verdicts") or []}
     for row in rows:
         row.recommended = (row.model, row.resolution) in chosen
+        v = verdicts.get((row.model, row.resolution))
+        if v is not None:
+            row.verdict, row.margin, row.verdict_p = v["verdict"], v["margin"], v["p_value"]
+            row.reference_difference, row.reference_low, row.reference_high = v["difference"], v["low"], v["high"]
+            row.detectable_margin = v["detectable"]
     trials = []
     for result in dicts:
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
@@ -215,7 +239,4 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     for name, text in files.items():
         write_text(out_dir / name, text)
         paths.append(out_dir / name)
-    from resomap.reports.seg_summary import write_seg_summary  # segmentation trials: mIoU / boundary F1 tables
-
-    paths += write_seg_summary(summary.trials, summary.stats, out_dir)
     return paths

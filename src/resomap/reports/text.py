@@ -57,38 +57,44 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 
 
 def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
-    """model x resolution: pooled accuracy and macro-F1 with their image-bootstrap intervals, accuracy over seeds
-    (mean ± std, t-interval), costs (mean ± std over seeds)."""
+    """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
+    image-bootstrap intervals, the headline test metric over seeds (mean ± std, t-interval for accuracy), costs
+    (mean ± std over seeds)."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
+    first = rows[0] if rows else SummaryRow("", "", 0, 0)
+    scores = [*first.score_columns, "test_macro_f1"]
+    seed_column = first.seed_column
     header = [
         "model",
         "res",
         "seeds",
         "images",
-        f"accuracy [{pct} CI]",
-        f"macro-F1 [{pct} CI]",
-        "accuracy over seeds",
+        *(f"{first.say(c)} [{pct} CI]" for c in scores),
+        f"{first.say(seed_column)} over seeds",
         f"seed {pct} t-interval",
         *(title for _, title, _ in COST_COLUMNS),
+        "vs reference",
         "",
     ]
     body = []
     for r in rows:
         seed_ci = "-"
-        if _ok(r.test_accuracy_seed_ci_low) and _ok(r.test_accuracy_seed_ci_high):
+        if seed_column == "test_accuracy" and _ok(r.test_accuracy_seed_ci_low) and _ok(r.test_accuracy_seed_ci_high):
             seed_ci = f"[{r.test_accuracy_seed_ci_low:.3f}, {r.test_accuracy_seed_ci_high:.3f}]"
+            if "test_accuracy seed interval" in (r.note or ""):  # cut to [0, 1]: marked, the note gives the bounds
+                seed_ci += " cut"
         body.append(
             [
                 str(r.model),
                 str(r.resolution),
                 str(r.n_seeds),
                 str(r.n_test_images or "-"),
-                fmt_interval(r.accuracy, r.test_accuracy_ci_low, r.test_accuracy_ci_high),
-                fmt_interval(r.macro_f1, r.test_macro_f1_ci_low, r.test_macro_f1_ci_high),
-                fmt_spread(r.test_accuracy, r.test_accuracy_std),
+                *(fmt_interval(*r.score(c)) for c in scores),
+                fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 seed_ci,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
+                r.verdict or "-",
                 "recommended" if r.recommended else "",
             ]
         )
@@ -96,10 +102,16 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
 
 
 def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    """The paired tests; a `metric` column when more than one score was compared (segmentation: mIoU and boundary
+    F1 per image)."""
+    metrics = len({p.get("metric") for p in paired}) > 1
     header = ["model", "A px", "B px", "acc A", "acc B", "B - A [CI]", "p", "p adjusted", "significant", "note"]
+    if metrics:
+        header = ["model", "metric", "A px", "B px", "A", "B", *header[5:]]
     body = [
         [
             str(p["model"]),
+            *([str(p.get("metric") or "")] if metrics else []),
             str(p["resolution_a"]),
             str(p["resolution_b"]),
             fmt(p.get("accuracy_a"), ".3f"),
@@ -115,13 +127,16 @@ def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str
     return table(header, body, markdown)
 
 
-def recommendation_lines(recommendations: list[Mapping[str, Any]]) -> list[str]:
+def recommendation_lines(recommendations: list[Mapping[str, Any]], verdicts: bool = False) -> list[str]:
+    """Each model's decision in words; with ``verdicts``, each tested resolution's verdict after it."""
     lines = []
     for rec in recommendations:
         line = str(rec.get("sentence") or f"{rec['model']}: {rec.get('reason', '')}")
         if rec.get("note"):
             line += f" [{rec['note']}]"
         lines.append(line)
+        if verdicts:
+            lines += [f"  {v['reason']}" for v in rec.get("verdicts") or [] if v.get("p_value") is not None]
     return lines
 
 
@@ -129,14 +144,26 @@ def notes_lines(rows: list[SummaryRow]) -> list[str]:
     return [f"{r.model} @ {r.resolution} px: {r.note}" for r in rows if r.note]
 
 
-def describe_stats(stats: Mapping[str, Any]) -> str:
-    test = "McNemar's exact test" if stats.get("paired_test") == "mcnemar" else "a paired image bootstrap"
+def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = ()) -> str:
+    """The statistics settings in words; the test named is the one the paired rows used, else the configured one
+    (a score that is not 0/1 per image is always compared with the paired bootstrap)."""
+    methods = {str(p.get("method") or "") for p in paired}
+    mcnemar = all(m.startswith("McNemar") for m in methods) if methods else stats.get("paired_test") == "mcnemar"
+    test = "McNemar's exact test" if mcnemar else "a paired image bootstrap"
     correction = "Holm-adjusted over each model's pairs" if stats.get("correction") == "holm" else "not adjusted"
-    margin = f", accepting drops up to {stats['margin']:g}" if stats.get("margin") else ""
+    level = stats.get("level", 0.95)
+    reference = f"{stats['reference']} px" if stats.get("reference") else "the largest resolution"
+    decision = (
+        f" Decision: each resolution against the reference ({reference}, fixed before testing) on the headline "
+        f"score, non-inferior when shown no more than {stats.get('margin', 0.02):g} below it (one-sided paired t-test "
+        f"over test images, seeds averaged per image, alpha {1 - level:.2g}), tested in a fixed sequence from the "
+        f"reference down; 'undecided' is not 'the same': the detectable margin beside it says what the design could "
+        f"show at power {stats.get('power', 0.8):g}."
+    )
     return (
-        f"Intervals at level {stats.get('level', 0.95):g}: bootstrap over test images ({stats.get('resamples')} "
-        f"resamples, seeds pooled) and Student t across seeds. Resolutions of a model are compared on the same test "
-        f"images with {test} (p {correction}){margin}."
+        f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} "
+        f"resamples, seeds pooled) and Student t across seeds. Pairs of resolutions are compared on the same test "
+        f"images with {test} (p {correction}; descriptive)." + decision
     )
 
 
@@ -146,13 +173,17 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     h = (lambda t: f"## {t}\n\n") if markdown else (lambda t: f"{t}\n{'-' * len(t)}\n")
     bullet = "- " if markdown else ""
     gap = "\n"
-    out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats) + "\n\n"
+    out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats, summary.paired_tests) + "\n\n"
     out += h("Results per model and resolution") + results_table(summary.rows, markdown) + gap
-    out += h("Recommended resolution") + "".join(
-        f"{bullet}{x}\n" for x in recommendation_lines(summary.recommendations)
+    out += h("Decision per model (non-inferiority to the reference)") + "".join(
+        f"{bullet}{x}\n" if not x.startswith("  ") else f"  {bullet}{x.strip()}\n"
+        for x in recommendation_lines(summary.recommendations, verdicts=True)
     )
     if summary.paired_tests:
-        out += gap + h("Paired tests between resolutions (B - A: accuracy difference)")
+        metrics = {p.get("metric") for p in summary.paired_tests}
+        first = summary.rows[0] if summary.rows else None
+        what = f"{first.say(first.headline)} difference" if first and len(metrics) == 1 else "difference per metric"
+        out += gap + h(f"Paired tests between resolutions (B - A: {what})")
         out += paired_table(summary.paired_tests, markdown)
     notes = notes_lines(summary.rows)
     if notes:

@@ -1,10 +1,14 @@
-"""Uncertainty on the sweep's headline numbers, from the trials' per-image predictions (issue 13).
+"""Uncertainty on the sweep's headline numbers, from the trials' per-image score tables, whatever the task.
 
-For each model x resolution: accuracy and macro-F1 pooled over seeds with a bootstrap interval over test images
-(an image keeps its predictions under every seed, so the interval reflects the test set's size), and the spread
-of test accuracy / macro-F1 across seeds (mean, std, Student-t interval). For each model: the paired tests between
-its resolutions on the same test images (``stats.compare_resolutions``, seeds pooled as ``stats.paired_test``
-documents) and the recommended resolution (``stats.smallest_sufficient_resolution``).
+Each trial's task (resomap.tasks) names its per-image scores and reads them from the trial's folder
+(classification: correct or not per image, from predictions.csv; segmentation: mIoU and boundary F1 per image, from
+seg_predictions.csv). For each model x resolution: every score pooled over seeds with a bootstrap interval over
+test images (an image keeps its scores under every seed, so the interval reflects the test set's size), macro-F1
+likewise where the records hold labels and predictions, and the spread of test accuracy / macro-F1 across seeds
+(mean, std, Student-t interval). For each model and score: the paired tests between its resolutions on the same
+test images (``stats.compare_resolutions``: McNemar or a paired bootstrap for a 0/1 score, the paired bootstrap with
+a sign-flip test for any other) and, on the headline score, the recommended resolution
+(``stats.smallest_sufficient_resolution``).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
 ``reports.rows.SummaryRow``; None where a number is not available, never NaN), with a ``reason`` in words wherever
@@ -24,28 +28,35 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.records import PREDICTIONS_FILE, Predictions, read_predictions
+from resomap.records import ScoreTable
+from resomap.reports.rows import SCORE_ENDS
+from resomap.tasks import Score, Task, of_result
 
 TrialId = tuple[str, int, int]  # (model, resolution, seed): unique within a sweep and within an analysis
-NO_PREDICTIONS = f"no {PREDICTIONS_FILE} (a result from before per-image records)"
+
+
+def no_records(task: Task) -> str:
+    return f"no {task.records_file} (a result from before per-image records)"
 
 
 @dataclasses.dataclass
 class TrialRecord:
-    """One finished trial: its result.json tree, its folder, and its predictions at every test resolution."""
+    """One finished trial: its result.json tree, its folder, its task and its per-image scores at every test
+    resolution."""
 
     result: dict[str, Any]
     folder: Path | None
-    predictions: dict[int, Predictions]
+    tables: dict[int, ScoreTable]
+    task: Task
 
     @property
     def id(self) -> TrialId:
         return trial_id(self.result)
 
     @property
-    def own(self) -> Predictions | None:
-        """Predictions at the trial's own (training) resolution, None when absent or empty."""
-        rec = self.predictions.get(int(self.result["resolution"]))
+    def own(self) -> ScoreTable | None:
+        """Scores at the trial's own (training) resolution, None when absent or empty."""
+        rec = self.tables.get(int(self.result["resolution"]))
         return rec if rec is not None and len(rec.index) else None
 
 
@@ -54,14 +65,15 @@ def trial_id(result: Mapping[str, Any]) -> TrialId:
 
 
 def load_records(results: Iterable[Mapping[str, Any]], folders: Mapping[TrialId, Path] | None) -> list[TrialRecord]:
-    """The FINISHED results with their predictions.csv (read from ``folders[trial_id]`` when known)."""
+    """The FINISHED results with their per-image scores (read from ``folders[trial_id]`` when known)."""
     records = []
     for result in results:
         if result.get("status") != "FINISHED":
             continue
+        task = of_result(result)
         folder = (folders or {}).get(trial_id(result))
-        predictions = read_predictions(folder) if folder is not None else {}
-        records.append(TrialRecord(dict(result), Path(folder) if folder is not None else None, predictions))
+        tables = task.read_scores(Path(folder)) if folder is not None else {}
+        records.append(TrialRecord(dict(result), Path(folder) if folder is not None else None, tables, task))
     return sorted(records, key=lambda r: r.id)
 
 
@@ -89,38 +101,47 @@ class Aligned:
 
     seeds: list[int]
     index: np.ndarray  # [N]
-    label: np.ndarray  # [N]
-    prediction: np.ndarray  # [S, N]
+    scores: dict[str, np.ndarray]  # score name -> [S, N] (bool for a 0/1 score; NaN where an image has no score)
+    label: np.ndarray | None  # [N], where the records hold labels and predictions
+    prediction: np.ndarray | None  # [S, N]
     notes: list[str]
 
-    @property
-    def correct(self) -> np.ndarray:
-        return self.prediction == self.label[None, :]
+    def finite(self, name: str) -> np.ndarray:
+        """The score's [S, N] on the images scored under every seed."""
+        values = self.scores[name]
+        if values.dtype == bool:
+            return values
+        return values[:, np.isfinite(values).all(axis=0)]
 
 
-def align(preds_by_seed: Mapping[int, Predictions]) -> Aligned | str:
-    """Stack the seeds' predictions on their common test images; a reason (str) when that cannot be done."""
-    if not preds_by_seed:
-        return NO_PREDICTIONS
-    seeds = sorted(preds_by_seed)
-    sets = [set(np.asarray(preds_by_seed[s].index).tolist()) for s in seeds]
+def align(tables_by_seed: Mapping[int, ScoreTable], task: Task) -> Aligned | str:
+    """Stack the seeds' scores on their common test images; a reason (str) when that cannot be done."""
+    if not tables_by_seed:
+        return no_records(task)
+    seeds = sorted(tables_by_seed)
+    sets = [set(np.asarray(tables_by_seed[s].index).tolist()) for s in seeds]
     common = np.array(sorted(set.intersection(*sets)), dtype=np.int64)
     if common.size == 0:
         return "the seeds were tested on different images (no image in common)"
     notes = []
     if any(len(s) != common.size for s in sets):
         notes.append(f"seeds tested on different images: pooled over the {common.size} images they share")
-    labels, predictions = [], []
+    positions = []
     for s in seeds:
-        rec = preds_by_seed[s]
+        rec = tables_by_seed[s]
         order = np.argsort(rec.index, kind="stable")
         idx = np.asarray(rec.index)[order]
-        pos = order[np.searchsorted(idx, common)]
-        labels.append(np.asarray(rec.label)[pos])
-        predictions.append(np.asarray(rec.prediction)[pos])
-    if any(not np.array_equal(labels[0], lab) for lab in labels[1:]):
-        return "the seeds' test labels differ for the same image index (different datasets?)"
-    return Aligned(seeds, common, labels[0], np.stack(predictions), notes)
+        positions.append(order[np.searchsorted(idx, common)])
+    tables = [tables_by_seed[s] for s in seeds]
+    scores = {sc.name: np.stack([t.scores[sc.name][pos] for t, pos in zip(tables, positions)]) for sc in task.scores}
+    label = prediction = None
+    if all(t.label is not None and t.prediction is not None for t in tables):
+        labels = [np.asarray(t.label)[pos] for t, pos in zip(tables, positions)]
+        if any(not np.array_equal(labels[0], lab) for lab in labels[1:]):
+            return "the seeds' test labels differ for the same image index (different datasets?)"
+        label = labels[0]
+        prediction = np.stack([np.asarray(t.prediction)[pos] for t, pos in zip(tables, positions)])
+    return Aligned(seeds, common, scores, label, prediction, notes)
 
 
 # ------------------------------------------------------------------------------------------------ per row
@@ -134,32 +155,31 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
     """The uncertainty columns of one model x resolution row (see the module docstring): keyword arguments of
     :class:`~resomap.reports.rows.SummaryRow` (a column that cannot be computed is left out: its default is None)
     and ``note``."""
-    row: dict[str, Any] = {"n_seeds": len(members), "ci_level": cfg.level}
+    task = members[0].task
+    empty = {f"{sc.column}{end}": None for sc in task.scores for end in SCORE_ENDS}
+    row: dict[str, Any] = {"n_seeds": len(members), "ci_level": cfg.level, "image_scores": empty}
+    row["score_columns"] = [sc.column for sc in task.scores]
+    row["words"] = {**dict(task.words), **{sc.column: sc.words for sc in task.scores}}
     notes: list[str] = []
-    with_preds = {m.id[2]: m.own for m in members if m.own is not None}
+    with_scores = {m.id[2]: m.own for m in members if m.own is not None}
     lacking = [m.id[2] for m in members if m.own is None]
-    aligned = align(with_preds)
+    aligned = align(with_scores, task)
     if isinstance(aligned, str):
         notes.append(f"image interval not available: {aligned}")
     else:
         if lacking:
-            notes.append(f"pooled over seeds {aligned.seeds}: {NO_PREDICTIONS} for seeds {lacking}")
+            notes.append(f"pooled over seeds {aligned.seeds}: {no_records(task)} for seeds {lacking}")
         notes += aligned.notes
-        acc = stats.bootstrap_accuracy(aligned.correct, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
-        f1 = stats.pooled_macro_f1(
-            aligned.label, aligned.prediction, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed
-        )
         row["n_test_images"] = int(aligned.index.size)
-        for name, iv in (("test_accuracy", acc), ("test_macro_f1", f1)):
-            row[f"{name}_pooled"], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = iv.estimate, iv.low, iv.high
-            if not iv.available or iv.reason:
-                notes.append(f"{name} interval{' not available' if not iv.available else ''}: {iv.reason}")
-        row["ci_method"] = acc.method + (", seeds pooled" if len(aligned.seeds) > 1 else "")
+        notes += _score_intervals(aligned, task.scores, row, cfg)
     for name, key in (("test_accuracy", "test/accuracy"), ("test_macro_f1", "test/macro_f1")):
         iv = stats.seed_interval(_seed_values(members, key), level=cfg.level)
-        # accuracy and macro-F1 live in [0, 1]: the t-interval (symmetric, wide with few seeds) is cut to it
+        # accuracy and macro-F1 live in [0, 1]: the t-interval (symmetric, wide with few seeds) is cut to it, and
+        # the note says so (a cut bound is not a bound the data gave)
         row[f"{name}_seed_ci_low"] = max(0.0, iv.low) if iv.low is not None else None
         row[f"{name}_seed_ci_high"] = min(1.0, iv.high) if iv.high is not None else None
+        if iv.low is not None and (iv.low < 0.0 or iv.high > 1.0):
+            notes.append(f"{name} seed interval [{iv.low:.3f}, {iv.high:.3f}] cut to [0, 1] ({iv.n} seeds)")
         if name == "test_accuracy" and not iv.available:
             why = "one seed" if iv.n == 1 else iv.reason
             notes.append(f"seed interval not available: {why}")
@@ -167,21 +187,51 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
     return row
 
 
+def _score_intervals(aligned: Aligned, scores: tuple[Score, ...], row: dict[str, Any], cfg: StatsConfig) -> list[str]:
+    """Each score pooled over seeds with its image-bootstrap interval (and macro-F1 where the records hold labels
+    and predictions) into ``row``; the notes on what is not available."""
+    settings = {"level": cfg.level, "resamples": cfg.resamples, "seed": cfg.seed}
+    notes, found = [], []
+    for sc in scores:
+        values = aligned.finite(sc.name)
+        if values.shape[1] < aligned.index.size:
+            notes.append(f"{sc.column}: {values.shape[1]} of {aligned.index.size} images scored under every seed")
+        iv = stats.bootstrap_scores(values, **settings)
+        found.append((sc.column, iv))
+        scored = row["image_scores"]
+        scored[f"{sc.column}_pooled"], scored[f"{sc.column}_ci_low"], scored[f"{sc.column}_ci_high"] = (
+            iv.estimate,
+            iv.low,
+            iv.high,
+        )
+    if aligned.label is not None:
+        f1 = stats.pooled_macro_f1(aligned.label, aligned.prediction, **settings)
+        row["test_macro_f1_pooled"], row["test_macro_f1_ci_low"] = f1.estimate, f1.low
+        row["test_macro_f1_ci_high"] = f1.high
+        found.append(("test_macro_f1", f1))
+    for name, iv in found:
+        if not iv.available or iv.reason:
+            notes.append(f"{name} interval{' not available' if not iv.available else ''}: {iv.reason}")
+    row["ci_method"] = found[0][1].method + (", seeds pooled" if len(aligned.seeds) > 1 else "")
+    return notes
+
+
 # ------------------------------------------------------------------------------------------------ per model
 
 
-def _correct_by_resolution(
-    by_res: Mapping[int, list[TrialRecord]],
-) -> tuple[dict[int, np.ndarray], list[int], int, list[str]] | str:
-    """{resolution: bool [S, N]} on the seeds and images every compared resolution has; or a reason."""
+def _scores_by_resolution(
+    by_res: Mapping[int, list[TrialRecord]], task: Task
+) -> tuple[dict[str, dict[int, np.ndarray]], list[int], int, list[str]] | str:
+    """{score name: {resolution: [S, N]}} on the seeds and images every compared resolution has (a score's images
+    where some resolution or seed has none are left out of that score); or a reason."""
     notes: list[str] = []
     usable = {r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}
     skipped = sorted(r for r, p in usable.items() if not p)
     usable = {r: p for r, p in usable.items() if p}
     if not usable:
-        return f"no resolution has per-image predictions ({NO_PREDICTIONS})"
+        return f"no resolution has per-image predictions ({no_records(task)})"
     if skipped:
-        notes.append(f"not compared ({NO_PREDICTIONS}): {', '.join(f'{r} px' for r in skipped)}")
+        notes.append(f"not compared ({no_records(task)}): {', '.join(f'{r} px' for r in skipped)}")
     if len(usable) < 2:
         only = next(iter(usable))
         return "; ".join([f"only {only} px has per-image predictions: nothing to compare it with", *notes])
@@ -190,7 +240,7 @@ def _correct_by_resolution(
         return "; ".join(["no seed was tested at every resolution", *notes])
     if any(len(p) != len(seeds) for p in usable.values()):
         notes.append(f"compared on the seeds every resolution has: {seeds}")
-    aligned = {r: align({s: p[s] for s in seeds}) for r, p in usable.items()}
+    aligned = {r: align({s: p[s] for s in seeds}, task) for r, p in usable.items()}
     bad = next((f"{r} px: {a}" for r, a in aligned.items() if isinstance(a, str)), None)
     if bad:
         return bad
@@ -199,14 +249,23 @@ def _correct_by_resolution(
         return "the resolutions were tested on different images (no image in common)"
     if any(a.index.size != common.size for a in aligned.values()):
         notes.append(f"compared on the {common.size} test images every resolution has")
-    correct = {r: a.correct[:, np.searchsorted(a.index, common)] for r, a in aligned.items()}
-    return correct, seeds, int(common.size), notes
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for sc in task.scores:
+        arrays = {r: a.scores[sc.name][:, np.searchsorted(a.index, common)] for r, a in aligned.items()}
+        if not sc.binary:
+            scored = np.logical_and.reduce([np.isfinite(v).all(axis=0) for v in arrays.values()])
+            if not scored.all():
+                notes.append(f"{sc.column}: compared on the {int(scored.sum())} images scored everywhere")
+            arrays = {r: v[:, scored] for r, v in arrays.items()}
+        out[sc.name] = arrays
+    return out, seeds, int(common.size), notes
 
 
-def _pair_row(model: str, row: stats.PairComparison) -> dict[str, Any]:
+def _pair_row(model: str, metric: str, row: stats.PairComparison) -> dict[str, Any]:
     t = row.test
     return {
         "model": model,
+        "metric": metric,  # the score compared; accuracy_a / accuracy_b are its means
         "resolution_a": row.resolution_a,
         "resolution_b": row.resolution_b,
         "accuracy_a": t.accuracy_a,
@@ -229,40 +288,31 @@ def _pair_row(model: str, row: stats.PairComparison) -> dict[str, Any]:
     }
 
 
-def _sentence(model: str, rec: stats.Recommendation, rows: list[dict[str, Any]]) -> str:
-    """The recommendation in words, e.g. "simple_cnn: 64 px is the smallest resolution not significantly below the
-    best (128 px: 0.912 vs 0.905, McNemar exact, Holm-adjusted p = 0.41 at level 0.95); difference ...".
-    """
-    if not rec.available or rec.resolution is None:
-        return f"{model}: no recommendation: {rec.reason}"
-    r, best = rec.resolution, rec.best_resolution
-    if r == best:  # the reason reads "<r> px is the most accurate (...)..."
-        return f"{model}: {rec.reason}"
-    prefix = f"{r} px: not significantly below the best "
-    if rec.reason.startswith(prefix):
-        return (
-            f"{model}: {r} px is the smallest resolution not significantly below the best {rec.reason[len(prefix) :]}"
-        )
-    pair = next((p for p in rows if {p["resolution_a"], p["resolution_b"]} == {r, best}), None)
-    if pair is not None and pair["significant"]:
-        return f"{model}: {r} px is the smallest resolution within the margin {rec.margin:g} of the best ({rec.reason})"
-    return f"{model}: {r} px is recommended ({rec.reason})"
+def _method(score: Score, cfg: StatsConfig) -> str:
+    """The paired test of a score: the configured one for a 0/1 score; the paired bootstrap (sign-flip) for any
+    other (McNemar's test needs 0/1 outcomes)."""
+    return cfg.paired_test if score.binary else "bootstrap"
 
 
 def compare_model(
     model: str, by_res: Mapping[int, list[TrialRecord]], cfg: StatsConfig
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(paired test rows, recommendation) of one model's resolutions."""
+    """(paired test rows of every score, descriptive; the decision on the headline score: every resolution against
+    the reference at the margin, stats.decide.noninferiority) of one model's resolutions."""
+    task = next(iter(by_res.values()))[0].task
+    headline = task.scores[0]
     rec_row: dict[str, Any] = {
         "model": model,
+        "metric": headline.name,
         "resolution": None,
-        "best_resolution": None,
+        "reference": None,
+        "decided": False,
         "accuracy": None,
-        "best_accuracy": None,
+        "reference_accuracy": None,
         "level": cfg.level,
         "margin": cfg.margin,
-        "paired_test": cfg.paired_test,
-        "correction": cfg.correction,
+        "detectable": None,
+        "power": cfg.power,
         "n_seeds": None,
         "n_images": None,
         "available": False,
@@ -270,35 +320,47 @@ def compare_model(
         "sentence": "",
         "note": "",
     }
-    found = _correct_by_resolution(by_res)
+    found = _scores_by_resolution(by_res, task)
     if isinstance(found, str):
         rec_row["reason"] = found
         rec_row["sentence"] = f"{model}: no recommendation: {found}"
         return [], rec_row
-    correct, seeds, n_images, notes = found
-    rec = stats.smallest_sufficient_resolution(
-        correct,
-        level=cfg.level,
-        margin=cfg.margin,
-        method=cfg.paired_test,
-        correction=cfg.correction,
-        resamples=cfg.resamples,
-        seed=cfg.seed,
+    arrays, seeds, n_images, notes = found
+    settings = {"level": cfg.level, "correction": cfg.correction, "resamples": cfg.resamples, "seed": cfg.seed}
+    rows = []
+    for sc in task.scores:  # each score: its own family of pairs, adjusted on its own (descriptive)
+        found_rows = stats.compare_resolutions(arrays[sc.name], method=_method(sc, cfg), **settings)
+        rows += [_pair_row(model, sc.name, row) for row in found_rows]
+    scores = arrays[headline.name]
+    if cfg.reference is not None and cfg.reference not in scores:
+        why = f"the reference {cfg.reference} px has no per-image records to compare with"
+        rec_row.update(reason=why, sentence=f"{model}: no decision: {why}", note="; ".join(notes))
+        return rows, rec_row
+    decision = stats.noninferiority(
+        scores, margin=cfg.margin, reference=cfg.reference, level=cfg.level, power=cfg.power, metric=headline.words
     )
-    rows = [_pair_row(model, row) for row in rec.rows]
+    means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
     rec_row.update(
-        resolution=rec.resolution,
-        best_resolution=rec.best_resolution,
-        accuracy=rec.accuracies.get(rec.resolution) if rec.resolution is not None else None,
-        best_accuracy=rec.accuracies.get(rec.best_resolution) if rec.best_resolution is not None else None,
+        resolution=decision.resolution,
+        reference=decision.reference,
+        decided=decision.decided,
+        accuracy=means[decision.resolution],
+        reference_accuracy=means[decision.reference],
+        detectable=_detectable(decision),
         n_seeds=len(seeds),
         n_images=n_images,
-        available=bool(rec.available and rec.resolution is not None),
-        reason=rec.reason,
-        sentence=_sentence(model, rec, rows),
+        available=True,
+        reason=decision.reason,
+        sentence=f"{model}: {decision.reason}",
         note="; ".join(notes),
+        verdicts=[v.to_dict() for v in decision.verdicts],
     )
     return rows, rec_row
+
+
+def _detectable(decision: stats.Decision) -> float | None:
+    """The detectable margin of the first tested resolution (the design's, as the others share its images)."""
+    return next((v.detectable for v in decision.verdicts if v.detectable is not None), None)
 
 
 def compare_models(records: Iterable[TrialRecord], cfg: StatsConfig) -> tuple[list[dict], list[dict]]:

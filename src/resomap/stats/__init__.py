@@ -14,8 +14,11 @@ is the bottom layer (settings come in as plain values).
 - :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, or a paired bootstrap
   with a sign-flip p-value), :func:`paired_score_test` (any per-image score), :func:`holm`.
 - :mod:`~resomap.stats.permutation`: :func:`sign_flip_test`, :func:`relabel_test` (resolution labels within seeds).
-- :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted) and
-  :func:`smallest_sufficient_resolution`.
+- :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted: descriptive) and
+  :func:`smallest_sufficient_resolution` (the "not significantly below the best" reading, kept for comparison).
+- :mod:`~resomap.stats.decide`: :func:`noninferiority` (the summary's decision: each resolution against a fixed
+  reference at a stated margin, fixed-sequence, with the detectable margin), :func:`plan_power` (before training),
+  :func:`relabel_min_p`.
 - :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`.
 - :mod:`~resomap.stats.median`: :func:`median_interval`, :class:`MedianInterval`, :func:`ratio_interval` (timings).
 
@@ -37,6 +40,7 @@ from resomap.stats.bootstrap import (
     macro_f1,
     pooled_macro_f1,
 )
+from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority, plan_power, relabel_min_p
 from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval
 from resomap.stats.median import MedianInterval, median_interval, ratio_interval
 from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test
@@ -50,6 +54,12 @@ from resomap.stats.recommend import (
 )
 
 __all__ = [
+    "VERDICTS",
+    "Decision",
+    "Verdict",
+    "noninferiority",
+    "plan_power",
+    "relabel_min_p",
     "BOOTSTRAP_METHODS",
     "METRICS",
     "MIN_BOOTSTRAP_IMAGES",

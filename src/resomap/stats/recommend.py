@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from resomap.errors import ConfigError
-from resomap.stats.checks import as_runs, check_choice, check_level, to_dict
-from resomap.stats.paired import PairedTest, holm, paired_test
+from resomap.stats.checks import as_runs, as_scores, check_choice, check_level, to_dict
+from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,14 @@ def fmt_p(p: float | None) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
 
 
-def _by_resolution(correct_by_res: Mapping[int, Any]) -> dict[int, np.ndarray]:
+def _by_resolution(correct_by_res: Mapping[int, Any], method: str = "mcnemar") -> dict[int, np.ndarray]:
+    """{resolution: [seeds, images]}: bool for 0/1 outcomes; float per-image scores (IoU, Dice, ...) are taken by
+    the paired bootstrap only (McNemar's test needs 0/1 outcomes)."""
     if not isinstance(correct_by_res, Mapping) or not correct_by_res:
         raise ConfigError("correct_by_res must be a non-empty mapping {resolution: bool [seeds, images]}")
-    runs = {int(r): as_runs(v, f"results at {r} px") for r, v in sorted(correct_by_res.items())}
+    binary = method == "mcnemar" or all(np.asarray(v).dtype == bool for v in correct_by_res.values())
+    read = as_runs if binary else as_scores
+    runs = {int(r): read(v, f"results at {r} px") for r, v in sorted(correct_by_res.items())}
     shapes = {r: v.shape for r, v in runs.items()}
     if len(set(shapes.values())) > 1:
         listed = ", ".join(f"{r} px: {s}" for r, s in shapes.items())
@@ -76,7 +80,8 @@ def compare_resolutions(
     resamples: int = 2000,
     seed: int = 0,
 ) -> list[PairComparison]:
-    """:func:`paired_test` for every pair of resolutions r1 < r2 (B = r2, A = r1), C(k, 2) rows ordered by (r1, r2).
+    """:func:`paired_test` for every pair of resolutions r1 < r2 (B = r2, A = r1), C(k, 2) rows ordered by (r1, r2);
+    float per-image scores (method="bootstrap" only) get :func:`paired_score_test`.
 
     ``p_adjusted``: Holm over the available rows (``correction="holm"``) or the raw p (``"none"``);
     ``significant``: ``p_adjusted < 1 - level`` (two-sided). A row whose test is unavailable is never significant.
@@ -87,13 +92,17 @@ def compare_resolutions(
     """
     level = check_level(level)
     correction = check_choice(correction, ("holm", "none"), "correction")
-    runs = _by_resolution(correct_by_res)
+    method = check_choice(method, PAIRED_METHODS, "paired test method")
+    runs = _by_resolution(correct_by_res, method)
     res = list(runs)
-    tests = [
-        (r1, r2, paired_test(runs[r1], runs[r2], method=method, level=level, resamples=resamples, seed=seed))
-        for i, r1 in enumerate(res)
-        for r2 in res[i + 1 :]
-    ]
+    kw = {"level": level, "resamples": resamples, "seed": seed}
+
+    def test(a: np.ndarray, b: np.ndarray) -> PairedTest:
+        if a.dtype == bool:
+            return paired_test(a, b, method=method, **kw)
+        return paired_score_test(a, b, **kw)
+
+    tests = [(r1, r2, test(runs[r1], runs[r2])) for i, r1 in enumerate(res) for r2 in res[i + 1 :]]
     idx = [i for i, (_, _, t) in enumerate(tests) if t.available and t.p_value is not None]
     raw = np.array([tests[i][2].p_value for i in idx], dtype=float)
     adjusted = dict(zip(idx, (holm(raw) if correction == "holm" else raw).tolist()))
@@ -119,8 +128,10 @@ def smallest_sufficient_resolution(
     correction: str = "holm",
     resamples: int = 2000,
     seed: int = 0,
+    metric: str = "accuracy",
 ) -> Recommendation:
-    """The smallest resolution whose accuracy is not significantly below the best one.
+    """The smallest resolution whose accuracy (or mean per-image score, named `metric` in the reason) is not
+    significantly below the best one.
 
     best = the highest accuracy pooled over seeds and images (ties: the smaller resolution). A resolution r is
     *significantly below* the best when, in :func:`compare_resolutions` (all C(k, 2) pairs, ``correction``-adjusted,
@@ -130,12 +141,12 @@ def smallest_sufficient_resolution(
     equality: the row's interval shows how large a drop the data cannot rule out.
     """
     level, margin = check_level(level), _check_margin(margin)
-    runs = _by_resolution(correct_by_res)
+    runs = _by_resolution(correct_by_res, check_choice(method, PAIRED_METHODS, "paired test method"))
     if next(iter(runs.values())).shape[1] == 0:
         return Recommendation(None, None, "no test images", [], {}, level, margin, available=False)
     acc = {r: float(v.mean()) for r, v in runs.items()}
     rows = compare_resolutions(runs, level=level, method=method, correction=correction, resamples=resamples, seed=seed)
-    return _Reading(acc, rows, level, margin, method, correction).recommend()
+    return _Reading(acc, rows, level, margin, method, correction, metric).recommend()
 
 
 @dataclass
@@ -148,6 +159,7 @@ class _Reading:
     margin: float
     method: str
     correction: str
+    metric: str = "accuracy"
 
     def recommend(self) -> Recommendation:
         acc, level = self.acc, self.level
@@ -156,7 +168,7 @@ class _Reading:
         below: list[str] = []
         for r in sorted(acc):
             if r == best:
-                reason = f"{r} px is the most accurate ({acc[r]:.3f})"
+                reason = f"{r} px {self.best_words} ({acc[r]:.3f})"
                 if below:
                     reason += f"; significantly below it ({self.test_words}, at level {level:g}): " + ", ".join(below)
                 else:
@@ -172,6 +184,10 @@ class _Reading:
                 continue
             return self.result(r, best, self.sufficient(r, best, row, p_words, below))
         raise AssertionError("unreachable: the best resolution is among the resolutions")
+
+    @property
+    def best_words(self) -> str:
+        return "is the most accurate" if self.metric == "accuracy" else f"has the highest {self.metric}"
 
     @property
     def test_words(self) -> str:

@@ -145,6 +145,7 @@ def _lost(trial: Trial, reason: str) -> TrialResult:
         trial.seed,
         "FAILED",
         error=reason,
+        task=trial.cfg.experiment.task,
     )
     res.save(trial.summary_dir)
     return res

@@ -118,3 +118,50 @@ def trial_state(trial: Trial) -> str:
 
 def describe_plan(trials: list[Trial]) -> list[tuple[Trial, str]]:
     return [(t, trial_state(t)) for t in trials]
+
+
+def power_lines(cfg: Config) -> list[str]:
+    """Before training: what the planned design can decide (stats.decide.plan_power) from the planned test-set
+    size, the seeds and the margin, and whether the explanation relabelling test can reach p < alpha at all."""
+    import math
+
+    from resomap.data.bundle import data_seed
+    from resomap.data.registry import open_dataset
+    from resomap.errors import ResoMapError
+    from resomap.stats import plan_power, relabel_min_p
+
+    st, alpha = cfg.stats, 1 - cfg.stats.level
+    seeds = len(cfg.sweep.seeds)
+    resolutions = sorted(set(cfg.sweep.resolutions) | {pair[1] for pair in cfg.sweep.include})
+    try:
+        raw = open_dataset(cfg.data, seed=data_seed(cfg, cfg.experiment.seed))
+        n = len(raw) if cfg.data.limit is None else min(cfg.data.limit, len(raw))
+        predefined = getattr(raw, "predefined_splits", None)
+        n_test = int((predefined == "test").sum()) if predefined is not None else math.ceil(cfg.data.split.test * n)
+    except (ResoMapError, OSError) as exc:
+        return [f"power: not planned ({exc})"]
+    lines = []
+    if n_test >= 2:
+        found = plan_power(
+            n_test,
+            seeds,
+            margin=st.margin,
+            level=st.level,
+            power=st.power,
+            discordance=st.discordance,
+            seed_correlation=st.seed_correlation,
+        )
+        lines.append(
+            f"power: about {n_test} test images x {seeds} seed(s): a resolution can be shown non-inferior to the "
+            f"reference at margins of {found['detectable']:.3f} and larger with power {st.power:g} (one-sided, "
+            f"alpha {alpha:.2g}); at the configured margin {st.margin:g} the power is {found['power_at_margin']:.2f} "
+            f"(assumed: {st.discordance:g} of images change outcome between resolutions, seed correlation "
+            f"{st.seed_correlation:g}; stats.discordance, stats.seed_correlation)"
+        )
+    min_p = relabel_min_p(seeds, len(resolutions))
+    reach = "can" if min_p < alpha else "cannot"
+    lines.append(
+        f"explanations: with {seeds} seed(s) x {len(resolutions)} resolutions the relabelling test's smallest p is "
+        f"{min_p:.3g}: it {reach} reach p < {alpha:.2g}" + ("" if min_p < alpha else " (add seeds)")
+    )
+    return lines

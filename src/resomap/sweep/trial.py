@@ -181,6 +181,7 @@ def run_trial(
     log.info("trial %s on %s", trial.name, describe_device(device))
     family = get_spec(trial.model).family
     result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
+    result.task = trial.cfg.experiment.task
     result.environment["device"] = describe_device(device)
     result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
     if not distributed.is_rank0():

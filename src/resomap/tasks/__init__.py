@@ -6,7 +6,11 @@ built in, a plugin (the `resomap.plugins` entry point) or any imported module ad
 - `criterion(cfg, data, device)`: the training loss, and `correct(out, y)` for the training accuracy;
 - `evaluate(...)`: a test split -> metrics and one score table per image (classification: label and prediction;
   segmentation: IoU/Dice/... per image), `headline` naming the metrics a summary reads first, `write_records` the
-  per-image table to the trial's folder, `test_outputs` its figures (confusion matrix, overlays);
+  per-image table to the trial's folder (`records_file`), `test_outputs` its figures (confusion matrix, overlays;
+  `report_figures` names those the sweep's report shows);
+- `scores` and `read_scores(folder)`: the per-image scores the summary's intervals, paired tests and
+  recommendation read (the first is the headline score), as resomap.records.ScoreTable per test resolution, and
+  `words` for the summary's columns;
 - `probe_targets(bundle, rows, device)`: what an explanation of a probe image explains, in one of the forms of
   resomap.explain.targets (`target_form`: "class" logit or a class's logits summed over a "region"), and the
   object masks its localisation scores use;
@@ -18,15 +22,29 @@ Only the registries are read for that: no model is built and no heavy library is
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from resomap.config import register_check
 from resomap.errors import ConfigError, UnknownNameError
+from resomap.records import PREDICTIONS_FILE, ScoreTable, read_predictions
 from resomap.registry import Registry
 
 DEFAULT_TASK = "classification"
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """A per-image score a task's records hold: `name` in its ScoreTable, `column` the stem of its summary columns
+    (`<column>_pooled`, `_ci_low`, `_ci_high`), `words` for tables and figures; `binary`: 0/1 per image (correct or
+    not), which McNemar's test can take; otherwise a number in [0, 1] compared with a paired bootstrap."""
+
+    name: str
+    column: str
+    words: str
+    binary: bool = False
 
 
 class Task:
@@ -40,6 +58,13 @@ class Task:
     step_words: ClassVar[str] = "cross-entropy"  # a timed training step's labels and loss, in words
     default_classes: ClassVar[int] = 1000  # outputs of a model profiled without data (ImageNet's classes)
     line_metrics: ClassVar[tuple[tuple[str, str], ...]] = (("test/accuracy", "test accuracy"),)  # a trial's line
+    # the per-image scores of the summary (the first is the headline score) and the file holding them
+    scores: ClassVar[tuple[Score, ...]] = (Score("accuracy", "test_accuracy", "accuracy", binary=True),)
+    records_file: ClassVar[str] = PREDICTIONS_FILE
+    # summary columns -> words (tables, figures, the report); the seeds' mean of test/<headline[0]> is `test_<name>`
+    words: ClassVar[tuple[tuple[str, str], ...]] = (("test_accuracy", "accuracy"), ("test_macro_f1", "macro-F1"))
+    # (file in a trial's folder, MLflow image key, caption): figures of a trial the report and its MLflow run show
+    report_figures: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     def line_figures(self, test: dict[str, float]) -> list[str]:
         """The headline test figures of a finished trial, in words, for its one line in the sweep's output."""
@@ -73,6 +98,11 @@ class Task:
     def write_records(self, matrix: dict[int, Any], out_dir: Path) -> Path | None:
         """The per-image score table of every test resolution ({resolution: EvalResult}) in out_dir."""
         return None
+
+    def read_scores(self, folder: Path) -> dict[int, ScoreTable]:
+        """{test resolution: ScoreTable} of a trial's records ({} when it has none); by default predictions.csv
+        (a label and a prediction per image: the 0/1 score `scores[0].name`, correct or not)."""
+        return {res: p.table(self.scores[0].name) for res, p in read_predictions(folder).items()}
 
     # ---------------------------------------------------------------- explaining
 
@@ -139,6 +169,24 @@ def step_words(name: str) -> str:
         return get_task(name).step_words
     except UnknownNameError:  # a profile read back from a task no longer registered
         return str(name)
+
+
+def of_result(result: Any) -> Task:
+    """The task of a trial's result.json tree: its `task`, else the task whose records file it names (results
+    written before tasks were recorded), else the default; a task no longer registered falls back the same way."""
+    name = result.get("task") if hasattr(result, "get") else None
+    if name:
+        try:
+            return get_task(name)
+        except UnknownNameError:
+            pass
+    written = result.get("predictions") if hasattr(result, "get") else None
+    default = get_task(DEFAULT_TASK)
+    if written and written != default.records_file:
+        for candidate in task_names():
+            if get_task(candidate).records_file == written:
+                return get_task(candidate)
+    return default
 
 
 def for_output(out: Any) -> Task:

@@ -1,20 +1,24 @@
-"""Classification: logits [B, K], one label per image, cross-entropy, a label and a prediction per test image."""
+"""Classification: logits [B, K], one label per image, cross-entropy, a label and a prediction per test image.
+
+torch is imported where it is used: reading a trial's scores (the summary, the report) needs no torch."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from resomap.tasks import Task, register_task
 from resomap.tasks.metrics import classification_metrics
 
+if TYPE_CHECKING:
+    import torch
+
 
 def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
     """sklearn 'balanced' weights; classes absent from the training labels get weight 1."""
+    import torch
     from sklearn.utils.class_weight import compute_class_weight
 
     labels = np.asarray(labels, dtype=np.int64)
@@ -27,6 +31,8 @@ def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
 def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tuple[torch.Tensor, list, list]:
     """(summed cross-entropy, predictions per batch, labels per batch) of the model over the loader, in eval mode
     (its train/eval mode restored)."""
+    import torch
+
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=trainer.device)
@@ -36,7 +42,7 @@ def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tupl
             for x, y in loader:
                 with trainer._autocast():
                     out = forward(trainer._inputs(x))
-                loss_sum += nn.functional.cross_entropy(out.float(), y, reduction="sum")
+                loss_sum += torch.nn.functional.cross_entropy(out.float(), y, reduction="sum")
                 preds.append(out.argmax(1))
                 targets.append(y)
     finally:
@@ -48,13 +54,17 @@ def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tupl
 class ClassificationTask(Task):
     """One class per image; cross-entropy (class weights and label smoothing from cfg.training)."""
 
-    def criterion(self, cfg: Any, data: Any, device: Any) -> nn.Module:
+    def criterion(self, cfg: Any, data: Any, device: Any) -> torch.nn.Module:
+        from torch import nn
+
         weight = None
         if cfg.training.class_weights == "balanced":
             weight = class_weights(data.train_labels, int(data.num_classes)).to(device)
         return nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
 
     def evaluate(self, trainer, forward, model, loader, prefix, num_classes):
+        import torch
+
         loss_sum, preds, targets = evaluate_labels(trainer, forward, model, loader)
         y_pred = torch.cat(preds).cpu().numpy() if preds else np.zeros(0, np.int64)
         y_true = torch.cat(targets).cpu().numpy() if targets else np.zeros(0, np.int64)
@@ -85,11 +95,15 @@ class ClassificationTask(Task):
     def probe_targets(self, bundle, rows, device):
         """The probe images' labels (their class logit is explained) and their object masks, when the data has
         them (localisation scores)."""
+        import torch
+
         labels = bundle.labels("test").cpu().numpy()
         masks = bundle.masks("test")
         chosen = torch.as_tensor(labels[rows], dtype=torch.int64)
         return chosen, (masks[rows].cpu().numpy() if masks is not None else None)
 
     def step_targets(self, out, cfg=None):
+        import torch
+
         y = torch.randint(0, out.shape[1], (out.shape[0],), device=out.device)
-        return y, nn.functional.cross_entropy
+        return y, torch.nn.functional.cross_entropy

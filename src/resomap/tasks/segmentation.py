@@ -1,18 +1,16 @@
 """Segmentation: logits [B, K, r, r], a class per pixel, the configured sum of loss terms (resomap.tasks.losses),
 metrics at a reference resolution with per-image IoU/Dice/pixel accuracy/boundary F1 (resomap.tasks.seg_metrics),
-and explanations of a class's logits summed over its region (resomap.explain.targets)."""
+and explanations of a class's logits summed over its region (resomap.explain.targets). The summary reads the per-image
+mIoU and boundary F1 (seg_predictions.csv); torch is imported where it is used."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE
-from resomap.tasks import Task, register_task
-from resomap.tasks.targets import region_targets
+from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE, read_score_csv
+from resomap.tasks import Score, Task, register_task
 
 
 @register_task("segmentation")
@@ -24,6 +22,20 @@ class SegmentationTask(Task):
     step_words = "segmentation loss on per-pixel labels"
     default_classes = 21  # torchvision's segmentation default (Pascal VOC)
     line_metrics = (("test/miou", "test mIoU"), ("test/boundary_f1", "boundary F1"))  # on the reference masks
+    scores = (
+        Score("miou", "image_miou", "mIoU per image"),
+        Score("boundary_f1", "image_boundary_f1", "boundary F1 per image"),
+    )
+    records_file = SEG_RECORDS_FILE
+    words = (
+        ("test_accuracy", "pixel accuracy"),
+        ("test_macro_f1", "mean Dice"),
+        ("test_miou", "mIoU"),
+        ("test_boundary_f1", "boundary F1"),
+    )
+    report_figures = (
+        (SEG_OVERLAYS_FILE, "segmentation/overlays", "true and predicted masks of the first test images"),
+    )
 
     def check(self, cfg, fail) -> None:
         from resomap.tasks.losses import check_loss_names
@@ -77,10 +89,19 @@ class SegmentationTask(Task):
         write_records(path, next(iter(found.values())).index, {res: f.y_true for res, f in found.items()})
         return path
 
+    def read_scores(self, folder: Path):
+        """seg_predictions.csv's per-image mIoU and boundary F1 (NaN where an image has no score)."""
+        return read_score_csv(Path(folder) / SEG_RECORDS_FILE, tuple(s.name for s in self.scores))
+
     def probe_targets(self, bundle, rows, device):
         """Per probe image the rarest class of the training masks present in its mask (background 0 only when
         nothing else is), over that class's pixels at the model's resolution: region targets, and those regions
         as the localisation masks."""
+        import torch
+        import torch.nn.functional as F
+
+        from resomap.tasks.targets import region_targets
+
         masks = bundle.targets("test")[torch.as_tensor(rows, dtype=torch.int64)].long()  # reference side
         r = bundle.resolution
         small = F.interpolate(masks[:, None].float(), size=(r, r), mode="nearest")[:, 0].long()
@@ -96,6 +117,8 @@ class SegmentationTask(Task):
         return region_targets(torch.tensor(classes), region), region.numpy()
 
     def step_targets(self, out, cfg=None):
+        import torch
+
         from resomap.config.schema import SegmentationConfig
         from resomap.tasks.losses import build_loss
 

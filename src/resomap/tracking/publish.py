@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from resomap.config import Config, flatten
-from resomap.records import PROBE_IMAGES_DIR, SEG_OVERLAYS_FILE
+from resomap.records import PROBE_IMAGES_DIR
 from resomap.tracking.mlflow_store import is_number
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, An
     _log_metrics_once(tracker, run, metric_points(data, trial.summary_dir))
     _log_inputs(tracker, run, trial, data)
     have = _log_files(tracker, run_id, trial, data)
-    _log_probe_images(tracker, run_id, trial.summary_dir, int(data["resolution"]), have)
+    _log_probe_images(tracker, run_id, trial.summary_dir, data, have)
 
 
 def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, float]]:
@@ -268,14 +268,16 @@ def probe_image_key(method: str, position: int) -> str:
     return f"probe/{method}/{position:02d}"
 
 
-def _log_probe_images(tracker: Any, run_id: str, folder: Path, resolution: int, have: set[str]) -> None:
+def _log_probe_images(tracker: Any, run_id: str, folder: Path, data: dict[str, Any], have: set[str]) -> None:
     """Each probe image's captioned map (the explain stage's PNGs, probe_images/<method>/<nn>.png) as an MLflow
-    image at step = resolution, and a segmenter's test overlays; images the run holds at this step are not logged
-    again."""
+    image at step = resolution, and the figures the trial's task shows in the report (resomap.tasks
+    `report_figures`, e.g. a segmenter's test overlays); images the run holds at this step are not logged again."""
     from PIL import Image
 
-    held = _held_images(have)
-    pictures = [("segmentation/overlays", folder / SEG_OVERLAYS_FILE)]  # a segmenter's predictions over its test images
+    from resomap.tasks import of_result
+
+    held, resolution = _held_images(have), int(data["resolution"])
+    pictures = [(key, folder / name) for name, key, _ in of_result(data).report_figures]
     for path in sorted((folder / PROBE_IMAGES_DIR).glob("*/*.png")):
         if path.stem.isdigit():
             pictures.append((probe_image_key(path.parent.name, int(path.stem)), path))
@@ -449,7 +451,7 @@ def publish_sweep(
     for rec in summary.recommendations:
         if rec["resolution"] is not None:
             metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
-            metrics[f"best_resolution/{mlflow_name(rec['model'])}"] = rec["best_resolution"]
+            metrics[f"reference_resolution/{mlflow_name(rec['model'])}"] = rec["reference"]
     for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
@@ -460,8 +462,16 @@ def publish_sweep(
 
 
 def headline(summary: Any) -> dict[str, str]:
-    """Tags of the parent run: the recommendation per model in words."""
-    return {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
+    """Tags of the parent run: the decision per model in words, and each resolution's verdict with its margin and
+    the margin the design could detect (`resomap.verdict.<model>.<resolution>`)."""
+    tags = {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
+    for row in summary.rows:
+        if row.verdict:
+            text = f"{row.verdict} (margin {row.margin:g}"
+            if row.detectable_margin is not None:
+                text += f"; detectable {row.detectable_margin:.3f}"
+            tags[f"resomap.verdict.{mlflow_name(row.model)}.{row.resolution}"] = text + ")"
+    return tags
 
 
 def log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:

@@ -1,0 +1,127 @@
+"""Decisions at a stated margin (resomap.stats.decide) against known answers: the error rate of "non-inferior" when
+the truth is exactly the margin below the reference, the power the planner predicts, identical models, and the
+per-image test over seeds against an independent implementation (statsmodels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from resomap.errors import ConfigError
+from resomap.stats import noninferiority, plan_power, relabel_min_p
+
+SIMS = 1000
+ALPHA = 0.05
+
+
+def _sim_error(p: float) -> float:
+    return 3 * np.sqrt(p * (1 - p) / SIMS)  # three binomial standard errors of a rate estimated from SIMS sweeps
+
+
+def _outcomes(rng, n: int, seeds: int, p: np.ndarray) -> np.ndarray:
+    """0/1 outcomes [seeds, n]: image i correct with probability p[i] under every seed, independently."""
+    return rng.random((seeds, n)) < p[None, :]
+
+
+def test_non_inferior_is_called_at_most_alpha_when_the_truth_is_the_margin_below():
+    """1,000 simulated sweeps (3 resolutions, 2 seeds, 300 images) where the middle resolution is exactly `margin`
+    below the reference on every image's probability and the smallest further below: the fixed sequence calls any
+    resolution non-inferior at most alpha (+ simulation error) of the time (the family-wise error)."""
+    rng = np.random.default_rng(1)
+    n, margin = 300, 0.05
+    called = 0
+    for _ in range(SIMS):
+        ease = rng.uniform(0.55, 0.95, n)  # images differ in difficulty; the seeds of one image are correlated
+        scores = {
+            128: _outcomes(rng, n, 2, ease),
+            64: _outcomes(rng, n, 2, ease - margin),
+            32: _outcomes(rng, n, 2, ease - 2 * margin),
+        }
+        decision = noninferiority(scores, margin=margin, level=1 - ALPHA)
+        called += any(v.verdict == "non-inferior" for v in decision.verdicts)
+    assert called / SIMS <= ALPHA + _sim_error(ALPHA), called
+
+
+def test_power_with_no_true_difference_is_what_the_planner_predicts():
+    """One seed, no true difference, a fraction q of images discordant (half each way): the rate of "non-inferior"
+    over 1,000 sweeps matches plan_power's prediction for that discordance within simulation error."""
+    rng = np.random.default_rng(2)
+    n, margin, q = 400, 0.05, 0.2
+    predicted = plan_power(n, 1, margin=margin, level=1 - ALPHA, discordance=q)["power_at_margin"]
+    shown = 0
+    for _ in range(SIMS):
+        ref = rng.random(n) < 0.8
+        flip = rng.random(n) < q
+        other = ref.copy()
+        # a discordant image goes right->wrong or wrong->right with probability 1/2 each: no true difference
+        up = flip & (rng.random(n) < 0.5)
+        other[flip] = up[flip]
+        ref = np.where(flip, ~up, ref)
+        shown += noninferiority({64: other[None], 128: ref[None]}, margin=margin).verdicts[1].verdict == "non-inferior"
+    assert 0.3 < predicted < 0.95  # a design in the range where the check means something
+    assert abs(shown / SIMS - predicted) <= _sim_error(predicted) + 0.02, (shown / SIMS, predicted)
+
+
+def test_identical_models_are_never_called_inferior():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        same = rng.random((2, 120)) < rng.uniform(0.3, 0.9)
+        decision = noninferiority({32: same, 64: same.copy(), 128: same.copy()}, margin=0.02)
+        assert [v.verdict for v in decision.verdicts] == ["reference", "non-inferior", "non-inferior"]
+        assert decision.resolution == 32 and decision.decided
+
+
+def test_the_per_image_test_over_seeds_matches_statsmodels():
+    """Two seeds on a fixed table: the image is the unit (its seeds averaged), and the one-sided p, bounds and
+    difference equal statsmodels' one-sample t-test of the per-image differences against -margin."""
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    rng = np.random.default_rng(4)
+    ref = rng.random((2, 150)) < 0.8
+    low = rng.random((2, 150)) < 0.77
+    margin = 0.03
+    v = noninferiority({64: low, 128: ref}, margin=margin).verdicts[1]
+    d = low.mean(axis=0) - ref.mean(axis=0)
+    described = DescrStatsW(d)
+    _, p, _ = described.ttest_mean(-margin, alternative="larger")
+    low_bound, _ = described.tconfint_mean(alpha=2 * ALPHA)  # the two one-sided 95% bounds
+    assert v.p_value == pytest.approx(p, rel=1e-9) and v.low == pytest.approx(low_bound, rel=1e-9)
+    assert v.difference == pytest.approx(d.mean()) and v.n_images == 150 and v.n_seeds == 2
+    # pooling the 300 image x seed pairs as independent would give a smaller p: the seeds are not independent
+    pooled = DescrStatsW((low.astype(float) - ref).ravel()).ttest_mean(-margin, alternative="larger")[1]
+    assert pooled != pytest.approx(p)
+
+
+def test_fixed_sequence_stops_at_the_first_failure_and_says_what_it_would_take():
+    rng = np.random.default_rng(5)
+    ref = rng.random((1, 200)) < 0.85
+    worse = ref & (rng.random((1, 200)) < 0.6)  # 40% of the right answers lost: clearly inferior
+    decision = noninferiority({32: ref.copy(), 64: worse, 128: ref}, margin=0.02)
+    verdicts = {v.resolution: v for v in decision.verdicts}
+    assert verdicts[64].verdict == "inferior" and verdicts[64].high < -0.02
+    assert verdicts[32].verdict == "undecided" and "stopped at 64 px" in verdicts[32].reason  # never tested
+    assert decision.resolution == 128 and "shown inferior" in decision.reason
+    noisy = {64: rng.random((1, 40)) < 0.8, 128: rng.random((1, 40)) < 0.8}
+    found = noninferiority(noisy, margin=0.02)
+    assert found.verdicts[1].verdict == "undecided" and "detects margins of" in found.reason
+    assert found.verdicts[1].detectable > 0.1  # 40 images cannot show a 2-point margin
+
+
+def test_planner_numbers_and_the_relabelling_floor():
+    plan = plan_power(180, 2, margin=0.02)
+    se = np.sqrt(0.2 * 1.5 / 2 / 180)
+    assert plan["se"] == pytest.approx(se) and 0.06 < plan["detectable"] < 0.08 and plan["power_at_margin"] < 0.3
+    assert plan_power(3000, 2, margin=0.02)["detectable"] < plan["detectable"] / 3  # more images, smaller margins
+    assert relabel_min_p(2, 3) == pytest.approx(1 / 6) and relabel_min_p(3, 3) == pytest.approx(1 / 36)
+    assert relabel_min_p(1, 3) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [({"margin": 0}, "margin"), ({"margin": 1.0}, "margin"), ({"power": 1.0}, "power"), ({"reference": 48}, "48")],
+)
+def test_bad_settings_are_one_line_errors(kwargs, words):
+    scores = {32: np.ones((1, 20), bool), 64: np.ones((1, 20), bool)}
+    with pytest.raises(ConfigError) as err:
+        noninferiority(scores, **kwargs)
+    assert words in str(err.value) and "\n" not in str(err.value)
