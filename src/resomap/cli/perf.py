@@ -20,7 +20,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--in-channels", type=positive_int, default=3, help="input channels (default 3)")
     p.add_argument("--device", choices=DEVICES, help="default: system.device")
-    p.add_argument("--precision", choices=PRECISIONS, help="default: system.precision")
+    p.add_argument(
+        "--precision", choices=PRECISIONS, help="default: system.precision (bench --compare-opts: fp32, the baseline)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--config-dir", default="configs", help="folder of the YAML files")
     p.add_argument("--preset", help="a file of configs/presets/ without .yaml")
@@ -124,7 +126,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         options=options,
         batch_sizes=args.batch_sizes,
         devices=devices,
-        precision=cfg.system.precision,
+        precision=_bench_precision(args, cfg),
         iters=args.iters,
         warmup=args.warmup,
         options_batch_size=args.options_batch_size,
@@ -138,6 +140,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for path in save_benchmark(report, Path(args.output_dir)):
             print(f"wrote {path}")
     return 0
+
+
+def _bench_precision(args: argparse.Namespace, cfg: Any) -> str:
+    """--precision, else fp32 when options are compared (each option against plain fp32, as amp_bf16 expects),
+    else system.precision."""
+    if args.precision:
+        return args.precision
+    return "fp32" if args.compare_opts is not None else cfg.system.precision
 
 
 def _vs_bare(args: argparse.Namespace, cfg: Any) -> int:
