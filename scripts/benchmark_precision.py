@@ -103,6 +103,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch threads; 0: the cores other processes leave free")
     p.add_argument("--skip-accuracy", action="store_true")
+    p.add_argument("--skip-speed", action="store_true", help="only the accuracy comparison")
     p.add_argument("--accuracy-model", default="tiny_cnn")
     p.add_argument("--accuracy-resolution", type=int, default=64)
     p.add_argument("--images", type=int, default=600, help="synthetic images (15%% of them are the test set)")
@@ -114,7 +115,7 @@ def main() -> None:
     device = torch.device("cpu")
     torch.set_num_threads(args.threads or auto_threads())
     print(f"{TODAY.describe(device)}; {AUTO.describe(device)}; {torch.get_num_threads()} thread(s)", flush=True)
-    rows = speed_rows(args, device)
+    rows = [] if args.skip_speed else speed_rows(args, device)
     acc = None if args.skip_accuracy else accuracy(args, device)
     print(_report(rows, acc, args))
     if args.json:
