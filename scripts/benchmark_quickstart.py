@@ -87,7 +87,7 @@ def main() -> None:
         cfgs = configs(args, tmp)
         sysc = cfgs["defaults"].system
         print(f"today: fp32, NCHW; defaults: {sysc.precision}{', channels_last' if sysc.channels_last else ''}; "
-              f"{torch.get_num_threads()} torch thread(s)", flush=True)  # fmt: skip
+              f"{sysc.threads or torch.get_num_threads()} torch thread(s)", flush=True)  # fmt: skip
         found = [measure(m, r, cfgs, args.rounds) for m in args.models for r in args.resolutions]
     lines = ["", "targets:"]
     for row in found:
