@@ -58,3 +58,59 @@ def test_answers_without_heavy_imports_and_writes_nothing(tmp_path, args, code, 
         errors = [line for line in proc.stderr.splitlines() if line.startswith("resomap: error:")]
         assert len(errors) == 1 and needle in errors[0], proc.stderr
         assert list(tmp_path.iterdir()) == [], "a mistake must not create files"
+
+
+# Mistakes answered before torch is imported (resomap.cli.preflight, names from resomap.catalog): one line, exit 2,
+# nothing created, and `torch` not in sys.modules when the command returns.
+TORCH_PROBE = PROBE.replace(repr(HEAVY), repr(("torch",)))
+EARLY = [
+    ([*BAD, "trainig.epochs=3"], "did you mean 'training.epochs'"),
+    ([*BAD[:4], "resnet81", *BAD[5:]], "did you mean resnet18"),
+    ([*BAD, "data.dataset=elvp"], "did you mean elpv"),
+    ([*BAD, "data.elpv.tsk=defect"], "did you mean 'data.elpv.task'"),
+    ([*BAD, "explainability.methods=[gradcm]"], "did you mean gradcam"),
+    ([*BAD, "sweep.executor=rey"], "did you mean ray"),
+    ([*BAD, "experiment.task=segmentaton"], "did you mean segmentation"),
+    ([*BAD[:4], "tiny_segnet", *BAD[5:]], "segmentation model"),
+    ([*BAD, "training.epochs=0"], "training.epochs: expected an integer >= 1"),
+    ([*BAD, "data.dataset=imagefolder", "data.imagefolder.root=nowhere"], "nowhere does not exist"),
+    ([*BAD, "models.pretrained={tiny_cnn: gone.pt}"], "gone.pt does not exist"),
+    ([*BAD[:6], "100000"], "100000 px cannot fit in memory"),
+    (["sweep", "--config-dir", str(REPO / "configs"), "--preset", "smok"], "did you mean 'smoke'"),
+    (["sweep", "--config-dir", str(REPO / "configs"), "sweep.resolutions=[32,100000]"], "cannot fit in memory"),
+    (["profile", "--model", "tiny_cnn", "--resolution", "100000"], "100000 px cannot fit in memory"),
+    (["profile", "--model", "resnt18", "--resolution", "64"], "did you mean resnet18"),
+    (["bench", "--model", "tiny_cnn", "--resolution", "100000"], "cannot fit in memory"),
+    (["explain", "--checkpoint", "none.pt", "--method", "gradcm"], "did you mean gradcam"),
+    (["explain", "--checkpoint", "none.pt", "--method", "gradcam"], "checkpoint not found"),
+    (["analyze", "--checkpoint-dir", "none", "--output-dir", "out"], "checkpoint folder not found"),
+]
+if not torch.cuda.is_available():
+    EARLY.append(([*BAD, "system.device=cuda"], "no CUDA GPU"))
+
+
+@pytest.mark.parametrize(("args", "needle"), EARLY, ids=[" ".join(a[:1] + a[-1:]) for a, _ in EARLY])
+def test_mistakes_are_answered_before_torch_is_imported(tmp_path, args, needle):
+    env = dict(os.environ, MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, "-c", TORCH_PROBE, *args], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("resomap: error:")]
+    assert report["rc"] == 2 and len(errors) == 1 and needle in errors[0], proc.stderr
+    assert report["loaded"] == [], f"{' '.join(args)} imported torch before answering"
+    assert list(tmp_path.iterdir()) == [], "a mistake must not create files"
+
+
+def test_help_imports_no_torch(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", TORCH_PROBE, "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == {"rc": 0, "loaded": []}
+
+
+def test_the_names_catalog_is_current():
+    """resomap/catalog.json lists what the live registries hold (regenerate: resomap config --doc --write ...)."""
+    from resomap.catalog import CATALOG_FILE
+    from resomap.sweep.builtins import catalog
+
+    stored = json.loads(CATALOG_FILE.read_text(encoding="utf-8"))
+    assert stored == catalog(), f"{CATALOG_FILE} is stale: run `resomap config --doc --write docs/config.md`"

@@ -191,6 +191,7 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
     assert nan["status"] == "FAILED" and "NaN" in nan["error"], nan["error"]
     assert missing["status"] == "FAILED" and "missing.pt" in missing["error"], missing["error"]
     assert "FAILED simple_cnn@16" in out and "FAILED mobilenet_v3_small@16" in out
+    assert "[sweep] summary in " in out and "figures " in out  # where the summary phase's time went
 
     client, exp = _client(project)
     runs = {r.info.run_name: r for r in client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")}

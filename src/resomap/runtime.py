@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -144,5 +145,73 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def autocast_dtype(precision: str) -> torch.dtype | None:
+_CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 flags of native bf16 arithmetic (AMX tiles, AVX-512 BF16)
+
+
+@functools.cache
+def cpu_bf16_feature() -> str | None:
+    """The CPU feature that gives native bf16 arithmetic (amx_bf16 or avx512_bf16), or None.
+
+    Reads the kernel's CPU flags (/proc/cpuinfo) where there are any, else asks torch's own CPU detection
+    (cpuinfo, what oneDNN dispatches on). A CPU without either computes bf16 by converting to fp32 and back, which
+    is slower than fp32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        if "flags" in text:
+            return bf16_flag(text)
+    except OSError:
+        pass
+    probes = (("amx_bf16", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported"))
+    for flag, name in probes:  # every x86 CPU with AMX tiles so far has AMX-BF16
+        probe = getattr(torch.cpu, name, None)
+        try:
+            if probe is not None and probe():
+                return flag
+        except RuntimeError:
+            pass
+    return None
+
+
+def bf16_flag(cpuinfo: str) -> str | None:
+    """The native-bf16 flag (amx_bf16 before avx512_bf16) of the first `flags` line of /proc/cpuinfo text."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.partition(":")[2].split())
+            return next((f for f in _CPU_BF16_FLAGS if f in flags), None)
+    return None
+
+
+def resolve_precision(precision: str, device: torch.device | str) -> tuple[str, str]:
+    """(precision, why) for `system.precision` on `device`: auto is bf16 where the hardware computes bf16
+    natively (a CUDA GPU that supports it, a CPU with AMX or AVX-512 BF16), fp32 elsewhere; any other value is
+    kept as it is."""
+    if precision != "auto":
+        return precision, "set in the config"
+    device = torch.device(device)
+    if device.type == "cuda":
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        name = torch.cuda.get_device_name(idx)
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return "bf16", f"auto: native bf16 on {name}"
+        return "fp32", f"auto: {name} has no native bf16"
+    if device.type == "cpu":
+        feature = cpu_bf16_feature()
+        if feature is not None:
+            return "bf16", f"auto: native bf16 on this CPU, {feature}"
+        return "fp32", "auto: this CPU has no native bf16 (no avx512_bf16 or amx_bf16)"
+    return "fp32", f"auto: fp32 on {device.type}"
+
+
+def autocast_dtype(precision: str, device: torch.device | str = "cpu") -> torch.dtype | None:
+    """The autocast dtype of `precision` (auto: resolved for `device`); None for fp32."""
+    precision, _ = resolve_precision(precision, device)
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def resolve_channels_last(channels_last: bool | str, precision: str) -> bool:
+    """system.channels_last: a bool as it is; auto: on with a resolved bf16/fp16 precision (the NHWC kernels of
+    oneDNN and cuDNN are the fast ones for reduced precision), off with fp32 (what it has always been)."""
+    if isinstance(channels_last, bool):
+        return channels_last
+    return precision in ("bf16", "fp16")

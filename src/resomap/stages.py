@@ -244,6 +244,7 @@ def profile_stage(
 
     from resomap.profiling import profile, save_profile
     from resomap.profiling.profiler import noise_policy
+    from resomap.runtime import resolve_channels_last, resolve_precision
 
     pc = cfg.profiling
     prof = profile(
@@ -260,6 +261,9 @@ def profile_stage(
         rounds=pc.rounds,
         noise=noise_policy(cfg),
         segmentation=cfg.segmentation,  # a segmenter's training step: per-pixel labels, the configured loss
+        channels_last=resolve_channels_last(
+            cfg.system.channels_last, resolve_precision(cfg.system.precision, device)[0]
+        ),
     )
     save_profile(prof, out_dir)
     if torch.device(device).type == "cuda":

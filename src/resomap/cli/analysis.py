@@ -26,6 +26,10 @@ def _source(args: argparse.Namespace) -> Any:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from resomap.cli import preflight
+
+    preflight.check_names("explainers", args.method)  # before torch loads
+    preflight.check_file(args.checkpoint, "checkpoint")
     from resomap.analysis import ExplainRequest, explain_checkpoint, quality_table
 
     req = ExplainRequest(
@@ -50,6 +54,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from resomap.cli import preflight
+
+    preflight.check_names("explainers", args.methods or ())  # before torch loads
+    preflight.check_file(args.checkpoint_dir, "folder")
     from resomap.analysis import AnalyzeRequest, analyze_checkpoints
 
     req = AnalyzeRequest(

@@ -47,10 +47,22 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. training.epochs=3")
 
 
-def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Any:
-    """The resolved, validated config of the command's --config-dir, --preset and key=value overrides."""
+def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None, inputs: str | None = None) -> Any:
+    """The resolved, validated config of the command's --config-dir, --preset and key=value overrides.
+
+    Checked first without torch (resomap.cli.preflight: names from resomap.catalog); with `inputs` (the setting
+    that gave the resolutions, for train and sweep) also whether one batch of input images fits in memory at
+    every resolution. Then the full check with the live registries."""
+    from resomap.cli import preflight
+
+    early = preflight.config(args, extra)
+    if inputs is not None and early is not None:
+        preflight.train_inputs_fit(early, inputs)
     from resomap.config import load
     from resomap.sweep.builtins import register_builtins
 
     register_builtins()
-    return load(args.config_dir, args.preset, args.overrides, extra)
+    cfg = load(args.config_dir, args.preset, args.overrides, extra)
+    if inputs is not None and early is None:
+        preflight.train_inputs_fit(cfg, inputs)
+    return cfg

@@ -85,14 +85,17 @@ def cmd_executors(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     if args.doc:
+        from resomap.catalog import CATALOG_FILE
         from resomap.config.docs import config_reference, sync_reference
-        from resomap.sweep.builtins import register_builtins
+        from resomap.sweep.builtins import register_builtins, sync_catalog
 
         register_builtins()
 
         if args.write:
             changed = sync_reference(args.write)
             print(f"{args.write}: config reference {'updated' if changed else 'already current'}")
+            changed = sync_catalog()  # the built-in names the command line checks before torch is imported
+            print(f"{CATALOG_FILE}: names catalog {'updated' if changed else 'already current'}")
         else:
             print(config_reference(), end="")
         return 0
@@ -118,7 +121,9 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("config", help="print the resolved config (or --doc: the reference)")
     p.add_argument("--doc", action="store_true", help="print the config reference in markdown")
     p.add_argument(
-        "--write", metavar="FILE", help="with --doc: replace the reference block in this file (docs/config.md)"
+        "--write",
+        metavar="FILE",
+        help="with --doc: replace the reference block in this file (docs/config.md) and refresh resomap/catalog.json",
     )
     add_config_args(p)
     p.set_defaults(func=cmd_config)

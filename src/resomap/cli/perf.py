@@ -20,7 +20,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--in-channels", type=positive_int, default=3, help="input channels (default 3)")
     p.add_argument("--device", choices=DEVICES, help="default: system.device")
-    p.add_argument("--precision", choices=PRECISIONS, help="default: system.precision")
+    p.add_argument(
+        "--precision", choices=PRECISIONS, help="default: system.precision (bench --compare-opts: fp32, the baseline)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--config-dir", default="configs", help="folder of the YAML files")
     p.add_argument("--preset", help="a file of configs/presets/ without .yaml")
@@ -39,28 +41,52 @@ def _num_classes(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from resomap.config import load
-    from resomap.sweep.builtins import register_builtins
-
-    register_builtins()
+    """The config, checked without torch first (resomap.cli.preflight: names, the model, whether one batch of
+    inputs at --resolution fits in memory), then fully."""
+    from resomap.cli import preflight
 
     extra: dict[str, Any] = {}
     if args.device:
         extra["system.device"] = args.device
     if args.precision:
         extra["system.precision"] = args.precision
-    folder = args.config_dir if Path(args.config_dir).is_dir() else None  # profiling needs no project files
-    return load(folder, args.preset, args.overrides, extra)
+    folder = preflight.config_folder(args)  # profiling needs no project files
+    early = preflight.config(args, extra, folder)
+    preflight.check_model(args.model)
+    if early is not None:
+        _inputs_fit(args, early)
+    from resomap.config import load
+    from resomap.sweep.builtins import register_builtins
+
+    register_builtins()
+    cfg = load(folder, args.preset, args.overrides, extra)
+    if early is None:
+        _inputs_fit(args, cfg)
+    return cfg
+
+
+def _inputs_fit(args: argparse.Namespace, cfg: Any) -> None:
+    """One batch of the largest timed batch (a profile's training step: at least 8) fits in memory."""
+    from resomap.cli import preflight
+
+    if getattr(args, "batch_sizes", None):
+        batch = max(args.batch_sizes)
+    else:
+        pc = cfg.profiling
+        infer = args.batch_size or pc.batch_size
+        batch = max(infer, pc.train_batch_size or max(infer, 8))
+    preflight.check_inputs_fit([args.resolution], batch, args.in_channels, "--resolution", "a smaller batch size")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    cfg = _config(args)  # mistakes end here, most before torch loads
     from resomap.profiling import print_profiling_report, profile_by_name, save_profile
-    from resomap.runtime import describe_device, measurement_threads, resolve_device
+    from resomap.runtime import describe_device, measurement_threads, resolve_device, resolve_precision
 
-    cfg = _config(args)
     device = resolve_device(cfg.system)
     measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
     print(f"device: {describe_device(device)}")
+    print("precision: {} ({})".format(*resolve_precision(cfg.system.precision, device)))
     overrides = {"batch_size": args.batch_size} if args.batch_size else {}
     prof = profile_by_name(
         args.model,
@@ -79,12 +105,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    cfg = _config(args)  # mistakes end here, most before torch loads
     from resomap.models import build_model, check_input_size
     from resomap.profiling import ALL_OPTIONS, run_benchmark, save_benchmark
     from resomap.profiling.profiler import noise_policy
     from resomap.runtime import measurement_threads
 
-    cfg = _config(args)
     if args.vs_bare:
         return _vs_bare(args, cfg)
     measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
@@ -101,7 +127,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         options=options,
         batch_sizes=args.batch_sizes,
         devices=devices,
-        precision=cfg.system.precision,
+        precision=_bench_precision(args, cfg),
         iters=args.iters,
         warmup=args.warmup,
         options_batch_size=args.options_batch_size,
@@ -115,6 +141,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for path in save_benchmark(report, Path(args.output_dir)):
             print(f"wrote {path}")
     return 0
+
+
+def _bench_precision(args: argparse.Namespace, cfg: Any) -> str:
+    """--precision, else fp32 when options are compared (each option against plain fp32, as amp_bf16 expects),
+    else system.precision."""
+    if args.precision:
+        return args.precision
+    return "fp32" if args.compare_opts is not None else cfg.system.precision
 
 
 def _vs_bare(args: argparse.Namespace, cfg: Any) -> int:
@@ -158,8 +192,10 @@ def _runs(values: list[float]) -> str:
 
 
 def add_commands(sub: Any) -> None:
-    from resomap.profiling import ALL_OPTIONS
+    from resomap import catalog  # the options' names without importing torch (resomap.profiling)
 
+    found = catalog.registry("bench_options")
+    all_options = found.names() if found is not None else []
     p = sub.add_parser("profile", help="params, MACs/FLOPs, latency, throughput and memory of one model")
     _model_args(p)
     p.add_argument("--batch-size", type=positive_int, help="images per timed call (default: profiling.batch_size)")
@@ -172,7 +208,7 @@ def add_commands(sub: Any) -> None:
         "--compare-opts",
         nargs="*",
         metavar="OPT",
-        help=f"options beside the baseline; no value: all ({', '.join(ALL_OPTIONS)})",
+        help=f"options beside the baseline; no value: all ({', '.join(all_options) or 'resomap.profiling.OPTIONS'})",
     )
     p.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 8, 32], help="default: 1 8 32")
     p.add_argument("--options-batch-size", type=positive_int, help="batch for --compare-opts (default: largest)")

@@ -11,23 +11,43 @@ from resomap.cli.args import add_config_args, load_config, positive_int, resolut
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One trial; under torchrun (WORLD_SIZE > 1) one DDP process per rank, rank 0 writes and tracks."""
+    extra: dict[str, Any] = {"sweep.models": [args.model], "sweep.resolutions": [args.resolution]}
+    if args.epochs is not None:
+        extra["training.epochs"] = args.epochs
+    cfg = load_config(args, extra, inputs="--resolution")  # config mistakes end here, most before torch loads
     from resomap import models
     from resomap.config import with_overrides
     from resomap.runtime import resolve_device
     from resomap.training import distributed
 
-    extra: dict[str, Any] = {"sweep.models": [args.model], "sweep.resolutions": [args.resolution]}
-    if args.epochs is not None:
-        extra["training.epochs"] = args.epochs
-    cfg = load_config(args, extra)
     models.get_spec(args.model)  # unknown names fail before anything is written
     device = resolve_device(cfg.system)  # no GPU for system.device=cuda: fails here, before anything is created
     cfg = with_overrides(cfg, {"sweep.seeds": [cfg.experiment.seed]}, "command line")
+    cfg, why = _pinned(cfg)
+    _check_memory(args, cfg)  # activations that cannot fit: before anything is created
     with distributed.process_group(device) as device:
-        return _train(args, cfg, device)
+        return _train(args, cfg, device, why)
 
 
-def _train(args: argparse.Namespace, cfg: Any, device: Any) -> int:
+def _check_memory(args: argparse.Namespace, cfg: Any) -> None:
+    from resomap.cli.preflight import dataset_channels
+    from resomap.sweep import Trial
+    from resomap.sweep.plan import check_memory
+
+    check_memory(
+        [Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)], dataset_channels(cfg.data.dataset)
+    )
+
+
+def _pinned(cfg: Any) -> tuple[Any, str]:
+    """The config with system.precision=auto resolved (sweep.trial.pin_precision), and why that precision."""
+    from resomap.sweep.trial import pin_precision, precision_choice
+
+    _, why = precision_choice(cfg)
+    return pin_precision(cfg), why
+
+
+def _train(args: argparse.Namespace, cfg: Any, device: Any, why: str) -> int:
     from resomap.runtime import describe_device
     from resomap.sweep import Trial, run_trial
     from resomap.tracking import NullTracker, make_tracker
@@ -35,6 +55,7 @@ def _train(args: argparse.Namespace, cfg: Any, device: Any) -> int:
 
     where = distributed.describe()
     print(f"device: {describe_device(device)}" + (f", {where}" if where else ""))
+    print(f"precision: {cfg.system.precision} ({why})")
     rank0 = distributed.is_rank0()
     tracker = make_tracker(cfg) if rank0 else NullTracker()
     if tracker.enabled:
@@ -54,18 +75,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import os
 
     from resomap.errors import ConfigError
-    from resomap.runtime import describe_device, resolve_device
-    from resomap.sweep import describe_plan, plan, run_sweep
-    from resomap.sweep.plan import STATES, power_lines
 
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
         raise ConfigError("resomap sweep does not run under torchrun; use `torchrun ... resomap.cli train` per trial")
     extra = {"sweep.executor": args.executor} if args.executor else None
-    cfg = load_config(args, extra)
+    cfg = load_config(args, extra, inputs="sweep.resolutions")  # config mistakes end here, most before torch loads
+    from resomap.runtime import describe_device, resolve_device
+    from resomap.sweep import describe_plan, plan, run_sweep
+    from resomap.sweep.plan import STATES, power_lines
+
+    cfg, why = _pinned(cfg)
     if args.dry_run:
         trials = plan(cfg)
         states = describe_plan(trials)
         print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
+        print(f"precision: {cfg.system.precision} ({why})")
         for trial, state in states:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
         counts = {s: sum(1 for _, st in states if st == s) for s in STATES}
@@ -77,6 +101,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print("\n".join(plan_lines(cfg)))
         return 0
     print(f"device: {describe_device(resolve_device(cfg.system))}")
+    print(f"precision: {cfg.system.precision} ({why}); every trial of the sweep uses it")
     print("\n".join(power_lines(cfg)))
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)

@@ -1,6 +1,7 @@
 """Typed, validated, frozen configuration (see schema.py for every key)."""
 
 from resomap.config.adaptive import check_adaptive
+from resomap.config.checks import register_check
 from resomap.config.groups import register_group, registry_of
 from resomap.config.loader import (
     DEFAULT_CONFIG_DIR,
@@ -12,8 +13,9 @@ from resomap.config.loader import (
     flatten,
     load,
     load_full,
+    merge,
     parse_override,
-    register_check,
+    prebuild,
     save_resolved,
     to_dict,
     with_overrides,
@@ -55,7 +57,9 @@ __all__ = [
     "flatten",
     "load",
     "load_full",
+    "merge",
     "parse_override",
+    "prebuild",
     "register_check",
     "register_group",
     "registry_of",

@@ -12,19 +12,19 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import math
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from resomap.atomic import write_text
+from resomap.config.checks import run_checks
 from resomap.config.groups import group_of, option_items
-from resomap.config.schema import MAX_RESOLUTION, Config
+from resomap.config.schema import Config
 from resomap.config.suggest import suggest
 from resomap.errors import ConfigError, UnknownNameError
 
@@ -41,7 +41,6 @@ FILE_ORDER = (
     "stats.yaml",
 )
 DEFAULT_CONFIG_DIR = "configs"
-TAIL_RESAMPLES = 5  # bootstrap resamples wanted beyond each end of an interval (stats.resamples' lower bound)
 
 
 def _read_yaml(path: Path) -> dict:
@@ -142,9 +141,15 @@ def _type_name(hint: Any) -> str:
 
 
 class _Validator:
-    def __init__(self, origins: dict[str, str], raw: Mapping[str, Any] | None = None):
+    """Builds the typed Config from plain dicts; `registries` ({section: registry}) stand in for the config
+    groups' own (the command line's check before torch is imported: resomap.catalog)."""
+
+    def __init__(
+        self, origins: dict[str, str], raw: Mapping[str, Any] | None = None, registries: Mapping[str, Any] | None = None
+    ):
         self.origins = origins
         self.raw = raw or {}  # the whole merged config as typed: what the suggestions rank by
+        self.registries = dict(registries or {})
 
     def where(self, path: str) -> str:
         probe = re.sub(r"\[\d+\]", "", path)
@@ -165,7 +170,7 @@ class _Validator:
         hints = typing.get_type_hints(cls)
         group = group_of(cls)
         names = {f.name for f in dataclasses.fields(cls)} - ({"options"} if group else set())
-        registry = group.load() if group else None
+        registry = (self.registries.get(group.section) or group.load()) if group else None
         entries: dict[str, Any] = {}
         for key in data:
             if key not in names:
@@ -174,7 +179,8 @@ class _Validator:
                     entries[registry.resolve(key)] = (data[key], path)
                     continue
                 shown = path + _first_leaf(data[key])
-                raise ConfigError(f"{self.where(path)}: unknown key '{shown}'{suggest(shown, self.raw)}")
+                hint = suggest(shown, self.raw, self.registries)
+                raise ConfigError(f"{self.where(path)}: unknown key '{shown}'{hint}")
         kwargs = {}
         for name in names & set(data):
             kwargs[name] = self.value(hints[name], data[name], f"{prefix}{name}")
@@ -265,119 +271,6 @@ class _Validator:
         raise TypeError(f"schema type {hint!r} at {path} is not supported")
 
 
-# ---------------------------------------------------------------- semantic checks
-
-Check = Callable[[Config, Callable[[str, str, Any], None]], None]
-_CHECKS: list[Check] = []
-
-
-def register_check(check: Check) -> None:
-    """A load-time check `check(cfg, fail)` from a package above the config layer; `fail(path, expected, got)`
-    raises the one-line ConfigError. Registering the same function twice keeps one."""
-    if check not in _CHECKS:
-        _CHECKS.append(check)
-
-
-def _check(cfg: Config, where: _Validator) -> None:
-    """The checks across keys (a value alone is checked where it is read); the first failure raises ConfigError."""
-
-    def need(ok: bool, path: str, expected: str, got: Any) -> None:
-        if not ok:
-            raise ConfigError(f"{where.where(path)}: {path}: expected {expected}, got {got!r}")
-
-    for part in (_check_sweep, _check_training, _check_rest):
-        part(cfg, need)
-    for check in _CHECKS:  # pushed by the packages above (resomap.tasks: models, dataset, loss fit the task)
-        check(cfg, lambda path, expected, got: need(False, path, expected, got))
-
-
-def _check_sweep(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
-    sw = cfg.sweep
-    need(len(sw.models) > 0, "sweep.models", "at least one model", sw.models)
-    need(len(sw.resolutions) > 0, "sweep.resolutions", "at least one resolution", sw.resolutions)
-    need(len(sw.seeds) > 0, "sweep.seeds", "at least one seed", sw.seeds)
-    for i, r in enumerate(sw.resolutions):
-        need(0 < r <= MAX_RESOLUTION, f"sweep.resolutions[{i}]", f"a positive integer up to {MAX_RESOLUTION}", r)
-    lowered = [m.lower() for m in sw.models]
-    dupes = sorted({m for m in lowered if lowered.count(m) > 1})
-    need(not dupes, "sweep.models", "each model once", f"duplicate {', '.join(dupes)}")
-    need(len(set(sw.resolutions)) == len(sw.resolutions), "sweep.resolutions", "each resolution once", sw.resolutions)
-    need(len(set(sw.seeds)) == len(sw.seeds), "sweep.seeds", "each seed once", sw.seeds)
-    for name in ("include", "exclude"):
-        for i, pair in enumerate(getattr(sw, name)):
-            ok = len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int and 0 < pair[1] <= MAX_RESOLUTION
-            need(ok, f"sweep.{name}[{i}]", f"a [model, resolution] pair (resolution up to {MAX_RESOLUTION})", pair)
-
-
-def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
-    tr = cfg.training
-    for key in ("epochs", "batch_size", "eval_batch_size", "grad_accum_steps"):
-        need(getattr(tr, key) >= 1, f"training.{key}", "an integer >= 1", getattr(tr, key))
-    need(tr.grad_clip >= 0, "training.grad_clip", "a number >= 0", tr.grad_clip)
-    need(0 <= tr.label_smoothing < 1, "training.label_smoothing", "a number in [0, 1)", tr.label_smoothing)
-    need(tr.optimizer.lr > 0, "training.optimizer.lr", "a positive number", tr.optimizer.lr)
-    need(tr.checkpoint.top_k >= 1, "training.checkpoint.top_k", "an integer >= 1", tr.checkpoint.top_k)
-    need(
-        tr.early_stopping.patience >= 1,
-        "training.early_stopping.patience",
-        "an integer >= 1",
-        tr.early_stopping.patience,
-    )
-    need(
-        tr.scheduler.warmup_epochs >= 0,
-        "training.scheduler.warmup_epochs",
-        "an integer >= 0",
-        tr.scheduler.warmup_epochs,
-    )
-
-
-def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
-    sp = cfg.data.split
-    need(0 < sp.val < 1, "data.split.val", "a fraction in (0, 1)", sp.val)
-    need(0 < sp.test < 1, "data.split.test", "a fraction in (0, 1)", sp.test)
-    need(sp.val + sp.test < 0.9, "data.split", "val + test < 0.9", sp.val + sp.test)
-    need(cfg.data.limit is None or cfg.data.limit > 0, "data.limit", "null or a positive integer", cfg.data.limit)
-    need(
-        0 <= cfg.data.max_bad_fraction <= 1, "data.max_bad_fraction", "a fraction in [0, 1]", cfg.data.max_bad_fraction
-    )
-    need(cfg.system.num_workers >= 0, "system.num_workers", "an integer >= 0", cfg.system.num_workers)
-    need(
-        cfg.explainability.probe_size >= 1,
-        "explainability.probe_size",
-        "an integer >= 1",
-        cfg.explainability.probe_size,
-    )
-    need(
-        cfg.explainability.batch_size >= 1,
-        "explainability.batch_size",
-        "an integer >= 1",
-        cfg.explainability.batch_size,
-    )
-    need(cfg.mlflow.retries >= 1, "mlflow.retries", "an integer >= 1", cfg.mlflow.retries)
-    st = cfg.stats
-    need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
-    least = min_resamples(st.level) if 0 < st.level < 1 else 1
-    enough = f"at least {least} at stats.level={st.level} ({TAIL_RESAMPLES} beyond each end of an interval)"
-    need(st.resamples >= least, "stats.resamples", enough, st.resamples)
-    need(0 < st.margin < 1, "stats.margin", "a non-inferiority margin in (0, 1) on the score's scale", st.margin)
-    need(0 < st.power < 1, "stats.power", "a power target in (0, 1) (e.g. 0.8)", st.power)
-    need(0 < st.discordance <= 1, "stats.discordance", "a fraction of test images in (0, 1]", st.discordance)
-    need(0 <= st.seed_correlation <= 1, "stats.seed_correlation", "a correlation in [0, 1]", st.seed_correlation)
-    resolutions = list(cfg.sweep.resolutions) + [pair[1] for pair in cfg.sweep.include]
-    need(
-        st.reference is None or st.reference in resolutions,
-        "stats.reference",
-        f"null (the largest resolution) or one of the sweep's resolutions {sorted(set(resolutions))}",
-        st.reference,
-    )
-
-
-def min_resamples(level: float) -> int:
-    """The fewest bootstrap resamples that put TAIL_RESAMPLES beyond each end of a `level` interval (200 at 0.95):
-    with fewer the interval's ends are a handful of resamples, or none, and need not contain the estimate."""
-    return math.ceil(round(2 * TAIL_RESAMPLES / (1 - level), 6))
-
-
 # ---------------------------------------------------------------- public API
 
 
@@ -392,7 +285,17 @@ def build(raw: dict, origins: dict[str, str] | None = None) -> Config:
     """Validate a plain nested dict (missing keys take defaults) into a Config."""
     validator = _Validator(origins or {}, raw)
     cfg = validator.build(Config, raw)
-    _check(cfg, validator)
+    run_checks(cfg, validator.where)
+    return cfg
+
+
+def prebuild(raw: dict, origins: dict[str, str], registries: Mapping[str, Any]) -> Config:
+    """`build` against stand-in group registries ({section: registry}, resomap.catalog) and with only this
+    layer's own checks: what can be checked of a config before the registries' packages (and torch) are imported.
+    Group entries' options are checked for their keys, not their values."""
+    validator = _Validator(origins, raw, registries)
+    cfg = validator.build(Config, raw)
+    run_checks(cfg, validator.where, pushed=False)
     return cfg
 
 
@@ -403,6 +306,17 @@ def load_full(
     extra: Mapping[str, Any] | None = None,
 ) -> LoadedConfig:
     """Merge config files, preset, `extra` (dotted keys from CLI flags) and overrides, then validate."""
+    raw, origins = merge(config_dir, preset, overrides, extra)
+    return LoadedConfig(build(raw, origins), origins, raw)
+
+
+def merge(
+    config_dir: str | Path | None = DEFAULT_CONFIG_DIR,
+    preset: str | None = None,
+    overrides: Iterable[str] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[dict, dict[str, str]]:
+    """(the merged plain dict, {dotted key: the file that set it}): config files, preset, `extra`, overrides."""
     raw: dict = {}
     origins: dict[str, str] = {}
     folder = Path(config_dir) if config_dir is not None else None
@@ -427,7 +341,7 @@ def load_full(
     for text in overrides:
         key, value = parse_override(text)
         _merge(raw, _nest(key, value), "command line", origins)
-    return LoadedConfig(build(raw, origins), origins, raw)
+    return raw, origins
 
 
 def load(

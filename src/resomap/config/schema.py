@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal, get_args
 from resomap.config.groups import Group, GroupSection
 
 Device = Literal["auto", "cpu", "cuda"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 DEVICES: tuple[str, ...] = get_args(Device)  # the one list of device choices (config, CLI flags)
 PRECISIONS: tuple[str, ...] = get_args(Precision)  # the one list of precision choices
 MAX_RESOLUTION = 8192  # the largest input side accepted anywhere (config and CLI); memory sets the real limit
@@ -110,8 +110,8 @@ class TrainingConfig:
 @dataclass(frozen=True)
 class SystemConfig:
     device: Device = "auto"  # auto: CUDA when available, else CPU
-    precision: Precision = "fp32"  # autocast dtype (fp16 adds a GradScaler)
-    channels_last: bool = False  # NHWC memory format for model and inputs
+    precision: Precision = "auto"  # autocast dtype; auto: bf16 with native bf16 (CPU or GPU), else fp32
+    channels_last: bool | Literal["auto"] = "auto"  # NHWC memory format for model and inputs; auto: with bf16/fp16
     compile: bool = False  # torch.compile the model
     cudnn_benchmark: bool = False  # cudnn autotuner (CUDA only)
     tf32: bool = False  # TF32 matmul and convolutions (CUDA only)

@@ -21,8 +21,9 @@ from resomap.config.schema import Config, ExperimentConfig
 LEAF_CUTOFF = 0.8  # difflib ratio above which a last part counts as a near miss of the typed one
 
 
-def all_paths(cls: type, prefix: str = "") -> list[str]:
-    """Every dotted key of `cls`, with the keys of each registered group entry's options."""
+def all_paths(cls: type, prefix: str = "", registries: Mapping[str, Any] | None = None) -> list[str]:
+    """Every dotted key of `cls`, with the keys of each registered group entry's options (`registries`:
+    {section: registry} standing in for the groups' own, before torch is imported: resomap.catalog)."""
     paths = []
     for f in dataclasses.fields(cls):
         if f.name == "options" and group_of(cls):
@@ -31,10 +32,10 @@ def all_paths(cls: type, prefix: str = "") -> list[str]:
         paths.append(path)
         hint = typing.get_type_hints(cls)[f.name]
         if dataclasses.is_dataclass(hint):
-            paths.extend(all_paths(hint, path + "."))
+            paths.extend(all_paths(hint, path + ".", registries))
     group = group_of(cls)
     if group is not None:
-        registry = group.load()
+        registry = (registries or {}).get(group.section) or group.load()
         for name in registry.names():
             options = registry.options(name)
             if options is not None:
@@ -42,11 +43,12 @@ def all_paths(cls: type, prefix: str = "") -> list[str]:
     return paths
 
 
-def suggest(path: str, raw: Mapping[str, Any] | None = None) -> str:
+def suggest(path: str, raw: Mapping[str, Any] | None = None, registries: Mapping[str, Any] | None = None) -> str:
     """'; did you mean '<key>'?' for the unknown dotted key `path` ('' when nothing is close); `raw`: the merged
-    config as typed (for the selected entries and the task)."""
-    candidates = all_paths(Config)
-    best = _same_section(path, candidates, raw or {})
+    config as typed (for the selected entries and the task); `registries` as in all_paths."""
+    registries = registries or {}
+    candidates = all_paths(Config, registries=registries)
+    best = _same_section(path, candidates, raw or {}, registries)
     if best is None:
         close = difflib.get_close_matches(path, candidates, n=1, cutoff=0.6)
         if not close:
@@ -57,7 +59,9 @@ def suggest(path: str, raw: Mapping[str, Any] | None = None) -> str:
     return f"; did you mean '{best}'?" if best else ""
 
 
-def _same_section(path: str, candidates: list[str], raw: Mapping[str, Any]) -> str | None:
+def _same_section(
+    path: str, candidates: list[str], raw: Mapping[str, Any], registries: Mapping[str, Any]
+) -> str | None:
     if "." not in path:
         return None  # a bare word: no section to stay in
     section, *middle, leaf = path.split(".")
@@ -76,17 +80,17 @@ def _same_section(path: str, candidates: list[str], raw: Mapping[str, Any]) -> s
             c_leaf == leaf,
             c_middle == middle,
             entry is not None and entry in _selected(section, raw),
-            entry is not None and _serves_task(section, entry, raw),
+            entry is not None and _serves_task(section, entry, raw, registries),
             difflib.SequenceMatcher(None, path, cand).ratio(),
         )
         ranked.append((score, cand))
     return max(ranked)[1] if ranked else None
 
 
-def _registry(section: str) -> Any:
+def _registry(section: str, registries: Mapping[str, Any]) -> Any:
     cls = typing.get_type_hints(Config).get(section)
     group = group_of(cls) if cls is not None else None
-    return group.load() if group is not None else None
+    return (registries.get(section) or group.load()) if group is not None else None
 
 
 def _selected(section: str, raw: Mapping[str, Any]) -> set[str]:
@@ -104,10 +108,10 @@ def _selected(section: str, raw: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def _serves_task(section: str, entry: str, raw: Mapping[str, Any]) -> bool:
+def _serves_task(section: str, entry: str, raw: Mapping[str, Any], registries: Mapping[str, Any]) -> bool:
     experiment = raw.get("experiment") if isinstance(raw.get("experiment"), Mapping) else {}
     task = experiment.get("task", ExperimentConfig.task)
-    registry = _registry(section)
+    registry = _registry(section, registries)
     try:
         return registry is not None and registry.meta(entry).get("task", ExperimentConfig.task) == task
     except KeyError:

@@ -116,8 +116,10 @@ def _bench_data(num_images: int, resolution: int, batch_size: int, device: torch
 
 def _bare_speed(initial: nn.Module, train: InMemoryLoader, cfg: Config, device: torch.device, epochs: int) -> float:
     """images/s of the bare loop on a copy of `initial`: mean over the epochs after the warm-up one."""
+    from resomap.runtime import resolve_channels_last, resolve_precision
+
     net = copy.deepcopy(initial).to(device)
-    if cfg.system.channels_last:
+    if resolve_channels_last(cfg.system.channels_last, resolve_precision(cfg.system.precision, device)[0]):
         net = net.to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.training.optimizer.lr, weight_decay=0.05)
     speeds = [bare_epoch(net, train, opt, cfg) for _ in range(epochs + 1)]

@@ -48,7 +48,7 @@ from resomap.profiling.timing import (
     measure,
     training_step,
 )
-from resomap.runtime import autocast_dtype, describe_device
+from resomap.runtime import autocast_dtype, describe_device, resolve_precision
 from resomap.stats import ratio_interval
 from resomap.tasks import step_words
 
@@ -138,7 +138,7 @@ class _Built:
 
 def _build(model: nn.Module, option: BenchOption, device: torch.device, bs: int, case: _Case) -> _Built:
     setup = option.setup
-    amp = setup.amp_dtype or autocast_dtype(case.precision)
+    amp = setup.amp_dtype or autocast_dtype(case.precision, device)
     fmt = torch.channels_last if setup.channels_last else torch.contiguous_format
     x = torch.randn(bs, case.in_channels, case.resolution, case.resolution, device=device)
     x = x.contiguous(memory_format=fmt)
@@ -391,7 +391,7 @@ def _bench_device(
 ) -> None:
     """One device's rows into `report`: an untimed warm-up (one-time allocations such as the autograd engine and
     thread pools would inflate the first row), the batch sweep, then the options at the options batch size."""
-    report.device_names[dev.type] = describe_device(dev)
+    report.device_names[dev.type] = f"{describe_device(dev)}, {resolve_precision(case.precision, dev)[0]}"
     _run(model, OPTIONS.get("baseline"), dev, sizes[0], dataclasses.replace(case, iters=1, warmup=0), "warm-up")
     report.entries += _batch_sweep(model, dev, sizes, case)
     obs = report.options_batch_size

@@ -17,6 +17,7 @@ from torch import nn
 from resomap.config import schema
 from resomap.config.schema import Config
 from resomap.errors import ConfigError, DeviceError
+from resomap.profiling.fits import check_fits
 from resomap.profiling.flops import OpCounts, count_ops
 from resomap.profiling.memory import MemoryStats, forward_memory
 from resomap.profiling.timing import (
@@ -29,7 +30,13 @@ from resomap.profiling.timing import (
     torch_threads,
     training_step,
 )
-from resomap.runtime import autocast_dtype, describe_device, resolve_device
+from resomap.runtime import (
+    autocast_dtype,
+    describe_device,
+    resolve_channels_last,
+    resolve_device,
+    resolve_precision,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +76,7 @@ class ModelProfile:
     threads: int = 0
     others_cpu_cores: float | None = None
     task: str = CLASSIFICATION  # from the model's logits (StepTask); older profiles read back so
+    channels_last: bool = False  # NHWC model and inputs (system.channels_last); older profiles read back so
 
     @property
     def gmacs(self) -> float:
@@ -201,26 +209,27 @@ def profile(
     rounds: int = 5,
     noise: NoisePolicy | None = None,
     segmentation: schema.SegmentationConfig | None = None,
+    channels_last: bool = False,
 ) -> ModelProfile:
-    """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored.
+    """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored; with
+    `channels_last` a copy of it runs in NHWC, on NHWC inputs, as a trial with system.channels_last trains it.
 
     The task follows the model's logits (StepTask): a classifier's training step draws one label per image, a
     segmenter's ([B, K, H, W] logits) a label per pixel and uses the segmentation loss of `segmentation` (the
     config section; default: its defaults).
 
-    Inference calls and training steps are timed in `rounds` interleaved rounds and re-measured while the
-    machine looks disturbed (`noise`, see profiling/timing.py); a figure no attempt measured cleanly comes back
-    with noisy=True and its reasons.
+    Inference calls and training steps are timed in `rounds` interleaved rounds and re-measured while the machine
+    looks disturbed (`noise`, see profiling/timing.py); a figure no attempt measured cleanly comes back noisy.
     """
     _check_args(resolution, in_channels, batch_size, precision, iters, warmup, rounds)
     device = _visible_device(device)
+    precision, _ = resolve_precision(precision, device)  # auto: bf16 where the device computes it natively
     amp = autocast_dtype(precision)
     train_bs = train_batch_size or max(batch_size, 8)
+    _fits(model, model_name, (batch_size, train_bs, in_channels, resolution), precision, device)
     with preserved_state(model):
-        net = _on_device(model, device)
-        x = torch.randn(batch_size, in_channels, resolution, resolution, device=device)
+        net, x, xt = _inputs(model, device, (batch_size, train_bs, in_channels, resolution), channels_last)
         counts = count_ops(net, x[:1])
-        xt = torch.randn(train_bs, in_channels, resolution, resolution, device=device)
         task = step_task(net, xt, segmentation)
         train = _train_step(net, xt, amp, task)
         net.eval()
@@ -236,6 +245,7 @@ def profile(
         train_batch_size=train_bs,
         device=str(device),
         precision=precision,
+        channels_last=channels_last,
         torch_version=torch.__version__,
         memory=memory,
         **_size_fields(list(model.parameters()), counts),  # requires_grad flags as restored by preserved_state
@@ -243,6 +253,36 @@ def profile(
     )
     _log_profile(result, timed)
     return result
+
+
+def _fits(model: nn.Module, name: str | None, shape: tuple[int, int, int, int], precision: str, device) -> None:
+    """DeviceError when the inference or training batch (shape as in `_inputs`) cannot fit (profiling.fits)."""
+    batch, train_batch, channels, side = shape
+    check_fits(
+        name or type(model).__name__,
+        model,
+        in_channels=channels,
+        resolutions=[side],
+        batches={"inference": batch, "training": train_batch},
+        precision=precision,
+        device=device,
+        settings="a smaller batch size",
+    )
+
+
+def _inputs(
+    model: nn.Module, device: torch.device, shape: tuple[int, int, int, int], channels_last: bool
+) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """(the model on `device`, a random inference batch, a random training batch); shape = (inference batch,
+    training batch, channels, side). With channels_last, an NHWC copy of the model (the caller's is untouched)
+    and NHWC batches."""
+    batch, train_batch, channels, side = shape
+    net, fmt = _on_device(model, device), torch.channels_last if channels_last else torch.contiguous_format
+    if channels_last:
+        net = (copy.deepcopy(net) if net is model else net).to(memory_format=fmt)
+    x = torch.randn(batch, channels, side, side, device=device).contiguous(memory_format=fmt)
+    xt = torch.randn(train_batch, channels, side, side, device=device).contiguous(memory_format=fmt)
+    return net, x, xt
 
 
 def _visible_device(device: torch.device | str) -> torch.device:
@@ -360,6 +400,9 @@ def profile_by_name(
         "noise": noise_policy(cfg),
         "segmentation": cfg.segmentation,
     }
-    kwargs.update(overrides)
     dev = torch.device(device) if device is not None else resolve_device(cfg.system)
+    kwargs["channels_last"] = resolve_channels_last(
+        cfg.system.channels_last, resolve_precision(cfg.system.precision, dev)[0]
+    )
+    kwargs.update(overrides)
     return profile(model, resolution, in_channels=in_channels, device=dev, model_name=name, **kwargs)

@@ -47,7 +47,10 @@ def print_profiling_report(profile: ModelProfile) -> str:
     p, lat, mem = profile, profile.latency, profile.memory
     rows = [
         ("model", f"{p.model_name} @ {p.resolution}x{p.resolution}, {p.in_channels} channel(s)"),
-        ("device", f"{p.device_name}, {p.precision}, torch {p.torch_version}"),
+        (
+            "device",
+            f"{p.device_name}, {p.precision}{', channels_last' if p.channels_last else ''}, torch {p.torch_version}",
+        ),
         ("parameters", f"{p.params_total:,} total ({p.params_m:.2f} M), {p.params_trainable:,} trainable"),
         ("MACs / image", f"{num(p.gmacs, '.3f')} G (fvcore, 1 per multiply-add)"),
         ("FLOPs / image", f"{num(p.gflops, '.3f')} G (torch FlopCounterMode, 2 per multiply-add)"),

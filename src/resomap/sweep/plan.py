@@ -9,7 +9,7 @@ import os
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.models import get_spec
-from resomap.sweep.trial import Trial, TrialResult
+from resomap.sweep.trial import Trial, TrialResult, pin_precision
 
 STATES = ("done", "failed", "partial", "pending", "unreadable")
 
@@ -17,6 +17,7 @@ STATES = ("done", "failed", "partial", "pending", "unreadable")
 def plan(cfg: Config, check: bool = True) -> list[Trial]:
     """models x resolutions x seeds, plus `include` pairs, minus `exclude` pairs; per-model overrides applied.
     Unknown model names raise here; unknown explainer names too unless `check` is off (see check_plan)."""
+    cfg = pin_precision(cfg)
     sw = cfg.sweep
     for name in sw.models:
         get_spec(name)  # unknown model names fail here, before anything runs
@@ -41,7 +42,9 @@ def plan(cfg: Config, check: bool = True) -> list[Trial]:
     for model, res in pairs:
         if model not in cache:
             overrides = sw.model_overrides.get(model, {})
-            cache[model] = with_overrides(cfg, overrides, f"sweep.model_overrides.{model}") if overrides else cfg
+            cache[model] = (
+                pin_precision(with_overrides(cfg, overrides, f"sweep.model_overrides.{model}")) if overrides else cfg
+            )
         for seed in sw.seeds:
             trials.append(Trial(model, res, seed, cache[model]))
     return trials
@@ -58,6 +61,33 @@ def check_plan(cfg: Config) -> None:
                 get_explainer(method)
             except UnknownNameError as exc:
                 raise ConfigError(f"explainability.methods: {exc}") from None
+
+
+def check_memory(trials: list[Trial], channels: int = 1) -> None:
+    """DeviceError before anything is created when a trial's training or evaluation batch cannot fit in the
+    device's free memory at its resolution (profiling.fits: activations estimated from a small probe forward).
+    `channels`: the dataset's input channels when known (1, the fewest, otherwise: the estimate errs low)."""
+    from resomap.models import build_model
+    from resomap.profiling.fits import check_fits
+    from resomap.runtime import resolve_device
+
+    by_model: dict[str, list[Trial]] = {}
+    for t in trials:
+        by_model.setdefault(t.model, []).append(t)
+    for model, group in by_model.items():
+        cfg = group[0].cfg
+        net, _ = build_model(model, 2, channels, cfg.models)
+        tr = cfg.training
+        check_fits(
+            model,
+            net,
+            in_channels=channels,
+            resolutions=[t.resolution for t in group],
+            batches={"training": tr.batch_size, "evaluation": tr.eval_batch_size},
+            precision=cfg.system.precision,
+            device=resolve_device(cfg.system),
+            settings="training.batch_size / training.eval_batch_size",
+        )
 
 
 def sweep_key(trials: list[Trial]) -> str:

@@ -38,8 +38,8 @@ from resomap.atomic import discard_staging, replace_dir, staging_dir, write_text
 from resomap.config import Config, to_dict
 from resomap.errors import DataError
 from resomap.locks import hold
-from resomap.sweep.plan import check_plan, describe_plan, load_result, plan, sweep_key
-from resomap.sweep.trial import Trial, TrialResult, sweep_identity
+from resomap.sweep.plan import check_memory, check_plan, describe_plan, load_result, plan, sweep_key
+from resomap.sweep.trial import Trial, TrialResult, pin_precision, sweep_identity
 from resomap.tracking import default_tracking_uri, make_tracker
 from resomap.tracking.parent import close_parent, open_parent
 
@@ -108,10 +108,13 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run the pending trials, then the summary. Another run of this sweep in this folder (holding its lock):
     BusyError naming it, or with `wait` wait for it to end."""
+    cfg = pin_precision(cfg)  # auto decided once, for every trial, the parent run and the summary
     trials = plan(cfg, check=False)
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
-    if _todo(describe_plan(trials), rerun):  # bad input fails here, before anything is written (lock included)
+    todo = _todo(describe_plan(trials), rerun)
+    if todo:  # bad input fails here, before anything is written (lock included)
         check_plan(cfg)  # explainer names (imports their libraries: only when something is to run)
+        check_memory(todo, _channels(cfg))  # a resolution whose activations cannot fit in memory
     with sweep_lock(cfg, wait=wait, report=report):
         return _run_sweep(cfg, trials, executor, rerun, report)
 
@@ -148,7 +151,9 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
         parent = parent or open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
-    figures = _summarise(results, cfg, out_dir, tracker, parent, trials)
+    seconds: dict[str, float] = {}
+    figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds)
+    report(summary_line(seconds))
     closed = close_parent(tracker, parent, results, len(trials))
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
@@ -182,6 +187,13 @@ def _check_readable(states: list[tuple[Trial, str]]) -> None:
                 f"{trial.summary_dir / 'result.json'}: no permission to read it; ask its owner to make the sweep "
                 "group-readable (chmod -R g+rX), or run in a folder of your own (experiment.output_dir=...)"
             )
+
+
+def _channels(cfg: Config) -> int:
+    """The dataset's input channels when its registry entry says (elpv, synthetic: 1), else 1 (the fewest)."""
+    from resomap.data.registry import DATASETS
+
+    return int(DATASETS.meta(cfg.data.dataset).get("channels") or 1)
 
 
 def summary_folder(cfg: Config) -> Path:
@@ -310,35 +322,43 @@ def _summarise(
     tracker: Any,
     parent: str | None,
     trials: list[Trial] | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> list[Path]:
     """summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt, the sweep figures, the
     cross-resolution comparison of explanations, report.html and state.json, built in a staging folder and swapped
     in whole; then all logged to the parent run (only what it lacks or what changed, so publishing again is
-    harmless). ``trials`` locate each result's folder (default: the sweep's plan)."""
+    harmless). ``trials`` locate each result's folder (default: the sweep's plan); ``seconds`` (when given)
+    receives how long each part took."""
+    clock = _Clock(seconds if seconds is not None else {})
     trials = trials if trials is not None else plan(cfg, check=False)
     folders = trial_folders(trials)
     staging = staging_dir(out_dir)
     try:
-        built = _build_summary(results, cfg, staging, folders)
+        built = _build_summary(results, cfg, staging, folders, clock)
         write_text(staging / STATE_FILE, _state(cfg, trials, parent, published=False))
         replace_dir(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     summary, tables, figures, comparison, page = _moved(built, staging, out_dir)
     if parent is not None:
-        _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders)
+        _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock)
     return figures + ([page] if page else []) + comparison.files
 
 
-def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict) -> tuple:
+def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict, clock: _Clock) -> tuple:
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.stages import compare_stage
 
-    summary = build_summary(results, folders, cfg.stats)
-    tables = write_summary(summary, out_dir)
-    figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
-    comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
-    return summary, tables, figures, comparison, _report(out_dir)
+    with clock("statistics"):
+        summary = build_summary(results, folders, cfg.stats)
+        tables = write_summary(summary, out_dir)
+    with clock("figures"):
+        figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
+    with clock("explanations"):
+        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
+    with clock("report"):
+        page = _report(out_dir)
+    return summary, tables, figures, comparison, page
 
 
 def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
@@ -352,7 +372,7 @@ def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
     return summary, [move(p) for p in tables], [move(p) for p in figures], comparison, page and move(page)
 
 
-def _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders) -> None:
+def _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock) -> None:
     from resomap.explain.figures import sweep_probe_images
     from resomap.explain.run import MAPS_FILE
     from resomap.tracking.publish import publish_sweep
@@ -360,10 +380,33 @@ def _publish_summary(tracker, parent, summary, tables, figures, comparison, page
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid
     for (model, resolution, _seed), folder in sorted(folders.items()):
         shown.setdefault((model, resolution), folder / MAPS_FILE)
-    images = sweep_probe_images(shown)
-    publish_sweep(
-        tracker, parent, summary, tables=tables, figures=figures, page=page, comparison=comparison, images=images
-    )
+    with clock("probe images"):
+        images = sweep_probe_images(shown)
+    with clock("MLflow"):
+        publish_sweep(
+            tracker, parent, summary, tables=tables, figures=figures, page=page, comparison=comparison, images=images
+        )
+
+
+class _Clock:
+    """`with clock(name):` adds the block's wall time to `seconds[name]`."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds = seconds
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def summary_line(seconds: dict[str, float]) -> str:
+    """'[sweep] summary in 12.3 s (statistics 1.0 s, figures 4.1 s, ...)': where the summary phase's time went."""
+    parts = ", ".join(f"{name} {value:.1f} s" for name, value in seconds.items())
+    return f"[sweep] summary in {sum(seconds.values()):.1f} s ({parts})"
 
 
 def _report(out_dir: Path) -> Path | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from resomap.atomic import write_text
-from resomap.config import Config, save_resolved, to_dict
+from resomap.config import Config, save_resolved, to_dict, with_overrides
 from resomap.errors import ConfigError, ResoMapError
 from resomap.tasks import other_task_sections
 from resomap.trial_result import TrialResult  # below sweep and analysis; kept importable from here
@@ -41,6 +41,9 @@ class Trial:
     seed: int
     cfg: Config
     legacy: bool | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cfg", pin_precision(self.cfg))  # its key and records name the precision it runs
 
     @functools.cached_property
     def key(self) -> str:
@@ -134,6 +137,34 @@ def _hash(tree: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def precision_choice(cfg: Config) -> tuple[str, str]:
+    """(precision, why) that `system.precision` means on the device this config resolves to (auto: bf16 where
+    the hardware computes it natively, else fp32; runtime.resolve_precision)."""
+    from resomap.runtime import resolve_device, resolve_precision
+
+    if cfg.system.precision != "auto":
+        return cfg.system.precision, "set in the config"
+    return resolve_precision("auto", resolve_device(cfg.system))
+
+
+def pin_precision(cfg: Config) -> Config:
+    """The config with `system.precision: auto` replaced by what it resolves to here, and `system.channels_last:
+    auto` by what goes with that precision (runtime.resolve_channels_last), once per sweep: every trial then runs,
+    records and is keyed by the same settings (a trial's key hashes its config, so trials of one precision are
+    never taken for those of another, and auto resolving to fp32 keeps the keys of the fp32 runs before auto)."""
+    from resomap.runtime import resolve_channels_last
+
+    sysc = cfg.system
+    if sysc.precision != "auto" and isinstance(sysc.channels_last, bool):
+        return cfg
+    precision, _ = precision_choice(cfg)
+    pinned = {
+        "system.precision": precision,
+        "system.channels_last": resolve_channels_last(sysc.channels_last, precision),
+    }
+    return with_overrides(cfg, pinned, "system auto settings")
+
+
 def save_trial_config(cfg: Config, folder: Path) -> Path:
     """config.yaml of the config a trial runs with (after an out-of-memory retry: the halved batch that ran)."""
     return save_resolved(cfg, folder / "config.yaml")
@@ -168,6 +199,7 @@ def run_trial(
     result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
     result.task = trial.cfg.experiment.task
     result.environment["device"] = describe_device(device)
+    result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
     if not distributed.is_rank0():
         return _follow_rank0(trial, device, family, result)
     prepared, early = None, None

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from resomap.config.schema import Config
-from resomap.runtime import autocast_dtype
+from resomap.runtime import autocast_dtype, resolve_channels_last, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +83,15 @@ class SmallCNN(nn.Module):
 
 def bare_epoch(model: nn.Module, loader: InMemoryLoader, optimizer: torch.optim.Optimizer, cfg: Config) -> float:
     """One plain training epoch (same precision/channels_last as the trainer); returns images per second."""
-    dtype = autocast_dtype(cfg.system.precision)
     device_type = loader.x.device.type
+    precision, _ = resolve_precision(cfg.system.precision, loader.x.device)
+    dtype = autocast_dtype(precision)
+    channels_last = resolve_channels_last(cfg.system.channels_last, precision)
     amp = (lambda: torch.autocast(device_type, dtype=dtype)) if dtype else contextlib.nullcontext
     model.train()
     t0 = time.perf_counter()
     for x, y in loader:
-        if cfg.system.channels_last:
+        if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with amp():
             loss = nn.functional.cross_entropy(model(x).float(), y)

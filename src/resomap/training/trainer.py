@@ -17,7 +17,7 @@ from torch import nn
 from resomap.config import config_hash
 from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
-from resomap.runtime import apply_system, autocast_dtype, seed_everything
+from resomap.runtime import apply_system, autocast_dtype, resolve_channels_last, resolve_precision, seed_everything
 from resomap.tasks import task_of
 from resomap.training import distributed
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
@@ -69,7 +69,9 @@ class Trainer:
     def __init__(self, cfg: Config, device: torch.device, callbacks: list | tuple = (), run_name: str = ""):
         self.cfg, self.device, self.run_name = cfg, torch.device(device), run_name
         self.callbacks = sorted(callbacks, key=lambda cb: getattr(cb, "order", 0))
-        self.amp_dtype = autocast_dtype(cfg.system.precision)
+        self.precision, _ = resolve_precision(cfg.system.precision, self.device)  # auto: what the hardware has
+        self.amp_dtype = autocast_dtype(self.precision)
+        self.channels_last = resolve_channels_last(cfg.system.channels_last, self.precision)
         self.epoch = 0
         self.should_stop = False
         self.history: list[dict[str, Any]] = []
@@ -150,7 +152,7 @@ class Trainer:
         cfg, sysc = self.cfg, self.cfg.system
         apply_system(sysc, self.device)
         model = model.to(self.device)
-        if sysc.channels_last:
+        if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
         self._forward = torch.compile(model) if sysc.compile else model
@@ -167,7 +169,7 @@ class Trainer:
         self.optimizer = build_optimizer(model.parameters(), cfg.training.optimizer, self.device)
         steps = math.ceil(len(data.train) / cfg.training.grad_accum_steps)
         self.scheduler, self._sched_when = build_scheduler(self.optimizer, cfg.training, steps)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=sysc.precision == "fp16")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -175,7 +177,7 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.cfg.system.channels_last else x
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     # ------------------------------------------------------------ fit
 

@@ -1,0 +1,198 @@
+"""What the command line checks before torch is imported: the config (files, preset, overrides; every key, type
+and value this layer knows; the registry names from resomap.catalog), the models, the task, and whether one
+batch of input images at the asked resolution could fit in this machine's memory at all.
+
+A mistake found here ends the command in a fraction of the time the full check needs (which imports torch and
+every registry); the full check still runs afterwards, as before, for what only the live registries can tell (the
+types of an entry's options, a plugin's names, the explainers' target forms). With plugins installed (their names
+are in no catalog) only the memory bound is checked here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from resomap.errors import ConfigError, UnknownNameError
+
+TIMM_PREFIX = "timm:"  # resomap.models.registry's; any timm model name is checked when the model is built
+
+
+def config(args: argparse.Namespace, extra: Mapping[str, Any] | None = None, folder: Any = "") -> Any:
+    """The command's config checked without torch, or None when the catalog cannot check it (plugins installed,
+    no catalog). Raises the one-line ConfigError / UnknownNameError the full load would raise."""
+    from resomap import catalog
+    from resomap.config import merge, prebuild
+
+    folder = args.config_dir if folder == "" else folder
+    raw, origins = merge(folder, args.preset, args.overrides, extra)  # files, preset and override errors
+    registries = None if catalog.plugins_installed() else catalog.group_registries()
+    if registries is None:
+        return None
+    cfg = prebuild(raw, origins, registries)
+
+    def where(path: str) -> str:
+        probe = path
+        while probe:
+            if probe in origins:
+                return origins[probe]
+            probe = probe.rpartition(".")[0]
+        return "defaults"
+
+    _check_task(cfg, where)
+    check_device(cfg.system.device)
+    _check_paths(cfg)
+    return cfg
+
+
+def _check_paths(cfg: Any) -> None:
+    """The selected dataset's `root` folder or `manifest` file, and the models' pretrained weight files, exist
+    (the same words as the dataset and weight loaders; what is inside them is checked when they are read)."""
+    from resomap.errors import CheckpointError, DataError
+
+    name = cfg.data.dataset
+    options = cfg.data.options.get(name)
+    root = getattr(options, "root", None)
+    if root and not Path(root).expanduser().is_dir():
+        raise DataError(f"data.{name}.root {Path(root).expanduser()} does not exist or is not a folder")
+    manifest = getattr(options, "manifest", None)
+    if manifest and not Path(manifest).expanduser().is_file():
+        raise DataError(f"data.{name}.manifest {Path(manifest).expanduser()} does not exist")
+    used = {str(m).lower() for m in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]}
+    for model, path in cfg.models.pretrained.items():
+        if str(model).lower() in used and not Path(path).is_file():
+            raise CheckpointError(f"pretrained weights file {path} does not exist; fix models.pretrained")
+
+
+def check_device(device: str) -> None:
+    """system.device=cuda on a machine with no GPU device node at all (runtime.resolve_device's error, before torch
+    is there to ask); whether a GPU that is there works is left to torch."""
+    import glob
+    import os
+
+    if device != "cuda":
+        return
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1")
+    nodes = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg", "/dev/nvhost*", "/dev/nvgpu*")  # NVIDIA, ROCm, WSL, Jetson
+    if hidden or not (any(glob.glob(n) for n in nodes) or _not_linux()):
+        raise ConfigError(
+            "system.device is 'cuda' but no CUDA GPU is visible; set system.device=auto or system.device=cpu"
+        )
+
+
+def _not_linux() -> bool:
+    import sys
+
+    return not sys.platform.startswith("linux")  # no /dev nodes to read: leave it to torch
+
+
+def check_names(kind: str, names: Iterable[str]) -> None:
+    """Unknown names of a registry (`kind` of resomap.catalog) raise UnknownNameError with its suggestions."""
+    from resomap import catalog
+
+    found = catalog.registry(kind)
+    if found is None or catalog.plugins_installed():
+        return
+    for name in names:
+        found.resolve(name)
+
+
+def check_file(path: str, what: str) -> None:
+    """A checkpoint file (what='checkpoint') or folder (what='folder') that is not there (the loaders' words)."""
+    if what == "checkpoint" and not Path(path).is_file():
+        raise ConfigError(f"{path}: checkpoint not found; check the path or train first")
+    if what == "folder" and not Path(path).is_dir():
+        raise ConfigError(f"{path}: checkpoint folder not found; train first (resomap sweep) or fix --checkpoint-dir")
+
+
+def _check_task(cfg: Any, where: Any) -> None:
+    """experiment.task names a task, and the models and the dataset serve it (resomap.tasks.check, on the catalog)."""
+    from resomap import catalog
+
+    tasks, models, datasets = catalog.registry("tasks"), catalog.registry("models"), catalog.registry("datasets")
+    if tasks is None or models is None or datasets is None:
+        return
+    task = cfg.experiment.task
+    if task not in tasks:
+        hint = tasks.hint(task).lstrip("; ")
+        raise ConfigError(
+            f"{where('experiment.task')}: experiment.task: expected a registered task, see resomap tasks ({hint}), "
+            f"got {task!r}"
+        )
+    name = tasks.resolve(task)
+    for model in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]:
+        check_model(model)
+        found = "classification" if str(model).lower().startswith(TIMM_PREFIX) else models.meta(model).get("task")
+        if (found or "classification") != name:
+            raise ConfigError(
+                f"{where('sweep.models')}: sweep.models: expected {name} models (experiment.task={name}), "
+                f"got '{model} ({found} model)'"
+            )
+    found = datasets.meta(cfg.data.dataset).get("task") or "classification"
+    if found != name:
+        raise ConfigError(
+            f"{where('data.dataset')}: data.dataset: expected a {name} dataset (experiment.task={name}), "
+            f"got '{cfg.data.dataset} ({found})'"
+        )
+
+
+def check_model(name: str) -> None:
+    """An unknown model name raises UnknownNameError with the registry's suggestions (timm: names pass)."""
+    from resomap import catalog
+
+    models = catalog.registry("models")
+    if models is None or str(name).lower().startswith(TIMM_PREFIX) or catalog.plugins_installed():
+        return
+    models.resolve(name)
+
+
+def dataset_channels(name: str) -> int:
+    """The input channels a dataset is known to give (catalog), else 1: the fewest any dataset gives."""
+    from resomap import catalog
+
+    datasets = catalog.registry("datasets")
+    try:
+        return int((datasets.meta(name) if datasets is not None else {}).get("channels") or 1)
+    except UnknownNameError:
+        return 1
+
+
+def check_inputs_fit(resolutions: Iterable[int], batch: int, channels: int, what: str, settings: str) -> None:
+    """ConfigError when one batch of `batch` float32 input images of `channels` x r x r alone exceeds the memory
+    available now (psutil): no model can run there. `what` names the setting, `settings` what else to lower."""
+    import psutil
+
+    available = psutil.virtual_memory().available
+    for r in resolutions:
+        need = 4 * batch * channels * int(r) * int(r)
+        if need > available:
+            raise ConfigError(
+                f"{what}: {r} px cannot fit in memory: one batch of {batch} input images alone is {_size(need)} "
+                f"({batch} x {channels} x {r} x {r} float32) and this machine has {_size(available)} available; "
+                f"use a smaller resolution (or {settings})"
+            )
+
+
+def train_inputs_fit(cfg: Any, what: str) -> None:
+    """check_inputs_fit for every resolution a train or sweep command would train and test at."""
+    tr = cfg.training
+    resolutions = [*cfg.sweep.resolutions, *(pair[1] for pair in cfg.sweep.include)]
+    batch = max(tr.batch_size, tr.eval_batch_size)
+    check_inputs_fit(
+        resolutions, batch, dataset_channels(cfg.data.dataset), what, "training.batch_size / eval_batch_size"
+    )
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def config_folder(args: argparse.Namespace) -> Path | None:
+    """profile/bench need no project files: their --config-dir is used when it exists."""
+    return Path(args.config_dir) if Path(args.config_dir).is_dir() else None

@@ -1,0 +1,125 @@
+"""The config checks across keys (a value alone is checked where it is read): this layer's own, and those the
+packages above push with `register_check` (resomap.tasks: models, dataset and loss fit the task; resomap.explain:
+explainers take the task's targets). The loader runs them on every load; the first failure raises ConfigError."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from resomap.config.schema import MAX_RESOLUTION, Config
+from resomap.errors import ConfigError
+
+TAIL_RESAMPLES = 5  # bootstrap resamples wanted beyond each end of an interval (stats.resamples' lower bound)
+
+Check = Callable[[Config, Callable[[str, str, Any], None]], None]
+_CHECKS: list[Check] = []
+
+
+def register_check(check: Check) -> None:
+    """A load-time check `check(cfg, fail)` from a package above the config layer; `fail(path, expected, got)`
+    raises the one-line ConfigError. Registering the same function twice keeps one."""
+    if check not in _CHECKS:
+        _CHECKS.append(check)
+
+
+def run_checks(cfg: Config, where: Callable[[str], str], pushed: bool = True) -> None:
+    """This layer's checks, then (`pushed`) those of the packages above; `where(path)` names the file that set
+    a key. The first failure raises ConfigError."""
+
+    def need(ok: bool, path: str, expected: str, got: Any) -> None:
+        if not ok:
+            raise ConfigError(f"{where(path)}: {path}: expected {expected}, got {got!r}")
+
+    for part in (_check_sweep, _check_training, _check_rest):
+        part(cfg, need)
+    for check in _CHECKS if pushed else ():  # pushed by the packages above (resomap.tasks: models, dataset, ...)
+        check(cfg, lambda path, expected, got: need(False, path, expected, got))
+
+
+def _check_sweep(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
+    sw = cfg.sweep
+    need(len(sw.models) > 0, "sweep.models", "at least one model", sw.models)
+    need(len(sw.resolutions) > 0, "sweep.resolutions", "at least one resolution", sw.resolutions)
+    need(len(sw.seeds) > 0, "sweep.seeds", "at least one seed", sw.seeds)
+    for i, r in enumerate(sw.resolutions):
+        need(0 < r <= MAX_RESOLUTION, f"sweep.resolutions[{i}]", f"a positive integer up to {MAX_RESOLUTION}", r)
+    lowered = [m.lower() for m in sw.models]
+    dupes = sorted({m for m in lowered if lowered.count(m) > 1})
+    need(not dupes, "sweep.models", "each model once", f"duplicate {', '.join(dupes)}")
+    need(len(set(sw.resolutions)) == len(sw.resolutions), "sweep.resolutions", "each resolution once", sw.resolutions)
+    need(len(set(sw.seeds)) == len(sw.seeds), "sweep.seeds", "each seed once", sw.seeds)
+    for name in ("include", "exclude"):
+        for i, pair in enumerate(getattr(sw, name)):
+            ok = len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int and 0 < pair[1] <= MAX_RESOLUTION
+            need(ok, f"sweep.{name}[{i}]", f"a [model, resolution] pair (resolution up to {MAX_RESOLUTION})", pair)
+
+
+def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
+    tr = cfg.training
+    for key in ("epochs", "batch_size", "eval_batch_size", "grad_accum_steps"):
+        need(getattr(tr, key) >= 1, f"training.{key}", "an integer >= 1", getattr(tr, key))
+    need(tr.grad_clip >= 0, "training.grad_clip", "a number >= 0", tr.grad_clip)
+    need(0 <= tr.label_smoothing < 1, "training.label_smoothing", "a number in [0, 1)", tr.label_smoothing)
+    need(tr.optimizer.lr > 0, "training.optimizer.lr", "a positive number", tr.optimizer.lr)
+    need(tr.checkpoint.top_k >= 1, "training.checkpoint.top_k", "an integer >= 1", tr.checkpoint.top_k)
+    need(
+        tr.early_stopping.patience >= 1,
+        "training.early_stopping.patience",
+        "an integer >= 1",
+        tr.early_stopping.patience,
+    )
+    need(
+        tr.scheduler.warmup_epochs >= 0,
+        "training.scheduler.warmup_epochs",
+        "an integer >= 0",
+        tr.scheduler.warmup_epochs,
+    )
+
+
+def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
+    sp = cfg.data.split
+    need(0 < sp.val < 1, "data.split.val", "a fraction in (0, 1)", sp.val)
+    need(0 < sp.test < 1, "data.split.test", "a fraction in (0, 1)", sp.test)
+    need(sp.val + sp.test < 0.9, "data.split", "val + test < 0.9", sp.val + sp.test)
+    need(cfg.data.limit is None or cfg.data.limit > 0, "data.limit", "null or a positive integer", cfg.data.limit)
+    need(
+        0 <= cfg.data.max_bad_fraction <= 1, "data.max_bad_fraction", "a fraction in [0, 1]", cfg.data.max_bad_fraction
+    )
+    need(cfg.system.num_workers >= 0, "system.num_workers", "an integer >= 0", cfg.system.num_workers)
+    need(
+        cfg.explainability.probe_size >= 1,
+        "explainability.probe_size",
+        "an integer >= 1",
+        cfg.explainability.probe_size,
+    )
+    need(
+        cfg.explainability.batch_size >= 1,
+        "explainability.batch_size",
+        "an integer >= 1",
+        cfg.explainability.batch_size,
+    )
+    need(cfg.mlflow.retries >= 1, "mlflow.retries", "an integer >= 1", cfg.mlflow.retries)
+    st = cfg.stats
+    need(0 < st.level < 1, "stats.level", "a confidence level in (0, 1) (e.g. 0.95)", st.level)
+    least = min_resamples(st.level) if 0 < st.level < 1 else 1
+    enough = f"at least {least} at stats.level={st.level} ({TAIL_RESAMPLES} beyond each end of an interval)"
+    need(st.resamples >= least, "stats.resamples", enough, st.resamples)
+    need(0 < st.margin < 1, "stats.margin", "a non-inferiority margin in (0, 1) on the score's scale", st.margin)
+    need(0 < st.power < 1, "stats.power", "a power target in (0, 1) (e.g. 0.8)", st.power)
+    need(0 < st.discordance <= 1, "stats.discordance", "a fraction of test images in (0, 1]", st.discordance)
+    need(0 <= st.seed_correlation <= 1, "stats.seed_correlation", "a correlation in [0, 1]", st.seed_correlation)
+    resolutions = list(cfg.sweep.resolutions) + [pair[1] for pair in cfg.sweep.include]
+    need(
+        st.reference is None or st.reference in resolutions,
+        "stats.reference",
+        f"null (the largest resolution) or one of the sweep's resolutions {sorted(set(resolutions))}",
+        st.reference,
+    )
+
+
+def min_resamples(level: float) -> int:
+    """The fewest bootstrap resamples that put TAIL_RESAMPLES beyond each end of a `level` interval (200 at 0.95):
+    with fewer the interval's ends are a handful of resamples, or none, and need not contain the estimate."""
+    return math.ceil(round(2 * TAIL_RESAMPLES / (1 - level), 6))
