@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_answers_without_heavy_imports_and_writes_nothing(tmp_path, args, code, 
     assert report["rc"] == code, proc.stderr
     assert report["loaded"] == [], f"{' '.join(args)} imported {report['loaded']}"
     if needle:
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("resomap: error:")]
+        errors = [line for line in proc.stderr.splitlines() if re.match(r"resomap( \w+)?: error:", line)]
         assert len(errors) == 1 and needle in errors[0], proc.stderr
         assert list(tmp_path.iterdir()) == [], "a mistake must not create files"
 
@@ -75,12 +76,14 @@ EARLY = [
     ([*BAD, "training.epochs=0"], "training.epochs: expected an integer >= 1"),
     ([*BAD, "data.dataset=imagefolder", "data.imagefolder.root=nowhere"], "nowhere does not exist"),
     ([*BAD, "models.pretrained={tiny_cnn: gone.pt}"], "gone.pt does not exist"),
-    ([*BAD[:6], "100000"], "100000 px cannot fit in memory"),
+    ([*BAD[:6], "8000"], "8000 px cannot fit in memory"),
+    ([*BAD[:6], "100000"], "at most 8192 px"),
     (["sweep", "--config-dir", str(REPO / "configs"), "--preset", "smok"], "did you mean 'smoke'"),
-    (["sweep", "--config-dir", str(REPO / "configs"), "sweep.resolutions=[32,100000]"], "cannot fit in memory"),
-    (["profile", "--model", "tiny_cnn", "--resolution", "100000"], "100000 px cannot fit in memory"),
+    (["sweep", "--config-dir", str(REPO / "configs"), "sweep.resolutions=[32,8000]"], "cannot fit in memory"),
+    (["sweep", "--config-dir", str(REPO / "configs"), "sweep.resolutions=[32,100000]"], "up to 8192"),
+    (["profile", "--model", "tiny_cnn", "--resolution", "100000"], "at most 8192 px"),
     (["profile", "--model", "resnt18", "--resolution", "64"], "did you mean resnet18"),
-    (["bench", "--model", "tiny_cnn", "--resolution", "100000"], "cannot fit in memory"),
+    (["bench", "--model", "tiny_cnn", "--resolution", "8000"], "cannot fit in memory"),
     (["explain", "--checkpoint", "none.pt", "--method", "gradcm"], "did you mean gradcam"),
     (["explain", "--checkpoint", "none.pt", "--method", "gradcam"], "checkpoint not found"),
     (["analyze", "--checkpoint-dir", "none", "--output-dir", "out"], "checkpoint folder not found"),
@@ -96,7 +99,7 @@ def test_mistakes_are_answered_before_torch_is_imported(tmp_path, args, needle):
         [sys.executable, "-c", TORCH_PROBE, *args], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     report = json.loads(proc.stderr.strip().splitlines()[-1])
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("resomap: error:")]
+    errors = [line for line in proc.stderr.splitlines() if re.match(r"resomap( \w+)?: error:", line)]
     assert report["rc"] == 2 and len(errors) == 1 and needle in errors[0], proc.stderr
     assert report["loaded"] == [], f"{' '.join(args)} imported torch before answering"
     assert list(tmp_path.iterdir()) == [], "a mistake must not create files"
