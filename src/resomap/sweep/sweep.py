@@ -242,7 +242,7 @@ def _summarise(
     summary = build_summary(results, folders, cfg.stats)
     tables = write_summary(summary, out_dir)
     figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
-    comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
+    comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats)
     page = _report(out_dir)
     figures += [page] if page else []
     if parent is None:
