@@ -121,9 +121,7 @@ def explain_trial(
         model, images, targets, ec.methods, budget_s=budget_s, always=ec.always, cost_factor=factor, **kw
     )
     maps, failed = found.maps, found.failed
-    metrics: dict[str, float] = {}
-    for method, cost in found.costs.items():
-        metrics.update(cost.metrics(method))
+    metrics = {k: v for method, cost in found.costs.items() for k, v in cost.metrics(method).items()}
     metrics.update({f"explain/{m}/skipped": 1.0 for m in found.skipped})
     metrics.update(_map_counts(maps, spec.name, bundle.resolution))
     predictions = _predictions(model, images, targets, ec.batch_size, spec.name)
@@ -139,9 +137,7 @@ def explain_trial(
         "index": [int(i) for i in raw],
         "class_names": [str(c) for c in bundle.class_names],
         **predictions,
-        **_outcome_meta(found, budget_words, context),
-        "quality_per_image": scored.per_image,  # per-image scores behind the intervals (explain.intervals)
-        "sanity": scored.sanity,  # method -> the sanity check's verdict in words
+        **_outcome_meta(found, budget_words, context, scored),
     }
     arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[probe_local].cpu().numpy()})
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
@@ -157,9 +153,10 @@ def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, 
         return {}
 
 
-def _outcome_meta(found: Any, budget_words: str, context: Any) -> dict[str, Any]:
+def _outcome_meta(found: Any, budget_words: str, context: Any, scored: Any) -> dict[str, Any]:
     """What the npz meta says of the run itself: failures, skips and the budget, each method's cost, the methods
-    with maps and the quality context's baseline choice."""
+    with maps, the quality context's baseline choice, the per-image scores behind the intervals
+    (`quality_per_image`, explain.intervals) and each sanity check's verdict in words (`sanity`)."""
     return {
         "failed": found.failed,
         "skipped": found.skipped,
@@ -167,6 +164,8 @@ def _outcome_meta(found: Any, budget_words: str, context: Any) -> dict[str, Any]
         "costs": {m: dataclasses.asdict(c) for m, c in found.costs.items()},
         "methods": list(found.maps),
         **(context.meta() if context is not None else {}),
+        "quality_per_image": scored.per_image,
+        "sanity": scored.sanity,
     }
 
 
