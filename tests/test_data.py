@@ -544,3 +544,15 @@ def test_csv_split_column_is_honoured_and_checked(tmp_path):
     manifest.write_text("path,label,split\n" + "\n".join([*rows[:-1], rows[-1].rsplit(",", 1)[0] + ",holdout"]))
     with pytest.raises(DataError, match="split 'holdout' is not train, val or test"):
         build(make_cfg(tmp_path, {"dataset": "csv", "csv": {"manifest": str(manifest)}}), 8, 0, "cpu")
+
+
+def test_cli_probe_set_larger_than_the_test_set_exits_2_in_one_line(tmp_path, capsys):
+    from resomap.cli import main
+
+    args = ["train", "--model", "tiny_cnn", "--resolution", "16", f"experiment.output_dir={tmp_path}"]
+    args += ["data.dataset=synthetic", "data.synthetic.num_images=60", "explainability.probe_size=10"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "explainability.probe_size: expected at most the 9 test images" in err
+    assert not (tmp_path / "checkpoints").exists()  # stopped before training
