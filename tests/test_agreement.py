@@ -193,9 +193,85 @@ def test_one_seed_says_no_noise_floor_and_gives_chance():
     row = _rows(found, "resolution")[0]
     assert row["effect_beyond_noise"] == "n.a." and np.isnan(row["floor"])
     kinds = {r["kind"] for r in found.rows if r["grid"] == 16}
-    assert kinds == {"resolution", "chance", "random", "model_free"}
+    assert kinds == {"resolution", "chance", "random", "model_free", "centre", "maps"}
     assert {r["grid"] for r in found.rows} == {16, 8}  # a second grid, half the main one
     assert not found.floors and np.allclose(np.diag(found.matrices[("m", "x")]["spearman"]), 1.0)
+
+
+# ----------------------------------------------------------------------- fair across resolutions (issue 23)
+
+
+def _raw_maps(side: int = 16, n: int = N) -> np.ndarray:
+    """Positive maps with distinct values (a gradient method's |attribution|), [n, side, side]."""
+    return np.random.default_rng(3).random((n, side, side)).astype(np.float32) + 0.1
+
+
+def test_an_upsampled_copy_gets_the_same_display_scale_and_agreement_one_on_every_grid(tmp_path):
+    """A saliency map at 32 px and the same attribution at 64 px (each pixel split over the 4 pixels that cover
+    its area: per-pixel values a quarter as large) are the same map up to resolution."""
+    from resomap.explain import figures
+
+    m32 = _raw_maps(32)
+    m64 = np.kron(m32, np.ones((2, 2), dtype=np.float32)) / 4
+    for grid in (64, 16):
+        cfg = ExplainabilityConfig(common_grid=grid, top_k_percent=10.0)
+        found = study({"m": {1: {32: {"saliency": m32}, 64: {"saliency": m64}}}}, {}, cfg)
+        rows = [r for r in found.rows if r["kind"] == "resolution"]
+        assert {r["grid"] for r in rows} == {grid, grid // 2} and len(rows) == 2 * len(METRICS)
+        for row in rows:
+            assert row["value"] == pytest.approx(1.0, abs=1e-5), row  # float32 maps
+    # display: one scale (per unit image area) for both, and the same picture
+    assert figures._top([m32[0]]) == pytest.approx(figures._top([m64[0]]))
+    assert figures._top([m32[0]]) != pytest.approx(figures._top([m64[0] * 4]))  # raw magnitudes would differ
+    paths = []
+    for res, maps in ((32, m32), (64, m64)):
+        images = np.kron(_images(32), np.ones((res // 32, res // 32), dtype=np.uint8))
+        paths.append(save_maps(tmp_path / f"{res}.npz", {"saliency": maps, "_probe_images": images},
+                               {"methods": ["saliency"], "resolution": res}))  # fmt: skip
+    scales = figures.shared_scales(paths)
+    small, large = (figures.probe_overlays(p, size=64, scales=scales) for p in paths)
+    for a, b in zip(small, large, strict=True):
+        assert a.shared_scale and figures.SHARED_SCALE in a.caption
+        assert np.array_equal(a.image, b.image)
+    assert "per unit image area" in figures.scale_words("saliency", True)
+
+
+def test_references_are_printed_with_their_own_chance_level_and_the_grid_effect():
+    found = study(*_sweep(lambda s, r: _up(_blobs(16, [(0.5, 0.5)] * N), r), (1, 2), (32, 64)), CFG)
+    sentence = found.statements[0]
+    free = _rows(found, "model_free")[0]
+    words = f"model-free edge map {free['value']:.2f} (its chance {free['chance']:.2f}, corrected"
+    assert words in sentence and free["corrected"] == pytest.approx(free["value"] - free["chance"])
+    centre = _rows(found, "centre")[0]
+    assert centre["corrected"] == pytest.approx(0.0, abs=1e-6)  # a map that ignores the image: no agreement
+    assert "centre prior" in sentence and "pixel-shuffled maps" in sentence
+    row = _rows(found, "resolution")[0]
+    assert row["corrected"] == pytest.approx(row["value"] - row["chance"])
+    assert f"chance-corrected {row['corrected']:+.2f}" in sentence
+    assert "Grid effect (spearman): grid 16:" in sentence and "grid 8:" in sentence
+
+
+def test_all_zero_maps_are_counted_and_reported_not_dropped_silently():
+    def make(seed, res):
+        maps = _up(_blobs(16, [(0.3 + 0.05 * i, 0.5) for i in range(N)]), res)
+        if res == 32:
+            maps[:3] = 0.0  # three blank CAMs at the smallest resolution
+        if res == 64 and seed == 2:
+            maps[5, 0, 0] = np.nan
+        return maps
+
+    found = study(*_sweep(make, (1, 2), (32, 64)), CFG)
+    counted = {
+        (r["a"], r["seeds"]): (r["constant"], r["nonfinite"], r["value"]) for r in found.rows if r["kind"] == "maps"
+    }
+    assert counted == {
+        (32, "1"): (3, 0, N - 3),
+        (32, "2"): (3, 0, N - 3),
+        (64, "1"): (0, 0, N),
+        (64, "2"): (0, 1, N - 1),
+    }
+    assert "Maps left out of every measure: 7 of 32 (6 constant or all zero, 1 non-finite" in found.statements[0]
+    assert min(r["images"] for r in _rows(found, "resolution")) == N - 4  # 32 px seed 1 vs 64 px seed 2
 
 
 # ------------------------------------------------------------------------------------------ compare_stage
@@ -225,7 +301,7 @@ def test_compare_stage_rows_matrices_floors_and_metrics(tmp_path, monkeypatch):
         rows = list(csv.DictReader(fh))
     want = {"kind", "grid", "seeds", "floor", "ratio_to_floor", "p_value", "effect_beyond_noise", "value", "raw"}
     assert want <= set(rows[0])
-    assert {r["kind"] for r in rows} == {"resolution", "seed", "chance", "model_free", "random"}
+    assert {r["kind"] for r in rows} == {"resolution", "seed", "chance", "model_free", "centre", "random", "maps"}
     entry = comp.matrices["m/x"]
     assert entry["floor_on_diagonal"] and entry["grid"] == 16
     assert entry["spearman"][0][0] == pytest.approx(comp.floors["m/x/spearman"]["32"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def _fresh_memory_cache():
 
 def make_cfg(tmp_path: Path, data: dict | None = None, **sections):
     data = {"dataset": "synthetic", "synthetic": {"num_images": 60, "size": 64}, **(data or {})}
+    sections.setdefault("explainability", {"probe_size": 4})  # 60 images hold 9 test images
     return build_config({"data": data, "experiment": {"output_dir": str(tmp_path)}, **sections})
 
 
@@ -220,24 +222,94 @@ def test_augmentation_changes_train_batches_only(tmp_path):
     assert torch.allclose(next(iter(off.train))[0], off.normalize(off.images("train")[rows]))
 
 
-def test_blur_only_at_high_resolution():
-    cfg = AugmentationConfig(
-        crop_scale_min=1.0, crop_scale_min_low=1.0, hflip=0, vflip=0, brightness=0, contrast=0,
-        high_resolution=32, blur_prob=1.0, blur_sigma_max=20.0,
-    )  # fmt: skip
-    for r, blurred in ((16, False), (32, True)):
-        aug = BatchAugment(cfg, r)
+def test_one_recipe_at_every_resolution_by_default_and_resolution_aware_only_when_asked():
+    plain = AugmentationConfig()
+    recipes = [BatchAugment(plain, r) for r in (16, 32, 64, 128, 224)]
+    assert {a.scale_min for a in recipes} == {plain.crop_scale_min} and all(a.blur_active for a in recipes)
+    described = [a.describe() for a in recipes]
+    assert {d["recipe"] for d in described} == {"one recipe at every resolution"}
+    assert [d["blur_sigma_max_px"] for d in described] == [round(1.5 * r / 224, 4) for r in (16, 32, 64, 128, 224)]
+    aware = AugmentationConfig(resolution_aware=True, high_resolution=64, crop_scale_min=0.9, crop_scale_min_high=0.3)
+    low, high = BatchAugment(aware, 32), BatchAugment(aware, 64)
+    assert (low.scale_min, low.blur_active) == (0.9, False) and (high.scale_min, high.blur_active) == (0.3, True)
+    assert low.describe()["resolution_aware"] and "varies with resolution" in high.describe()["recipe"]
+
+
+def test_blur_blurs_at_every_resolution_by_default():
+    cfg = AugmentationConfig(crop_scale_min=1.0, hflip=0, vflip=0, brightness=0, contrast=0, blur_prob=1.0)
+    for r in (32, 64):
+        aug = BatchAugment(dataclasses.replace(cfg, blur_sigma_max=20.0 * 224 / r), r)  # sigma up to 20 px
         x = torch.rand(4, 1, r, r, generator=torch.Generator().manual_seed(0))
         out = aug(x.clone(), torch.Generator().manual_seed(1))
-        assert aug.blur_active == blurred and out.shape == x.shape
-        assert torch.allclose(out, x, atol=1e-5) != blurred
-        if blurred:  # blur lowers pixel-to-pixel differences
-            assert (out.diff(dim=-1).abs().mean() < 0.8 * x.diff(dim=-1).abs().mean()).item()
+        assert out.shape == x.shape and (out.diff(dim=-1).abs().mean() < 0.8 * x.diff(dim=-1).abs().mean()).item()
 
 
-def test_crop_is_milder_at_low_resolution():
-    cfg = AugmentationConfig(high_resolution=64, crop_scale_min=0.3, crop_scale_min_low=0.9)
-    assert BatchAugment(cfg, 32).scale_min == 0.9 and BatchAugment(cfg, 64).scale_min == 0.3
+NATIVE = 256  # side of the test pattern before any resize
+
+
+def _grating(cycles: float) -> np.ndarray:
+    """uint8 [NATIVE, NATIVE]: a vertical sine grating of `cycles` periods across the image, amplitude 100."""
+    x = (np.arange(NATIVE) + 0.5) / NATIVE
+    g = np.sin(2 * np.pi * cycles * x + 0.3)[None, :].repeat(NATIVE, axis=0)
+    return np.clip(np.rint(128 + 100 * g), 0, 255).astype(np.uint8)
+
+
+def _energy_ratio(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.var(np.asarray(out, dtype=np.float64)) / np.var(np.asarray(ref, dtype=np.float64)))
+
+
+@pytest.mark.parametrize("resolution", [16, 32, 64, 128])
+def test_resize_and_random_resized_crop_are_antialiased_at_every_resolution(resolution: int):
+    """Bounds (the same at every resolution: one operation relative to the image): a grating at 1.5x the target's
+    Nyquist frequency keeps <= 2% of its energy after the resize the cache and test time use (aliased nearest-
+    neighbour sampling keeps ~100%, folded to a false low frequency), and the random resized crop does not bring it
+    back; a grating at a quarter of Nyquist keeps >= 85% through the resize and >= 85% of that through the crop,
+    one at half of Nyquist >= 55% and >= 70%."""
+    from resomap.data.cache import resize_image
+
+    r = resolution
+    crop_only = AugmentationConfig(hflip=0, vflip=0, brightness=0, contrast=0, blur_prob=0)
+    aug = BatchAugment(crop_only, r)
+    for fraction, kept_resize, kept_crop in ((1.5, None, None), (0.5, 0.55, 0.70), (0.25, 0.85, 0.85)):
+        pattern = _grating(fraction * r / 2)
+        small = resize_image(pattern, r, 1)[0]
+        batch = torch.from_numpy(small / 255.0).float()[None, None].repeat(16, 1, 1, 1)
+        cropped = aug(batch.clone(), torch.Generator().manual_seed(r)).numpy()
+        resized, through_crop = _energy_ratio(small, pattern), _energy_ratio(cropped * 255.0, pattern)
+        if kept_resize is None:  # above Nyquist: averaged away, never aliased back
+            nearest = pattern[:, (np.arange(r) * NATIVE) // r][(np.arange(r) * NATIVE) // r]
+            assert _energy_ratio(nearest, pattern) > 0.9  # what an aliasing resample keeps
+            assert resized <= 0.02 and through_crop <= 0.02, (resized, through_crop)
+        else:
+            assert resized >= kept_resize and through_crop >= kept_crop * resized, (fraction, resized, through_crop)
+            assert through_crop <= resized * 1.02  # a crop never adds energy
+
+
+def test_crop_is_torchvisions_antialiased_resized_crop():
+    from torchvision.transforms.v2 import functional as TF
+
+    aug = BatchAugment(AugmentationConfig(crop_scale_min=0.5, hflip=0, brightness=0, contrast=0, blur_prob=0), 32)
+    x = torch.rand(6, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(5)
+    out = aug(x.clone(), gen)
+    boxes = aug.crop_boxes(torch.rand(6, 6, generator=torch.Generator().manual_seed(5)), 32, 32)
+    for i, (top, left, h, w) in enumerate(boxes):
+        expected = TF.resized_crop(x[i], top, left, h, w, [32, 32], antialias=True).clamp(0, 1)
+        assert torch.allclose(out[i], expected, atol=1e-6)
+        assert 0.5 * 32 * 32 * 0.9 <= h * w <= 32 * 32 and h <= 32 and w <= 32
+
+
+def test_probe_set_larger_than_the_test_set_is_a_config_error(tmp_path):
+    from resomap.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"explainability.probe_size: expected at most the 9 test images"):
+        make_cfg(tmp_path, explainability={"probe_size": 10})  # 60 synthetic images x 0.15 -> 9 test images
+    assert make_cfg(tmp_path, explainability={"probe_size": 9}).explainability.probe_size == 9
+    assert make_cfg(tmp_path, explainability={"probe_size": 10, "enabled": False})  # no probe set: no check
+    with pytest.raises(ConfigError, match=r"explainability.probe_size: expected at most the 394 test images"):
+        build_config({"explainability": {"probe_size": 400}})  # ELPV: 2,624 images x 0.15
+    with pytest.raises(ConfigError, match=r"data.augmentation.crop_scale_min: expected an area fraction in \(0, 1\]"):
+        make_cfg(tmp_path, {"augmentation": {"crop_scale_min": 1.5}})
 
 
 def test_worker_loader_matches_fast_path(tmp_path):
@@ -472,3 +544,15 @@ def test_csv_split_column_is_honoured_and_checked(tmp_path):
     manifest.write_text("path,label,split\n" + "\n".join([*rows[:-1], rows[-1].rsplit(",", 1)[0] + ",holdout"]))
     with pytest.raises(DataError, match="split 'holdout' is not train, val or test"):
         build(make_cfg(tmp_path, {"dataset": "csv", "csv": {"manifest": str(manifest)}}), 8, 0, "cpu")
+
+
+def test_cli_probe_set_larger_than_the_test_set_exits_2_in_one_line(tmp_path, capsys):
+    from resomap.cli import main
+
+    args = ["train", "--model", "tiny_cnn", "--resolution", "16", f"experiment.output_dir={tmp_path}"]
+    args += ["data.dataset=synthetic", "data.synthetic.num_images=60", "explainability.probe_size=10"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "explainability.probe_size: expected at most the 9 test images" in err
+    assert not (tmp_path / "checkpoints").exists()  # stopped before training

@@ -10,6 +10,7 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig, ModelsConfig
 from resomap.explain import get_explainer, guarded
+from resomap.explain.measures import centre_maps
 from resomap.explain.probe import load_maps
 from resomap.explain.quality import (
     choose_baseline,
@@ -19,7 +20,7 @@ from resomap.explain.quality import (
     random_maps,
     tolerance_px,
 )
-from resomap.explain.sanity import sanity_check, unrelated_similarity
+from resomap.explain.sanity import SANITY_MIDPOINT, SanityResult, sanity_check, unrelated_similarity
 from resomap.models import ModelSpec, build_model
 
 CFG = ExplainabilityConfig(batch_size=8, faithfulness_steps=8, baseline_draws=2, sanity_seeds=3)
@@ -169,8 +170,8 @@ def _sobel(model, images, targets, **_):
 SEED_SETS = [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
 
 
-def test_sanity_threshold_is_the_unrelated_image_reference_and_verdicts_are_stable():
-    side, n = 16, 8
+def test_sanity_threshold_lies_between_the_unrelated_image_reference_and_identity():
+    side, n = 16, 12
     x = torch.randn(n, 1, side, side, generator=torch.Generator().manual_seed(1))
     t = torch.arange(n) % 2
     model = linear_model(side)
@@ -180,27 +181,113 @@ def test_sanity_threshold_is_the_unrelated_image_reference_and_verdicts_are_stab
     passing = [sanity_check(saliency, model, x, t, seeds=s, **kw) for s in SEED_SETS]
     for r in passing:
         assert r.reference_kind == "unrelated images"
-        assert r.threshold == pytest.approx(unrelated_similarity(np.abs(trained)).mean())
+        assert r.reference == pytest.approx(unrelated_similarity(np.abs(trained)).mean())
+        assert r.threshold == pytest.approx(r.reference + SANITY_MIDPOINT * (1 - r.reference))
         assert r.final.shape == (3, n) and r.verdict == 1 and r.passed and r.high < r.threshold
-        assert all(r.seed_passed)
+        assert all(r.seed_passed) and r.reason.startswith("pass")
     edges = guarded(_sobel)
     failing = [sanity_check(edges, model, x, t, seeds=s, **kw) for s in SEED_SETS]
     for r in failing:
         reference = unrelated_similarity(np.abs(_sobel(None, x, t).numpy())).mean()
-        assert r.threshold == pytest.approx(reference) and r.threshold < 0.3  # not the fixed 0.5
+        assert r.reference == pytest.approx(reference) and r.reference < 0.3
         assert r.verdict == -1 and not r.passed and r.low > r.threshold and not any(r.seed_passed)
     metrics = failing[0].metrics()
-    assert metrics["sanity_passed"] == 0.0 and metrics["sanity_seeds"] == 3.0
-    assert metrics["sanity_reference"] == failing[0].threshold and metrics["sanity_reference_is_fixed"] == 0.0
+    assert metrics["sanity_passed"] == 0.0 and metrics["sanity_inconclusive"] == 0.0 and metrics["sanity_seeds"] == 3
+    assert metrics["sanity_reference"] == failing[0].reference and metrics["sanity_reference_is_fixed"] == 0.0
+    assert metrics["sanity_threshold"] == failing[0].threshold and metrics["sanity_images"] == n
 
 
-def test_sanity_falls_back_to_the_fixed_threshold_with_one_image():
+def _centred_gaussian(model, images, targets, **_):
+    """A map that ignores both the model and the image: the centre prior."""
+    return torch.from_numpy(centre_maps(len(images), images.shape[-1]))
+
+
+def test_a_centred_gaussian_fails_the_sanity_check():
+    side, n = 16, 12
+    x = torch.randn(n, 1, side, side, generator=torch.Generator().manual_seed(3))
+    r = sanity_check(guarded(_centred_gaussian), linear_model(side), x, torch.arange(n) % 2, spec=SPEC,
+                     resolution=side, cfg=CFG)  # fmt: skip
+    assert r.verdict == -1 and not r.passed and "ignore the image" in r.reason, r.reason
+    m = r.metrics()
+    # its reference is uncalibrated: unrelated images' maps agree at 1.0, far above their own chance level (~0)
+    assert m["sanity_reference"] == pytest.approx(1.0) and abs(m["sanity_reference_chance"]) < 0.1
+    assert m["sanity_reference_corrected"] > 0.9 and m["sanity_passed"] == 0.0
+
+
+def test_inconclusive_is_never_passed():
+    reference = 0.1
+    threshold = reference + SANITY_MIDPOINT * (1 - reference)
+    straddling = threshold + np.linspace(-0.3, 0.3, 24)[None, :].repeat(10, axis=0)  # 10 draws x 24 images
+    r = SanityResult([], [], reference, straddling, "unrelated images")
+    assert r.verdict == 0 and not r.passed and r.low < r.threshold < r.high and r.reason.startswith("inconclusive")
+    assert r.metrics()["sanity_passed"] == 0.0 and r.metrics()["sanity_inconclusive"] == 1.0
+    few = SanityResult([], [], reference, np.zeros((10, 4)), "unrelated images")  # 4 images: no interval
+    assert few.verdict == 0 and not few.passed and "at least 10" in few.reason
+    constant = np.zeros((10, 12))
+    constant[:, :3] = np.nan  # 3 images whose trained map is constant: left out, counted
+    counted = SanityResult([], [], reference, constant, "unrelated images")
+    assert counted.images_used == 9 and counted.images_constant == 3 and counted.verdict == 0
+
+
+def test_sanity_uses_at_least_ten_draws_by_default():
+    assert ExplainabilityConfig().sanity_seeds >= 10
+    side = 16
+    x = torch.randn(12, 1, side, side, generator=torch.Generator().manual_seed(4))
+    r = sanity_check(get_explainer("saliency"), linear_model(side), x, torch.arange(12) % 2, spec=SPEC,
+                     resolution=side, cfg=ExplainabilityConfig(batch_size=12), cascade=False)  # fmt: skip
+    assert r.final.shape == (10, 12) and r.metrics()["sanity_seeds"] == 10 and r.passed
+
+
+def test_sanity_with_one_image_is_inconclusive_not_passed():
     model = linear_model(16)
     x = torch.randn(1, 1, 16, 16, generator=torch.Generator().manual_seed(2))
     r = sanity_check(
         get_explainer("saliency"), model, x, torch.tensor([0]), spec=SPEC, resolution=16, cfg=CFG, cascade=False
     )
-    assert r.reference_kind == "fixed" and r.threshold == CFG.sanity_threshold and r.passed
+    assert r.reference_kind == "fixed" and r.threshold == CFG.sanity_threshold
+    assert r.verdict == 0 and not r.passed and r.reason.startswith("inconclusive")
+
+
+# ------------------------------------------------------------------------------------------------ intervals
+
+
+def test_localisation_references_are_corrected_by_their_own_chance_level():
+    from resomap.explain.intervals import chance_corrected, own_chance
+
+    side, n = 32, 12
+    rng = np.random.default_rng(0)
+    masks = np.zeros((n, side, side), dtype=bool)
+    for i in range(n):  # one object per image, anywhere
+        y, x = rng.integers(2, side - 10, size=2)
+        masks[i, y : y + 8, x : x + 8] = True
+    centre = centre_maps(n, side)
+    oracle = masks.astype(np.float32) + 0.01 * rng.random(masks.shape)
+    found = chance_corrected("pointing_game", pointing_game, {"": oracle, "centre": centre}, masks, 0.0)
+    assert found["pointing_game_centre_corrected"] == pytest.approx(0.0, abs=1e-9)  # ignores the image: 0
+    assert found["pointing_game_corrected"] > 0.7  # points at the object beyond what other images' objects give
+    assert own_chance(pointing_game, oracle, masks, 0.0) == pytest.approx(found["pointing_game_chance"])
+
+
+def test_quality_scores_come_with_intervals_over_the_probe_images():
+    from resomap.explain.intervals import PER_IMAGE, interval_metrics
+    from resomap.explain.quality import quality_scores
+
+    side, n = 16, 12
+    x = torch.randn(n, 1, side, side, generator=torch.Generator().manual_seed(5))
+    masks = square_masks(n, side)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(side * side, 2))
+    t = torch.arange(n) % 2
+    maps = get_explainer("saliency")(model, x, t, spec=SPEC, resolution=side, cfg=CFG).numpy()
+    cfg = ExplainabilityConfig(batch_size=8, faithfulness_steps=4, baseline_draws=1, road=False)
+    means, per_image = quality_scores(model, x, t, maps, cfg, masks)
+    assert set(per_image) == set(PER_IMAGE) - {"road_vs_random"} and all(len(v) == n for v in per_image.values())
+    assert np.mean(per_image["deletion_auc_vs_random"]) == pytest.approx(means["deletion_auc_vs_random"])
+    ivs = interval_metrics(per_image, resamples=200)
+    for name, values in per_image.items():
+        assert ivs[f"{name}_low"] <= np.mean(values) <= ivs[f"{name}_high"], name
+    assert {"pointing_game_chance", "pointing_game_corrected", "pointing_game_model_free_chance"} <= set(means)
+    few = interval_metrics({k: v[:4] for k, v in per_image.items()})  # 4 images: no interval, NaN not a number
+    assert all(np.isnan(v) for v in few.values())
 
 
 # ------------------------------------------------------------------------------------------------ explain_trial

@@ -29,6 +29,7 @@ SEG = [
     "sweep.models=[tiny_segnet]",
     "explainability.methods=[gradcam,saliency]",
     "explainability.sanity_methods=[gradcam]",
+    "explainability.probe_size=4",  # the small generated sets below hold 6 test images
 ]
 
 

@@ -325,3 +325,45 @@ def test_sigkill_mid_epoch_then_resume_matches(tmp_path: Path):
     straight = Trainer(cfg, CPU).fit(model, data)
     assert stable(result["history"]) == stable(straight.history)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+# ---------------------------------------------------------------- convergence record (issue 23)
+
+
+def _history(values: list[float], monitor: str = "val/macro_f1") -> list[dict]:
+    return [{"epoch": i, monitor: v} for i, v in enumerate(values)]
+
+
+def test_convergence_flags_a_best_epoch_that_is_the_last_or_early_of_many():
+    from resomap.training.convergence import convergence
+
+    kw = {"monitor": "val/macro_f1", "mode": "max", "epochs_planned": 6, "stopped_early": False}
+    rising = convergence(_history([0.5, 0.6, 0.7, 0.8, 0.85, 0.9]), **kw)
+    assert rising.best_epoch == 5 == rising.last_epoch and rising.still_improving and rising.undertrained
+    assert rising.stop_reason == "epoch_budget" and "still improving" in rising.undertrained_reason
+    early = convergence(_history([0.5, 0.8, 0.7, 0.7, 0.6, 0.7]), **kw)
+    assert early.best_epoch == 1 and not early.still_improving and early.undertrained
+    assert "best epoch is 1 of 6" in early.undertrained_reason
+    settled = convergence(_history([0.5, 0.6, 0.8, 0.9, 0.9, 0.85]), **kw)  # ties keep the earliest epoch
+    assert settled.best_epoch == 3 and settled.best_value == 0.9 and not settled.undertrained
+    assert settled.undertrained_reason is None
+    few = convergence(_history([0.7, 0.6, 0.65]), **kw)  # best at 0 of only 3 epochs: not "of many"
+    assert few.best_epoch == 0 and not few.undertrained
+    loss = convergence(_history([0.9, 0.5, 0.4], "val/loss"), **{**kw, "monitor": "val/loss", "mode": "min"})
+    assert loss.best_epoch == 2 and loss.undertrained
+    nan = convergence(_history([float("nan")] * 4), **kw)
+    assert nan.best_epoch is None and nan.undertrained and "never finite" in nan.undertrained_reason
+
+
+def test_fit_records_convergence_with_the_early_stopping_reason():
+    cfg = cfg_of(10, checkpoint={"monitor": "val/accuracy", "mode": "max"})
+    stopper = EarlyStopping(monitor="val/accuracy", mode="max", patience=2, min_delta=10.0)  # nothing improves
+    res = Trainer(cfg, CPU, [stopper]).fit(mlp(), toy_data())
+    conv = res.convergence
+    assert conv.stop_reason == "early_stopping" and conv.epochs_run == 3 and conv.epochs_planned == 10
+    assert "did not improve for 2 epochs" in conv.stop_detail and conv.monitor == "val/accuracy"
+    best = max(range(3), key=lambda e: (res.history[e]["val/accuracy"], -e))
+    assert conv.best_epoch == best and conv.still_improving == (best == 2)
+    assert conv.to_dict()["undertrained"] == conv.undertrained
+    budget = Trainer(cfg_of(2), CPU).fit(mlp(), toy_data()).convergence
+    assert budget.stop_reason == "epoch_budget" and "training.epochs=2" in budget.stop_detail

@@ -364,10 +364,11 @@ def compared_trials(results: Iterable[Any]) -> list[Any]:
     return list({(r.model, r.resolution, r.seed): r for r in done}.values())
 
 
-def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path) -> Comparison:
+def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = None) -> Comparison:
     """Agreement of the trials' maps across resolutions, seeds and methods with their references (chance,
-    model-free, random, cross-seed floor) at the main and a second grid: figures, agreement.csv, matrices,
-    floors and one sentence per model x method (also written to agreement.txt)."""
+    model-free, centre prior, random, cross-seed floor) at the main and a second grid: figures, agreement.csv,
+    matrices, floors and one sentence per model x method (also written to agreement.txt); and the quality scores
+    with intervals over probe images and seeds (quality.csv/.txt, at `stats`: cfg.stats)."""
     chosen = compared_trials(results)
     if not chosen or ec is None:
         return Comparison()
@@ -379,7 +380,7 @@ def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path) -> Comparison:
     for r in chosen:
         by_trial[(r.model, r.resolution)].append(r.explain.metrics)
     quality = {key: _mean_metrics(found) for key, found in by_trial.items()}  # figures: mean over seeds
-    files, found = compare_sweep(entries, quality, ec, out_dir)
+    files, found = compare_sweep(entries, quality, ec, out_dir, stats=stats)
     if found.rows:
         files.append(write_rows(found.rows, out_dir / "agreement.csv"))
     if found.statements:

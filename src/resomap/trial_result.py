@@ -50,6 +50,9 @@ class TrialResult:
     # what it was trained on: name, options, digest of the images and splits, split sizes, classes (data_record)
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
     task: str = ""  # experiment.task (resomap.tasks); "" in results written before it was recorded
+    # did it train enough: best epoch, still improving at the last epoch, stop reason, undertrained (+ reason);
+    # resomap.training.convergence's record ({} for results written before it, and for `resomap analyze`)
+    convergence: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def apply(self, evaluation: Evaluation) -> None:
         """Take the test, cross-resolution, profile and explanation results of resomap.stages.evaluate_trained."""
@@ -91,6 +94,14 @@ class TrialResult:
         if self.error:
             lines.append(f"error: {self.error}")
         lines.append(f"epochs run: {self.epochs_run}, training time: {self.train_time_s:.1f} s")
+        conv = self.convergence or {}
+        if conv:
+            flag = f"UNDERTRAINED: {conv.get('undertrained_reason')}" if conv.get("undertrained") else "trained enough"
+            lines.append(
+                f"convergence: best epoch {conv.get('best_epoch')} by {conv.get('monitor')}, still improving at the "
+                f"last epoch: {'yes' if conv.get('still_improving') else 'no'}; stopped: {conv.get('stop_detail')}; "
+                + flag
+            )
         for k, v in sorted(self.test.items()):
             lines.append(f"{k}: {v:.4f}")
         for res, metrics in sorted(self.cross_resolution.items(), key=lambda kv: int(kv[0])):

@@ -21,8 +21,9 @@ from resomap.config import Config, with_overrides
 from resomap.errors import CheckpointError, ExplainError
 from resomap.explain import EXPLAINERS
 from resomap.explain.figures import save_figure
+from resomap.explain.intervals import interval_metrics
 from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
-from resomap.explain.quality import quality_metrics
+from resomap.explain.quality import quality_scores
 from resomap.explain.run import MAPS_FILE, PROBE_KEY, ExplainOutcome, explain_trial, probe_batch
 from resomap.training import write_json_atomic
 
@@ -160,7 +161,8 @@ def run_explainers(
     maps, failed = explain_probe_set(trained.model, images, targets, ec.methods, **kw)
     metrics: dict[str, float] = {}
     for method, method_maps in maps.items():
-        scores = quality_metrics(trained.model, images, targets.to(trained.device), method_maps, ec, masks)
+        scores, per_image = quality_scores(trained.model, images, targets.to(trained.device), method_maps, ec, masks)
+        scores.update(interval_metrics(per_image, level=cfg.stats.level, resamples=cfg.stats.resamples))
         metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
     meta = {"model": trained.name, "resolution": trained.resolution, "seed": trained.seed, "cam_layer": None}
     meta.update({"targets": [int(target)] * len(images), "failed": failed, "methods": list(maps)})

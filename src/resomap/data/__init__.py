@@ -7,7 +7,7 @@ for epoch in range(epochs):
 """
 
 # Importing the sources registers the built-in datasets.
-from resomap.data import folders, masks, sources, synthetic  # noqa: F401
+from resomap.data import checks, folders, masks, sources, synthetic  # noqa: F401
 from resomap.data.augment import BatchAugment
 from resomap.data.bundle import DataBundle, build
 from resomap.data.cache import CacheEntry, clear_memory_cache, get_resized, memory_cache_keys

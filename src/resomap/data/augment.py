@@ -1,4 +1,14 @@
-"""Batched train-time augmentation on the device: one affine resample, vectorised jitter, per-sample blur.
+"""Batched train-time augmentation on the device: random resized crop + flips, vectorised jitter, per-sample blur.
+
+One recipe at every resolution by default: the crop's area fraction, the flips, the jitter and the blur (its sigma
+given for a 224 px image and scaled with the resolution) are the same operations relative to the image at 32 px and
+at 512 px, so the factor under study is not also a change of augmentation. `resolution_aware` (an explicit option)
+brings back the recipe that varies with resolution: stronger crops and the blur only at and above
+`high_resolution`; `describe()` says which recipe a trial trained with (result.json, MLflow).
+
+Every rescaling is antialiased, as in the resolution cache and at test time: the crop box is cut on whole pixels and
+resized with torchvision's `resized_crop(antialias=True)` (bilinear with an antialiasing filter when shrinking, the
+same operation as the cache's PIL resize), class-index masks with nearest neighbour.
 
 Random parameters are drawn on the CPU from the loader's generator (seeded from seed + epoch), so batches are
 the same on every device and a resumed run sees the same augmentation.
@@ -7,23 +17,50 @@ the same on every device and a resumed run sees the same augmentation.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from resomap.config.schema import AugmentationConfig
 
+RECIPE_ONE = "one recipe at every resolution"
+RECIPE_AWARE = "resolution-aware ({} recipe at {} px; the recipe varies with resolution)"
+
 
 class BatchAugment:
-    """Random resized crop + flips (affine_grid/grid_sample), brightness/contrast, and Gaussian blur at high res."""
+    """Random resized crop + flips (torchvision, antialiased), brightness/contrast, and Gaussian blur."""
 
     def __init__(self, cfg: AugmentationConfig, resolution: int):
         self.cfg = cfg
         self.resolution = resolution
-        high = resolution >= cfg.high_resolution
-        self.scale_min = cfg.crop_scale_min if high else cfg.crop_scale_min_low
-        self.blur_active = high and cfg.blur_prob > 0 and cfg.blur_sigma_max > 0
+        high = cfg.resolution_aware and resolution >= cfg.high_resolution
+        self.scale_min = cfg.crop_scale_min_high if high else cfg.crop_scale_min
+        blur_here = high or not cfg.resolution_aware
+        self.blur_active = blur_here and cfg.blur_prob > 0 and cfg.blur_sigma_max > 0
         self.sigma_max = cfg.blur_sigma_max * resolution / 224  # blur_sigma_max is given for a 224 px image
+        self._high = high
+
+    def describe(self) -> dict[str, Any]:
+        """The recipe this resolution trains with, for result.json and MLflow."""
+        cfg = self.cfg
+        if cfg.resolution_aware:
+            recipe = RECIPE_AWARE.format("high-resolution" if self._high else "low-resolution", self.resolution)
+        else:
+            recipe = RECIPE_ONE
+        return {
+            "enabled": True,
+            "recipe": recipe,
+            "resolution_aware": bool(cfg.resolution_aware),
+            "crop_scale_min": float(self.scale_min),
+            "hflip": float(cfg.hflip),
+            "vflip": float(cfg.vflip),
+            "brightness": float(cfg.brightness),
+            "contrast": float(cfg.contrast),
+            "blur_prob": float(cfg.blur_prob) if self.blur_active else 0.0,
+            "blur_sigma_max_px": round(float(self.sigma_max), 4) if self.blur_active else 0.0,
+            "resampling": "torchvision resized_crop, bilinear, antialias=True (masks: nearest)",
+        }
 
     def __call__(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """x: float [B, C, r, r] in [0, 1] on any device -> augmented batch, same shape, in [0, 1]."""
@@ -43,32 +80,43 @@ class BatchAugment:
             x = self._blur(x, gen)
         return x.clamp_(0.0, 1.0), y
 
+    def crop_boxes(self, u: torch.Tensor, height: int, width: int) -> list[tuple[int, int, int, int]]:
+        """(top, left, h, w) in whole pixels per sample from uniform draws u [B, >=4]: area fraction in
+        [scale_min, 1], aspect ratio log-uniform in [3/4, 4/3] (torchvision's RandomResizedCrop ranges), each side
+        at most the image's."""
+        area = self.scale_min + (1.0 - self.scale_min) * u[:, 0]
+        ratio = torch.exp(math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[:, 1])
+        boxes = []
+        for a, r, ut, ul in zip(area.tolist(), ratio.tolist(), u[:, 2].tolist(), u[:, 3].tolist(), strict=True):
+            w = min(width, max(1, round(math.sqrt(a * r) * width)))
+            h = min(height, max(1, round(math.sqrt(a / r) * height)))
+            top = min(height - h, int(ut * (height - h + 1)))
+            left = min(width - w, int(ul * (width - w + 1)))
+            boxes.append((top, left, h, w))
+        return boxes
+
     def _geometry(self, x: torch.Tensor, gen: torch.Generator, masks: torch.Tensor | None = None):
-        b, cfg = x.shape[0], self.cfg
-        u = torch.rand(b, 6, generator=gen)
+        from torchvision.transforms.v2 import InterpolationMode
+        from torchvision.transforms.v2 import functional as TF
+
+        cfg = self.cfg
+        u = torch.rand(x.shape[0], 6, generator=gen)
         if self.scale_min >= 1.0 and cfg.hflip <= 0 and cfg.vflip <= 0:
             return x if masks is None else (x, masks)
-        area = self.scale_min + (1.0 - self.scale_min) * u[:, 0]
-        log_ratio = math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[:, 1]
-        ratio = torch.exp(log_ratio)
-        w = torch.sqrt(area * ratio).clamp(max=1.0)  # half-extents in the [-1, 1] grid are w and h
-        h = torch.sqrt(area / ratio).clamp(max=1.0)
-        tx = (1.0 - w) * (2 * u[:, 2] - 1)
-        ty = (1.0 - h) * (2 * u[:, 3] - 1)
-        fx = torch.where(u[:, 4] < cfg.hflip, -1.0, 1.0)
-        fy = torch.where(u[:, 5] < cfg.vflip, -1.0, 1.0)
-        theta = torch.zeros(b, 2, 3)
-        theta[:, 0, 0], theta[:, 0, 2] = w * fx, tx
-        theta[:, 1, 1], theta[:, 1, 2] = h * fy, ty
-        theta = theta.to(device=x.device, dtype=x.dtype)
-        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-        out = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-        if masks is None:
-            return out
-        moved = F.grid_sample(
-            masks[:, None].to(x.dtype), grid, mode="nearest", padding_mode="reflection", align_corners=False
-        )
-        return out, moved[:, 0].round().to(masks.dtype)
+        hgt, wid = x.shape[-2:]
+        hflip, vflip = (u[:, 4] < cfg.hflip).tolist(), (u[:, 5] < cfg.vflip).tolist()
+        out, moved = torch.empty_like(x), None if masks is None else torch.empty_like(masks)
+        for i, (top, left, h, w) in enumerate(self.crop_boxes(u, hgt, wid)):
+            dims = [d for d, flip in ((-1, hflip[i]), (-2, vflip[i])) if flip]
+            same = (h, w) == (hgt, wid)
+            img = x[i] if same else TF.resized_crop(x[i], top, left, h, w, [hgt, wid], antialias=True)
+            out[i] = img.flip(dims) if dims else img
+            if moved is not None:
+                m = masks[i : i + 1]
+                if not same:
+                    m = TF.resized_crop(m, top, left, h, w, [hgt, wid], InterpolationMode.NEAREST)
+                moved[i] = (m.flip(dims) if dims else m)[0]
+        return out if moved is None else (out, moved)
 
     def _jitter(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         b, cfg = x.shape[0], self.cfg

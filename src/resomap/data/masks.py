@@ -106,7 +106,14 @@ class SegSyntheticOptions:
     max_lines: int = 3  # lines per image: 1 to this many
 
 
-@register_dataset("synthetic_seg", options=SegSyntheticOptions, channels=1, masks=True, task=SEGMENTATION)
+@register_dataset(
+    "synthetic_seg",
+    options=SegSyntheticOptions,
+    channels=1,
+    masks=True,
+    task=SEGMENTATION,
+    images=lambda o: o.num_images,
+)
 def synthetic_seg(cfg: DataConfig, options: SegSyntheticOptions, seed: int = 0) -> SegSyntheticDataset:
     return SegSyntheticDataset(options.num_images, options.size, options.line_width, options.max_lines, seed)
 

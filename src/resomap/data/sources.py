@@ -97,6 +97,6 @@ class ElpvOptions:
     task: Literal["defect", "defect4", "type"] = "defect"  # defect (p >= 0.5), 4 levels, or mono/poly
 
 
-@register_dataset("elpv", options=ElpvOptions, channels=1, masks=False)
+@register_dataset("elpv", options=ElpvOptions, channels=1, masks=False, images=2624)
 def elpv(cfg: DataConfig, options: ElpvOptions) -> ElpvDataset:
     return ElpvDataset(options.task)

@@ -105,6 +105,6 @@ class SyntheticOptions:
     detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
 
 
-@register_dataset("synthetic", options=SyntheticOptions, channels=1, masks=True)
+@register_dataset("synthetic", options=SyntheticOptions, channels=1, masks=True, images=lambda o: o.num_images)
 def synthetic(cfg: DataConfig, options: SyntheticOptions, seed: int = 0) -> SyntheticDataset:
     return SyntheticDataset(options.num_images, options.size, options.detail_size, seed=seed)

@@ -30,15 +30,16 @@ import numpy as np
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.measures import (
-    METRICS,
-    PairScore,
-    Prepared,
-    edge_maps,
-    nanmean,
-    resample,
-    score_pair,
-    second_grid,
+from resomap.explain.measures import METRICS, PairScore, Prepared, nanmean, resample, score_pair, second_grid
+from resomap.explain.references import (
+    REFERENCES,
+    comparable,
+    fmt,
+    grid_effect,
+    left_out,
+    map_rows,
+    reference_maps,
+    reference_words,
 )
 from resomap.stats import RelabelTest, relabel_test
 
@@ -160,36 +161,28 @@ def fmt_value(v: float) -> str:
 
 def study(maps: Maps, images: Images, cfg: ExplainabilityConfig) -> Study:
     """The comparison of a sweep: maps[model][seed][resolution][method] ([N,H,W], the same probe images for every
-    seed and resolution of a model) and the probe images (for the model-free reference), at cfg.common_grid and
-    at `second_grid` of it."""
+    seed and resolution of a model) and the probe images (for the model-free references), at cfg.common_grid and
+    at `second_grid` of it; one sentence per model x method with the grid effect and the maps left out."""
     grids = [cfg.common_grid] + [g for g in [second_grid(cfg.common_grid)] if g]
     out = Study(grid=cfg.common_grid)
     for model in sorted(maps):
         per_seed = {s: maps[model][s] for s in sorted(maps[model])}
-        imgs = images.get(model, {})
+        refs = {grid: reference_maps(images.get(model, {}), grid, cfg.top_k_percent) for grid in grids}
         methods = sorted({m for pr in per_seed.values() for pm in pr.values() for m in pm})
-        for grid in grids:
-            main = grid == cfg.common_grid
-            edges = _edge_grids(imgs, grid, cfg.top_k_percent)
-            for method in methods:
-                try:
-                    _study_method(out, model, method, per_seed, edges, grid, cfg.top_k_percent, main)
-                except ExplainError as exc:  # one unusable map set must not stop the comparison of the others
-                    log.warning("agreement of %s/%s not computed: %s", model, method, exc)
-                    if main:
-                        out.statements.append(f"{model} / {method}: not compared ({exc}).")
-            if main:
-                _method_rows(out, model, per_seed, grid, cfg.top_k_percent)
-    return out
-
-
-def _edge_grids(imgs: Mapping[int, Mapping[int, np.ndarray]], grid: int, top_k: float) -> dict[int, Prepared]:
-    """resolution -> model-free maps on the grid (the probe images of the lowest seed that has them)."""
-    out: dict[int, np.ndarray] = {}
-    for seed in sorted(imgs):
-        for res, batch in imgs[seed].items():
-            if res not in out:
-                out[res] = Prepared(resample(edge_maps(batch), grid), top_k)
+        for method in methods:
+            try:
+                said = [
+                    _study_method(out, model, method, per_seed, refs[g], g, cfg.top_k_percent, g == grids[0])
+                    for g in grids
+                ]
+            except ExplainError as exc:  # one unusable map set must not stop the comparison of the others
+                log.warning("agreement of %s/%s not computed: %s", model, method, exc)
+                out.statements.append(f"{model} / {method}: not compared ({exc}).")
+                continue
+            if said[0]:
+                extra = [grid_effect(out.rows, model, method), left_out(out.rows, model, method)]
+                out.statements.append(" ".join([said[0], *[e for e in extra if e]]))
+        _method_rows(out, model, per_seed, grids[0], cfg.top_k_percent)
     return out
 
 
@@ -198,21 +191,18 @@ def _study_method(
     model: str,
     method: str,
     per_seed: Mapping[int, Mapping[int, Mapping[str, np.ndarray]]],
-    edges: Mapping[int, Prepared],
+    refs: Mapping[str, Mapping[int, Prepared]],
     grid: int,
     top_k: float,
     main: bool,
-) -> None:
+) -> str | None:
     """One method of one model on one grid: the cross-seed floors, the cross-resolution rows with their references
-    and tests (appended to ``out.rows``) and, on the main grid, its matrix, floors and sentence."""
-    trials = {
-        (s, r): Prepared(resample(pm[method], grid), top_k)
-        for s, pr in per_seed.items()
-        for r, pm in pr.items()
-        if method in pm
-    }
+    and tests (appended to ``out.rows``) and, on the main grid, the `maps` rows, its matrix, floors and sentence
+    (returned)."""
+    raw = {(s, r): pm[method] for s, pr in per_seed.items() for r, pm in pr.items() if method in pm}
+    trials = {key: Prepared(resample(comparable(m, method), grid), top_k) for key, m in raw.items()}
     if not trials:
-        return
+        return None
     sizes = {v.n for v in trials.values()}
     if len(sizes) > 1:
         raise ExplainError(f"{model}/{method}: maps to compare must hold the same probe images; got {sorted(sizes)}")
@@ -224,15 +214,18 @@ def _study_method(
     complete = [s for s in seeds if all((s, r) in trials for r in resolutions)]
     cross = {metric: pairs.cross_seed(metric) for metric in METRICS}
     tests = {metric: relabel_test(cross[metric], complete, resolutions) for metric in METRICS}  # behind the sentence
-    pair_rows = _resolution_pairs(out, pairs, base, seeds, edges, floors, cross)
+    pair_rows = _resolution_pairs(out, pairs, base, seeds, refs, floors, cross)
     if not main:
-        return
+        return None
+    out.rows += map_rows(base, raw)
     key = f"{model}/{method}"
     for metric in METRICS:
         if floors[metric]:
             out.floors[f"{key}/{metric}"] = {str(r): v for r, v in sorted(floors[metric].items())}
     out.matrices[(model, method)] = _matrix(resolutions, pair_rows, floors, tests, len(complete))
-    out.statements.append(_sentence(model, method, grid, seeds, complete, pair_rows, floors, tests))
+    ref_rows = [r for r in out.rows if r.get("metric") == PRIMARY_METRIC and r["kind"] in (*REFERENCES, "random")]
+    ref_rows = [r for r in ref_rows if r.get("model") == model and r.get("method") == method and r["grid"] == grid]
+    return _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, reference_words(ref_rows))
 
 
 class _Pairs:
@@ -281,33 +274,38 @@ def _resolution_pairs(
     pairs: _Pairs,
     base: dict[str, Any],
     seeds: list[int],
-    edges: Mapping[int, Prepared],
+    refs: Mapping[str, Mapping[int, Prepared]],
     floors: dict[str, dict[int, float]],
     cross: dict[str, dict[tuple, float]],
 ) -> dict[str, list[dict]]:
-    """Every pair of resolutions: the row (value, floor, test) and its references, per metric."""
+    """Every pair of resolutions: the row (value, its chance and chance-corrected value, floor, test) and its
+    references (pixel-shuffled maps, the model-free edge map and centre prior), each with its own chance level."""
     trials = pairs.trials
     pair_rows: dict[str, list[dict]] = defaultdict(list)
     for r1, r2 in itertools.combinations(sorted({r for _, r in trials}), 2):
         both = [s for s in seeds if (s, r1) in trials and (s, r2) in trials]
         combos = [(s, t) for s in seeds for t in seeds if (s, r1) in trials and (t, r2) in trials]
         scores = [pairs((s, r1), (t, r2)) for s, t in combos]
-        edge = {m: score_pair(edges[r1], edges[r2], m) for m in METRICS} if r1 in edges and r2 in edges else {}
+        found = {k: v for k, v in refs.items() if r1 in v and r2 in v}
+        ref_scores = {k: {m: score_pair(v[r1], v[r2], m) for m in METRICS} for k, v in found.items()}
         names = ",".join(map(str, sorted({x for c in combos for x in c})))
         for metric in METRICS:
             test = relabel_test(cross[metric], both, [r1, r2]) if len(both) >= 2 else None
             same = [pairs((s, r1), (s, r2))[metric].value for s in both]
             common = {**base, "metric": metric, "a": r1, "b": r2, "seeds": names}
             row = _resolution_row(common, [sc[metric] for sc in scores], same, floors[metric], test, len(both))
-            refs = [
+            rnd_chance = nanmean([sc[metric].random_chance for sc in scores])
+            extra = [
                 {**common, "kind": "chance", "of": "resolution", "value": row["chance"], "raw": row["chance"]},
-                {**common, "kind": "random", "value": row["random"], "raw": row["random"]},
+                {**common, "kind": "random", "value": row["random"], "raw": row["random"], "chance": rnd_chance}
+                | {"corrected": row["random"] - rnd_chance},
             ]
-            if edge:
-                e = edge[metric]
-                refs.append({**common, "kind": "model_free", "value": e.value, "raw": e.raw, "chance": e.chance})
-            row["model_free"] = edge[metric].value if edge else math.nan
-            out.rows += [row, *refs]
+            for kind, by_metric in ref_scores.items():
+                e = by_metric[metric]
+                extra.append({**common, "kind": kind, "value": e.value, "raw": e.raw, "chance": e.chance})
+                extra[-1].update(corrected=e.corrected, images=e.images)
+            row["model_free"] = ref_scores["model_free"][metric].value if "model_free" in ref_scores else math.nan
+            out.rows += [row, *extra]
             pair_rows[metric].append(row)
     return pair_rows
 
@@ -339,7 +337,9 @@ def _resolution_row(
         "effect_beyond_noise": verdict(test, n_both) if test else "n.a.",
     }
     row["chance"] = nanmean([sc.chance for sc in scores])
+    row["corrected"] = v - row["chance"]  # beyond what maps of different probe images share
     row["random"] = nanmean([sc.random for sc in scores])
+    row["images"] = min((sc.images for sc in scores), default=0)  # images compared in the worst pair of maps
     return row
 
 
@@ -362,13 +362,13 @@ def _matrix(resolutions, pair_rows, floors, tests, n_complete) -> dict[str, Any]
     return entry
 
 
-def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests) -> str:
+def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, references: str = "") -> str:
     metric = PRIMARY_METRIC
     rows = pair_rows.get(metric, [])
     cross = nanmean([r["value"] for r in rows])
     chance = nanmean([r["chance"] for r in rows])
-    free = nanmean([r["model_free"] for r in rows])
-    refs = f"chance {fmt_value(chance)}, model-free edge map {fmt_value(free)}"
+    refs = f"its chance {fmt_value(chance)}, chance-corrected {fmt(cross - chance, True)}"
+    refs += f"; {references}" if references else ""
     head = f"{model} / {method} ({metric}, grid {grid}):"
     if not rows:
         return f"{head} one resolution: nothing compared across resolutions."

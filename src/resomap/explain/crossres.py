@@ -7,6 +7,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from resomap.explain.figures import (
     quality_vs_resolution,
     save_figure,
 )
+from resomap.explain.intervals import quality_lines, quality_table
 from resomap.explain.measures import METRICS
 from resomap.explain.probe import load_maps
 from resomap.explain.run import PROBE_KEY
@@ -66,13 +68,16 @@ def compare_sweep(
     cfg: ExplainabilityConfig,
     out_dir: Path,
     max_probe_figures: int = 4,
+    stats: Any = None,
 ) -> tuple[list[Path], Study]:
-    """Agreement with its references (compare.study), matrices, probe grids and quality-vs-resolution figures;
-    returns (files, the study: tidy rows, matrices, floors, statements)."""
+    """Agreement with its references (compare.study), matrices, probe grids and quality-vs-resolution figures, and
+    the quality scores with their bootstrap intervals over probe images and seeds (quality.csv, quality.txt; at
+    `stats`' level, resamples and seed, cfg.stats); returns (files, the study: tidy rows, matrices, floors,
+    statements)."""
     metas: dict = {}
     maps, images = load_sweep_maps(entries, metas)
     found = study(maps, images, cfg)
-    files: list[Path] = []
+    files: list[Path] = write_quality(metas, out_dir, stats)
     for (model, method), entry in sorted(found.matrices.items()):
         floor = entry["floor_on_diagonal"]
         for metric in METRICS:
@@ -151,6 +156,25 @@ def _quality_figures(quality: dict[tuple[str, int], dict[str, float]], out_dir: 
                 fig = quality_vs_resolution(values, metric, f"{model}: {metric}")
                 files += save_figure(fig, out_dir, f"{model}_{metric}")
     return files
+
+
+def write_quality(metas: dict, out_dir: Path, stats: Any = None) -> list[Path]:
+    """quality.csv and quality.txt: each trial's per-image quality scores (npz meta), pooled over seeds per model,
+    resolution and method, with a bootstrap interval over the probe images (`explain.intervals.quality_table`)."""
+    per_trial = [
+        (model, res, seed, meta.get("quality_per_image") or {})
+        for model, by_seed in metas.items()
+        for seed, by_res in by_seed.items()
+        for res, meta in by_res.items()
+    ]
+    kw = {"level": stats.level, "resamples": stats.resamples, "seed": stats.seed} if stats is not None else {}
+    rows = quality_table([t for t in per_trial if t[3]], **kw)
+    if not rows:
+        return []
+    return [
+        write_rows(rows, out_dir / "quality.csv"),
+        write_text(out_dir / "quality.txt", "\n".join(quality_lines(rows)) + "\n"),
+    ]
 
 
 def mean_agreement(rows: list[dict]) -> dict[str, float]:

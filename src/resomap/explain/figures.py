@@ -2,10 +2,12 @@
 the HTML report and MLflow (`probe_overlays`: RGB arrays, no figure).
 
 Conventions: attribution maps use MAP_CMAP over the grayscale image. Colour scale: a method whose maps are raw
-magnitudes (the captum methods) gets one scale per probe image across resolutions, [0, the 99th percentile of
-its maps at every resolution], so a map that is weaker at one resolution looks weaker; a CAM method (registered
-with needs_spatial_layer: grad-cam's maps are each scaled to [0, 1] by the library) is shown per map, [min, max].
-The caption says which. Agreement matrices use MATRIX_CMAP on a fixed range ([-1, 1] for Spearman, [0, 1]
+magnitudes (the captum methods) gets one scale per probe image across resolutions, on the attribution per unit
+image area (`per_area`: a map times its pixel count, since per-pixel attribution shrinks as the pixel count grows),
+[0, the 99th percentile of those maps at every resolution], so a map that is weaker at one resolution looks weaker
+and one that is the same up to resolution looks the same; a CAM method (registered with needs_spatial_layer:
+grad-cam's maps are each scaled to [0, 1] by the library) is shown per map, [min, max]. The caption names the
+scale. Agreement matrices use MATRIX_CMAP on a fixed range ([-1, 1] for Spearman, [0, 1]
 otherwise) with the value written in each cell; a resolution matrix with >= 2 seeds has the cross-seed agreement
 (the noise floor) on its outlined diagonal.
 
@@ -73,10 +75,20 @@ def per_map_scaled(method: str) -> bool:
         return True
 
 
+SHARED_SCALE = "attribution per unit image area (map x pixel count)"  # what a shared colour scale measures
+
+
 def scale_words(method: str, shared: bool) -> str:
     if shared:
-        return f"{method}: one colour scale across resolutions (raw magnitudes, 0 to the {SCALE_PERCENTILE:g}th pct)"
+        return f"{method}: one colour scale across resolutions ({SHARED_SCALE}, 0 to the {SCALE_PERCENTILE:g}th pct)"
     return f"{method}: each map scaled to its own [min, max] (CAM maps are normalised per image)"
+
+
+def per_area(m: np.ndarray) -> np.ndarray:
+    """A map [.., H, W] as attribution per unit image area: times its pixel count H x W (the image's area is 1), so
+    maps of the same image at different resolutions are on one scale (explain.compare uses it too)."""
+    m = np.asarray(m, dtype=np.float64)
+    return m * (m.shape[-1] * m.shape[-2])
 
 
 def _gray(image: np.ndarray) -> np.ndarray:
@@ -91,15 +103,22 @@ def _unit(m: np.ndarray) -> np.ndarray:
 
 
 def _scaled(m: np.ndarray, top: float | None) -> np.ndarray:
-    """A map in [0, 1] for display: divided by a shared `top` (clipped), or its own [min, max] when top is None."""
+    """A map in [0, 1] for display: per unit area divided by a shared `top` (clipped), or its own [min, max] when
+    top is None."""
     if top is None:
         return _unit(m)
-    return np.clip(np.asarray(m, dtype=np.float64) / max(float(top), 1e-30), 0.0, 1.0)
+    return np.clip(per_area(m) / max(float(top), 1e-30), 0.0, 1.0)
 
 
 def _top(maps: Iterable[np.ndarray]) -> float:
-    values = np.concatenate([np.abs(np.asarray(m, dtype=np.float64)).ravel() for m in maps])
-    return float(np.percentile(values, SCALE_PERCENTILE)) if values.size else 1.0
+    """The shared scale's top: the SCALE_PERCENTILE of |map| per unit area over the maps, each map weighted by the
+    area its pixels cover (every resolution counts once; a map repeated at a finer grid gives the same top)."""
+    maps = [np.abs(per_area(m)).ravel() for m in maps]
+    if not maps or not sum(m.size for m in maps):
+        return 1.0
+    weights = np.concatenate([np.full(m.size, 1.0 / m.size) for m in maps])
+    values = np.concatenate(maps)
+    return float(np.percentile(values, SCALE_PERCENTILE, method="inverted_cdf", weights=weights))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +343,7 @@ def probe_overlays(
             correct = pos < len(preds) and pos < len(targets) and int(preds[pos]) == int(targets[pos])
             said = f"predicted {pred} ({prob:.0%}), {'correct' if correct else 'wrong'}" if pos < len(preds) else ""
             caption = f"{method} at {res} px, image #{index[pos]} (true {true}): {said or 'prediction not recorded'}"
-            caption += "; " + ("colour scale shared across resolutions" if shared else "colour scaled per map")
+            caption += "; " + (f"colour: {SHARED_SCALE}, shared across resolutions" if shared else "colour per map")
             out.append(
                 ProbeOverlay(
                     method=method,

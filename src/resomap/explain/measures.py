@@ -34,6 +34,7 @@ from resomap.errors import ExplainError
 
 METRICS = ("spearman", "topk_iou", "mass")
 RANDOM_SHUFFLES = 2  # pixel shuffles per image for the random level
+CENTRE_SIGMA = 1 / 4  # centre-prior map: Gaussian of sigma = side * this
 
 
 # ------------------------------------------------------------------------------------------------ the measures
@@ -154,16 +155,22 @@ def mass_agreement(a: np.ndarray, b: np.ndarray) -> float:
     return nanmean(np.diag(pair_matrix(a, b, "mass", 10.0)))
 
 
-def _random(metric: str, x: np.ndarray, y: np.ndarray, seed: int = 0) -> float:
+def _off_diagonal(m: np.ndarray) -> np.ndarray:
+    return m[~np.eye(len(m), dtype=bool)] if len(m) > 1 else np.full(1, np.nan)
+
+
+def _random(metric: str, x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """(the raw measure between pixel-shuffled maps of the same image, and of different images: its own chance)."""
     rng = np.random.default_rng([seed, 4099])
     shuffled = [(rng.permuted(x, axis=1), rng.permuted(y, axis=1)) for _ in range(RANDOM_SHUFFLES)]
-    return nanmean([_matched(metric, sx, sy) for sx, sy in shuffled])
+    matched = nanmean([_matched(metric, sx, sy) for sx, sy in shuffled])
+    return matched, nanmean([_off_diagonal(_cross(metric, sx, sy)) for sx, sy in shuffled])
 
 
 def random_level(a: np.ndarray, b: np.ndarray, metric: str, top_k_percent: float, seed: int = 0) -> float:
     """The raw measure between the maps with their pixels shuffled (independently per map; seeded, so repeatable)."""
     pa, pb = Prepared(a, top_k_percent), Prepared(b, top_k_percent)
-    return _random(metric, pa.arrays[metric], pb.arrays[metric], seed)
+    return _random(metric, pa.arrays[metric], pb.arrays[metric], seed)[0]
 
 
 def rescale(value: float, random: float) -> float:
@@ -181,6 +188,13 @@ class PairScore:
     chance: float  # mean over image i vs image j != i; mass: rescaled
     random: float  # raw measure between pixel-shuffled maps
     raw: float  # value before rescaling (== value except for mass)
+    random_chance: float = math.nan  # raw measure between shuffled maps of different images: `random`'s own chance
+    images: int = 0  # images whose two maps could be compared (a constant or non-finite map cannot)
+
+    @property
+    def corrected(self) -> float:
+        """The value beyond its chance level (value - chance): 0 = no more agreement than maps of other images."""
+        return self.value - self.chance
 
 
 def score_pair(
@@ -192,13 +206,30 @@ def score_pair(
     pb = b if isinstance(b, Prepared) else Prepared(b, top_k_percent)
     x, y = pa.arrays[metric], pb.arrays[metric]
     m = _cross(metric, x, y)
-    n = len(m)
-    raw = nanmean(np.diag(m))
-    chance = nanmean(m[~np.eye(n, dtype=bool)]) if n > 1 else float("nan")
-    rnd = _random(metric, x, y)
+    raw, images = nanmean(np.diag(m)), int(np.isfinite(np.diag(m)).sum())
+    chance = nanmean(_off_diagonal(m))
+    rnd, rnd_chance = _random(metric, x, y)
     if metric == "mass":  # rescaled against the random level (module doc); raw kept
-        return PairScore(rescale(raw, rnd), rescale(chance, rnd), rnd, raw)
-    return PairScore(raw, chance, rnd, raw)
+        return PairScore(rescale(raw, rnd), rescale(chance, rnd), rnd, raw, rnd_chance, images)
+    return PairScore(raw, chance, rnd, raw, rnd_chance, images)
+
+
+def unusable(maps: np.ndarray) -> tuple[int, int]:
+    """(maps with no ranking: every pixel equal, e.g. all zero; maps with a NaN or infinite value) of [N,H,W]: the
+    images every measure leaves out, counted so that none is dropped silently."""
+    flat = np.asarray(maps, dtype=np.float64).reshape(len(maps), -1)
+    bad = ~np.isfinite(flat).all(axis=1)
+    constant = ~bad & (np.ptp(np.where(np.isfinite(flat), flat, 0.0), axis=1) == 0)
+    return int(constant.sum()), int(bad.sum())
+
+
+def centre_maps(n: int, side: int) -> np.ndarray:
+    """float32 [n, side, side]: the centre prior, a Gaussian centred on the image with sigma = side * CENTRE_SIGMA
+    (the same map for every image: it ignores both model and image)."""
+    c = np.arange(side, dtype=np.float64) + 0.5 - side / 2
+    r2 = c[:, None] ** 2 + c[None, :] ** 2
+    g = np.exp(-r2 / (2 * (side * CENTRE_SIGMA) ** 2)).astype(np.float32)
+    return np.broadcast_to(g, (n, side, side)).copy()
 
 
 # ------------------------------------------------------------------------------------------- model-free maps

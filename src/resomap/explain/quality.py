@@ -9,7 +9,11 @@ Every score is reported beside baselines, so that "faithful" or "localises" mean
 - `<metric>_vs_random`: the signed excess over the random maps, > 0 = better than random (deletion AUC: random
   minus method, since lower is better; every other metric: method minus random);
 - localisation also `_centre` (a Gaussian centred map, sigma = side/4), `_random_weights` (the same method on
-  the model with every weight re-drawn, the sanity check's randomised model) and `_vs_random_weights`.
+  the model with every weight re-drawn, the sanity check's randomised model) and `_vs_random_weights`; and the
+  method and every reference (`<metric>[_<reference>]`) beside its OWN chance level, `_chance` (its maps scored
+  against the masks of other probe images) and `_corrected` (score - that chance): a map that ignores the image,
+  like the centre prior, is corrected to 0 (`explain.intervals`);
+- `quality_scores` also gives the per-image excesses behind the bootstrap intervals (`explain.intervals`).
 Deletion/insertion move pixels to a baseline image that the model should not read as evidence for a class: the
 candidates (mean colour, zeros, blur, noise) are checked on the model and the one whose softmax is closest to
 uniform (lowest mean largest probability, `baseline_max_prob`) is used unless `faithfulness_baseline` fixes one.
@@ -34,6 +38,8 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
+from resomap.explain.intervals import chance_corrected
+from resomap.explain.measures import centre_maps
 from resomap.explain.registry import explaining
 from resomap.explain.targets import cam_targets, target_probs
 
@@ -42,7 +48,6 @@ log = logging.getLogger(__name__)
 ROAD_PERCENTILES = (20, 40, 60, 80)  # fraction of pixels imputed by ROAD, in %
 BASELINE_CANDIDATES = ("mean", "zeros", "blur", "noise")  # deletion/insertion baseline images, in tie order
 RANDOM_MAP_SIGMA = 1 / 32  # random maps: uniform noise smoothed by a Gaussian of sigma = side * this
-CENTRE_SIGMA = 1 / 4  # centre-prior map: Gaussian of sigma = side * this
 POINTING_TOLERANCE = 0.05  # pointing game: the mask is dilated by this fraction of the image side
 FLAT_RTOL = 1e-6  # map values within this fraction of the map's range of its maximum count as the maximum
 FAITHFULNESS = ("deletion_auc", "insertion_auc", "road")
@@ -113,14 +118,6 @@ def random_maps(n: int, side: int, draws: int, seed: int = 0) -> np.ndarray:
     noise = torch.rand(max(1, draws) * n, 1, side + 2 * pad, side + 2 * pad, generator=gen)
     smooth = TF.gaussian_blur(noise, [2 * pad + 1, 2 * pad + 1], [sigma, sigma])[..., pad:-pad, pad:-pad]
     return smooth.reshape(max(1, draws), n, side, side).numpy()
-
-
-def centre_maps(n: int, side: int) -> np.ndarray:
-    """float32 [n, side, side]: a Gaussian centred on the image, sigma = side * CENTRE_SIGMA."""
-    c = np.arange(side, dtype=np.float64) + 0.5 - side / 2
-    r2 = c[:, None] ** 2 + c[None, :] ** 2
-    g = np.exp(-r2 / (2 * (side * CENTRE_SIGMA) ** 2)).astype(np.float32)
-    return np.broadcast_to(g, (n, side, side)).copy()
 
 
 def edge_maps(images: torch.Tensor) -> np.ndarray:
@@ -247,6 +244,13 @@ def energy_in_mask(maps: np.ndarray, masks: np.ndarray) -> np.ndarray:
     return np.where(total > 0, (pos * masks).sum(axis=(1, 2)) / np.maximum(total, 1e-12), 0.0)
 
 
+def _energy(maps: np.ndarray, masks: np.ndarray, tolerance: float = 0.0) -> np.ndarray:
+    return energy_in_mask(maps, masks)
+
+
+LOCALISATION_SCORES = {"pointing_game": pointing_game, "energy_in_mask": _energy}  # score(maps, masks, tolerance)
+
+
 def localisation(maps: np.ndarray, masks: np.ndarray, tolerance: float = POINTING_TOLERANCE) -> dict[str, np.ndarray]:
     """Per-image pointing game and energy in mask."""
     return {"pointing_game": pointing_game(maps, masks, tolerance), "energy_in_mask": energy_in_mask(maps, masks)}
@@ -267,7 +271,8 @@ class QualityContext:
     baseline: BaselineChoice
     base: torch.Tensor  # the deletion/insertion baseline images
     tolerance: float  # pointing-game tolerance, fraction of the side
-    scores: dict[str, float]  # '<metric>_random', '<metric>_model_free', '<metric>_centre'
+    scores: dict[str, float]  # '<metric>_random', '<metric>_model_free', '<metric>_centre' (+ their own chance)
+    per_image: dict[str, np.ndarray] = field(default_factory=dict)  # '<metric>_random' per probe image
 
     def meta(self) -> dict[str, Any]:
         """What to store beside the maps: the baseline chosen, the check's numbers and the tolerance."""
@@ -302,15 +307,21 @@ def quality_context(
     # ROAD of a random map is 0 in expectation (its most- and least-relevant-first orders are exchangeable), so
     # its random level is that 0 and its expensive imputation is not run for random maps.
     draws = [faithfulness(model, images, targets, m, with_road=False, **kw) for m in rnd]
-    level = float(np.mean([d[k].mean() for d in draws for k in ("deletion_auc", "insertion_auc")]))
+    per_level = np.mean([d[k] for d in draws for k in ("deletion_auc", "insertion_auc")], axis=0)  # [N]
+    level = float(per_level.mean())
     scores = {"deletion_auc_random": level, "insertion_auc_random": level, "road_random": 0.0}
+    per_image = {"deletion_auc_random": per_level, "insertion_auc_random": per_level, "road_random": 0 * per_level}
     free = faithfulness(model, images, targets, edge, with_road=getattr(cfg, "road", True), **kw)
     scores.update({f"{k}_model_free": float(v.mean()) for k, v in free.items()})
     tolerance = getattr(cfg, "pointing_tolerance", POINTING_TOLERANCE)
+    references = {"random": rnd[0], "model_free": edge, "centre": centre_maps(n, side)}
     if masks is not None:
-        for suffix, sets in (("random", list(rnd)), ("model_free", [edge]), ("centre", [centre_maps(n, side)])):
+        for suffix, sets in (("random", list(rnd)), ("model_free", [edge]), ("centre", [references["centre"]])):
             per = [localisation(m, masks, tolerance) for m in sets]
-            scores.update({f"{k}_{suffix}": float(np.mean([p[k].mean() for p in per])) for k in LOCALISATION})
+            per_image.update({f"{k}_{suffix}": np.mean([p[k] for p in per], axis=0) for k in LOCALISATION})
+            scores.update({f"{k}_{suffix}": float(per_image[f"{k}_{suffix}"].mean()) for k in LOCALISATION})
+        for k in LOCALISATION:  # each reference beside its own chance level (the masks of other images)
+            scores.update(chance_corrected(k, LOCALISATION_SCORES[k], references, masks, tolerance))
     log.info(
         "faithfulness baseline %s (mean largest probability %.3f, uniform %.3f; candidates %s)",
         choice.name,
@@ -318,7 +329,7 @@ def quality_context(
         choice.uniform,
         {k: round(v, 3) for k, v in choice.candidates.items()},
     )
-    return QualityContext(choice, base, tolerance, scores)
+    return QualityContext(choice, base, tolerance, scores, per_image)
 
 
 _CONTEXTS: weakref.WeakKeyDictionary[nn.Module, tuple[Any, ...]] = weakref.WeakKeyDictionary()
@@ -348,28 +359,61 @@ def quality_metrics(
     """Mean faithfulness (and localisation, when masks are given) of one method's maps, each beside its
     baselines (see the module doc for the names). `random_weight_maps`: the same method's maps on the
     randomised model, for the localisation `_random_weights` baseline."""
+    kw = {"context": context, "random_weight_maps": random_weight_maps}
+    return quality_scores(model, images, targets, maps, cfg, masks, **kw)[0]
+
+
+def quality_scores(
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    maps: np.ndarray,
+    cfg: ExplainabilityConfig,
+    masks: np.ndarray | None = None,
+    *,
+    context: QualityContext | None = None,
+    random_weight_maps: np.ndarray | None = None,
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """(quality_metrics' means, the per-image scores behind the intervals: `explain.intervals.PER_IMAGE`)."""
     targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
     ctx = context or _cached_context(model, images, targets, cfg, masks)
     scores = faithfulness(
         model, images, targets, maps, steps=cfg.faithfulness_steps, baseline=ctx.base, with_road=cfg.road
     )
     out: dict[str, float] = {}
+    per_image: dict[str, np.ndarray] = {}
     for k, v in scores.items():
         out[k] = float(v.mean())
         out[f"{k}_random"] = ctx.scores[f"{k}_random"]
         out[f"{k}_model_free"] = ctx.scores[f"{k}_model_free"]
         out[f"{k}_vs_random"] = _vs(k, out[k], out[f"{k}_random"])
+        per_image[f"{k}_vs_random"] = _vs(k, v, ctx.per_image[f"{k}_random"])
     out["baseline_max_prob"] = ctx.baseline.max_prob
     if masks is not None:
-        loc = localisation(maps, masks, ctx.tolerance)
-        rw = localisation(random_weight_maps, masks, ctx.tolerance) if random_weight_maps is not None else None
-        for k, v in loc.items():
-            out[k] = float(v.mean())
-            for suffix in ("random", "centre", "model_free"):
-                out[f"{k}_{suffix}"] = ctx.scores[f"{k}_{suffix}"]
-            out[f"{k}_vs_random"] = _vs(k, out[k], out[f"{k}_random"])
-            if rw is not None:
-                out[f"{k}_random_weights"] = float(rw[k].mean())
-                out[f"{k}_vs_random_weights"] = _vs(k, out[k], out[f"{k}_random_weights"])
-        out["pointing_tolerance_px"] = tolerance_px(int(masks.shape[-1]), ctx.tolerance)
+        out.update(_localisation_scores(maps, masks, ctx, random_weight_maps, per_image))
+    return out, per_image
+
+
+def _localisation_scores(maps, masks, ctx: QualityContext, random_weight_maps, per_image) -> dict[str, float]:
+    """Pointing game and energy in mask beside the references, each reference and the method with its own chance
+    level and chance-corrected (`explain.intervals.chance_corrected`); per-image scores into `per_image`."""
+    loc = localisation(maps, masks, ctx.tolerance)
+    rw = localisation(random_weight_maps, masks, ctx.tolerance) if random_weight_maps is not None else None
+    out: dict[str, float] = {}
+    for k, v in loc.items():
+        out[k] = float(v.mean())
+        for suffix in ("random", "centre", "model_free"):
+            out[f"{k}_{suffix}"] = ctx.scores[f"{k}_{suffix}"]
+            for own in ("chance", "corrected"):
+                if f"{k}_{suffix}_{own}" in ctx.scores:
+                    out[f"{k}_{suffix}_{own}"] = ctx.scores[f"{k}_{suffix}_{own}"]
+        out[f"{k}_vs_random"] = _vs(k, out[k], out[f"{k}_random"])
+        per_image[f"{k}_vs_random"] = v - ctx.per_image[f"{k}_random"]
+        sets = {"": maps} | ({"random_weights": random_weight_maps} if rw is not None else {})
+        out.update(chance_corrected(k, LOCALISATION_SCORES[k], sets, masks, ctx.tolerance))
+        if rw is not None:
+            out[f"{k}_random_weights"] = float(rw[k].mean())
+            out[f"{k}_vs_random_weights"] = _vs(k, out[k], out[f"{k}_random_weights"])
+    per_image["pointing_game"] = loc["pointing_game"]
+    out["pointing_tolerance_px"] = tolerance_px(int(masks.shape[-1]), ctx.tolerance)
     return out

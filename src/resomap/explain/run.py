@@ -18,8 +18,9 @@ from torch import nn
 
 from resomap.config import Config
 from resomap.errors import ConfigError
+from resomap.explain.intervals import interval_metrics
 from resomap.explain.probe import explain_probe_costed, probe_indices, save_maps
-from resomap.explain.quality import quality_context, quality_metrics
+from resomap.explain.quality import quality_context, quality_scores
 from resomap.explain.sanity import random_weight_maps, sanity_check
 from resomap.explain.targets import classes_and_regions, region_mean
 from resomap.models.spec import ModelSpec
@@ -120,12 +121,12 @@ def explain_trial(
         model, images, targets, ec.methods, budget_s=budget_s, always=ec.always, cost_factor=factor, **kw
     )
     maps, failed = found.maps, found.failed
-    metrics: dict[str, float] = {}
-    for method, cost in found.costs.items():
-        metrics.update(cost.metrics(method))
+    metrics = {k: v for method, cost in found.costs.items() for k, v in cost.metrics(method).items()}
     metrics.update({f"explain/{m}/skipped": 1.0 for m in found.skipped})
+    metrics.update(_map_counts(maps, spec.name, bundle.resolution))
     predictions = _predictions(model, images, targets, ec.batch_size, spec.name)
-    context = _score_maps(model, images, targets.to(device), maps, masks, ec, kw, failed, metrics)
+    scored = _Scored(metrics, failed, getattr(cfg, "stats", None))
+    context = _score_maps(model, images, targets.to(device), maps, masks, ec, kw, scored)
     meta = {
         "model": spec.name,
         "resolution": bundle.resolution,
@@ -136,7 +137,7 @@ def explain_trial(
         "index": [int(i) for i in raw],
         "class_names": [str(c) for c in bundle.class_names],
         **predictions,
-        **_outcome_meta(found, budget_words, context),
+        **_outcome_meta(found, budget_words, context, scored),
     }
     arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[probe_local].cpu().numpy()})
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
@@ -152,9 +153,10 @@ def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, 
         return {}
 
 
-def _outcome_meta(found: Any, budget_words: str, context: Any) -> dict[str, Any]:
+def _outcome_meta(found: Any, budget_words: str, context: Any, scored: Any) -> dict[str, Any]:
     """What the npz meta says of the run itself: failures, skips and the budget, each method's cost, the methods
-    with maps and the quality context's baseline choice."""
+    with maps, the quality context's baseline choice, the per-image scores behind the intervals
+    (`quality_per_image`, explain.intervals) and each sanity check's verdict in words (`sanity`)."""
     return {
         "failed": found.failed,
         "skipped": found.skipped,
@@ -162,7 +164,42 @@ def _outcome_meta(found: Any, budget_words: str, context: Any) -> dict[str, Any]
         "costs": {m: dataclasses.asdict(c) for m, c in found.costs.items()},
         "methods": list(found.maps),
         **(context.meta() if context is not None else {}),
+        "quality_per_image": scored.per_image,
+        "sanity": scored.sanity,
     }
+
+
+def _map_counts(maps: dict[str, np.ndarray], model: str, resolution: int) -> dict[str, float]:
+    """explain/<method>/maps_constant and maps_nonfinite: the maps every agreement measure has to leave out
+    (all zero or constant: no ranking; NaN or infinite), counted per trial and warned about, never dropped silently."""
+    from resomap.explain.measures import unusable
+
+    out = {}
+    for method, method_maps in maps.items():
+        constant, nonfinite = unusable(method_maps)
+        out[f"explain/{method}/maps_constant"], out[f"explain/{method}/maps_nonfinite"] = constant, nonfinite
+        if constant or nonfinite:
+            log.warning(
+                "%s at %d px, %s: %d of %d maps are constant (e.g. all zero) and %d non-finite; the agreement "
+                "measures leave them out (counted in agreement.csv)",
+                *(model, resolution, method, constant, len(method_maps), nonfinite),
+            )
+    return {k: float(v) for k, v in out.items()}
+
+
+@dataclasses.dataclass
+class _Scored:
+    """Where `_score_maps` puts what it finds: metrics, failures, per-image scores, sanity verdicts in words."""
+
+    metrics: dict[str, float]
+    failed: dict[str, str]
+    stats: Any = None  # cfg.stats: the level, resamples and seed of the intervals (defaults without it)
+    per_image: dict[str, dict[str, list[float]]] = dataclasses.field(default_factory=dict)
+    sanity: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def interval_settings(self) -> dict[str, Any]:
+        st = self.stats
+        return {"level": st.level, "resamples": st.resamples, "seed": st.seed} if st is not None else {}
 
 
 def _score_maps(
@@ -173,35 +210,43 @@ def _score_maps(
     masks: Any,
     ec: Any,
     kw: dict[str, Any],
-    failed: dict[str, str],
-    metrics: dict[str, float],
+    scored: _Scored,
 ) -> Any:
-    """Each method's quality metrics (and sanity check) into `metrics` as explain/<method>/<name>, a failure into
-    `failed`; returns the quality context (the baselines every method is compared with, computed once), or None."""
+    """Each method's quality metrics with their intervals over the probe images (and its sanity check) into
+    `scored.metrics` as explain/<method>/<name>, a failure into `scored.failed`; returns the quality context (the
+    baselines every method is compared with, computed once), or None."""
     context = None
+    ivs = scored.interval_settings()
     for method, method_maps in maps.items():
         scoring = time.perf_counter()
         try:
             context = context or quality_context(model, images, targets, ec, masks)
-            random_weights = None  # the method on the model with every weight re-drawn (first sanity seed)
+            random_weights = None  # the method on the model with every weight re-drawn (first sanity draw)
             sanity_scores: dict[str, float] = {}
             if method in ec.sanity_methods:
-                sanity = sanity_check(method, model, images, targets, cascade=False, **kw)
+                sanity = sanity_check(method, model, images, targets, cascade=False, **kw, **_sanity_kw(ivs))
                 random_weights, sanity_scores = sanity.random_maps, sanity.metrics()
+                scored.sanity[method] = sanity.reason
             elif masks is not None:
                 random_weights = random_weight_maps(method, model, images, targets, **kw)
-            scores = quality_metrics(
+            scores, per_image = quality_scores(
                 model, images, targets, method_maps, ec, masks, context=context,
                 random_weight_maps=random_weights if masks is not None else None,
             )  # fmt: skip
+            scores.update(interval_metrics(per_image, **ivs))
             scores.update(sanity_scores)
         except Exception as exc:  # scoring failure of one method is recorded; maps and other methods stay
-            failed[f"{method}/quality"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            log.warning("quality metrics of %s failed: %s", method, failed[f"{method}/quality"])
+            scored.failed[f"{method}/quality"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            log.warning("quality metrics of %s failed: %s", method, scored.failed[f"{method}/quality"])
             continue
-        metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
-        metrics[f"explain/{method}/quality_seconds"] = time.perf_counter() - scoring
+        scored.metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
+        scored.metrics[f"explain/{method}/quality_seconds"] = time.perf_counter() - scoring
+        scored.per_image[method] = {k: [float(x) for x in v] for k, v in per_image.items()}
     return context
+
+
+def _sanity_kw(ivs: dict[str, Any]) -> dict[str, Any]:
+    return {k: ivs[k] for k in ("level", "resamples") if k in ivs}
 
 
 def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:

@@ -1,8 +1,21 @@
 """The weight-randomisation sanity check of explanation maps (Adebayo et al. 2018): every weight of the model is
-re-drawn (cascading from the output side for the first seed) and the maps of the randomised model are compared with
-the trained model's (Spearman of |map| per image). The verdict compares the interval of the mean similarity over
-images x randomisation seeds (`resomap.stats.crossed_interval`) with the similarity of the trained model's maps of
-unrelated images; its numbers are the `sanity_*` metrics of `SanityResult`.
+re-drawn (cascading from the output side for the first draw) and the maps of the randomised model are compared with
+the trained model's (Spearman of |map| per image), over `explainability.sanity_seeds` randomisation draws (10 by
+default: the randomised copies of the small models explained here are cheap).
+
+The similarity comes with a bootstrap interval over the probe images (`resomap.stats.bootstrap_scores`, each image's
+similarity averaged over the draws) and beside calibrated references, each with its own chance level:
+- the unrelated-image reference: the trained model's maps of two different probe images (what two maps share that
+  says nothing about the image: centre bias, borders); its own chance level is the similarity of pixel-shuffled
+  maps; its chance-corrected value (reference - its chance) says how much the maps ignore the image;
+- identity: 1, the similarity of a map with itself (what a map that ignores the weights gets).
+The verdict splits the way from the reference to identity at its midpoint, `threshold = reference + SANITY_MIDPOINT x
+(1 - reference)`: pass when the whole interval is below it (the randomised maps are shown closer to unrelated
+images' maps than to the trained maps), fail when the whole interval is above it (they survive the randomisation),
+inconclusive otherwise (never counted as passed). A map that ignores the image (the reference at identity, e.g. a
+centred Gaussian) fails: its reference is uncalibrated. Constant maps (all-zero) have no ranking: those images are
+left out and counted. Fewer than `resomap.stats.MIN_BOOTSTRAP_IMAGES` usable images give no interval: inconclusive.
+Its numbers are the `sanity_*` metrics of `SanityResult`.
 """
 
 from __future__ import annotations
@@ -23,7 +36,10 @@ from resomap.errors import ExplainError
 from resomap.explain.probe import explain_probe_set
 from resomap.explain.registry import ExplainFn, build_explainer, explaining
 from resomap.models import ModelSpec
-from resomap.stats import crossed_interval
+from resomap.stats import bootstrap_scores
+
+SANITY_MIDPOINT = 0.5  # the pass/fail threshold's place between the unrelated-image reference (0) and identity (1)
+IDENTICAL = 0.99  # a reference at or above this: maps of unrelated images are the same map (the image is ignored)
 
 log = logging.getLogger(__name__)
 
@@ -72,73 +88,118 @@ def spearman_per_image(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _rank_corr(_ranks(a), _ranks(b))
 
 
+def _constant(maps: np.ndarray) -> np.ndarray:
+    """bool [N]: maps with no ranking (every pixel equal, e.g. all zero) or with a non-finite value."""
+    flat = np.asarray(maps, dtype=np.float64).reshape(len(maps), -1)
+    return ~np.isfinite(flat).all(axis=1) | (np.ptp(np.nan_to_num(flat), axis=1) == 0)
+
+
 def unrelated_similarity(maps: np.ndarray) -> np.ndarray:
-    """Spearman similarity of the maps of every pair of different images (i < j) of one model."""
-    r = _ranks(maps)
+    """Spearman similarity of the maps of every pair of different images (i < j) of one model (pairs with a
+    constant map are left out: they share no ranking to compare)."""
+    keep = ~_constant(maps)
+    r = _ranks(np.asarray(maps)[keep])
     i, j = np.triu_indices(len(r), k=1)
     return _rank_corr(r[i], r[j]) if len(i) else np.zeros(0)
 
 
+def shuffled_similarity(maps: np.ndarray, seed: int = 0) -> float:
+    """The unrelated-image reference's own chance level: the same similarity with every map's pixels shuffled."""
+    keep = ~_constant(maps)
+    rng = np.random.default_rng([seed, 8191])
+    flat = np.abs(np.asarray(maps, dtype=np.float64)[keep]).reshape(int(keep.sum()), -1)
+    sims = unrelated_similarity(rng.permuted(flat, axis=1)) if len(flat) > 1 else np.zeros(0)
+    return float(sims.mean()) if sims.size else float("nan")
+
+
 @dataclass
 class SanityResult:
-    """Weight-randomisation sanity check of one method on one model.
+    """Weight-randomisation sanity check of one method on one model (module doc for the rule).
 
     `similarities`: mean Spearman similarity of |map| to the trained model's after each cascading step (top
-    layer first, the first seed). `final` [seeds, images]: the similarity after every weight is re-drawn.
-    The verdict compares the 95% interval of the mean of `final` (`crossed_interval`: seeds and images both
-    random) with `threshold`: the mean similarity of the trained model's maps of different images
-    (`reference_kind` 'unrelated images'), or the configured fixed threshold ('fixed') when that reference is
-    unavailable (one image) or a threshold is given explicitly. `verdict`: 1 (the whole interval is below the
-    reference), 0 (the interval contains it: the randomised maps are as similar to the trained ones as the maps
-    of unrelated images are to each other, what a weight-dependent method gives) or -1 (the whole interval is
-    above it: the maps survive randomisation). `passed` = verdict >= 0: a one-sided test at 2.5% that fails
-    only when the randomised model's maps are significantly more similar than unrelated images' maps. A fixed
-    threshold, or a single value, is compared with the mean alone. `seed_passed`: the same rule per seed
-    (t-interval across images).
+    layer first, the first draw). `final` [draws, images]: the similarity after every weight is re-drawn (NaN for
+    an image whose trained map is constant: left out and counted in `images_constant`). `reference`: the mean
+    similarity of the trained model's maps of different images (`reference_kind` 'unrelated images'), with its
+    own chance level `reference_chance` (pixel-shuffled maps); or a fixed threshold ('fixed': one image, or
+    given explicitly), which is then the threshold itself. `verdict`: 1 pass, 0 inconclusive, -1 fail, with
+    `reason` in words; `passed` only for 1. `seed_passed`: per draw, its mean similarity below the threshold.
     """
 
     layers: list[str]
     similarities: list[float]
-    threshold: float
+    reference: float
     final: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     reference_kind: str = "fixed"
-    random_maps: np.ndarray | None = field(default=None, repr=False)  # raw maps of the first seed's random model
+    random_maps: np.ndarray | None = field(default=None, repr=False)  # raw maps of the first draw's random model
+    reference_chance: float = float("nan")
+    level: float = 0.95
+    resamples: int = 2000
+    threshold: float = field(init=False)
     verdict: int = field(init=False)
+    reason: str = field(init=False)
     passed: bool = field(init=False)
     mean: float = field(init=False)
     low: float = field(init=False)
     high: float = field(init=False)
+    images_used: int = field(init=False)
+    images_constant: int = field(init=False)
     seed_passed: list[bool] = field(init=False)
-
-    def _verdict(self, table: np.ndarray) -> tuple[float, float, float, int]:
-        mean, low, high = crossed_interval(table)
-        if not np.isfinite(mean):
-            return mean, low, high, -1
-        if self.reference_kind == "fixed" or not np.isfinite(high):
-            return mean, low, high, 1 if mean < self.threshold else -1
-        return mean, low, high, 1 if high < self.threshold else (-1 if low > self.threshold else 0)
 
     def __post_init__(self) -> None:
         final = np.asarray(self.final, dtype=np.float64)
-        if final.size == 0:  # the cascade alone (no per-image values): its last step against the threshold
-            last = self.similarities[-1] if self.similarities else float("nan")
-            final = np.array([[last]])
+        if final.size == 0:  # the cascade alone (no per-image values): its last step, no interval
+            final = np.array([[self.similarities[-1] if self.similarities else float("nan")]])
         self.final = final
-        self.mean, self.low, self.high, self.verdict = self._verdict(final)
-        self.passed = self.verdict >= 0
-        self.seed_passed = [self._verdict(row[None])[3] >= 0 for row in final]
+        usable = np.isfinite(final).all(axis=0)
+        self.images_used, self.images_constant = int(usable.sum()), int((~usable).sum())
+        fixed = self.reference_kind == "fixed"
+        ref = float(self.reference)
+        self.threshold = ref if fixed else ref + SANITY_MIDPOINT * (1.0 - ref)
+        table = final[:, usable]
+        found = bootstrap_scores(table, level=self.level, resamples=self.resamples) if table.size else None
+        self.mean = float(table.mean()) if table.size else float("nan")
+        ok = found is not None and found.available
+        self.low, self.high = (float(found.low), float(found.high)) if ok else (float("nan"), float("nan"))
+        why = found.reason if found is not None else "no image with a non-constant map"
+        self.verdict, self.reason = self._decide(ref, fixed, why)
+        self.passed = self.verdict == 1
+        self.seed_passed = [bool(np.nanmean(row) < self.threshold) if table.size else False for row in table]
+
+    def _decide(self, ref: float, fixed: bool, why: str | None) -> tuple[int, str]:
+        t = self.threshold
+        if not fixed and ref >= IDENTICAL:
+            return (
+                -1,
+                f"fail: the maps of unrelated images are the same map ({ref:.2f}): they ignore the image",
+            )
+        if not np.isfinite(self.high):
+            return 0, f"inconclusive: no interval ({why})"
+        interval = f"similarity {self.mean:.2f} [{self.low:.2f}, {self.high:.2f}]"
+        if self.high < t:
+            return 1, f"pass: {interval} below the threshold {t:.2f}"
+        if self.low > t:
+            return -1, f"fail: {interval} above the threshold {t:.2f}: the maps survive the randomisation"
+        return 0, f"inconclusive: {interval} contains the threshold {t:.2f}; more probe images or draws would decide"
 
     def metrics(self) -> dict[str, float]:
-        """The numbers of the verdict, as `sanity_*` metrics."""
+        """The numbers of the verdict, as `sanity_*` metrics (each reference beside its chance level)."""
+        ref, chance = float(self.reference), float(self.reference_chance)
         return {
             "sanity_similarity": self.mean,
             "sanity_similarity_low": self.low,
             "sanity_similarity_high": self.high,
-            "sanity_reference": self.threshold,
+            "sanity_similarity_corrected": self.mean - ref,  # beyond the unrelated-image reference
+            "sanity_reference": ref,
+            "sanity_reference_chance": chance,
+            "sanity_reference_corrected": ref - chance,  # what maps of different images share beyond chance
+            "sanity_threshold": self.threshold,
             "sanity_reference_is_fixed": float(self.reference_kind == "fixed"),
             "sanity_passed": float(self.passed),
+            "sanity_inconclusive": float(self.verdict == 0),
             "sanity_verdict": float(self.verdict),
             "sanity_seeds": float(len(self.seed_passed)),
+            "sanity_images": float(self.images_used),
+            "sanity_images_constant": float(self.images_constant),
             "sanity_seed_pass_fraction": float(np.mean(self.seed_passed)) if self.seed_passed else float("nan"),
         }
 
@@ -156,36 +217,39 @@ def sanity_check(
     min_cam_size: int = 4,
     seeds: Sequence[int] | None = None,
     cascade: bool = True,
+    level: float = 0.95,
+    resamples: int = 2000,
 ) -> SanityResult:
-    """Weight randomisation on deepcopies: for each seed every weight is re-drawn (same mean/std per tensor),
+    """Weight randomisation on deepcopies: for each draw every weight is re-drawn (same mean/std per tensor),
     and the maps of the images are compared with the trained model's (Spearman of |map|, per image).
 
-    The first seed re-draws the layers one by one from the top (cascading, Adebayo et al.) when `cascade`, giving
-    the per-layer curve; the other seeds re-draw all at once (the same end state). `seeds` defaults to
-    range(cfg.sanity_seeds). The pass threshold is the similarity of the trained maps of unrelated images (see
-    SanityResult); `threshold` fixes it instead. `explainer` is a method name or a one-shot callable such as
+    The first draw re-draws the layers one by one from the top (cascading, Adebayo et al.) when `cascade`, giving
+    the per-layer curve; the other draws re-draw all at once (the same end state). `seeds` defaults to
+    range(cfg.sanity_seeds). The verdict (module doc) compares the bootstrap interval over the probe images (at
+    `level`, `resamples`) with the threshold between the unrelated-image reference and identity; `threshold`
+    fixes the threshold instead. `explainer` is a method name or a one-shot callable such as
     `get_explainer(name)`.
     """
     kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size)
-    seeds = list(range(max(1, getattr(cfg, "sanity_seeds", 3)))) if seeds is None else list(seeds)
+    seeds = list(range(max(1, getattr(cfg, "sanity_seeds", 10)))) if seeds is None else list(seeds)
     if not seeds:
         raise ExplainError("sanity check needs at least one randomisation seed")
     batch = max(1, getattr(cfg, "batch_size", len(images)) or len(images))
     bound = _Bound(explainer, images, targets, kw, batch)
     with bound(model) as explain:
-        trained = explain()
+        trained = np.abs(explain())
     layers = _param_layers(model) if cascade else []
-    first_maps, curve, final = _randomised(bound, model, seeds, layers, _ranks(np.abs(trained)))
-    unrelated = unrelated_similarity(np.abs(trained))
+    first_maps, curve, final = _randomised(bound, model, seeds, layers, _ranks(trained))
+    final = np.where(_constant(trained)[None, :], np.nan, np.stack(final))
+    unrelated = unrelated_similarity(trained)
     if threshold is None and unrelated.size:
-        limit, kind = float(unrelated.mean()), "unrelated images"
+        ref, kind, chance = float(unrelated.mean()), "unrelated images", shuffled_similarity(trained)
     else:
-        limit, kind = float(cfg.sanity_threshold if threshold is None else threshold), "fixed"
-    result = SanityResult(layers, curve, limit, np.stack(final), kind, first_maps)
-    verdict = {1: "pass", 0: "inconclusive", -1: "fail"}[result.verdict]
+        ref, kind, chance = float(cfg.sanity_threshold if threshold is None else threshold), "fixed", float("nan")
+    result = SanityResult(layers, curve, ref, final, kind, first_maps, chance, level, resamples)
     log.info(
-        "sanity %s: similarity %.3f [%.3f, %.3f] over %d images x %d seeds vs %s %.3f -> %s",
-        *(spec.name, result.mean, result.low, result.high, len(images), len(seeds), kind, limit, verdict),
+        "sanity %s: %d images x %d draws vs %s %.3f (its chance %.3f) -> %s",
+        *(spec.name, result.images_used, len(seeds), kind, ref, chance, result.reason),
     )
     return result
 

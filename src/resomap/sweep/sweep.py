@@ -355,7 +355,7 @@ def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folde
     with clock("figures"):
         figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
     with clock("explanations"):
-        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations")
+        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats)
     with clock("report"):
         page = _report(out_dir)
     return summary, tables, figures, comparison, page

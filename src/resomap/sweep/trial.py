@@ -253,7 +253,14 @@ def data_record(bundle: Any) -> dict[str, Any]:
         "classes": list(bundle.class_names),
         "channels": int(bundle.channels),
         "data_seed": int(bundle.data_seed),
+        "augmentation": augmentation_record(bundle),
     }
+
+
+def augmentation_record(bundle: Any) -> dict[str, Any]:
+    """The augmentation recipe the trial trained with (BatchAugment.describe), or that there was none."""
+    augment = getattr(getattr(bundle, "train", None), "augment", None)
+    return augment.describe() if augment is not None else {"enabled": False, "recipe": "no augmentation"}
 
 
 def _publish(trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any) -> None:
@@ -338,6 +345,12 @@ def _prepare(trial: Trial, cfg: Config, device: Any) -> _Prepared:
             f"pick a {cfg.experiment.task} model (resomap models) or set experiment.task={found}"
         )
     bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
+    ec, n_test = cfg.explainability, len(bundle.splits["test"])
+    if ec.enabled and ec.probe_size > n_test:  # datasets whose size the config load could not know
+        raise ConfigError(
+            f"explainability.probe_size: expected at most the {n_test} test images of {cfg.data.dataset}, "
+            f"got {ec.probe_size}; lower it or add images"
+        )
     seed_everything(trial.seed)  # weight init must not depend on what ran before in this process
     model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
     models_pkg.check_input_size(model, trial.model, trial.resolution, bundle.channels)
@@ -413,6 +426,9 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     result.epochs_run = len(fit.history)
     result.history = [{k: float(v) for k, v in h.items() if isinstance(v, int | float)} for h in fit.history]
     result.best_val = fit.best_score
+    result.convergence = fit.convergence.to_dict() if fit.convergence is not None else {}
+    if result.convergence.get("undertrained"):
+        log.warning("%s looks undertrained: %s", trial.name, result.convergence["undertrained_reason"])
     result.best_checkpoint = str(fit.best_path)
     if fit.resumed_from_epoch is not None:
         result.notes.append(f"resumed from last.pt after epoch {fit.resumed_from_epoch}")

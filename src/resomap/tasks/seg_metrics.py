@@ -35,10 +35,12 @@ def tolerance_px(reference: int, fraction: float) -> int:
 
 
 def resize_logits(logits: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Bilinear (align_corners=False) resampling of logits [B, K, h, w] to `size` (a no-op when equal)."""
+    """Bilinear (align_corners=False) resampling of logits [B, K, h, w] to `size` (a no-op when equal), antialiased
+    when it shrinks (reference masks smaller than the model's resolution), like every other resize."""
     if tuple(logits.shape[-2:]) == tuple(size):
         return logits
-    return F.interpolate(logits.float(), size=size, mode="bilinear", align_corners=False)
+    shrinks = size[0] < logits.shape[-2] or size[1] < logits.shape[-1]  # upsampling: the same without the filter
+    return F.interpolate(logits.float(), size=size, mode="bilinear", align_corners=False, antialias=shrinks)
 
 
 def boundaries(labels: torch.Tensor, num_classes: int) -> torch.Tensor:

@@ -3,8 +3,9 @@
 
 The trial's run is found by its trial-key tag (else created, under the sweep's parent run when there is one), so
 no run is ever made twice. Then: params, tags (trial key, model, family, resolution, seed, CAM layer, failed
-explainers, failure), the per-epoch history (step = epoch), test, `test_at_<res>/accuracy`, profile and
-explanation metrics, the summary folder's files, the best checkpoint (mlflow.log_checkpoint), the model
+explainers, failure, undertrained, stop reason, augmentation recipe), the per-epoch history (step = epoch), test,
+`test_at_<res>/accuracy`, profile, `convergence/*` and explanation metrics, the summary folder's files, the best
+checkpoint (mlflow.log_checkpoint), the model
 (mlflow.log_model), and the run is closed with the trial's status. Only what the run does not hold yet is logged
 (metric points by key and step, params by key, files by path; result.json and the small text files are always
 refreshed), so publishing again changes nothing, and the points MlflowCallback logged live are not repeated.
@@ -37,6 +38,7 @@ TRIAL_KEY_TAG = "resomap.trial_key"
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
 ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
+CONVERGENCE_METRICS = ("best_epoch", "epochs_run", "still_improving", "undertrained")  # convergence/<name>
 # plain names for the figures a reader sorts the runs table by (the profile's own JSON keeps its field names)
 HEADLINE_NAMES = {
     "profile/latency_median_ms": "profile/latency_p50_ms",
@@ -148,6 +150,7 @@ def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, An
     tags.update({f"resomap.explain_failed.{m}": r for m, r in (explain.get("failed") or {}).items()})
     if explain.get("cam_layer"):
         tags["resomap.cam_layer"] = explain["cam_layer"]
+    tags.update(convergence_tags(data))
     oom = [n for n in data.get("notes") or [] if n.startswith("CUDA out of memory")]
     if oom:
         tags["resomap.oom_retry"] = oom[-1]
@@ -161,6 +164,16 @@ def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, An
     _log_inputs(tracker, run, trial, data)
     have = _log_files(tracker, run_id, trial, data)
     _log_probe_images(tracker, run_id, trial.summary_dir, data, have)
+
+
+def convergence_tags(data: Mapping[str, Any]) -> dict[str, str]:
+    """resomap.undertrained (yes: why / no), resomap.stop_reason and resomap.augmentation (the recipe) of a result."""
+    conv, recipe = data.get("convergence") or {}, ((data.get("data") or {}).get("augmentation") or {}).get("recipe")
+    tags = {"resomap.augmentation": str(recipe)} if recipe else {}
+    if conv:
+        tags["resomap.undertrained"] = f"yes: {conv['undertrained_reason']}" if conv.get("undertrained") else "no"
+        tags["resomap.stop_reason"] = str(conv.get("stop_detail") or conv.get("stop_reason"))
+    return tags
 
 
 def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, float]]:
@@ -177,6 +190,8 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
         if "accuracy" in metrics:
             flat[f"test_at_{res}/accuracy"] = metrics["accuracy"]
     flat.update((data.get("explain") or {}).get("metrics") or {})
+    conv = data.get("convergence") or {}
+    flat.update({f"convergence/{k}": float(conv[k]) for k in CONVERGENCE_METRICS if conv.get(k) is not None})
     if data.get("profile") and (folder / "profile.json").is_file():
         from resomap.profiling import load_profile
 

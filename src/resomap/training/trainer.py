@@ -21,6 +21,7 @@ from resomap.runtime import apply_system, autocast_dtype, resolve_channels_last,
 from resomap.tasks import task_of
 from resomap.training import distributed
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
+from resomap.training.convergence import Convergence, convergence
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
 from resomap.training.progress import Progress
 
@@ -38,6 +39,7 @@ class FitResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     stopped_early: bool = False
     resumed_from_epoch: int | None = None
+    convergence: Convergence | None = None  # best epoch, still improving, stop reason, undertrained
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -328,4 +330,19 @@ class Trainer:
             history=[dict(h) for h in self.history],
             stopped_early=self.should_stop,
             resumed_from_epoch=resumed,
+            convergence=self._convergence(),
+        )
+
+    def _convergence(self) -> Convergence:
+        """The fit's convergence record, by the checkpoint monitor (training.checkpoint) over the whole history."""
+        tc = self.cfg.training
+        stopper = next((cb for cb in self.callbacks if hasattr(cb, "patience") and hasattr(cb, "wait")), None)
+        return convergence(
+            self.history,
+            monitor=tc.checkpoint.monitor,
+            mode=tc.checkpoint.mode,
+            epochs_planned=tc.epochs,
+            stopped_early=self.should_stop and len(self.history) < tc.epochs,
+            patience=getattr(stopper, "patience", None),
+            stop_monitor=getattr(stopper, "monitor", None),
         )

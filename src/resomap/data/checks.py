@@ -1,0 +1,62 @@
+"""The data section's load-time checks, pushed to the config loader when resomap.data is imported: augmentation
+values in range, and a probe set no larger than the test set when the dataset's size is known from the config
+(a registered dataset's `images` meta: its image count from its options; other datasets are checked once their
+test split is built, before training)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from resomap.config import register_check
+from resomap.data.registry import DATASETS
+
+
+def known_images(cfg: Any) -> int | None:
+    """The number of images the data section selects (after data.limit), when the dataset says it without reading
+    files; None otherwise."""
+    from resomap.config.groups import group_options
+    from resomap.errors import UnknownNameError
+
+    dc = cfg.data
+    try:
+        count = DATASETS.meta(dc.dataset).get("images")
+    except UnknownNameError:
+        return None  # reported with its suggestions by the data config group
+    if count is None:
+        return None
+    n = int(count(group_options(dc, dc.dataset)) if callable(count) else count)
+    return n if dc.limit is None else min(n, int(dc.limit))
+
+
+def test_images(n: int, test: float) -> int:
+    """The test split's size for n images: scikit-learn's train_test_split takes ceil(test x n)."""
+    return math.ceil(test * n)
+
+
+def check_data(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    """fail(path, expected, got) for augmentation values out of range, or a probe set larger than the test set."""
+    aug = cfg.data.augmentation
+    for key in ("crop_scale_min", "crop_scale_min_high"):
+        value = getattr(aug, key)
+        if not 0 < value <= 1:
+            fail(f"data.augmentation.{key}", "an area fraction in (0, 1]", value)
+    for key in ("hflip", "vflip", "blur_prob"):
+        value = getattr(aug, key)
+        if not 0 <= value <= 1:
+            fail(f"data.augmentation.{key}", "a probability in [0, 1]", value)
+    if aug.blur_sigma_max < 0:
+        fail("data.augmentation.blur_sigma_max", "a number >= 0", aug.blur_sigma_max)
+    if aug.high_resolution < 1:
+        fail("data.augmentation.high_resolution", "an integer >= 1", aug.high_resolution)
+    ex = cfg.explainability
+    n = known_images(cfg) if ex.enabled else None
+    if n is not None and 0 < cfg.data.split.test < 1:
+        test = test_images(n, cfg.data.split.test)
+        if ex.probe_size > test:
+            where = f"{n} images x data.split.test={cfg.data.split.test}"
+            fail("explainability.probe_size", f"at most the {test} test images ({where})", ex.probe_size)
+
+
+register_check(check_data)  # run by the config loader on every load

@@ -1,0 +1,114 @@
+"""Did a model train enough? The convergence record of one fit (issue 23): the epoch of the best checkpoint, whether
+validation was still improving at the last epoch, why training stopped, and an `undertrained` flag.
+
+A model is flagged undertrained when
+- its best epoch is the last one: validation was still improving when training stopped (more epochs might help), or
+- its best epoch is 0 or 1 (`EARLY_BEST`) of at least `MANY_EPOCHS` epochs: nothing after its first epochs improved
+  the monitored validation metric (a model stuck near its start, e.g. at the majority class, or a learning rate
+  too high to settle).
+The best epoch is the one the best checkpoint is chosen by (`training.checkpoint.monitor` / `mode`; the earliest of
+tied epochs, as `TopKCheckpoint` keeps it), read from the fit's per-epoch history, so a resumed fit gives the same
+record as an uninterrupted one. Pure Python: result.json and MLflow read its `to_dict()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+EARLY_BEST = 1  # a best epoch at or below this (0-based) is "early"
+MANY_EPOCHS = 4  # ... and counts as undertrained when at least this many epochs ran
+EARLY_STOPPING = "early_stopping"
+EPOCH_BUDGET = "epoch_budget"
+NOTHING_RUN = "no_epochs"
+
+
+@dataclasses.dataclass(frozen=True)
+class Convergence:
+    """One fit's convergence record (epochs are 0-based, as in the history and checkpoint names)."""
+
+    monitor: str  # the metric the best checkpoint is chosen by
+    mode: str  # min or max
+    best_epoch: int | None  # epoch of the best checkpoint; None when the monitor was never logged
+    best_value: float | None
+    last_epoch: int | None
+    epochs_run: int  # epochs in the history (epochs of an earlier, resumed attempt included)
+    epochs_planned: int  # training.epochs
+    still_improving: bool  # the last epoch is the best one: validation was still improving when training stopped
+    stop_reason: str  # early_stopping | epoch_budget | no_epochs
+    stop_detail: str  # the stop reason in words
+    undertrained: bool
+    undertrained_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _rank(value: Any, mode: str) -> float:
+    """Lower is better; NaN or missing ranks worst."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return math.inf
+    if math.isnan(v):
+        return math.inf
+    return v if mode == "min" else -v
+
+
+def best_epoch(history: Sequence[Mapping[str, Any]], monitor: str, mode: str) -> tuple[int | None, float | None]:
+    """(epoch, value) of the best `monitor` in the history: the earliest of ties; (None, None) when never finite."""
+    best, best_rank = None, math.inf
+    for i, row in enumerate(history):
+        rank = _rank(row.get(monitor), mode)
+        if rank < best_rank:
+            best, best_rank = (int(row.get("epoch", i)), float(row[monitor])), rank
+    return best if best is not None else (None, None)
+
+
+def convergence(
+    history: Sequence[Mapping[str, Any]],
+    *,
+    monitor: str,
+    mode: str,
+    epochs_planned: int,
+    stopped_early: bool,
+    patience: int | None = None,
+    stop_monitor: str | None = None,
+) -> Convergence:
+    """The record of a fit from its per-epoch history. `stopped_early`: a callback stopped it before
+    `epochs_planned` (early stopping on `stop_monitor` with `patience`, when given)."""
+    epoch, value = best_epoch(history, monitor, mode)
+    n = len(history)
+    last = int(history[-1].get("epoch", n - 1)) if history else None
+    if not history:
+        reason, detail = NOTHING_RUN, "no epoch ran"
+    elif stopped_early:
+        reason = EARLY_STOPPING
+        what = f"{stop_monitor} did not improve for {patience} epochs" if stop_monitor and patience else "a callback"
+        detail = f"early stopping after epoch {last} ({what})"
+    else:
+        reason, detail = EPOCH_BUDGET, f"the epoch budget ran out (training.epochs={epochs_planned})"
+    still = epoch is not None and epoch == last
+    flagged: str | None = None
+    if epoch is None and history:
+        flagged = f"{monitor} was never finite: nothing to choose a best epoch by"
+    elif still:
+        flagged = f"the best epoch is the last one ({epoch}): validation was still improving when training stopped"
+    elif epoch is not None and epoch <= EARLY_BEST and n >= MANY_EPOCHS:
+        flagged = f"the best epoch is {epoch} of {n}: no later epoch improved {monitor}"
+    return Convergence(
+        monitor=monitor,
+        mode=mode,
+        best_epoch=epoch,
+        best_value=value,
+        last_epoch=last,
+        epochs_run=n,
+        epochs_planned=int(epochs_planned),
+        still_improving=bool(still),
+        stop_reason=reason,
+        stop_detail=detail,
+        undertrained=flagged is not None,
+        undertrained_reason=flagged,
+    )
