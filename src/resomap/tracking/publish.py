@@ -396,7 +396,10 @@ def open_parent(tracker: Any, cfg: Config, key: str, trials: int, reopen: bool =
         tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
         log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
         return None
-    sweep_params = {k: v for k, v in flatten(cfg).items() if k.startswith(("sweep.", "training.", "data."))}
+    shared = ("system.precision", "system.channels_last")  # pinned once for every trial (sweep.trial.pin_precision)
+    sweep_params = {
+        k: v for k, v in flatten(cfg).items() if k.startswith(("sweep.", "training.", "data.")) or k in shared
+    }
     tracker.log_params(run_id, sweep_params)
     return run_id
 
