@@ -6,7 +6,8 @@ as a fresh process against `python -c "import torch"` in the same rounds (interl
 Prints per command the median wall time, its interquartile range, and the ratio to the torch import (median of
 the per-round ratios, so a slow moment hits both sides of a ratio alike). Targets (issue 9): listing commands,
 --help and config errors within 1.5x the torch import; the rerun of a finished 6-trial sweep within 10 s plus one
-torch import.
+torch import; (issue 20) every mistake, the README's among them, answered in one line within 3 s on an idle
+machine (they are answered before torch is imported: resomap.cli.preflight).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def commands(sweep_dir: Path) -> dict[str, tuple[list[str], int]]:
         "resomap config --doc": ([*CLI, "config", "--doc"], 0),
         "config error (data.dataset=elvp)": ([*CLI, *bad, "data.dataset=elvp"], 2),
         "config error (trainig.epochs=3)": ([*CLI, *bad, "trainig.epochs=3"], 2),
+        "unknown model (resnet81)": ([*CLI, *bad[:4], "resnet81", *bad[5:]], 2),
+        "train --resolution 100000": ([*CLI, *bad[:6], "100000"], 2),
+        "profile --resolution 100000": ([*CLI, "profile", "--model", "tiny_cnn", "--resolution", "100000"], 2),
+        "explain, unknown method (gradcm)": ([*CLI, "explain", "--checkpoint", "x.pt", "--method", "gradcm"], 2),
         "rerun of a finished 6-trial sweep": ([*CLI, "sweep", *SWEEP, f"experiment.output_dir={sweep_dir}"], 0),
     }
     import torch
@@ -57,6 +62,14 @@ def commands(sweep_dir: Path) -> dict[str, tuple[list[str], int]]:
     if not torch.cuda.is_available():
         out["no GPU (system.device=cuda)"] = ([*CLI, *bad, "system.device=cuda"], 2)
     return out
+
+
+ERROR_TARGET_S = 3.0  # issue 20: every bad input of the README answered within 3 s on an idle machine
+
+
+def commands_exit(name: str) -> int:
+    """The expected exit code of a timed command, by its name (2: a mistake, answered in one line)."""
+    return 2 if name.startswith(("config error", "unknown", "train --res", "profile --res", "explain", "no GPU")) else 0
 
 
 def run_once(argv: list[str], expect: int, cwd: Path) -> float:
@@ -118,6 +131,11 @@ def main() -> int:
         f"\nworst listing/help/error command: {worst['command']} at {worst['ratio_to_torch_import']:.2f}x (target 1.5x)"
     )
     print(f"no-op rerun: {rerun:.2f} s = torch import {torch_s:.2f} s + {rerun - torch_s:.2f} s (target + 10 s)")
+    errors = [r for r in rows if commands_exit(r["command"]) == 2]
+    slowest = max(errors, key=lambda r: r["median_s"])
+    verdict = "PASS" if slowest["median_s"] <= ERROR_TARGET_S else "MISS"
+    print(f"\ntargets:\nslowest one-line error: {slowest['command']} {slowest['median_s']:.2f} s "
+          f"(target <= {ERROR_TARGET_S:.0f} s on an idle machine) {verdict}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": args.rounds, "rows": rows}, indent=2))
     return 0

@@ -6,16 +6,17 @@ part's median seconds is printed with the total, e.g.
     python scripts/benchmark_summary.py --from /path/to/project --preset quickstart
     python scripts/benchmark_summary.py                      # makes a small synthetic sweep first (seconds)
 
---from names a project folder holding a finished sweep's model_summaries/ (and checkpoints/); the preset and
-key=value overrides must be those it ran with (a sweep run before `system.precision: auto` needs
-system.precision=fp32 system.channels_last=false). Target (issue 20): <= 10 s for the quickstart. Nothing in --from
-is touched.
+--from names a project folder holding a finished sweep's model_summaries/ (and checkpoints/), run from that folder
+(experiment.output_dir `.`); the preset and key=value overrides must be those it ran with (a sweep run before
+`system.precision: auto` needs system.precision=fp32 system.channels_last=false). Target (issue 20): <= 10 s for the
+quickstart. Nothing in --from is touched.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import statistics
 import subprocess
@@ -38,7 +39,7 @@ SMALL = ["--preset", "smoke", "sweep.models=[tiny_cnn,simple_cnn]", "sweep.resol
 def small_sweep(folder: Path) -> tuple[str, list[str]]:
     """A finished 12-trial synthetic sweep in `folder` (about a minute on a 2-core CPU)."""
     cmd = [sys.executable, "-m", "resomap.cli", "sweep", "--config-dir", str(REPO / "configs"), *SMALL]
-    subprocess.run([*cmd, f"experiment.output_dir={folder}"], check=True, capture_output=True)
+    subprocess.run(cmd, check=True, capture_output=True, cwd=folder)
     return "smoke", SMALL[2:]
 
 
@@ -49,15 +50,20 @@ def once(source: Path, preset: str, overrides: list[str]) -> dict[str, float]:
         for name in ("model_summaries", "checkpoints"):
             if (source / name).is_dir():
                 shutil.copytree(source / name, work / name, ignore=shutil.ignore_patterns("_sweep"))
-        cfg = load(REPO / "configs", preset, [*overrides, f"experiment.output_dir={work}"])
-        trials = plan(cfg, check=False)
-        results = _results(trials)
-        if len(results) != len(trials):
-            raise SystemExit(f"{len(results)} of {len(trials)} trials have results: check --preset and overrides")
-        tracker = make_tracker(cfg)
-        parent = open_parent(tracker, cfg, sweep_key(trials), len(trials))
-        seconds: dict[str, float] = {}
-        _summarise(results, cfg, summary_folder(cfg), tracker, parent, trials, seconds)
+        here = os.getcwd()
+        os.chdir(work)  # experiment.output_dir is part of the trial keys: the copy is used as `.`, as it ran
+        try:
+            cfg = load(REPO / "configs", preset, overrides)
+            trials = plan(cfg, check=False)
+            results = _results(trials)
+            if len(results) != len(trials):
+                raise SystemExit(f"{len(results)} of {len(trials)} trials have results: check --preset and overrides")
+            tracker = make_tracker(cfg)
+            parent = open_parent(tracker, cfg, sweep_key(trials), len(trials))
+            seconds: dict[str, float] = {}
+            _summarise(results, cfg, summary_folder(cfg), tracker, parent, trials, seconds)
+        finally:
+            os.chdir(here)
         return seconds
 
 

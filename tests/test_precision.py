@@ -106,3 +106,17 @@ def test_a_channels_last_profile_leaves_the_callers_model_alone():
     assert prof.channels_last and prof.precision in ("bf16", "fp32")
     conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
     assert conv.weight.is_contiguous()  # NCHW as it was
+
+
+def test_a_sweep_logs_its_precision_to_mlflow(project: Path, capsys, cpu_with_bf16):
+    from mlflow import MlflowClient
+
+    args = ["sweep", "--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false"]
+    assert main([*args, "data.synthetic.num_images=48", "sweep.resolutions=[16]"]) == 0
+    assert "precision: bf16 (auto: native bf16 on this CPU, avx512_bf16); every trial" in capsys.readouterr().out
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("resomap-smoke").experiment_id
+    (parent,) = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
+    assert parent.data.params["system.precision"] == "bf16" and parent.data.params["system.channels_last"] == "True"
+    (child,) = client.search_runs([exp], "tags.`resomap.kind` != 'sweep'")
+    assert child.data.tags["resomap.env.precision"] == "bf16" and child.data.params["system.precision"] == "bf16"

@@ -45,7 +45,12 @@ def open_parent(
         tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
         log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
         return None
-    params = {k: v for k, v in flat.items() if k.startswith(("sweep.", "training.", "data.")) and k not in GRID_KEYS}
+    shared = ("system.precision", "system.channels_last")  # pinned once for every trial (sweep.trial.pin_precision)
+    params = {
+        k: v
+        for k, v in flat.items()
+        if (k.startswith(("sweep.", "training.", "data.")) or k in shared) and k not in GRID_KEYS
+    }
     tracker.log_params(run_id, params)
     return run_id
 
