@@ -301,25 +301,7 @@ def compare_model(
     the reference at the margin, stats.decide.noninferiority) of one model's resolutions."""
     task = next(iter(by_res.values()))[0].task
     headline = task.scores[0]
-    rec_row: dict[str, Any] = {
-        "model": model,
-        "metric": headline.name,
-        "resolution": None,
-        "reference": None,
-        "decided": False,
-        "accuracy": None,
-        "reference_accuracy": None,
-        "level": cfg.level,
-        "margin": cfg.margin,
-        "detectable": None,
-        "power": cfg.power,
-        "n_seeds": None,
-        "n_images": None,
-        "available": False,
-        "reason": "",
-        "sentence": "",
-        "note": "",
-    }
+    rec_row = _empty_recommendation(model, headline.name, cfg)
     found = _scores_by_resolution(by_res, task)
     if isinstance(found, str):
         rec_row["reason"] = found
@@ -362,6 +344,29 @@ def compare_model(
         verdicts=[v.to_dict() for v in decision.verdicts],
     )
     return rows, rec_row
+
+
+def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str, Any]:
+    """A recommendation row before (or without) a decision: RECOMMENDATION_COLUMNS with what is known."""
+    return {
+        "model": model,
+        "metric": metric,
+        "resolution": None,
+        "reference": None,
+        "decided": False,
+        "accuracy": None,
+        "reference_accuracy": None,
+        "level": cfg.level,
+        "margin": cfg.margin,
+        "detectable": None,
+        "power": cfg.power,
+        "n_seeds": None,
+        "n_images": None,
+        "available": False,
+        "reason": "",
+        "sentence": "",
+        "note": "",
+    }
 
 
 def headline_scores(by_res: Mapping[int, list[TrialRecord]]) -> dict[int, np.ndarray] | str:
