@@ -3,13 +3,17 @@ rules, against 1,000 simulated adaptive null sweeps (numpy, no training), and sw
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from resomap.cli import main
+from resomap.config import load
 from resomap.stats import noninferiority
 from resomap.stats.spending import RULES, look_alphas, spent
-from resomap.sweep.adaptive import settled_at
+from resomap.sweep.adaptive import run_adaptive, settled_at
+from resomap.sweep.sweep import summary_folder
 
 SIMS, ALPHA, LOOKS = 1000, 0.05, 3
 N, MARGIN = 200, 0.05
@@ -90,3 +94,133 @@ def test_bad_adaptive_settings_fail_at_load_in_one_line(setting: str, words: str
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert words in err and "\n" not in err and "Traceback" not in err, err
+
+
+# ---------------------------------------------------------------- the rounds, driven by a fake executor (no training)
+
+N_IMAGES, N_CLASSES = 60, 3
+ONE_SEED_WORSE = range(6)  # images tiny_cnn @ 32 px gets wrong under seed 0 (and 64 px right): exactly the margin
+
+
+def _right(model: str, res: int, seed: int) -> np.ndarray:
+    """Which of the N_IMAGES test images the fake trial gets right. tiny_cnn: 64 px (the reference) right on all;
+    32 px under seed 0 wrong on 6 (difference -0.1, exactly the margin: undecided at look 1), under seed 1 right on
+    all (seeds' mean -0.05: non-inferior at look 2). simple_cnn: 64 px wrong on one image, 32 px on another
+    (difference 0: non-inferior at look 1). 16 px: wrong on half the images (inferior), both models."""
+    right = np.ones(N_IMAGES, dtype=bool)
+    if res == 16:
+        right[::2] = False
+    elif res == 32 and model == "tiny_cnn" and seed == 0:
+        right[list(ONE_SEED_WORSE)] = False
+    elif model == "simple_cnn":
+        right[-1 if res == 32 else -2] = False
+    return right
+
+
+def _fake_executor(calls: list[set[tuple[str, int, int]]], looks: list[dict]):
+    """An executor writing, for each trial it is given, a FINISHED result.json and its predictions.csv; it keeps
+    the trials of each call, and the previous round's summary.json (the look that asked for them)."""
+    from resomap.records import Predictions, write_predictions
+    from resomap.trial_result import TrialResult
+
+    index = np.arange(N_IMAGES) * 7
+    labels = np.arange(N_IMAGES) % N_CLASSES
+
+    def run(trials, *, cfg, tracker, parent_run_id, progress, report):
+        calls.append({(t.model, t.resolution, t.seed) for t in trials})
+        previous = summary_folder(cfg) / "summary.json"
+        if previous.is_file():
+            looks.append(json.loads(previous.read_text()))
+        results = []
+        for t in trials:
+            right = _right(t.model, t.resolution, t.seed)
+            preds = np.where(right, labels, (labels + 1) % N_CLASSES)
+            acc = float(right.mean())
+            data = {
+                "key": t.key,
+                "name": t.name,
+                "model": t.model,
+                "family": "cnn",
+                "resolution": t.resolution,
+                "seed": t.seed,
+                "status": "FINISHED",
+                "test": {"test/accuracy": acc, "test/macro_f1": acc},
+            }
+            result = TrialResult.from_dict(data)
+            result.save(t.summary_dir)
+            write_predictions(t.summary_dir, {t.resolution: Predictions(t.resolution, index, labels, preds)})
+            progress.record(result, 0.0)
+            results.append(result)
+        return results
+
+    return run
+
+
+def _verdicts(summary: dict) -> dict[str, dict[int, str]]:
+    return {r["model"]: {v["resolution"]: v["verdict"] for v in r["verdicts"]} for r in summary["recommendations"]}
+
+
+def test_adaptive_rounds_add_seeds_only_to_the_undecided_and_drop_the_inferior(tmp_path):
+    cfg = load(
+        "configs",
+        None,
+        [
+            f"experiment.output_dir={tmp_path}",
+            "experiment.name=adaptive",
+            "sweep.models=[tiny_cnn,simple_cnn]",
+            "sweep.resolutions=[16,32,64]",
+            "sweep.seeds=[0]",
+            "sweep.adaptive.enabled=true",
+            "sweep.adaptive.max_rounds=3",
+            "sweep.adaptive.spending=bonferroni",  # alpha 0.05 / 3 at every look
+            "stats.margin=0.1",
+            "stats.resamples=200",
+            "explainability.enabled=false",
+            "mlflow.enabled=false",
+        ],
+    )
+    calls: list[set[tuple[str, int, int]]] = []
+    looks: list[dict] = []
+    out = run_adaptive(cfg, executor=_fake_executor(calls, looks), report=lambda line: None)
+
+    grid = {(m, r, 0) for m in ("tiny_cnn", "simple_cnn") for r in (16, 32, 64)}
+    # round 1: the whole grid at seed 0; round 2: one new seed for tiny_cnn only (simple_cnn decided at look 1),
+    # and not at 16 px (shown inferior at look 1, so dropped)
+    assert calls == [grid, {("tiny_cnn", 32, 1), ("tiny_cnn", 64, 1)}]
+    # look 1 (read by round 2's executor): tiny_cnn's sequence stopped undecided at 32 px, 16 px untested in the
+    # summary (the driver's own test of it alone showed it inferior); simple_cnn decided
+    assert _verdicts(looks[0]) == {
+        "tiny_cnn": {64: "reference", 32: "undecided", 16: "undecided"},
+        "simple_cnn": {64: "reference", 32: "non-inferior", 16: "inferior"},
+    }
+    tiny_look1 = next(r for r in looks[0]["recommendations"] if r["model"] == "tiny_cnn")
+    assert "not tested" in next(v["reason"] for v in tiny_look1["verdicts"] if v["resolution"] == 16)
+
+    final = json.loads((out.outcome.summary_dir / "summary.json").read_text())
+    record = final["adaptive"]
+    assert record["stopped"] == "every model is decided"
+    assert [r["look"] for r in record["rounds"]] == [1, 2]
+    assert [(r["models"], r["seeds"], r["trials"], r["new_trials"], r["decided"]) for r in record["rounds"]] == [
+        (["simple_cnn", "tiny_cnn"], [0], 6, 6, ["simple_cnn"]),
+        (["tiny_cnn"], [0, 1], 4, 2, ["tiny_cnn"]),
+    ]
+    assert record["look_alphas"] == pytest.approx([0.05 / 3] * 3)
+    assert record["trials_used"] == 8 < record["full_grid_trials"] == 6 * 3
+    assert record["full_grid_trials_seeds_reached"] == 6 * 2
+    tiny, simple = record["models"]["tiny_cnn"], record["models"]["simple_cnn"]
+    assert (simple["decided_at"], simple["seeds"], simple["dropped"]) == (1, [0], {})
+    assert (tiny["decided_at"], tiny["seeds"]) == (2, [0, 1])
+    assert list(tiny["dropped"]) == ["16"] and tiny["dropped"]["16"].startswith("shown inferior at look 1")
+
+    # the last round's verdicts: tiny_cnn's 32 px non-inferior on two seeds (16 px left out of the summary),
+    # simple_cnn's kept from look 1 (32 px non-inferior, 16 px inferior)
+    recs = {r["model"]: r for r in final["recommendations"]}
+    assert _verdicts(final) == {
+        "tiny_cnn": {64: "reference", 32: "non-inferior"},
+        "simple_cnn": {64: "reference", 32: "non-inferior", 16: "inferior"},
+    }
+    assert recs["tiny_cnn"]["resolution"] == 32 and recs["simple_cnn"]["resolution"] == 32
+    tiny32 = next(v for v in recs["tiny_cnn"]["verdicts"] if v["resolution"] == 32)
+    assert tiny32["n_seeds"] == 2 and tiny32["difference"] == pytest.approx(-0.05)
+    assert tiny32["level"] == pytest.approx(1 - 0.05 / 3)
+    assert "## Adaptive sweep" in (out.outcome.summary_dir / "summary.md").read_text()
