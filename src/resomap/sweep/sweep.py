@@ -284,6 +284,7 @@ def sync_sweep(cfg: Config):
     from resomap.tracking import Tracker
     from resomap.tracking.sync import SyncReport
 
+    cfg = pin_precision(cfg)  # as the sweep did: the parent run is found by the pinned config's identity
     trials = plan(cfg, check=False)
     with sweep_lock(cfg, hint="it syncs its results when it ends; run `resomap sync` after it if needed"):
         _check_readable(describe_plan(trials))
