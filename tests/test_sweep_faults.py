@@ -244,7 +244,8 @@ def _no_duplicate_points(client, run) -> None:
 
 def test_two_identical_sweeps_train_each_trial_once_beside_another_experiment(tmp_path: Path, procs):
     root = _project(tmp_path / "p")
-    first = _start(procs, _sweep_cmd(), root, "first.log")
+    # both wait: which of the two takes the lock first is a race (the refusal without --wait: tests/test_sharing.py)
+    first = _start(procs, _sweep_cmd("--wait"), root, "first.log")
     second = _start(procs, _sweep_cmd("--wait"), root, "second.log")
     other = ["experiment.name=other", "sweep.resolutions=[20]"]  # its own trial folders, the same store
     beside = _start(procs, _sweep_cmd(*other), root, "other.log")
