@@ -7,8 +7,8 @@ test images (an image keeps its scores under every seed, so the interval reflect
 likewise where the records hold labels and predictions, and the spread of test accuracy / macro-F1 across seeds
 (mean, std, Student-t interval). For each model and score: the paired tests between its resolutions on the same
 test images (``stats.compare_resolutions``: McNemar or a paired bootstrap for a 0/1 score, the paired bootstrap with
-a sign-flip test for any other) and, on the headline score, the recommended resolution
-(``stats.smallest_sufficient_resolution``).
+a sign-flip test for any other; descriptive) and, on the headline score, the decision: each resolution against the
+reference at the margin, and the recommended resolution (``stats.noninferiority``).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
 ``reports.rows.SummaryRow``; None where a number is not available, never NaN), with a ``reason`` in words wherever

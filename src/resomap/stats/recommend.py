@@ -128,10 +128,8 @@ def smallest_sufficient_resolution(
     correction: str = "holm",
     resamples: int = 2000,
     seed: int = 0,
-    metric: str = "accuracy",
 ) -> Recommendation:
-    """The smallest resolution whose accuracy (or mean per-image score, named `metric` in the reason) is not
-    significantly below the best one.
+    """The smallest resolution whose accuracy is not significantly below the best one.
 
     best = the highest accuracy pooled over seeds and images (ties: the smaller resolution). A resolution r is
     *significantly below* the best when, in :func:`compare_resolutions` (all C(k, 2) pairs, ``correction``-adjusted,
@@ -146,7 +144,7 @@ def smallest_sufficient_resolution(
         return Recommendation(None, None, "no test images", [], {}, level, margin, available=False)
     acc = {r: float(v.mean()) for r, v in runs.items()}
     rows = compare_resolutions(runs, level=level, method=method, correction=correction, resamples=resamples, seed=seed)
-    return _Reading(acc, rows, level, margin, method, correction, metric).recommend()
+    return _Reading(acc, rows, level, margin, method, correction).recommend()
 
 
 @dataclass
@@ -159,7 +157,6 @@ class _Reading:
     margin: float
     method: str
     correction: str
-    metric: str = "accuracy"
 
     def recommend(self) -> Recommendation:
         acc, level = self.acc, self.level
@@ -168,7 +165,7 @@ class _Reading:
         below: list[str] = []
         for r in sorted(acc):
             if r == best:
-                reason = f"{r} px {self.best_words} ({acc[r]:.3f})"
+                reason = f"{r} px is the most accurate ({acc[r]:.3f})"
                 if below:
                     reason += f"; significantly below it ({self.test_words}, at level {level:g}): " + ", ".join(below)
                 else:
@@ -184,10 +181,6 @@ class _Reading:
                 continue
             return self.result(r, best, self.sufficient(r, best, row, p_words, below))
         raise AssertionError("unreachable: the best resolution is among the resolutions")
-
-    @property
-    def best_words(self) -> str:
-        return "is the most accurate" if self.metric == "accuracy" else f"has the highest {self.metric}"
 
     @property
     def test_words(self) -> str:
