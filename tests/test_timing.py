@@ -194,3 +194,20 @@ def test_bench_options_report_per_round_ratio_intervals():
         med, lo, hi = entry.ratio_intervals[key]
         assert 0 < lo <= med <= hi
     assert f"{entry.ratio_intervals['infer_x'][0]:.2f}x [" in report.table()
+
+
+def test_training_restores_torch_default_threads_after_a_profile_lowered_them():
+    """A profile lowers the thread count to the free cores; a training run later in the same process must use
+    torch's default again, or its reduction order (and, with bf16, its predictions) depends on what ran before."""
+    from resomap.config.schema import SystemConfig
+    from resomap.runtime import _DEFAULT_THREADS, apply_system
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(max(1, _DEFAULT_THREADS - 1) if _DEFAULT_THREADS > 1 else 2)
+        apply_system(SystemConfig(threads=0), torch.device("cpu"))
+        assert torch.get_num_threads() == _DEFAULT_THREADS
+        apply_system(SystemConfig(threads=1), torch.device("cpu"))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

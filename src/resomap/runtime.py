@@ -127,12 +127,15 @@ def measurement_threads(system: SystemConfig) -> int:
 def apply_system(system: SystemConfig, device: torch.device) -> None:
     """Backend switches that torch keeps per process (threads, cudnn autotuner, TF32).
 
-    Training keeps torch's default thread count when system.threads is 0: a count that followed the machine's
-    load could change the floating-point reduction order between a run and its resume. On a shared CPU, set
-    system.threads=1 (docs/performance.md "Threads"); profiles adapt on their own (profiling/timing.py).
+    Training uses torch's default thread count when system.threads is 0, restored if a profile or bench earlier in
+    the same process lowered it: a count that followed the machine's load, or what ran before, would change the
+    floating-point reduction order between a run and its resume (with bf16 that flipped test predictions). On a
+    shared CPU, set system.threads=1 (docs/performance.md "Threads"); profiles adapt on their own
+    (profiling/timing.py).
     """
-    if system.threads > 0:
-        torch.set_num_threads(system.threads)
+    threads = system.threads if system.threads > 0 else _DEFAULT_THREADS
+    if threads != torch.get_num_threads():  # also undoes a lower count left by a profile earlier in this process
+        torch.set_num_threads(threads)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = system.cudnn_benchmark
         torch.backends.cuda.matmul.allow_tf32 = system.tf32
