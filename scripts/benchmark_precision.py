@@ -2,8 +2,8 @@
 natively; fp32 elsewhere, and then the ratios are ~1): the training step and inference (batch 1 and a whole batch)
 of each model, timed in interleaved rounds, with the speed-up (fp32 time / auto time, median of the per-round
 ratios) and its 95% interval; then the accuracy both reach on the synthetic set (same seeds, splits and initial
-weights), compared on the same test images (resomap.stats.paired_test: McNemar's exact test for one seed, the
-paired bootstrap over images for several), e.g.
+weights), compared on the same test images (resomap.stats.paired_test: McNemar's exact test for one seed, its
+clustered form, images as units, for several), e.g.
 
     python scripts/benchmark_precision.py                                   # quickstart models, 64 and 128 px
     python scripts/benchmark_precision.py --models resnet18 --resolutions 128 --rounds 9 --skip-accuracy
@@ -81,10 +81,8 @@ def accuracy(args: argparse.Namespace, device: torch.device) -> dict:
                 trainer.fit(model, data)
                 _, y_true, y_pred = trainer.evaluate(model, data.test, prefix="test")
                 correct[s.name].append(y_true == y_pred)
-    # several seeds: the paired bootstrap over images (McNemar summed over seeds treats the seeds of one image as
-    # independent, so its p can be too small: resomap.stats.paired_test)
-    method = "mcnemar" if len(args.seeds) == 1 else "bootstrap"
-    return paired_test(correct["today"], correct["auto"], method=method).to_dict()
+    # McNemar: exact with one seed, clustered over images with several (resomap.stats.paired_test)
+    return paired_test(correct["today"], correct["auto"]).to_dict()
 
 
 def _synthetic(args: argparse.Namespace) -> list[str]:

@@ -137,15 +137,16 @@ def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
         assert row["n_seeds"] == 2 and row["n_test_images"] == N_IMAGES
         assert row["test_accuracy"] == pytest.approx(seeds.estimate)
         assert row["test_accuracy_std"] == pytest.approx(seeds.std)
-        assert row["test_accuracy_seed_ci_low"] == pytest.approx(max(0.0, seeds.low))  # cut to [0, 1]
-        assert row["test_accuracy_seed_ci_high"] == pytest.approx(min(1.0, seeds.high))
+        twoway = stats.twoway_bootstrap(correct, level=st.level, resamples=st.resamples, seed=st.seed)
+        assert (row["twoway_ci_low"], row["twoway_ci_high"]) == (twoway.low, twoway.high)
+        assert 0.0 <= row["twoway_ci_low"] <= row["test_accuracy_pooled"] <= row["twoway_ci_high"] <= 1.0
         pooled_f1 = _macro_f1(np.concatenate([labels, labels]), np.concatenate([preds[(res, 0)], preds[(res, 1)]]))
         assert row["test_macro_f1_pooled"] == pytest.approx(pooled_f1)
         assert row["test_macro_f1_ci_low"] < row["test_macro_f1_pooled"] < row["test_macro_f1_ci_high"]
         assert row["latency_ms_std"] > 0 and row["ci_level"] == 0.95  # cost spread across the two seeds
     csv_rows = {int(r["resolution"]): r for r in _csv(out / "summary.csv")}
     assert float(csv_rows[64]["test_accuracy_ci_low"]) == pytest.approx(rows[64]["test_accuracy_ci_low"], rel=1e-5)
-    assert {"test_macro_f1_ci_high", "test_accuracy_seed_ci_low", "n_seeds", "note", "recommended"} <= set(csv_rows[64])
+    assert {"test_macro_f1_ci_high", "twoway_ci_low", "n_seeds", "note", "recommended"} <= set(csv_rows[64])
 
 
 # summary.csv's columns as users read them (the explanation costs follow, one column per method)
@@ -188,10 +189,8 @@ SUMMARY_CSV_COLUMNS = [
     "test_macro_f1_ci_high",
     "ci_level",
     "ci_method",
-    "test_accuracy_seed_ci_low",
-    "test_accuracy_seed_ci_high",
-    "test_macro_f1_seed_ci_low",
-    "test_macro_f1_seed_ci_high",
+    "twoway_ci_low",
+    "twoway_ci_high",
     "recommended",
     "verdict",
     "margin",
@@ -230,6 +229,8 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
         "test_accuracy_ci_low",
         "test_accuracy_ci_high",
         "test_macro_f1_pooled",
+        "twoway_ci_low",
+        "twoway_ci_high",
     }
     points = row.by_resolution()
     assert points["latency_p50_ms"] == row.latency_ms and points["explain_seconds_gradcam"] == 1.5
@@ -247,12 +248,14 @@ def test_pooled_macro_f1_of_identical_seeds_is_the_one_seed_interval():
 
 
 def test_paired_tests_and_recommendation(fake):
-    _, _, (_, labels, preds), out, _ = fake
+    cfg, _, (_, labels, preds), out, _ = fake
     rows = _csv(out / "paired_tests.csv")
     assert [(int(r["resolution_a"]), int(r["resolution_b"])) for r in rows] == [(32, 64), (32, 128), (64, 128)]
     correct = {res: np.stack([preds[(res, s)] == labels for s in (0, 1)]) for res in RESOLUTIONS}
-    expect = stats.compare_resolutions(correct, level=0.95, method="mcnemar", correction="holm")
+    kw = {"resamples": cfg.stats.resamples, "seed": cfg.stats.seed}
+    expect = stats.compare_resolutions(correct, level=0.95, method="mcnemar", correction="holm", **kw)
     for row, ref in zip(rows, expect):
+        assert row["method"].startswith("clustered McNemar (2 seeds")  # two seeds: images are the units
         assert float(row["p_adjusted"]) == pytest.approx(ref.p_adjusted, rel=1e-5)
         assert float(row["p_value"]) == pytest.approx(ref.test.p_value, rel=1e-5)
         assert float(row["p_adjusted"]) >= float(row["p_value"])  # Holm never lowers a p-value
@@ -304,12 +307,12 @@ def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
     text = (out / "summary.json").read_text()
     data = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
     for row in data["rows"]:
-        assert row["n_seeds"] == 1 and row["test_accuracy_seed_ci_low"] is None
-        assert "seed interval not available: one seed" in row["note"]
+        assert row["n_seeds"] == 1 and row["twoway_ci_low"] is None
+        assert "two-way interval (images x seeds) not available: needs >= 2 seeds" in row["note"]
         assert row["test_accuracy_ci_low"] is not None  # the image interval is there with one seed
     rec = data["recommendations"][0]  # the decision is made with one seed too (the image is the unit)
     assert rec["reference"] == 128 and rec["n_seeds"] == 1 and rec["detectable"] > 0
-    assert "not available: one seed" in _csv(out / "summary.csv")[0]["note"]
+    assert "not available: needs >= 2 seeds" in _csv(out / "summary.csv")[0]["note"]
 
 
 def test_results_without_predictions_say_why(tmp_path):
@@ -318,7 +321,8 @@ def test_results_without_predictions_say_why(tmp_path):
     summary = build_summary(results, trial_folders(trials), FAST)
     for row in summary.rows:
         assert row.value("test_accuracy_ci_low") is None and "no predictions.csv" in row.note
-        assert row.test_accuracy_seed_ci_low is not None  # the seed interval needs only result.json
+        assert row.test_accuracy_std is not None  # the seeds' spread needs only result.json
+        assert row.twoway_ci_low is None and "two-way interval (images x seeds) not available" in row.note
     assert summary.paired_tests == [] and summary.recommendations[0]["available"] is False
     assert "no predictions.csv" in summary.recommendations[0]["sentence"]
     figures = sweep_figures(summary.rows, tmp_path / "figures")
@@ -341,9 +345,7 @@ def test_load_sweep(fake, tmp_path):
     root = Path(cfg.experiment.output_dir) / cfg.experiment.summary_dir
     res = load_sweep("fake", root=root)
     assert res.folder == out
-    assert len(res.summary) == 3 and {"test_accuracy_ci_low", "test_accuracy_seed_ci_high", "note"} <= set(
-        res.summary.columns
-    )
+    assert len(res.summary) == 3 and {"test_accuracy_ci_low", "twoway_ci_high", "note"} <= set(res.summary.columns)
     assert len(res.predictions) == 3 * 2 * N_IMAGES
     assert list(res.predictions.columns) == [
         "model",
@@ -530,20 +532,20 @@ def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics
     assert sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
 
 
-def test_a_seed_interval_cut_to_the_metric_range_is_marked(fake):
-    """Two seeds give a Student-t interval of mean +/- 12.7 sd/sqrt(2): cut to [0, 1], the row says so and the
-    table marks the bound; an interval inside [0, 1] is not marked."""
+def test_no_interval_in_the_summary_leaves_its_metric_range(fake):
+    """Every interval of every row lies in [0, 1] (accuracy, macro-F1), and the two-way interval over images and
+    seeds is wider than the image-only one where the seeds disagree (it carries the seed variation too)."""
     _, _, _, out, _ = fake
     data = json.loads((out / "summary.json").read_text())
-    results = {}
-    for t in data["trials"]:
-        results.setdefault(t["resolution"], []).append(t["test"]["test/accuracy"])
-    marked = 0
+    wider = 0
     for row in data["rows"]:
-        iv = stats.seed_interval(results[row["resolution"]], level=0.95)
-        cut = iv.low < 0 or iv.high > 1
-        assert ("test_accuracy seed interval" in row["note"]) == cut, row["resolution"]
-        assert row["test_accuracy_seed_ci_high"] == min(1.0, iv.high)
-        marked += cut
-    assert marked >= 1  # the fake's seeds spread enough for a cut at least once: the check can fail
-    assert (out / "summary.md").read_text().count(" cut |") == marked
+        for low, high in (
+            ("test_accuracy_ci_low", "test_accuracy_ci_high"),
+            ("test_macro_f1_ci_low", "test_macro_f1_ci_high"),
+            ("twoway_ci_low", "twoway_ci_high"),
+        ):
+            assert 0.0 <= row[low] <= row[high] <= 1.0, (row["resolution"], low)
+        image_width = row["test_accuracy_ci_high"] - row["test_accuracy_ci_low"]
+        wider += row["twoway_ci_high"] - row["twoway_ci_low"] > image_width
+    assert wider >= 1
+    assert "images x seeds 95% CI" in (out / "summary.md").read_text()

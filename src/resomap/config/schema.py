@@ -228,7 +228,9 @@ class StatsConfig:
     level: float = 0.95  # confidence level of every interval and test (in (0, 1)); tests use alpha = 1 - level
     resamples: int = 2000  # bootstrap resamples (intervals over test images, paired bootstrap test)
     seed: int = 0  # random seed of the bootstrap resamples (the same summary every time)
-    paired_test: Literal["mcnemar", "bootstrap"] = "mcnemar"  # test between two resolutions on the same images
+    # test between two resolutions on the same images: mcnemar (exact with one seed; clustered, images as units, with
+    # several: a sign-flip test over images) or bootstrap (paired image bootstrap + sign-flip test)
+    paired_test: Literal["mcnemar", "bootstrap"] = "mcnemar"
     correction: Literal["holm", "none"] = "holm"  # multiple-comparison correction over a model's resolution pairs
     # non-inferiority: a resolution is "non-inferior" when shown no more than `margin` below the reference on the
     # task's headline score (accuracy, per-image mIoU), one-sided at alpha, in a fixed sequence from the reference down

@@ -89,11 +89,9 @@ class SummaryRow:
     test_macro_f1_ci_high: float | None = statistic()
     ci_level: float | None = None
     ci_method: str | None = None
-    # Student t across seeds, cut to [0, 1]
-    test_accuracy_seed_ci_low: float | None = statistic()
-    test_accuracy_seed_ci_high: float | None = statistic()
-    test_macro_f1_seed_ci_low: float | None = statistic()
-    test_macro_f1_seed_ci_high: float | None = statistic()
+    # the headline score's interval over images and seeds together (stats.twoway_bootstrap; needs >= 2 seeds)
+    twoway_ci_low: float | None = statistic(parent=True)
+    twoway_ci_high: float | None = statistic(parent=True)
     recommended: bool = False
     # the decision against the model's reference resolution at `margin` (stats.decide.noninferiority)
     verdict: str | None = None  # reference | non-inferior | inferior | undecided | above reference

@@ -58,7 +58,8 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 
 def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
-    image-bootstrap intervals, the headline test metric over seeds (mean ± std, t-interval for accuracy), costs
+    image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
+    images and seeds (two-way bootstrap), costs
     (mean ± std over seeds)."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
@@ -72,18 +73,14 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
         f"{first.say(seed_column)} over seeds",
-        f"seed {pct} t-interval",
+        f"{first.say(first.headline)} images x seeds {pct} CI",
         *(title for _, title, _ in COST_COLUMNS),
         "vs reference",
         "",
     ]
     body = []
     for r in rows:
-        seed_ci = "-"
-        if seed_column == "test_accuracy" and _ok(r.test_accuracy_seed_ci_low) and _ok(r.test_accuracy_seed_ci_high):
-            seed_ci = f"[{r.test_accuracy_seed_ci_low:.3f}, {r.test_accuracy_seed_ci_high:.3f}]"
-            if "test_accuracy seed interval" in (r.note or ""):  # cut to [0, 1]: marked, the note gives the bounds
-                seed_ci += " cut"
+        twoway = f"[{r.twoway_ci_low:.3f}, {r.twoway_ci_high:.3f}]" if _ok(r.twoway_ci_low) else "-"
         body.append(
             [
                 str(r.model),
@@ -92,7 +89,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 str(r.n_test_images or "-"),
                 *(fmt_interval(*r.score(c)) for c in scores),
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
-                seed_ci,
+                twoway,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
                 r.verdict or "-",
                 "recommended" if r.recommended else "",
@@ -148,8 +145,19 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
     """The statistics settings in words; the test named is the one the paired rows used, else the configured one
     (a score that is not 0/1 per image is always compared with the paired bootstrap)."""
     methods = {str(p.get("method") or "") for p in paired}
-    mcnemar = all(m.startswith("McNemar") for m in methods) if methods else stats.get("paired_test") == "mcnemar"
-    test = "McNemar's exact test" if mcnemar else "a paired image bootstrap"
+    if not methods:
+        methods = {"McNemar" if stats.get("paired_test") == "mcnemar" else "bootstrap"}
+    words = []
+    if any(m.startswith("McNemar") for m in methods):
+        words.append("McNemar's exact test (one seed)")
+    if any(m.startswith("clustered McNemar") for m in methods):
+        words.append(
+            "the clustered McNemar test (each image one unit with its seeds inside: a sign-flip test of the "
+            "per-image differences, with a paired image-bootstrap interval)"
+        )
+    if any(m.startswith("paired bootstrap") for m in methods):
+        words.append("a paired image bootstrap with a sign-flip test")
+    test = " / ".join(words) or "a paired test"
     correction = "Holm-adjusted over each model's pairs" if stats.get("correction") == "holm" else "not adjusted"
     level = stats.get("level", 0.95)
     reference = f"{stats['reference']} px" if stats.get("reference") else "the largest resolution"
@@ -161,9 +169,10 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         f"show at power {stats.get('power', 0.8):g}."
     )
     return (
-        f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} "
-        f"resamples, seeds pooled) and Student t across seeds. Pairs of resolutions are compared on the same test "
-        f"images with {test} (p {correction}; descriptive)." + decision
+        f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} resamples, seeds "
+        f"pooled) and, for the headline score with two or more seeds, a two-way bootstrap over images and seeds "
+        f"(both sources of variation). Pairs of resolutions are compared on the same test images with {test} "
+        f"(p {correction}; descriptive)." + decision
     )
 
 

@@ -4,10 +4,11 @@ Each trial's task (resomap.tasks) names its per-image scores and reads them from
 (classification: correct or not per image, from predictions.csv; segmentation: mIoU and boundary F1 per image, from
 seg_predictions.csv). For each model x resolution: every score pooled over seeds with a bootstrap interval over
 test images (an image keeps its scores under every seed, so the interval reflects the test set's size), macro-F1
-likewise where the records hold labels and predictions, and the spread of test accuracy / macro-F1 across seeds
-(mean, std, Student-t interval). For each model and score: the paired tests between its resolutions on the same
-test images (``stats.compare_resolutions``: McNemar or a paired bootstrap for a 0/1 score, the paired bootstrap with
-a sign-flip test for any other; descriptive) and, on the headline score, the decision: each resolution against the
+likewise where the records hold labels and predictions, and the headline score's interval over both images and
+seeds (a two-way bootstrap; the seeds' mean and std of each test metric sit beside it in the row). For each model
+and score: the paired tests between its resolutions on the same test images (``stats.compare_resolutions``: McNemar,
+clustered over images with several seeds, or a paired bootstrap for a 0/1 score, the paired bootstrap with a
+sign-flip test for any other; descriptive) and, on the headline score, the decision: each resolution against the
 reference at the margin, and the recommended resolution (``stats.noninferiority``).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
@@ -147,10 +148,6 @@ def align(tables_by_seed: Mapping[int, ScoreTable], task: Task) -> Aligned | str
 # ------------------------------------------------------------------------------------------------ per row
 
 
-def _seed_values(members: list[TrialRecord], key: str) -> list[float]:
-    return [v for v in (_num((m.result.get("test") or {}).get(key)) for m in members) if v is not None]
-
-
 def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, Any]:
     """The uncertainty columns of one model x resolution row (see the module docstring): keyword arguments of
     :class:`~resomap.reports.rows.SummaryRow` (a column that cannot be computed is left out: its default is None)
@@ -172,19 +169,20 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
         notes += aligned.notes
         row["n_test_images"] = int(aligned.index.size)
         notes += _score_intervals(aligned, task.scores, row, cfg)
-    for name, key in (("test_accuracy", "test/accuracy"), ("test_macro_f1", "test/macro_f1")):
-        iv = stats.seed_interval(_seed_values(members, key), level=cfg.level)
-        # accuracy and macro-F1 live in [0, 1]: the t-interval (symmetric, wide with few seeds) is cut to it, and
-        # the note says so (a cut bound is not a bound the data gave)
-        row[f"{name}_seed_ci_low"] = max(0.0, iv.low) if iv.low is not None else None
-        row[f"{name}_seed_ci_high"] = min(1.0, iv.high) if iv.high is not None else None
-        if iv.low is not None and (iv.low < 0.0 or iv.high > 1.0):
-            notes.append(f"{name} seed interval [{iv.low:.3f}, {iv.high:.3f}] cut to [0, 1] ({iv.n} seeds)")
-        if name == "test_accuracy" and not iv.available:
-            why = "one seed" if iv.n == 1 else iv.reason
-            notes.append(f"seed interval not available: {why}")
+    if not isinstance(aligned, str):
+        notes += _twoway(aligned, task.scores[0], row, cfg)
+    elif len(members) > 1:
+        notes.append(f"two-way interval (images x seeds) not available: {aligned}")
     row["note"] = "; ".join(notes)
     return row
+
+
+def _twoway(aligned: Aligned, headline: Score, row: dict[str, Any], cfg: StatsConfig) -> list[str]:
+    """The headline score's interval over images and seeds (stats.twoway_bootstrap) into ``row``; its note."""
+    values = aligned.finite(headline.name)
+    iv = stats.twoway_bootstrap(values, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
+    row["twoway_ci_low"], row["twoway_ci_high"] = iv.low, iv.high
+    return [] if iv.available else [f"two-way interval (images x seeds) {iv.reason}"]
 
 
 def _score_intervals(aligned: Aligned, scores: tuple[Score, ...], row: dict[str, Any], cfg: StatsConfig) -> list[str]:

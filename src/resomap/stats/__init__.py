@@ -8,10 +8,12 @@ is the bottom layer (settings come in as plain values).
 
 - :mod:`~resomap.stats.bootstrap`: :func:`bootstrap_accuracy`, :func:`bootstrap_scores`, :func:`bootstrap_metric`,
   :func:`macro_f1` (numpy, vectorized over resamples),
-  :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``).
+  :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``);
+  :func:`twoway_bootstrap`: the grand mean over images and seeds, both resampled.
 - :mod:`~resomap.stats.intervals`: :class:`Interval`; :func:`seed_interval` (mean, std and Student-t interval across
   seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random).
-- :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, or a paired bootstrap
+- :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, clustered over images
+  with several seeds, or a paired bootstrap
   with a sign-flip p-value), :func:`paired_score_test` (any per-image score), :func:`holm`.
 - :mod:`~resomap.stats.permutation`: :func:`sign_flip_test`, :func:`relabel_test` (resolution labels within seeds).
 - :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted: descriptive) and
@@ -39,6 +41,7 @@ from resomap.stats.bootstrap import (
     bootstrap_scores,
     macro_f1,
     pooled_macro_f1,
+    twoway_bootstrap,
 )
 from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority, plan_power, relabel_min_p
 from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval
@@ -87,6 +90,7 @@ __all__ = [
     "ratio_interval",
     "relabel_test",
     "seed_interval",
+    "twoway_bootstrap",
     "sign_flip_test",
     "smallest_sufficient_resolution",
     "t_interval",

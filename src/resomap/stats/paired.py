@@ -1,5 +1,6 @@
-"""Paired tests of model B against model A on the same test images: McNemar's exact test (``statsmodels``) or a
-paired bootstrap over images with a sign-flip permutation p-value, and the Holm correction over several tests."""
+"""Paired tests of model B against model A on the same test images: McNemar's exact test (``statsmodels``; with
+several seeds its clustered form, images as clusters) or a paired bootstrap over images with a sign-flip permutation
+p-value, and the Holm correction over several tests."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from resomap.stats.checks import (
 from resomap.stats.permutation import sign_flip_test
 
 PAIRED_METHODS = ("mcnemar", "bootstrap")
+# method="mcnemar" with several seeds (see paired_test)
+CLUSTERED_MCNEMAR = "clustered McNemar ({seeds} seeds within each image): sign-flip test + paired image bootstrap"
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class PairedTest:
     ``effect`` = accuracy(B) - accuracy(A) (the mean score for :func:`paired_score_test`), pooled over all seeds and
     images; ``low``/``high`` its interval at ``level``. ``b01`` = image-seed pairs where A is wrong and B right
     (B scores higher), ``b10`` = A right and B wrong (A scores higher): the discordant cells of the 2x2 table,
-    summed over seeds.
+    summed over seeds (descriptive counts; the tests treat each image as one unit).
     """
 
     effect: float | None
@@ -67,13 +70,17 @@ def paired_test(
     ``correct_a``, ``correct_b``: bool ``[N]`` or ``[S, N]`` of the same shape; row s of A and row s of B are tested
     on the same N images in the same order (seed s of each model). effect = acc(B) - acc(A), pooled over seeds.
 
-    method="mcnemar" (default; the one compare_resolutions and the recommendation use unless told otherwise):
-      McNemar's exact test (``statsmodels...mcnemar(table, exact=True)``: a two-sided binomial test of b01 against
-      b01 + b10 at 1/2) on the 2x2 table **summed over seeds**. Each seed pairs the same images, so summing treats
-      the S x N image-seed pairs as independent; the seeds of one image are correlated, so with several seeds this
-      p-value can be somewhat too small: use method="bootstrap" where that matters. The interval is the exact
-      Clopper-Pearson interval of b01 / (b01 + b10) mapped to the effect scale (conditional on the number of
-      discordant pairs); it excludes 0 exactly when McNemar's p <= 1 - level.
+    method="mcnemar" (default; the one compare_resolutions uses unless told otherwise):
+      one seed: McNemar's exact test (``statsmodels...mcnemar(table, exact=True)``: a two-sided binomial test of
+      b01 against b01 + b10 at 1/2). The interval is the exact Clopper-Pearson interval of b01 / (b01 + b10) mapped
+      to the effect scale (conditional on the number of discordant pairs); it excludes 0 exactly when McNemar's
+      p <= 1 - level.
+      several seeds: the clustered McNemar test, each image a cluster of its S seed pairs. Summing the 2x2 tables
+      over seeds would count an image that is discordant under every seed S times as if the seeds were independent
+      images (pseudo-replication: the p-value comes out too small). The test is run as the sign-flip permutation
+      test of the per-image differences d_i = mean over seeds of (B_si - A_si), the exact permutation form of
+      Durkalski et al.'s (2003) statistic (sum d_i)^2 / sum d_i^2 (sum d_i^2 does not change under sign flips), with
+      the paired-bootstrap interval over images, as method="bootstrap".
     method="bootstrap":
       resamples images, keeping each image's outcomes under every seed and both models together: the per-image
       difference d_i = mean over seeds of (B_si - A_si) is bootstrapped (BCa) for the interval, and the p-value is
@@ -94,10 +101,11 @@ def paired_test(
     common = {"level": level, "n_images": n, "n_seeds": s, "b01": b01, "b10": b10, "accuracy_a": float(a.mean())}
     common["accuracy_b"] = float(b.mean())
     effect = (b01 - b10) / (s * n)  # == acc_b - acc_a, without rounding drift
-    if method == "mcnemar":
+    if method == "mcnemar" and s == 1:
         return _mcnemar(a, b, effect, common)
     d = (b.astype(float) - a.astype(float)).mean(axis=0)  # [N]
-    return _paired_bootstrap(d, effect, resamples=resamples, seed=seed, common=common)
+    label = CLUSTERED_MCNEMAR.format(seeds=s) if method == "mcnemar" else None
+    return _paired_bootstrap(d, effect, resamples=resamples, seed=seed, common=common, label=label)
 
 
 def paired_score_test(
@@ -144,9 +152,11 @@ def _mcnemar(a: np.ndarray, b: np.ndarray, effect: float, common: dict[str, Any]
     return PairedTest(effect, float(low), float(high), p, method=label, **common)
 
 
-def _paired_bootstrap(d: np.ndarray, effect: float, *, resamples: int, seed: int, common: dict[str, Any]) -> PairedTest:
+def _paired_bootstrap(
+    d: np.ndarray, effect: float, *, resamples: int, seed: int, common: dict[str, Any], label: str | None = None
+) -> PairedTest:
     """The BCa interval of mean(d) over images and the sign-flip p-value (resampling seed ``seed + 1``)."""
-    label = f"paired bootstrap over images ({resamples} resamples) + sign-flip test"
+    label = label or f"paired bootstrap over images ({resamples} resamples) + sign-flip test"
     n = d.size
     if n < MIN_BOOTSTRAP_IMAGES:
         why = f"only {n} test images: a bootstrap needs at least {MIN_BOOTSTRAP_IMAGES}"

@@ -88,7 +88,8 @@ def compare_resolutions(
 
     With method="bootstrap" the smallest p-value is about 2 / (resamples + 1), so with Holm over m = C(k, 2) pairs
     a row can only be significant when resamples > 2 m / (1 - level) - 1: the default 2000 covers up to 10
-    resolutions (45 pairs) at level 0.95. McNemar's exact p has no such floor.
+    resolutions (45 pairs) at level 0.95; so does method="mcnemar" with several seeds (its clustered form is a
+    sign-flip test). McNemar's exact p of one seed has no such floor.
     """
     level = check_level(level)
     correction = check_choice(correction, ("holm", "none"), "correction")
@@ -184,7 +185,9 @@ class _Reading:
 
     @property
     def test_words(self) -> str:
-        return "McNemar exact" if self.method.lower() == "mcnemar" else "paired image bootstrap, sign-flip test"
+        if self.method.lower() != "mcnemar":
+            return "paired image bootstrap, sign-flip test"
+        return "McNemar exact" if self.rows and self.rows[0].test.n_seeds == 1 else "clustered McNemar"
 
     @property
     def adj_words(self) -> str:
