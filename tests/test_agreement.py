@@ -4,6 +4,7 @@ floor and the relabelling test, the common CAM layer, and compare_stage's rows, 
 from __future__ import annotations
 
 import csv
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
@@ -112,6 +113,40 @@ def test_relabel_test_counts_and_smallest_p():
     assert verdict(found, 1) == "n.a."
 
 
+def test_relabel_test_critical_value_and_detectable_drop_match_a_brute_force_enumeration():
+    """3 seeds x 3 resolutions (36 relabellings): the critical value is the smallest statistic whose share of
+    relabellings at or above it is <= alpha, and the detectable drop at power 0.8 is critical minus the 20% quantile,
+    both recomputed here from every relabelling by hand; 2 seeds x 3 resolutions cannot decide (NaN)."""
+    rng = np.random.default_rng(4)
+    latent = {(s, r): rng.normal(size=30) + 0.3 * rng.normal() for s in range(3) for r in (1, 2, 3)}
+    values = _values(latent)
+    found = relabel_test(values, range(3), (1, 2, 3), alpha=0.05, power=0.8)
+    res = (1, 2, 3)
+
+    def agreement(x, y):
+        return values.get((x, y), values.get((y, x)))
+
+    null = []
+    for p1 in itertools.permutations(range(3)):
+        for p2 in itertools.permutations(range(3)):
+            label = {0: (0, 1, 2), 1: p1, 2: p2}  # seed -> which trial carries each resolution label
+            same, cross = [], []
+            for s, t in itertools.combinations(range(3), 2):
+                for i in range(3):
+                    for j in range(3):
+                        v = agreement((s, res[label[s][i]]), (t, res[label[t][j]]))
+                        (same if i == j else cross).append(v)
+            null.append(np.mean(same) - np.mean(cross))
+    null = np.asarray(null)
+    critical = min(v for v in null if np.mean(null >= v - 1e-12) <= 0.05)
+    assert found.relabellings == 36 and found.exact
+    assert found.critical == pytest.approx(critical)
+    assert found.detectable == pytest.approx(max(0.0, critical - np.quantile(null, 0.2)))
+    assert found.p_value == pytest.approx(np.mean(null >= found.statistic - 1e-12))
+    two = relabel_test(values, range(2), (1, 2, 3))
+    assert two.min_p == pytest.approx(1 / 6) and np.isnan(two.critical) and np.isnan(two.detectable)
+
+
 # ---------------------------------------------------------------------------------------------- the study
 
 
@@ -165,7 +200,9 @@ def test_seed_noise_as_large_as_resolution_noise_is_no_effect():
         assert row["chance"] < row["value"]
     assert "a resolution effect" not in found.statements[0] and "2 seeds" in found.statements[0]
     seeds3 = study(*_sweep(make, (1, 2, 3), (32, 64, 128)), CFG)  # 36 relabellings: p can reach 1/36
-    assert "no resolution effect beyond seed noise (relabelling test p" in seeds3.statements[0]
+    assert "no resolution effect beyond seed noise shown (relabelling test p" in seeds3.statements[0]
+    assert "would show an agreement drop of" in seeds3.statements[0] and "not ruled out" in seeds3.statements[0]
+    assert "no decision" in found.statements[0] and "needs >= 3 seeds" in found.statements[0]
     assert seeds3.matrices[("m", "x")]["effect_beyond_noise"]["spearman"] == "no"
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from resomap.errors import ConfigError
-from resomap.stats import noninferiority, plan_power, relabel_min_p
+from resomap.stats import noninferiority, plan_power, relabel_min_p, relabel_seeds_needed
 
 SIMS = 1000
 ALPHA = 0.05
@@ -114,6 +114,8 @@ def test_planner_numbers_and_the_relabelling_floor():
     assert plan_power(3000, 2, margin=0.02)["detectable"] < plan["detectable"] / 3  # more images, smaller margins
     assert relabel_min_p(2, 3) == pytest.approx(1 / 6) and relabel_min_p(3, 3) == pytest.approx(1 / 36)
     assert relabel_min_p(1, 3) == 1.0
+    # the fewest seeds with which the exact relabelling test can decide at all (p <= 0.05 attainable)
+    assert [relabel_seeds_needed(r) for r in (1, 2, 3, 4)] == [None, 6, 3, 2]  # 1/32, 1/36, 1/24
 
 
 @pytest.mark.parametrize(
@@ -125,3 +127,24 @@ def test_bad_settings_are_one_line_errors(kwargs, words):
     with pytest.raises(ConfigError) as err:
         noninferiority(scores, **kwargs)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_dry_run_of_the_quickstart_states_the_detectable_margin_and_what_the_explanation_test_can_decide(
+    capsys, tmp_path
+):
+    from resomap.cli import main
+
+    out = tmp_path / "out"
+    assert main(["sweep", "--dry-run", "--preset", "quickstart", f"experiment.output_dir={out}"]) == 0
+    text = capsys.readouterr().out
+    power = next(ln for ln in text.splitlines() if ln.startswith("power:"))
+    plan = plan_power(180, 2, margin=0.02)
+    assert "180 test images x 2 seed(s)" in power and f"margins of {plan['detectable']:.3f} and larger" in power
+    assert f"the power is {plan['power_at_margin']:.2f}" in power
+    assert "smallest p is 0.167: it cannot reach p <= 0.05, so no decision on maps: needs >= 3 seeds" in text
+    assert (
+        main(["sweep", "--dry-run", "--preset", "quickstart", f"experiment.output_dir={out}", "sweep.seeds=[1,2,3]"])
+        == 0
+    )
+    assert "smallest p is 0.0278: it can decide at alpha 0.05" in capsys.readouterr().out
+    assert not out.exists()  # a dry run writes nothing

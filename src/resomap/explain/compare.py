@@ -41,7 +41,7 @@ from resomap.explain.references import (
     reference_maps,
     reference_words,
 )
-from resomap.stats import RelabelTest, relabel_test
+from resomap.stats import RelabelTest, relabel_seeds_needed, relabel_test
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +334,7 @@ def _resolution_row(
         "ratio_to_floor": v / floor if math.isfinite(floor) and floor > 0 else math.nan,
         "p_value": test.p_value if test else math.nan,
         "min_p": test.min_p if test else math.nan,
+        "detectable": test.detectable if test else math.nan,  # the drop these seeds show with power test.power
         "effect_beyond_noise": verdict(test, n_both) if test else "n.a.",
     }
     row["chance"] = nanmean([sc.chance for sc in scores])
@@ -386,13 +387,22 @@ def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, re
     )
     answer = verdict(test, len(complete))
     if answer == "yes":
-        return f"{base}: a resolution effect beyond seed noise (relabelling test p = {test.p_value:.3f})."
+        return f"{base}: a resolution effect beyond seed noise shown (relabelling test p = {test.p_value:.3f})."
     if answer == "no":
-        return f"{base}: no resolution effect beyond seed noise (relabelling test p = {test.p_value:.3f})."
+        size = (
+            f"these seeds would show an agreement drop of {test.detectable:.3f} or more with power {test.power:g}, "
+            "so a smaller effect is not ruled out"
+            if math.isfinite(test.detectable)
+            else "the relabellings tie, so no detectable drop can be stated"
+        )
+        return (
+            f"{base}: no resolution effect beyond seed noise shown (relabelling test p = {test.p_value:.3f}); {size}."
+        )
     n_res = len({x for r in rows for x in (r["a"], r["b"])})
+    needed = relabel_seeds_needed(n_res, ALPHA)
     return (
-        f"{base}: no resolution effect can be shown beyond seed noise; {len(complete)} seeds x {n_res} resolutions"
-        f" are too few for the relabelling test (smallest attainable p = {test.min_p:.3f} > {ALPHA})."
+        f"{base}: no decision: {len(complete)} seeds x {n_res} resolutions are too few for the relabelling test "
+        f"(smallest attainable p = {test.min_p:.3f} > {ALPHA}); it needs >= {needed} seeds."
     )
 
 

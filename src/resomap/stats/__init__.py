@@ -43,7 +43,15 @@ from resomap.stats.bootstrap import (
     pooled_macro_f1,
     twoway_bootstrap,
 )
-from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority, plan_power, relabel_min_p
+from resomap.stats.decide import (
+    VERDICTS,
+    Decision,
+    Verdict,
+    noninferiority,
+    plan_power,
+    relabel_min_p,
+    relabel_seeds_needed,
+)
 from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval
 from resomap.stats.median import MedianInterval, median_interval, ratio_interval
 from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test
@@ -63,6 +71,7 @@ __all__ = [
     "noninferiority",
     "plan_power",
     "relabel_min_p",
+    "relabel_seeds_needed",
     "BOOTSTRAP_METHODS",
     "METRICS",
     "MIN_BOOTSTRAP_IMAGES",

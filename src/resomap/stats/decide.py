@@ -228,3 +228,11 @@ def relabel_min_p(n_seeds: int, n_resolutions: int) -> float:
     if n_seeds < 2 or n_resolutions < 2:
         return 1.0
     return 1.0 / math.factorial(n_resolutions) ** (n_seeds - 1)
+
+
+def relabel_seeds_needed(n_resolutions: int, alpha: float = 0.05, most: int = 64) -> int | None:
+    """The fewest seeds with which the relabelling test can reach p <= alpha at ``n_resolutions`` resolutions (the
+    test is exact, so below that count no map, however different, is a decision); None under 2 resolutions."""
+    if n_resolutions < 2:
+        return None
+    return next((s for s in range(2, most + 1) if relabel_min_p(s, n_resolutions) <= alpha), None)

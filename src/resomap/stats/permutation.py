@@ -55,6 +55,13 @@ class RelabelTest:
     relabellings: int  # distinct relabellings (enumerated, or the number sampled)
     min_p: float  # the smallest p value the seeds and resolutions can give
     exact: bool
+    # the smallest statistic that reaches p <= alpha on these maps (NaN when min_p > alpha: no statistic can)
+    critical: float = float("nan")
+    # the agreement drop shown with probability `power` if it shifted the statistic: critical minus the
+    # (1 - power) quantile of the relabelling distribution (NaN when no decision is attainable)
+    detectable: float = float("nan")
+    alpha: float = 0.05
+    power: float = 0.8
 
 
 def _agreement_array(values: Mapping, seeds: list, res: list) -> np.ndarray:
@@ -78,6 +85,8 @@ def relabel_test(
     resolutions: Sequence[int],
     *,
     draws: int = 9999,
+    alpha: float = 0.05,
+    power: float = 0.8,
 ) -> RelabelTest:
     """Exact (or sampled) permutation test of the resolution labels within each seed.
 
@@ -88,13 +97,18 @@ def relabel_test(
     used (they do not change under relabelling). The unit is the trained model (seed), not the probe image, so the
     test is valid but needs seeds: with S seeds and R resolutions there are (R!)^(S-1) distinct relabellings and
     p >= 1/(R!)^(S-1) (2 seeds and 2 resolutions: p >= 0.5).
+
+    Where p <= ``alpha`` is attainable, ``critical`` is the smallest statistic that reaches it on these maps and
+    ``detectable`` the agreement drop shown with probability ``power`` if a resolution effect shifted the statistic
+    by that much (a shift alternative on the relabelling distribution: critical - its (1 - power) quantile), so a
+    "not shown" is read beside the size it could have shown.
     """
     seeds, res = list(seeds), list(resolutions)
     R, S = len(res), len(seeds)
     A = _agreement_array(values, seeds, res)
     pairs = list(itertools.combinations(range(S), 2))
     if S < 2 or R < 2 or not np.isfinite(A[tuple(zip(*pairs))]).all():
-        return RelabelTest(float("nan"), float("nan"), 0, float("nan"), True)
+        return RelabelTest(float("nan"), float("nan"), 0, float("nan"), True, alpha=alpha, power=power)
     totals = sum(A[s, t].sum() for s, t in pairs)
     n_same, n_cross = len(pairs) * R, len(pairs) * R * (R - 1)
 
@@ -115,5 +129,14 @@ def relabel_test(
         draw = [[identity[0], *(perms[k] for k in rng.integers(len(perms), size=S - 1))] for _ in range(draws)]
         stats = [observed] + [stat(p) for p in draw]
         exact, count = False, draws + 1
-    p = float(np.mean(np.asarray(stats) >= observed - 1e-12))
-    return RelabelTest(float(observed), p, count, min_p, exact)
+    null = np.sort(np.asarray(stats, dtype=float))
+    p = float(np.mean(null >= observed - 1e-12))
+    critical = detectable = float("nan")
+    if min_p <= alpha:
+        # p(x) = share of relabellings >= x; the smallest null value v with p(v) <= alpha is the critical value
+        share_at_or_above = 1.0 - np.searchsorted(null, null - 1e-12, side="left") / null.size
+        reaching = null[share_at_or_above <= alpha + 1e-12]
+        if reaching.size:  # none when ties fill the top of the distribution (constant agreements): left NaN
+            critical = float(reaching.min())
+            detectable = max(0.0, critical - float(np.quantile(null, 1 - power)))
+    return RelabelTest(float(observed), p, count, min_p, exact, critical, detectable, alpha, power)

@@ -136,7 +136,7 @@ def power_lines(cfg: Config) -> list[str]:
     from resomap.data.bundle import data_seed
     from resomap.data.registry import open_dataset
     from resomap.errors import ResoMapError
-    from resomap.stats import plan_power, relabel_min_p
+    from resomap.stats import plan_power
 
     st, alpha = cfg.stats, 1 - cfg.stats.level
     seeds = len(cfg.sweep.seeds)
@@ -166,10 +166,20 @@ def power_lines(cfg: Config) -> list[str]:
             f"(assumed: {st.discordance:g} of images change outcome between resolutions, seed correlation "
             f"{st.seed_correlation:g}; stats.discordance, stats.seed_correlation)"
         )
-    min_p = relabel_min_p(seeds, len(resolutions))
-    reach = "can" if min_p < alpha else "cannot"
-    lines.append(
-        f"explanations: with {seeds} seed(s) x {len(resolutions)} resolutions the relabelling test's smallest p is "
-        f"{min_p:.3g}: it {reach} reach p < {alpha:.2g}" + ("" if min_p < alpha else " (add seeds)")
-    )
+    if cfg.explainability.enabled and len(resolutions) > 1:
+        lines.append(_explanation_line(seeds, len(resolutions), alpha))
     return lines
+
+
+def _explanation_line(seeds: int, n_res: int, alpha: float) -> str:
+    """Whether the explanation test (resolution labels relabelled within seeds) can decide with these seeds."""
+    from resomap.stats import relabel_min_p, relabel_seeds_needed
+
+    min_p, needed = relabel_min_p(seeds, n_res), relabel_seeds_needed(n_res, alpha)
+    head = f"explanations: with {seeds} seed(s) x {n_res} resolutions the relabelling test's smallest p is {min_p:.3g}"
+    if min_p <= alpha:
+        return (
+            f"{head}: it can decide at alpha {alpha:.2g} (the summary states the smallest agreement drop these seeds "
+            "could show beside each 'not shown')"
+        )
+    return f"{head}: it cannot reach p <= {alpha:.2g}, so no decision on maps: needs >= {needed} seeds (sweep.seeds)"
