@@ -82,6 +82,8 @@ def test_alpha_override_changes_only_the_threshold():
     [
         ("sweep.adaptive.budget=0", "sweep.adaptive.budget: expected null or a positive number of trials, got 0"),
         ("sweep.adaptive.budget=-3", "sweep.adaptive.budget"),
+        ("sweep.adaptive.budget_hours=0", "sweep.adaptive.budget_hours: expected null or a positive number of hours"),
+        ("sweep.adaptive.budget_hours=-1.5", "sweep.adaptive.budget_hours"),
         ("sweep.adaptive.max_rounds=0", "sweep.adaptive.max_rounds: expected an integer >= 1"),
         ("sweep.adaptive.seeds_per_round=0", "sweep.adaptive.seeds_per_round"),
         ("sweep.adaptive.spending=pocok", "did you mean 'pocock'?"),
@@ -176,7 +178,7 @@ def test_adaptive_rounds_add_seeds_only_to_the_undecided_and_drop_the_inferior(t
             "stats.margin=0.1",
             "stats.resamples=200",
             "explainability.enabled=false",
-            "mlflow.enabled=false",
+            f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
         ],
     )
     calls: list[set[tuple[str, int, int]]] = []
@@ -212,15 +214,59 @@ def test_adaptive_rounds_add_seeds_only_to_the_undecided_and_drop_the_inferior(t
     assert (tiny["decided_at"], tiny["seeds"]) == (2, [0, 1])
     assert list(tiny["dropped"]) == ["16"] and tiny["dropped"]["16"].startswith("shown inferior at look 1")
 
-    # the last round's verdicts: tiny_cnn's 32 px non-inferior on two seeds (16 px left out of the summary),
-    # simple_cnn's kept from look 1 (32 px non-inferior, 16 px inferior)
+    # the last round's verdicts: tiny_cnn's 32 px non-inferior on two seeds (16 px kept from look 1: inferior, not
+    # retested on seed 1, which it does not have), simple_cnn's kept from look 1 (32 px non-inferior, 16 px inferior)
     recs = {r["model"]: r for r in final["recommendations"]}
     assert _verdicts(final) == {
-        "tiny_cnn": {64: "reference", 32: "non-inferior"},
+        "tiny_cnn": {64: "reference", 32: "non-inferior", 16: "inferior"},
         "simple_cnn": {64: "reference", 32: "non-inferior", 16: "inferior"},
     }
+    rows = {(r["model"], r["resolution"]): r for r in final["rows"]}
+    assert len(rows) == 6  # the dropped resolution keeps its row in summary.csv/json
+    tiny16 = rows[("tiny_cnn", 16)]
+    assert tiny16["verdict"] == "inferior" and tiny16["n_seeds"] == 1 and tiny16["reference_difference"] is None
+    assert "shown inferior at an earlier look of the adaptive sweep" in tiny16["note"]
+    assert rows[("tiny_cnn", 32)]["n_seeds"] == 2 and "dropped earlier: 16 px" in recs["tiny_cnn"]["note"]
+    csv_text = (out.outcome.summary_dir / "summary.csv").read_text()
+    assert sum(line.startswith("tiny_cnn,") for line in csv_text.splitlines()) == 3
     assert recs["tiny_cnn"]["resolution"] == 32 and recs["simple_cnn"]["resolution"] == 32
     tiny32 = next(v for v in recs["tiny_cnn"]["verdicts"] if v["resolution"] == 32)
     assert tiny32["n_seeds"] == 2 and tiny32["difference"] == pytest.approx(-0.05)
     assert tiny32["level"] == pytest.approx(1 - 0.05 / 3)
     assert "## Adaptive sweep" in (out.outcome.summary_dir / "summary.md").read_text()
+    page = (out.outcome.summary_dir / "report.html").read_text()
+    assert '<section id="adaptive">' in page and "Stopped: every model is decided. Trials used: 8" in page
+
+    from mlflow import MlflowClient  # the record on the last round's parent run
+
+    run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(out.outcome.parent_run_id)
+    assert run.data.metrics["adaptive/trials_used"] == 8 and run.data.metrics["adaptive/full_grid_trials"] == 18
+    assert run.data.tags["resomap.adaptive"].startswith("every model is decided (bonferroni, 3 looks)")
+    assert run.data.tags["resomap.adaptive.tiny_cnn"].startswith("look 2 (alpha 0.01667); seeds [0, 1]")
+    assert run.data.tags["resomap.verdict.tiny_cnn.16"].startswith("inferior")
+
+
+def test_an_adaptive_sweep_stops_before_a_round_that_would_pass_its_hours(tmp_path):
+    cfg = load(
+        "configs",
+        None,
+        [
+            f"experiment.output_dir={tmp_path}",
+            "sweep.models=[tiny_cnn]",
+            "sweep.resolutions=[16,32,64]",
+            "sweep.seeds=[0]",
+            "sweep.adaptive.enabled=true",
+            "sweep.adaptive.budget_hours=0.000001",  # 3.6 ms: round 1 alone takes longer
+            "stats.margin=0.1",
+            "stats.resamples=200",
+            "explainability.enabled=false",
+            "mlflow.enabled=false",
+        ],
+    )
+    calls: list[set[tuple[str, int, int]]] = []
+    out = run_adaptive(cfg, executor=_fake_executor(calls, []), report=lambda line: None)
+    assert len(calls) == 1  # tiny_cnn is undecided after look 1, but round 2 is not started
+    record = out.record
+    assert record["stopped"].startswith("round 2 would pass the budget of 1e-06 h (")
+    assert "trials at" in record["stopped"] and record["budget_hours"] == 1e-06
+    assert record["rounds"][0]["seconds"] > 0

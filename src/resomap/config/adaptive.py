@@ -21,6 +21,8 @@ def check_adaptive(cfg: Config, fail: Callable[[str, str, Any], None]) -> None:
         fail("sweep.adaptive.seeds_per_round", "an integer >= 1", ad.seeds_per_round)
     if ad.budget is not None and ad.budget <= 0:
         fail("sweep.adaptive.budget", "null or a positive number of trials", ad.budget)
+    if ad.budget_hours is not None and not ad.budget_hours > 0:
+        fail("sweep.adaptive.budget_hours", "null or a positive number of hours", ad.budget_hours)
     if ad.spending not in RULES:
         close = difflib.get_close_matches(ad.spending, RULES, n=1, cutoff=0.5)
         hint = f" (did you mean '{close[0]}'?)" if close else ""

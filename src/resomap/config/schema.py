@@ -37,6 +37,9 @@ class AdaptiveConfig:
     max_rounds: int = 3  # the planned looks (>= 1): the alpha-spending rule splits alpha over them
     seeds_per_round: int = 1  # seeds added per round to the undecided models (new seeds: max(sweep.seeds) + 1, ...)
     budget: int | None = None  # the most trials in all (finished ones included); null: only max_rounds limits it
+    # the most hours of wall time: a round is not started when the time so far plus its new trials at the seconds
+    # per trial measured so far would pass it; null: no time limit
+    budget_hours: float | None = None
     spending: str = "obrien_fleming"  # alpha-spending rule over the looks: obrien_fleming, pocock, bonferroni
 
 
@@ -242,6 +245,9 @@ class StatsConfig:
     # per model: the one-sided alpha of its non-inferiority decision in place of 1 - level; set by an adaptive
     # sweep at each look from its spending rule (leave empty)
     look_alpha: dict[str, float] = field(default_factory=dict)
+    # per model: resolutions an adaptive sweep showed inferior at an earlier look and stopped running (leave empty);
+    # the summary keeps their rows, marked inferior, and decides on the other resolutions' seeds
+    dropped: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

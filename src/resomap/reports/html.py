@@ -89,6 +89,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
     sections = [
         ("summary", "Summary", _summary_section(data, rows)),
+        *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
         ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
         ("matrix", "Train x test resolution", _matrix_section(rows)),
     ]
@@ -150,6 +151,16 @@ def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
     )
     foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
     return "".join(parts) + _table(head, lines) + foot + _paired_part(data.get("paired_tests") or [], first)
+
+
+def _adaptive_section(record: dict) -> str:
+    """The adaptive record in words (reports.text.adaptive_lines): paragraphs, then the rounds and models."""
+    from resomap.reports.text import adaptive_lines
+
+    lines = [ln for ln in adaptive_lines(record) if ln.strip()]
+    paras = "".join(f"<p>{_e(ln)}</p>" for ln in lines if not ln.lstrip().startswith("- "))
+    items = "".join(f"<li>{_e(ln.lstrip()[2:])}</li>" for ln in lines if ln.lstrip().startswith("- "))
+    return paras + (f"<ul>{items}</ul>" if items else "")
 
 
 def _score_cell(r: SummaryRow, column: str) -> str:

@@ -186,6 +186,8 @@ def build_summary(
             row.verdict, row.margin, row.verdict_p = v["verdict"], v["margin"], v["p_value"]
             row.reference_difference, row.reference_low, row.reference_high = v["difference"], v["low"], v["high"]
             row.detectable_margin = v["detectable"]
+            if v["difference"] is None and v.get("reason"):  # a verdict kept from an earlier look, not retested
+                row.note = "; ".join(filter(None, [row.note, f"{v['verdict']}: {v['reason']}"]))
     trials = []
     for result in dicts:
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))

@@ -198,3 +198,32 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     if notes:
         out += gap + h("Notes") + "".join(f"{bullet}{x}\n" for x in notes)
     return out
+
+
+ADAPTIVE_SECTION = "## Adaptive sweep"
+
+
+def adaptive_lines(record: Mapping[str, Any]) -> list[str]:
+    """The adaptive record (sweep.adaptive) in words: summary.md's last section and the report's paragraph."""
+    alphas = ", ".join(f"look {i}: {a:.4g}" for i, a in enumerate(record["look_alphas"], 1))
+    lines = [
+        f"Alpha {record['alpha']:.2g} (one-sided) spent over {record['planned_looks']} planned looks by the "
+        f"{record['spending']} rule; each look tests at the increment of the spending function ({alphas}), so "
+        "the chance of any false 'non-inferior' over all looks is at most alpha (union bound).",
+        f"Stopped: {record['stopped']}. Trials used: {record['trials_used']}; the full grid with every planned "
+        f"seed: {record['full_grid_trials']} (with the seeds reached: {record['full_grid_trials_seeds_reached']}).",
+        "",
+    ]
+    for r in record["rounds"]:
+        decided = ", ".join(r.get("decided") or []) or "none"
+        lines.append(
+            f"- round {r['look']} (alpha {r['alpha']:.4g}): models {', '.join(r['models'])}, seeds {r['seeds']}, "
+            f"{r['new_trials']} new of {r['trials']} trials"
+            + (f" in {r['seconds'] / 60:.1f} min" if r.get("seconds") is not None else "")
+            + f"; decided: {decided}"
+        )
+    for model, m in record["models"].items():
+        at = f"decided at look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
+        lines.append(f"- {model}: {at}, seeds {m['seeds']}; {m['sentence']}")
+        lines += [f"  - {res} px dropped: {why}" for res, why in sorted(m["dropped"].items(), reverse=True)]
+    return lines

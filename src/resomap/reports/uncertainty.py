@@ -300,6 +300,15 @@ def compare_model(
     task = next(iter(by_res.values()))[0].task
     headline = task.scores[0]
     rec_row = _empty_recommendation(model, headline.name, cfg)
+    dropped = sorted(r for r in cfg.dropped.get(model, []) if r in by_res)
+    by_res = {r: ms for r, ms in by_res.items() if r not in dropped}  # fewer seeds: left out of the comparisons
+    if dropped:
+        rec_row["verdicts"] = [_dropped_verdict(r, cfg) for r in dropped]
+    if not by_res:
+        rec_row.update(
+            reason="every resolution was dropped", sentence=f"{model}: no decision: every resolution dropped"
+        )
+        return [], rec_row
     found = _scores_by_resolution(by_res, task)
     if isinstance(found, str):
         rec_row["reason"] = found
@@ -339,9 +348,33 @@ def compare_model(
         reason=decision.reason,
         sentence=f"{model}: {decision.reason}",
         note="; ".join(notes),
-        verdicts=[v.to_dict() for v in decision.verdicts],
+        verdicts=[v.to_dict() for v in decision.verdicts] + rec_row.get("verdicts", []),
     )
+    if dropped:
+        rec_row["note"] = "; ".join(
+            filter(None, [rec_row["note"], f"dropped earlier: {', '.join(map(str, dropped))} px"])
+        )
     return rows, rec_row
+
+
+def _dropped_verdict(resolution: int, cfg: StatsConfig) -> dict[str, Any]:
+    """The verdict of a resolution an adaptive sweep showed inferior at an earlier look (its summary.md section
+    says when and with which bounds); not tested again on the later seeds, which it does not have."""
+    return {
+        "resolution": resolution,
+        "reference": cfg.reference,
+        "verdict": "inferior",
+        "margin": cfg.margin,
+        "level": cfg.level,
+        "difference": None,
+        "low": None,
+        "high": None,
+        "p_value": None,
+        "detectable": None,
+        "n_images": 0,
+        "n_seeds": 0,
+        "reason": "shown inferior at an earlier look of the adaptive sweep (or below one that was); not run further",
+    }
 
 
 def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str, Any]:

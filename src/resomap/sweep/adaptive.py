@@ -10,12 +10,14 @@ change, so its verdicts stay). After each look, per model:
 - decided (the fixed sequence ends at a resolution shown inferior, or every resolution is shown non-inferior): no
   more seeds;
 - undecided at resolution s: the resolutions below s are tested alone against the reference at the look's alpha;
-  from the first shown inferior down they are dropped (no more seeds, left out of later rounds' summaries, their
-  verdict kept here); the other resolutions get ``seeds_per_round`` new seeds in the next round.
+  from the first shown inferior down they are dropped (no more seeds; later summaries keep their rows, marked
+  inferior, and decide on the other resolutions: stats.dropped); the other resolutions get ``seeds_per_round``
+  new seeds in the next round.
 
 It stops when every model is decided, after ``max_rounds`` looks, or before a round that would exceed ``budget``
-trials. The rounds, the spending rule and its per-look alphas, and the trials used against the full grid (every
-model x resolution x every seed the plan allows) are added to summary.md and summary.json ("adaptive").
+trials or ``budget_hours`` of wall time (predicted from the seconds per trial of the rounds so far). The rounds,
+the spending rule and its per-look alphas, and the trials used against the full grid (every model x resolution x
+every seed the plan allows) are added to summary.md and summary.json ("adaptive"), the report and the MLflow parent.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +37,6 @@ from resomap.sweep.sweep import SweepOutcome, run_sweep, trial_folders
 from resomap.sweep.trial import TrialResult
 
 log = logging.getLogger(__name__)
-SECTION = "## Adaptive sweep"
 TrialId = tuple[str, int, int]
 
 
@@ -80,7 +82,10 @@ def plan_lines(cfg: Config) -> list[str]:
     alphas = ", ".join(f"{a:.4g}" for a in look_alphas(cfg))
     grid = len({(t.model, t.resolution) for t in plan(cfg, check=False)})
     most = grid * (len(cfg.sweep.seeds) + ad.seeds_per_round * (ad.max_rounds - 1))
-    budget = "no budget" if ad.budget is None else f"budget {ad.budget} trials"
+    limits = ([] if ad.budget is None else [f"{ad.budget} trials"]) + (
+        [] if ad.budget_hours is None else [f"{ad.budget_hours:g} h"]
+    )
+    budget = f"budget {' and '.join(limits)}" if limits else "no budget"
     return [
         f"adaptive: up to {ad.max_rounds} rounds, {len(cfg.sweep.seeds)} seed(s) in the first and "
         f"{ad.seeds_per_round} more per round for undecided models only; {budget}; the full grid would be {most} "
@@ -110,6 +115,7 @@ def run_adaptive(
         raise ConfigError(f"sweep.adaptive.budget {ad.budget} is below the first round's {first} trials")
     used: set[TrialId] = set()
     rounds: list[dict[str, Any]] = []
+    clock = _Clock(ad.budget_hours)
     outcome, stopped, next_seed = None, f"the {ad.max_rounds} planned rounds are done", max(cfg.sweep.seeds) + 1
     for look in range(1, ad.max_rounds + 1):
         open_models = [s for s in states.values() if s.decided_at is None]
@@ -117,12 +123,17 @@ def run_adaptive(
         if ad.budget is not None and len(used | wanted) > ad.budget:
             stopped = f"the budget of {ad.budget} trials would be exceeded by round {look}"
             break
+        over = clock.over(len(wanted - used))
+        if over:
+            stopped = f"round {look} would pass the budget of {ad.budget_hours:g} h ({over})"
+            break
         report(f"[adaptive] round {look}: {len(wanted - used)} new trial(s) at one-sided alpha {alphas[look - 1]:.4g}")
         round_cfg = _round_config(cfg, states, alphas[look - 1])
         outcome = run_sweep(
             round_cfg, executor=_only(wanted, executor), rerun_failed=rerun_failed, report=report, wait=wait
         )
         rounds.append(_look(look, alphas[look - 1], wanted, used, open_models))
+        rounds[-1]["seconds"] = clock.lap(len(wanted - used))
         used |= wanted
         _decide(outcome, round_cfg, open_models, look, alphas[look - 1])
         rounds[-1]["decided"] = sorted(s.model for s in open_models if s.decided_at == look)
@@ -136,21 +147,45 @@ def run_adaptive(
                 s.seeds += new if s.decided_at is None else []
     record = _record(cfg, alphas, rounds, states, used, stopped)
     if outcome is not None:
-        write_record(outcome.summary_dir, record)
+        publish_record(cfg, outcome, record, write_record(outcome.summary_dir, record))
     report(f"[adaptive] {stopped}: {record['trials_used']} trials used, the full grid is {record['full_grid_trials']}")
     return AdaptiveOutcome(outcome, record)
 
 
+class _Clock:
+    """Wall time of the rounds, for sweep.adaptive.budget_hours: the seconds per new trial measured so far predict
+    the next round (trials reused from an earlier run cost no time and are not counted)."""
+
+    def __init__(self, hours: float | None) -> None:
+        self.limit = None if hours is None else hours * 3600.0
+        self.start = self.mark = time.monotonic()
+        self.trained, self.training_s = 0, 0.0
+
+    def lap(self, new_trials: int) -> float:
+        now = time.monotonic()
+        seconds, self.mark = now - self.mark, now
+        self.trained += new_trials
+        self.training_s += seconds
+        return seconds
+
+    def over(self, new_trials: int) -> str | None:
+        """Why the next round of ``new_trials`` would pass the limit, or None."""
+        if self.limit is None or not self.trained:
+            return None
+        elapsed = time.monotonic() - self.start
+        expected = elapsed + new_trials * self.training_s / self.trained
+        if expected <= self.limit:
+            return None
+        return f"{elapsed / 3600:.2f} h so far + {new_trials} trials at {self.training_s / self.trained:.0f} s each"
+
+
 def _round_config(cfg: Config, states: dict[str, ModelState], alpha: float) -> Config:
-    """The sweep of this round: every seed so far, the dropped pairs excluded, each model's alpha for this look."""
+    """The sweep of this round: every seed so far, each model's alpha for this look and its dropped resolutions
+    (kept in the plan so the summary keeps their rows, marked inferior; `_only` never trains their new seeds)."""
     seeds = sorted(set().union(*(s.seeds for s in states.values())))
-    dropped = [[m, r] for m, s in states.items() for r in sorted(s.dropped)]
+    dropped = {m: sorted(s.dropped) for m, s in states.items() if s.dropped}
     look_alpha = {m: (s.alpha if s.decided_at is not None else alpha) for m, s in states.items()}
-    overrides = {
-        "sweep.seeds": seeds,
-        "sweep.exclude": [*cfg.sweep.exclude, *dropped],
-        "stats.look_alpha": look_alpha,
-    }
+    overrides = {"sweep.seeds": seeds, "stats.look_alpha": look_alpha, "stats.dropped": dropped}
     return with_overrides(cfg, overrides, "adaptive round")
 
 
@@ -261,6 +296,7 @@ def _record(cfg, alphas, rounds, states: dict[str, ModelState], used: set[TrialI
         "look_alphas": alphas,
         "seeds_per_round": ad.seeds_per_round,
         "budget": ad.budget,
+        "budget_hours": ad.budget_hours,
         "rounds": rounds,
         "stopped": stopped,
         "trials_used": len(used),
@@ -274,39 +310,49 @@ def _record(cfg, alphas, rounds, states: dict[str, ModelState], used: set[TrialI
     }
 
 
-def record_text(record: dict[str, Any]) -> str:
-    """The summary.md section of the adaptive record."""
-    alphas = ", ".join(f"look {i}: {a:.4g}" for i, a in enumerate(record["look_alphas"], 1))
-    lines = [
-        SECTION,
-        "",
-        f"Alpha {record['alpha']:.2g} (one-sided) spent over {record['planned_looks']} planned looks by the "
-        f"{record['spending']} rule; each look tests at the increment of the spending function ({alphas}), so "
-        "the chance of any false 'non-inferior' over all looks is at most alpha (union bound).",
-        f"Stopped: {record['stopped']}. Trials used: {record['trials_used']}; the full grid with every planned "
-        f"seed: {record['full_grid_trials']} (with the seeds reached: {record['full_grid_trials_seeds_reached']}).",
-        "",
-    ]
-    for r in record["rounds"]:
-        decided = ", ".join(r.get("decided") or []) or "none"
-        lines.append(
-            f"- round {r['look']} (alpha {r['alpha']:.4g}): models {', '.join(r['models'])}, seeds {r['seeds']}, "
-            f"{r['new_trials']} new of {r['trials']} trials; decided: {decided}"
-        )
-    for model, m in record["models"].items():
-        at = f"decided at look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
-        lines.append(f"- {model}: {at}, seeds {m['seeds']}; {m['sentence']}")
-        lines += [f"  - {res} px dropped: {why}" for res, why in sorted(m["dropped"].items(), reverse=True)]
-    return "\n".join(lines) + "\n"
+def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
+    """The record into summary.json ("adaptive"), as the last section of summary.md (replacing an older one) and
+    in report.html (written again); the files written."""
+    from resomap.reports.text import ADAPTIVE_SECTION, adaptive_lines
 
-
-def write_record(out_dir: Any, record: dict[str, Any]) -> None:
-    """The record into summary.json ("adaptive") and as the last section of summary.md (replacing an older one)."""
     path = out_dir / "summary.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
     payload["adaptive"] = record
     write_text(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
     md = out_dir / "summary.md"
     text = md.read_text(encoding="utf-8") if md.is_file() else ""
-    text = text.split(f"\n{SECTION}\n")[0].rstrip("\n") + "\n"
-    write_text(md, f"{text}\n{record_text(record)}")
+    text = text.split(f"\n{ADAPTIVE_SECTION}\n")[0].rstrip("\n") + "\n"
+    write_text(md, f"{text}\n" + "\n".join([ADAPTIVE_SECTION, "", *adaptive_lines(record)]) + "\n")
+    written = [path, md]
+    try:
+        from resomap.reports.html import write_report
+
+        written.append(write_report(out_dir))
+    except Exception as exc:  # the report is a view; the summary files are the record
+        log.warning("report.html not rewritten with the adaptive record: %s", exc)
+    return written
+
+
+def publish_record(cfg: Config, outcome: SweepOutcome, record: dict[str, Any], files: list[Any]) -> None:
+    """The record on the last round's MLflow parent run: how it stopped (tag), trials used against the full grid
+    (metrics), each model's look and alpha (tags), and the rewritten summary files and report. Soft, like every
+    tracking call: an unreachable store never fails the sweep."""
+    if outcome.parent_run_id is None or not cfg.mlflow.enabled:
+        return
+    from resomap.tracking import make_tracker
+    from resomap.tracking.publish import log_changed, mlflow_name
+
+    tracker = make_tracker(cfg)
+    parent = outcome.parent_run_id
+    metrics = {
+        "adaptive/trials_used": record["trials_used"],
+        "adaptive/full_grid_trials": record["full_grid_trials"],
+        "adaptive/rounds": len(record["rounds"]),
+    }
+    tags = {"resomap.adaptive": f"{record['stopped']} ({record['spending']}, {record['planned_looks']} looks)"}
+    for model, m in record["models"].items():
+        at = f"look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
+        tags[f"resomap.adaptive.{mlflow_name(model)}"] = f"{at}; seeds {m['seeds']}"
+    log_changed(tracker, parent, metrics, tags)
+    for path in files:
+        tracker.log_artifact(parent, path, None if path.name == "report.html" else "summary")
