@@ -148,3 +148,33 @@ def test_dry_run_of_the_quickstart_states_the_detectable_margin_and_what_the_exp
     )
     assert "smallest p is 0.0278: it can decide at alpha 0.05" in capsys.readouterr().out
     assert not out.exists()  # a dry run writes nothing
+
+
+def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observed(tmp_path):
+    """Once this sweep has a summary, the plan also uses the discordance its paired tests against the reference
+    observed (b01 + b10 over the image-seed pairs) in place of the pilot-free assumption."""
+    import json
+
+    from resomap.config import load
+    from resomap.sweep.plan import observed_discordance, power_lines
+    from resomap.sweep.sweep import summary_folder
+
+    cfg = load("configs", "quickstart", [f"experiment.output_dir={tmp_path}"])
+    assert observed_discordance(cfg) is None
+    folder = summary_folder(cfg)
+    folder.mkdir(parents=True)
+    paired = [
+        {"model": "m", "metric": "accuracy", "resolution_a": 32, "resolution_b": 128, "n_images": 180, "n_seeds": 2}
+        | {"b01": 10, "b10": 8},
+        {"model": "m", "metric": "accuracy", "resolution_a": 64, "resolution_b": 128, "n_images": 180, "n_seeds": 2}
+        | {"b01": 4, "b10": 6},
+        {"model": "m", "metric": "accuracy", "resolution_a": 32, "resolution_b": 64, "n_images": 180, "n_seeds": 2}
+        | {"b01": 90, "b10": 90},  # not against the reference: not counted
+    ]
+    summary = {"paired_tests": paired, "recommendations": [{"model": "m", "reference": 128}]}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    found, where = observed_discordance(cfg)
+    assert found == pytest.approx(28 / 720) and "720 image-seed pairs" in where
+    plan = plan_power(180, 2, margin=0.02, discordance=28 / 720)
+    line = next(ln for ln in power_lines(cfg) if ln.startswith("power from this sweep's finished trials"))
+    assert f"discordance {28 / 720:.3f} observed, so margins of {plan['detectable']:.3f} and larger" in line

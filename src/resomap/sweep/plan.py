@@ -166,9 +166,51 @@ def power_lines(cfg: Config) -> list[str]:
             f"(assumed: {st.discordance:g} of images change outcome between resolutions, seed correlation "
             f"{st.seed_correlation:g}; stats.discordance, stats.seed_correlation)"
         )
+        observed = observed_discordance(cfg)
+        if observed is not None:
+            again = plan_power(
+                n_test,
+                seeds,
+                margin=st.margin,
+                level=st.level,
+                power=st.power,
+                discordance=observed[0],
+                seed_correlation=st.seed_correlation,
+            )
+            lines.append(
+                f"power from this sweep's finished trials ({observed[1]}): discordance {observed[0]:.3f} observed, "
+                f"so margins of {again['detectable']:.3f} and larger are shown with power {st.power:g}; at the "
+                f"margin {st.margin:g} the power is {again['power_at_margin']:.2f}"
+            )
     if cfg.explainability.enabled and len(resolutions) > 1:
         lines.append(_explanation_line(seeds, len(resolutions), alpha))
     return lines
+
+
+def observed_discordance(cfg: Config) -> tuple[float, str] | None:
+    """(share of image-seed pairs whose outcome differs between a resolution and the reference, pooled over the
+    models' paired tests, where from) from this sweep's last summary.json; None when there is none. A better
+    planning value than the pilot-free stats.discordance once trials of this design have finished."""
+    import json
+
+    from resomap.sweep.sweep import summary_folder
+
+    path = summary_folder(cfg) / "summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    refs = {r["model"]: r.get("reference") for r in data.get("recommendations") or []}
+    pairs = discordant = 0
+    for row in data.get("paired_tests") or []:
+        binary = row.get("metric") in (None, "accuracy")  # outcomes that are right or wrong: discordance applies
+        if not binary or row.get("resolution_b") != refs.get(row.get("model")) or not row.get("n_images"):
+            continue
+        pairs += int(row["n_images"]) * int(row.get("n_seeds") or 1)
+        discordant += int(row.get("b01") or 0) + int(row.get("b10") or 0)
+    if not pairs:
+        return None
+    return discordant / pairs, f"{pairs} image-seed pairs against the reference in {path}"
 
 
 def _explanation_line(seeds: int, n_res: int, alpha: float) -> str:
