@@ -140,6 +140,16 @@ def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
         twoway = stats.twoway_bootstrap(correct, level=st.level, resamples=st.resamples, seed=st.seed)
         assert (row["twoway_ci_low"], row["twoway_ci_high"]) == (twoway.low, twoway.high)
         assert 0.0 <= row["twoway_ci_low"] <= row["test_accuracy_pooled"] <= row["twoway_ci_high"] <= 1.0
+        # the majority-class baseline: the test labels' most frequent class, and the accuracy above it per image
+        classes, counts = np.unique(labels, return_counts=True)
+        baseline = labels == classes[np.argmax(counts)]
+        assert row["majority_rate"] == pytest.approx(baseline.mean())
+        above = stats.bootstrap_scores(
+            correct.astype(float) - baseline, level=st.level, resamples=st.resamples, seed=st.seed
+        )
+        assert row["over_majority"] == pytest.approx(correct.mean() - baseline.mean())
+        assert (row["over_majority_ci_low"], row["over_majority_ci_high"]) == (above.low, above.high)
+        assert row["over_majority_ci_low"] < row["over_majority"] < row["over_majority_ci_high"]
         pooled_f1 = _macro_f1(np.concatenate([labels, labels]), np.concatenate([preds[(res, 0)], preds[(res, 1)]]))
         assert row["test_macro_f1_pooled"] == pytest.approx(pooled_f1)
         assert row["test_macro_f1_ci_low"] < row["test_macro_f1_pooled"] < row["test_macro_f1_ci_high"]
@@ -189,6 +199,10 @@ SUMMARY_CSV_COLUMNS = [
     "test_macro_f1_ci_high",
     "ci_level",
     "ci_method",
+    "majority_rate",
+    "over_majority",
+    "over_majority_ci_low",
+    "over_majority_ci_high",
     "twoway_ci_low",
     "twoway_ci_high",
     "recommended",
@@ -229,6 +243,8 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
         "test_accuracy_ci_low",
         "test_accuracy_ci_high",
         "test_macro_f1_pooled",
+        "majority_rate",
+        "over_majority",
         "twoway_ci_low",
         "twoway_ci_high",
     }

@@ -37,6 +37,7 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow
+from resomap.reports.text import above_majority
 
 log = logging.getLogger(__name__)
 
@@ -128,17 +129,23 @@ def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
     first = rows[0]
     scores = [*first.score_columns, "test_macro_f1"]
     heads = [f"{first.say(c)} ({_num(level, '{:.0%}')} CI)" if level else first.say(c) for c in scores]
+    majority = any(r.majority_rate is not None for r in rows)
+    heads += ["above majority class (its rate)"] if majority else []
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
     head += [f"explain {m} s" for m in methods]
     lines = []
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
-        vals = [_score_cell(r, c) for c in scores] + [
-            r.verdict or "-",
-            _num(r.detectable_margin),
-            _num(r.latency_ms, "{:.2f}"),
-            _num(r.peak_memory_mb, "{:.3g}"),
-            _num(r.train_time_s, "{:.1f}"),
-        ]
+        vals = (
+            [_score_cell(r, c) for c in scores]
+            + ([above_majority(r)] if majority else [])
+            + [
+                r.verdict or "-",
+                _num(r.detectable_margin),
+                _num(r.latency_ms, "{:.2f}"),
+                _num(r.peak_memory_mb, "{:.3g}"),
+                _num(r.train_time_s, "{:.1f}"),
+            ]
+        )
         vals += [_num(r.explain_seconds.get(m), "{:.3g}") for m in methods]
         name = f"{r.model}{' ★' if r.recommended else ''}"
         lines.append(([name, str(r.resolution), str(r.n_seeds), *vals], r.recommended))

@@ -89,6 +89,12 @@ class SummaryRow:
     test_macro_f1_ci_high: float | None = statistic()
     ci_level: float | None = None
     ci_method: str | None = None
+    # the majority-class baseline (always answering the test images' most frequent class) and the model's accuracy
+    # above it: per image, correct minus the baseline's correct, averaged over seeds, with an image-bootstrap interval
+    majority_rate: float | None = statistic(parent=True)
+    over_majority: float | None = statistic(parent=True)
+    over_majority_ci_low: float | None = statistic()
+    over_majority_ci_high: float | None = statistic()
     # the headline score's interval over images and seeds together (stats.twoway_bootstrap; needs >= 2 seeds)
     twoway_ci_low: float | None = statistic(parent=True)
     twoway_ci_high: float | None = statistic(parent=True)

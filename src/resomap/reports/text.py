@@ -33,6 +33,14 @@ def fmt_interval(estimate: Any, low: Any, high: Any, spec: str = ".3f") -> str:
     return f"{estimate:{spec}}"
 
 
+def above_majority(r: SummaryRow) -> str:
+    """'+0.114 [+0.063, +0.167] (0.689)': accuracy above always answering the majority class, and that rate."""
+    if not _ok(r.majority_rate):
+        return "-"
+    above = fmt_interval(r.over_majority, r.over_majority_ci_low, r.over_majority_ci_high, "+.3f")
+    return f"{above} ({r.majority_rate:.3f})"
+
+
 def fmt_spread(mean: Any, std: Any, spec: str = ".3f") -> str:
     if not _ok(mean):
         return "-"
@@ -59,19 +67,21 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
     image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
-    images and seeds (two-way bootstrap), costs
-    (mean ± std over seeds)."""
+    images and seeds (two-way bootstrap), accuracy above the majority class (classification), costs (mean ± std
+    over seeds)."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
     scores = [*first.score_columns, "test_macro_f1"]
     seed_column = first.seed_column
+    majority = any(_ok(r.majority_rate) for r in rows)
     header = [
         "model",
         "res",
         "seeds",
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
+        *([f"above majority class [{pct} CI] (its rate)"] if majority else []),
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} images x seeds {pct} CI",
         *(title for _, title, _ in COST_COLUMNS),
@@ -88,6 +98,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 str(r.n_seeds),
                 str(r.n_test_images or "-"),
                 *(fmt_interval(*r.score(c)) for c in scores),
+                *([above_majority(r)] if majority else []),
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 twoway,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),

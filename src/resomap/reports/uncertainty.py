@@ -185,6 +185,20 @@ def _twoway(aligned: Aligned, headline: Score, row: dict[str, Any], cfg: StatsCo
     return [] if iv.available else [f"two-way interval (images x seeds) {iv.reason}"]
 
 
+def _majority(aligned: Aligned, row: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """The majority-class baseline of the row's test images and the accuracy above it with its interval (a paired
+    image bootstrap of correct - baseline correct, the seeds averaged per image) into ``row``; notes."""
+    label = np.asarray(aligned.label)
+    classes, counts = np.unique(label, return_counts=True)
+    majority = classes[np.argmax(counts)]  # ties: the smallest label, as numpy orders them
+    baseline = (label == majority).astype(np.float64)
+    correct = (np.asarray(aligned.prediction) == label).astype(np.float64)  # [S, N]
+    iv = stats.bootstrap_scores(correct - baseline, **settings)
+    row["majority_rate"] = float(baseline.mean())
+    row["over_majority"], row["over_majority_ci_low"], row["over_majority_ci_high"] = iv.estimate, iv.low, iv.high
+    return [] if iv.available else [f"interval above the majority class not available: {iv.reason}"]
+
+
 def _score_intervals(aligned: Aligned, scores: tuple[Score, ...], row: dict[str, Any], cfg: StatsConfig) -> list[str]:
     """Each score pooled over seeds with its image-bootstrap interval (and macro-F1 where the records hold labels
     and predictions) into ``row``; the notes on what is not available."""
@@ -203,6 +217,7 @@ def _score_intervals(aligned: Aligned, scores: tuple[Score, ...], row: dict[str,
             iv.high,
         )
     if aligned.label is not None:
+        notes += _majority(aligned, row, settings)
         f1 = stats.pooled_macro_f1(aligned.label, aligned.prediction, **settings)
         row["test_macro_f1_pooled"], row["test_macro_f1_ci_low"] = f1.estimate, f1.low
         row["test_macro_f1_ci_high"] = f1.high
