@@ -178,3 +178,8 @@ def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observe
     plan = plan_power(180, 2, margin=0.02, discordance=28 / 720)
     line = next(ln for ln in power_lines(cfg) if ln.startswith("power from this sweep's finished trials"))
     assert f"discordance {28 / 720:.3f} observed, so margins of {plan['detectable']:.3f} and larger" in line
+    for row in paired:  # no image changed outcome: no estimate, the assumption stands (not a division by zero)
+        row["b01"] = row["b10"] = 0
+    (folder / "summary.json").write_text(json.dumps(summary))
+    line = next(ln for ln in power_lines(cfg) if ln.startswith("power from this sweep's finished trials"))
+    assert "no image changed outcome against the reference" in line and "the assumption above stands" in line

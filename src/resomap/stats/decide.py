@@ -215,6 +215,11 @@ def plan_power(
     if n_images < 2:
         raise ConfigError(f"a power plan needs at least 2 test images, got {n_images}")
     margin, level, power = check_margin(margin), check_level(level), check_power(power)
+    if not 0 < discordance <= 1 or not 0 <= seed_correlation <= 1:
+        raise ConfigError(
+            f"a power plan needs a discordance in (0, 1] and a seed correlation in [0, 1], got {discordance!r} "
+            f"and {seed_correlation!r}"
+        )
     var = discordance * (1 + (n_seeds - 1) * seed_correlation) / max(n_seeds, 1)
     se = math.sqrt(var / n_images)
     t_crit = float(stats.t.ppf(level, n_images - 1))

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from pathlib import Path
 
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
@@ -167,7 +168,12 @@ def power_lines(cfg: Config) -> list[str]:
             f"{st.seed_correlation:g}; stats.discordance, stats.seed_correlation)"
         )
         observed = observed_discordance(cfg)
-        if observed is not None:
+        if observed is not None and observed[0] == 0:
+            lines.append(
+                f"power from this sweep's finished trials ({observed[1]}): no image changed outcome against the "
+                "reference, too few to estimate the discordance from: the assumption above stands"
+            )
+        elif observed is not None:
             again = plan_power(
                 n_test,
                 seeds,
@@ -187,14 +193,15 @@ def power_lines(cfg: Config) -> list[str]:
     return lines
 
 
+def summary_folder(cfg: Config) -> Path:
+    """Where the sweep's summary lives: <output_dir>/<summary_dir>/_sweep/<experiment name>."""
+    return Path(cfg.experiment.output_dir) / cfg.experiment.summary_dir / "_sweep" / cfg.experiment.name
+
+
 def observed_discordance(cfg: Config) -> tuple[float, str] | None:
     """(share of image-seed pairs whose outcome differs between a resolution and the reference, pooled over the
     models' paired tests, where from) from this sweep's last summary.json; None when there is none. A better
     planning value than the pilot-free stats.discordance once trials of this design have finished."""
-    import json
-
-    from resomap.sweep.sweep import summary_folder
-
     path = summary_folder(cfg) / "summary.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -38,7 +38,15 @@ from resomap.atomic import discard_staging, replace_dir, staging_dir, write_text
 from resomap.config import Config, to_dict
 from resomap.errors import DataError
 from resomap.locks import hold
-from resomap.sweep.plan import check_memory, check_plan, describe_plan, load_result, plan, sweep_key
+from resomap.sweep.plan import (
+    check_memory,
+    check_plan,
+    describe_plan,
+    load_result,
+    plan,
+    summary_folder,
+    sweep_key,
+)
 from resomap.sweep.trial import Trial, TrialResult, pin_precision, sweep_identity
 from resomap.tracking import default_tracking_uri, make_tracker
 from resomap.tracking.parent import close_parent, open_parent
@@ -194,10 +202,6 @@ def _channels(cfg: Config) -> int:
     from resomap.data.registry import DATASETS
 
     return int(DATASETS.meta(cfg.data.dataset).get("channels") or 1)
-
-
-def summary_folder(cfg: Config) -> Path:
-    return Path(cfg.experiment.output_dir) / cfg.experiment.summary_dir / "_sweep" / cfg.experiment.name
 
 
 def _results(trials: list[Trial], new: list[TrialResult] = ()) -> list[TrialResult]:
