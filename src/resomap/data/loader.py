@@ -125,6 +125,16 @@ class BatchLoader:
         self._workers = None
         return self
 
+    def plain(self) -> BatchLoader:
+        """The same images, every one, in order, unaugmented, in this process (a closed-form fit's training set)."""
+        import copy
+
+        out = copy.copy(self)
+        out.augment, out.shuffle, out.drop_last = None, False, False
+        out.num_workers, out.persistent_workers, out._workers = 0, False, None
+        out.rank, out.world_size = 0, 1
+        return out
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 

@@ -45,11 +45,13 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def input_channels(model: nn.Module) -> int:
-    """in_channels of the first Conv2d (the input the model expects); 3 when it has none."""
+    """in_channels of the first Conv2d (the input the model expects), else the model's own `in_channels` (the
+    classical baseline), else 3."""
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
             return module.in_channels
-    return 3
+    own = getattr(model, "in_channels", None)
+    return own if isinstance(own, int) else 3
 
 
 @dataclass(frozen=True)

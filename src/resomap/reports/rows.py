@@ -95,6 +95,14 @@ class SummaryRow:
     over_majority: float | None = statistic(parent=True)
     over_majority_ci_low: float | None = statistic()
     over_majority_ci_high: float | None = statistic()
+    # the classical baseline of the sweep at this resolution (a model of family "classical", e.g. pixel_logreg) and
+    # the headline score above it on the same test images: per image, this model's score minus the baseline's, each
+    # averaged over its seeds, with an image-bootstrap interval
+    baseline_model: str | None = None
+    baseline_score: float | None = statistic()
+    over_baseline: float | None = statistic(parent=True)
+    over_baseline_ci_low: float | None = statistic()
+    over_baseline_ci_high: float | None = statistic()
     # the headline score's interval over images and seeds together (stats.twoway_bootstrap; needs >= 2 seeds)
     twoway_ci_low: float | None = statistic(parent=True)
     twoway_ci_high: float | None = statistic(parent=True)

@@ -23,7 +23,14 @@ import numpy as np
 from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow
-from resomap.reports.uncertainty import TrialId, TrialRecord, compare_models, group_records, interval_columns
+from resomap.reports.uncertainty import (
+    TrialId,
+    TrialRecord,
+    baseline_columns,
+    compare_models,
+    group_records,
+    interval_columns,
+)
 from resomap.reports.uncertainty import load_records as _load_records
 from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
 
@@ -83,7 +90,16 @@ def _as_dicts(results: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def _rows(records: list[TrialRecord], cfg: StatsConfig) -> list[SummaryRow]:
-    return [_row(model, res, members, cfg) for (model, res), members in group_records(records).items()]
+    groups = group_records(records)
+    rows = [_row(model, res, members, cfg) for (model, res), members in groups.items()]
+    for row in rows:
+        found = baseline_columns(row.model, row.resolution, groups, cfg)
+        for key, value in found.items():
+            if key == "note":
+                row.note = "; ".join(filter(None, [row.note, value]))
+            else:
+                setattr(row, key, value)
+    return rows
 
 
 def _row(model: str, res: int, members: list[TrialRecord], cfg: StatsConfig) -> SummaryRow:

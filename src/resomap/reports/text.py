@@ -41,6 +41,15 @@ def above_majority(r: SummaryRow) -> str:
     return f"{above} ({r.majority_rate:.3f})"
 
 
+def above_baseline(r: SummaryRow) -> str:
+    """'+0.052 [+0.010, +0.094] (0.761)': the headline score above the sweep's classical baseline at this
+    resolution, and the baseline's score; '-' for the baseline itself or where there is none."""
+    if not _ok(r.baseline_score) or not _ok(r.over_baseline):
+        return "-"
+    above = fmt_interval(r.over_baseline, r.over_baseline_ci_low, r.over_baseline_ci_high, "+.3f")
+    return f"{above} ({r.baseline_score:.3f})"
+
+
 def fmt_spread(mean: Any, std: Any, spec: str = ".3f") -> str:
     if not _ok(mean):
         return "-"
@@ -75,6 +84,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     scores = [*first.score_columns, "test_macro_f1"]
     seed_column = first.seed_column
     majority = any(_ok(r.majority_rate) for r in rows)
+    baseline = next((r.baseline_model for r in rows if r.baseline_model), None)
     header = [
         "model",
         "res",
@@ -82,6 +92,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
         *([f"above majority class [{pct} CI] (its rate)"] if majority else []),
+        *([f"above {baseline} [{pct} CI] (its {first.say(first.headline)})"] if baseline else []),
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} images x seeds {pct} CI",
         *(title for _, title, _ in COST_COLUMNS),
@@ -99,6 +110,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 str(r.n_test_images or "-"),
                 *(fmt_interval(*r.score(c)) for c in scores),
                 *([above_majority(r)] if majority else []),
+                *([above_baseline(r)] if baseline else []),
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 twoway,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),

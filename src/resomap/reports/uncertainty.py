@@ -199,6 +199,42 @@ def _majority(aligned: Aligned, row: dict[str, Any], settings: dict[str, Any]) -
     return [] if iv.available else [f"interval above the majority class not available: {iv.reason}"]
 
 
+CLASSICAL = "classical"  # the family of the classical baselines (resomap.models.classical)
+
+
+def baseline_columns(
+    model: str, res: int, groups: Mapping[tuple[str, int], list[TrialRecord]], cfg: StatsConfig
+) -> dict[str, Any]:
+    """The headline score of `model` at `res` above the sweep's classical baseline at the same resolution (the first
+    classical model by name): per image, each model's score averaged over its seeds, the difference bootstrapped over
+    the test images both were tested on. Empty for a classical model itself or when the sweep has none."""
+    members = groups[(model, res)]
+    if members[0].result.get("family") == CLASSICAL:
+        return {}
+    base = sorted(m for (m, r), ms in groups.items() if r == res and ms[0].result.get("family") == CLASSICAL)
+    if not base:
+        return {}
+    task = members[0].task
+    name = task.scores[0].name
+    mine = align({m.id[2]: m.own for m in members if m.own is not None}, task)
+    theirs = align({m.id[2]: m.own for m in groups[(base[0], res)] if m.own is not None}, task)
+    out: dict[str, Any] = {"baseline_model": base[0]}
+    if isinstance(mine, str) or isinstance(theirs, str):
+        return out | {"note": f"not compared with {base[0]}: {mine if isinstance(mine, str) else theirs}"}
+    common, a, b = np.intersect1d(mine.index, theirs.index, return_indices=True)
+    x = np.asarray(mine.scores[name], dtype=float)[:, a].mean(axis=0)
+    y = np.asarray(theirs.scores[name], dtype=float)[:, b].mean(axis=0)
+    scored = np.isfinite(x) & np.isfinite(y)
+    iv = stats.bootstrap_scores(x[scored] - y[scored], level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
+    out.update(baseline_score=float(y[scored].mean()) if scored.any() else None)
+    out.update(over_baseline=iv.estimate, over_baseline_ci_low=iv.low, over_baseline_ci_high=iv.high)
+    if not iv.available:
+        out["note"] = f"interval above {base[0]} not available: {iv.reason}"
+    elif common.size < max(mine.index.size, theirs.index.size):
+        out["note"] = f"compared with {base[0]} on the {common.size} test images both were tested on"
+    return out
+
+
 def _score_intervals(aligned: Aligned, scores: tuple[Score, ...], row: dict[str, Any], cfg: StatsConfig) -> list[str]:
     """Each score pooled over seeds with its image-bootstrap interval (and macro-F1 where the records hold labels
     and predictions) into ``row``; the notes on what is not available."""

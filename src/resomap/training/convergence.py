@@ -112,3 +112,31 @@ def convergence(
         undertrained=flagged is not None,
         undertrained_reason=flagged,
     )
+
+
+def closed_form_convergence(
+    record: Convergence, history: Sequence[Mapping[str, Any]], penalties: Sequence[float]
+) -> Convergence:
+    """The record of a closed-form fit over a penalty grid (resomap.models.classical): each "epoch" is one penalty,
+    strongest first, so an early best epoch is a strong penalty chosen on validation, not a stuck model. Flagged
+    when the solver did not converge at the chosen penalty, or the weakest penalty of the grid was the best (a
+    weaker one might do better)."""
+    grid = ", ".join(f"{p:g}" for p in penalties)
+    detail = f"fitted in closed form at each penalty C of the grid ({grid}); the best on validation is kept"
+    flagged = None
+    if record.best_epoch is not None:
+        chosen = penalties[record.best_epoch]
+        if not history[record.best_epoch].get("train/solver_converged", 1.0):
+            flagged = f"the solver did not converge at the chosen penalty C={chosen:g}"
+        elif record.best_epoch == len(penalties) - 1:
+            flagged = (
+                f"the weakest penalty of the grid (C={chosen:g}) was the best on validation: a weaker one might "
+                "do better"
+            )
+    reason = flagged if flagged is not None or record.best_epoch is not None else record.undertrained_reason
+    return dataclasses.replace(
+        record,
+        stop_detail=detail if record.stop_reason != EARLY_STOPPING else record.stop_detail,
+        undertrained=reason is not None,
+        undertrained_reason=reason,
+    )

@@ -21,7 +21,7 @@ from resomap.runtime import apply_system, autocast_dtype, resolve_channels_last,
 from resomap.tasks import task_of
 from resomap.training import distributed
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
-from resomap.training.convergence import Convergence, convergence
+from resomap.training.convergence import Convergence, closed_form_convergence, convergence
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
 from resomap.training.progress import Progress
 
@@ -184,7 +184,10 @@ class Trainer:
     # ------------------------------------------------------------ fit
 
     def fit(self, model: nn.Module, data: Any, resume_from: str | Path | None = None) -> FitResult:
-        """Train for cfg.training.epochs (or until a callback sets should_stop); resume from a last.pt."""
+        """Train for cfg.training.epochs (or until a callback sets should_stop); resume from a last.pt. A model
+        with ``closed_form = True`` (the classical baseline, resomap.models.classical) is fitted instead."""
+        if getattr(model, "closed_form", False):
+            return self._fit_closed_form(model, data)
         seed = self.cfg.experiment.seed
         seed_everything(seed)
         self.history, self.should_stop, self.epoch = [], False, 0
@@ -213,6 +216,44 @@ class Trainer:
         finally:
             progress.close()
         return self._result(start, resumed)
+
+    def _fit_closed_form(self, model: nn.Module, data: Any) -> FitResult:
+        """One solver fit per penalty of ``model.penalties`` on the unaugmented training images, each scored on the
+        validation split as an epoch (history, checkpoints, early stopping and the convergence record as for
+        gradient training). Seconds per fit: a resume refits from the start."""
+        seed_everything(self.cfg.experiment.seed)
+        self.history, self.should_stop, self.epoch = [], False, 0
+        model.prepare_fit(int(data.resolution))
+        self._setup(model, data)
+        xs, ys = [], []
+        with torch.no_grad():
+            for x, y in data.train.plain():
+                xs.append(x.float().flatten(1).cpu().numpy())
+                ys.append(y.cpu().numpy())
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        try:
+            self._call("on_fit_start")
+            for epoch, penalty in enumerate(model.penalties):
+                if self.should_stop:
+                    break
+                self.epoch = epoch
+                self._call("on_train_epoch_start")
+                t0 = time.perf_counter()
+                metrics = {"epoch": epoch, **model.fit_arrays(x, y, penalty)}
+                elapsed = time.perf_counter() - t0
+                metrics.update({"train/epoch_time_s": elapsed, "train/images_per_s": len(y) / max(elapsed, 1e-9)})
+                metrics.update({"train/peak_memory_mb": peak_memory_mb(self.device), "train/penalty_C": penalty})
+                self._call("on_train_epoch_end", metrics)
+                metrics.update(self.evaluate(self.model, data.val, prefix="val")[0])
+                self.history.append(metrics)
+                self._call("on_validation_end", metrics)
+            self._call("on_fit_end")
+        except BaseException as exc:
+            self._call("on_exception", exc)
+            raise
+        fit = self._result(0, None, epochs_planned=len(model.penalties))
+        fit.convergence = closed_form_convergence(fit.convergence, self.history, model.penalties)
+        return fit
 
     def _run_epoch(self, data: Any, seed: int, progress: Progress) -> None:
         # Dropout etc. depend only on (seed, epoch), not on how many epochs ran in this process.
@@ -316,7 +357,7 @@ class Trainer:
         forward = self._forward if model is self.model and self._forward is not None else model
         return self.task.evaluate(self, forward, model, loader, prefix, num_classes)
 
-    def _result(self, start: int, resumed: int | None) -> FitResult:
+    def _result(self, start: int, resumed: int | None, epochs_planned: int | None = None) -> FitResult:
         best_path = last_path = best_score = None
         for cb in self.callbacks:
             if getattr(cb, "last_path", None) is not None:
@@ -330,10 +371,10 @@ class Trainer:
             history=[dict(h) for h in self.history],
             stopped_early=self.should_stop,
             resumed_from_epoch=resumed,
-            convergence=self._convergence(),
+            convergence=self._convergence(epochs_planned),
         )
 
-    def _convergence(self) -> Convergence:
+    def _convergence(self, epochs_planned: int | None = None) -> Convergence:
         """The fit's convergence record, by the checkpoint monitor (training.checkpoint) over the whole history."""
         tc = self.cfg.training
         stopper = next((cb for cb in self.callbacks if hasattr(cb, "patience") and hasattr(cb, "wait")), None)
@@ -341,8 +382,8 @@ class Trainer:
             self.history,
             monitor=tc.checkpoint.monitor,
             mode=tc.checkpoint.mode,
-            epochs_planned=tc.epochs,
-            stopped_early=self.should_stop and len(self.history) < tc.epochs,
+            epochs_planned=tc.epochs if epochs_planned is None else epochs_planned,
+            stopped_early=self.should_stop and len(self.history) < (epochs_planned or tc.epochs),
             patience=getattr(stopper, "patience", None),
             stop_monitor=getattr(stopper, "monitor", None),
         )

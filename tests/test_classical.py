@@ -1,0 +1,123 @@
+"""The classical baseline (resomap.models.classical): logistic regression on raw pixels fitted by scikit-learn,
+folded into a torch module the whole pipeline treats like any model; and its column in the summary."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import StandardScaler
+
+from resomap.cli import main
+from resomap.config.schema import ModelsConfig
+from resomap.models import build_model
+from resomap.models.classical import PixelLogistic
+from resomap.stats import bootstrap_scores
+from resomap.training import load_checkpoint
+
+
+def _images(n: int, classes: int, side: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, size=n)
+    x = rng.normal(size=(n, 1, side, side)) + 0.8 * y[:, None, None, None] * (np.arange(side) < side // 2)
+    return x.astype(np.float32), y
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_the_fit_is_scikit_learns_with_the_standardisation_folded_into_the_linear_layer(classes):
+    x, y = _images(120, classes, 8)
+    flat = x.reshape(len(x), -1)
+    model = PixelLogistic(1, classes)
+    model.prepare_fit(8)
+    found = model.fit_arrays(flat, y, penalty=0.1)
+    scaler = StandardScaler().fit(flat)
+    clf = LogisticRegression(C=0.1, max_iter=500).fit(scaler.transform(flat), y)
+    with torch.no_grad():
+        proba = torch.softmax(model(torch.from_numpy(x)).double(), dim=1).numpy()
+    assert np.allclose(proba, clf.predict_proba(scaler.transform(flat)), atol=1e-4)
+    assert (proba.argmax(1) == clf.predict(scaler.transform(flat))).all()
+    assert found["train/accuracy"] == pytest.approx(clf.score(scaler.transform(flat), y))
+    assert found["train/solver_converged"] == 1.0
+
+
+def test_a_saved_fit_loads_into_a_fresh_model_and_other_sizes_are_resized_to_the_trained_one(tmp_path):
+    x, y = _images(80, 2, 8)
+    model = build_model("pixel_logreg", 2, 1, ModelsConfig())[0]
+    model.prepare_fit(8)
+    model.fit_arrays(x.reshape(len(x), -1), y, penalty=1.0)
+    torch.save({"model": model.state_dict()}, tmp_path / "m.pt")
+    fresh = build_model("pixel_logreg", 2, 1, ModelsConfig())[0]  # unfitted: sized by the checkpoint it loads
+    fresh.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True)["model"])
+    images = torch.from_numpy(x[:5])
+    with torch.no_grad():
+        assert torch.equal(fresh(images), model(images)) and fresh.side == 8
+        big = torch.nn.functional.interpolate(images, size=(16, 16), mode="nearest")
+        assert fresh(big).shape == (5, 2)  # a 16 px input is resized to the 8 px the model was fitted on
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_a_sweep_fits_the_baseline_over_its_penalty_grid_and_the_summary_puts_each_model_above_it(tmp_path):
+    out = tmp_path / "model_summaries"
+    args = [
+        "-q",
+        "sweep",
+        "--preset",
+        "smoke",
+        "sweep.models=[tiny_cnn,pixel_logreg]",
+        "sweep.resolutions=[16]",
+        "mlflow.enabled=false",
+        "profiling.enabled=false",
+        "explainability.enabled=false",
+        "stats.resamples=300",
+        f"experiment.output_dir={tmp_path}",
+    ]
+    assert main(args) == 0
+    result = json.loads((out / "pixel_logreg/16/seed42/result.json").read_text())
+    assert result["family"] == "classical" and result["status"] == "FINISHED"
+    penalties = [h["train/penalty_C"] for h in result["history"]]
+    assert penalties == [1e-4, 1e-3, 1e-2, 1e-1, 1.0]  # one fit per penalty, each scored on validation
+    conv = result["convergence"]
+    best = max(range(5), key=lambda i: (result["history"][i]["val/macro_f1"], -i))  # the earliest of ties
+    assert conv["best_epoch"] == best and "closed form" in conv["stop_detail"]
+    assert load_checkpoint(Path(result["best_checkpoint"]))["model"]["linear.weight"].shape[1] == 16 * 16
+
+    # the summary: tiny_cnn's accuracy above pixel_logreg's on the same test images, with its interval
+    def correct(model: str) -> dict[int, bool]:
+        rows = _read(out / model / "16" / "seed42" / "predictions.csv")
+        return {int(r["index"]): r["label"] == r["prediction"] for r in rows if int(r["test_resolution"]) == 16}
+
+    mine, base = correct("tiny_cnn"), correct("pixel_logreg")
+    index = sorted(mine)
+    diff = np.array([float(mine[i]) - float(base[i]) for i in index])
+    want = bootstrap_scores(diff, resamples=300, seed=0)
+    rows = {r["model"]: r for r in json.loads((out / "_sweep/resomap-smoke/summary.json").read_text())["rows"]}
+    tiny, logreg = rows["tiny_cnn"], rows["pixel_logreg"]
+    assert tiny["baseline_model"] == "pixel_logreg" and logreg["over_baseline"] is None
+    assert tiny["over_baseline"] == pytest.approx(diff.mean())
+    assert (tiny["over_baseline_ci_low"], tiny["over_baseline_ci_high"]) == pytest.approx((want.low, want.high))
+    assert tiny["baseline_score"] == pytest.approx(np.mean([base[i] for i in index]))
+    assert "above pixel_logreg [95% CI]" in (out / "_sweep/resomap-smoke/summary.md").read_text()
+
+
+def test_a_classical_baseline_on_a_segmentation_sweep_is_refused_at_load(capsys, tmp_path):
+    code = main(
+        [
+            "sweep",
+            "--dry-run",
+            "--preset",
+            "seg_quickstart",
+            "sweep.models=[pixel_logreg]",
+            f"experiment.output_dir={tmp_path}",
+        ]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "pixel_logreg" in err and "\n" not in err and "Traceback" not in err, err
