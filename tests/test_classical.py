@@ -43,6 +43,7 @@ def test_the_fit_is_scikit_learns_with_the_standardisation_folded_into_the_linea
     assert (proba.argmax(1) == clf.predict(scaler.transform(flat))).all()
     assert found["train/accuracy"] == pytest.approx(clf.score(scaler.transform(flat), y))
     assert found["train/solver_converged"] == 1.0
+    assert (model.linear.weight.abs().sum(dim=1) > 0).all()  # every class's logit depends on the pixels
 
 
 def test_a_saved_fit_loads_into_a_fresh_model_and_other_sizes_are_resized_to_the_trained_one(tmp_path):

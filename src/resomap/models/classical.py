@@ -97,14 +97,16 @@ class PixelLogistic(nn.Module):
 
 
 def _class_rows(clf, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """[K, D] weights and [K] biases over all K classes from a fitted LogisticRegression: a binary fit's one row is
-    class 1's logit against class 0's zero; a class absent from the training labels gets a very low bias."""
+    """[K, D] weights and [K] biases over all K classes from a fitted LogisticRegression. A binary fit's one row z is
+    split as +z/2 (class 1) and -z/2 (class 0): the same softmax, and each class's logit depends on the pixels (a
+    zero row would give every explanation of class 0 a constant map). A class absent from the training labels gets
+    a very low bias."""
     classes = [int(c) for c in clf.classes_]
     d = clf.coef_.shape[1]
     coef, intercept = np.zeros((num_classes, d)), np.full(num_classes, -1e4)
     if len(classes) == 2 and clf.coef_.shape[0] == 1:
-        coef[classes[1]], intercept[classes[1]] = clf.coef_[0], clf.intercept_[0]
-        intercept[classes[0]] = 0.0
+        coef[classes[1]], intercept[classes[1]] = clf.coef_[0] / 2, clf.intercept_[0] / 2
+        coef[classes[0]], intercept[classes[0]] = -clf.coef_[0] / 2, -clf.intercept_[0] / 2
     else:
         for row, c in enumerate(classes):
             coef[c], intercept[c] = clf.coef_[row], clf.intercept_[row]
