@@ -107,6 +107,30 @@ def test_a_sweep_fits_the_baseline_over_its_penalty_grid_and_the_summary_puts_ea
     assert (tiny["over_baseline_ci_low"], tiny["over_baseline_ci_high"]) == pytest.approx((want.low, want.high))
     assert tiny["baseline_score"] == pytest.approx(np.mean([base[i] for i in index]))
     assert "above pixel_logreg [95% CI]" in (out / "_sweep/resomap-smoke/summary.md").read_text()
+    recs = {
+        r["model"]: r for r in json.loads((out / "_sweep/resomap-smoke/summary.json").read_text())["recommendations"]
+    }
+    if tiny["over_baseline_ci_low"] <= 0:  # the decision sentence says what the numbers above say
+        assert "not shown above the classical baseline pixel_logreg at any resolution" in recs["tiny_cnn"]["sentence"]
+    assert "classical baseline" not in recs["pixel_logreg"]["sentence"]
+
+
+def test_the_decision_is_read_with_the_resolutions_not_shown_above_the_baselines():
+    from resomap.reports.rows import SummaryRow
+    from resomap.reports.summary import baseline_caveat
+
+    def row(res: int, majority_low: float, baseline_low: float) -> SummaryRow:
+        r = SummaryRow("m", "cnn", res, 2, over_majority_ci_low=majority_low, over_baseline_ci_low=baseline_low)
+        r.baseline_model = "pixel_logreg"
+        return r
+
+    rows = [row(32, 0.05, -0.01), row(64, -0.02, 0.01), row(128, 0.03, -0.04)]
+    assert baseline_caveat(rows) == (
+        "Read with care: not shown above the majority class at 64 px; not shown above the classical baseline "
+        "pixel_logreg at 32 px, 128 px."
+    )
+    assert baseline_caveat([row(32, 0.05, 0.02)]) == ""
+    assert baseline_caveat([SummaryRow("m", "cnn", 32, 1)]) == ""  # nothing to compare with: nothing said
 
 
 def test_a_classical_baseline_on_a_segmentation_sweep_is_refused_at_load(capsys, tmp_path):

@@ -175,6 +175,24 @@ def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
     return out
 
 
+def baseline_caveat(rows: list[SummaryRow]) -> str:
+    """What a model's decision should be read with: the resolutions where it is not shown above the majority class
+    or the sweep's classical baseline (the lower bound of its interval above it is not above 0); '' when it is
+    shown above them everywhere (or there is nothing to compare with)."""
+    parts = []
+    for what, low, name in (
+        ("the majority class", "over_majority_ci_low", None),
+        ("the classical baseline", "over_baseline_ci_low", "baseline_model"),
+    ):
+        compared = [r for r in rows if r.value(low) is not None]
+        below = [r.resolution for r in compared if not r.value(low) > 0]
+        if below:
+            label = f"{what} {compared[0].value(name)}" if name else what
+            where = "any resolution" if len(below) == len(compared) else ", ".join(f"{r} px" for r in sorted(below))
+            parts.append(f"not shown above {label} at {where}")
+    return f"Read with care: {'; '.join(parts)}." if parts else ""
+
+
 def summary_rows(
     results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
 ) -> list[SummaryRow]:
@@ -204,6 +222,10 @@ def build_summary(
             row.detectable_margin = v["detectable"]
             if v["difference"] is None and v.get("reason"):  # a verdict kept from an earlier look, not retested
                 row.note = "; ".join(filter(None, [row.note, f"{v['verdict']}: {v['reason']}"]))
+    for rec in recs:
+        caveat = baseline_caveat([r for r in rows if r.model == rec["model"]])
+        if caveat and rec.get("sentence"):
+            rec["sentence"] = f"{rec['sentence'].rstrip('.')}. {caveat}"
     trials = []
     for result in dicts:
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
