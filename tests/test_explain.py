@@ -423,6 +423,20 @@ def test_sanity_flags_weight_independent_map(tiny):
     assert not result.passed and result.verdict == -1 and min(result.similarities) > 0.99, result.reason
 
 
+def test_sanity_of_maps_that_are_all_constant_is_inconclusive_not_a_crash(tiny):
+    """Every trained map constant (a small model whose CAM is all zero): no image can be compared, so the check is
+    inconclusive and says so (it crashed reshaping an empty array)."""
+    model, spec = tiny
+    x, t = images(6, 32), torch.arange(6) % 3
+
+    def zeros(model, images, targets, **_):
+        return torch.zeros(images.shape[0], images.shape[2], images.shape[3])
+
+    result = sanity_check(guarded(zeros), model, x, t, spec=spec, resolution=32, cfg=CFG, seeds=range(2))
+    assert result.images_used == 0 and result.images_constant == 6
+    assert not result.passed and result.verdict == 0 and result.reason.startswith("inconclusive"), result.reason
+
+
 def test_figures_write_png_and_pdf(tmp_path):
     from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
 

@@ -68,11 +68,17 @@ def randomised_copy(model: nn.Module, seed: int = 0) -> nn.Module:
     return work
 
 
+def _flat(maps: np.ndarray) -> np.ndarray:
+    """[N, pixels] float64, N = 0 included (reshape(0, -1) cannot infer the pixel count)."""
+    arr = np.asarray(maps, dtype=np.float64)
+    return arr.reshape(arr.shape[0], int(np.prod(arr.shape[1:], dtype=np.int64)))
+
+
 def _ranks(maps: np.ndarray) -> np.ndarray:
     from scipy.stats import rankdata  # scipy only when a sanity check runs
 
-    flat = np.asarray(maps, dtype=np.float64).reshape(len(maps), -1)
-    return rankdata(flat, axis=1)
+    flat = _flat(maps)
+    return rankdata(flat, axis=1) if len(flat) else flat
 
 
 def _rank_corr(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
@@ -90,7 +96,7 @@ def spearman_per_image(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _constant(maps: np.ndarray) -> np.ndarray:
     """bool [N]: maps with no ranking (every pixel equal, e.g. all zero) or with a non-finite value."""
-    flat = np.asarray(maps, dtype=np.float64).reshape(len(maps), -1)
+    flat = _flat(maps)
     return ~np.isfinite(flat).all(axis=1) | (np.ptp(np.nan_to_num(flat), axis=1) == 0)
 
 
@@ -107,7 +113,7 @@ def shuffled_similarity(maps: np.ndarray, seed: int = 0) -> float:
     """The unrelated-image reference's own chance level: the same similarity with every map's pixels shuffled."""
     keep = ~_constant(maps)
     rng = np.random.default_rng([seed, 8191])
-    flat = np.abs(np.asarray(maps, dtype=np.float64)[keep]).reshape(int(keep.sum()), -1)
+    flat = np.abs(_flat(maps)[keep])
     sims = unrelated_similarity(rng.permuted(flat, axis=1)) if len(flat) > 1 else np.zeros(0)
     return float(sims.mean()) if sims.size else float("nan")
 
