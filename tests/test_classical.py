@@ -120,8 +120,8 @@ def test_the_decision_is_read_with_the_resolutions_not_shown_above_the_baselines
     from resomap.reports.summary import baseline_caveat
 
     def row(res: int, majority_low: float, baseline_low: float) -> SummaryRow:
-        r = SummaryRow("m", "cnn", res, 2, over_majority_ci_low=majority_low, over_baseline_ci_low=baseline_low)
-        r.baseline_model = "pixel_logreg"
+        r = SummaryRow("m", "cnn", res, 2, over_trivial_ci_low=majority_low, over_baseline_ci_low=baseline_low)
+        r.baseline_model, r.words = "pixel_logreg", {"trivial": "the majority class"}
         return r
 
     rows = [row(32, 0.05, -0.01), row(64, -0.02, 0.01), row(128, 0.03, -0.04)]

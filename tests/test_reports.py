@@ -143,13 +143,13 @@ def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
         # the majority-class baseline: the test labels' most frequent class, and the accuracy above it per image
         classes, counts = np.unique(labels, return_counts=True)
         baseline = labels == classes[np.argmax(counts)]
-        assert row["majority_rate"] == pytest.approx(baseline.mean())
+        assert row["trivial_score"] == pytest.approx(baseline.mean())
         above = stats.bootstrap_scores(
             correct.astype(float) - baseline, level=st.level, resamples=st.resamples, seed=st.seed
         )
-        assert row["over_majority"] == pytest.approx(correct.mean() - baseline.mean())
-        assert (row["over_majority_ci_low"], row["over_majority_ci_high"]) == (above.low, above.high)
-        assert row["over_majority_ci_low"] < row["over_majority"] < row["over_majority_ci_high"]
+        assert row["over_trivial"] == pytest.approx(correct.mean() - baseline.mean())
+        assert (row["over_trivial_ci_low"], row["over_trivial_ci_high"]) == (above.low, above.high)
+        assert row["over_trivial_ci_low"] < row["over_trivial"] < row["over_trivial_ci_high"]
         pooled_f1 = _macro_f1(np.concatenate([labels, labels]), np.concatenate([preds[(res, 0)], preds[(res, 1)]]))
         assert row["test_macro_f1_pooled"] == pytest.approx(pooled_f1)
         assert row["test_macro_f1_ci_low"] < row["test_macro_f1_pooled"] < row["test_macro_f1_ci_high"]
@@ -199,10 +199,10 @@ SUMMARY_CSV_COLUMNS = [
     "test_macro_f1_ci_high",
     "ci_level",
     "ci_method",
-    "majority_rate",
-    "over_majority",
-    "over_majority_ci_low",
-    "over_majority_ci_high",
+    "trivial_score",
+    "over_trivial",
+    "over_trivial_ci_low",
+    "over_trivial_ci_high",
     "baseline_model",
     "baseline_score",
     "over_baseline",
@@ -248,8 +248,8 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
         "test_accuracy_ci_low",
         "test_accuracy_ci_high",
         "test_macro_f1_pooled",
-        "majority_rate",
-        "over_majority",
+        "trivial_score",
+        "over_trivial",
         "twoway_ci_low",
         "twoway_ci_high",
     }
@@ -479,6 +479,9 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     assert [c for c in tracker.calls if c[0] != "artifact"] == logged
 
 
+SEG_BACKGROUND = (0.2, 0.35, 0.5)  # the all-background prediction's mIoU of image i (the masks: the same per seed)
+
+
 def _seg_trials(root: Path, scores: dict[tuple[int, int], np.ndarray]) -> tuple[list[dict], dict]:
     """Segmentation trials (tiny_segnet at each resolution x seed) whose seg_predictions.csv holds `scores`
     ({(resolution, seed): [2, N] mIoU and boundary F1 per image}), NaN written empty as the task writes them."""
@@ -486,10 +489,10 @@ def _seg_trials(root: Path, scores: dict[tuple[int, int], np.ndarray]) -> tuple[
     for (res, seed), values in scores.items():
         folder = root / f"{res}" / f"seed{seed}"
         folder.mkdir(parents=True)
-        lines = ["test_resolution,index,pixel_accuracy,miou,mdice,boundary_f1"]
+        lines = ["test_resolution,index,pixel_accuracy,miou,mdice,boundary_f1,background_miou"]
         for i, (miou, bf1) in enumerate(values.T):
             cell = "" if math.isnan(bf1) else f"{bf1:.6g}"
-            lines.append(f"{res},{100 + i},0.9,{miou:.6g},0.5,{cell}")
+            lines.append(f"{res},{100 + i},0.9,{miou:.6g},0.5,{cell},{SEG_BACKGROUND[i % len(SEG_BACKGROUND)]}")
         (folder / "seg_predictions.csv").write_text("\n".join(lines) + "\n")
         test = {"test/accuracy": 0.9, "test/miou": float(values[0].mean()), "test/macro_f1": 0.5}
         results.append(
@@ -528,6 +531,12 @@ def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics
         expect = stats.bootstrap_scores(bf1[:, kept], **settings)
         assert row.score("image_boundary_f1") == (expect.estimate, expect.low, expect.high)
         assert "29 of 30 images" in row.note and row.n_test_images == n
+        background = np.array([SEG_BACKGROUND[i % 3] for i in range(n)])  # the trivial predictor: all background
+        above = stats.bootstrap_scores(miou.mean(axis=0) - background, **settings)
+        assert row.trivial_score == pytest.approx(background.mean()) and row.words["trivial"] == "all background"
+        assert (row.over_trivial, row.over_trivial_ci_low, row.over_trivial_ci_high) == pytest.approx(
+            (above.estimate, above.low, above.high)
+        )
         assert row.value("test_miou") == pytest.approx(np.mean([scores[(res, s)][0].mean() for s in (0, 1)]))
     by_metric = {p["metric"]: p for p in summary.paired_tests}
     assert set(by_metric) == {"miou", "boundary_f1"}

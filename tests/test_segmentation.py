@@ -138,6 +138,30 @@ def test_iou_dice_pixel_accuracy_against_hand_counts_and_sklearn():
     assert scores.confusion.tolist() == [[6, 1, 1], [0, 4, 0], [2, 0, 2]]
 
 
+def test_the_all_background_baseline_is_the_miou_of_predicting_background_everywhere():
+    """seg_metrics.background_miou from the mask's class counts equals the per-image mIoU the metric code gives an
+    actual all-background prediction (and a hand count: background's share over the classes present)."""
+    target = torch.tensor(
+        [
+            [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 2, 2], [0, 0, 0, 0]],  # 8 bg, 4 c1, 4 c2 (16 px, 3 classes)
+            [[0] * 4] * 4,  # background only: 1.0
+            [[1, 1, 2, 2]] * 4,  # no background: 0.0
+        ]
+    )
+    acc = seg_metrics.SegAccumulator(3, 0.01)
+    model_scores = acc.update(torch.randn(3, 3, 4, 4), target)
+    assert model_scores.shape == (3, 4, 4)
+    counts = acc.scores().stats[..., 0] + acc.scores().stats[..., 2]  # tp + fn: the mask's pixels per class
+    found = seg_metrics.background_miou(counts)
+    everywhere = seg_metrics.SegAccumulator(3, 0.01)
+    logits = torch.zeros(3, 3, 4, 4)
+    logits[:, 0] = 1.0
+    everywhere.update(logits, target)
+    assert found.tolist() == pytest.approx(everywhere.scores().per_image()["miou"].tolist())
+    assert found.tolist() == pytest.approx([(8 / 16) / 3, 1.0, 0.0])
+    assert acc.scores().per_image()["background_miou"].tolist() == pytest.approx(found.tolist())
+
+
 def test_metrics_resample_logits_to_the_reference_masks():
     target = torch.zeros(1, 8, 8, dtype=torch.long)
     target[:, :, 4:] = 1

@@ -37,7 +37,7 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow
-from resomap.reports.text import above_baseline, above_majority
+from resomap.reports.text import above_baseline, above_trivial, trivial_words
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,8 @@ def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
     first = rows[0]
     scores = [*first.score_columns, "test_macro_f1"]
     heads = [f"{first.say(c)} ({_num(level, '{:.0%}')} CI)" if level else first.say(c) for c in scores]
-    majority = any(r.majority_rate is not None for r in rows)
-    heads += ["above majority class (its rate)"] if majority else []
+    trivial = trivial_words(rows)
+    heads += [f"above {trivial} (its score)"] if trivial else []
     baseline = next((r.baseline_model for r in rows if r.baseline_model), None)
     heads += [f"above {baseline} (its score)"] if baseline else []
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
@@ -139,7 +139,7 @@ def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
         vals = (
             [_score_cell(r, c) for c in scores]
-            + ([above_majority(r)] if majority else [])
+            + ([above_trivial(r)] if trivial else [])
             + ([above_baseline(r)] if baseline else [])
             + [
                 r.verdict or "-",

@@ -89,12 +89,13 @@ class SummaryRow:
     test_macro_f1_ci_high: float | None = statistic()
     ci_level: float | None = None
     ci_method: str | None = None
-    # the majority-class baseline (always answering the test images' most frequent class) and the model's accuracy
-    # above it: per image, correct minus the baseline's correct, averaged over seeds, with an image-bootstrap interval
-    majority_rate: float | None = statistic(parent=True)
-    over_majority: float | None = statistic(parent=True)
-    over_majority_ci_low: float | None = statistic()
-    over_majority_ci_high: float | None = statistic()
+    # the task's trivial predictor (resomap.tasks: the majority class; all background) on the same test images, its
+    # headline score, and the model's above it: per image, the model's score (seeds averaged) minus the trivial
+    # one, with an image-bootstrap interval; words["trivial"] names it
+    trivial_score: float | None = statistic(parent=True)
+    over_trivial: float | None = statistic(parent=True)
+    over_trivial_ci_low: float | None = statistic()
+    over_trivial_ci_high: float | None = statistic()
     # the classical baseline of the sweep at this resolution (a model of family "classical", e.g. pixel_logreg) and
     # the headline score above it on the same test images: per image, this model's score minus the baseline's, each
     # averaged over its seeds, with an image-bootstrap interval

@@ -176,12 +176,14 @@ def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
 
 
 def baseline_caveat(rows: list[SummaryRow]) -> str:
-    """What a model's decision should be read with: the resolutions where it is not shown above the majority class
-    or the sweep's classical baseline (the lower bound of its interval above it is not above 0); '' when it is
-    shown above them everywhere (or there is nothing to compare with)."""
+    """What a model's decision should be read with: the resolutions where it is not shown above the task's trivial
+    predictor (the majority class, all background) or the sweep's classical baseline (the lower bound of its
+    interval above it is not above 0); '' when it is shown above them everywhere (or there is nothing to compare
+    with)."""
     parts = []
+    trivial = next((r.words.get("trivial") for r in rows if r.words.get("trivial")), "the trivial predictor")
     for what, low, name in (
-        ("the majority class", "over_majority_ci_low", None),
+        (trivial, "over_trivial_ci_low", None),
         ("the classical baseline", "over_baseline_ci_low", "baseline_model"),
     ):
         compared = [r for r in rows if r.value(low) is not None]

@@ -33,12 +33,19 @@ def fmt_interval(estimate: Any, low: Any, high: Any, spec: str = ".3f") -> str:
     return f"{estimate:{spec}}"
 
 
-def above_majority(r: SummaryRow) -> str:
-    """'+0.114 [+0.063, +0.167] (0.689)': accuracy above always answering the majority class, and that rate."""
-    if not _ok(r.majority_rate):
+def above_trivial(r: SummaryRow) -> str:
+    """'+0.114 [+0.063, +0.167] (0.689)': the headline score above the task's trivial predictor (the majority
+    class, all background), and the trivial predictor's score."""
+    if not _ok(r.trivial_score):
         return "-"
-    above = fmt_interval(r.over_majority, r.over_majority_ci_low, r.over_majority_ci_high, "+.3f")
-    return f"{above} ({r.majority_rate:.3f})"
+    above = fmt_interval(r.over_trivial, r.over_trivial_ci_low, r.over_trivial_ci_high, "+.3f")
+    return f"{above} ({r.trivial_score:.3f})"
+
+
+def trivial_words(rows: list[SummaryRow]) -> str | None:
+    """The trivial predictor of the rows in words, None when no row has its score."""
+    found = next((r for r in rows if _ok(r.trivial_score)), None)
+    return None if found is None else found.words.get("trivial", "the trivial predictor")
 
 
 def above_baseline(r: SummaryRow) -> str:
@@ -76,14 +83,14 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
     image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
-    images and seeds (two-way bootstrap), accuracy above the majority class (classification), costs (mean ± std
-    over seeds)."""
+    images and seeds (two-way bootstrap), the headline score above the trivial predictor and the classical
+    baseline, costs (mean ± std over seeds)."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
     scores = [*first.score_columns, "test_macro_f1"]
     seed_column = first.seed_column
-    majority = any(_ok(r.majority_rate) for r in rows)
+    trivial = trivial_words(rows)
     baseline = next((r.baseline_model for r in rows if r.baseline_model), None)
     header = [
         "model",
@@ -91,7 +98,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         "seeds",
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
-        *([f"above majority class [{pct} CI] (its rate)"] if majority else []),
+        *([f"above {trivial} [{pct} CI] (its {first.say(first.headline)})"] if trivial else []),
         *([f"above {baseline} [{pct} CI] (its {first.say(first.headline)})"] if baseline else []),
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} images x seeds {pct} CI",
@@ -109,7 +116,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 str(r.n_seeds),
                 str(r.n_test_images or "-"),
                 *(fmt_interval(*r.score(c)) for c in scores),
-                *([above_majority(r)] if majority else []),
+                *([above_trivial(r)] if trivial else []),
                 *([above_baseline(r)] if baseline else []),
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 twoway,

@@ -134,7 +134,9 @@ def align(tables_by_seed: Mapping[int, ScoreTable], task: Task) -> Aligned | str
         idx = np.asarray(rec.index)[order]
         positions.append(order[np.searchsorted(idx, common)])
     tables = [tables_by_seed[s] for s in seeds]
-    scores = {sc.name: np.stack([t.scores[sc.name][pos] for t, pos in zip(tables, positions)]) for sc in task.scores}
+    names = [sc.name for sc in task.scores]
+    names += sorted(set.intersection(*(set(t.scores) for t in tables)) - set(names))  # e.g. a trivial predictor's
+    scores = {name: np.stack([t.scores[name][pos] for t, pos in zip(tables, positions)]) for name in names}
     label = prediction = None
     if all(t.label is not None and t.prediction is not None for t in tables):
         labels = [np.asarray(t.label)[pos] for t, pos in zip(tables, positions)]
@@ -156,7 +158,7 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
     empty = {f"{sc.column}{end}": None for sc in task.scores for end in SCORE_ENDS}
     row: dict[str, Any] = {"n_seeds": len(members), "ci_level": cfg.level, "image_scores": empty}
     row["score_columns"] = [sc.column for sc in task.scores]
-    row["words"] = {**dict(task.words), **{sc.column: sc.words for sc in task.scores}}
+    row["words"] = {**dict(task.words), **{sc.column: sc.words for sc in task.scores}, "trivial": task.trivial_words}
     notes: list[str] = []
     with_scores = {m.id[2]: m.own for m in members if m.own is not None}
     lacking = [m.id[2] for m in members if m.own is None]
@@ -168,7 +170,7 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
             notes.append(f"pooled over seeds {aligned.seeds}: {no_records(task)} for seeds {lacking}")
         notes += aligned.notes
         row["n_test_images"] = int(aligned.index.size)
-        notes += _score_intervals(aligned, task.scores, row, cfg)
+        notes += _score_intervals(aligned, task, row, cfg)
     if not isinstance(aligned, str):
         notes += _twoway(aligned, task.scores[0], row, cfg)
     elif len(members) > 1:
@@ -185,18 +187,20 @@ def _twoway(aligned: Aligned, headline: Score, row: dict[str, Any], cfg: StatsCo
     return [] if iv.available else [f"two-way interval (images x seeds) {iv.reason}"]
 
 
-def _majority(aligned: Aligned, row: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    """The majority-class baseline of the row's test images and the accuracy above it with its interval (a paired
-    image bootstrap of correct - baseline correct, the seeds averaged per image) into ``row``; notes."""
-    label = np.asarray(aligned.label)
-    classes, counts = np.unique(label, return_counts=True)
-    majority = classes[np.argmax(counts)]  # ties: the smallest label, as numpy orders them
-    baseline = (label == majority).astype(np.float64)
-    correct = (np.asarray(aligned.prediction) == label).astype(np.float64)  # [S, N]
-    iv = stats.bootstrap_scores(correct - baseline, **settings)
-    row["majority_rate"] = float(baseline.mean())
-    row["over_majority"], row["over_majority_ci_low"], row["over_majority_ci_high"] = iv.estimate, iv.low, iv.high
-    return [] if iv.available else [f"interval above the majority class not available: {iv.reason}"]
+def _trivial(aligned: Aligned, task: Task, row: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """The trivial predictor's headline score on the row's test images (task.trivial_scores: the majority class,
+    all background) and the model's score above it with an interval (a paired image bootstrap of the per-image
+    difference, the seeds averaged per image) into ``row``; notes."""
+    headline = task.scores[0].name
+    baseline = task.trivial_scores(aligned.scores, aligned.label)
+    if baseline is None:
+        return []
+    mine = np.asarray(aligned.scores[headline], dtype=np.float64).mean(axis=0)
+    scored = np.isfinite(mine) & np.isfinite(baseline)
+    iv = stats.bootstrap_scores(mine[scored] - baseline[scored], **settings)
+    row["trivial_score"] = float(baseline[scored].mean()) if scored.any() else None
+    row["over_trivial"], row["over_trivial_ci_low"], row["over_trivial_ci_high"] = iv.estimate, iv.low, iv.high
+    return [] if iv.available else [f"interval above {task.trivial_words} not available: {iv.reason}"]
 
 
 CLASSICAL = "classical"  # the family of the classical baselines (resomap.models.classical)
@@ -235,12 +239,12 @@ def baseline_columns(
     return out
 
 
-def _score_intervals(aligned: Aligned, scores: tuple[Score, ...], row: dict[str, Any], cfg: StatsConfig) -> list[str]:
+def _score_intervals(aligned: Aligned, task: Task, row: dict[str, Any], cfg: StatsConfig) -> list[str]:
     """Each score pooled over seeds with its image-bootstrap interval (and macro-F1 where the records hold labels
     and predictions) into ``row``; the notes on what is not available."""
     settings = {"level": cfg.level, "resamples": cfg.resamples, "seed": cfg.seed}
     notes, found = [], []
-    for sc in scores:
+    for sc in task.scores:
         values = aligned.finite(sc.name)
         if values.shape[1] < aligned.index.size:
             notes.append(f"{sc.column}: {values.shape[1]} of {aligned.index.size} images scored under every seed")
@@ -252,8 +256,8 @@ def _score_intervals(aligned: Aligned, scores: tuple[Score, ...], row: dict[str,
             iv.low,
             iv.high,
         )
+    notes += _trivial(aligned, task, row, settings)
     if aligned.label is not None:
-        notes += _majority(aligned, row, settings)
         f1 = stats.pooled_macro_f1(aligned.label, aligned.prediction, **settings)
         row["test_macro_f1_pooled"], row["test_macro_f1_ci_low"] = f1.estimate, f1.low
         row["test_macro_f1_ci_high"] = f1.high

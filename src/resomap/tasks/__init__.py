@@ -65,6 +65,8 @@ class Task:
     words: ClassVar[tuple[tuple[str, str], ...]] = (("test_accuracy", "accuracy"), ("test_macro_f1", "macro-F1"))
     # (file in a trial's folder, MLflow image key, caption): figures of a trial the report and its MLflow run show
     report_figures: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+    # the trivial predictor every model's headline score is set against in the summary, in words
+    trivial_words: ClassVar[str] = "the majority class"
 
     def line_figures(self, test: dict[str, float]) -> list[str]:
         """The headline test figures of a finished trial, in words, for its one line in the sweep's output."""
@@ -103,6 +105,18 @@ class Task:
         """{test resolution: ScoreTable} of a trial's records ({} when it has none); by default predictions.csv
         (a label and a prediction per image: the 0/1 score `scores[0].name`, correct or not)."""
         return {res: p.table(self.scores[0].name) for res, p in read_predictions(folder).items()}
+
+    def trivial_scores(self, scores: dict[str, Any], label: Any) -> Any:
+        """Per test image, the headline score of the trivial predictor (float [N]), from the aligned per-image scores
+        ({name: [S, N]}) and labels ([N] or None); None when the records cannot say. Classification: always
+        answering the test images' most frequent class (ties: the smallest label), correct or not."""
+        import numpy as np
+
+        if label is None:
+            return None
+        label = np.asarray(label)
+        classes, counts = np.unique(label, return_counts=True)
+        return (label == classes[np.argmax(counts)]).astype(np.float64)
 
     # ---------------------------------------------------------------- explaining
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-RECORD_COLUMNS = ("pixel_accuracy", "miou", "mdice", "boundary_f1")
+RECORD_COLUMNS = ("pixel_accuracy", "miou", "mdice", "boundary_f1", "background_miou")
 
 
 def tolerance_px(reference: int, fraction: float) -> int:
@@ -97,6 +97,17 @@ def _nanmean(a: np.ndarray, axis: int | None = None) -> np.ndarray | float:
         return np.nanmean(a, axis=axis)
 
 
+def background_miou(mask_pixels: np.ndarray) -> np.ndarray:
+    """Per image, the mIoU of predicting class 0 (background) everywhere, from the mask's pixels per class [N, K]:
+    class 0's IoU is its share of the image, every other class in the mask scores 0, classes in neither are left
+    out, as in per_image's mIoU."""
+    counts = np.asarray(mask_pixels, dtype=np.float64)
+    total = counts.sum(axis=1)
+    iou0 = _ratio(counts[:, 0], total)
+    present = 1 + (counts[:, 1:] > 0).sum(axis=1)  # background is predicted, so its class always counts
+    return np.where(total > 0, iou0 / present, np.nan)
+
+
 @dataclass
 class SegScores:
     """Counts gathered over a split (per image and class); every metric derives from them."""
@@ -141,6 +152,7 @@ class SegScores:
             "miou": _nanmean(iou, 1),
             "mdice": _nanmean(dice, 1),
             "boundary_f1": _nanmean(bf, 1),
+            "background_miou": background_miou(tp + fn),
         }
 
     def metrics(self, prefix: str) -> dict[str, float]:

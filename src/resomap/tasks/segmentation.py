@@ -12,11 +12,14 @@ import numpy as np
 from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE, read_score_csv
 from resomap.tasks import Score, Task, register_task
 
+TRIVIAL = "background_miou"  # seg_predictions.csv: the mIoU of predicting background everywhere, per image
+
 
 @register_task("segmentation")
 class SegmentationTask(Task):
     target_form = "region"
     headline = ("miou", "boundary_f1")
+    trivial_words = "all background"
     section = "segmentation"
     output_rank = 4
     step_words = "segmentation loss on per-pixel labels"
@@ -90,8 +93,18 @@ class SegmentationTask(Task):
         return path
 
     def read_scores(self, folder: Path):
-        """seg_predictions.csv's per-image mIoU and boundary F1 (NaN where an image has no score)."""
-        return read_score_csv(Path(folder) / SEG_RECORDS_FILE, tuple(s.name for s in self.scores))
+        """seg_predictions.csv's per-image mIoU and boundary F1, and the all-background prediction's mIoU (NaN
+        where an image has no score, or in a file from before that column)."""
+        names = (*(s.name for s in self.scores), TRIVIAL)
+        return read_score_csv(Path(folder) / SEG_RECORDS_FILE, names)
+
+    def trivial_scores(self, scores, label):
+        """Per image, the mIoU of predicting background everywhere (seg_metrics.SegScores.per_image), the same
+        under every seed (the masks are): their mean over seeds; None without that column."""
+        found = scores.get(TRIVIAL)
+        if found is None or not np.isfinite(found).any():
+            return None
+        return np.asarray(found, dtype=np.float64).mean(axis=0)
 
     def probe_targets(self, bundle, rows, device):
         """Per probe image the rarest class of the training masks present in its mask (background 0 only when
