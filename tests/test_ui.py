@@ -66,7 +66,9 @@ def test_ui_on_a_taken_port_is_a_one_line_error(project: Path, capsys):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         code, out, err = _ui(["--port", str(port)], capsys)
+    assert {sig: signal.getsignal(sig) for sig in before} == before  # the command leaves the process's handlers
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1 and err.startswith(f"resomap: error: port {port} on 127.0.0.1 is taken")
@@ -84,6 +86,37 @@ def test_ui_starts_only_what_browsing_needs(project: Path, monkeypatch: pytest.M
     cmd = ui_command(load("configs", None, []), "127.0.0.1", _free_port())
     assert cmd[cmd.index("--app-name") + 1] == "resomap"  # the installed entry point: model-training first
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig: signal.Signals):
+    """`resomap ui` stopped by Ctrl-C, kill or a closed terminal leaves no process of its server behind and nothing
+    listening on its port; the waiting wrapper never imports torch; the server's log is under .cache/."""
+    import psutil
+
+    (project / "mlflow.db").touch()
+    port = _free_port()
+    cmd = [sys.executable, "-m", "resomap.cli", "ui", "--preset", "smoke", "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(cmd, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("MLflow UI: "), line + proc.stdout.read()
+        server = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+        assert server, "no server process under resomap ui"
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert "libtorch" not in maps  # the wrapper only waits
+        assert (project / ".cache" / "mlflow-ui.log").is_file() and not (project / "mlflow-ui.log").exists()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0
+        _, alive = psutil.wait_procs(server, timeout=30)
+        assert not alive, [p.cmdline() for p in alive]
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0  # nothing listens on the port any more
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------- browser: a sweep in the UI

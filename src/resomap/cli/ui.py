@@ -9,22 +9,45 @@ from typing import Any
 from resomap.cli.args import add_config_args, load_config, port, positive_int
 
 
-def cmd_ui(args: argparse.Namespace) -> int:
-    from resomap.tracking.ui import experiment_links, start_ui
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
 
-    cfg = load_config(args)
-    proc = start_ui(cfg, args.host, args.port, args.workers)
-    base = f"http://{args.host}:{args.port}"
-    print(f"MLflow UI: {base}  (Ctrl-C stops it)", flush=True)
-    for name, link in list(experiment_links(cfg, base).items())[:5]:
-        print(f"the runs of {name}: {link}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from resomap.cli import preflight
+    from resomap.tracking.ui import experiment_links, start_ui, stop_ui
+
+    # the UI needs the store and the experiment's name: the torch-free check of the config (this process only
+    # waits on the server; importing the registries would load torch, ~650 MB), else the full load
+    cfg = preflight.config(args) or load_config(args)
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in watched}  # restored on return (tests call main in-process)
     try:
-        return proc.wait()
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the server with us
-        proc.terminate()
-        proc.wait(timeout=30)
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C (SIGINT): stop the server with us, from the start
+            signal.signal(sig, _interrupt)
+        return _serve(cfg, args, start_ui, stop_ui, experiment_links)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _serve(cfg: Any, args: argparse.Namespace, start_ui: Any, stop_ui: Any, experiment_links: Any) -> int:
+    try:
+        proc = start_ui(cfg, args.host, args.port, args.workers)  # stops what it started if interrupted
+    except KeyboardInterrupt:
         return 0
+    try:
+        base = f"http://{args.host}:{args.port}"
+        print(f"MLflow UI: {base}  (Ctrl-C stops it)", flush=True)
+        for name, link in list(experiment_links(cfg, base).items())[:5]:
+            print(f"the runs of {name}: {link}", flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (the terminal closed)
+        return 0
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        stop_ui(proc)
 
 
 def add_commands(sub: Any) -> None:

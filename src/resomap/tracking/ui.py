@@ -81,18 +81,61 @@ def server_env() -> dict[str, str]:
     return {**LIGHT_SERVER_ENV, **os.environ}
 
 
+def ui_log_path(cfg: Config) -> Path:
+    """The server's log: <output_dir>/.cache/mlflow-ui.log (ignored by git, out of the project root's listing)."""
+    return Path(cfg.experiment.output_dir) / ".cache" / "mlflow-ui.log"
+
+
 def start_ui(cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None) -> subprocess.Popen:
-    """Start the server in the background and return its process (the caller stops it)."""
+    """Start the server in the background, in its own process group (mlflow server and the workers it starts), and
+    return its process; the caller stops it with `stop_ui`."""
     cmd = ui_command(cfg, host, port, workers)
     env = server_env()
-    log_path = Path(cfg.experiment.output_dir) / "mlflow-ui.log"
+    log_path = ui_log_path(cfg)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log_file:  # the child keeps its own handle
-        proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True)
-    if not wait_until_up(f"http://{host}:{port}", proc=proc):
-        proc.terminate()
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+    try:
+        up = wait_until_up(f"http://{host}:{port}", proc=proc)
+    except BaseException:  # interrupted while waiting: leave nothing running
+        stop_ui(proc)
+        raise
+    if not up:
+        stop_ui(proc)
         lines = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         raise ResoMapError(f"the MLflow UI did not start ({log_path}): {lines[-1] if lines else 'no output'}")
     return proc
+
+
+def stop_ui(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """Stop the server and every process of its group (SIGTERM, then SIGKILL after `grace_s`): terminating only
+    `mlflow server` left its uvicorn worker listening on the port."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + wait_s  # the leader is gone: wait for the rest of its group
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            time.sleep(0.1)
+        if not _group_alive(proc.pid):
+            return
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def experiment_links(cfg: Config, base: str) -> dict[str, str]:
