@@ -183,3 +183,16 @@ def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observe
     (folder / "summary.json").write_text(json.dumps(summary))
     line = next(ln for ln in power_lines(cfg) if ln.startswith("power from this sweep's finished trials"))
     assert "no image changed outcome against the reference" in line and "the assumption above stands" in line
+
+
+def test_a_one_sided_bound_beyond_the_score_range_is_cut_there_and_said():
+    """Few images that move far apart give a t bound beyond [-1, 1] (a difference of [0, 1] scores cannot): it is
+    cut to the range and the reason says so; the verdict is the same as uncut."""
+    ref = np.array([[1.0, 0.0, 1.0]])
+    low = np.array([[0.0, 1.0, 0.0]])  # per-image differences -1, +1, -1: mean -1/3, sd 1.15, t(0.95, 2) = 2.92
+    found = noninferiority({64: ref, 32: low}, margin=0.02)
+    v = found.verdicts[1]
+    assert v.low == -1.0 and -1.0 <= v.high <= 1.0 and v.verdict == "undecided"
+    assert "cut to the range [-1, 1]" in v.reason
+    ok = noninferiority({64: ref, 32: ref.copy()}, margin=0.02).verdicts[1]
+    assert "cut" not in ok.reason

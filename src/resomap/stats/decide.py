@@ -101,7 +101,10 @@ def _bounds(d: np.ndarray, margin: float, alpha: float, power: float) -> dict[st
         return out
     se = sd / math.sqrt(n)
     t_crit = float(stats.t.ppf(1 - alpha, n - 1))
-    out["low"], out["high"] = mean - t_crit * se, mean + t_crit * se
+    low, high = mean - t_crit * se, mean + t_crit * se
+    # a difference of per-image scores in [0, 1] lies in [-1, 1]: a t bound beyond it (few, spread images) is cut
+    # there and said so (the verdicts do not change: they compare the bounds with -margin)
+    out["low"], out["high"], out["cut"] = max(-1.0, low), min(1.0, high), bool(low < -1.0 or high > 1.0)
     out["p_value"] = float(stats.t.sf((mean + margin) / se, n - 1))
     out["detectable"] = (t_crit + float(stats.norm.ppf(power))) * se
     return out
@@ -155,6 +158,7 @@ def noninferiority(
         found = _bounds(d, margin, alpha, power)
         verdict = "non-inferior" if found["p_value"] < alpha else "inferior" if found["high"] < -margin else "undecided"
         reason = _words(r, ref, verdict, found, margin, level, metric)
+        found.pop("cut", None)  # said in the reason
         verdicts.append(Verdict(r, verdict=verdict, reason=reason, **base, **found))
         if verdict == "non-inferior":
             chosen = r
@@ -168,7 +172,9 @@ def _words(r: int, ref: int, verdict: str, found: dict[str, Any], margin: float,
     diff, low, high = found["difference"], found["low"], found["high"]
     text = (
         f"{r} px {verdict} to {ref} px at margin {margin:g} ({metric} difference {diff:+.3f}, "
-        f"{_percent(level)} one-sided bounds [{low:+.3f}, {high:+.3f}], p = {found['p_value']:.3g})"
+        f"{_percent(level)} one-sided bounds [{low:+.3f}, {high:+.3f}]"
+        + (" cut to the range [-1, 1]" if found.get("cut") else "")
+        + f", p = {found['p_value']:.3g})"
     )
     if verdict == "undecided":
         text += f"; this design detects margins of {found['detectable']:.3f} and larger"
