@@ -99,10 +99,11 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
     port = _free_port()
     cmd = [sys.executable, "-m", "resomap.cli", "ui", "--preset", "smoke", "--port", str(port), "--workers", "1"]
     proc = subprocess.Popen(cmd, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server: list = []
     try:
         line = proc.stdout.readline()
         assert line.startswith("MLflow UI: "), line + proc.stdout.read()
-        server = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+        server = list(psutil.Process(proc.pid).children(recursive=True))
         assert server, "no server process under resomap ui"
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         assert "libtorch" not in maps  # the wrapper only waits
@@ -113,10 +114,13 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
         assert not alive, [p.cmdline() for p in alive]
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0  # nothing listens on the port any more
-    finally:
+    finally:  # a failed check must not leave a server behind either
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=30)
+        for child in server:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------- browser: a sweep in the UI
