@@ -15,7 +15,6 @@ def _interrupt(*_: Any) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from resomap.cli import preflight
-    from resomap.tracking.ui import experiment_links, start_ui, stop_ui
 
     # the UI needs the store and the experiment's name: the torch-free check of the config (this process only
     # waits on the server; importing the registries would load torch, ~650 MB), else the full load
@@ -25,13 +24,16 @@ def cmd_ui(args: argparse.Namespace) -> int:
     try:
         for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C (SIGINT): stop the server with us, from the start
             signal.signal(sig, _interrupt)
-        return _serve(cfg, args, start_ui, stop_ui, experiment_links)
+        return _serve(cfg, args)
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
 
 
-def _serve(cfg: Any, args: argparse.Namespace, start_ui: Any, stop_ui: Any, experiment_links: Any) -> int:
+def _serve(cfg: Any, args: argparse.Namespace) -> int:
+    """Start the server, print its addresses, wait; stop it however the wait ends."""
+    from resomap.tracking.ui import experiment_links, start_ui, stop_ui
+
     try:
         proc = start_ui(cfg, args.host, args.port, args.workers)  # stops what it started if interrupted
     except KeyboardInterrupt:

@@ -37,7 +37,7 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow
-from resomap.reports.text import above_baseline, above_trivial, trivial_words
+from resomap.reports.text import above_baseline, above_trivial, adaptive_lines, trivial_words
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,6 @@ def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
 
 def _adaptive_section(record: dict) -> str:
     """The adaptive record in words (reports.text.adaptive_lines): paragraphs, then the rounds and models."""
-    from resomap.reports.text import adaptive_lines
-
     lines = [ln for ln in adaptive_lines(record) if ln.strip()]
     paras = "".join(f"<p>{_e(ln)}</p>" for ln in lines if not ln.lstrip().startswith("- "))
     items = "".join(f"<li>{_e(ln.lstrip()[2:])}</li>" for ln in lines if ln.lstrip().startswith("- "))

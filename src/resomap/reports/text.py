@@ -33,13 +33,18 @@ def fmt_interval(estimate: Any, low: Any, high: Any, spec: str = ".3f") -> str:
     return f"{estimate:{spec}}"
 
 
-def above_trivial(r: SummaryRow) -> str:
-    """'+0.114 [+0.063, +0.167] (0.689)': the headline score above the task's trivial predictor (the majority
-    class, all background), and the trivial predictor's score."""
-    if not _ok(r.trivial_score):
+def _above(r: SummaryRow, prefix: str, score: Any) -> str:
+    """'+0.114 [+0.063, +0.167] (0.689)': column `<prefix>` with its interval, then the compared score; '-' when
+    either is missing."""
+    if not _ok(score) or not _ok(r.value(prefix)):
         return "-"
-    above = fmt_interval(r.over_trivial, r.over_trivial_ci_low, r.over_trivial_ci_high, "+.3f")
-    return f"{above} ({r.trivial_score:.3f})"
+    above = fmt_interval(r.value(prefix), r.value(f"{prefix}_ci_low"), r.value(f"{prefix}_ci_high"), "+.3f")
+    return f"{above} ({score:.3f})"
+
+
+def above_trivial(r: SummaryRow) -> str:
+    """The headline score above the task's trivial predictor (the majority class, all background), and its score."""
+    return _above(r, "over_trivial", r.trivial_score)
 
 
 def trivial_words(rows: list[SummaryRow]) -> str | None:
@@ -49,12 +54,9 @@ def trivial_words(rows: list[SummaryRow]) -> str | None:
 
 
 def above_baseline(r: SummaryRow) -> str:
-    """'+0.052 [+0.010, +0.094] (0.761)': the headline score above the sweep's classical baseline at this
-    resolution, and the baseline's score; '-' for the baseline itself or where there is none."""
-    if not _ok(r.baseline_score) or not _ok(r.over_baseline):
-        return "-"
-    above = fmt_interval(r.over_baseline, r.over_baseline_ci_low, r.over_baseline_ci_high, "+.3f")
-    return f"{above} ({r.baseline_score:.3f})"
+    """The headline score above the sweep's classical baseline at this resolution, and the baseline's score; '-'
+    for the baseline itself or where there is none."""
+    return _above(r, "over_baseline", r.baseline_score)
 
 
 def fmt_spread(mean: Any, std: Any, spec: str = ".3f") -> str:

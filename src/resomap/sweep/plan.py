@@ -132,6 +132,7 @@ def describe_plan(trials: list[Trial]) -> list[tuple[Trial, str]]:
 def power_lines(cfg: Config) -> list[str]:
     """Before training: what the planned design can decide (stats.decide.plan_power) from the planned test-set
     size, the seeds and the margin, and whether the explanation relabelling test can reach p < alpha at all."""
+    import functools
     import math
 
     from resomap.data.bundle import data_seed
@@ -151,15 +152,9 @@ def power_lines(cfg: Config) -> list[str]:
         return [f"power: not planned ({exc})"]
     lines = []
     if n_test >= 2:
-        found = plan_power(
-            n_test,
-            seeds,
-            margin=st.margin,
-            level=st.level,
-            power=st.power,
-            discordance=st.discordance,
-            seed_correlation=st.seed_correlation,
-        )
+        settings = {"margin": st.margin, "level": st.level, "power": st.power, "seed_correlation": st.seed_correlation}
+        plan_at = functools.partial(plan_power, n_test, seeds, **settings)  # at a discordance: assumed, or observed
+        found = plan_at(discordance=st.discordance)
         lines.append(
             f"power: about {n_test} test images x {seeds} seed(s): a resolution can be shown non-inferior to the "
             f"reference at margins of {found['detectable']:.3f} and larger with power {st.power:g} (one-sided, "
@@ -174,15 +169,7 @@ def power_lines(cfg: Config) -> list[str]:
                 "reference, too few to estimate the discordance from: the assumption above stands"
             )
         elif observed is not None:
-            again = plan_power(
-                n_test,
-                seeds,
-                margin=st.margin,
-                level=st.level,
-                power=st.power,
-                discordance=observed[0],
-                seed_correlation=st.seed_correlation,
-            )
+            again = plan_at(discordance=observed[0])
             lines.append(
                 f"power from this sweep's finished trials ({observed[1]}): discordance {observed[0]:.3f} observed, "
                 f"so margins of {again['detectable']:.3f} and larger are shown with power {st.power:g}; at the "
