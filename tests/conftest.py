@@ -12,6 +12,18 @@ import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, bef
 REPO = Path(__file__).resolve().parents[1]
 
 
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """`resomap <args>` in this process: (exit code, stdout, stderr)."""
+    from resomap.cli import main
+
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse usage errors exit by themselves
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh project folder holding a copy of the repo's configs, the tests running inside it, with no tracking

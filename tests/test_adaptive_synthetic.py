@@ -5,15 +5,14 @@ decide 8 px inferior and 32 px non-inferior to 64 px, with fewer trials than the
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from resomap.cli import main
+from test_resolution_effect import LEARNING
 
-REPO = Path(__file__).resolve().parents[1]
-SETTINGS = [  # as tests/test_resolution_effect.py (what tiny_cnn learns there in a few epochs), adaptive
+SETTINGS = [  # tests/test_resolution_effect.py's data and training (what tiny_cnn learns there), adaptive
     "experiment.name=adaptive-effect",
     "sweep.models=[tiny_cnn]",
     "sweep.resolutions=[8,32,64]",
@@ -22,33 +21,17 @@ SETTINGS = [  # as tests/test_resolution_effect.py (what tiny_cnn learns there i
     "sweep.adaptive.max_rounds=3",
     "sweep.adaptive.seeds_per_round=1",
     "sweep.adaptive.spending=obrien_fleming",
-    "experiment.seed=42",
-    "data.dataset=synthetic",
-    "data.synthetic.num_images=800",
-    "data.synthetic.size=64",
-    "data.synthetic.detail_size=4",
-    "data.augmentation.enabled=false",
-    "training.epochs=12",
-    "training.batch_size=32",
-    "training.optimizer.lr=0.002",
-    "stats.level=0.95",
-    "stats.margin=0.05",
-    "explainability.enabled=false",
-    "profiling.enabled=false",
-    "mlflow.enabled=false",
+    *LEARNING,
 ]
 
 
 @pytest.mark.slow
 def test_adaptive_sweep_decides_the_known_answer_with_fewer_trials_than_the_full_grid(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path,
 ):
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert main(["-q", "sweep", "--preset", "smoke", f"experiment.output_dir={tmp_path}", *SETTINGS]) == 0
+    assert main(["-q", "sweep", "--preset", "smoke", f"experiment.output_dir={project}", *SETTINGS]) == 0
 
-    out = tmp_path / "model_summaries" / "_sweep" / "adaptive-effect"
+    out = project / "model_summaries" / "_sweep" / "adaptive-effect"
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     record = summary["adaptive"]
     print(

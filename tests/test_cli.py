@@ -11,21 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
-from resomap.cli import main
+from conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 SMOKE = ["--preset", "smoke"]
-
-
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(args)
-    except SystemExit as exc:  # argparse usage errors exit by themselves
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _written(project: Path) -> list[str]:
@@ -37,7 +28,7 @@ def _written(project: Path) -> list[str]:
 
 
 def test_train_logs_a_complete_run_to_mlflow(project: Path, capsys):
-    code, out, _ = _run(
+    code, out, _ = run_cli(
         ["train", "--model", "tiny_cnn", "--resolution", "32", *SMOKE, "training.epochs=2", "mlflow.log_model=true"],
         capsys,
     )
@@ -63,8 +54,8 @@ def test_train_logs_a_complete_run_to_mlflow(project: Path, capsys):
 
 def test_same_command_twice_reuses_the_run(project: Path, capsys):
     args = ["train", "--model", "tiny_cnn", "--resolution", "32", *SMOKE]
-    assert _run(args, capsys)[0] == 0
-    code, out, _ = _run(args, capsys)
+    assert run_cli(args, capsys)[0] == 0
+    code, out, _ = run_cli(args, capsys)
     assert code == 0 and "resumed from last.pt" in out
     from mlflow import MlflowClient
 
@@ -116,7 +107,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(project: Path, capsys, 
     torch.save(bad_model.state_dict(), project / "other.pt")
     torch.save({"model": print}, project / "code.pt")  # a pickled callable: must be refused, never run
     before = _written(project)
-    code, _, err = _run(["train", *args, *SMOKE], capsys)
+    code, _, err = run_cli(["train", *args, *SMOKE], capsys)
     assert code == 2
     lines = [ln for ln in err.strip().splitlines() if ln]
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -126,7 +117,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(project: Path, capsys, 
 
 def test_malformed_yaml_exits_2(project: Path, capsys):
     (project / "configs" / "training.yaml").write_text("training:\n  epochs: [1\n")
-    code, _, err = _run(["train", "--model", "tiny_cnn", "--resolution", "32"], capsys)
+    code, _, err = run_cli(["train", "--model", "tiny_cnn", "--resolution", "32"], capsys)
     assert code == 2 and "training.yaml: line" in err and "malformed YAML" in err
 
 
@@ -144,7 +135,7 @@ def test_real_process_exit_code_and_no_traceback(project: Path):
 
 
 def test_models_and_config_commands(project: Path, capsys):
-    code, out, _ = _run(["models"], capsys)
+    code, out, _ = run_cli(["models"], capsys)
     assert code == 0 and "resnet18" in out and "tiny_cnn" in out and "timm:" in out
-    code, out, _ = _run(["config", *SMOKE, "training.epochs=3"], capsys)
+    code, out, _ = run_cli(["config", *SMOKE, "training.epochs=3"], capsys)
     assert code == 0 and "epochs: 3" in out

@@ -5,7 +5,6 @@ smallest resolution above it."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,13 @@ import pytest
 from resomap.cli import main
 from resomap.results import load_sweep
 
-REPO = Path(__file__).resolve().parents[1]
 SIZE, DETAIL = 64, 4
 THRESHOLD = SIZE // DETAIL  # 16 px: below it a detail cell is under one pixel and the antialiased resize blurs it
 LOW, HIGH = [8], [32, 64]  # 8 px: a cell is half a pixel (averaged away exactly); 32 and 64 px: 2 and 4 px cells
 # tiny_cnn learns the texture in a few epochs without augmentation (random crops resample the 2 px cells at 32 px
 # and blur them; with augmentation 64 px stayed near 0.92 while 32 px reached 0.97-0.99). 800 images give 120 test
 # images (x 2 seeds = 240 McNemar pairs). About 45 s on an idle 2-core CPU, 2-4 min with another suite beside it.
-SETTINGS = [
-    "experiment.name=resolution-effect",
-    "sweep.models=[tiny_cnn]",
-    f"sweep.resolutions=[{','.join(map(str, LOW + HIGH))}]",
-    "sweep.seeds=[1,2]",
+LEARNING = [  # the data and training these tests (and tests/test_adaptive_synthetic.py) learn the texture with
     "experiment.seed=42",  # also the data seed: the images and the split
     "data.dataset=synthetic",
     "data.synthetic.num_images=800",
@@ -34,26 +28,30 @@ SETTINGS = [
     "training.epochs=12",
     "training.batch_size=32",
     "training.optimizer.lr=0.002",
-    "stats.paired_test=mcnemar",
-    "stats.correction=holm",
     "stats.level=0.95",
     "stats.margin=0.05",
     "explainability.enabled=false",
     "profiling.enabled=false",
     "mlflow.enabled=false",
 ]
+SETTINGS = [
+    "experiment.name=resolution-effect",
+    "sweep.models=[tiny_cnn]",
+    f"sweep.resolutions=[{','.join(map(str, LOW + HIGH))}]",
+    "sweep.seeds=[1,2]",
+    *LEARNING,
+    "stats.paired_test=mcnemar",
+    "stats.correction=holm",
+]
 
 
 @pytest.mark.slow
 def test_sweep_finds_the_drop_below_the_detail_resolution_and_recommends_the_smallest_above(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path,
 ):
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert main(["-q", "sweep", "--preset", "smoke", f"experiment.output_dir={tmp_path}", *SETTINGS]) == 0
+    assert main(["-q", "sweep", "--preset", "smoke", f"experiment.output_dir={project}", *SETTINGS]) == 0
 
-    sweep = load_sweep("resolution-effect", root=tmp_path / "model_summaries")
+    sweep = load_sweep("resolution-effect", root=project / "model_summaries")
     assert sorted(zip(sweep.trials.resolution, sweep.trials.seed)) == [(r, s) for r in LOW + HIGH for s in (1, 2)]
     assert set(sweep.trials.status) == {"FINISHED"}, sweep.trials
 
@@ -96,14 +94,11 @@ AUGMENTED += ["sweep.seeds=[1,2]"]
 
 @pytest.mark.slow
 def test_with_augmentation_the_texture_is_learnt_at_least_as_well_at_64_as_at_32_px(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path,
 ):
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert main(["-q", "sweep", "--preset", "smoke", f"experiment.output_dir={tmp_path}", *AUGMENTED]) == 0
+    assert main(["-q", "sweep", "--preset", "smoke", f"experiment.output_dir={project}", *AUGMENTED]) == 0
 
-    sweep = load_sweep("augmented-texture", root=tmp_path / "model_summaries")
+    sweep = load_sweep("augmented-texture", root=project / "model_summaries")
     assert set(sweep.trials.status) == {"FINISHED"}, sweep.trials
     own = sweep.predictions.query("test_resolution == resolution")
     acc = own.groupby("resolution").correct.mean().to_dict()  # pooled over the 2 seeds x 120 test images

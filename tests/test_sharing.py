@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import run_cli
 from resomap import atomic
 from resomap.cli import main
 from resomap.config import load
@@ -30,15 +31,6 @@ from resomap.training import load_checkpoint
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false", "mlflow.log_checkpoint=false"]
 SWEEP = "model_summaries/_sweep/resomap-smoke"
-
-
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(args)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _one_line_error(code: int, err: str) -> str:
@@ -129,7 +121,7 @@ def test_a_second_sweep_refuses_naming_the_holder_then_takes_over_after_sigkill(
     lock.parent.mkdir(parents=True)
     proc = _holder(lock)
     try:
-        line = _one_line_error(*_run(["sweep", *FAST], capsys)[::2])
+        line = _one_line_error(*run_cli(["sweep", *FAST], capsys)[::2])
         assert f"sweep 'resomap-smoke' in {project} is already running: pid {proc.pid} on {socket.gethostname()}" in (
             line
         )
@@ -323,9 +315,9 @@ def test_a_result_this_user_cannot_read_is_named_not_a_traceback(project: Path, 
     (trial.summary_dir / "result.json").write_text("{}")
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: "result.json" not in str(p) and real_access(p, mode))
-    code, out, err = _run(["sweep", "--dry-run", "--preset", "smoke"], capsys)
+    code, out, err = run_cli(["sweep", "--dry-run", "--preset", "smoke"], capsys)
     assert code == 0 and "unreadable" in out, out + err
-    line = _one_line_error(*_run(["sweep", "--preset", "smoke"], capsys)[::2])
+    line = _one_line_error(*run_cli(["sweep", "--preset", "smoke"], capsys)[::2])
     assert "result.json: no permission to read it" in line and "chmod" in line
 
 
@@ -356,7 +348,7 @@ def test_pickled_code_names_the_refused_global(tmp_path: Path):
 def test_analyze_on_a_refused_checkpoint_says_why(tmp_path: Path, capsys):
     (tmp_path / "ck").mkdir()
     torch.save({"x": _Evil()}, tmp_path / "ck" / "model.pt")
-    line = _one_line_error(*_run(["analyze", "--checkpoint-dir", str(tmp_path / "ck")], capsys)[::2])
+    line = _one_line_error(*run_cli(["analyze", "--checkpoint-dir", str(tmp_path / "ck")], capsys)[::2])
     assert "model.pt: refused: the file contains pickled code" in line and "no trained checkpoints" not in line
 
 
@@ -371,7 +363,7 @@ def test_a_mask_with_an_unknown_class_names_the_mask_and_the_index(project: Path
         Image.fromarray(np.full((16, 16), 5, np.uint8)).save(root / "masks" / f"im{i}.png")
     args = ["train", "--model", "tiny_segnet", "--resolution", "16", "experiment.task=segmentation"]
     args += ["data.dataset=segfolder", f"data.segfolder.root={root}", "data.segfolder.classes=[background,crack]"]
-    line = _one_line_error(*_run(args, capsys)[::2])
+    line = _one_line_error(*run_cli(args, capsys)[::2])
     assert "12 of 12 images have an invalid mask" in line and "masks/im0.png holds class index 5" in line, line
     assert "could not be read" not in line
 
@@ -403,5 +395,5 @@ def test_suggestions_rank_the_key_most_likely_meant(overrides, meant):
 )
 def test_out_of_range_inputs_are_one_line(project: Path, capsys, args, needle):
     (project / "mlflow.db").write_bytes(b"")  # a store is present: ui gets as far as the port
-    line = _one_line_error(*_run(args, capsys)[::2])
+    line = _one_line_error(*run_cli(args, capsys)[::2])
     assert needle in line, line

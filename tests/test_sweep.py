@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from resomap.cli import main
+from conftest import run_cli
 from resomap.config import load
 from resomap.sweep import plan
 from resomap.sweep.plan import sweep_key
@@ -25,15 +25,6 @@ from resomap.tracking.publish import TRIAL_KEY_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false", "mlflow.log_checkpoint=false"]
-
-
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(args)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _cfg(*overrides: str):
@@ -135,7 +126,7 @@ SWEEP_ERRORS = [
 
 @pytest.mark.parametrize(("overrides", "needle"), SWEEP_ERRORS, ids=[e[0][0] for e in SWEEP_ERRORS])
 def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys, overrides, needle):
-    code, out, err = _run(["sweep", "--preset", "smoke", *overrides], capsys)
+    code, out, err = run_cli(["sweep", "--preset", "smoke", *overrides], capsys)
     assert code == 2, out + err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err and needle in lines[0], err
@@ -184,7 +175,7 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
         "sweep.model_overrides={simple_cnn: {training.optimizer.lr: 1.0e+30}, "
         "mobilenet_v3_small: {models.pretrained: {mobilenet_v3_small: missing.pt}}}",
     ]
-    code, out, _ = _run(args, capsys)
+    code, out, _ = run_cli(args, capsys)
     assert code == 1, out
     assert _result(project, "tiny_cnn", 16)["status"] == "FINISHED"
     nan, missing = _result(project, "simple_cnn", 16), _result(project, "mobilenet_v3_small", 16)
@@ -205,7 +196,7 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
 
     (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "seed42").mkdir(parents=True)
     (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "seed42" / "last.pt").write_bytes(b"x")
-    code, out, _ = _run([*args[:-2], "sweep.resolutions=[16,24,32]", args[-1], "--dry-run"], capsys)
+    code, out, _ = run_cli([*args[:-2], "sweep.resolutions=[16,24,32]", args[-1], "--dry-run"], capsys)
     assert code == 0
     states = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if " key " in ln}
     assert states["tiny_cnn@16"] == "done" and states["tiny_cnn@24"] == "partial"
@@ -215,7 +206,7 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
 
     done_at = _result(project, "tiny_cnn", 16)["finished_at"]
     failed_at = {m: _result(project, m, 16)["finished_at"] for m in ("simple_cnn", "mobilenet_v3_small")}
-    code, out, _ = _run([*args, "--rerun-failed"], capsys)
+    code, out, _ = run_cli([*args, "--rerun-failed"], capsys)
     assert code == 1 and "[sweep] 1 done, 0 failed, 2 remaining" in out
     assert _result(project, "tiny_cnn", 16)["finished_at"] == done_at
     assert all(_result(project, m, 16)["finished_at"] > t for m, t in failed_at.items())
@@ -258,12 +249,12 @@ def test_sync_logs_untracked_results_once(project: Path, capsys):
     grid = ["sweep.resolutions=[16,24]", "training.epochs=2"]
     dead = [f"mlflow.tracking_uri=http://127.0.0.1:{_dead_port()}", "mlflow.retries=1"]
     start = time.perf_counter()
-    code, out, _ = _run(["sweep", *FAST, *grid, *dead], capsys)
+    code, out, _ = run_cli(["sweep", *FAST, *grid, *dead], capsys)
     assert code == 0, out
     assert time.perf_counter() - start < 120  # a dead store costs seconds, not minutes (MLflow alone: ~4 min a call)
     assert [_result(project, "tiny_cnn", r)["tracked"] for r in (16, 24)] == [False, False]
 
-    code, out, _ = _run(["sync", *FAST, *grid], capsys)
+    code, out, _ = run_cli(["sync", *FAST, *grid], capsys)
     assert code == 0 and "[sync] 2 logged" in out, out
     client, exp = _client(project)
     (parent,) = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
@@ -282,7 +273,7 @@ def test_sync_logs_untracked_results_once(project: Path, capsys):
     assert parent.info.status == "FINISHED"
     assert "summary" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
-    code, out, _ = _run(["sync", *FAST, *grid], capsys)
+    code, out, _ = run_cli(["sync", *FAST, *grid], capsys)
     assert code == 0 and "[sync] 0 logged, 2 already tracked" in out, out
     assert len(client.search_runs([exp])) == 3
     run = children[0]
