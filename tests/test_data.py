@@ -101,7 +101,7 @@ def test_elpv_build_with_limit(tmp_path):
     assert sum(len(v) for v in bundle.splits.values()) == 120
     assert set(np.unique(bundle.train_labels)) == {0, 1, 2, 3}
     assert bundle.images("test").shape == (len(bundle.splits["test"]), 1, 16, 16)
-    assert "elpv (task=defect4)" in bundle.describe()
+    assert "elpv (task=defect4, stratify=label)" in bundle.describe()
 
 
 # ---------------------------------------------------------------- splits

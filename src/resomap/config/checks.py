@@ -119,6 +119,24 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
     )
 
 
+def check_dataset_fit(cfg: Config, meta: dict[str, Any], fail: Callable[[str, str, Any], None]) -> None:
+    """What the dataset's registry metadata (`meta`: live or from the catalog) says the config may ask of it: no
+    resolution above its declared native side unless data.upsample says how, and label-confidence sample weights
+    only from a dataset that gives confidences."""
+    name, native = cfg.data.dataset, meta.get("native")
+    if native and cfg.data.upsample == "refuse":
+        resolutions = [*cfg.sweep.resolutions, *(pair[1] for pair in cfg.sweep.include)]
+        above = sorted({int(r) for r in resolutions if int(r) > int(native)})
+        if above:
+            fail(
+                "sweep.resolutions",
+                f"at most the native {native} px of '{name}', or data.upsample=bilinear to say how to upsample",
+                above,
+            )
+    if cfg.training.sample_weights == "confidence" and not meta.get("confidence"):
+        fail("training.sample_weights", f"none: dataset '{name}' gives no label confidences", "confidence")
+
+
 def min_resamples(level: float) -> int:
     """The fewest bootstrap resamples that put TAIL_RESAMPLES beyond each end of a `level` interval (200 at 0.95):
     with fewer the interval's ends are a handful of resamples, or none, and need not contain the estimate."""

@@ -103,6 +103,7 @@ class TrainingConfig:
     grad_clip: float = 0.0  # max gradient norm; 0 turns clipping off
     label_smoothing: float = 0.0  # cross-entropy label smoothing
     class_weights: Literal["none", "balanced"] = "none"  # balanced: inverse class frequency
+    sample_weights: Literal["none", "confidence"] = "none"  # confidence: x each image's label confidence (ELPV)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
@@ -144,6 +145,9 @@ class AugmentationConfig:
     resolution_aware: bool = False  # true: the recipe varies with resolution (a confound of every comparison)
     high_resolution: int = 128  # resolution_aware: at and above this size, crop_scale_min_high and the blur
     crop_scale_min_high: float = 0.6  # resolution_aware: smallest crop area fraction at high resolution
+    rot90: float = 0.0  # probability of a quarter, half or three-quarter turn (square images)
+    rotate_degrees: float = 0.0  # small rotation: largest angle either way
+    translate: float = 0.0  # small shift: largest fraction of the side either way
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,7 @@ class DataConfig(GroupSection):
     )
     limit: int | None = None  # keep at most this many images (stratified); null keeps all
     max_bad_fraction: float = 0.05  # unreadable images are skipped with a warning up to this fraction
+    upsample: Literal["refuse", "bilinear"] = "refuse"  # above a dataset's native side: refuse, or upsample bilinearly
     split: SplitConfig = field(default_factory=SplitConfig)
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)

@@ -10,6 +10,11 @@ Every rescaling is antialiased, as in the resolution cache and at test time: the
 resized with torchvision's `resized_crop(antialias=True)` (bilinear with an antialiasing filter when shrinking, the
 same operation as the cache's PIL resize), class-index masks with nearest neighbour.
 
+Optional turns for images with no preferred orientation (solar cells): quarter turns (`rot90`, exact, no
+resampling) and a small rotation and shift (`rotate_degrees`, `translate`) resampled bilinearly in one batched
+`grid_sample` (no change of scale, so there is nothing to antialias; torchvision's affine takes one angle per
+call). Their random draws are taken only when they are on, so a recipe without them draws as before.
+
 Random parameters are drawn on the CPU from the loader's generator (seeded from seed + epoch), so batches are
 the same on every device and a resumed run sees the same augmentation.
 """
@@ -59,12 +64,15 @@ class BatchAugment:
             "contrast": float(cfg.contrast),
             "blur_prob": float(cfg.blur_prob) if self.blur_active else 0.0,
             "blur_sigma_max_px": round(float(self.sigma_max), 4) if self.blur_active else 0.0,
+            "rot90": float(cfg.rot90),
+            "rotate_degrees": float(cfg.rotate_degrees),
+            "translate": float(cfg.translate),
             "resampling": "torchvision resized_crop, bilinear, antialias=True (masks: nearest)",
         }
 
     def __call__(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """x: float [B, C, r, r] in [0, 1] on any device -> augmented batch, same shape, in [0, 1]."""
-        x = self._geometry(x, gen)
+        x = self._turn(self._geometry(x, gen), gen)
         x = self._jitter(x, gen)
         if self.blur_active:
             x = self._blur(x, gen)
@@ -75,6 +83,7 @@ class BatchAugment:
         (nearest-neighbour, so classes never mix); jitter and blur touch the image only. The random draws are
         those of __call__, in the same order."""
         x, y = self._geometry(x, gen, y)
+        x, y = self._turn(x, gen, y)
         x = self._jitter(x, gen)
         if self.blur_active:
             x = self._blur(x, gen)
@@ -117,6 +126,37 @@ class BatchAugment:
                     m = TF.resized_crop(m, top, left, h, w, [hgt, wid], InterpolationMode.NEAREST)
                 moved[i] = (m.flip(dims) if dims else m)[0]
         return out if moved is None else (out, moved)
+
+    def _turn(self, x: torch.Tensor, gen: torch.Generator, masks: torch.Tensor | None = None):
+        """Quarter turns, then a small rotation and shift, per sample. Masks turn with their image (nearest
+        neighbour for the small rotation, so classes never mix)."""
+        cfg = self.cfg
+        out = x if masks is None else (x, masks)
+        if cfg.rot90 <= 0 and cfg.rotate_degrees <= 0 and cfg.translate <= 0:
+            return out
+        b, hgt, wid = x.shape[0], x.shape[-2], x.shape[-1]
+        u = torch.rand(b, 5, generator=gen)
+        turns = torch.where(u[:, 0] < cfg.rot90, 1 + (u[:, 1] * 3).floor().clamp(max=2), 0).long().tolist()
+        if any(turns):
+            if hgt != wid:
+                raise ValueError(f"data.augmentation.rot90 needs square images, got {hgt} x {wid}")
+            x = torch.stack([img.rot90(t, dims=(-2, -1)) if t else img for img, t in zip(x, turns, strict=True)])
+            if masks is not None:
+                masks = torch.stack([m.rot90(t, dims=(-2, -1)) if t else m for m, t in zip(masks, turns, strict=True)])
+        if cfg.rotate_degrees > 0 or cfg.translate > 0:
+            angle = (2 * u[:, 2] - 1) * math.radians(cfg.rotate_degrees)
+            shift = (2 * u[:, 3:5] - 1) * 2 * cfg.translate  # affine_grid's coordinates span [-1, 1]: 2 per side
+            cos, sin = torch.cos(angle), torch.sin(angle)
+            theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1)
+            theta = theta.to(x.device, torch.float32)
+            grid = F.affine_grid(theta, [b, 1, hgt, wid], align_corners=False)
+            x = F.grid_sample(x, grid.to(x.dtype), mode="bilinear", padding_mode="reflection", align_corners=False)
+            if masks is not None:
+                moved = F.grid_sample(
+                    masks[:, None].float(), grid, mode="nearest", padding_mode="border", align_corners=False
+                )
+                masks = moved[:, 0].round().to(masks.dtype)
+        return x if masks is None else (x, masks)
 
     def _jitter(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         b, cfg = x.shape[0], self.cfg

@@ -152,11 +152,13 @@ def _loaders(
     resolution: int,
     seed: int,
     device: torch.device,
+    train_weights: np.ndarray | None = None,
 ) -> dict[str, BatchLoader]:
     sy, aug = cfg.system, cfg.data.augmentation
     loaders = {}
     for split in SPLITS:
         train = split == "train"
+        weights = torch.from_numpy(train_weights) if train and train_weights is not None else None
         batch_size = cfg.training.batch_size if train else cfg.training.eval_batch_size
         n = len(positions[split])
         loaders[split] = BatchLoader(
@@ -173,8 +175,22 @@ def _loaders(
             num_workers=sy.num_workers,
             persistent_workers=sy.persistent_workers and sy.num_workers > 0,
             pin_memory=_pin(sy, device),
+            weights=weights,
         )
     return loaders
+
+
+def _train_weights(cfg: Config, raw: Any, subset: np.ndarray, train: np.ndarray) -> np.ndarray | None:
+    """Per training image loss weights (training.sample_weights=confidence: the dataset's label confidence), or
+    None. The class balance is the criterion's (training.class_weights); the two multiply."""
+    if cfg.training.sample_weights == "none":
+        return None
+    confidence = getattr(raw, "confidence", None)
+    if confidence is None:
+        raise DataError(
+            f"training.sample_weights is 'confidence' but dataset '{cfg.data.dataset}' gives none; use none"
+        )
+    return np.asarray(confidence, dtype=np.float32)[subset][train]
 
 
 def data_seed(cfg: Config, trial_seed: int) -> int:
@@ -210,7 +226,12 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
             rows, predefined[subset][rows], labels[subset], dc.split.val, dc.split.test, dseed
         )
     else:
-        positions = split_indices(rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, dseed)
+        strata = getattr(raw, "strata", None)  # (codes [N], names): finer groups than the label, when given
+        if strata is not None:
+            strata = (np.asarray(strata[0], dtype=np.int64)[subset][rows], list(strata[1]))
+        positions = split_indices(
+            rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, dseed, strata=strata
+        )
     split_labels = {s: labels[subset][p] for s, p in positions.items()}
     normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
 
@@ -222,7 +243,8 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
         positions = seg.pop("positions")
         split_labels = {s: labels[subset][p] for s, p in positions.items()}
     loader_labels = {s: seg["targets"][s] for s in SPLITS} if seg else split_labels
-    loaders = _loaders(cfg, entry.images, positions, loader_labels, normalizer, resolution, seed, device)
+    weights = _train_weights(cfg, raw, subset, positions["train"])
+    loaders = _loaders(cfg, entry.images, positions, loader_labels, normalizer, resolution, seed, device, weights)
     bundle = DataBundle(
         train=loaders["train"],
         val=loaders["val"],

@@ -42,7 +42,11 @@ def check_data(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
         value = getattr(aug, key)
         if not 0 < value <= 1:
             fail(f"data.augmentation.{key}", "an area fraction in (0, 1]", value)
-    for key in ("hflip", "vflip", "blur_prob"):
+    if not 0 <= aug.rotate_degrees <= 45:
+        fail("data.augmentation.rotate_degrees", "an angle in [0, 45] (quarter turns: rot90)", aug.rotate_degrees)
+    if not 0 <= aug.translate < 0.5:
+        fail("data.augmentation.translate", "a fraction of the side in [0, 0.5)", aug.translate)
+    for key in ("hflip", "vflip", "blur_prob", "rot90"):
         value = getattr(aug, key)
         if not 0 <= value <= 1:
             fail(f"data.augmentation.{key}", "a probability in [0, 1]", value)

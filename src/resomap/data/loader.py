@@ -43,15 +43,18 @@ class Normalizer:
 class _Batches(torch.utils.data.Dataset):
     """Map-style dataset whose item is a whole batch: one bulk index of the uint8 tensor per list of positions."""
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor):
-        self.images, self.labels, self.positions = images, labels, positions
+    def __init__(
+        self, images: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor, weights: torch.Tensor | None
+    ):
+        self.images, self.labels, self.positions, self.weights = images, labels, positions, weights
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, rows: list[int]) -> tuple[torch.Tensor, ...]:
         index = torch.as_tensor(rows, dtype=torch.long)
-        return self.images[self.positions[index]], self.labels[index]
+        x, y = self.images[self.positions[index]], self.labels[index]
+        return (x, y) if self.weights is None else (x, y, self.weights[index])
 
 
 class _EpochSampler:
@@ -69,7 +72,8 @@ class _EpochSampler:
 
 
 class BatchLoader:
-    """Batches of one split: `(x float32 [B, C, r, r] normalised, y int64 [B])` on the device.
+    """Batches of one split: `(x float32 [B, C, r, r] normalised, y int64 [B])` on the device, and a third item,
+    the images' loss weights float32 [B], when the loader has `weights` (training.sample_weights).
 
     `images` is the whole cache tensor (CPU, possibly memory-mapped) and `positions` the split's rows in it.
     Shuffling and augmentation depend only on (seed, epoch): call `set_epoch(e)` before iterating.
@@ -91,8 +95,10 @@ class BatchLoader:
         num_workers: int = 0,
         persistent_workers: bool = False,
         pin_memory: bool = False,
+        weights: torch.Tensor | None = None,
     ):
         self.images, self.positions = images, positions.long()
+        self.weights = None if weights is None else weights.float()  # aligned with positions
         # aligned with positions: int64 [N] class labels, or uint8 [N, R, R] class-index masks (segmentation)
         self.labels = labels if labels.dim() > 1 else labels.long()
         self.batch_size, self.device = batch_size, torch.device(device)
@@ -152,11 +158,11 @@ class BatchLoader:
         padded = [batches[i % len(batches)] for i in range(len(self) * self.world_size)]
         return padded[self.rank :: self.world_size]
 
-    def _host_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _host_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self.num_workers > 0:
             if self._workers is None or not self.persistent_workers:
                 self._workers = DataLoader(
-                    _Batches(self.images, self.labels, self.positions),
+                    _Batches(self.images, self.labels, self.positions, self.weights),
                     batch_size=None,
                     sampler=_EpochSampler(self),
                     num_workers=self.num_workers,
@@ -166,24 +172,24 @@ class BatchLoader:
             yield from self._workers
             return
         for rows in self.batch_positions():
-            x, y = self.images[self.positions[rows]], self.labels[rows]
-            if self.pin_memory:
-                x, y = x.pin_memory(), y.pin_memory()
-            yield x, y
+            batch = (self.images[self.positions[rows]], self.labels[rows])
+            if self.weights is not None:
+                batch = (*batch, self.weights[rows])
+            yield tuple(t.pin_memory() for t in batch) if self.pin_memory else batch
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         gen = self._generator(1 + self.rank)  # each rank augments its batches differently
         non_blocking = self.pin_memory and self.device.type == "cuda"
-        for x, y in self._host_batches():
-            x = x.to(self.device, non_blocking=non_blocking)
-            y = y.to(self.device, non_blocking=non_blocking)
+        for batch in self._host_batches():
+            x, y = (t.to(self.device, non_blocking=non_blocking) for t in batch[:2])
+            extra = tuple(t.to(self.device, non_blocking=non_blocking) for t in batch[2:])  # the loss weights
             if y.dim() > 1:  # segmentation masks: moved with the image, int64 for the losses
                 y = y.long()
                 if self.augment is not None:
                     x, y = self.augment.pair(x.float() / 255.0, y, gen)
-                    yield self.normalizer.scaled(x), y
+                    yield self.normalizer.scaled(x), y, *extra
                     continue
             if self.augment is None:
-                yield self.normalizer(x), y
+                yield self.normalizer(x), y, *extra
             else:
-                yield self.normalizer.scaled(self.augment(x.float() / 255.0, gen)), y
+                yield self.normalizer.scaled(self.augment(x.float() / 255.0, gen)), y, *extra

@@ -54,13 +54,23 @@ def elpv_images() -> np.ndarray:
         return _ELPV_IMAGES
 
 
+NATIVE_SIZE = 300  # every ELPV cell image is 300 x 300 px
+PROBABILITY_NAMES = ["p=0", "p=1/3", "p=2/3", "p=1"]
+
+
 class ElpvDataset:
-    """Labels come from labels.csv alone; the images are decoded only when `load` is first called."""
+    """Labels come from labels.csv alone; the images are decoded only when `load` is first called.
+
+    `confidence`: how sure the raters were of each image's label, the probability of the label given (defect: p for
+    a defective cell, 1 - p for a functional one, so 1 at p = 0 or 1 and 2/3 at p = 1/3 or 2/3; 1 for the other
+    tasks). `strata` (with stratify='probability_type'): the defect probability x cell type groups that Deitsch et
+    al. (2019) kept in proportion in their split."""
 
     channels = 1
     has_masks = False
+    native_size = NATIVE_SIZE
 
-    def __init__(self, task: str):
+    def __init__(self, task: str, stratify: str = "label"):
         if task not in TASK_CLASSES:
             raise DataError(f"data.elpv.task '{task}' is not an ELPV task; use one of {', '.join(TASK_CLASSES)}")
         path = _labels_file()
@@ -75,6 +85,13 @@ class ElpvDataset:
         else:
             labels = types == "poly"
         self.labels = labels.astype(np.int64)
+        level = np.rint(probs * 3).astype(np.int64)
+        self.confidence = np.where(labels, probs, 1.0 - probs) if task == "defect" else np.ones(len(probs))
+        self.strata = None
+        if stratify == "probability_type":
+            poly = (types == "poly").astype(np.int64)
+            names = [f"{p} {t}" for p in PROBABILITY_NAMES for t in ("mono", "poly")]
+            self.strata = (level * 2 + poly, names)
         self.class_names = list(TASK_CLASSES[task])
         self.task = task
         self.fingerprint = "elpv-" + digest([path.read_bytes()])
@@ -95,8 +112,11 @@ class ElpvDataset:
 @dataclass(frozen=True)
 class ElpvOptions:
     task: Literal["defect", "defect4", "type"] = "defect"  # defect (p >= 0.5), 4 levels, or mono/poly
+    stratify: Literal["label", "probability_type"] = "label"  # split strata: the label, or probability x cell type
 
 
-@register_dataset("elpv", options=ElpvOptions, channels=1, masks=False, images=2624)
+@register_dataset(
+    "elpv", options=ElpvOptions, channels=1, masks=False, images=2624, native=NATIVE_SIZE, confidence=True
+)
 def elpv(cfg: DataConfig, options: ElpvOptions) -> ElpvDataset:
-    return ElpvDataset(options.task)
+    return ElpvDataset(options.task, options.stratify)

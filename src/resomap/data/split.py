@@ -38,10 +38,20 @@ def limit_subset(labels: np.ndarray, limit: int | None, class_names: list[str]) 
 
 
 def split_indices(
-    indices: np.ndarray, labels: np.ndarray, class_names: list[str], val: float, test: float, seed: int
+    indices: np.ndarray,
+    labels: np.ndarray,
+    class_names: list[str],
+    val: float,
+    test: float,
+    seed: int,
+    strata: tuple[np.ndarray, list[str]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Stratified train/val/test split of `indices` (labels aligned with them); each part sorted."""
+    """Stratified train/val/test split of `indices` (labels aligned with them); each part sorted. `strata` (codes
+    aligned with `indices`, their names) stratifies by finer groups than the label (ELPV: probability x cell type)."""
     _check_counts(labels, class_names, 3, "train/val/test split")
+    if strata is not None:
+        labels, class_names = strata  # every group keeps its share in each part
+        _check_counts(labels, class_names, 3, "train/val/test split")
     from sklearn.model_selection import train_test_split
 
     try:

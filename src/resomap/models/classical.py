@@ -64,10 +64,13 @@ class PixelLogistic(nn.Module):
         """A concrete linear layer for `resolution` px inputs before the Trainer builds its optimizer."""
         self.linear = nn.Linear(self.in_channels * resolution * resolution, self.num_classes)
 
-    def fit_arrays(self, x: np.ndarray, y: np.ndarray, penalty: float) -> dict[str, float]:
+    def fit_arrays(
+        self, x: np.ndarray, y: np.ndarray, penalty: float, sample_weight: np.ndarray | None = None
+    ) -> dict[str, float]:
         """Fit scikit-learn's StandardScaler + LogisticRegression(C=penalty, lbfgs) on x [N, D] (normalised pixels,
-        flattened), y [N]; copy the fit into the linear layer. Returns the training loss and accuracy and whether
-        lbfgs converged within MAX_ITER."""
+        flattened), y [N], each image weighted by `sample_weight` when given (training.sample_weights); copy the fit
+        into the linear layer. Returns the training loss and accuracy and whether lbfgs converged within
+        MAX_ITER."""
         import warnings
 
         from sklearn.exceptions import ConvergenceWarning
@@ -80,7 +83,7 @@ class PixelLogistic(nn.Module):
         clf = LogisticRegression(C=penalty, max_iter=MAX_ITER)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # recorded below instead
-            clf.fit(z, y)
+            clf.fit(z, y, sample_weight=sample_weight)
         coef, intercept = _class_rows(clf, self.num_classes)
         scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
         weight = coef / scale  # standardisation folded in: w (x - m) / s + b = (w / s) x + (b - sum w m / s)
@@ -90,7 +93,7 @@ class PixelLogistic(nn.Module):
             self.linear.bias.copy_(torch.as_tensor(bias, dtype=self.linear.bias.dtype))
         proba = clf.predict_proba(z)
         return {
-            "train/loss": float(log_loss(y, proba, labels=clf.classes_)),
+            "train/loss": float(log_loss(y, proba, labels=clf.classes_, sample_weight=sample_weight)),
             "train/accuracy": float((clf.classes_[proba.argmax(1)] == y).mean()),
             "train/solver_converged": float(int(np.max(clf.n_iter_)) < MAX_ITER),
         }

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from resomap.config import register_check
+from resomap.config.checks import check_dataset_fit
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.records import PREDICTIONS_FILE, ScoreTable, read_predictions
 from resomap.registry import Registry
@@ -250,6 +251,13 @@ def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
         data_task = name
     if data_task != name:
         fail("data.dataset", f"a {name} dataset (experiment.task={name})", f"{cfg.data.dataset} ({data_task})")
+    try:
+        from resomap.data.registry import DATASETS
+
+        meta = DATASETS.meta(cfg.data.dataset)
+    except UnknownNameError:
+        meta = {}
+    check_dataset_fit(cfg, meta, fail)
     task.check(cfg, fail)
 
 

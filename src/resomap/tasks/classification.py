@@ -60,6 +60,10 @@ class ClassificationTask(Task):
         weight = None
         if cfg.training.class_weights == "balanced":
             weight = class_weights(data.train_labels, int(data.num_classes)).to(device)
+        if cfg.training.sample_weights != "none":
+            from resomap.tasks.losses import SampleWeightedCrossEntropy
+
+            return SampleWeightedCrossEntropy(weight, cfg.training.label_smoothing)
         return nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
 
     def evaluate(self, trainer, forward, model, loader, prefix, num_classes):

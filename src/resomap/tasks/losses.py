@@ -23,6 +23,26 @@ LossFn = Callable[[int, Any, "torch.Tensor | None"], nn.Module]  # (classes, seg
 LOSSES: Registry[LossFn] = Registry("loss term", "resomap tasks")
 
 
+class SampleWeightedCrossEntropy(nn.Module):
+    """Cross-entropy with class weights and a weight per image: sum_i w_i c_{y_i} l_i / sum_i w_i c_{y_i}, torch's
+    weighted mean with each image's weight multiplied in (the per-image weights are what torch's loss lacks).
+    Without `w` it is nn.CrossEntropyLoss(weight=class_weight)."""
+
+    def __init__(self, class_weight: torch.Tensor | None, label_smoothing: float = 0.0):
+        super().__init__()
+        self.class_weight, self.label_smoothing = class_weight, label_smoothing
+
+    def forward(self, logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+        smooth = self.label_smoothing
+        if w is None:
+            return nn.functional.cross_entropy(logits, y, weight=self.class_weight, label_smoothing=smooth)
+        per = nn.functional.cross_entropy(
+            logits, y, weight=self.class_weight, label_smoothing=smooth, reduction="none"
+        )  # torch's per-image loss, class weight included
+        c = self.class_weight[y] if self.class_weight is not None else torch.ones_like(w)
+        return (per * w).sum() / (w * c).sum().clamp_min(1e-12)
+
+
 def register_loss(name: str) -> Callable[[LossFn], LossFn]:
     """Register a loss term `fn(num_classes, seg, weight) -> nn.Module` (logits [B, K, H, W], target [B, H, W]);
     `seg` is the segmentation config section (its settings), `weight` the class weights or None."""

@@ -49,6 +49,8 @@ class SegmentationTask(Task):
             fail("segmentation.loss", problem, list(seg.loss))
         if cfg.training.label_smoothing:
             fail("training.label_smoothing", "0 for segmentation", cfg.training.label_smoothing)
+        if cfg.training.sample_weights != "none":
+            fail("training.sample_weights", "none for segmentation", cfg.training.sample_weights)
         if seg.reference_resolution is not None and seg.reference_resolution < 1:
             fail("segmentation.reference_resolution", "null or a positive integer", seg.reference_resolution)
         if not 0 <= seg.boundary_tolerance < 0.5:

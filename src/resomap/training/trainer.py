@@ -225,12 +225,14 @@ class Trainer:
         self.history, self.should_stop, self.epoch = [], False, 0
         model.prepare_fit(int(data.resolution))
         self._setup(model, data)
-        xs, ys = [], []
+        xs, ys, ws = [], [], []
         with torch.no_grad():
-            for x, y in data.train.plain():
+            for x, y, *w in data.train.plain():  # w: the images' loss weights (training.sample_weights)
                 xs.append(x.float().flatten(1).cpu().numpy())
                 ys.append(y.cpu().numpy())
+                ws.extend(t.cpu().numpy() for t in w)
         x, y = np.concatenate(xs), np.concatenate(ys)
+        weights = np.concatenate(ws) if ws else None
         try:
             self._call("on_fit_start")
             for epoch, penalty in enumerate(model.penalties):
@@ -239,7 +241,7 @@ class Trainer:
                 self.epoch = epoch
                 self._call("on_train_epoch_start")
                 t0 = time.perf_counter()
-                metrics = {"epoch": epoch, **model.fit_arrays(x, y, penalty)}
+                metrics = {"epoch": epoch, **model.fit_arrays(x, y, penalty, weights)}
                 elapsed = time.perf_counter() - t0
                 metrics.update({"train/epoch_time_s": elapsed, "train/images_per_s": len(y) / max(elapsed, 1e-9)})
                 metrics.update({"train/peak_memory_mb": peak_memory_mb(self.device), "train/penalty_C": penalty})
@@ -297,11 +299,11 @@ class Trainer:
         checked, seen = 0, 0
         self.optimizer.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        for i, (x, y) in enumerate(progress.batches(loader, self.epoch, n)):
+        for i, (x, y, *w) in enumerate(progress.batches(loader, self.epoch, n)):
             group = min(k, n - (i // k) * k)  # the last accumulation group of an epoch may be shorter
             with self._autocast():
                 out = self._train_forward(self._inputs(x))
-                loss = self._criterion(out.float(), y)
+                loss = self._criterion(out.float(), y, *w)  # w: the images' loss weights, when the loader has them
             self.scaler.scale(loss / group if group > 1 else loss).backward()
             if (i + 1) % k == 0 or i + 1 == n:
                 self._optimizer_step()
