@@ -212,7 +212,7 @@ def test_the_elpv_paper_preset_splits_weights_and_augments_as_the_paper(project,
 
     code, out, err = run_cli(["sweep", "--dry-run", "--preset", "elpv_paper"], capsys)
     assert code == 0, err
-    assert "12 trials" in out and "about 656 test images" in out
+    assert "16 trials" in out and "about 656 test images" in out
     cfg = load("configs", "elpv_paper", [f"experiment.output_dir={tmp_path}"])
     bundle = build(cfg, 8, seed=42, device="cpu")  # all 2,624 cells at a tiny side
     sizes = {s: len(v) for s, v in bundle.splits.items()}
@@ -239,3 +239,45 @@ def test_turn_settings_out_of_range_are_refused_at_load(key, value, expected):
 
     with pytest.raises(ConfigError, match=re.escape(f"data.augmentation.{key}: expected {expected}")):
         build_config({"data": {"augmentation": {key: value}}})
+
+
+def test_the_classical_baseline_is_weighted_like_the_deep_models(project, capsys):
+    """training.class_weights=balanced (x the confidences, when on) weights the logistic regression's images as the
+    deep models' loss does: the fit equals scikit-learn's with each image weighted by its class weight (inverse class
+    frequency) times its confidence."""
+    import json
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    from resomap.config import load
+    from resomap.models.classical import MAX_ITER
+    from resomap.training import load_checkpoint
+
+    overrides = [
+        "data.dataset=elpv",
+        "data.limit=240",
+        "training.class_weights=balanced",
+        "training.sample_weights=confidence",
+        "explainability.enabled=false",
+        "profiling.enabled=false",
+        "mlflow.enabled=false",
+    ]
+    code, _, err = run_cli(
+        ["train", "--model", "pixel_logreg", "--resolution", "8", "--preset", "smoke", *overrides], capsys
+    )
+    assert code == 0, err
+    result = json.loads((project / "model_summaries/pixel_logreg/8/seed42/result.json").read_text())
+    penalty = result["history"][result["convergence"]["best_epoch"]]["train/penalty_C"]
+    bundle = build(load("configs", "smoke", overrides), 8, seed=42, device="cpu")
+    xs, ys, ws = zip(*[(x.flatten(1).numpy(), y.numpy(), w.numpy()) for x, y, w in bundle.train.plain()], strict=True)
+    x, y, w = np.concatenate(xs), np.concatenate(ys), np.concatenate(ws)
+    assert np.bincount(y)[0] > 2 * np.bincount(y)[1]  # imbalanced: the class weights matter
+    scaler = StandardScaler().fit(x)
+    balanced = len(y) / (2 * np.bincount(y))  # the deep models' class weights (inverse class frequency)
+    clf = LogisticRegression(C=penalty, max_iter=MAX_ITER).fit(scaler.transform(x), y, w * balanced[y])
+    state = load_checkpoint(Path(result["best_checkpoint"]))["model"]
+    logits = x @ state["linear.weight"].numpy().T + state["linear.bias"].numpy()
+    assert np.allclose(logits[:, 1] - logits[:, 0], clf.decision_function(scaler.transform(x)), atol=1e-3)
+    unweighted = LogisticRegression(C=penalty, max_iter=MAX_ITER).fit(scaler.transform(x), y)
+    assert not np.allclose(logits[:, 1] - logits[:, 0], unweighted.decision_function(scaler.transform(x)), atol=1e-2)

@@ -9,12 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from resomap.cli import main
 from resomap.config import load
 from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
 from resomap.tracking.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
+from resomap.tracking.parent import CONFIG_ARTIFACT, PARENT_PARAMS
 from resomap.tracking.publish import _held_images, resolution_points
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +90,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         run = runs[f"tiny_cnn@{res}"]
         assert run.data.params["resolution"] == str(res) and run.data.params["dataset"] == "synthetic"
         assert run.data.tags["dataset"] == "synthetic" and run.data.tags["model"] == "tiny_cnn"
+        assert run.data.tags["model_resolution"] == f"tiny_cnn@{res}"  # the seed-free group-by key
         assert {"test/accuracy", "test/macro_f1", "profile/latency_p50_ms", "profile/peak_memory_mb"} <= set(
             run.data.metrics
         )
@@ -105,6 +108,20 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert ("probe/tiny_cnn/gradcam/00", RESOLUTIONS[0]) in parent_images
     assert len(parent_images) == 2 * probes * len(RESOLUTIONS)
     assert "report.html" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # a few params on the parent (image cards stay readable), the whole config as an artifact
+    assert set(parent.data.params) <= set(PARENT_PARAMS) and parent.data.params["training.epochs"] == "1"
+    saved = client.download_artifacts(parent.info.run_id, CONFIG_ARTIFACT, str(project))
+    assert yaml.safe_load(Path(saved).read_text())["training"]["epochs"] == 1
+    # the parent's description: the decisions, the explanation finding and where the report and figures are
+    summary_dir = project / "model_summaries" / "_sweep" / "resomap-smoke"
+    note = parent.data.tags["mlflow.note.content"]
+    sentences = [r["sentence"] for r in json.loads((summary_dir / "summary.json").read_text())["recommendations"]]
+    assert note.startswith("**Decisions**") and sentences and all(f"- {s}" in note for s in sentences)
+    statements = (summary_dir / "explanations" / "agreement.txt").read_text().strip().splitlines()
+    assert statements and all(f"- {s}" in note for s in statements)
+    assert (
+        "- report: artifact `report.html`" in note and "- figure: artifact `figures/accuracy_vs_resolution.png`" in note
+    )
     counts[parent.info.run_id] = len(client.list_artifacts(parent.info.run_id, "images"))
 
     for path in (project / "model_summaries" / "tiny_cnn").glob("*/seed42/result.json"):  # forget they were logged
@@ -223,3 +240,18 @@ def test_a_model_not_in_memory_is_logged_from_what_the_caller_rebuilds(project: 
     assert asked == ["tiny_cnn"]
     (logged,) = tracker.client.search_logged_models([tracker.experiment_id])
     assert tracker.client.get_run(logged.source_run_id).info.run_name == "with"
+
+
+def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
+    from types import SimpleNamespace
+
+    from resomap.tracking.publish import NOTE_LIMIT, parent_note
+
+    recs = [{"sentence": f"model{i}: " + "x" * 300} for i in range(40)]
+    note = parent_note(SimpleNamespace(recommendations=recs), ["a finding"], Path("/tmp/report.html"), [])
+    assert len(note) <= NOTE_LIMIT and note.endswith("- ... (the rest: summary/summary.md)")
+    assert "- model0: " in note and "a finding" not in note  # whole lines, in order
+    short = parent_note(
+        SimpleNamespace(recommendations=recs[:2]), ["a finding"], None, [Path("f/a.png"), Path("f/a.pdf")]
+    )
+    assert short.splitlines()[-1] == "- figure: artifact `figures/a.png`" and "- a finding" in short

@@ -6,6 +6,7 @@ with file:// in headless Chromium, moves a slider and saves a screenshot ($RESOM
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import os
@@ -127,6 +128,15 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
         for res in RESOLUTIONS:
             assert re.search(rf"{model}[^<]*</td><td>{res}</td>", summary), (model, res)
     assert all(f"<th>{res}</th>" in matrix for res in RESOLUTIONS)
+    # the first screen states the decisions, the explanation finding (agreement.txt, word for word) and the paired
+    # tests before the table of numbers ends the section
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    statements = (sweep_dir / "explanations" / "agreement.txt").read_text().strip().splitlines()
+    assert statements and all(html.escape(s, quote=True) in summary for s in statements)
+    assert summary.index("<h3>Decisions</h3>") < summary.index("<h3>Explanations</h3>") < summary.index("<table")
+    for rec in data["recommendations"]:
+        assert html.escape(rec["sentence"], quote=True) in summary
+    assert "Same test images, seeds paired" in summary  # the paired-test table is on the page
     # what the model said, and the figures of accuracy, cost, explanation cost, Pareto
     assert re.search(r"true class <b>\w+</b>", text) and re.search(r"\d+ px: \w+ \d+%", text)
     for stem in ("accuracy_vs_resolution", "explain_cost_vs_resolution", "pareto_accuracy_latency"):

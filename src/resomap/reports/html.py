@@ -30,7 +30,7 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
-from resomap.reports.html_explain import agreement_section, probe_section
+from resomap.reports.html_explain import agreement_section, explanation_statements, probe_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
 from resomap.reports.html_parts import escape as _e
@@ -89,7 +89,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     resolutions = sorted({int(r.resolution) for r in rows} | {int(t["resolution"]) for t in trials})
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
     sections = [
-        ("summary", "Summary", _summary_section(data, rows)),
+        ("summary", "Summary", _summary_section(data, rows, explanation_statements(sweep_dir))),
         *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
         ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
         ("matrix", "Train x test resolution", _matrix_section(rows)),
@@ -119,11 +119,18 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     return out
 
 
-def _summary_section(data: dict, rows: list[SummaryRow]) -> str:
+def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) -> str:
+    """The first screen: the decision per model, the explanation finding per model x method, the table, the
+    paired tests."""
     if not rows:
         return '<p class="muted">No finished trial.</p>'
     recs = [r for r in data.get("recommendations") or [] if r.get("sentence")]
-    parts = ["<ul>" + "".join(f"<li>{_e(r['sentence'])}</li>" for r in recs) + "</ul>"] if recs else []
+    parts = (
+        ["<h3>Decisions</h3><ul>" + "".join(f"<li>{_e(r['sentence'])}</li>" for r in recs) + "</ul>"] if recs else []
+    )
+    if statements:
+        items = "".join(f"<li>{_e(x)}</li>" for x in statements)
+        parts.append(f"<h3>Explanations</h3><ul>{items}</ul>")
     methods = sorted({m for r in rows for m in r.explain_seconds})
     level = next((r.ci_level for r in rows if r.ci_level), None)
     first = rows[0]

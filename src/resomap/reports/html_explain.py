@@ -97,13 +97,19 @@ def _strip(model: str, method: str, overlays: list[Any]) -> str:
     )
 
 
+def explanation_statements(sweep_dir: Path) -> list[str]:
+    """The comparison's sentence per model x method (explanations/agreement.txt), shown on the first screen."""
+    path = Path(sweep_dir) / "explanations" / "agreement.txt"
+    if not path.is_file():
+        return []
+    return [x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
 def agreement_section(sweep_dir: Path) -> str:
     folder = sweep_dir / "explanations"
     parts = []
-    statements = folder / "agreement.txt"
-    if statements.is_file():
-        lines = [x for x in statements.read_text(encoding="utf-8").splitlines() if x.strip()]
-        parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>")
+    if explanation_statements(sweep_dir):
+        parts.append('<p class="small muted">The finding per model and method is stated under Summary.</p>')
     mats = sorted((folder / "agreement").glob("*_spearman.png")) if (folder / "agreement").is_dir() else []
     across = [p for p in mats if not p.stem.endswith("_methods_spearman")]
     between = [p for p in mats if p.stem.endswith("_methods_spearman")]

@@ -28,18 +28,18 @@ class SampleWeightedCrossEntropy(nn.Module):
     weighted mean with each image's weight multiplied in (the per-image weights are what torch's loss lacks).
     Without `w` it is nn.CrossEntropyLoss(weight=class_weight)."""
 
-    def __init__(self, class_weight: torch.Tensor | None, label_smoothing: float = 0.0):
+    def __init__(self, weight: torch.Tensor | None, label_smoothing: float = 0.0):
         super().__init__()
-        self.class_weight, self.label_smoothing = class_weight, label_smoothing
+        self.weight, self.label_smoothing = weight, label_smoothing  # `weight`: the class weights, as torch's loss
 
     def forward(self, logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
         smooth = self.label_smoothing
         if w is None:
-            return nn.functional.cross_entropy(logits, y, weight=self.class_weight, label_smoothing=smooth)
+            return nn.functional.cross_entropy(logits, y, weight=self.weight, label_smoothing=smooth)
         per = nn.functional.cross_entropy(
-            logits, y, weight=self.class_weight, label_smoothing=smooth, reduction="none"
+            logits, y, weight=self.weight, label_smoothing=smooth, reduction="none"
         )  # torch's per-image loss, class weight included
-        c = self.class_weight[y] if self.class_weight is not None else torch.ones_like(w)
+        c = self.weight[y] if self.weight is not None else torch.ones_like(w)
         return (per * w).sum() / (w * c).sum().clamp_min(1e-12)
 
 

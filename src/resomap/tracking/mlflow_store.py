@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -296,7 +297,9 @@ class Tracker:
         level = env_log.level
         env_log.setLevel(logging.ERROR)
         try:
-            with mlflow.start_run(run_id=run_id):
+            with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
+                # torch's pt2 packager warns that weights not on the CPU may load wrongly; the model is on the CPU here
+                warnings.filterwarnings("ignore", message="No complete tensor found in the group", category=UserWarning)
                 mlflow.pytorch.log_model(
                     model.eval(),
                     name=name,

@@ -4,7 +4,9 @@
 resolutions and seeds: `resomap.sweep.trial.sweep_identity`), so adding seeds, resolutions or models to a finished
 sweep reuses its parent; a parent made before identities (tagged with the hash of its trial keys) is found by that
 key and re-tagged. The grid of the latest round is in the parent's `resomap.grid.*` tags (params cannot change).
-`close_parent` tags the children, moves under the parent any child of a planned trial that an earlier round put
+Its params are the few settings a reader compares sweeps by (`PARENT_PARAMS`); the whole resolved config is the
+artifact config/sweep_config.yaml (a long param list fills every image card of the MLflow UI). `close_parent` tags
+the children, moves under the parent any child of a planned trial that an earlier round put
 elsewhere, and closes it once every planned trial has a result.
 """
 
@@ -14,12 +16,24 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from resomap.config import Config, flatten
+from resomap.config import Config, dump_yaml, flatten
 
 log = logging.getLogger(__name__)
 
 SWEEP_KEY_TAG = "resomap.sweep_key"
 GRID_KEYS = ("sweep.models", "sweep.resolutions", "sweep.seeds", "sweep.include", "sweep.exclude")
+PARENT_PARAMS = (
+    "experiment.task",
+    "data.dataset",
+    "data.limit",
+    "training.epochs",
+    "training.batch_size",
+    "training.optimizer.lr",
+    "stats.margin",
+    "system.precision",  # pinned once for every trial (sweep.trial.pin_precision)
+    "system.channels_last",
+)
+CONFIG_ARTIFACT = "config/sweep_config.yaml"
 
 
 def open_parent(
@@ -45,13 +59,8 @@ def open_parent(
         tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
         log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
         return None
-    shared = ("system.precision", "system.channels_last")  # pinned once for every trial (sweep.trial.pin_precision)
-    params = {
-        k: v
-        for k, v in flat.items()
-        if (k.startswith(("sweep.", "training.", "data.")) or k in shared) and k not in GRID_KEYS
-    }
-    tracker.log_params(run_id, params)
+    tracker.log_params(run_id, {k: flat[k] for k in PARENT_PARAMS if k in flat})
+    tracker.log_text(run_id, dump_yaml(cfg), CONFIG_ARTIFACT)
     return run_id
 
 

@@ -35,6 +35,9 @@ from resomap.tracking.mlflow_store import is_number
 log = logging.getLogger(__name__)
 
 TRIAL_KEY_TAG = "resomap.trial_key"
+GROUP_TAG = "model_resolution"  # <model>@<resolution>: MLflow's group-by over seeds
+NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
+NOTE_LIMIT = 8000  # characters of a tag value MLflow stores
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
 ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
@@ -79,6 +82,7 @@ def trial_tags(key: str, data: Mapping[str, Any], cfg: Config) -> dict[str, Any]
         TRIAL_KEY_TAG: key,
         "resomap.kind": "trial",
         **{k: data[k] for k in ("model", "family", "resolution", "seed")},
+        GROUP_TAG: f"{data['model']}@{data['resolution']}",  # group-by without the seed: mean and spread over seeds
         "dataset": cfg.data.dataset,
         **{f"resomap.env.{k}": v for k, v in (data.get("environment") or {}).items() if v},  # versions, device
     }
@@ -408,6 +412,7 @@ def publish_sweep(
     per-resolution points (`resolution_points`) and the probe images (`publish_sweep_images`). `summary`: a
     resomap.reports SweepSummary (rows, recommendations); `comparison`: a resomap.stages Comparison (files,
     agreement, matrices) or None."""
+    figures = list(figures)
     if page:
         tracker.log_artifact(parent, page)
     for path in tables:
@@ -419,6 +424,8 @@ def publish_sweep(
         tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
     metrics = dict(comparison.agreement) if comparison is not None else {}
     tags = headline(summary)
+    statements = comparison.statements if comparison is not None else []
+    tags[NOTE_TAG] = parent_note(summary, statements, page, figures)
     best = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
     if best and best.test_accuracy is not None:
         metrics["best_test_accuracy"] = best.test_accuracy
@@ -434,6 +441,25 @@ def publish_sweep(
     matrices = comparison.matrices if comparison is not None else {}
     log_metric_points(tracker, parent, resolution_points(summary.rows, matrices))
     publish_sweep_images(tracker, parent, images or {})
+
+
+def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path]) -> str:
+    """The parent run's description (markdown, shown above its details in the MLflow UI): the decision per model,
+    the explanation finding per model x method, and where the report and the figures are."""
+    lines = ["**Decisions** (each resolution against the reference at the stated margin)", ""]
+    lines += [f"- {r['sentence']}" for r in summary.recommendations if r.get("sentence")] or ["- no finished trial"]
+    statements = [s for s in statements if s.strip()]
+    if statements:
+        lines += ["", "**Explanations** (agreement across resolutions against the cross-seed floor)", ""]
+        lines += [f"- {s}" for s in statements]
+    files = [f"- report: artifact `{page.name}` (one self-contained page; on disk `{page}`)"] if page else []
+    files += [f"- figure: artifact `figures/{p.name}`" for p in figures if Path(p).suffix == ".png"]
+    if files:
+        lines += ["", "**Files**", "", *files]
+    text = "\n".join(lines)
+    if len(text) > NOTE_LIMIT:  # MLflow's tag value limit
+        text = text[: NOTE_LIMIT - 40].rsplit("\n", 1)[0] + "\n- ... (the rest: summary/summary.md)"
+    return text
 
 
 def headline(summary: Any) -> dict[str, str]:

@@ -233,6 +233,10 @@ class Trainer:
                 ws.extend(t.cpu().numpy() for t in w)
         x, y = np.concatenate(xs), np.concatenate(ys)
         weights = np.concatenate(ws) if ws else None
+        classes = getattr(self._criterion, "weight", None)  # the class weights the deep models' loss applies
+        if classes is not None:  # the same weighting as theirs (scikit-learn's class_weight is this product too)
+            per_class = classes.detach().cpu().numpy()[y]
+            weights = per_class if weights is None else weights * per_class
         try:
             self._call("on_fit_start")
             for epoch, penalty in enumerate(model.penalties):

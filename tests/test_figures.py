@@ -1,0 +1,145 @@
+"""Every figure a sweep draws, checked as a reviewer would: rendered at the style's dpi, no text outside the canvas
+or cut by the axes it sits in, and every resolution axis ticked at the sweep's resolutions (in px).
+
+A tiny real sweep (2 models x 2 resolutions x 2 seeds, synthetic set, MLflow off) draws them; each figure is
+checked when it is saved (matplotlib's Figure.savefig is wrapped), so a figure type added later is checked too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS, RESOLUTIONS, SEEDS = ("tiny_cnn", "simple_cnn"), (16, 24), (42, 43)
+
+
+def text_problems(fig) -> list[str]:
+    """Texts of `fig` (visible, non-empty) whose drawn extent leaves the canvas, or leaves the axes box of an axes
+    that clips it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    if not hasattr(fig.canvas, "get_renderer"):  # a Figure made without pyplot: give it the Agg canvas savefig uses
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    canvas = fig.bbox
+    problems = []
+    for text in fig.findobj(Text):
+        if not text.get_visible() or not text.get_text().strip() or text.figure is None:
+            continue
+        box = text.get_window_extent(renderer)
+        if box.width == 0 and box.height == 0:
+            continue
+        slack = 1.0  # px of rounding
+        if box.x0 < -slack or box.y0 < -slack or box.x1 > canvas.x1 + slack or box.y1 > canvas.y1 + slack:
+            problems.append(f"{text.get_text()!r} leaves the canvas")
+        clip = text.get_clip_box() if text.get_clip_on() else None
+        if clip is not None and (box.x0 < clip.x0 - slack or box.x1 > clip.x1 + slack):
+            problems.append(f"{text.get_text()!r} is cut by its axes")
+    return problems
+
+
+def resolution_axes(fig) -> list[tuple[str, set[int]]]:
+    """(label, tick values in view) of every x axis that is labelled as a resolution."""
+    out = []
+    for ax in fig.axes:
+        label = ax.get_xlabel()
+        if "resolution" in label.lower():
+            low, high = sorted(ax.get_xlim())
+            shown = [(t, tl.get_text()) for t, tl in zip(ax.get_xticks(), ax.get_xticklabels()) if low <= t <= high]
+            # a categorical axis (a heatmap's columns) is ticked by its labels, a numeric one by its positions
+            ticks = {int(text) if text.isdigit() else round(t) for t, text in shown}
+            out.append((label, ticks))
+    return out
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory) -> dict[str, dict]:
+    """stem -> {'problems', 'axes', 'dpi'} for every figure the tiny sweep saved."""
+    from matplotlib.figure import Figure
+
+    from resomap.config import load
+    from resomap.sweep.sweep import run_sweep
+
+    root = tmp_path_factory.mktemp("figures")
+    cfg = load(
+        str(REPO / "configs"),
+        "smoke",
+        [
+            f"experiment.output_dir={root}",
+            f"sweep.models=[{','.join(MODELS)}]",
+            f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]",
+            f"sweep.seeds=[{','.join(map(str, SEEDS))}]",
+            "explainability.methods=[gradcam,saliency]",
+            "explainability.probe_size=3",
+            "explainability.sanity_methods=[]",
+            "explainability.road=false",
+            "data.synthetic.num_images=60",
+            "data.synthetic.size=32",
+            "profiling.warmup=1",
+            "profiling.iters=2",
+            "stats.resamples=200",
+            "mlflow.enabled=false",
+        ],
+    )
+    seen: dict[str, dict] = {}
+    original = Figure.savefig
+
+    def checked(self, fname, *args, **kwargs):
+        stem = Path(str(fname)).stem
+        if str(fname).endswith(".png") and stem not in seen:
+            seen[stem] = {"problems": text_problems(self), "axes": resolution_axes(self), "dpi": kwargs.get("dpi")}
+        return original(self, fname, *args, **kwargs)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(Figure, "savefig", checked)
+    try:
+        outcome = run_sweep(cfg)
+    finally:
+        mp.undo()
+    assert all(r.status == "FINISHED" for r in outcome.results)
+    return seen
+
+
+def test_every_figure_type_is_drawn(drawn):
+    stems = set(drawn)
+    for stem in ("accuracy_vs_resolution", "cost_vs_resolution", "pareto_accuracy_latency", "explain_cost_vs_resolution"):
+        assert stem in stems, sorted(stems)
+    for model in MODELS:
+        assert f"train_test_resolution_{model}" in stems
+        assert f"{model}_gradcam_spearman" in stems  # agreement across resolutions
+        assert any(s.startswith(f"{model}_probe") for s in stems)  # probe grids
+        assert any(s.startswith(f"{model}_") and "deletion" in s for s in stems), sorted(stems)  # quality
+
+
+def test_no_figure_has_text_outside_its_canvas_or_cut_by_its_axes(drawn):
+    bad = {stem: found["problems"] for stem, found in drawn.items() if found["problems"]}
+    assert not bad, bad
+
+
+def test_every_resolution_axis_is_ticked_at_the_sweeps_resolutions_in_px(drawn):
+    checked = 0
+    for stem, found in drawn.items():
+        for label, ticks in found["axes"]:
+            assert "px" in label, (stem, label)
+            assert ticks == set(RESOLUTIONS), (stem, label, sorted(ticks))
+            checked += 1
+    assert checked >= 5  # accuracy, cost, explanation cost and the quality figures have one
+
+
+def test_figures_are_saved_at_the_styles_dpi(tmp_path):
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from resomap.plotstyle import STYLE, save_figure
+
+    assert STYLE["savefig.dpi"] >= 200
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.plot([0, 1], [0, 1])
+        png, pdf = save_figure(fig, tmp_path, "line")
+    assert pdf.stat().st_size > 0
+    dpi = Image.open(png).info.get("dpi")
+    assert dpi is not None and round(dpi[0]) == STYLE["savefig.dpi"]
