@@ -142,6 +142,7 @@ def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None =
 
 def _quality_figures(quality: dict[tuple[str, int], dict[str, float]], out_dir: Path) -> list[Path]:
     files: list[Path] = []
+    resolutions = sorted({r for _, r in quality})
     for model in sorted({m for m, _ in quality}):
         for metric in QUALITY_PLOTTED:
             values: dict[str, dict[int, float]] = defaultdict(dict)
@@ -153,7 +154,7 @@ def _quality_figures(quality: dict[tuple[str, int], dict[str, float]], out_dir: 
                     if name == metric and np.isfinite(value):
                         values[method][res] = value
             if values:
-                fig = quality_vs_resolution(values, metric, f"{model}: {metric}")
+                fig = quality_vs_resolution(values, metric, f"{model}: {metric}", resolutions)
                 files += save_figure(fig, out_dir, f"{model}_{metric}")
     return files
 

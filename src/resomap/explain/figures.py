@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,7 @@ def probe_grid(
     panel, green when correct, red when not; rows named in `shared` get one colour scale across resolutions
     (raw magnitudes), the others a scale per map; the figure's foot says which."""
     plt = _plt()
-    from resomap.plotstyle import MAP_CMAP, STYLE
+    from resomap.plotstyle import MAP_CMAP, STYLE, fit_text
 
     resolutions = sorted(images)
     rows = list(maps)
@@ -183,10 +184,11 @@ def probe_grid(
             bar = fig.colorbar(im, ax=axes, fraction=0.03, ticks=[0, 1])
             bar.ax.set_yticklabels(["low", "high"])
         true = next((v.true for per in verdicts.values() for v in per.values()), None)
+        width = fig.get_figwidth() - 0.2
         if title or true:
-            fig.suptitle(title + (f" (true class: {true})" if true else ""), y=1.02)
-        foot = [scale_words(str(r), str(r) in shared or r in shared) for r in rows]
-        fig.text(0.01, -0.02, "colour: " + "; ".join(foot), fontsize=6, va="top", wrap=True)
+            fig.suptitle(fit_text(title + (f" (true class: {true})" if true else ""), width, STYLE["axes.titlesize"]))
+        foot = "colour: " + "; ".join(scale_words(str(r), str(r) in shared or r in shared) for r in rows)
+        fig.supxlabel(fit_text(foot, width, 6), fontsize=6, x=0.02, ha="left")
     return fig
 
 
@@ -200,7 +202,7 @@ def agreement_matrix(
     """
     from matplotlib.patches import Rectangle
 
-    from resomap.plotstyle import MATRIX_CMAP, STYLE
+    from resomap.plotstyle import MATRIX_CMAP, STYLE, fit_text
 
     plt = _plt()
     matrix = np.asarray(matrix, dtype=np.float64)
@@ -210,6 +212,9 @@ def agreement_matrix(
         im = ax.imshow(np.ma.masked_invalid(matrix), cmap=MATRIX_CMAP, vmin=vmin, vmax=1.0)
         ax.set_xticks(range(len(labels)), [str(x) for x in labels], rotation=45)
         ax.set_yticks(range(len(labels)), [str(x) for x in labels])
+        what = "resolution (px)" if all(isinstance(x, (int, np.integer)) for x in labels) else "method"
+        ax.set_xlabel(what)
+        ax.set_ylabel(what)
         for (i, j), v in np.ndenumerate(matrix):
             text = f"{v:.2f}" if np.isfinite(v) else "n.a."
             colour = "w" if np.isfinite(v) and v < (vmin + 1) / 2 else "k"
@@ -217,27 +222,30 @@ def agreement_matrix(
         if floor_diagonal:
             for i in range(len(labels)):
                 ax.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="k", linewidth=1.2))
-            ax.set_xlabel("diagonal (outlined): agreement of two seeds at the same resolution")
+            note = "outlined diagonal: agreement of two seeds at the same resolution (the noise floor)"
+            fig.supxlabel(fit_text(note, fig.get_figwidth() - 0.2, 7), fontsize=7)
         fig.colorbar(im, ax=ax, fraction=0.046, label=metric)
-        ax.set_title(title or metric)
+        fig.suptitle(fit_text(title or metric, fig.get_figwidth() - 0.2, 8), fontsize=8)
     return fig
 
 
-def quality_vs_resolution(values: Mapping[str, Mapping[int, float]], metric: str, title: str = "") -> Any:
-    """values[method][resolution] -> one line per method against resolution."""
-    from resomap.plotstyle import STYLE
+def quality_vs_resolution(
+    values: Mapping[str, Mapping[int, float]], metric: str, title: str = "", resolutions: Iterable[int] = ()
+) -> Any:
+    """values[method][resolution] -> one line per method against resolution (ticks at `resolutions`, default the
+    resolutions with a value), each method in its colour of every figure."""
+    from resomap.plotstyle import STYLE, method_colour, resolution_axis
 
     plt = _plt()
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(3.4, 2.4))
-        for method, per_res in values.items():
+        fig, ax = plt.subplots(figsize=(4.4, 2.6))
+        for method, per_res in sorted(values.items()):
             res = sorted(per_res)
-            ax.plot(res, [per_res[r] for r in res], marker="o", label=method)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("resolution (px)")
+            ax.plot(res, [per_res[r] for r in res], marker="o", label=method, color=method_colour(method))
+        resolution_axis(ax, resolutions or [r for per in values.values() for r in per], "resolution (px)")
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
-        ax.legend(frameon=False)
+        fig.legend(loc="outside right upper", frameon=False)
         if title:
             ax.set_title(title)
     return fig
@@ -371,7 +379,6 @@ PROBE_IMAGE_SIZE = 128  # px of the captioned probe maps logged as MLflow images
 def captioned(overlay: ProbeOverlay) -> np.ndarray:
     """uint8 [H, W, 3]: the overlay with its caption (truth, prediction, probability, right or wrong) in a strip
     below it."""
-    import textwrap
 
     from PIL import Image, ImageDraw
 

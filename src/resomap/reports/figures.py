@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from resomap.plotstyle import MATRIX_CMAP, save_figure
+from resomap.plotstyle import MATRIX_CMAP, method_colour, resolution_axis, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
 from resomap.reports.rows import SummaryRow
 from resomap.stats import pareto_front
@@ -69,14 +69,7 @@ def _level(rows: list[SummaryRow]) -> float:
 
 
 def _resolution_axis(ax: plt.Axes, rows: list[SummaryRow]) -> None:
-    ticks = sorted({r.resolution for r in rows})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks)
-    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.get_xaxis().set_minor_locator(matplotlib.ticker.NullLocator())
-    if len(ticks) == 1:
-        ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
-    ax.set_xlabel("input resolution (px)")
+    resolution_axis(ax, [r.resolution for r in rows])
 
 
 def _dodge(n_models: int, i: int) -> float:
@@ -106,9 +99,8 @@ def metric_vs_resolution(rows: list[SummaryRow], panels: list[tuple[str, str]], 
         if any(_seeds(r) > 1 for r in rows):
             handles.append(Patch(color="grey", alpha=0.3, lw=0))
             labels.append("± 1 std across seeds")
-        axes[0][0].legend(handles, labels, loc="best")
+        fig.legend(handles, labels, loc="outside right upper", frameon=False)
         fig.suptitle(title)
-        fig.tight_layout()
     return fig
 
 
@@ -158,12 +150,8 @@ def quality_figure(
             lo, hi = ax.get_ylim()
             ax.set_ylim(lo, hi + 0.06 * (hi - lo))  # room for the asterisks
         handles = _quality_legend(colours, marks, _level(rows), _margin(rows))
-        fig.legend(
-            handles=handles, loc="lower center", ncol=min(len(handles), 3), frameon=False, bbox_to_anchor=(0.5, -0.01)
-        )
-        rows_of_legend = math.ceil(len(handles) / min(len(handles), 3))
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), frameon=False)
         fig.suptitle("test quality vs input resolution")
-        fig.tight_layout(rect=(0, 0.07 * rows_of_legend, 1, 1))
     return fig
 
 
@@ -255,10 +243,9 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
         caption = ["error bars: " + "; ".join(notes)] if notes else []
         if any(r.profile_noisy for r in pts):
             caption.append("circled, '?': latency measured on a disturbed machine (noisy)")
-        ax.legend(handles, labels, loc="lower right")
+        fig.legend(handles, labels, loc="outside right upper", frameon=False)
         if caption:
-            ax.text(0.0, -0.2, "\n".join(caption), transform=ax.transAxes, fontsize=7, va="top")
-        fig.tight_layout()
+            fig.supxlabel("\n".join(caption), fontsize=7, x=0.02, ha="left")
     return fig
 
 
@@ -317,7 +304,6 @@ def cross_resolution_heatmap(model: str, rows: list[SummaryRow]) -> plt.Figure |
         for side in ("top", "right"):
             ax.spines[side].set_visible(True)
         fig.colorbar(im, ax=ax, label=words, shrink=0.8)
-        fig.tight_layout()
     return fig
 
 
@@ -334,20 +320,22 @@ def explain_cost_figure(rows: list[SummaryRow]) -> plt.Figure | None:
         for ax, (model, rs) in zip(axes[0], by_model.items()):
             methods = sorted({m for r in rs for m in r.explain_seconds})
             values = []
-            for i, method in enumerate(methods):
+            for method in methods:
                 pts = [(r.resolution, _f(r.explain_seconds.get(method))) for r in rs]
                 pts = [(x, y) for x, y in pts if math.isfinite(y) and y > 0]
                 if pts:
-                    ax.plot(*zip(*pts), marker="o", label=method, color=f"C{i % 10}")
+                    ax.plot(*zip(*pts), marker="o", label=method, color=method_colour(method))
                     values += [y for _, y in pts]
             _resolution_axis(ax, rs)
             if values and max(values) / min(values) > 20:
                 ax.set_yscale("log")
             ax.set_ylabel("seconds for the probe set")
             ax.set_title(model)
-            ax.legend(loc="best")
+        handles = {}
+        for ax in axes[0]:
+            handles.update({label: h for h, label in zip(*ax.get_legend_handles_labels(), strict=True)})
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper", frameon=False)
         fig.suptitle("explanation seconds per method vs resolution")
-        fig.tight_layout()
     return fig
 
 
