@@ -43,3 +43,30 @@ def plugin_folder(root: Path, module: str) -> Path:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: resomap-{name}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(f"[resomap.plugins]\n{module} = {module}\n")
     return root
+
+
+def tiny_sweep_config(root: Path, models, resolutions, methods, probes: int, *extra: str):
+    """The config of a sweep that finishes in about a minute: the smoke preset on 60 synthetic images of 32 px,
+    explanations without sanity check or ROAD, short profiles, MLflow off; `extra` overrides on top."""
+    from resomap.config import load
+
+    return load(
+        str(REPO / "configs"),
+        "smoke",
+        [
+            f"experiment.output_dir={root}",
+            f"sweep.models=[{','.join(models)}]",
+            f"sweep.resolutions=[{','.join(map(str, resolutions))}]",
+            f"explainability.methods=[{','.join(methods)}]",
+            f"explainability.probe_size={probes}",
+            "explainability.sanity_methods=[]",
+            "explainability.road=false",
+            "data.synthetic.num_images=60",
+            "data.synthetic.size=32",
+            "profiling.warmup=1",
+            "profiling.iters=2",
+            "stats.resamples=200",
+            "mlflow.enabled=false",
+            *extra,
+        ],
+    )

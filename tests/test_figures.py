@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import tiny_sweep_config
+
 MODELS, RESOLUTIONS, SEEDS = ("tiny_cnn", "simple_cnn"), (16, 24), (42, 43)
 
 
@@ -68,30 +69,11 @@ def drawn(tmp_path_factory) -> dict[str, dict]:
     """stem -> {'problems', 'axes', 'dpi'} for every figure the tiny sweep saved."""
     from matplotlib.figure import Figure
 
-    from resomap.config import load
     from resomap.sweep.sweep import run_sweep
 
     root = tmp_path_factory.mktemp("figures")
-    cfg = load(
-        str(REPO / "configs"),
-        "smoke",
-        [
-            f"experiment.output_dir={root}",
-            f"sweep.models=[{','.join(MODELS)}]",
-            f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]",
-            f"sweep.seeds=[{','.join(map(str, SEEDS))}]",
-            "explainability.methods=[gradcam,saliency]",
-            "explainability.probe_size=3",
-            "explainability.sanity_methods=[]",
-            "explainability.road=false",
-            "data.synthetic.num_images=60",
-            "data.synthetic.size=32",
-            "profiling.warmup=1",
-            "profiling.iters=2",
-            "stats.resamples=200",
-            "mlflow.enabled=false",
-        ],
-    )
+    seeds = f"sweep.seeds=[{','.join(map(str, SEEDS))}]"
+    cfg = tiny_sweep_config(root, MODELS, RESOLUTIONS, ("gradcam", "saliency"), 3, seeds)
     seen: dict[str, dict] = {}
     original = Figure.savefig
 

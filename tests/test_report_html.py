@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import tiny_sweep_config
 from resomap.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,32 +29,11 @@ NAME = "tiny-report"
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory) -> Path:
     """A finished tiny sweep (MLflow off); returns its summary folder model_summaries/_sweep/<name>/."""
-    from resomap.config import load
     from resomap.sweep.sweep import run_sweep
 
     root = tmp_path_factory.mktemp("sweep")
-    cfg = load(
-        str(REPO / "configs"),
-        "smoke",
-        [
-            f"experiment.output_dir={root}",
-            f"experiment.name={NAME}",
-            f"sweep.models=[{','.join(MODELS)}]",
-            f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]",
-            f"explainability.methods=[{','.join(METHODS)}]",
-            f"explainability.probe_size={PROBES}",
-            "explainability.sanity_methods=[]",
-            "explainability.road=false",
-            "explainability.faithfulness_steps=2",
-            "explainability.baseline_draws=1",
-            "data.synthetic.num_images=60",
-            "data.synthetic.size=32",
-            "profiling.warmup=1",
-            "profiling.iters=2",
-            "stats.resamples=200",
-            "mlflow.enabled=false",
-        ],
-    )
+    extra = (f"experiment.name={NAME}", "explainability.faithfulness_steps=2", "explainability.baseline_draws=1")
+    cfg = tiny_sweep_config(root, MODELS, RESOLUTIONS, METHODS, PROBES, *extra)
     outcome = run_sweep(cfg)
     assert all(r.status == "FINISHED" for r in outcome.results)
     return outcome.summary_dir
