@@ -204,6 +204,12 @@ def test_seed_noise_as_large_as_resolution_noise_is_no_effect():
     assert "would show an agreement drop of" in seeds3.statements[0] and "not ruled out" in seeds3.statements[0]
     assert "no decision" in found.statements[0] and "needs >= 3 seeds" in found.statements[0]
     assert seeds3.matrices[("m", "x")]["effect_beyond_noise"]["spearman"] == "no"
+    # the short findings: the same measure and decision, without the references
+    drop = seeds3.statements[0].split("agreement drop of ")[1].split(" ")[0]
+    assert seeds3.findings[0].startswith("m / x (spearman, grid 16): agreement across resolutions ")
+    assert "no resolution effect beyond seed noise shown (relabelling test p" in seeds3.findings[0]
+    assert f"a drop under {drop} is not ruled out." in seeds3.findings[0] and "edge map" not in seeds3.findings[0]
+    assert found.findings[0].endswith("no decision: the relabelling test needs >= 3 seeds (this sweep has 2).")
 
 
 def test_maps_that_change_with_resolution_but_not_with_seed_are_an_effect():
@@ -216,6 +222,8 @@ def test_maps_that_change_with_resolution_but_not_with_seed_are_an_effect():
 
     found = study(*_sweep(make, (1, 2, 3), (32, 64, 128)), CFG)
     assert "a resolution effect beyond seed noise" in found.statements[0], found.statements
+    assert "a resolution effect beyond seed noise shown (relabelling test p = " in found.findings[0]
+    assert "edge map" not in found.findings[0] and "edge map" in found.statements[0]
     rows = _rows(found, "resolution")
     assert all(r["ratio_to_floor"] < 0.5 and r["floor"] > r["value"] + 0.3 for r in rows)
     entry = found.matrices[("m", "x")]
@@ -227,6 +235,7 @@ def test_maps_that_change_with_resolution_but_not_with_seed_are_an_effect():
 def test_one_seed_says_no_noise_floor_and_gives_chance():
     found = study(*_sweep(lambda s, r: _up(_blobs(16, [(0.5, 0.5)] * N), r), (1,), (32, 64)), CFG)
     assert "one seed: no noise floor" in found.statements[0] and "chance" in found.statements[0]
+    assert "one seed: no noise floor" in found.findings[0] and len(found.findings) == len(found.statements)
     row = _rows(found, "resolution")[0]
     assert row["effect_beyond_noise"] == "n.a." and np.isnan(row["floor"])
     kinds = {r["kind"] for r in found.rows if r["grid"] == 16}

@@ -117,8 +117,8 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     note = parent.data.tags["mlflow.note.content"]
     sentences = [r["sentence"] for r in json.loads((summary_dir / "summary.json").read_text())["recommendations"]]
     assert note.startswith("**Decisions**") and sentences and all(f"- {s}" in note for s in sentences)
-    statements = (summary_dir / "explanations" / "agreement.txt").read_text().strip().splitlines()
-    assert statements and all(f"- {s}" in note for s in statements)
+    findings = (summary_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
+    assert findings and all(f"- {s}" in note for s in findings)
     assert (
         "- report: artifact `report.html`" in note and "- figure: artifact `figures/accuracy_vs_resolution.png`" in note
     )

@@ -111,8 +111,18 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
     # the first screen states the decisions, the explanation finding (agreement.txt, word for word) and the paired
     # tests before the table of numbers ends the section
     data = json.loads((sweep_dir / "summary.json").read_text())
+    findings = (sweep_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
     statements = (sweep_dir / "explanations" / "agreement.txt").read_text().strip().splitlines()
-    assert statements and all(html.escape(s, quote=True) in summary for s in statements)
+    assert findings and all(html.escape(s, quote=True) in summary for s in findings)
+    agreement = text[text.index('id="agreement"') :]
+    assert all(html.escape(s, quote=True) in agreement for s in statements)  # in full further down
+    # each finding is its statement's head, measure and decision without the references' detail
+    assert len(findings) == len(statements) == len(MODELS) * len(METHODS)
+    for short, full in zip(findings, statements, strict=True):
+        head = short.split(":")[0]
+        assert full.startswith(head) and len(short) < len(full) / 2
+        decision = short.rsplit(": ", 1)[-1] if "no decision" not in short else "no decision"
+        assert decision.split(" (")[0] in full
     assert summary.index("<h3>Decisions</h3>") < summary.index("<h3>Explanations</h3>") < summary.index("<table")
     for rec in data["recommendations"]:
         assert html.escape(rec["sentence"], quote=True) in summary

@@ -27,6 +27,7 @@ import numpy as np
 from resomap.atomic import write_text
 
 PREDICTIONS_FILE = "predictions.csv"
+FINDINGS_FILE = "findings.txt"  # explanations/: the short finding per model x method (report, MLflow)
 SEG_RECORDS_FILE = "seg_predictions.csv"  # a segmentation trial's per-image scores (resomap.tasks.segmentation)
 SEG_OVERLAYS_FILE = "seg_overlays.png"  # a segmentation trial's true and predicted masks of a few test images
 # beside it, <method>/<nn>.png: each probe image's map, captioned (explain stage), the trial run's MLflow images

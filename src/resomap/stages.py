@@ -151,6 +151,7 @@ class Comparison:
     matrices: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # '<model>/<method>' -> ...
     floors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # '<model>/<method>/<metric>'
     statements: list[str] = dataclasses.field(default_factory=list)
+    findings: list[str] = dataclasses.field(default_factory=list)  # the statements in short (findings.txt)
 
     @property
     def agreement(self) -> dict[str, float]:
@@ -367,13 +368,15 @@ def compared_trials(results: Iterable[Any]) -> list[Any]:
 def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = None) -> Comparison:
     """Agreement of the trials' maps across resolutions, seeds and methods with their references (chance,
     model-free, centre prior, random, cross-seed floor) at the main and a second grid: figures, agreement.csv,
-    matrices, floors and one sentence per model x method (also written to agreement.txt); and the quality scores
+    matrices, floors and one sentence per model x method (also written to agreement.txt, and in short to
+    findings.txt); and the quality scores
     with intervals over probe images and seeds (quality.csv/.txt, at `stats`: cfg.stats)."""
     chosen = compared_trials(results)
     if not chosen or ec is None:
         return Comparison()
     from resomap.atomic import write_text
     from resomap.explain.crossres import compare_sweep, write_rows
+    from resomap.records import FINDINGS_FILE
 
     entries = [(r.model, r.resolution, r.seed, Path(r.explain.maps)) for r in chosen]
     by_trial: dict[tuple[str, int], list[dict[str, float]]] = defaultdict(list)
@@ -385,9 +388,10 @@ def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = N
         files.append(write_rows(found.rows, out_dir / "agreement.csv"))
     if found.statements:
         files.append(write_text(out_dir / "agreement.txt", "\n".join(found.statements) + "\n"))
+        files.append(write_text(out_dir / FINDINGS_FILE, "\n".join(found.findings) + "\n"))
         for line in found.statements:
             log.info("%s", line)
-    return Comparison(files, found.rows, _matrices(found.rows), found.floors, found.statements)
+    return Comparison(files, found.rows, _matrices(found.rows), found.floors, found.statements, found.findings)
 
 
 def _mean_metrics(found: list[dict[str, float]]) -> dict[str, float]:

@@ -148,6 +148,7 @@ class Study:
     method_matrices: dict[tuple[str, int], Agreement] = field(default_factory=dict)
     floors: dict[str, dict[str, float]] = field(default_factory=dict)  # '<model>/<method>/<metric>' -> {res: v}
     statements: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)  # the statements in short: measure and decision only
     grid: int = 0
 
 
@@ -178,10 +179,13 @@ def study(maps: Maps, images: Images, cfg: ExplainabilityConfig) -> Study:
             except ExplainError as exc:  # one unusable map set must not stop the comparison of the others
                 log.warning("agreement of %s/%s not computed: %s", model, method, exc)
                 out.statements.append(f"{model} / {method}: not compared ({exc}).")
+                out.findings.append(out.statements[-1])
                 continue
             if said[0]:
+                full, short = said[0]
                 extra = [grid_effect(out.rows, model, method), left_out(out.rows, model, method)]
-                out.statements.append(" ".join([said[0], *[e for e in extra if e]]))
+                out.statements.append(" ".join([full, *[e for e in extra if e]]))
+                out.findings.append(short)
         _method_rows(out, model, per_seed, grids[0], cfg.top_k_percent)
     return out
 
@@ -195,10 +199,10 @@ def _study_method(
     grid: int,
     top_k: float,
     main: bool,
-) -> str | None:
+) -> tuple[str, str] | None:
     """One method of one model on one grid: the cross-seed floors, the cross-resolution rows with their references
-    and tests (appended to ``out.rows``) and, on the main grid, the `maps` rows, its matrix, floors and sentence
-    (returned)."""
+    and tests (appended to ``out.rows``) and, on the main grid, the `maps` rows, its matrix, floors and sentences
+    (returned: the full one and the short finding)."""
     raw = {(s, r): pm[method] for s, pr in per_seed.items() for r, pm in pr.items() if method in pm}
     trials = {key: Prepared(resample(comparable(m, method), grid), top_k) for key, m in raw.items()}
     if not trials:
@@ -363,7 +367,9 @@ def _matrix(resolutions, pair_rows, floors, tests, n_complete) -> dict[str, Any]
     return entry
 
 
-def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, references: str = "") -> str:
+def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, references: str = "") -> tuple[str, str]:
+    """(the full sentence for agreement.txt, the short finding for the report's first screen and MLflow): the same
+    measure and decision, the short one without the references' details."""
     metric = PRIMARY_METRIC
     rows = pair_rows.get(metric, [])
     cross = nanmean([r["value"] for r in rows])
@@ -372,11 +378,13 @@ def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, re
     refs += f"; {references}" if references else ""
     head = f"{model} / {method} ({metric}, grid {grid}):"
     if not rows:
-        return f"{head} one resolution: nothing compared across resolutions."
+        text = f"{head} one resolution: nothing compared across resolutions."
+        return text, text
     if len(seeds) < 2 or len(complete) < 2:
+        one = "one seed: no noise floor, so no resolution effect can be told from seed noise."
         return (
-            f"{head} cross-resolution agreement {fmt_value(cross)} ({refs}); one seed: no noise floor, so no resolution"
-            " effect can be told from seed noise."
+            f"{head} cross-resolution agreement {fmt_value(cross)} ({refs}); {one}",
+            f"{head} agreement across resolutions {fmt_value(cross)} (chance {fmt_value(chance)}); {one}",
         )
     floor = nanmean(list(floors.get(metric, {}).values()))
     test = tests[metric]
@@ -385,24 +393,28 @@ def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, re
         f"{head} cross-resolution agreement {fmt_value(cross)} vs cross-seed floor {fmt_value(floor)}"
         f" (ratio {fmt_value(ratio)}; {refs}; {len(complete)} seeds)"
     )
+    short = f"{head} agreement across resolutions {fmt_value(cross)} vs cross-seed floor {fmt_value(floor)}"
     answer = verdict(test, len(complete))
     if answer == "yes":
-        return f"{base}: a resolution effect beyond seed noise shown (relabelling test p = {test.p_value:.3f})."
+        said = f"a resolution effect beyond seed noise shown (relabelling test p = {test.p_value:.3f})."
+        return f"{base}: {said}", f"{short}: {said}"
     if answer == "no":
-        size = (
-            f"these seeds would show an agreement drop of {test.detectable:.3f} or more with power {test.power:g}, "
-            "so a smaller effect is not ruled out"
-            if math.isfinite(test.detectable)
-            else "the relabellings tie, so no detectable drop can be stated"
-        )
-        return (
-            f"{base}: no resolution effect beyond seed noise shown (relabelling test p = {test.p_value:.3f}); {size}."
-        )
+        shown = f"no resolution effect beyond seed noise shown (relabelling test p = {test.p_value:.3f})"
+        if math.isfinite(test.detectable):
+            size = (
+                f"these seeds would show an agreement drop of {test.detectable:.3f} or more with power "
+                f"{test.power:g}, so a smaller effect is not ruled out"
+            )
+            brief = f"a drop under {test.detectable:.3f} is not ruled out"
+        else:
+            size = brief = "the relabellings tie, so no detectable drop can be stated"
+        return f"{base}: {shown}; {size}.", f"{short}: {shown}; {brief}."
     n_res = len({x for r in rows for x in (r["a"], r["b"])})
     needed = relabel_seeds_needed(n_res, ALPHA)
     return (
         f"{base}: no decision: {len(complete)} seeds x {n_res} resolutions are too few for the relabelling test "
-        f"(smallest attainable p = {test.min_p:.3f} > {ALPHA}); it needs >= {needed} seeds."
+        f"(smallest attainable p = {test.min_p:.3f} > {ALPHA}); it needs >= {needed} seeds.",
+        f"{short}: no decision: the relabelling test needs >= {needed} seeds (this sweep has {len(complete)}).",
     )
 
 

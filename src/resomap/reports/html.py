@@ -89,7 +89,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     resolutions = sorted({int(r.resolution) for r in rows} | {int(t["resolution"]) for t in trials})
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
     sections = [
-        ("summary", "Summary", _summary_section(data, rows, explanation_statements(sweep_dir))),
+        ("summary", "Summary", _summary_section(data, rows, explanation_statements(sweep_dir, short=True))),
         *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
         ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
         ("matrix", "Train x test resolution", _matrix_section(rows)),

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from resomap.records import FINDINGS_FILE
 from resomap.reports.html_parts import array_uri as _array_uri
 from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import file_uri as _file_uri
@@ -97,9 +98,11 @@ def _strip(model: str, method: str, overlays: list[Any]) -> str:
     )
 
 
-def explanation_statements(sweep_dir: Path) -> list[str]:
-    """The comparison's sentence per model x method (explanations/agreement.txt), shown on the first screen."""
-    path = Path(sweep_dir) / "explanations" / "agreement.txt"
+def explanation_statements(sweep_dir: Path, short: bool = False) -> list[str]:
+    """The comparison's sentence per model x method (explanations/agreement.txt), or with `short` its finding
+    (findings.txt: measure and decision; agreement.txt when a sweep summarised before it has none)."""
+    folder = Path(sweep_dir) / "explanations"
+    path = folder / FINDINGS_FILE if short and (folder / FINDINGS_FILE).is_file() else folder / "agreement.txt"
     if not path.is_file():
         return []
     return [x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
@@ -108,8 +111,9 @@ def explanation_statements(sweep_dir: Path) -> list[str]:
 def agreement_section(sweep_dir: Path) -> str:
     folder = sweep_dir / "explanations"
     parts = []
-    if explanation_statements(sweep_dir):
-        parts.append('<p class="small muted">The finding per model and method is stated under Summary.</p>')
+    statements = explanation_statements(sweep_dir)
+    if statements:  # the findings are on the first screen; here each in full, with its references and grids
+        parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in statements) + "</ul>")
     mats = sorted((folder / "agreement").glob("*_spearman.png")) if (folder / "agreement").is_dir() else []
     across = [p for p in mats if not p.stem.endswith("_methods_spearman")]
     between = [p for p in mats if p.stem.endswith("_methods_spearman")]

@@ -424,8 +424,8 @@ def publish_sweep(
         tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
     metrics = dict(comparison.agreement) if comparison is not None else {}
     tags = headline(summary)
-    statements = comparison.statements if comparison is not None else []
-    tags[NOTE_TAG] = parent_note(summary, statements, page, figures)
+    findings = comparison.findings if comparison is not None else []
+    tags[NOTE_TAG] = parent_note(summary, findings, page, figures)
     best = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
     if best and best.test_accuracy is not None:
         metrics["best_test_accuracy"] = best.test_accuracy
