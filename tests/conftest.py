@@ -70,3 +70,13 @@ def tiny_sweep_config(root: Path, models, resolutions, methods, probes: int, *ex
             *extra,
         ],
     )
+
+
+@pytest.fixture
+def fresh_memory_cache():
+    """The in-process resolution cache empty before and after the test (no test sees another's images)."""
+    from resomap.data.cache import clear_memory_cache
+
+    clear_memory_cache()
+    yield
+    clear_memory_cache()

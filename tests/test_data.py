@@ -30,11 +30,7 @@ from resomap.errors import DataError, UnknownNameError
 # ---------------------------------------------------------------- shared fixtures
 
 
-@pytest.fixture(autouse=True)
-def _fresh_memory_cache():
-    clear_memory_cache()
-    yield
-    clear_memory_cache()
+pytestmark = pytest.mark.usefixtures("fresh_memory_cache")
 
 
 def make_cfg(tmp_path: Path, data: dict | None = None, **sections):

@@ -17,18 +17,12 @@ from resomap.config import build as build_config
 from resomap.config.schema import AugmentationConfig, DataConfig
 from resomap.data import build
 from resomap.data.augment import BatchAugment
-from resomap.data.cache import clear_memory_cache
 from resomap.data.registry import get_dataset
 from resomap.data.sources import ElpvOptions
 from resomap.data.split import split_indices
 from resomap.tasks.losses import SampleWeightedCrossEntropy
 
-
-@pytest.fixture(autouse=True)
-def _fresh_memory_cache():
-    clear_memory_cache()
-    yield
-    clear_memory_cache()
+pytestmark = pytest.mark.usefixtures("fresh_memory_cache")
 
 
 def _elpv(stratify: str = "probability_type"):

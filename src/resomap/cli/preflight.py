@@ -110,7 +110,7 @@ def check_file(path: str, what: str) -> None:
 def _check_task(cfg: Any, where: Any) -> None:
     """experiment.task names a task, and the models and the dataset serve it (resomap.tasks.check, on the catalog)."""
     from resomap import catalog
-    from resomap.config.checks import check_dataset_fit
+    from resomap.config.checks import check_dataset_fit, failing
 
     tasks, models, datasets = catalog.registry("tasks"), catalog.registry("models"), catalog.registry("datasets")
     if tasks is None or models is None or datasets is None:
@@ -138,11 +138,7 @@ def _check_task(cfg: Any, where: Any) -> None:
             f"{where('data.dataset')}: data.dataset: expected a {name} dataset (experiment.task={name}), "
             f"got '{cfg.data.dataset} ({found})'"
         )
-
-    def fail(path: str, expected: str, got: Any) -> None:
-        raise ConfigError(f"{where(path)}: {path}: expected {expected}, got {got!r}")
-
-    check_dataset_fit(cfg, meta, fail)
+    check_dataset_fit(cfg, meta, failing(where))
 
 
 def check_model(name: str) -> None:

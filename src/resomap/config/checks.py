@@ -24,18 +24,28 @@ def register_check(check: Check) -> None:
         _CHECKS.append(check)
 
 
+def failing(where: Callable[[str], str]) -> Callable[[str, str, Any], None]:
+    """`fail(path, expected, got)`: raise the one-line ConfigError naming the file that set `path` (`where`)."""
+
+    def fail(path: str, expected: str, got: Any) -> None:
+        raise ConfigError(f"{where(path)}: {path}: expected {expected}, got {got!r}")
+
+    return fail
+
+
 def run_checks(cfg: Config, where: Callable[[str], str], pushed: bool = True) -> None:
     """This layer's checks, then (`pushed`) those of the packages above; `where(path)` names the file that set
     a key. The first failure raises ConfigError."""
+    fail = failing(where)
 
     def need(ok: bool, path: str, expected: str, got: Any) -> None:
         if not ok:
-            raise ConfigError(f"{where(path)}: {path}: expected {expected}, got {got!r}")
+            fail(path, expected, got)
 
     for part in (_check_sweep, _check_training, _check_rest):
         part(cfg, need)
     for check in _CHECKS if pushed else ():  # pushed by the packages above (resomap.tasks: models, dataset, ...)
-        check(cfg, lambda path, expected, got: need(False, path, expected, got))
+        check(cfg, fail)
 
 
 def _check_sweep(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:

@@ -78,14 +78,14 @@ class ElpvDataset:
         probs = rows["probability"]
         types = np.char.decode(rows["type"])
         self._paths = np.char.decode(rows["path"])
+        level = np.rint(probs * 3).astype(np.int64)  # 0..3: p = 0, 1/3, 2/3, 1
         if task == "defect":
             labels = probs >= 0.5
         elif task == "defect4":
-            labels = np.rint(probs * 3)
+            labels = level
         else:
             labels = types == "poly"
         self.labels = labels.astype(np.int64)
-        level = np.rint(probs * 3).astype(np.int64)
         self.confidence = np.where(labels, probs, 1.0 - probs) if task == "defect" else np.ones(len(probs))
         self.strata = None
         if stratify == "probability_type":
