@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 
 import numpy as np
 import psutil
@@ -437,6 +438,45 @@ def test_sanity_of_maps_that_are_all_constant_is_inconclusive_not_a_crash(tiny):
     assert not result.passed and result.verdict == 0 and result.reason.startswith("inconclusive"), result.reason
 
 
+def _quality_rows():
+    """quality.csv rows of one model: two methods x two resolutions, one without an interval."""
+    rows = []
+    for method, base in (("gradcam", 0.10), ("saliency", -0.02)):
+        for res, step in ((32, 0.0), (64, 0.05)):
+            est = base + step
+            low, high = (est - 0.04, est + 0.03) if (method, res) != ("saliency", 64) else (math.nan, math.nan)
+            rows.append({"model": "tiny_cnn", "resolution": res, "method": method,
+                         "score": "deletion_auc_vs_random", "estimate": est, "low": low, "high": high,
+                         "level": 0.9, "images": 12, "seeds": 2})  # fmt: skip
+    return rows
+
+
+def test_quality_figure_draws_each_methods_interval_and_the_random_map_baseline():
+    from matplotlib.container import ErrorbarContainer
+
+    from resomap.explain.figures import quality_vs_resolution
+
+    fig = quality_vs_resolution(_quality_rows(), "tiny_cnn", [32, 64])
+    (ax,) = fig.axes
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert sorted(c.get_label() for c in bars) == ["gradcam", "saliency"]
+    gradcam = next(c for c in bars if c.get_label() == "gradcam")
+    segments = gradcam.lines[2][0].get_segments()  # one vertical segment per resolution: low to high
+    assert [tuple(np.round(sorted(seg[:, 1]), 3)) for seg in segments] == [(0.06, 0.13), (0.11, 0.18)]
+    saliency = next(c for c in bars if c.get_label() == "saliency")
+    spans = [np.ptp(seg[:, 1]) for seg in saliency.lines[2][0].get_segments()]
+    assert spans[0] == pytest.approx(0.07) and spans[1] == 0.0  # no interval: no bar, never an invented one
+    xs = {c.get_label(): c.lines[0].get_xdata() for c in bars}
+    assert all(xs["gradcam"] < xs["saliency"])  # side by side, not on top of each other
+    zero = [ln for ln in ax.get_lines() if list(ln.get_ydata()) == [0.0, 0.0]]
+    assert len(zero) == 1 and zero[0].get_linestyle() == "--"  # random maps: the baseline every score is from
+    (legend,) = fig.legends
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts == ["gradcam", "saliency", "random maps (baseline)"]
+    assert legend.get_title().get_text() == "90% interval"
+    assert "random maps" in ax.get_ylabel() and ax.get_xlabel() == "resolution (px)"
+
+
 def test_figures_write_png_and_pdf(tmp_path):
     from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
 
@@ -445,7 +485,7 @@ def test_figures_write_png_and_pdf(tmp_path):
     figs = {
         "grid": probe_grid(imgs, maps, title="probe 0"),
         "agree": agreement_matrix(np.array([[1.0, 0.4], [0.4, 1.0]]), [32, 64], "spearman"),
-        "quality": quality_vs_resolution({"gradcam": {32: 0.5, 64: 0.7}}, "pointing_game"),
+        "quality": quality_vs_resolution(_quality_rows(), "tiny_cnn: explanation quality"),
     }
     assert len(figs["grid"].axes) == 2 * 2 + 1  # panels + colour bar
     for stem, fig in figs.items():

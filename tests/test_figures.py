@@ -106,7 +106,7 @@ def test_every_figure_type_is_drawn(drawn):
         assert f"train_test_resolution_{model}" in stems
         assert f"{model}_gradcam_spearman" in stems  # agreement across resolutions
         assert any(s.startswith(f"{model}_probe") for s in stems)  # probe grids
-        assert any(s.startswith(f"{model}_") and "deletion" in s for s in stems), sorted(stems)  # quality
+        assert f"{model}_quality" in stems, sorted(stems)  # explanation quality with intervals and baseline
 
 
 def test_no_figure_has_text_outside_its_canvas_or_cut_by_its_axes(drawn):

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
 
 from resomap.cli import main
 from resomap.config import load
+from resomap.explain.figures import PARENT_PROBES, PROBE_IMAGE_SIZE
 from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
 from resomap.tracking.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
@@ -104,9 +106,23 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         counts[run.info.run_id] = len(client.list_artifacts(run.info.run_id, "images"))
     history = client.get_metric_history(parent.info.run_id, "by_resolution/tiny_cnn/test_accuracy")
     assert sorted(m.step for m in history) == list(RESOLUTIONS)
-    parent_images = _held_images({a.path for a in client.list_artifacts(parent.info.run_id, "images")})
-    assert ("probe/tiny_cnn/gradcam/00", RESOLUTIONS[0]) in parent_images
-    assert len(parent_images) == 2 * probes * len(RESOLUTIONS)
+    parent_paths = {a.path for a in client.list_artifacts(parent.info.run_id, "images")}
+    parent_images = _held_images(parent_paths)
+    # the first PARENT_PROBES probe maps of each method at every resolution (step = resolution), and at step 0, where
+    # MLflow's image card opens, the same map at every resolution side by side
+    shown = range(min(probes, PARENT_PROBES))
+    steps = (0, *RESOLUTIONS)
+    assert parent_images == {
+        (f"probe/tiny_cnn/{m}/{p:02d}", s) for m in ("saliency", "gradcam") for p in shown for s in steps
+    }
+    for step, width in ((RESOLUTIONS[0], PROBE_IMAGE_SIZE), (0, len(RESOLUTIONS) * (PROBE_IMAGE_SIZE + 6) - 6)):
+        name = next(
+            a
+            for a in parent_paths
+            if a.startswith(f"images/probe~tiny_cnn~gradcam~00+step+{step}+") and a.endswith(".png")
+        )
+        with Image.open(client.download_artifacts(parent.info.run_id, name, str(project))) as picture:
+            assert picture.width == width and picture.height > PROBE_IMAGE_SIZE  # the map, its caption below
     assert "report.html" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     # a few params on the parent (image cards stay readable), the whole config as an artifact
     assert set(parent.data.params) <= set(PARENT_PARAMS) and parent.data.params["training.epochs"] == "1"

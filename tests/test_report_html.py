@@ -131,6 +131,15 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
     assert re.search(r"true class <b>\w+</b>", text) and re.search(r"\d+ px: \w+ \d+%", text)
     for stem in ("accuracy_vs_resolution", "explain_cost_vs_resolution", "pareto_accuracy_latency"):
         assert f'alt="{stem}"' in text
+    # agreement matrices captioned in words; each model's explanation quality (intervals, random-map baseline)
+    between = text[text.index('id="agreement"') : text.index('id="quality"')]
+    for model in MODELS:
+        for method in METHODS:
+            assert f"<figcaption>{model} / {method}: spearman agreement across resolutions</figcaption>" in between
+    quality = text[text.index('id="quality"') :]
+    for model in MODELS:
+        assert f"<figcaption>{model}: explanation quality against resolution</figcaption>" in quality
+    assert "excess over random maps" in quality and "explanations/quality.txt" in quality
 
 
 def test_the_summary_keeps_each_methods_cost(sweep_dir: Path):

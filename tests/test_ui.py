@@ -9,6 +9,7 @@ slider. Screenshots go to $RESOMAP_SCREENSHOTS or .ci/screenshots/."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -224,6 +225,14 @@ def _set_step(page: _Page, card, step: int) -> None:
     page.wait.until(lambda d: slider.get_attribute("aria-valuenow") == str(step), f"slider not at {step}")
 
 
+def _loaded_images(driver, card) -> list[str]:
+    """The sources of the images an MLflow image card shows, loaded (naturalWidth > 0)."""
+    script = (
+        "return [...arguments[0].querySelectorAll('img')].filter(i => i.complete && i.naturalWidth > 0).map(i => i.src)"
+    )
+    return driver.execute_script(script, card)
+
+
 def _image_runs(driver, card) -> set[str]:
     """The run ids of the images an MLflow image card shows, loaded (naturalWidth > 0)."""
     script = (
@@ -381,22 +390,20 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     # the parent's image grid: one probe map of one model; its step slider moves across resolutions
     key = "probe/simple_cnn/gradcam/00"  # the first image card (sections are sorted by key)
     card = page.visible(By.XPATH, f"//h4[@title='{key}']/ancestor::*[.//input][1]")
-    sources = {}
+    # it opens at step 0 (MLflow's default) on the overview: the map at every resolution side by side
+    opened = page.wait.until(lambda d: _loaded_images(d, card), "the image card opens empty")
+    assert card.find_element(By.CSS_SELECTOR, "[role='slider']").get_attribute("aria-valuenow") == "0"
+    assert "step%2B0%2B" in opened[0] or "step+0+" in opened[0], opened[0]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
+    page.shot("parent_probe_map_opened")
+    sources = {0: opened[0]}
     for res in RESOLUTIONS:
         _set_step(page, card, res)
-        img = page.wait.until(
-            lambda d: [
-                i
-                for i in card.find_elements(By.TAG_NAME, "img")
-                if d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", i)
-            ],
-            f"no image at step {res}",
-        )[0]
-        sources[res] = img.get_attribute("src")
-        assert f"step%2B{res}%2B" in sources[res] or f"step+{res}+" in sources[res], sources[res]
-        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", img)
+        at = lambda d, r=res: [s for s in _loaded_images(d, card) if f"step%2B{r}%2B" in s or f"step+{r}+" in s]  # noqa: E731
+        sources[res] = page.wait.until(at, f"no image at step {res}")[0]
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
         page.shot(f"parent_probe_map_step{res}")
-    assert len(set(sources.values())) == len(RESOLUTIONS)
+    assert len(set(sources.values())) == len(RESOLUTIONS) + 1
 
     # the parent's artifacts: the sweep's HTML report, whose slider changes the shown map
     browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}/artifacts")
@@ -423,3 +430,23 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     page.open_artifact("figures", "accuracy_vs_resolution.png", Image.open(figure).width)
     assert page.text("summary").is_displayed()
     page.shot("parent_summary_figure")
+
+    # the report on its own, as a reader opens it: its first screen states the decision per model and the
+    # explanation findings, and the paired-test table is on the page
+    summary_dir = swept / "model_summaries" / "_sweep" / EXPERIMENT
+    data = json.loads((summary_dir / "summary.json").read_text())
+    browser.get((summary_dir / "report.html").as_uri())
+    decisions = page.visible(By.XPATH, "//section[@id='summary']/h3[normalize-space()='Decisions']")
+    fold = browser.execute_script("return window.innerHeight")
+    items = decisions.find_elements(By.XPATH, "following-sibling::ul[1]/li")
+    sentences = [r["sentence"] for r in data["recommendations"] if r.get("sentence")]
+    assert sentences and [li.text for li in items] == sentences
+    assert all(li.rect["y"] + li.rect["height"] <= fold for li in items), "a decision below the first screen"
+    findings = (summary_dir / "explanations" / "findings.txt").read_text().split("\n")
+    shown = page.visible(By.XPATH, "//section[@id='summary']/h3[normalize-space()='Explanations']")
+    listed = [li.text for li in shown.find_elements(By.XPATH, "following-sibling::ul[1]/li")]
+    assert listed == [f for f in findings if f.strip()] and shown.rect["y"] < fold
+    paired = page.visible(By.XPATH, "//section[@id='summary']/h3[normalize-space()='Paired tests between resolutions']")
+    cells = paired.find_elements(By.XPATH, "following-sibling::table[1]//td")
+    assert len(cells) >= 8 and any("px" in c.text or "→" in c.text for c in cells), "no paired-test table"
+    page.shot("report_first_screen")

@@ -379,11 +379,7 @@ def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = N
     from resomap.records import FINDINGS_FILE
 
     entries = [(r.model, r.resolution, r.seed, Path(r.explain.maps)) for r in chosen]
-    by_trial: dict[tuple[str, int], list[dict[str, float]]] = defaultdict(list)
-    for r in chosen:
-        by_trial[(r.model, r.resolution)].append(r.explain.metrics)
-    quality = {key: _mean_metrics(found) for key, found in by_trial.items()}  # figures: mean over seeds
-    files, found = compare_sweep(entries, quality, ec, out_dir, stats=stats)
+    files, found = compare_sweep(entries, ec, out_dir, stats=stats)
     if found.rows:
         files.append(write_rows(found.rows, out_dir / "agreement.csv"))
     if found.statements:
@@ -392,15 +388,6 @@ def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = N
         for line in found.statements:
             log.info("%s", line)
     return Comparison(files, found.rows, _matrices(found.rows), found.floors, found.statements, found.findings)
-
-
-def _mean_metrics(found: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for metrics in found for k in metrics}
-    out = {}
-    for key in keys:
-        values = [float(m[key]) for m in found if key in m and math.isfinite(float(m[key]))]
-        out[key] = float(np.mean(values)) if values else math.nan
-    return out
 
 
 def _finite(values: list[float]) -> bool:

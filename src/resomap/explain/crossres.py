@@ -15,6 +15,7 @@ from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
 from resomap.explain.compare import Study, fmt_value, study
 from resomap.explain.figures import (
+    QUALITY_SCORES,
     Verdict,
     agreement_matrix,
     per_map_scaled,
@@ -28,7 +29,6 @@ from resomap.explain.probe import load_maps
 from resomap.explain.run import PROBE_KEY
 
 log = logging.getLogger(__name__)
-QUALITY_PLOTTED = ("deletion_auc", "insertion_auc", "pointing_game", "energy_in_mask")
 
 
 def load_sweep_maps(entries: Iterable[tuple], metas: dict | None = None):
@@ -64,7 +64,6 @@ def load_sweep_maps(entries: Iterable[tuple], metas: dict | None = None):
 
 def compare_sweep(
     entries: list[tuple],
-    quality: dict[tuple[str, int], dict[str, float]],
     cfg: ExplainabilityConfig,
     out_dir: Path,
     max_probe_figures: int = 4,
@@ -77,7 +76,8 @@ def compare_sweep(
     metas: dict = {}
     maps, images = load_sweep_maps(entries, metas)
     found = study(maps, images, cfg)
-    files: list[Path] = write_quality(metas, out_dir, stats)
+    quality_rows = quality_rows_of(metas, stats)
+    files: list[Path] = write_quality(quality_rows, out_dir)
     for (model, method), entry in sorted(found.matrices.items()):
         floor = entry["floor_on_diagonal"]
         for metric in METRICS:
@@ -96,7 +96,7 @@ def compare_sweep(
     first_images = {mo: images[mo].get(min(maps[mo]), {}) for mo in first}
     first_meta = {mo: metas.get(mo, {}).get(min(maps[mo]), {}) for mo in first}
     files += _probe_figures(first, defaultdict(dict, first_images), out_dir / "probes", max_probe_figures, first_meta)
-    files += _quality_figures(quality, out_dir / "quality")
+    files += _quality_figures(quality_rows, out_dir / "quality")
     return files, found
 
 
@@ -140,27 +140,23 @@ def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None =
     return files
 
 
-def _quality_figures(quality: dict[tuple[str, int], dict[str, float]], out_dir: Path) -> list[Path]:
+def _quality_figures(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Per model, its explanation quality against resolution with intervals and the random-map baseline."""
     files: list[Path] = []
-    resolutions = sorted({r for _, r in quality})
-    for model in sorted({m for m, _ in quality}):
-        for metric in QUALITY_PLOTTED:
-            values: dict[str, dict[int, float]] = defaultdict(dict)
-            for (mo, res), scores in quality.items():
-                if mo != model:
-                    continue
-                for key, value in scores.items():
-                    _, method, name = key.split("/", 2)
-                    if name == metric and np.isfinite(value):
-                        values[method][res] = value
-            if values:
-                fig = quality_vs_resolution(values, metric, f"{model}: {metric}", resolutions)
-                files += save_figure(fig, out_dir, f"{model}_{metric}")
+    resolutions = sorted({int(r["resolution"]) for r in rows})
+    for model in sorted({str(r["model"]) for r in rows}):
+        mine = [r for r in rows if r["model"] == model and r["score"] in QUALITY_SCORES]
+        if mine:
+            seeds = max(int(r["seeds"]) for r in mine)
+            images = max(int(r["images"]) for r in mine)
+            title = f"{model}: explanation quality ({images} probe images x {seeds} seeds)"
+            fig = quality_vs_resolution(mine, title, resolutions)
+            files += save_figure(fig, out_dir, f"{model}_quality")
     return files
 
 
-def write_quality(metas: dict, out_dir: Path, stats: Any = None) -> list[Path]:
-    """quality.csv and quality.txt: each trial's per-image quality scores (npz meta), pooled over seeds per model,
+def quality_rows_of(metas: dict, stats: Any = None) -> list[dict]:
+    """The rows of quality.csv: each trial's per-image quality scores (npz meta), pooled over seeds per model,
     resolution and method, with a bootstrap interval over the probe images (`explain.intervals.quality_table`)."""
     per_trial = [
         (model, res, seed, meta.get("quality_per_image") or {})
@@ -169,7 +165,11 @@ def write_quality(metas: dict, out_dir: Path, stats: Any = None) -> list[Path]:
         for res, meta in by_res.items()
     ]
     kw = {"level": stats.level, "resamples": stats.resamples, "seed": stats.seed} if stats is not None else {}
-    rows = quality_table([t for t in per_trial if t[3]], **kw)
+    return quality_table([t for t in per_trial if t[3]], **kw)
+
+
+def write_quality(rows: list[dict], out_dir: Path) -> list[Path]:
+    """quality.csv and quality.txt (`quality_rows_of`); nothing when there are no rows."""
     if not rows:
         return []
     return [

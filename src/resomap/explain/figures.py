@@ -36,6 +36,7 @@ __all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, s
     "probe_overlays",
     "quality_vs_resolution",
     "shared_scales",
+    "side_by_side",
     "sweep_probe_images",
     "write_probe_images",
 ]
@@ -229,25 +230,56 @@ def agreement_matrix(
     return fig
 
 
-def quality_vs_resolution(
-    values: Mapping[str, Mapping[int, float]], metric: str, title: str = "", resolutions: Iterable[int] = ()
-) -> Any:
-    """values[method][resolution] -> one line per method against resolution (ticks at `resolutions`, default the
-    resolutions with a value), each method in its colour of every figure."""
-    from resomap.plotstyle import STYLE, method_colour, resolution_axis
+QUALITY_SCORES = {  # quality.csv score -> what its panel's axis says (every one: > 0 = better than random maps)
+    "deletion_auc_vs_random": "deletion AUC, random maps - method",
+    "insertion_auc_vs_random": "insertion AUC, method - random maps",
+    "road_vs_random": "ROAD, method - random maps",
+    "pointing_game_vs_random": "pointing game, method - random maps",
+    "energy_in_mask_vs_random": "energy in mask, method - random maps",
+}
+
+
+def quality_vs_resolution(rows: Sequence[Mapping[str, Any]], title: str = "", resolutions: Iterable[int] = ()) -> Any:
+    """One model's explanation quality against resolution: one panel per score of QUALITY_SCORES found in `rows`
+    (explanations/quality.csv rows: score, method, resolution, estimate, low, high, level, images, seeds), each
+    method in its colour of every figure with its bootstrap interval over the probe images (methods side by side
+    at each resolution), and the baseline every score is measured from, random maps, as the line at 0."""
+    from resomap.plotstyle import STYLE, fit_text, method_colour, resolution_axis
 
     plt = _plt()
+    scores = [s for s in QUALITY_SCORES if any(r["score"] == s for r in rows)]
+    methods = sorted({str(r["method"]) for r in rows if r["score"] in scores})
+    ticks = sorted({int(r) for r in resolutions} or {int(r["resolution"]) for r in rows})
+    level = next((float(r["level"]) for r in rows if r.get("level")), 0.95)
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(4.4, 2.6))
-        for method, per_res in sorted(values.items()):
-            res = sorted(per_res)
-            ax.plot(res, [per_res[r] for r in res], marker="o", label=method, color=method_colour(method))
-        resolution_axis(ax, resolutions or [r for per in values.values() for r in per], "resolution (px)")
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-        fig.legend(loc="outside right upper", frameon=False)
+        fig, axes = plt.subplots(1, max(len(scores), 1), figsize=(2.9 * max(len(scores), 1) + 1.6, 2.8), squeeze=False)
+        for ax, score in zip(axes[0], scores, strict=False):
+            ax.axhline(0.0, color="0.35", lw=0.9, ls="--", zorder=1)
+            for k, method in enumerate(methods):
+                mine = sorted((r for r in rows if r["score"] == score and r["method"] == method),
+                              key=lambda r: int(r["resolution"]))  # fmt: skip
+                if not mine:
+                    continue
+                shift = 2 ** (0.07 * (k - (len(methods) - 1) / 2))  # side by side on the log2 axis
+                x = [int(r["resolution"]) * shift for r in mine]
+                y = np.array([float(r["estimate"]) for r in mine])
+                lo, hi = (np.array([float(r[b]) for r in mine]) for b in ("low", "high"))
+                known = np.isfinite(lo) & np.isfinite(hi)
+                err = np.where(known, [y - lo, hi - y], 0.0)
+                ax.errorbar(x, y, yerr=err, marker="o", ms=3.5, capsize=2.5, lw=1.2, color=method_colour(method),
+                            label=method)  # fmt: skip
+            resolution_axis(ax, ticks, "resolution (px)")
+            ax.set_ylabel(fit_text(QUALITY_SCORES[score], 2.6, 8), fontsize=8)
+            ax.grid(alpha=0.3)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color="0.35", lw=0.9, ls="--"))
+        labels.append("random maps (baseline)")
+        fig.legend(handles, labels, loc="outside right upper", frameon=False, title=f"{level:.0%} interval",
+                   title_fontsize=8)  # fmt: skip
         if title:
-            ax.set_title(title)
+            fig.suptitle(fit_text(title, fig.get_figwidth() - 0.2, 9), fontsize=9)
     return fig
 
 
@@ -373,7 +405,18 @@ def probe_overlays(
 
 # ---------------------------------------------------------------- captioned probe maps (what MLflow shows)
 
-PROBE_IMAGE_SIZE = 128  # px of the captioned probe maps logged as MLflow images (any trial resolution, one size)
+PROBE_IMAGE_SIZE = 256  # px of the captioned probe maps logged as MLflow images (any trial resolution, one size)
+PARENT_PROBES = 4  # probe images per model and method in the parent run's image grid (all: report.html, trial runs)
+
+
+def _caption_font(width: int) -> Any:
+    """A caption font about 1/22 of the image wide (FreeType's default font), else PIL's small bitmap font."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=max(11, width // 22))
+    except (TypeError, OSError):  # Pillow < 10.1, or no FreeType
+        return ImageFont.load_default()
 
 
 def captioned(overlay: ProbeOverlay) -> np.ndarray:
@@ -384,14 +427,30 @@ def captioned(overlay: ProbeOverlay) -> np.ndarray:
 
     image = Image.fromarray(overlay.image)
     width, height = image.size
-    lines = textwrap.wrap(str(overlay.caption), max(8, width // 6)) or [""]
-    canvas = Image.new("RGB", (width, height + 12 * len(lines) + 4), "white")
+    font = _caption_font(width)
+    size = getattr(font, "size", 11)
+    step = int(size * 1.2)
+    lines = textwrap.wrap(str(overlay.caption), max(8, int(width / (0.55 * size)))) or [""]
+    canvas = Image.new("RGB", (width, height + step * len(lines) + 4), "white")
     canvas.paste(image, (0, 0))
     draw = ImageDraw.Draw(canvas)
     colour = (0, 110, 0) if overlay.correct else (180, 0, 0)
     for i, line in enumerate(lines):
-        draw.text((2, height + 2 + 12 * i), line, fill=colour)
+        draw.text((2, height + 2 + step * i), line, fill=colour, font=font)
     return np.asarray(canvas)
+
+
+def side_by_side(pictures: Sequence[np.ndarray], gap: int = 6) -> np.ndarray:
+    """uint8 [H, W, 3]: captioned pictures in a row, top-aligned on white (the parent run's step-0 overview of a
+    probe map at every resolution)."""
+    height = max(p.shape[0] for p in pictures)
+    width = sum(p.shape[1] for p in pictures) + gap * (len(pictures) - 1)
+    row = np.full((height, width, 3), 255, dtype=np.uint8)
+    x = 0
+    for p in pictures:
+        row[: p.shape[0], x : x + p.shape[1]] = p
+        x += p.shape[1] + gap
+    return row
 
 
 def write_probe_images(maps_path: str | Path, folder: str | Path, size: int = PROBE_IMAGE_SIZE) -> list[Path]:
@@ -416,12 +475,13 @@ def write_probe_images(maps_path: str | Path, folder: str | Path, size: int = PR
 
 
 def sweep_probe_images(
-    maps: Mapping[tuple[str, int], str | Path], size: int = PROBE_IMAGE_SIZE
+    maps: Mapping[tuple[str, int], str | Path], size: int = PROBE_IMAGE_SIZE, limit: int = PARENT_PROBES
 ) -> dict[tuple[str, str, int], dict[int, np.ndarray]]:
-    """For a sweep's parent run: (model, method, probe position) -> {resolution: captioned map}, from `maps`
-    ((model, resolution) -> the explanations.npz shown; missing files are left out). A model's raw-magnitude maps
-    share one colour scale across its resolutions (`shared_scales`; grad-cam's CAMs are each on their own [0, 1]).
-    A model whose maps cannot be read is logged as a warning and left out."""
+    """For a sweep's parent run: (model, method, probe position) -> {resolution: captioned map, and 0: the maps
+    of every resolution side by side (the image card's step-0 overview)}, the first `limit` probe positions, from
+    `maps` ((model, resolution) -> the explanations.npz shown; missing files are left out). A model's
+    raw-magnitude maps share one colour scale across its resolutions (`shared_scales`; grad-cam's CAMs are each on
+    their own [0, 1]). A model whose maps cannot be read is logged as a warning and left out."""
     by_model: dict[str, dict[int, Path]] = {}
     for (model, resolution), path in maps.items():
         if Path(path).is_file():
@@ -436,5 +496,8 @@ def sweep_probe_images(
             continue
         for resolution, found in sorted(overlays.items()):
             for overlay in found:
-                out.setdefault((model, overlay.method, overlay.position), {})[resolution] = captioned(overlay)
+                if overlay.position < limit:
+                    out.setdefault((model, overlay.method, overlay.position), {})[resolution] = captioned(overlay)
+    for by_res in out.values():
+        by_res[0] = side_by_side([by_res[r] for r in sorted(by_res)])
     return out

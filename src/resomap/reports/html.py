@@ -30,7 +30,7 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
-from resomap.reports.html_explain import agreement_section, explanation_statements, probe_section
+from resomap.reports.html_explain import agreement_section, explanation_statements, probe_section, quality_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
 from resomap.reports.html_parts import escape as _e
@@ -99,6 +99,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
         sections.append(("outputs", "Test outputs", outputs))
     sections.append(("probes", "What the models saw", probe_section(sweep_dir, trials)))
     sections.append(("agreement", "Agreement of explanations across resolutions", agreement_section(sweep_dir)))
+    sections.append(("quality", "Explanation quality against resolution", quality_section(sweep_dir)))
     nav = " ".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
     head = (
         f"<h1>ResoMap sweep {_e(sweep_dir.name)}</h1>"

@@ -117,13 +117,10 @@ def agreement_section(sweep_dir: Path) -> str:
     mats = sorted((folder / "agreement").glob("*_spearman.png")) if (folder / "agreement").is_dir() else []
     across = [p for p in mats if not p.stem.endswith("_methods_spearman")]
     between = [p for p in mats if p.stem.endswith("_methods_spearman")]
+    pairs = _pairs(folder)
 
     def figs(paths: list[Path]) -> str:
-        return "".join(
-            f'<figure><img alt="{_e(p.stem)}" src="{_file_uri(p, 700)}" style="max-width:340px">'
-            f"<figcaption>{_e(p.stem.replace('_', ' '))}</figcaption></figure>"
-            for p in paths
-        )
+        return "".join(_figure(p, _agreement_caption(p.stem, pairs), 700, 340) for p in paths)
 
     if across:
         parts.append(
@@ -134,3 +131,51 @@ def agreement_section(sweep_dir: Path) -> str:
     if between:
         parts.append(f'<h3>Between methods, at each resolution</h3><div class="figs">{figs(between)}</div>')
     return "".join(parts) or '<p class="muted">No agreement results (fewer than two resolutions with maps).</p>'
+
+
+def _figure(path: Path, caption: str, width: int, shown: int) -> str:
+    return (
+        f'<figure><img alt="{_e(caption)}" src="{_file_uri(path, width)}" style="max-width:{shown}px">'
+        f"<figcaption>{_e(caption)}</figcaption></figure>"
+    )
+
+
+def _agreement_caption(stem: str, pairs: set[tuple[str, str]]) -> str:
+    """The caption in words of an agreement matrix (explanations/agreement/<stem>.png); `pairs`: the (model,
+    method) pairs of agreement.csv, which tell where a name with underscores ends."""
+    if stem.endswith("_methods_spearman"):
+        head, res = stem.removesuffix("_methods_spearman").rsplit("_", 1)
+        return f"{head} at {res} px: Spearman agreement between methods"
+    for model, method in sorted(pairs, key=lambda p: -len(p[0] + p[1])):
+        if stem.startswith(f"{model}_{method}_"):
+            return f"{model} / {method}: {stem.removeprefix(f'{model}_{method}_')} agreement across resolutions"
+    return stem.replace("_", " ")
+
+
+def _pairs(folder: Path) -> set[tuple[str, str]]:
+    import csv
+
+    path = folder / "agreement.csv"
+    if not path.is_file():
+        return set()
+    with path.open(encoding="utf-8", newline="") as fh:
+        return {(row.get("model") or "", row.get("method") or "") for row in csv.DictReader(fh)}
+
+
+def quality_section(sweep_dir: Path) -> str:
+    """Each model's explanation quality against resolution (explanations/quality/<model>_quality.png): every score
+    as its excess over random maps, with its interval over the probe images and seeds."""
+    folder = Path(sweep_dir) / "explanations" / "quality"
+    paths = sorted(folder.glob("*_quality.png")) if folder.is_dir() else []
+    if not paths:
+        return '<p class="muted">No explanation-quality scores (no explanations, or no finished trial).</p>'
+    cards = "".join(
+        _figure(p, f"{p.stem.removesuffix('_quality')}: explanation quality against resolution", 1100, 760)
+        for p in paths
+    )
+    return (
+        '<p class="small muted">Each score is the excess over random maps of the same images (above the dashed line at'
+        " 0: better than random), pooled over seeds, with its bootstrap interval over the probe images; every"
+        f' number with its interval and reading: explanations/quality.txt and quality.csv.</p><div class="figs">{cards}'
+        "</div>"
+    )

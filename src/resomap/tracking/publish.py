@@ -378,9 +378,12 @@ def log_metric_points(tracker: Any, run_id: str, points: dict[str, dict[int, flo
 
 def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, str, int], Mapping[int, Any]]) -> None:
     """In the parent run, each model's probe maps at every resolution as MLflow images at step = resolution
-    (key probe/<model>/<method>/<n>), so the image grid's step slider moves one model's maps across resolutions.
-    `images`: (model, method, probe position) -> {resolution: RGB uint8 array}, drawn by the sweep
-    (resomap.explain.figures.sweep_probe_images: one colour scale per model across its resolutions)."""
+    (key probe/<model>/<method>/<n>), so the image grid's step slider moves one model's maps across resolutions,
+    and at step 0 the overview (MLflow's image card opens at step 0: it shows the overview, never an empty card).
+    `images`: (model, method, probe position) -> {resolution, or 0 for the overview: RGB uint8 array}, drawn by
+    the sweep (resomap.explain.figures.sweep_probe_images: one colour scale per model across its resolutions).
+    Each (key, step) is logged once: an overview logged before resolutions were added stays as it was (its
+    captions say which resolutions it shows); the per-resolution steps are complete."""
     from PIL import Image
 
     try:
@@ -388,11 +391,11 @@ def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, s
     except Exception as exc:
         log.warning("MLflow: images of run %s not listed (%s)", run_id, exc)
         return
-    for (model, method, position), by_resolution in sorted(images.items()):
+    for (model, method, position), by_step in sorted(images.items()):
         key = f"probe/{mlflow_name(model)}/{method}/{position:02d}"
-        for resolution, array in sorted(by_resolution.items()):
-            if (key, int(resolution)) not in held:
-                tracker.log_image(run_id, Image.fromarray(array), key=key, step=int(resolution))
+        for step, array in sorted(by_step.items()):
+            if (key, int(step)) not in held:
+                tracker.log_image(run_id, Image.fromarray(array), key=key, step=int(step))
 
 
 def publish_sweep(
