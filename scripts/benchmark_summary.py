@@ -29,7 +29,7 @@ from resomap.config import load
 from resomap.sweep.plan import plan, sweep_key
 from resomap.sweep.sweep import _results, _summarise, summary_folder, summary_line
 from resomap.tracking import make_tracker
-from resomap.tracking.publish import open_parent
+from resomap.tracking.parent import open_parent
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 10.0

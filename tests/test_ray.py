@@ -82,8 +82,8 @@ def test_a_failing_task_fails_only_its_trial(project: Path, monkeypatch: pytest.
 
     real = executors.trial_spec
 
-    def broken_for_simple_cnn(trial, parent_run_id):
-        spec = real(trial, parent_run_id)
+    def broken_for_simple_cnn(trial, *args):
+        spec = real(trial, *args)
         if trial.model == "simple_cnn":
             spec["config"]["training"]["epochs"] = "many"  # the task raises while rebuilding its config
         return spec

@@ -85,6 +85,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from resomap.sweep.plan import STATES, power_lines
 
     cfg, why = _pinned(cfg)
+    from resomap.sweep.cluster import placed
+
+    cfg = placed(cfg)  # sweep.ray.storage: where the sweep's files are
     if args.dry_run:
         trials = plan(cfg)
         states = describe_plan(trials)

@@ -1,4 +1,5 @@
-"""`resomap ui`: the MLflow UI over the project's tracking store."""
+"""`resomap ui`: the MLflow UI over the project's tracking store; `resomap server`: the same server as a tracking
+server that sweeps on several machines log to (it may start on an empty store and takes in artifacts)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,14 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
     from resomap.tracking.ui import experiment_links, start_ui, stop_ui
 
     try:
-        proc = start_ui(cfg, args.host, args.port, args.workers)  # stops what it started if interrupted
+        proc = start_ui(cfg, args.host, args.port, args.workers, serve=args.serve)  # stops it if interrupted
     except KeyboardInterrupt:
         return 0
     try:
         base = f"http://{args.host}:{args.port}"
         print(f"MLflow UI: {base}  (Ctrl-C stops it)", flush=True)
+        if args.serve:
+            print(f"tracking server: log sweeps to it with mlflow.tracking_uri={base}", flush=True)
         for name, link in list(experiment_links(cfg, base).items())[:5]:
             print(f"the runs of {name}: {link}", flush=True)
         return proc.wait()
@@ -58,4 +61,14 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--port", type=port, default=5000, help="port (default 5000)")
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
     add_config_args(p)
-    p.set_defaults(func=cmd_ui)
+    p.set_defaults(func=cmd_ui, serve=False)
+    p = sub.add_parser(
+        "server",
+        help="start an MLflow tracking server over the project's store for sweeps on several machines "
+        "(mlflow.tracking_uri=http://HOST:PORT); artifacts go through it",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=port, default=5000, help="port (default 5000)")
+    p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
+    add_config_args(p)
+    p.set_defaults(func=cmd_ui, serve=True)

@@ -11,11 +11,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from resomap.config import Config, build, to_dict
 from resomap.config.groups import group_options, register_group
+from resomap.errors import ConfigError
 from resomap.registry import Registry
+from resomap.sweep.cluster import check_address, check_cluster
 from resomap.sweep.trial import Trial, TrialResult, run_trial
 from resomap.tracking import make_tracker
 
@@ -34,26 +37,47 @@ def get_executor(name: str) -> Callable[..., list[TrialResult]]:
     return EXECUTORS.get(name)
 
 
-def trial_spec(trial: Trial, parent_run_id: str | None) -> dict[str, Any]:
-    """A JSON-able description of a trial for a worker process or a Ray task."""
+def trial_spec(
+    trial: Trial, parent_run_id: str | None, tracking_uri: str | None = None, threads: int | None = None
+) -> dict[str, Any]:
+    """A JSON-able description of a trial for a worker process or a Ray task: its config (with `tracking_uri`,
+    the store the driver resolved, so a worker logs where the driver does whatever its environment says), the
+    parent run it logs under, the driver's working directory (where a relative output folder resolves) and the
+    torch threads it may use (None: torch's default)."""
+    config = to_dict(trial.cfg)
+    if tracking_uri:
+        config["mlflow"] = {**config.get("mlflow", {}), "tracking_uri": tracking_uri}  # mlflow.* is in no trial key
     return {
-        "config": to_dict(trial.cfg),
+        "config": config,
         "model": trial.model,
         "resolution": trial.resolution,
         "seed": trial.seed,
         "parent_run_id": parent_run_id,
-        "cwd": os.getcwd(),  # where relative experiment paths resolve
+        "cwd": os.getcwd(),
+        "threads": threads,
     }
 
 
 def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict."""
-    if spec.get("cwd") and os.path.isdir(spec["cwd"]) and os.getcwd() != spec["cwd"]:
-        os.chdir(spec["cwd"])  # a Ray worker may have been started elsewhere (on a cluster the path must be shared)
+    """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict. A relative
+    output folder resolves against the driver's working directory (which must then exist here: one machine or a
+    shared path); an absolute one (sweep.ray.storage) needs no working directory at all."""
     from resomap.sweep.builtins import register_builtins
 
     register_builtins()  # a fresh worker process: the registries' config groups and checks
     cfg = build(spec["config"])
+    if not Path(cfg.experiment.output_dir).is_absolute() and os.getcwd() != spec.get("cwd"):
+        if not spec.get("cwd") or not os.path.isdir(spec["cwd"]):
+            raise ConfigError(
+                f"experiment.output_dir={cfg.experiment.output_dir!r} is relative to the driver's folder "
+                f"{spec.get('cwd')}, which this worker cannot see; set sweep.ray.storage=<a folder every node sees>"
+            )
+        os.chdir(spec["cwd"])
+    os.environ.pop("MLFLOW_RUN_ID", None)  # an inherited active run must not become this trial's parent
+    if spec.get("threads"):
+        import torch
+
+        torch.set_num_threads(int(spec["threads"]))  # the trial's CPUs, not every core of a shared node
     trial = Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
     result = run_trial(trial, tracker=make_tracker(cfg), parent_run_id=spec.get("parent_run_id"))
     return result.to_dict()
@@ -153,16 +177,15 @@ def _lost(trial: Trial, reason: str) -> TrialResult:
 
 def _start_ray(cfg: Config) -> tuple[Any, bool]:
     """The ray module, initialised (unless it already is), and whether this call started it."""
-    from resomap.errors import ConfigError
-
     try:
         import ray
     except ImportError:
         raise ConfigError("sweep.executor is 'ray' but Ray is not installed; pip install 'resomap[ray]'") from None
     if ray.is_initialized():
         return ray, False
+    address = group_options(cfg.sweep, "ray").address
+    check_address(address)  # ray.init would wait minutes on an address nothing answers
     try:
-        address = group_options(cfg.sweep, "ray").address
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -173,18 +196,24 @@ def _start_ray(cfg: Config) -> tuple[Any, bool]:
 
 @dataclasses.dataclass(frozen=True)
 class RayOptions:
-    address: str | None = None  # ray.init(address=...); null starts a local Ray
+    address: str | None = None  # ray.init(address=...): host:port of a running head, 'auto', or null (a local Ray)
     gpus_per_trial: float = 1.0  # Ray resource request per trial (on a GPU cluster)
-    cpus_per_trial: float = 1.0  # Ray resource request per trial
+    cpus_per_trial: float = 1.0  # Ray resource request per trial; also the trial's torch threads
+    # a folder every node sees at the same path (NFS, a mounted bucket): the sweep's checkpoints, results, cache
+    # and summary go there (experiment.output_dir becomes it); null: experiment.output_dir, resolved on the driver
+    storage: str | None = None
+    max_retries: int = 2  # runs again of a trial whose worker or node died; it resumes from its last.pt in storage
 
 
 @register_executor("ray", options=RayOptions)
 def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
     """Each trial a Ray task with its CPU/GPU request, on a local Ray or a cluster.
 
-    `sweep.ray.address` joins an existing cluster, null starts a local Ray over this machine's cores. A task is
-    not retried: one that raises or dies fails only its trial (rerun it with --rerun-failed; it resumes from its
-    last.pt). On a cluster, experiment.output_dir and the MLflow store must be reachable from every node."""
+    `sweep.ray.address` joins an existing cluster, null starts a local Ray over this machine's cores. Before any
+    trial, every node is probed (`resomap.sweep.cluster.check_cluster`). The experiment and the parent run are
+    made here on the driver; a worker logs its child run under the parent by id, to the store the driver resolved.
+    A task whose worker or node dies is run again (`max_retries`, elsewhere if the node is gone) and resumes from
+    its last.pt; a trial that raises is not retried: it fails alone (rerun it with --rerun-failed)."""
     if not trials:
         return []
     ray, started_here = _start_ray(cfg)
@@ -192,10 +221,17 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
 
     opts = group_options(cfg.sweep, "ray")
     gpus = opts.gpus_per_trial if torch.cuda.is_available() or opts.address else 0
-    remote = ray.remote(num_cpus=opts.cpus_per_trial, num_gpus=gpus, max_retries=0)(run_trial_from_spec)
-    pending = {remote.remote(trial_spec(t, parent_run_id)): (t, time.perf_counter()) for t in trials}
-    results = []
     try:
+        nodes = check_cluster(ray, cfg, opts.cpus_per_trial, gpus)
+        if nodes > 1:
+            report(f"[sweep] Ray: {nodes} nodes; outputs in {Path(cfg.experiment.output_dir).resolve()}")
+        threads = max(1, int(opts.cpus_per_trial))
+        remote = ray.remote(num_cpus=opts.cpus_per_trial, num_gpus=gpus, max_retries=opts.max_retries)(
+            run_trial_from_spec
+        )
+        uri = getattr(tracker, "uri", None)
+        pending = {remote.remote(trial_spec(t, parent_run_id, uri, threads)): (t, time.perf_counter()) for t in trials}
+        results = []
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             trial, start = pending.pop(done[0])

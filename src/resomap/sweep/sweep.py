@@ -38,6 +38,7 @@ from resomap.atomic import discard_staging, replace_dir, staging_dir, write_text
 from resomap.config import Config, to_dict
 from resomap.errors import DataError
 from resomap.locks import hold
+from resomap.sweep.cluster import check_reachable, placed
 from resomap.sweep.plan import (
     check_memory,
     check_plan,
@@ -117,12 +118,14 @@ def run_sweep(
     """Run the pending trials, then the summary. Another run of this sweep in this folder (holding its lock):
     BusyError naming it, or with `wait` wait for it to end."""
     cfg = pin_precision(cfg)  # auto decided once, for every trial, the parent run and the summary
+    cfg = placed(cfg)  # sweep.ray.storage: the sweep's files go there, on the driver and every worker
     trials = plan(cfg, check=False)
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
     todo = _todo(describe_plan(trials), rerun)
     if todo:  # bad input fails here, before anything is written (lock included)
         check_plan(cfg)  # explainer names (imports their libraries: only when something is to run)
         check_memory(todo, _channels(cfg))  # a resolution whose activations cannot fit in memory
+        check_reachable(cfg, default_tracking_uri(cfg))  # a Ray head or tracking server that does not answer
     with sweep_lock(cfg, wait=wait, report=report):
         return _run_sweep(cfg, trials, executor, rerun, report)
 
@@ -288,7 +291,7 @@ def sync_sweep(cfg: Config):
     from resomap.tracking import Tracker
     from resomap.tracking.sync import SyncReport
 
-    cfg = pin_precision(cfg)  # as the sweep did: the parent run is found by the pinned config's identity
+    cfg = placed(pin_precision(cfg))  # as the sweep did: the parent run is found by the pinned config's identity
     trials = plan(cfg, check=False)
     with sweep_lock(cfg, hint="it syncs its results when it ends; run `resomap sync` after it if needed"):
         _check_readable(describe_plan(trials))

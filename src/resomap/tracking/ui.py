@@ -28,10 +28,15 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def ui_command(cfg: Config, host: str, port: int, workers: int | None = None) -> list[str]:
-    """The `mlflow server` command line; one worker per 2 cores (at least 1) keeps small machines responsive."""
+def ui_command(cfg: Config, host: str, port: int, workers: int | None = None, serve: bool = False) -> list[str]:
+    """The `mlflow server` command line; one worker per 2 cores (at least 1) keeps small machines responsive.
+    `serve` (`resomap server`): a tracking server for sweeps whose workers log over HTTP: the store may be new,
+    and artifacts are taken in by the server (`--serve-artifacts`) into <output_dir>/mlartifacts, so no worker
+    needs the server's disk."""
     uri = default_tracking_uri(cfg)
-    if uri.startswith("sqlite:///"):
+    if uri.startswith(("http://", "https://")):
+        raise ResoMapError(f"mlflow.tracking_uri is the server {uri}; open it in a browser (nothing to start here)")
+    if uri.startswith("sqlite:///") and not serve:
         db = Path(uri[len("sqlite:///") :])
         if not db.exists():
             raise ResoMapError(f"no MLflow store at {db}; run `resomap sweep` or `resomap train` first")
@@ -40,6 +45,11 @@ def ui_command(cfg: Config, host: str, port: int, workers: int | None = None) ->
     n = workers or max(1, (os.cpu_count() or 2) // 2)
     exe = [sys.executable, "-m", "mlflow", "server"]
     cmd = [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
+    if serve:
+        if uri.startswith("sqlite:///"):
+            Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        artifacts = (Path(cfg.experiment.output_dir) / "mlartifacts").resolve()
+        cmd += ["--serve-artifacts", "--artifacts-destination", str(artifacts)]
     if _app_registered():
         cmd += ["--app-name", APP_NAME]
     else:
@@ -86,10 +96,12 @@ def ui_log_path(cfg: Config) -> Path:
     return Path(cfg.experiment.output_dir) / ".cache" / "mlflow-ui.log"
 
 
-def start_ui(cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None) -> subprocess.Popen:
+def start_ui(
+    cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None, serve: bool = False
+) -> subprocess.Popen:
     """Start the server in the background, in its own process group (mlflow server and the workers it starts), and
-    return its process; the caller stops it with `stop_ui`."""
-    cmd = ui_command(cfg, host, port, workers)
+    return its process; the caller stops it with `stop_ui`. `serve`: see `ui_command`."""
+    cmd = ui_command(cfg, host, port, workers, serve)
     env = server_env()
     log_path = ui_log_path(cfg)
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,240 @@
+"""The Ray executor on a real multi-node Ray cluster on this machine: a head and a worker node started as separate
+Ray nodes (`ray.cluster_utils.Cluster`: own raylet and object store each) from a folder that is not the driver's,
+an MLflow tracking server on 127.0.0.1 (`resomap server`), and a storage folder the driver and the workers share
+(`sweep.ray.storage`); the driver runs `resomap sweep` as its own process in a third folder. Then the loss of a
+node mid-sweep: its trial runs again on a new node from its last checkpoint and every trial ends exactly once,
+equal to the uninterrupted sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL, RESOLUTIONS, SEEDS = "tiny_cnn", (24, 32), (1, 2)
+TRIALS = [(r, s) for r in RESOLUTIONS for s in SEEDS]
+ARGS = [
+    "--preset",
+    "smoke",
+    "--executor",
+    "ray",
+    f"sweep.models=[{MODEL}]",
+    f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]",
+    f"sweep.seeds=[{','.join(map(str, SEEDS))}]",
+    "sweep.ray.gpus_per_trial=0",
+    "sweep.ray.cpus_per_trial=1",
+    "training.epochs=3",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(what: str, cond: Callable[[], bool], proc: subprocess.Popen | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"process exited with {proc.returncode} before: {what}")
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for: {what}")
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen]]:
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+
+def _start(procs: list, cmd: list[str], cwd: Path, log_name: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    log = open(cwd / log_name, "ab")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    procs.append(proc)
+    return proc
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True)
+    shutil.copytree(REPO / "configs", path / "configs")
+    return path
+
+
+def _server(procs: list, root: Path) -> str:
+    """`resomap server` over a store of its own in `root`: the tracking URI."""
+    port = _free_port()
+    proc = _start(procs, [sys.executable, "-m", "resomap.cli", "server", "--port", str(port)], root, "server.log")
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    _wait_for("the tracking server answers /health", up, proc, timeout=180)
+    return url
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[object, Path]]:
+    """A head node and one worker node, 1 CPU each, started from `nodes/` (their processes' working folder)."""
+    from ray.cluster_utils import Cluster
+
+    home = tmp_path / "nodes"
+    home.mkdir()
+    before = os.getcwd()
+    os.chdir(home)
+    try:
+        made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        made.add_node(num_cpus=1)
+        made.wait_for_nodes()
+    finally:
+        os.chdir(before)
+    yield made, home
+    made.shutdown()
+
+
+def _trial_dir(storage: Path, res: int, seed: int) -> Path:
+    return storage / "model_summaries" / MODEL / str(res) / f"seed{seed}"
+
+
+def _children(uri: str) -> tuple[list, list]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("resomap-smoke").experiment_id
+    children = client.search_runs([exp], "tags.`resomap.kind` = 'trial'")
+    parents = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
+    return children, parents
+
+
+def test_a_sweep_on_two_ray_nodes_logs_to_the_server_and_writes_to_the_shared_storage(cluster, tmp_path, procs):
+    made, home = cluster
+    driver, storage = _folder(tmp_path / "driver"), tmp_path / "storage"
+    uri = _server(procs, _folder(tmp_path / "server"))
+    cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, f"sweep.ray.address={made.address}"]
+    cmd += [f"sweep.ray.storage={storage}", f"mlflow.tracking_uri={uri}"]
+    proc = _start(procs, cmd, driver, "sweep.log")
+    assert proc.wait(timeout=600) == 0, (driver / "sweep.log").read_text()[-3000:]
+    log = (driver / "sweep.log").read_text()
+    assert "[sweep] Ray: 2 nodes; outputs in " + str(storage) in log, log[-2000:]
+
+    # the workers started elsewhere: nothing relied on the driver's folder, nothing was written there
+    import ray
+
+    ray.init(address=made.address, log_to_driver=False)
+    try:
+        where = ray.remote(num_cpus=1)(lambda: __import__("os").getcwd())  # a lambda travels by value
+        cwd = ray.get([where.remote() for _ in range(2)])
+    finally:
+        ray.shutdown()
+    assert all(Path(c) == home for c in cwd), cwd  # where the nodes were started, not the driver's folder
+    assert sorted(p.name for p in driver.iterdir()) == ["configs", "sweep.log"]
+
+    # 4 child runs under 1 parent on the server; checkpoints, results and the summary in the storage folder
+    children, parents = _children(uri)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert sorted(c.info.run_name for c in children) == sorted(f"{MODEL}@{r}/seed{s}" for r, s in TRIALS)
+    assert all(c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for c in children)
+    assert all(c.info.status == "FINISHED" and "test/accuracy" in c.data.metrics for c in children)
+    for res, seed in TRIALS:
+        result = json.loads((_trial_dir(storage, res, seed) / "result.json").read_text())
+        assert result["status"] == "FINISHED" and result["tracked"] is True
+        assert Path(result["best_checkpoint"]).is_relative_to(storage) and Path(result["best_checkpoint"]).is_file()
+    summary = storage / "model_summaries" / "_sweep" / "resomap-smoke"
+    assert (summary / "summary.csv").is_file() and (summary / "report.html").is_file()
+    from mlflow import MlflowClient
+
+    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(parents[0].info.run_id)}
+    assert "report.html" in artifacts  # sent through the server, not written to a disk it shares
+
+
+def test_a_sweep_that_loses_its_worker_node_runs_the_trial_again_from_its_checkpoint(tmp_path, procs):
+    """The head takes no trials; the only worker node is killed (SIGKILL of its raylet and workers) once a trial
+    there has a checkpoint; a new node joins, the lost trial runs again on it from last.pt, every trial ends once,
+    and the results equal an uninterrupted sweep's."""
+    from ray.cluster_utils import Cluster
+
+    home = tmp_path / "nodes"
+    home.mkdir()
+    before = os.getcwd()
+    os.chdir(home)
+    try:
+        made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        first = made.add_node(num_cpus=1)
+        made.wait_for_nodes()
+    finally:
+        os.chdir(before)
+    try:
+        driver, storage = _folder(tmp_path / "driver"), tmp_path / "storage"
+        uri = _server(procs, _folder(tmp_path / "server"))
+        cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, f"sweep.ray.address={made.address}"]
+        cmd += ["explainability.enabled=false", "profiling.enabled=false", "training.epochs=4"]
+        cmd += [f"sweep.ray.storage={storage}", f"mlflow.tracking_uri={uri}"]
+        proc = _start(procs, cmd, driver, "sweep.log")
+
+        def interrupted() -> tuple[int, int] | None:
+            for res, seed in TRIALS:
+                ckpt = storage / "checkpoints" / "cnn" / MODEL / str(res) / f"seed{seed}" / "last.pt"
+                if ckpt.exists() and not (_trial_dir(storage, res, seed) / "result.json").exists():
+                    return res, seed
+            return None
+
+        _wait_for("a trial on the worker node has last.pt and no result", lambda: interrupted() is not None, proc, 300)
+        lost = interrupted()
+        os.chdir(home)
+        try:
+            made.remove_node(first, allow_graceful=False)  # SIGKILL: the node is gone, its trial with it
+            made.add_node(num_cpus=1)
+        finally:
+            os.chdir(before)
+        assert proc.wait(timeout=600) == 0, (driver / "sweep.log").read_text()[-3000:]
+    finally:
+        made.shutdown()
+
+    children, parents = _children(uri)
+    keys = [c.data.tags["resomap.trial_key"] for c in children]
+    results = {t: json.loads((_trial_dir(storage, *t) / "result.json").read_text()) for t in TRIALS}
+    assert sorted(keys) == sorted(r["key"] for r in results.values())  # one child run per trial key
+    assert len(parents) == 1 and all(c.info.status == "FINISHED" for c in children)
+    assert any(n.startswith("resumed from last.pt after epoch") for n in results[lost]["notes"]), results[lost]
+
+    # the same sweep uninterrupted, on one local Ray: equal results
+    reference = _folder(tmp_path / "reference")
+    cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, "explainability.enabled=false"]
+    cmd += ["profiling.enabled=false", "training.epochs=4", f"sweep.ray.storage={reference / 'out'}"]
+    proc = _start(procs, cmd, reference, "sweep.log")
+    assert proc.wait(timeout=600) == 0, (reference / "sweep.log").read_text()[-3000:]
+    for res, seed in TRIALS:
+        want = json.loads((_trial_dir(reference / "out", res, seed) / "result.json").read_text())
+        got = results[(res, seed)]
+        assert got["test"] == pytest.approx(want["test"], abs=1e-6), (res, seed)
+        assert got["best_val"] == pytest.approx(want["best_val"], abs=1e-6), (res, seed)
