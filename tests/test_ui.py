@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from resomap.cli import build_parser, main
+from resomap.errors import ResoMapError
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -59,6 +60,21 @@ def test_ui_without_a_store_is_a_one_line_error(project: Path, capsys):
     assert err.count("\n") == 1 and err.startswith("resomap: error: no MLflow store at ")
     assert "resomap sweep" in err
     assert not (project / "mlflow.db").exists()
+
+
+def test_server_starts_on_a_new_store_and_takes_in_artifacts(project: Path):
+    from resomap.config import load
+    from resomap.tracking.ui import ui_command
+
+    cfg = load("configs", "smoke", [])
+    cmd = ui_command(cfg, "127.0.0.1", _free_port(), serve=True)  # no mlflow.db yet: `resomap ui` refuses, this not
+    assert cmd[cmd.index("--backend-store-uri") + 1] == f"sqlite:///{project / 'mlflow.db'}"
+    assert "--serve-artifacts" in cmd and cmd[cmd.index("--artifacts-destination") + 1] == str(project / "mlartifacts")
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and build_parser().parse_args(["server"]).host == "127.0.0.1"
+    with pytest.raises(ResoMapError, match=r"mlflow\.tracking_uri is the server http://10\.0\.0\.5:5000"):
+        ui_command(
+            load("configs", "smoke", ["mlflow.tracking_uri=http://10.0.0.5:5000"]), "127.0.0.1", 5000, serve=True
+        )
 
 
 def test_ui_on_a_taken_port_is_a_one_line_error(project: Path, capsys):

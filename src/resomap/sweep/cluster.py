@@ -116,7 +116,10 @@ def check_cluster(ray: Any, cfg: Config, cpus: float, gpus: float) -> int:
         most = max((float(n.get("Resources", {}).get(what, 0)) for n in nodes), default=0.0)
         if need > most:
             key = f"sweep.ray.{what.lower()}s_per_trial"
-            raise ConfigError(f"{key}={need:g}: no node of the cluster has that many {what}s (the most: {most:g})")
+            raise ConfigError(
+                f"{key}={need:g}: no node of the cluster has that many {what}s (the most: {most:g}); set it to"
+                f" {most:g} or less"
+            )
     out_dir = cfg.experiment.output_dir
     paths = data_paths(cfg)
     if len(nodes) > 1:
