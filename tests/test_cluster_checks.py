@@ -108,36 +108,25 @@ def test_resources_no_node_has_are_refused_before_any_probe():
         check_cluster(ray, cfg, cpus=8, gpus=0)
 
 
-def test_relative_paths_on_several_nodes_are_refused(tmp_path: Path):
+def test_a_sqlite_store_or_relative_paths_on_several_nodes_are_refused(tmp_path: Path):
     two = FakeRay([_node(1), _node(2)])
-    cfg = load(CONFIGS, "smoke", ["sweep.executor=ray"])  # experiment.output_dir '.'
+    server = "mlflow.tracking_uri=http://10.0.0.1:5000"
+    cfg = load(CONFIGS, "smoke", ["sweep.executor=ray"])  # the project's mlflow.db: no other node can write it
+    with pytest.raises(ConfigError, match=r"mlflow.tracking_uri is the SQLite file .*mlflow.db and the cluster has 2"):
+        check_cluster(two, cfg, cpus=1, gpus=0)
+    cfg = load(CONFIGS, "smoke", ["sweep.executor=ray", server])  # experiment.output_dir '.'
     with pytest.raises(
         ConfigError, match=r"experiment.output_dir='.' is relative and the cluster has 2 nodes: set sweep.ray.storage"
     ):
         check_cluster(two, cfg, cpus=1, gpus=0)
-    cfg = load(
-        "configs",
-        "smoke",
-        [
-            "sweep.executor=ray",
-            f"sweep.ray.storage={tmp_path}",
-            "data.dataset=imagefolder",
-            "data.imagefolder.root=cells",
-        ],
-    )
+    folder = ["data.dataset=imagefolder", "data.imagefolder.root=cells"]
+    cfg = load(CONFIGS, "smoke", ["sweep.executor=ray", f"sweep.ray.storage={tmp_path}", server, *folder])
     with pytest.raises(
         ConfigError, match=r"data.imagefolder.root='cells' is relative .* absolute path every node sees"
     ):
         check_cluster(two, placed(cfg), cpus=1, gpus=0)
-    assert (
-        check_cluster(
-            FakeRay([_node(1)]),
-            placed(load(CONFIGS, "smoke", ["sweep.executor=ray", f"sweep.ray.storage={tmp_path}"])),
-            cpus=1,
-            gpus=0,
-        )
-        == 1
-    )
+    one = placed(load(CONFIGS, "smoke", ["sweep.executor=ray", f"sweep.ray.storage={tmp_path}"]))
+    assert check_cluster(FakeRay([_node(1)]), one, cpus=1, gpus=0) == 1  # one node: its own SQLite store is fine
 
 
 def test_a_node_that_cannot_write_the_output_folder_or_see_a_data_file_is_named(tmp_path: Path):
@@ -160,6 +149,9 @@ def test_a_node_that_cannot_write_the_output_folder_or_see_a_data_file_is_named(
 def test_storage_becomes_the_output_folder_and_object_storage_is_refused(tmp_path: Path):
     cfg = placed(load(CONFIGS, "smoke", ["sweep.executor=ray", f"sweep.ray.storage={tmp_path / 'shared'}"]))
     assert cfg.experiment.output_dir == str(tmp_path / "shared")
+    assert (
+        cfg.mlflow.tracking_uri == f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    )  # the store stays where `resomap ui` looks
     assert placed(cfg) == cfg  # idempotent: each round of an adaptive sweep places it again
     local = load(CONFIGS, "smoke", [f"sweep.ray.storage={tmp_path}"])  # another executor: unchanged
     assert placed(local).experiment.output_dir == "."

@@ -4,8 +4,9 @@
 Placement (`placed`): with `sweep.ray.storage` (a folder every node sees at the same path: NFS, a mounted bucket)
 the sweep's files go there: `experiment.output_dir` becomes that absolute path for the driver and every worker,
 so checkpoints, per-trial results, the uint8 cache and the summary are written and read there, and the driver's
-working directory plays no part. The MLflow store stays where `mlflow.tracking_uri` says (an `http://` server,
-`resomap server`, for several nodes: SQLite on a network filesystem has no safe locking).
+working directory plays no part. The MLflow store stays where it was (`mlflow.tracking_uri`, else the project's
+mlflow.db, where `resomap ui` looks); a cluster of several nodes needs an `http://` server (`resomap server`): no
+other node can write the driver's SQLite file, and SQLite on a network filesystem has no safe locking.
 
 Checks (`check_address`, `check_tracking`, `check_cluster`): an address nothing answers on (Ray's GCS client
 would otherwise wait for minutes), a tracking server that does not answer, per-trial CPUs or GPUs that no node
@@ -26,6 +27,7 @@ from typing import Any
 from resomap.config import Config
 from resomap.config.groups import group_options
 from resomap.errors import ConfigError
+from resomap.tracking import default_tracking_uri
 
 CONNECT_TIMEOUT_S = 5.0  # a Ray head or tracking server that does not answer within this is reported
 PROBE_TIMEOUT_S = 120.0  # the per-node probe tasks (a node may need to start a worker process first)
@@ -33,8 +35,9 @@ PATH_KEYS = ("root", "manifest")  # dataset options that name files or folders
 
 
 def placed(cfg: Config) -> Config:
-    """`cfg` with experiment.output_dir = sweep.ray.storage (absolute) when the ray executor has a storage path;
-    unchanged otherwise. Object-storage URIs are refused: mount the bucket and give its path."""
+    """`cfg` with experiment.output_dir = sweep.ray.storage (absolute) when the ray executor has a storage path,
+    and mlflow.tracking_uri pinned to the store it named before (by default the project folder's mlflow.db, where
+    `resomap ui` looks); unchanged otherwise. Object-storage URIs are refused: mount the bucket, give its path."""
     if cfg.sweep.executor != "ray":
         return cfg
     storage = group_options(cfg.sweep, "ray").storage
@@ -46,7 +49,9 @@ def placed(cfg: Config) -> Config:
             " s3:// is not written directly: mount it, e.g. with s3fs or as NFS, and give the mount's path)"
         )
     path = str(Path(storage).expanduser().resolve())
-    return dataclasses.replace(cfg, experiment=dataclasses.replace(cfg.experiment, output_dir=path))
+    # the MLflow store does not move with the files: the one the config names, else the project's own
+    mlflow = dataclasses.replace(cfg.mlflow, tracking_uri=default_tracking_uri(cfg))
+    return dataclasses.replace(cfg, experiment=dataclasses.replace(cfg.experiment, output_dir=path), mlflow=mlflow)
 
 
 def check_address(address: str | None) -> None:
@@ -109,8 +114,8 @@ def data_paths(cfg: Config) -> dict[str, str]:
 
 def check_cluster(ray: Any, cfg: Config, cpus: float, gpus: float) -> int:
     """Before any trial, on a started or joined Ray: ConfigError (one line) when no node has the per-trial CPUs or
-    GPUs, when a cluster of several nodes gets relative paths, or when some node cannot write the output folder or
-    read a data or weight file. Returns the number of alive nodes."""
+    GPUs, when a cluster of several nodes gets a SQLite tracking store or relative paths, or when some node cannot
+    write the output folder or read a data or weight file. Returns the number of alive nodes."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     for what, need in (("CPU", cpus), ("GPU", gpus)):
         most = max((float(n.get("Resources", {}).get(what, 0)) for n in nodes), default=0.0)
@@ -122,6 +127,12 @@ def check_cluster(ray: Any, cfg: Config, cpus: float, gpus: float) -> int:
             )
     out_dir = cfg.experiment.output_dir
     paths = data_paths(cfg)
+    uri = default_tracking_uri(cfg)
+    if len(nodes) > 1 and uri.startswith("sqlite:"):
+        raise ConfigError(
+            f"mlflow.tracking_uri is the SQLite file {uri.removeprefix('sqlite:///')} and the cluster has {len(nodes)}"
+            " nodes, which cannot all write it: start `resomap server` and set mlflow.tracking_uri=http://HOST:PORT"
+        )
     if len(nodes) > 1:
         relative = {"experiment.output_dir": out_dir, **paths}
         for key, value in relative.items():
