@@ -190,7 +190,7 @@ def _start_ray(cfg: Config) -> tuple[Any, bool]:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         hint = ""
-        if address and not os.environ.get("RAY_AUTH_MODE"):  # Ray >= 2.5x heads ask for a token by default
+        if address and not os.environ.get("RAY_AUTH_MODE"):  # recent Ray heads (2.60 here) ask for a token by default
             hint = "; if the head uses token authentication, set RAY_AUTH_MODE=token (its token in ~/.ray/auth_token)"
         raise ConfigError(f"sweep.ray.address={address!r}: cannot start or join Ray ({first}){hint}") from None
     log.info("Ray: %s CPU(s), %s GPU(s)", ray.cluster_resources().get("CPU", 0), ray.cluster_resources().get("GPU", 0))
