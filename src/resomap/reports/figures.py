@@ -243,7 +243,7 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
         caption = ["error bars: " + "; ".join(notes)] if notes else []
         if any(r.profile_noisy for r in pts):
             caption.append("circled, '?': latency measured on a disturbed machine (noisy)")
-        fig.legend(handles, labels, loc="outside right upper", frameon=False)
+        fig.legend(handles, labels, loc="outside right center", frameon=False)  # level with the data, not the title
         if caption:
             fig.supxlabel("\n".join(caption), fontsize=7, x=0.02, ha="left")
     return fig
