@@ -146,7 +146,8 @@ def test_a_node_that_cannot_write_the_output_folder_or_see_a_data_file_is_named(
         check_cluster(FakeRay([_node(2)]), cfg, cpus=1, gpus=0)
 
 
-def test_storage_becomes_the_output_folder_and_object_storage_is_refused(tmp_path: Path):
+def test_storage_becomes_the_output_folder_and_object_storage_is_refused(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the project's own store, not one the environment names
     cfg = placed(load(CONFIGS, "smoke", ["sweep.executor=ray", f"sweep.ray.storage={tmp_path / 'shared'}"]))
     assert cfg.experiment.output_dir == str(tmp_path / "shared")
     assert (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -198,8 +199,10 @@ def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
     tracker = Tracker(load("configs", "smoke", []))
     run_id = tracker.start_run("m")
     x = torch.randn(3, 1, 8, 8)
+    env_before = os.environ.get("MLFLOW_TRACKING_URI")
     tracker.log_model(run_id, model, x[:2].numpy())
     assert tracker.failures == []
+    assert os.environ.get("MLFLOW_TRACKING_URI") == env_before  # MLflow's global setter leaves nothing behind
     (logged,) = tracker.client.search_logged_models([tracker.experiment_id])
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(tracker.uri)  # models:/ URIs resolve through the global store
@@ -207,6 +210,8 @@ def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
         loaded = mlflow.pytorch.load_model(logged.model_uri)
     finally:
         mlflow.set_tracking_uri(previous)
+        if env_before is None:  # the setter writes the environment too
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
     with torch.no_grad():
         assert torch.allclose(loaded(x), model(x))  # eval-mode batch norm, no dropout, any batch size
         assert torch.equal(loaded(x), loaded(x))

@@ -290,7 +290,7 @@ class Tracker:
         import mlflow
         import mlflow.pytorch
 
-        previous = mlflow.get_tracking_uri()
+        previous, env_before = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")
         mlflow.set_tracking_uri(self.uri)
         # without pip in the environment (uv venvs) MLflow warns on every model that it cannot read pip's version
         env_log = logging.getLogger("mlflow.utils.environment")
@@ -310,6 +310,12 @@ class Tracker:
         finally:
             env_log.setLevel(level)
             mlflow.set_tracking_uri(previous)
+            # MLflow's setter also writes MLFLOW_TRACKING_URI: left set, every later Tracker of this process (an
+            # adaptive sweep's next round, `resomap sync`) would take that store instead of its config's
+            if env_before is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = env_before
 
 
 class NullTracker:
