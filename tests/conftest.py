@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,3 +86,45 @@ def fresh_memory_cache():
     clear_memory_cache()
     yield
     clear_memory_cache()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(what: str, cond: Callable[[], bool], proc: subprocess.Popen | None, timeout: float) -> None:
+    """Poll `cond` until true; fail the test when `proc` exits first or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"process exited with {proc.returncode} before: {what}")
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for: {what}")
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen]]:
+    """Processes a test starts (`start_logged`); each in its own process group, all killed at the end whatever
+    happened."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def start_logged(procs: list, cmd: list[str], cwd: Path, log_name: str) -> subprocess.Popen:
+    """`cmd` in `cwd`, its output appended to cwd/log_name, in a new process group, without a tracking URI or a
+    Ray address from the environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    log = open(cwd / log_name, "ab")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    procs.append(proc)
+    return proc

@@ -5,24 +5,17 @@ tests/test_ray_cluster.py, slow.)"""
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import free_port, run_cli  # free_port: released, so nothing answers there
 from resomap.config import load
 from resomap.errors import ConfigError
 from resomap.sweep.cluster import check_address, check_cluster, check_tracking, node_probe, placed
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again when the socket is: nothing listens there
 
 
 class FakeRay:
@@ -66,7 +59,7 @@ def _node(i: int, cpus: float = 2, gpus: float = 0) -> dict:
 def test_an_address_nothing_answers_on_fails_within_seconds():
     start = time.monotonic()
     with pytest.raises(ConfigError, match=r"sweep.ray.address='127.0.0.1:\d+': no Ray head answers there"):
-        check_address(f"127.0.0.1:{_closed_port()}")
+        check_address(f"127.0.0.1:{free_port()}")
     assert time.monotonic() - start < 6
     with pytest.raises(ConfigError, match="expected host:port"):
         check_address("head-node")
@@ -77,7 +70,7 @@ def test_an_address_nothing_answers_on_fails_within_seconds():
 def test_a_tracking_server_that_does_not_answer_fails_within_seconds():
     start = time.monotonic()
     with pytest.raises(ConfigError, match=r"mlflow.tracking_uri=http://127.0.0.1:\d+: the tracking server does not"):
-        check_tracking(f"http://127.0.0.1:{_closed_port()}")
+        check_tracking(f"http://127.0.0.1:{free_port()}")
     assert time.monotonic() - start < 6
     check_tracking("sqlite:///x.db")  # a file store: nothing to reach
 
@@ -85,13 +78,13 @@ def test_a_tracking_server_that_does_not_answer_fails_within_seconds():
 def test_sweep_with_an_unreachable_ray_head_is_one_line_and_writes_nothing(project: Path, capsys):
     start = time.monotonic()
     code, _out, err = run_cli(
-        ["sweep", "--preset", "smoke", "--executor", "ray", f"sweep.ray.address=127.0.0.1:{_closed_port()}"], capsys
+        ["sweep", "--preset", "smoke", "--executor", "ray", f"sweep.ray.address=127.0.0.1:{free_port()}"], capsys
     )
     assert code == 2 and "no Ray head answers there" in err and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err and time.monotonic() - start < 60
     assert not (project / "mlflow.db").exists() and not (project / "model_summaries").exists()
     code, _out, err = run_cli(
-        ["sweep", "--preset", "smoke", "--executor", "ray", f"mlflow.tracking_uri=http://127.0.0.1:{_closed_port()}"],
+        ["sweep", "--preset", "smoke", "--executor", "ray", f"mlflow.tracking_uri=http://127.0.0.1:{free_port()}"],
         capsys,
     )
     assert code == 2 and "the tracking server does not answer" in err and len(err.strip().splitlines()) == 1, err

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import free_port
 from resomap.data.loader import BatchLoader, Normalizer
 from resomap.training import distributed, load_checkpoint
 
@@ -80,15 +80,9 @@ def test_state_digest_sees_every_byte():
 # ---------------------------------------------------------------- torchrun, 2 gloo processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(project: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
-    cmd += ["--master_port", str(_free_port()), "-m", "resomap.cli", "train", "--model", "tiny_cnn"]
+    cmd += ["--master_port", str(free_port()), "-m", "resomap.cli", "train", "--model", "tiny_cnn"]
     cmd += ["--resolution", "32", "--preset", "smoke", "training.epochs=2", "explainability.enabled=false", *extra]
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "WORLD_SIZE", "RANK")}
     # a new session, so a timeout kills torchrun and both ranks

@@ -7,19 +7,17 @@ equal to the uninterrupted sweep."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from conftest import free_port, start_logged, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL, RESOLUTIONS, SEEDS = "tiny_cnn", (24, 32), (1, 2)
@@ -40,46 +38,6 @@ ARGS = [
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(what: str, cond: Callable[[], bool], proc: subprocess.Popen | None, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"process exited with {proc.returncode} before: {what}")
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for: {what}")
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen]]:
-    started: list[subprocess.Popen] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-
-
-def _start(procs: list, cmd: list[str], cwd: Path, log_name: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    log = open(cwd / log_name, "ab")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
-    procs.append(proc)
-    return proc
-
-
 def _folder(path: Path) -> Path:
     path.mkdir(parents=True)
     shutil.copytree(REPO / "configs", path / "configs")
@@ -88,8 +46,8 @@ def _folder(path: Path) -> Path:
 
 def _server(procs: list, root: Path) -> str:
     """`resomap server` over a store of its own in `root`: the tracking URI."""
-    port = _free_port()
-    proc = _start(procs, [sys.executable, "-m", "resomap.cli", "server", "--port", str(port)], root, "server.log")
+    port = free_port()
+    proc = start_logged(procs, [sys.executable, "-m", "resomap.cli", "server", "--port", str(port)], root, "server.log")
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -99,7 +57,7 @@ def _server(procs: list, root: Path) -> str:
         except OSError:
             return False
 
-    _wait_for("the tracking server answers /health", up, proc, timeout=180)
+    wait_for("the tracking server answers /health", up, proc, timeout=180)
     return url
 
 
@@ -110,14 +68,10 @@ def cluster(tmp_path: Path) -> Iterator[tuple[object, Path]]:
 
     home = tmp_path / "nodes"
     home.mkdir()
-    before = os.getcwd()
-    os.chdir(home)
-    try:
+    with contextlib.chdir(home):  # the nodes' processes start here
         made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
         made.add_node(num_cpus=1)
         made.wait_for_nodes()
-    finally:
-        os.chdir(before)
     yield made, home
     made.shutdown()
 
@@ -142,7 +96,7 @@ def test_a_sweep_on_two_ray_nodes_logs_to_the_server_and_writes_to_the_shared_st
     uri = _server(procs, _folder(tmp_path / "server"))
     cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, f"sweep.ray.address={made.address}"]
     cmd += [f"sweep.ray.storage={storage}", f"mlflow.tracking_uri={uri}"]
-    proc = _start(procs, cmd, driver, "sweep.log")
+    proc = start_logged(procs, cmd, driver, "sweep.log")
     assert proc.wait(timeout=600) == 0, (driver / "sweep.log").read_text()[-3000:]
     log = (driver / "sweep.log").read_text()
     assert "[sweep] Ray: 2 nodes; outputs in " + str(storage) in log, log[-2000:]
@@ -185,21 +139,17 @@ def test_a_sweep_that_loses_its_worker_node_runs_the_trial_again_from_its_checkp
 
     home = tmp_path / "nodes"
     home.mkdir()
-    before = os.getcwd()
-    os.chdir(home)
-    try:
+    with contextlib.chdir(home):
         made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         first = made.add_node(num_cpus=1)
         made.wait_for_nodes()
-    finally:
-        os.chdir(before)
     try:
         driver, storage = _folder(tmp_path / "driver"), tmp_path / "storage"
         uri = _server(procs, _folder(tmp_path / "server"))
         cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, f"sweep.ray.address={made.address}"]
         cmd += ["explainability.enabled=false", "profiling.enabled=false", "training.epochs=4"]
         cmd += [f"sweep.ray.storage={storage}", f"mlflow.tracking_uri={uri}"]
-        proc = _start(procs, cmd, driver, "sweep.log")
+        proc = start_logged(procs, cmd, driver, "sweep.log")
 
         def interrupted() -> tuple[int, int] | None:
             for res, seed in TRIALS:
@@ -208,14 +158,11 @@ def test_a_sweep_that_loses_its_worker_node_runs_the_trial_again_from_its_checkp
                     return res, seed
             return None
 
-        _wait_for("a trial on the worker node has last.pt and no result", lambda: interrupted() is not None, proc, 300)
+        wait_for("a trial on the worker node has last.pt and no result", lambda: interrupted() is not None, proc, 300)
         lost = interrupted()
-        os.chdir(home)
-        try:
+        with contextlib.chdir(home):
             made.remove_node(first, allow_graceful=False)  # SIGKILL: the node is gone, its trial with it
             made.add_node(num_cpus=1)
-        finally:
-            os.chdir(before)
         assert proc.wait(timeout=600) == 0, (driver / "sweep.log").read_text()[-3000:]
     finally:
         made.shutdown()
@@ -231,7 +178,7 @@ def test_a_sweep_that_loses_its_worker_node_runs_the_trial_again_from_its_checkp
     reference = _folder(tmp_path / "reference")
     cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, "explainability.enabled=false"]
     cmd += ["profiling.enabled=false", "training.epochs=4", f"sweep.ray.storage={reference / 'out'}"]
-    proc = _start(procs, cmd, reference, "sweep.log")
+    proc = start_logged(procs, cmd, reference, "sweep.log")
     assert proc.wait(timeout=600) == 0, (reference / "sweep.log").read_text()[-3000:]
     for res, seed in TRIALS:
         want = json.loads((_trial_dir(reference / "out", res, seed) / "result.json").read_text())

@@ -11,17 +11,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import free_port, start_logged, wait_for
 from resomap.cli import main
 from resomap.training import load_checkpoint
 
@@ -48,39 +47,8 @@ def _project(root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen]]:
-    """Processes a test starts; each in its own process group, all killed at the end whatever happened."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-
-
-def _start(procs: list, cmd: list[str], cwd: Path, log_name: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    log = open(cwd / log_name, "ab")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
-    procs.append(proc)
-    return proc
-
-
 def _sweep_cmd(*extra: str) -> list[str]:
     return [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, *extra]
-
-
-def _wait_for(what: str, cond: Callable[[], bool], proc: subprocess.Popen | None, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"process exited with {proc.returncode} before: {what}")
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for: {what}")
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -135,11 +103,11 @@ def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path: Pa
     ]
     for what, cond in kills:
         done = sum(p.exists() for p in _results(root))
-        proc = _start(procs, _sweep_cmd(), root, "sweep.log")
-        _wait_for(what, cond, proc, timeout=240)
+        proc = start_logged(procs, _sweep_cmd(), root, "sweep.log")
+        wait_for(what, cond, proc, timeout=240)
         _kill(proc)
     assert sum(p.exists() for p in _results(root)) < len(TRIALS)  # the kills did interrupt the sweep
-    proc = _start(procs, _sweep_cmd(), root, "sweep.log")
+    proc = start_logged(procs, _sweep_cmd(), root, "sweep.log")
     assert proc.wait(timeout=400) == 0, (root / "sweep.log").read_text()[-3000:]
 
     rows = list(csv.DictReader((root / "model_summaries/_sweep/resomap-smoke/summary.csv").open()))
@@ -168,16 +136,10 @@ def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path: Pa
             assert got["cross_resolution"][res] == pytest.approx(metrics, abs=1e-6), (model, res)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_server(procs: list, root: Path, port: int) -> subprocess.Popen:
     cmd = [str(MLFLOW), "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}"]
     cmd += ["--artifacts-destination", str(root / "server-artifacts"), "--host", "127.0.0.1", "--port", str(port)]
-    proc = _start(procs, [*cmd, "--workers", "1"], root, "server.log")
+    proc = start_logged(procs, [*cmd, "--workers", "1"], root, "server.log")
 
     def healthy() -> bool:
         try:
@@ -186,18 +148,18 @@ def _start_server(procs: list, root: Path, port: int) -> subprocess.Popen:
         except OSError:
             return False
 
-    _wait_for("the MLflow server answers /health", healthy, proc, timeout=180)
+    wait_for("the MLflow server answers /health", healthy, proc, timeout=180)
     return proc
 
 
 def test_tracking_server_killed_mid_sweep_then_sync_logs_everything(tmp_path: Path, procs):
     root = _project(tmp_path / "p")
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
     server = _start_server(procs, root, port)
-    sweep = _start(procs, _sweep_cmd(f"mlflow.tracking_uri={uri}", "mlflow.retries=2"), root, "sweep.log")
+    sweep = start_logged(procs, _sweep_cmd(f"mlflow.tracking_uri={uri}", "mlflow.retries=2"), root, "sweep.log")
     first = _results(root)[0]
-    _wait_for("the first trial's result.json", first.exists, sweep, timeout=300)
+    wait_for("the first trial's result.json", first.exists, sweep, timeout=300)
     _kill(server)
     assert sweep.wait(timeout=400) == 0, (root / "sweep.log").read_text()[-3000:]
     assert all(p.exists() for p in _results(root))
@@ -245,10 +207,10 @@ def _no_duplicate_points(client, run) -> None:
 def test_two_identical_sweeps_train_each_trial_once_beside_another_experiment(tmp_path: Path, procs):
     root = _project(tmp_path / "p")
     # both wait: which of the two takes the lock first is a race (the refusal without --wait: tests/test_sharing.py)
-    first = _start(procs, _sweep_cmd("--wait"), root, "first.log")
-    second = _start(procs, _sweep_cmd("--wait"), root, "second.log")
+    first = start_logged(procs, _sweep_cmd("--wait"), root, "first.log")
+    second = start_logged(procs, _sweep_cmd("--wait"), root, "second.log")
     other = ["experiment.name=other", "sweep.resolutions=[20]"]  # its own trial folders, the same store
-    beside = _start(procs, _sweep_cmd(*other), root, "other.log")
+    beside = start_logged(procs, _sweep_cmd(*other), root, "other.log")
     for proc in (first, second, beside):
         assert proc.wait(timeout=900) == 0, (root / "first.log").read_text()[-3000:]
     logs = {name: (root / f"{name}.log").read_text() for name in ("first", "second", "other")}
@@ -286,23 +248,23 @@ def _whole(folder: Path, files: set[str]) -> float:
 def test_sigkill_during_the_summary_swap_leaves_the_old_or_the_new_summary_whole(tmp_path: Path, procs):
     root = _project(tmp_path / "p")
     args = ["mlflow.enabled=false", "sweep.models=[tiny_cnn]", "training.epochs=1"]
-    assert _start(procs, _sweep_cmd(*args), root, "sweep.log").wait(timeout=400) == 0
+    assert start_logged(procs, _sweep_cmd(*args), root, "sweep.log").wait(timeout=400) == 0
     folder = root / "model_summaries" / "_sweep" / "resomap-smoke"
     staging = root / "model_summaries" / "._sweep.staging" / "resomap-smoke"
     files = _summary_files(folder)
     assert _whole(folder, files) == 0.95 and "state.json" in files and "report.html" in files
     seen = set()
     for delay in (0.0, 0.5, 1.5, 4.0, None):  # kills from the start of the summary build to after the swap
-        proc = _start(procs, _sweep_cmd(*args, "stats.level=0.9"), root, "sweep.log")
+        proc = start_logged(procs, _sweep_cmd(*args, "stats.level=0.9"), root, "sweep.log")
         if delay is None:
-            _wait_for("the new summary in place", lambda: _whole_or_none(folder, files) == 0.9, proc, timeout=400)
+            wait_for("the new summary in place", lambda: _whole_or_none(folder, files) == 0.9, proc, timeout=400)
         else:
-            _wait_for("the summary being built", staging.exists, proc, timeout=400)
+            wait_for("the summary being built", staging.exists, proc, timeout=400)
             time.sleep(delay)
         _kill(proc)
         seen.add(_whole(folder, files))
     assert 0.9 in seen
-    assert _start(procs, _sweep_cmd(*args, "stats.level=0.9"), root, "sweep.log").wait(timeout=400) == 0
+    assert start_logged(procs, _sweep_cmd(*args, "stats.level=0.9"), root, "sweep.log").wait(timeout=400) == 0
     assert _whole(folder, files) == 0.9 and not staging.exists()
 
 

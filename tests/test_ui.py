@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
 from resomap.cli import build_parser, main
 from resomap.errors import ResoMapError
 
@@ -30,12 +31,6 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 MODELS, RESOLUTIONS = ("tiny_cnn", "simple_cnn"), (32, 48)
 CHILDREN = [f"{m}@{r}" for m in MODELS for r in RESOLUTIONS]
 EXPERIMENT, PARENT = "resomap-smoke", "sweep resomap-smoke"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ---------------------------------------------------------------- fast: error paths
@@ -54,7 +49,7 @@ def test_ui_binds_localhost_by_default():
 
 
 def test_ui_without_a_store_is_a_one_line_error(project: Path, capsys):
-    code, out, err = _ui(["--port", str(_free_port())], capsys)
+    code, out, err = _ui(["--port", str(free_port())], capsys)
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("resomap: error: no MLflow store at ")
@@ -67,7 +62,7 @@ def test_server_starts_on_a_new_store_and_takes_in_artifacts(project: Path):
     from resomap.tracking.ui import ui_command
 
     cfg = load("configs", "smoke", [])
-    cmd = ui_command(cfg, "127.0.0.1", _free_port(), serve=True)  # no mlflow.db yet: `resomap ui` refuses, this not
+    cmd = ui_command(cfg, "127.0.0.1", free_port(), serve=True)  # no mlflow.db yet: `resomap ui` refuses, this not
     assert cmd[cmd.index("--backend-store-uri") + 1] == f"sqlite:///{project / 'mlflow.db'}"
     assert "--serve-artifacts" in cmd and cmd[cmd.index("--artifacts-destination") + 1] == str(project / "mlartifacts")
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and build_parser().parse_args(["server"]).host == "127.0.0.1"
@@ -100,7 +95,7 @@ def test_ui_starts_only_what_browsing_needs(project: Path, monkeypatch: pytest.M
     assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"  # no job runner, no task consumers
     monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")
     assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"  # the user's choice wins
-    cmd = ui_command(load("configs", None, []), "127.0.0.1", _free_port())
+    cmd = ui_command(load("configs", None, []), "127.0.0.1", free_port())
     assert cmd[cmd.index("--app-name") + 1] == "resomap"  # the installed entry point: model-training first
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
 
@@ -113,7 +108,7 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
     import psutil
 
     (project / "mlflow.db").touch()
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "resomap.cli", "ui", "--preset", "smoke", "--port", str(port), "--workers", "1"]
     proc = subprocess.Popen(cmd, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     server: list = []
@@ -173,7 +168,7 @@ def swept(project: Path) -> Path:
 @pytest.fixture
 def ui_url(swept: Path) -> Iterator[tuple[str, str]]:
     """(the UI's address, the experiment link `resomap ui` prints) while `resomap ui` runs."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "resomap.cli", "ui", "--port", str(port), "--workers", "1"]
     log = swept / "resomap-ui.out"
     with open(log, "w", encoding="utf-8") as out:
