@@ -109,14 +109,19 @@ def wait_for(what: str, cond: Callable[[], bool], proc: subprocess.Popen | None,
 
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen]]:
-    """Processes a test starts (`start_logged`); each in its own process group, all killed at the end whatever
-    happened."""
+    """Processes a test starts (`start_logged`); each in its own process group, all stopped at the end whatever
+    happened: SIGTERM first (`resomap server` then stops the MLflow server it started in a group of its own),
+    SIGKILL after 30 s."""
     started: list[subprocess.Popen] = []
     yield started
     for proc in started:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
 
 
 def start_logged(procs: list, cmd: list[str], cwd: Path, log_name: str) -> subprocess.Popen:
