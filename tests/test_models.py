@@ -323,3 +323,31 @@ def test_vgg_cam_layers_are_the_stage_ends_of_torchvision_layouts() -> None:
         assert VGG_CAM_LAYERS[name] == tuple(reversed(ends))
         model, spec = build_model(name, 2, 3, CFG)
         assert all(isinstance(model.get_submodule(layer), torch.nn.ReLU) for layer in spec.cam_layers)
+
+
+def test_a_models_revision_is_part_of_its_trial_key_from_2_on() -> None:
+    from resomap.config import build
+    from resomap.sweep.trial import _hash, _key_tree, model_revision, trial_key
+
+    cfg = build({})
+
+    def unrevised(model: str) -> str:
+        tree = _key_tree(cfg)
+        tree["trial"] = {"model": model, "resolution": 32, "seed": 42}
+        return _hash(tree)
+
+    assert model_revision("simple_cnn") == 2 and MODELS.meta("simple_cnn")["revision"] == 2
+    assert model_revision("tiny_cnn") == 1 and model_revision("timm:resnet18") == 1
+    assert trial_key(cfg, "tiny_cnn", 32, 42) == unrevised("tiny_cnn")  # revision 1: keys as before revisions
+    assert trial_key(cfg, "simple_cnn", 32, 42) != unrevised("simple_cnn")  # its revision-1 results are not its own
+    with pytest.raises(ValueError, match="revision"):
+        register_model("bad_revision", family="cnn", cam_layers=("x",), revision=0)
+
+
+def test_simple_cnn_stem_downsamples_like_the_pool_it_replaces() -> None:
+    model, spec = build_model("simple_cnn", 2, 1, CFG)
+    blocks = [model.get_submodule(layer) for layer in spec.cam_layers]
+    assert all(isinstance(b, nn.Sequential) and isinstance(b[0], nn.Conv2d) for b in blocks)
+    assert model.features[0][0].stride == (2, 2) and not isinstance(model.features[1], nn.MaxPool2d)
+    out = model.features(torch.zeros(1, 1, 64, 64))
+    assert out.shape[-2:] == (4, 4)  # 64 / 16, as with a pool after every block but the last

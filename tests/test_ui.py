@@ -100,6 +100,29 @@ def test_ui_starts_only_what_browsing_needs(project: Path, monkeypatch: pytest.M
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
 
 
+def _as_from_a_terminal(ignored: tuple[signal.Signals, ...] = ()):
+    """A child's signal dispositions as a terminal gives them (or as `nohup` does, for `ignored`): whatever this
+    test process inherited (a CI job started in the background has SIGINT ignored, and the child would keep that)."""
+
+    def reset() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+
+    return reset
+
+
+def _start_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = ()):
+    cmd = [sys.executable, "-m", "resomap.cli", "ui", "--preset", "smoke", "--port", str(port), "--workers", "1"]
+    return subprocess.Popen(
+        cmd,
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_as_from_a_terminal(ignored),
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
 def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig: signal.Signals):
@@ -109,8 +132,7 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
 
     (project / "mlflow.db").touch()
     port = free_port()
-    cmd = [sys.executable, "-m", "resomap.cli", "ui", "--preset", "smoke", "--port", str(port), "--workers", "1"]
-    proc = subprocess.Popen(cmd, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = _start_ui(project, port)
     server: list = []
     try:
         line = proc.stdout.readline()
@@ -127,6 +149,37 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0  # nothing listens on the port any more
     finally:  # a failed check must not leave a server behind either
+        if proc.poll() is None:
+            proc.kill()
+        for child in server:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_resomap_ui_under_nohup_outlives_a_closed_terminal(project: Path):
+    """Started with SIGHUP ignored (`nohup resomap ui &`), the UI keeps serving when the terminal closes (SIGHUP);
+    SIGTERM still stops it and its server."""
+    import psutil
+
+    (project / "mlflow.db").touch()
+    port = free_port()
+    proc = _start_ui(project, port, ignored=(signal.SIGHUP,))
+    server: list = []
+    try:
+        assert proc.stdout.readline().startswith("MLflow UI: ")
+        server = list(psutil.Process(proc.pid).children(recursive=True))
+        proc.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        _, alive = psutil.wait_procs(server, timeout=30)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
         if proc.poll() is None:
             proc.kill()
         for child in server:

@@ -24,7 +24,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     before = {sig: signal.getsignal(sig) for sig in watched}  # restored on return (tests call main in-process)
     try:
         for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C (SIGINT): stop the server with us, from the start
-            signal.signal(sig, _interrupt)
+            if before[sig] != signal.SIG_IGN:  # ignored when we started (nohup: SIGHUP): it stays ignored, as
+                signal.signal(sig, _interrupt)  # Python itself leaves an ignored SIGINT
         return _serve(cfg, args)
     finally:
         for sig, handler in before.items():

@@ -54,6 +54,7 @@ class SweepConfig(GroupSection):
     include: list[list] = field(default_factory=list)  # extra [model, resolution] pairs to run
     exclude: list[list] = field(default_factory=list)  # [model, resolution] pairs to skip
     rerun_failed: bool = False  # run trials that failed before again
+    cost_probe: bool = True  # local executor: time a few training steps per model x resolution first, for the ETA
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)  # rounds of seeds until decided
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # sweep.<executor>.*: the executor's own
 

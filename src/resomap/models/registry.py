@@ -17,19 +17,24 @@ TIMM_FAMILY = "timm"  # the family of every `timm:<name>` model
 
 
 def register_model(
-    name: str, *, family: str, cam_layers: Sequence[str], task: str = "classification"
+    name: str, *, family: str, cam_layers: Sequence[str], task: str = "classification", revision: int = 1
 ) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
     `family` is any short word (it names the checkpoint folder: checkpoints/<family>/<model>/...). `task`: the
     registered task it serves (resomap.tasks: classification, logits [B, K]; segmentation, logits [B, K, r, r] at
-    the input's size; or a plugin's), checked against experiment.task when a config is loaded."""
+    the input's size; or a plugin's), checked against experiment.task when a config is loaded. `revision`: raise it
+    when the architecture changes, so trials of the earlier one (results, checkpoints) are not taken for the new
+    one's (it is part of the trial key from 2 on)."""
+    if not isinstance(revision, int) or revision < 1:
+        raise ValueError(f"model '{name}': revision must be an integer >= 1, got {revision!r}")
     if not family or not family.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"model '{name}': family must be a short word (letters, digits, - or _), got {family!r}")
     if not cam_layers:
         raise ValueError(f"model '{name}': give at least one CAM layer candidate")
     if not task or not str(task).replace("_", "").isalnum():
         raise ValueError(f"model '{name}': task must be a task's name (resomap.tasks), got {task!r}")
-    return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task)
+    meta = {"revision": revision} if revision > 1 else {}
+    return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task, **meta)
 
 
 def families() -> list[str]:

@@ -70,30 +70,41 @@ class SweepOutcome:
 
 
 class Progress:
-    """Sweep-level progress: done / failed / remaining and an ETA from the mean time of trials run so far."""
+    """Sweep-level progress: done / failed / remaining and an ETA that weighs each remaining trial by its expected
+    cost (resomap.sweep.eta: a probe of each pending model x resolution, calibrated on the trials done). `estimates`
+    keeps, per finished trial, its seconds, the seconds since the start, the trials left and the ETA then given
+    (None: none)."""
 
-    def __init__(self, total: int, already: int, task: str | None = None):
+    def __init__(self, total: int, already: int, task: str | None = None, pending: list[Trial] = ()):
+        from resomap.sweep.eta import Eta
         from resomap.tasks import get_task
 
         self.total, self.done, self.failed = total, already, 0
         self.task = get_task(task)
-        self.durations: list[float] = []
+        self.eta = Eta([(t.model, t.resolution) for t in pending])
+        self.estimates: list[tuple[str, float, float, int, float | None]] = []
         self.start = time.perf_counter()
+        self.ended: float | None = None  # seconds from the start to the last trial's end
 
     def line(self, current: str | None = None) -> str:
         remaining = self.total - self.done - self.failed
         eta = ""
-        if self.durations and remaining:
-            eta = f", ETA {sum(self.durations) / len(self.durations) * remaining / 60:.1f} min"
+        left = self.eta.seconds_left() if remaining else None
+        if left is not None:
+            eta = f", ETA {left / 60:.1f} min"
         now = f"; now: {current}" if current else ""
         return f"[sweep] {self.done} done, {self.failed} failed, {remaining} remaining{eta}{now}"
 
     def record(self, result: TrialResult, seconds: float) -> None:
-        self.durations.append(seconds)
-        if result.status == "FINISHED":
+        finished = result.status == "FINISHED"
+        self.eta.finished((result.model, result.resolution), seconds, result.train_time_s if finished else None)
+        if finished:
             self.done += 1
         else:
             self.failed += 1
+        remaining = self.total - self.done - self.failed
+        left = self.eta.seconds_left() if remaining else None
+        self.estimates.append((result.name, seconds, time.perf_counter() - self.start, remaining, left))
 
     def trial_line(self, result: TrialResult, seconds: float) -> str:
         """The one line a finished trial gets (after `record`): its outcome, headline figures and the progress."""
@@ -141,7 +152,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     todo = _todo(states, rerun)
     out_dir = summary_folder(cfg)
     discard_staging(out_dir)  # a summary build or swap a kill interrupted
-    progress = Progress(len(trials), sum(1 for _, s in states if s == "done"), cfg.experiment.task)
+    progress = Progress(len(trials), sum(1 for _, s in states if s == "done"), cfg.experiment.task, todo)
     progress.failed = sum(1 for t, s in states if s == "failed" and t not in todo)
     report(progress.line())
     if not todo:
@@ -157,7 +168,12 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     new: list[TrialResult] = []
     if todo:
         run = executor or get_executor(cfg.sweep.executor)
+        if executor is None and cfg.sweep.executor == "local" and cfg.sweep.cost_probe and len(todo) > 1:
+            from resomap.sweep.eta import probe
+
+            progress.eta.probes = probe(todo, report)  # trials run here, one after another: priced by a probe here
         new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
+        progress.ended = time.perf_counter() - progress.start
     if tracker.enabled and _needs_sync(trials):  # results logged while the store was down are sent now
         parent = parent or open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
         report(_sync(trials, tracker, parent).line())
@@ -165,6 +181,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     seconds: dict[str, float] = {}
     figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds)
     report(summary_line(seconds))
+    _save_estimates(progress, out_dir)
     closed = close_parent(tracker, parent, results, len(trials))
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
@@ -212,6 +229,26 @@ def _results(trials: list[Trial], new: list[TrialResult] = ()) -> list[TrialResu
     by_key = {r.key: r for r in new}
     results = [r for r in (load_result(t) or by_key.get(t.key) for t in trials) if r is not None]
     return sorted(results, key=lambda r: (r.model, r.resolution, r.seed))
+
+
+ESTIMATES_FILE = "eta.csv"
+
+
+def _save_estimates(progress: Progress, out_dir: Path) -> None:
+    """<summary folder>/eta.csv: per finished trial of this run, the ETA the progress line gave and the seconds the
+    remaining trials then took (how good the estimate was; scripts/benchmark_eta.py reads it). Not a summary
+    input: a later rebuild of the summary without trials to run drops it."""
+    if not progress.estimates or progress.ended is None:
+        return
+    end = progress.ended
+    lines = ["trial,seconds,elapsed_s,trials_left,eta_s,actual_s,ratio"]
+    for name, seconds, elapsed, left, eta in progress.estimates:
+        actual = end - elapsed
+        ratio = "" if eta is None or not left else f"{max(eta / actual, actual / eta):.3f}"
+        shown = "" if eta is None else f"{eta:.1f}"
+        lines.append(f"{name},{seconds:.1f},{elapsed:.1f},{left},{shown},{actual:.1f},{ratio}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_text(out_dir / ESTIMATES_FILE, "\n".join(lines) + "\n")
 
 
 # ---------------------------------------------------------------- nothing to do

@@ -106,7 +106,25 @@ def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
     """A stable hash of everything that decides what the trial computes."""
     tree = _key_tree(cfg)
     tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
+    revision = model_revision(model)
+    if revision > 1:  # the model's architecture changed: results of its earlier revision belong to another trial
+        tree["trial"]["revision"] = revision
     return _hash(tree)
+
+
+def model_revision(model: str) -> int:
+    """The registered revision of a model's architecture (register_model(revision=...); 1 for timm models, plugins
+    and the first revision of every built-in), read from the catalog without importing torch when it can."""
+    from resomap.catalog import registry
+    from resomap.errors import UnknownNameError
+
+    reg = registry("models")
+    if reg is None:  # no catalog: the live registry
+        from resomap.models.registry import MODELS as reg
+    try:
+        return int(reg.meta(model).get("revision", 1))
+    except (UnknownNameError, KeyError):  # timm:<name>, or a name the trial itself rejects
+        return 1
 
 
 def sweep_identity(cfg: Config) -> str:

@@ -225,18 +225,7 @@ class Trainer:
         self.history, self.should_stop, self.epoch = [], False, 0
         model.prepare_fit(int(data.resolution))
         self._setup(model, data)
-        xs, ys, ws = [], [], []
-        with torch.no_grad():
-            for x, y, *w in data.train.plain():  # w: the images' loss weights (training.sample_weights)
-                xs.append(x.float().flatten(1).cpu().numpy())
-                ys.append(y.cpu().numpy())
-                ws.extend(t.cpu().numpy() for t in w)
-        x, y = np.concatenate(xs), np.concatenate(ys)
-        weights = np.concatenate(ws) if ws else None
-        classes = getattr(self._criterion, "weight", None)  # the class weights the deep models' loss applies
-        if classes is not None:  # the same weighting as theirs (scikit-learn's class_weight is this product too)
-            per_class = classes.detach().cpu().numpy()[y]
-            weights = per_class if weights is None else weights * per_class
+        x, y, weights = self._train_arrays(data)
         try:
             self._call("on_fit_start")
             for epoch, penalty in enumerate(model.penalties):
@@ -260,6 +249,61 @@ class Trainer:
         fit = self._result(0, None, epochs_planned=len(model.penalties))
         fit.convergence = closed_form_convergence(fit.convergence, self.history, model.penalties)
         return fit
+
+    def _train_arrays(self, data: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The unaugmented training images flattened [N, D], their labels [N] and per-image weights (the loader's
+        sample weights times the loss's class weights; None when neither applies), for a closed-form fit."""
+        xs, ys, ws = [], [], []
+        with torch.no_grad():
+            for x, y, *w in data.train.plain():  # w: the images' loss weights (training.sample_weights)
+                xs.append(x.float().flatten(1).cpu().numpy())
+                ys.append(y.cpu().numpy())
+                ws.extend(t.cpu().numpy() for t in w)
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        weights = np.concatenate(ws) if ws else None
+        classes = getattr(self._criterion, "weight", None)  # the class weights the deep models' loss applies
+        if classes is not None:  # the same weighting as theirs (scikit-learn's class_weight is this product too)
+            per_class = classes.detach().cpu().numpy()[y]
+            weights = per_class if weights is None else weights * per_class
+        return x, y, weights
+
+    # ------------------------------------------------------------ cost probe
+
+    def probe_seconds(self, model: nn.Module, data: Any, steps: int = 2, rows: int = 4) -> tuple[float, float]:
+        """(predicted training seconds, seconds per image of a training step) of this trainer on `data`, from a
+        few real steps: one untimed warm-up step (first-call kernels and allocations), then `steps` timed ones on
+        the loader's batches. A gradient model's training is those steps scaled to every batch of every epoch,
+        plus a validation pass per epoch (a forward: about a third of a step); a closed-form model
+        (resomap.models.classical) fits every `rows`-th training image once at its middle penalty, scaled to all
+        images and every penalty. `model` is trained in place: pass one that is thrown away. The sweep's ETA
+        weighs trials by these (resomap.sweep.eta)."""
+        closed = getattr(model, "closed_form", False)
+        if closed:
+            model.prepare_fit(int(data.resolution))
+        self._setup(model, data)
+        self.model.train()
+        data.train.set_epoch(0)
+        batches, times = iter(data.train), []
+        for i in range(steps + 1):
+            try:
+                x, y, *w = next(batches)
+            except StopIteration:
+                break
+            t0 = time.perf_counter()
+            self._train_step(x, y, w, 1, update=True)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            if i:
+                times.append((time.perf_counter() - t0) / max(y.shape[0], 1))
+        per_image = float(np.median(times)) if times else 0.0
+        if closed:
+            x, y, weights = self._train_arrays(data)
+            keep = np.arange(0, len(y), rows)
+            t0 = time.perf_counter()
+            model.fit_arrays(x[keep], y[keep], model.penalties[len(model.penalties) // 2], _rows(weights, keep))
+            return (time.perf_counter() - t0) * len(y) / max(len(keep), 1) * len(model.penalties), per_image
+        epoch = per_image * (data.train.num_samples + data.val.num_samples / 3)
+        return epoch * self.cfg.training.epochs, per_image
 
     def _run_epoch(self, data: Any, seed: int, progress: Progress) -> None:
         # Dropout etc. depend only on (seed, epoch), not on how many epochs ran in this process.
@@ -305,12 +349,7 @@ class Trainer:
         t0 = time.perf_counter()
         for i, (x, y, *w) in enumerate(progress.batches(loader, self.epoch, n)):
             group = min(k, n - (i // k) * k)  # the last accumulation group of an epoch may be shorter
-            with self._autocast():
-                out = self._train_forward(self._inputs(x))
-                loss = self._criterion(out.float(), y, *w)  # w: the images' loss weights, when the loader has them
-            self.scaler.scale(loss / group if group > 1 else loss).backward()
-            if (i + 1) % k == 0 or i + 1 == n:
-                self._optimizer_step()
+            out, loss = self._train_step(x, y, w, group, update=(i + 1) % k == 0 or i + 1 == n)
             losses.append(loss.detach())
             sizes.append(y.shape[0])
             correct += self.task.correct(out, y)
@@ -340,6 +379,17 @@ class Trainer:
             "train/peak_memory_mb": peak_memory_mb(self.device),
             "lr": lr,
         }
+
+    def _train_step(self, x: torch.Tensor, y: torch.Tensor, w: list, group: int, update: bool) -> tuple:
+        """Forward, loss and backward of one batch (a 1/group share of an accumulation group); the optimiser
+        steps when `update`. Returns (outputs, loss)."""
+        with self._autocast():
+            out = self._train_forward(self._inputs(x))
+            loss = self._criterion(out.float(), y, *w)  # w: the images' loss weights, when the loader has them
+        self.scaler.scale(loss / group if group > 1 else loss).backward()
+        if update:
+            self._optimizer_step()
+        return out, loss
 
     def _check_finite(self, losses: list[torch.Tensor], start: int, stop: int) -> int:
         if stop <= start:
@@ -393,3 +443,7 @@ class Trainer:
             patience=getattr(stopper, "patience", None),
             stop_monitor=getattr(stopper, "monitor", None),
         )
+
+
+def _rows(weights: np.ndarray | None, keep: np.ndarray) -> np.ndarray | None:
+    return None if weights is None else weights[keep]

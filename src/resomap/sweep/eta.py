@@ -1,0 +1,157 @@
+"""The sweep's ETA: what the trials left will cost, from a probe of each pending (model, resolution) and the
+trials done.
+
+The mean time of the trials done is a poor guide: a 128 px trial costs many times a 32 px one, and a model not yet
+run costs what it costs. So before the first trial (local executor, `sweep.cost_probe`), `probe` builds each
+pending pair's data (as its trial will: the resolution cache it makes is the one the trial then reads) and model,
+and times a few real training steps through the Trainer's own step (`Trainer.probe_seconds`): the pair's predicted
+training seconds and its seconds per image of a training step. A pending trial then costs
+
+    training:  the predicted seconds x k, k = measured / predicted training time of the trials done (that model's
+               own when it has some, else all of them; 1 before any)
+    the rest:  a + b x (seconds per image), fitted on the trials done (test evaluation at every resolution,
+               profiling, explanations and MLflow, which grow with the model's cost per image)
+
+Without a probe (the Ray and local-gpus executors run trials elsewhere; sweep.cost_probe=false; a pair whose probe
+failed) a pending trial costs what that model's done trials cost per pixel, or a model not yet run the mean per
+pixel of those that have.
+
+Written by hand: no library estimates the run time of a list of heterogeneous jobs from a probe of each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Pair = tuple[str, int]  # (model, resolution)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    train_s: float  # predicted training seconds of a trial of this pair
+    image_s: float  # seconds per image of one training step
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    pair: Pair
+    seconds: float  # the whole trial
+    train_s: float | None  # its training (None: it failed; it then calibrates nothing)
+
+
+class Eta:
+    """Seconds left for the pending trials; `finished` moves a trial from pending to done."""
+
+    def __init__(self, pending: list[Pair], probes: dict[Pair, Probe] | None = None):
+        self.pending = list(pending)
+        self.probes = dict(probes or {})
+        self.done: list[Done] = []
+
+    def finished(self, pair: Pair, seconds: float, train_s: float | None) -> None:
+        if pair in self.pending:
+            self.pending.remove(pair)
+        self.done.append(Done(pair, float(seconds), train_s))
+
+    def seconds_left(self) -> float | None:
+        """The predicted seconds of every pending trial, or None before any trial finished (nothing to calibrate
+        the rest of a trial on) or with none pending."""
+        if not self.pending or not self.done:
+            return None
+        return sum(self.trial_seconds(pair) for pair in self.pending)
+
+    def trial_seconds(self, pair: Pair) -> float:
+        probe = self.probes.get(pair)
+        if probe is None:
+            return self._per_pixel(pair)
+        return probe.train_s * self._train_factor(pair[0]) + self._rest(probe.image_s)
+
+    def _calibrated(self) -> list[tuple[Done, Probe]]:
+        return [(d, self.probes[d.pair]) for d in self.done if d.train_s is not None and d.pair in self.probes]
+
+    def _train_factor(self, model: str) -> float:
+        """Measured / predicted training time: the median over this model's trials done, else over all."""
+        rows = self._calibrated()
+        own = [d.train_s / p.train_s for d, p in rows if d.pair[0] == model and p.train_s > 0]
+        pooled = [d.train_s / p.train_s for d, p in rows if p.train_s > 0]
+        return statistics.median(own or pooled) if (own or pooled) else 1.0
+
+    def _rest(self, image_s: float) -> float:
+        """A trial's seconds outside training, a + b x image_s, least squares on the trials done (a, b >= 0). The
+        first trial carries the process's one-time imports and start-up; it counts only until two others exist."""
+        rows = self._calibrated()
+        if len(rows) > 2:
+            rows = rows[1:]
+        xs = [p.image_s for _, p in rows]
+        ys = [max(d.seconds - d.train_s, 0.0) for d, _ in rows]
+        if not rows:
+            return statistics.mean(max(d.seconds - (d.train_s or 0.0), 0.0) for d in self.done)
+        a, b = _line(xs, ys)
+        return a + b * image_s
+
+    def _per_pixel(self, pair: Pair) -> float:
+        """Without a probe: this model's seconds per pixel over its trials done, else the mean of every model's,
+        times this trial's pixels."""
+        per_model: dict[str, list[float]] = {}
+        for d in self.done:
+            per_model.setdefault(d.pair[0], []).append(d.seconds / d.pair[1] ** 2)
+        own = per_model.get(pair[0])
+        rate = statistics.mean(own) if own else statistics.mean(statistics.mean(v) for v in per_model.values())
+        return rate * pair[1] ** 2
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(a, b) of y = a + b x by least squares with a, b >= 0 (the mean when x does not vary)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return my, 0.0
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    a = my - b * mx
+    if b < 0:
+        return my, 0.0
+    if a < 0:  # through the origin
+        return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+    return a, b
+
+
+def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[Pair, Probe]:
+    """{(model, resolution): Probe} for each distinct pair of `trials` (its first trial's config and seed),
+    measured in this process. A pair whose probe fails is left out (its trial reports the error when it runs).
+    Nothing here changes what a trial computes: each trial seeds itself, and the data cache holds the same
+    images whoever builds it."""
+    from resomap import data as data_pkg
+    from resomap import models as models_pkg
+    from resomap.runtime import apply_system, resolve_device
+    from resomap.training import Trainer
+
+    first: dict[Pair, Any] = {}
+    for trial in trials:
+        first.setdefault((trial.model, trial.resolution), trial)
+    out: dict[Pair, Probe] = {}
+    start = time.perf_counter()
+    for pair, trial in first.items():
+        cfg = trial.cfg
+        try:
+            device = resolve_device(cfg.system)
+            apply_system(cfg.system, device)
+            bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
+            model, _ = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
+            train_s, image_s = Trainer(cfg, device).probe_seconds(model, bundle)
+            out[pair] = Probe(train_s, image_s)
+        except Exception as exc:  # priced per pixel instead; the trial itself says what is wrong
+            log.info("cost probe of %s@%s failed (%s: %s)", pair[0], pair[1], type(exc).__name__, exc)
+    if out:
+        total = sum(p.train_s for p in out.values())
+        report(
+            f"[sweep] cost probe: {len(out)} model x resolution pair(s) in {time.perf_counter() - start:.1f} s; "
+            f"their training predicted at {total / 60:.1f} min for one trial each"
+        )
+    return out

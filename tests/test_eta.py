@@ -1,0 +1,93 @@
+"""The sweep's ETA (resomap.sweep.eta): remaining trials weighed by what a probe measured for each, calibrated on
+the trials done; the probe changes no result; the sweep records how good each estimate was (eta.csv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_sweep_config
+from resomap.sweep.eta import Eta, Probe, _line
+
+
+def test_a_trial_is_priced_by_its_probe_not_by_the_mean_of_those_done():
+    # 32 px measured 1 s of training per probe, 128 px 16 s; the 32 px trial took 4 s, 1.2 s of it training
+    probes = {("m", 32): Probe(1.0, 1e-4), ("m", 128): Probe(16.0, 16e-4)}
+    eta = Eta([("m", 32), ("m", 128)], probes)
+    assert eta.seconds_left() is None  # nothing done: no calibration yet
+    eta.finished(("m", 32), 4.0, 1.2)
+    # training 16 x 1.2 (measured / predicted of the trial done) + the rest of a trial (2.8 s, the one trial done)
+    assert eta.seconds_left() == pytest.approx(16 * 1.2 + 2.8)
+    assert eta.pending == [("m", 128)]
+
+
+def test_training_factor_is_the_models_own_then_pooled_and_failures_calibrate_nothing():
+    probes = {("a", 32): Probe(2.0, 1e-4), ("b", 32): Probe(2.0, 1e-4), ("c", 32): Probe(2.0, 1e-4)}
+    eta = Eta([("a", 32), ("b", 32), ("c", 32), ("c", 32)], probes)
+    eta.finished(("a", 32), 10.0, 4.0)  # a: twice its prediction
+    eta.finished(("b", 32), 10.0, 6.0)  # b: three times
+    eta.finished(("c", 32), 30.0, None)  # failed: counts as done, calibrates nothing
+    assert eta._train_factor("a") == pytest.approx(2.0)
+    assert eta._train_factor("c") == pytest.approx(2.5)  # median of 2 and 3
+    # one c trial left: 2 s x 2.5 + the rest (mean of 6 and 4 s: x does not vary)
+    assert eta.seconds_left() == pytest.approx(2.0 * 2.5 + 5.0)
+
+
+def test_rest_of_a_trial_follows_its_cost_per_image_and_drops_the_first_trial_once_others_exist():
+    probes = {("m", r): Probe(0.0, r * 1e-3) for r in (16, 32, 64, 128)}
+    eta = Eta([("m", 16), ("m", 32), ("m", 64), ("m", 128)], probes)
+    eta.finished(("m", 16), 60.0, 0.0)  # the first trial: start-up and imports
+    eta.finished(("m", 32), 2.0 + 32e-3 * 100, 0.0)
+    eta.finished(("m", 64), 2.0 + 64e-3 * 100, 0.0)
+    assert eta.seconds_left() == pytest.approx(2.0 + 128e-3 * 100)  # a = 2, b = 100 without the first trial
+
+
+def test_without_a_probe_a_trial_costs_per_pixel_its_models_or_the_pooled_rate():
+    eta = Eta([("a", 32), ("a", 64), ("b", 64)])
+    eta.finished(("a", 32), 2.0, 1.0)
+    assert eta.trial_seconds(("a", 64)) == pytest.approx(8.0)
+    assert eta.trial_seconds(("b", 64)) == pytest.approx(8.0)  # b not run yet: a's rate
+    assert eta.seconds_left() == pytest.approx(16.0)
+
+
+def test_line_fit_keeps_both_terms_non_negative():
+    assert _line([1, 2, 3], [3, 5, 7]) == pytest.approx((1.0, 2.0))
+    assert _line([1, 2, 3], [7, 5, 3]) == pytest.approx((5.0, 0.0))  # falling: the mean
+    assert _line([1, 2, 3], [1, 4, 7])[0] == 0.0  # negative intercept: through the origin
+    assert _line([2, 2], [3, 5]) == pytest.approx((4.0, 0.0))
+
+
+def _outputs(root: Path) -> dict[str, tuple]:
+    out = {}
+    for path in sorted((root / "model_summaries").glob("*/*/seed*/result.json")):
+        result = json.loads(path.read_text())
+        predictions = (path.parent / "predictions.csv").read_text()
+        out[result["name"]] = (result["test"], result["best_val"], result["epochs_run"], predictions)
+    return out
+
+
+def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_path: Path):
+    from resomap.sweep import run_sweep
+
+    lines: dict[bool, list[str]] = {True: [], False: []}
+    for on in (True, False):
+        cfg = tiny_sweep_config(
+            tmp_path / str(on), ["tiny_cnn", "pixel_logreg"], [16, 32], ["saliency"], 2, f"sweep.cost_probe={on}"
+        )
+        run_sweep(cfg, report=lines[on].append)
+    probe_lines = [line for line in lines[True] if "cost probe" in line]
+    assert len(probe_lines) == 1 and "4 model x resolution pair(s)" in probe_lines[0], lines[True]
+    assert not any("cost probe" in line for line in lines[False])
+    with_probe, without = _outputs(tmp_path / "True"), _outputs(tmp_path / "False")
+    assert len(with_probe) == 4 and with_probe == without  # same metrics, epochs and predictions, image by image
+
+    rows = list(csv.DictReader((tmp_path / "True/model_summaries/_sweep/resomap-smoke/eta.csv").open()))
+    assert [int(r["trials_left"]) for r in rows] == [3, 2, 1, 0]
+    assert all(float(r["eta_s"]) > 0 and float(r["ratio"]) >= 1 for r in rows[:-1])
+    assert rows[-1]["eta_s"] == "" and float(rows[-1]["actual_s"]) == pytest.approx(0.0, abs=0.05)
+    # the progress line shows the same ETA the file records
+    shown = [line for line in lines[True] if line.startswith("[sweep] 1 done")]
+    assert f"ETA {float(rows[0]['eta_s']) / 60:.1f} min" in shown[0]
