@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,10 @@ def test_a_trial_is_priced_by_its_probe_not_by_the_mean_of_those_done():
     eta = Eta([("m", 32), ("m", 128)], probes)
     assert eta.seconds_left() is None  # nothing done: no calibration yet
     eta.finished(("m", 32), 4.0, 1.2)
-    # training 16 x 1.2 (measured / predicted of the trial done) + the rest of a trial (2.8 s, the one trial done)
-    assert eta.seconds_left() == pytest.approx(16 * 1.2 + 2.8)
+    # training: 16 s x the factor measured / predicted (1.2), shrunk toward 1 with the probe counted as one trial
+    # (own: log 1.2, pooled prior: log 1.2 / 2, mean of the two); plus the rest of a trial (2.8 s, the trial done)
+    assert eta.seconds_left() == pytest.approx(16 * 1.2**0.75 + 2.8)
+    assert eta.seconds_left() > 4.0 * 2  # the old estimate (mean of trials done x trials left) said 4 s
     assert eta.pending == [("m", 128)]
 
 
@@ -30,10 +33,12 @@ def test_training_factor_is_the_models_own_then_pooled_and_failures_calibrate_no
     eta.finished(("a", 32), 10.0, 4.0)  # a: twice its prediction
     eta.finished(("b", 32), 10.0, 6.0)  # b: three times
     eta.finished(("c", 32), 30.0, None)  # failed: counts as done, calibrates nothing
-    assert eta._train_factor("a") == pytest.approx(2.0)
-    assert eta._train_factor("c") == pytest.approx(2.5)  # median of 2 and 3
-    # one c trial left: 2 s x 2.5 + the rest (mean of 6 and 4 s: x does not vary)
-    assert eta.seconds_left() == pytest.approx(2.0 * 2.5 + 5.0)
+    pooled = (math.log(2) + math.log(3)) / 3  # the two trials and the probe's 1
+    assert eta._train_factor("c") == pytest.approx(math.exp(pooled))  # no trial of its own: the pooled factor
+    assert eta._train_factor("a") == pytest.approx(math.exp((math.log(2) + pooled) / 2))
+    assert 1 < eta._train_factor("c") < eta._train_factor("a") < 2
+    # one c trial left: 2 s x the pooled factor + the rest (mean of 6 and 4 s: x does not vary)
+    assert eta.seconds_left() == pytest.approx(2.0 * math.exp(pooled) + 5.0)
 
 
 def test_rest_of_a_trial_follows_its_cost_per_image_and_drops_the_first_trial_once_others_exist():

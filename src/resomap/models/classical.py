@@ -29,6 +29,9 @@ from resomap.models.registry import register_model
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # scikit-learn's C (inverse L2 strength), strongest penalty first
 UNFITTED_SIDE = 32  # the side of an unfitted model's layer (any works: prepare_fit resizes it)
 MAX_ITER = 500  # lbfgs iterations per fit; a fit that needs more is recorded as not converged
+# how much longer than the strongest penalty's fit each fit of the grid takes on average (weaker penalties need more
+# lbfgs iterations): 4.4-7.9x on the quickstart's ELPV cells at 32-128 px (trial histories' train/epoch_time_s)
+SOLVER_GROWTH = 5.0
 
 
 class PixelLogistic(nn.Module):
@@ -63,6 +66,16 @@ class PixelLogistic(nn.Module):
     def prepare_fit(self, resolution: int) -> None:
         """A concrete linear layer for `resolution` px inputs before the Trainer builds its optimizer."""
         self.linear = nn.Linear(self.in_channels * resolution * resolution, self.num_classes)
+
+    def probe_fit_seconds(self, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+        """Predicted seconds of the whole penalty grid's fits on (x, y): one timed fit at the strongest penalty (the
+        quickest) x the grid's size x SOLVER_GROWTH. For the sweep's ETA (Trainer.probe_seconds); the layer is
+        refitted by the trial itself."""
+        import time
+
+        start = time.perf_counter()
+        self.fit_arrays(x, y, self.penalties[0], sample_weight)
+        return (time.perf_counter() - start) * len(self.penalties) * SOLVER_GROWTH
 
     def fit_arrays(
         self, x: np.ndarray, y: np.ndarray, penalty: float, sample_weight: np.ndarray | None = None

@@ -8,7 +8,7 @@ and times a few real training steps through the Trainer's own step (`Trainer.pro
 training seconds and its seconds per image of a training step. A pending trial then costs
 
     training:  the predicted seconds x k, k = measured / predicted training time of the trials done (that model's
-               own when it has some, else all of them; 1 before any)
+               own, shrunk toward all trials', shrunk toward 1: the probe counts as one trial)
     the rest:  a + b x (seconds per image), fitted on the trials done (test evaluation at every resolution,
                profiling, explanations and MLflow, which grow with the model's cost per image)
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 Pair = tuple[str, int]  # (model, resolution)
+PRIOR_WEIGHT = 1.0  # the probe's own prediction counts as this many trials in the training-time calibration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,11 +78,14 @@ class Eta:
         return [(d, self.probes[d.pair]) for d in self.done if d.train_s is not None and d.pair in self.probes]
 
     def _train_factor(self, model: str) -> float:
-        """Measured / predicted training time: the median over this model's trials done, else over all."""
-        rows = self._calibrated()
-        own = [d.train_s / p.train_s for d, p in rows if d.pair[0] == model and p.train_s > 0]
-        pooled = [d.train_s / p.train_s for d, p in rows if p.train_s > 0]
-        return statistics.median(own or pooled) if (own or pooled) else 1.0
+        """Measured / predicted training time, as a geometric mean in which the probe itself counts as one trial
+        that measured 1 (PRIOR_WEIGHT): over this model's trials done, shrunk toward the factor of all trials done,
+        itself shrunk toward 1. One trial of a model, with its start-up noise, then moves its prediction half-way."""
+        rows = [(d, p) for d, p in self._calibrated() if p.train_s > 0 and d.train_s > 0]
+        pooled = [math.log(d.train_s / p.train_s) for d, p in rows]
+        own = [math.log(d.train_s / p.train_s) for d, p in rows if d.pair[0] == model]
+        prior = sum(pooled) / (len(pooled) + PRIOR_WEIGHT)
+        return math.exp((sum(own) + PRIOR_WEIGHT * prior) / (len(own) + PRIOR_WEIGHT))
 
     def _rest(self, image_s: float) -> float:
         """A trial's seconds outside training, a + b x image_s, least squares on the trials done (a, b >= 0). The
