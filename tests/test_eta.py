@@ -41,6 +41,17 @@ def test_training_factor_is_the_models_own_then_pooled_and_failures_calibrate_no
     assert eta.seconds_left() == pytest.approx(2.0 * math.exp(pooled) + 5.0)
 
 
+def test_early_stopping_is_priced_by_the_share_of_epochs_trials_ran():
+    # a CNN planned for 40 epochs at a predicted 1 s each; a closed-form model planned for 5 fits
+    probes = {("cnn", 32): Probe(40.0, 1e-4, 40), ("cnn", 64): Probe(160.0, 4e-4, 40), ("lr", 32): Probe(5.0, 0, 5)}
+    eta = Eta([("cnn", 32), ("cnn", 64), ("lr", 32)], probes)
+    eta.finished(("cnn", 32), 12.0, 10.0, epochs=10)  # stopped early after 10 epochs, at the predicted 1 s each
+    assert eta._epoch_share("cnn", probes[("cnn", 64)]) == pytest.approx(0.25)
+    assert eta._train_factor("cnn") == pytest.approx(1.0)  # per epoch it ran as predicted
+    assert eta.trial_seconds(("cnn", 64)) == pytest.approx(160.0 * 0.25 + 2.0)
+    assert eta._epoch_share("lr", probes[("lr", 32)]) == 1.0  # another budget (5 fits): not priced by the CNN's
+
+
 def test_rest_of_a_trial_follows_its_cost_per_image_and_drops_the_first_trial_once_others_exist():
     probes = {("m", r): Probe(0.0, r * 1e-3) for r in (16, 32, 64, 128)}
     eta = Eta([("m", 16), ("m", 32), ("m", 64), ("m", 128)], probes)

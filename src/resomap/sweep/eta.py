@@ -7,10 +7,14 @@ pending pair's data (as its trial will: the resolution cache it makes is the one
 and times a few real training steps through the Trainer's own step (`Trainer.probe_seconds`): the pair's predicted
 training seconds and its seconds per image of a training step. A pending trial then costs
 
-    training:  the predicted seconds x k, k = measured / predicted training time of the trials done (that model's
-               own, shrunk toward all trials', shrunk toward 1: the probe counts as one trial)
-    the rest:  a + b x (seconds per image), fitted on the trials done (test evaluation at every resolution,
-               profiling, explanations and MLflow, which grow with the model's cost per image)
+    training:  the predicted seconds x the share of its planned epochs it will run (early stopping: the mean share
+               of that model's trials done, else of those with as many planned epochs, else the geometric middle
+               of the fewest early stopping allows and all of them) x k, k = measured /
+               predicted seconds per epoch of the trials done (that model's own, shrunk toward all trials',
+               shrunk toward 1: the probe counts as one trial)
+    the rest:  a + b x (seconds per image), fitted on that model's trials done (test evaluation at every
+               resolution, profiling, explanations and MLflow, which grow with the model's cost per image); the
+               mean of all trials done for a model not yet run
 
 Without a probe (the Ray and local-gpus executors run trials elsewhere; sweep.cost_probe=false; a pair whose probe
 failed) a pending trial costs what that model's done trials cost per pixel, or a model not yet run the mean per
@@ -37,8 +41,10 @@ PRIOR_WEIGHT = 1.0  # the probe's own prediction counts as this many trials in t
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    train_s: float  # predicted training seconds of a trial of this pair
+    train_s: float  # predicted training seconds of a trial of this pair, for `epochs` epochs
     image_s: float  # seconds per image of one training step
+    epochs: int = 0  # the epochs (a closed-form model: fits) train_s is for; 0: not known
+    fewest: int = 0  # the fewest epochs it can run (early stopping's patience + 1, at most `epochs`); 0: `epochs`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Done:
     pair: Pair
     seconds: float  # the whole trial
     train_s: float | None  # its training (None: it failed; it then calibrates nothing)
+    epochs: int = 0  # the epochs it ran (early stopping ends some before the planned ones); 0: not known
 
 
 class Eta:
@@ -56,10 +63,10 @@ class Eta:
         self.probes = dict(probes or {})
         self.done: list[Done] = []
 
-    def finished(self, pair: Pair, seconds: float, train_s: float | None) -> None:
+    def finished(self, pair: Pair, seconds: float, train_s: float | None, epochs: int = 0) -> None:
         if pair in self.pending:
             self.pending.remove(pair)
-        self.done.append(Done(pair, float(seconds), train_s))
+        self.done.append(Done(pair, float(seconds), train_s, int(epochs or 0)))
 
     def seconds_left(self) -> float | None:
         """The predicted seconds of every pending trial, or None before any trial finished (nothing to calibrate
@@ -72,32 +79,57 @@ class Eta:
         probe = self.probes.get(pair)
         if probe is None:
             return self._per_pixel(pair)
-        return probe.train_s * self._train_factor(pair[0]) + self._rest(probe.image_s)
+        train = probe.train_s * self._epoch_share(pair[0], probe) * self._train_factor(pair[0])
+        return train + self._rest(pair[0], probe.image_s)
 
     def _calibrated(self) -> list[tuple[Done, Probe]]:
         return [(d, self.probes[d.pair]) for d in self.done if d.train_s is not None and d.pair in self.probes]
 
+    @staticmethod
+    def _speed(d: Done, p: Probe) -> float:
+        """Measured / predicted seconds per epoch of a trial done (per trial when the epochs are not known)."""
+        if d.epochs and p.epochs:
+            return (d.train_s / d.epochs) / (p.train_s / p.epochs)
+        return d.train_s / p.train_s
+
+    def _epoch_share(self, model: str, probe: Probe) -> float:
+        """The share of its planned epochs a pending trial is expected to run (early stopping): the mean over this
+        model's trials done, else over the trials done with as many planned epochs; before any, the geometric
+        middle of what early stopping allows (between `fewest` and all of them)."""
+        if not probe.epochs:
+            return 1.0
+        rows = [(d, p) for d, p in self._calibrated() if d.epochs and p.epochs]
+        own = [d.epochs / p.epochs for d, p in rows if d.pair[0] == model]
+        alike = [d.epochs / p.epochs for d, p in rows if p.epochs == probe.epochs]
+        if own or alike:
+            return statistics.mean(own or alike)
+        fewest = min(probe.fewest or probe.epochs, probe.epochs)
+        return math.sqrt(fewest / probe.epochs)
+
     def _train_factor(self, model: str) -> float:
-        """Measured / predicted training time, as a geometric mean in which the probe itself counts as one trial
+        """Measured / predicted training speed, as a geometric mean in which the probe itself counts as one trial
         that measured 1 (PRIOR_WEIGHT): over this model's trials done, shrunk toward the factor of all trials done,
         itself shrunk toward 1. One trial of a model, with its start-up noise, then moves its prediction half-way."""
         rows = [(d, p) for d, p in self._calibrated() if p.train_s > 0 and d.train_s > 0]
-        pooled = [math.log(d.train_s / p.train_s) for d, p in rows]
-        own = [math.log(d.train_s / p.train_s) for d, p in rows if d.pair[0] == model]
+        pooled = [math.log(self._speed(d, p)) for d, p in rows]
+        own = [math.log(self._speed(d, p)) for d, p in rows if d.pair[0] == model]
         prior = sum(pooled) / (len(pooled) + PRIOR_WEIGHT)
         return math.exp((sum(own) + PRIOR_WEIGHT * prior) / (len(own) + PRIOR_WEIGHT))
 
-    def _rest(self, image_s: float) -> float:
-        """A trial's seconds outside training, a + b x image_s, least squares on the trials done (a, b >= 0). The
-        first trial carries the process's one-time imports and start-up; it counts only until two others exist."""
+    def _rest(self, model: str, image_s: float) -> float:
+        """A trial's seconds outside training: a + b x image_s, least squares (a, b >= 0) over this model's trials
+        done; the mean of all trials done for a model not yet run (another model's slope says nothing of this one's:
+        pixel_logreg's rest grows with resolution while its training step costs next to nothing). The first trial
+        carries the process's one-time imports and start-up; it counts only until two others exist."""
         rows = self._calibrated()
         if len(rows) > 2:
             rows = rows[1:]
-        xs = [p.image_s for _, p in rows]
-        ys = [max(d.seconds - d.train_s, 0.0) for d, _ in rows]
         if not rows:
             return statistics.mean(max(d.seconds - (d.train_s or 0.0), 0.0) for d in self.done)
-        a, b = _line(xs, ys)
+        own = [(p.image_s, max(d.seconds - d.train_s, 0.0)) for d, p in rows if d.pair[0] == model]
+        if not own:
+            return statistics.mean(max(d.seconds - d.train_s, 0.0) for d, _ in rows)
+        a, b = _line([x for x, _ in own], [y for _, y in own])
         return a + b * image_s
 
     def _per_pixel(self, pair: Pair) -> float:
@@ -149,8 +181,10 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
             apply_system(cfg.system, device)
             bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
             model, _ = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
-            train_s, image_s = Trainer(cfg, device).probe_seconds(model, bundle)
-            out[pair] = Probe(train_s, image_s)
+            train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(model, bundle)
+            stopping = cfg.training.early_stopping
+            fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs
+            out[pair] = Probe(train_s, image_s, epochs, fewest)
         except Exception as exc:  # priced per pixel instead; the trial itself says what is wrong
             log.info("cost probe of %s@%s failed (%s: %s)", pair[0], pair[1], type(exc).__name__, exc)
     if out:

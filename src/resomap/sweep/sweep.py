@@ -97,7 +97,8 @@ class Progress:
 
     def record(self, result: TrialResult, seconds: float) -> None:
         finished = result.status == "FINISHED"
-        self.eta.finished((result.model, result.resolution), seconds, result.train_time_s if finished else None)
+        train_s = result.train_time_s if finished else None
+        self.eta.finished((result.model, result.resolution), seconds, train_s, result.epochs_run)
         if finished:
             self.done += 1
         else:

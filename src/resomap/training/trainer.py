@@ -269,14 +269,14 @@ class Trainer:
 
     # ------------------------------------------------------------ cost probe
 
-    def probe_seconds(self, model: nn.Module, data: Any, steps: int = 2) -> tuple[float, float]:
-        """(predicted training seconds, seconds per image of a training step) of this trainer on `data`, from a
-        few real steps: one untimed warm-up step (first-call kernels and allocations), then `steps` timed ones on
-        the loader's batches. A gradient model's training is those steps scaled to every batch of every epoch,
-        plus a validation pass per epoch (a forward: about a third of a step); a closed-form model
-        (resomap.models.classical) predicts its fits with its `probe_fit_seconds` (else one fit at its middle
-        penalty x the number of penalties). `model` is trained in place: pass one that is thrown away. The sweep's
-        ETA weighs trials by these (resomap.sweep.eta)."""
+    def probe_seconds(self, model: nn.Module, data: Any, steps: int = 2) -> tuple[float, float, int]:
+        """(predicted training seconds, seconds per image of a training step, the epochs or fits that prediction
+        is for) of this trainer on `data`, from a few real steps: one untimed warm-up step (first-call kernels and
+        allocations), then `steps` timed ones on the loader's batches. A gradient model's training is those steps
+        scaled to every batch of every epoch, plus a validation pass per epoch (a forward: about a third of a
+        step); a closed-form model (resomap.models.classical) predicts its fits with its `probe_fit_seconds` (else
+        one fit at its middle penalty x the number of penalties). `model` is trained in place: pass one that is
+        thrown away. The sweep's ETA weighs trials by these (resomap.sweep.eta)."""
         closed = getattr(model, "closed_form", False)
         if closed:
             model.prepare_fit(int(data.resolution))
@@ -298,13 +298,14 @@ class Trainer:
         per_image = float(np.median(times)) if times else 0.0
         if closed:
             x, y, weights = self._train_arrays(data)
+            fits = len(model.penalties)
             if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
-                return float(model.probe_fit_seconds(x, y, weights)), per_image
+                return float(model.probe_fit_seconds(x, y, weights)), per_image, fits
             t0 = time.perf_counter()
-            model.fit_arrays(x, y, model.penalties[len(model.penalties) // 2], weights)
-            return (time.perf_counter() - t0) * len(model.penalties), per_image
+            model.fit_arrays(x, y, model.penalties[fits // 2], weights)
+            return (time.perf_counter() - t0) * fits, per_image, fits
         epoch = per_image * (data.train.num_samples + data.val.num_samples / 3)
-        return epoch * self.cfg.training.epochs, per_image
+        return epoch * self.cfg.training.epochs, per_image, self.cfg.training.epochs
 
     def _run_epoch(self, data: Any, seed: int, progress: Progress) -> None:
         # Dropout etc. depend only on (seed, epoch), not on how many epochs ran in this process.
