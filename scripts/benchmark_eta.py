@@ -4,9 +4,13 @@ trials left) would have said on the same line. The target is every line within 1
 
 Reads the eta.csv a sweep writes beside its summary (model_summaries/_sweep/<name>/eta.csv); with --run, first runs
 `resomap sweep --preset <preset>` in a new folder (the quickstart: about 4-5 min on 2 cores) and reads its file.
+With --replay FOLDER (a finished sweep of --preset there), the estimator of this code is replayed on the trials as
+they ran (their seconds, training seconds and epochs from eta.csv and result.json) with the cost probe measured again
+now (seconds: the cache is there): how an estimator change would have done on a sweep without running it again.
 
-    python scripts/benchmark_eta.py --run [--preset quickstart] [-- overrides...]
+    python scripts/benchmark_eta.py --run [--preset quickstart] [overrides...]
     python scripts/benchmark_eta.py model_summaries/_sweep/resomap-quickstart/eta.csv
+    python scripts/benchmark_eta.py --replay DIR --preset elpv_paper
 """
 
 from __future__ import annotations
@@ -54,13 +58,50 @@ def table(rows: list[dict[str, str]]) -> tuple[list[float], list[float]]:
     return new, old
 
 
+def replay(folder: Path, preset: str, overrides: list[str]) -> list[dict[str, str]]:
+    """eta.csv's rows of the sweep in `folder`, with eta_s and ratio as this code's estimator gives them."""
+    import json
+
+    import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before a config is loaded)
+    from resomap.config import load
+    from resomap.sweep.eta import Eta, probe
+    from resomap.sweep.plan import plan
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load(str(root / "configs"), preset, [f"experiment.output_dir={folder}", *overrides])
+    trials = {t.name: t for t in plan(cfg, check=False)}
+    rows = read(next(folder.glob(f"model_summaries/_sweep/{cfg.experiment.name}/eta.csv")))
+    eta = Eta([(trials[r["trial"]].model, trials[r["trial"]].resolution) for r in rows])
+    eta.probes = probe([trials[r["trial"]] for r in rows], print)
+    total = sum(float(r["seconds"]) for r in rows)
+    spent = 0.0
+    for row in rows:
+        trial = trials[row["trial"]]
+        result = json.loads((trial.summary_dir / "result.json").read_text())
+        ok = result.get("status") == "FINISHED"
+        spent += float(row["seconds"])
+        eta.finished((trial.model, trial.resolution), float(row["seconds"]), result["train_time_s"] if ok else None,
+                     result.get("epochs_run") or 0)  # fmt: skip
+        left = eta.seconds_left()
+        row["eta_s"] = "" if left is None else f"{left:.1f}"
+        row["actual_s"] = f"{total - spent:.1f}"  # the trials' own seconds (the live file adds the gaps between)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv", nargs="?", type=Path, help="a sweep's eta.csv")
     parser.add_argument("--run", action="store_true", help="run the preset first, in a new folder")
+    parser.add_argument("--replay", type=Path, metavar="FOLDER", help="replay this code's estimator on a sweep there")
     parser.add_argument("--preset", default="quickstart")
-    parser.add_argument("overrides", nargs="*", help="dotted config overrides for --run")
+    parser.add_argument("overrides", nargs="*", help="dotted config overrides for --run / --replay")
     args = parser.parse_args()
+    if args.replay:
+        rows = replay(args.replay.resolve(), args.preset, args.overrides)
+        new, _ = table(rows)
+        print(f"ETA (this code, replayed): {sum(r <= TARGET for r in new)}/{len(new)} lines within {TARGET}x, "
+              f"worst {max(new):.2f}x")  # fmt: skip
+        return 0
     if args.run:
         root = Path(__file__).resolve().parents[1]
         folder = Path(tempfile.mkdtemp(prefix="resomap-eta-"))
