@@ -111,9 +111,14 @@ def _as_from_a_terminal(ignored: tuple[signal.Signals, ...] = ()):
     return reset
 
 
-def _start_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = ()):
+@contextlib.contextmanager
+def _running_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = ()):
+    """`resomap ui` on `port` started as from a terminal (see `_as_from_a_terminal`): yields (the process, the
+    processes of its server, once it printed its address). Whatever a check does, nothing is left behind."""
+    import psutil
+
     cmd = [sys.executable, "-m", "resomap.cli", "ui", "--preset", "smoke", "--port", str(port), "--workers", "1"]
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         cmd,
         cwd=project,
         stdout=subprocess.PIPE,
@@ -121,6 +126,20 @@ def _start_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = ()
         text=True,
         preexec_fn=_as_from_a_terminal(ignored),
     )
+    server: list = []
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("MLflow UI: "), line + proc.stdout.read()
+        server = list(psutil.Process(proc.pid).children(recursive=True))
+        assert server, "no server process under resomap ui"
+        yield proc, server
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for child in server:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        proc.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -132,13 +151,7 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
 
     (project / "mlflow.db").touch()
     port = free_port()
-    proc = _start_ui(project, port)
-    server: list = []
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("MLflow UI: "), line + proc.stdout.read()
-        server = list(psutil.Process(proc.pid).children(recursive=True))
-        assert server, "no server process under resomap ui"
+    with _running_ui(project, port) as (proc, server):
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         assert "libtorch" not in maps  # the wrapper only waits
         assert (project / ".cache" / "mlflow-ui.log").is_file() and not (project / "mlflow-ui.log").exists()
@@ -148,13 +161,6 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
         assert not alive, [p.cmdline() for p in alive]
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0  # nothing listens on the port any more
-    finally:  # a failed check must not leave a server behind either
-        if proc.poll() is None:
-            proc.kill()
-        for child in server:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -165,11 +171,7 @@ def test_resomap_ui_under_nohup_outlives_a_closed_terminal(project: Path):
 
     (project / "mlflow.db").touch()
     port = free_port()
-    proc = _start_ui(project, port, ignored=(signal.SIGHUP,))
-    server: list = []
-    try:
-        assert proc.stdout.readline().startswith("MLflow UI: ")
-        server = list(psutil.Process(proc.pid).children(recursive=True))
+    with _running_ui(project, port, ignored=(signal.SIGHUP,)) as (proc, server):
         proc.send_signal(signal.SIGHUP)
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=3)
@@ -179,13 +181,6 @@ def test_resomap_ui_under_nohup_outlives_a_closed_terminal(project: Path):
         assert proc.wait(timeout=60) == 0
         _, alive = psutil.wait_procs(server, timeout=30)
         assert not alive, [p.cmdline() for p in alive]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for child in server:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-        proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------- browser: a sweep in the UI

@@ -245,7 +245,8 @@ def _save_estimates(progress: Progress, out_dir: Path) -> None:
     lines = ["trial,seconds,elapsed_s,trials_left,eta_s,actual_s,ratio"]
     for name, seconds, elapsed, left, eta in progress.estimates:
         actual = end - elapsed
-        ratio = "" if eta is None or not left else f"{max(eta / actual, actual / eta):.3f}"
+        known = eta is not None and left and eta > 0 and actual > 0  # a test's instant trials take no time
+        ratio = f"{max(eta / actual, actual / eta):.3f}" if known else ""
         shown = "" if eta is None else f"{eta:.1f}"
         lines.append(f"{name},{seconds:.1f},{elapsed:.1f},{left},{shown},{actual:.1f},{ratio}")
     out_dir.mkdir(parents=True, exist_ok=True)
