@@ -191,6 +191,6 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
         total = sum(p.train_s for p in out.values())
         report(
             f"[sweep] cost probe: {len(out)} model x resolution pair(s) in {time.perf_counter() - start:.1f} s; "
-            f"their training predicted at {total / 60:.1f} min for one trial each"
+            f"training one trial of each predicted at {total / 60:.1f} min (all planned epochs)"
         )
     return out
