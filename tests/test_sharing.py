@@ -389,7 +389,7 @@ def test_suggestions_rank_the_key_most_likely_meant(overrides, meant):
         (["sweep", "--dry-run", "sweep.resolutions=[100000]"], "sweep.resolutions[0]: expected a positive integer up"),
         (["profile", "--model", "tiny_cnn", "--resolution", "1"], "tiny_cnn needs inputs of at least 4 px"),
         (["profile", "--model", "tiny_cnn", "--resolution", "100000"], "at most 8192 px"),
-        (["train", "--model", "simple_cnn", "--resolution", "8", *FAST[:2]], "simple_cnn needs inputs of at least 16"),
+        (["train", "--model", "simple_cnn", "--resolution", "8", *FAST[:2]], "simple_cnn needs inputs of at least 15"),
         (["ui", "--port", "99999"], "expected a port from 1 to 65535"),
     ],
 )
