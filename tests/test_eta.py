@@ -107,3 +107,13 @@ def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_
     # the progress line shows the same ETA the file records
     shown = [line for line in lines[True] if line.startswith("[sweep] 1 done")]
     assert f"ETA {float(rows[0]['eta_s']) / 60:.1f} min" in shown[0]
+    # a summary rebuilt without training (another stats level) keeps the file: part of the summary folder
+    eta_csv = tmp_path / "True/model_summaries/_sweep/resomap-smoke/eta.csv"
+    before = eta_csv.read_text()
+    rebuilt: list[str] = []
+    models = ["tiny_cnn", "pixel_logreg"]
+    run_sweep(
+        tiny_sweep_config(tmp_path / "True", models, [16, 32], ["saliency"], 2, "stats.level=0.9"),
+        report=rebuilt.append,
+    )
+    assert not any("cost probe" in line for line in rebuilt) and eta_csv.read_text() == before

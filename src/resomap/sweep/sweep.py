@@ -180,9 +180,8 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
     seconds: dict[str, float] = {}
-    figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds)
+    figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds, _estimates(progress))
     report(summary_line(seconds))
-    _save_estimates(progress, out_dir)
     closed = close_parent(tracker, parent, results, len(trials))
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
@@ -235,22 +234,19 @@ def _results(trials: list[Trial], new: list[TrialResult] = ()) -> list[TrialResu
 ESTIMATES_FILE = "eta.csv"
 
 
-def _save_estimates(progress: Progress, out_dir: Path) -> None:
-    """<summary folder>/eta.csv: per finished trial of this run, the ETA the progress line gave and the seconds the
-    remaining trials then took (how good the estimate was; scripts/benchmark_eta.py reads it). Not a summary
-    input: a later rebuild of the summary without trials to run drops it."""
+def _estimates(progress: Progress) -> str | None:
+    """eta.csv's text: per finished trial of this run, the ETA the progress line gave and the seconds the remaining
+    trials then took (how good the estimate was; scripts/benchmark_eta.py reads it); None when no trial ran."""
     if not progress.estimates or progress.ended is None:
-        return
-    end = progress.ended
+        return None
     lines = ["trial,seconds,elapsed_s,trials_left,eta_s,actual_s,ratio"]
     for name, seconds, elapsed, left, eta in progress.estimates:
-        actual = end - elapsed
+        actual = progress.ended - elapsed
         known = eta is not None and left and eta > 0 and actual > 0  # a test's instant trials take no time
         ratio = f"{max(eta / actual, actual / eta):.3f}" if known else ""
         shown = "" if eta is None else f"{eta:.1f}"
         lines.append(f"{name},{seconds:.1f},{elapsed:.1f},{left},{shown},{actual:.1f},{ratio}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / ESTIMATES_FILE, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- nothing to do
@@ -370,18 +366,24 @@ def _summarise(
     parent: str | None,
     trials: list[Trial] | None = None,
     seconds: dict[str, float] | None = None,
+    estimates: str | None = None,
 ) -> list[Path]:
     """summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt, the sweep figures, the
     cross-resolution comparison of explanations, report.html and state.json, built in a staging folder and swapped
     in whole; then all logged to the parent run (only what it lacks or what changed, so publishing again is
     harmless). ``trials`` locate each result's folder (default: the sweep's plan); ``seconds`` (when given)
-    receives how long each part took."""
+    receives how long each part took; ``estimates``, this run's eta.csv (else the summary's earlier one is kept:
+    part of the folder, swapped in with it)."""
     clock = _Clock(seconds if seconds is not None else {})
     trials = trials if trials is not None else plan(cfg, check=False)
     folders = trial_folders(trials)
     staging = staging_dir(out_dir)
     try:
         built = _build_summary(results, cfg, staging, folders, clock)
+        if estimates is not None:
+            write_text(staging / ESTIMATES_FILE, estimates)
+        elif (out_dir / ESTIMATES_FILE).is_file():
+            shutil.copy2(out_dir / ESTIMATES_FILE, staging / ESTIMATES_FILE)
         write_text(staging / STATE_FILE, _state(cfg, trials, parent, published=False))
         replace_dir(staging, out_dir)
     finally:
