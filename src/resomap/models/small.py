@@ -44,7 +44,7 @@ class ConvNet(nn.Module):
     def block_indices(n_blocks: int, stem: bool = False) -> list[int]:
         """The positions of the blocks in `features`: 0, 2, 4, ... (a pool between each two), or 0, 1, 3, 5, ...
         with a stem (no pool after the first block)."""
-        return [0, *range(1, 2 * n_blocks - 2, 2)] if stem else list(range(0, 2 * n_blocks, 2))[:n_blocks]
+        return [0, *range(1, 2 * n_blocks - 2, 2)] if stem else list(range(0, 2 * n_blocks, 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.pool(self.features(x)))

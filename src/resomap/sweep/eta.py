@@ -164,9 +164,8 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     measured in this process. A pair whose probe fails is left out (its trial reports the error when it runs).
     Nothing here changes what a trial computes: each trial seeds itself, and the data cache holds the same
     images whoever builds it."""
-    from resomap import data as data_pkg
-    from resomap import models as models_pkg
     from resomap.runtime import apply_system, resolve_device
+    from resomap.sweep.trial import prepare_trial
     from resomap.training import Trainer
 
     first: dict[Pair, Any] = {}
@@ -179,9 +178,8 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
         try:
             device = resolve_device(cfg.system)
             apply_system(cfg.system, device)
-            bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
-            model, _ = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
-            train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(model, bundle)
+            prepared = prepare_trial(trial, cfg, device)  # as the trial builds them (grad checkpointing included)
+            train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(prepared.model, prepared.bundle)
             stopping = cfg.training.early_stopping
             fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs
             out[pair] = Probe(train_s, image_s, epochs, fewest)

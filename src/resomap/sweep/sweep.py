@@ -86,14 +86,19 @@ class Progress:
         self.start = time.perf_counter()
         self.ended: float | None = None  # seconds from the start to the last trial's end
 
+    @property
+    def remaining(self) -> int:
+        return self.total - self.done - self.failed
+
+    def seconds_left(self) -> float | None:
+        """The ETA in seconds (None: none yet, or nothing left)."""
+        return self.eta.seconds_left() if self.remaining else None
+
     def line(self, current: str | None = None) -> str:
-        remaining = self.total - self.done - self.failed
-        eta = ""
-        left = self.eta.seconds_left() if remaining else None
-        if left is not None:
-            eta = f", ETA {left / 60:.1f} min"
+        left = self.seconds_left()
+        eta = f", ETA {left / 60:.1f} min" if left is not None else ""
         now = f"; now: {current}" if current else ""
-        return f"[sweep] {self.done} done, {self.failed} failed, {remaining} remaining{eta}{now}"
+        return f"[sweep] {self.done} done, {self.failed} failed, {self.remaining} remaining{eta}{now}"
 
     def record(self, result: TrialResult, seconds: float) -> None:
         finished = result.status == "FINISHED"
@@ -103,9 +108,8 @@ class Progress:
             self.done += 1
         else:
             self.failed += 1
-        remaining = self.total - self.done - self.failed
-        left = self.eta.seconds_left() if remaining else None
-        self.estimates.append((result.name, seconds, time.perf_counter() - self.start, remaining, left))
+        elapsed = time.perf_counter() - self.start
+        self.estimates.append((result.name, seconds, elapsed, self.remaining, self.seconds_left()))
 
     def trial_line(self, result: TrialResult, seconds: float) -> str:
         """The one line a finished trial gets (after `record`): its outcome, headline figures and the progress."""

@@ -222,7 +222,7 @@ def run_trial(
         return _follow_rank0(trial, device, family, result)
     prepared, early = None, None
     try:
-        prepared = _prepare(trial, trial.cfg, device)
+        prepared = prepare_trial(trial, trial.cfg, device)
         result.data = data_record(prepared.bundle)
     except Exception as exc:
         if reraise and isinstance(exc, ResoMapError):
@@ -350,8 +350,9 @@ class _Prepared:
     spec: Any
 
 
-def _prepare(trial: Trial, cfg: Config, device: Any) -> _Prepared:
-    """Data and model for the trial; bad input (data, model, weights) surfaces here, before anything is written."""
+def prepare_trial(trial: Trial, cfg: Config, device: Any) -> _Prepared:
+    """Data and model for the trial (also what the sweep's cost probe times, resomap.sweep.eta); bad input (data,
+    model, weights) surfaces here, before anything is written."""
     from resomap import data as data_pkg
     from resomap import models as models_pkg
     from resomap.runtime import seed_everything
@@ -382,7 +383,7 @@ def _follow_rank0(trial: Trial, device: Any, family: str, result: TrialResult) -
     chose; no files, no MLflow, no test evaluation (rank 0 does those)."""
     from resomap.training import Trainer, distributed
 
-    prepared = _prepare(trial, trial.cfg, device)
+    prepared = prepare_trial(trial, trial.cfg, device)
     resume = distributed.share_from_rank0(None)
     callbacks = _callbacks(trial.cfg, trial.checkpoint_dir(family), {}, None, None)
     trainer = Trainer(trial.cfg, device, callbacks=callbacks, run_name=trial.name)
@@ -411,7 +412,7 @@ def _fit_with_oom_retry(trial: Trial, prepared: _Prepared, device: Any, live: tu
         result.notes.append(note)  # publish tags the run with it (resomap.oom_retry)
         prepared.model.to("cpu")
         torch.cuda.empty_cache()
-        retry = _prepare(trial, with_overrides(prepared.cfg, half, "out-of-memory retry"), device)
+        retry = prepare_trial(trial, with_overrides(prepared.cfg, half, "out-of-memory retry"), device)
         prepared.model, prepared.bundle = retry.model, retry.bundle  # what publish logs
         _train_and_evaluate(trial, retry, device, live, result, fresh=True)
 
