@@ -59,32 +59,30 @@ def table(rows: list[dict[str, str]]) -> tuple[list[float], list[float]]:
 
 
 def replay(folder: Path, preset: str, overrides: list[str]) -> list[dict[str, str]]:
-    """eta.csv's rows of the sweep in `folder`, with eta_s and ratio as this code's estimator gives them."""
-    import json
-
+    """eta.csv's rows of the sweep in `folder`, with eta_s and ratio as this code's estimator gives them: the
+    sweep's own Progress, fed each trial's result.json and seconds in the order they ran."""
     import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before a config is loaded)
     from resomap.config import load
-    from resomap.sweep.eta import Eta, probe
+    from resomap.sweep.eta import probe
     from resomap.sweep.plan import plan
+    from resomap.sweep.sweep import Progress
+    from resomap.trial_result import TrialResult
 
     root = Path(__file__).resolve().parents[1]
     cfg = load(str(root / "configs"), preset, [f"experiment.output_dir={folder}", *overrides])
     trials = {t.name: t for t in plan(cfg, check=False)}
     rows = read(next(folder.glob(f"model_summaries/_sweep/{cfg.experiment.name}/eta.csv")))
-    eta = Eta([(trials[r["trial"]].model, trials[r["trial"]].resolution) for r in rows])
-    eta.probes = probe([trials[r["trial"]] for r in rows], print)
-    total = sum(float(r["seconds"]) for r in rows)
-    spent = 0.0
-    for row in rows:
-        trial = trials[row["trial"]]
-        result = json.loads((trial.summary_dir / "result.json").read_text())
-        ok = result.get("status") == "FINISHED"
-        spent += float(row["seconds"])
-        eta.finished((trial.model, trial.resolution), float(row["seconds"]), result["train_time_s"] if ok else None,
-                     result.get("epochs_run") or 0)  # fmt: skip
-        left = eta.seconds_left()
+    order = [trials[r["trial"]] for r in rows]
+    progress = Progress(len(order), 0, cfg.experiment.task, order)
+    progress.eta.probes = probe(order, print)
+    left_s = sum(float(r["seconds"]) for r in rows)
+    for row, trial in zip(rows, order, strict=True):
+        result = TrialResult.from_json((trial.summary_dir / "result.json").read_text(encoding="utf-8"))
+        progress.record(result, float(row["seconds"]))  # read as it is (the output folder is part of the key)
+        left = progress.estimates[-1][-1]
+        left_s -= float(row["seconds"])
         row["eta_s"] = "" if left is None else f"{left:.1f}"
-        row["actual_s"] = f"{total - spent:.1f}"  # the trials' own seconds (the live file adds the gaps between)
+        row["actual_s"] = f"{left_s:.1f}"  # the trials' own seconds (the live file adds the gaps between)
     return rows
 
 
