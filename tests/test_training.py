@@ -31,7 +31,7 @@ from resomap.training import (
 from resomap.training.bare import InMemoryLoader, in_memory_data
 
 CPU = torch.device("cpu")
-TIMING = ("train/epoch_time_s", "train/images_per_s", "train/peak_memory_mb")
+TIMING = ("train/epoch_time_s", "train/images_per_s", "train/peak_memory_mb", "val/time_s")
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import _train_worker  # noqa: E402
@@ -334,25 +334,84 @@ def _history(values: list[float], monitor: str = "val/macro_f1") -> list[dict]:
     return [{"epoch": i, monitor: v} for i, v in enumerate(values)]
 
 
-def test_convergence_flags_a_best_epoch_that_is_the_last_or_early_of_many():
+def test_convergence_flags_a_run_the_budget_or_the_cap_ended_while_improving():
     from resomap.training.convergence import convergence
 
     kw = {"monitor": "val/macro_f1", "mode": "max", "epochs_planned": 6, "stopped_early": False}
     rising = convergence(_history([0.5, 0.6, 0.7, 0.8, 0.85, 0.9]), **kw)
     assert rising.best_epoch == 5 == rising.last_epoch and rising.still_improving and rising.undertrained
     assert rising.stop_reason == "epoch_budget" and "still improving" in rising.undertrained_reason
+    capped = convergence(_history([0.5, 0.6, 0.7, 0.8]), **{**kw, "time_capped": True})
+    assert capped.stop_reason == "time_cap" and capped.undertrained and "time cap" in capped.undertrained_reason
+    # a plateau is converged, even an early one (a model that did not learn is the baselines' finding)
     early = convergence(_history([0.5, 0.8, 0.7, 0.7, 0.6, 0.7]), **kw)
-    assert early.best_epoch == 1 and not early.still_improving and early.undertrained
-    assert "best epoch is 1 of 6" in early.undertrained_reason
+    assert early.best_epoch == 1 and not early.still_improving and not early.undertrained
+    stopped = convergence(_history([0.5, 0.8, 0.7, 0.7]), **{**kw, "stopped_early": True, "patience": 2})
+    assert stopped.stop_reason == "early_stopping" and not stopped.undertrained
     settled = convergence(_history([0.5, 0.6, 0.8, 0.9, 0.9, 0.85]), **kw)  # ties keep the earliest epoch
     assert settled.best_epoch == 3 and settled.best_value == 0.9 and not settled.undertrained
     assert settled.undertrained_reason is None
-    few = convergence(_history([0.7, 0.6, 0.65]), **kw)  # best at 0 of only 3 epochs: not "of many"
-    assert few.best_epoch == 0 and not few.undertrained
     loss = convergence(_history([0.9, 0.5, 0.4], "val/loss"), **{**kw, "monitor": "val/loss", "mode": "min"})
     assert loss.best_epoch == 2 and loss.undertrained
     nan = convergence(_history([float("nan")] * 4), **kw)
     assert nan.best_epoch is None and nan.undertrained and "never finite" in nan.undertrained_reason
+
+
+def test_a_model_perfect_on_validation_at_epoch_0_is_converged():
+    from resomap.training.convergence import convergence
+
+    kw = {"monitor": "val/macro_f1", "mode": "max", "epochs_planned": 6, "stopped_early": False}
+    perfect = convergence(_history([1.0, 1.0, 1.0, 1.0, 1.0, 1.0]), **kw)
+    assert perfect.best_epoch == 0 and perfect.perfect and not perfect.undertrained
+    last = convergence(_history([0.6, 0.8, 1.0]), **kw)  # best at the last epoch, but nothing left to gain
+    assert last.still_improving and last.perfect and not last.undertrained
+
+
+def test_still_improving_reads_the_smoothed_stop_monitor_over_half_the_patience():
+    from resomap.training.convergence import convergence
+
+    # the raw score peaks early by luck; the smoothed loss the stopper watches still falls at the end
+    rows = [
+        {"epoch": i, "val/macro_f1": f, "val/loss": loss, "val/loss_smoothed": sm}
+        for i, (f, loss, sm) in enumerate(
+            [(0.6, 0.7, 0.7), (0.9, 0.6, 0.65), (0.7, 0.55, 0.6), (0.75, 0.5, 0.55), (0.8, 0.45, 0.5)]
+        )
+    ]
+    kw = {"monitor": "val/macro_f1", "mode": "max", "epochs_planned": 5, "stopped_early": False}
+    rec = convergence(rows, **kw, patience=4, stop_monitor="val/loss", stop_mode="min")
+    assert rec.best_epoch == 1 and rec.still_improving and rec.undertrained and "val/loss" in rec.undertrained_reason
+    flat = [dict(r, **{"val/loss_smoothed": 0.5 if i >= 1 else 0.7}) for i, r in enumerate(rows)]
+    rec = convergence(flat, **kw, patience=4, stop_monitor="val/loss", stop_mode="min")
+    assert not rec.still_improving and not rec.undertrained  # its best (epoch 1) is 4 epochs back: past half of 4
+
+
+def test_early_stopping_smooths_the_monitor_and_waits_for_min_epochs():
+    class Stub:
+        epoch, should_stop = 0, False
+
+    stopper = EarlyStopping(monitor="val/loss", mode="min", patience=2, smoothing=0.5, min_epochs=5)
+    trainer, seen = Stub(), []
+    for epoch, loss in enumerate([1.0, 0.5, 2.0, 0.6, 0.7, 0.8, 0.9]):
+        trainer.epoch = epoch
+        metrics = {"val/loss": loss}
+        stopper.on_validation_end(trainer, metrics)
+        seen.append(metrics["val/loss_smoothed"])
+        if trainer.should_stop:
+            break
+    assert seen[:3] == [1.0, 0.75, 1.375]  # 0.5 x new + 0.5 x old
+    # no improvement of the smoothed loss after epoch 1, but no stop before 5 epochs ran
+    assert trainer.epoch == 4 and stopper.stopped_epoch == 4
+    state = stopper.state_dict()
+    again = EarlyStopping(monitor="val/loss", mode="min", patience=2, smoothing=0.5, min_epochs=5)
+    again.load_state_dict(state)
+    assert again.smoothed == stopper.smoothed and again.wait == stopper.wait
+
+
+def test_the_time_cap_ends_a_fit_between_epochs_and_says_so():
+    cfg = cfg_of(50, max_minutes=1e-9)  # any epoch passes it
+    res = Trainer(cfg, CPU).fit(mlp(), toy_data())
+    assert len(res.history) == 1 and res.convergence.stop_reason == "time_cap"
+    assert all("val/time_s" in h for h in res.history)
 
 
 def test_fit_records_convergence_with_the_early_stopping_reason():

@@ -201,6 +201,12 @@ def test_stage(
 ) -> EvalResult:
     """The model on its own test split; the task's figures of it (confusion_matrix.png, ...) go to `out_dir`."""
     found = _evaluate(trainer, model, bundle, "test", num_classes)
+    tta = list(trainer.cfg.training.tta)
+    if tta:  # test-time augmentation: its scores beside the plain ones (test_tta/*), never instead of them
+        from resomap.data.symmetry import symmetry_average
+
+        averaged = _evaluate(trainer, symmetry_average(model, tta), bundle, "test_tta", num_classes)
+        found.metrics.update({k: v for k, v in averaged.metrics.items() if k.startswith("test_tta/")})
     log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
     trainer.task.test_outputs(found, model, bundle, trainer, title, out_dir)
     return found

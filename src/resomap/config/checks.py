@@ -80,6 +80,30 @@ def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) ->
         "an integer >= 1",
         tr.early_stopping.patience,
     )
+    es = tr.early_stopping
+    need(
+        0 < es.smoothing <= 1, "training.early_stopping.smoothing", "a weight in (0, 1] (1: no smoothing)", es.smoothing
+    )
+    need(es.min_epochs >= 0, "training.early_stopping.min_epochs", "an integer >= 0", es.min_epochs)
+    need(
+        es.min_epochs <= tr.epochs,
+        "training.early_stopping.min_epochs",
+        f"at most training.epochs ({tr.epochs})",
+        es.min_epochs,
+    )
+    need(
+        tr.max_minutes is None or tr.max_minutes > 0,
+        "training.max_minutes",
+        "null (no cap) or a positive number of minutes",
+        tr.max_minutes,
+    )
+    need(0.5 <= tr.ema.decay < 1, "training.ema.decay", "a decay in [0.5, 1) (e.g. 0.998)", tr.ema.decay)
+    lf = tr.lr_find
+    need(lf.start_lr > 0, "training.lr_find.start_lr", "a positive learning rate", lf.start_lr)
+    need(
+        lf.end_lr > lf.start_lr, "training.lr_find.end_lr", f"a learning rate above start_lr ({lf.start_lr})", lf.end_lr
+    )
+    need(lf.steps >= 10, "training.lr_find.steps", "an integer >= 10", lf.steps)
     need(
         tr.scheduler.warmup_epochs >= 0,
         "training.scheduler.warmup_epochs",
@@ -97,6 +121,7 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
     need(
         0 <= cfg.data.max_bad_fraction <= 1, "data.max_bad_fraction", "a fraction in [0, 1]", cfg.data.max_bad_fraction
     )
+    need(cfg.models.width >= 4, "models.width", "an integer >= 4", cfg.models.width)
     need(cfg.system.num_workers >= 0, "system.num_workers", "an integer >= 0", cfg.system.num_workers)
     need(
         cfg.explainability.probe_size >= 1,

@@ -86,6 +86,30 @@ class EarlyStoppingConfig:
     mode: Literal["min", "max"] = "min"  # whether lower or higher is better
     patience: int = 5  # epochs without improvement before stopping
     min_delta: float = 0.0  # smallest change that counts as improvement
+    # weight of the newest epoch in an exponential moving average of the monitored value (1: no smoothing); a
+    # plateau of the smoothed value stops training, so one lucky or unlucky validation epoch does not
+    smoothing: float = 1.0
+    min_epochs: int = 0  # epochs always run before early stopping may stop a fit
+
+
+@dataclass(frozen=True)
+class EmaConfig:
+    # evaluate (validate, checkpoint, test) an exponential moving average of the weights (timm's ModelEmaV3; batch
+    # norm statistics averaged as its buffers); the raw weights keep training
+    enabled: bool = False  # validate and test the averaged weights
+    decay: float = 0.998  # weight of the average per optimiser step, in [0.5, 1)
+    warmup: bool = True  # timm's warm-up: a lower decay over the first steps, so early epochs are not the init's
+
+
+@dataclass(frozen=True)
+class LrFindConfig:
+    # the LR range test (Smith 2017): a short run with the learning rate rising exponentially on a throw-away copy
+    # of the model; the peak learning rate becomes the steepest fall of the smoothed loss. Run once per model x
+    # resolution and kept beside the seeds' checkpoints (lr_find.json): resumed and later seeds reuse it
+    enabled: bool = False  # find training.optimizer.lr instead of taking it as given
+    start_lr: float = 1.0e-6  # first learning rate of the range
+    end_lr: float = 1.0  # last learning rate of the range
+    steps: int = 60  # optimiser steps of the range test (batches from the training split)
 
 
 @dataclass(frozen=True)
@@ -109,6 +133,12 @@ class TrainingConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    ema: EmaConfig = field(default_factory=EmaConfig)
+    lr_find: LrFindConfig = field(default_factory=LrFindConfig)
+    max_minutes: float | None = None  # wall-clock cap per fit: no epoch starts after it; null: none
+    # test-time augmentation: symmetries the dataset declares (resomap datasets), averaged at test; reported as
+    # test_tta/* beside the plain test score, never instead of it; []: off
+    tta: list[str] = field(default_factory=list)
     progress: Literal["auto", "bar", "log", "off"] = "auto"  # auto: bars on a terminal, log lines otherwise
 
 
@@ -178,6 +208,7 @@ class ModelsConfig:
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
     pretrained: dict[str, str] = field(default_factory=dict)  # model name -> local state_dict file
     dropout: float = 0.0  # classifier dropout where the model has one
+    width: int = 32  # channels of the first stage of the small ResNets (small_resnet*); each stage doubles them
     min_cam_size: int = 4  # smallest feature-map side a CAM target layer may have
     cam_layer_policy: Literal["common", "per_resolution"] = "common"  # common: one CAM layer at all sweep resolutions
 

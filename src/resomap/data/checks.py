@@ -54,6 +54,7 @@ def check_data(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
         fail("data.augmentation.blur_sigma_max", "a number >= 0", aug.blur_sigma_max)
     if aug.high_resolution < 1:
         fail("data.augmentation.high_resolution", "an integer >= 1", aug.high_resolution)
+    _check_tta(cfg, fail)
     ex = cfg.explainability
     n = known_images(cfg) if ex.enabled else None
     if n is not None and 0 < cfg.data.split.test < 1:
@@ -64,3 +65,29 @@ def check_data(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
 
 
 register_check(check_data)  # run by the config loader on every load
+
+
+def _check_tta(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    """training.tta: symmetries the dataset declares, on a classification task; a dataset's own `symmetries`
+    option: known names."""
+    from resomap.data.symmetry import SYMMETRIES, declared
+    from resomap.errors import UnknownNameError
+
+    try:
+        have = declared(cfg)
+    except UnknownNameError:
+        return  # reported with its suggestions by the data config group
+    for name in have:
+        if name not in SYMMETRIES:
+            fail(f"data.{cfg.data.dataset}.symmetries", f"names among {', '.join(SYMMETRIES)}", name)
+    tta = list(cfg.training.tta)
+    if not tta:
+        return
+    if cfg.experiment.task != "classification":
+        fail("training.tta", "[] (test-time augmentation averages class probabilities: classification only)", tta)
+    for name in tta:
+        if name not in have:
+            shown = ", ".join(have) if have else "none"
+            fail("training.tta", f"symmetries dataset '{cfg.data.dataset}' declares ({shown})", name)
+    if len(set(tta)) != len(tta):
+        fail("training.tta", "each symmetry once", tta)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +90,8 @@ def _images_in(folder: Path) -> list[Path]:
 @dataclass(frozen=True)
 class ImageFolderOptions:
     root: str | None = None  # folder of class folders (root/<class>/<image>)
+    # transforms that keep every image's label (hflip, vflip, rot90): what training.tta may average over
+    symmetries: list[str] = field(default_factory=list)
 
 
 PREDEFINED = ("train", "val", "test")
@@ -162,6 +164,8 @@ def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
 @dataclass(frozen=True)
 class CsvOptions:
     manifest: str | None = None  # file with path,label[,split] rows (paths relative to the file; split: train/val/test)
+    # transforms that keep every image's label (hflip, vflip, rot90): what training.tta may average over
+    symmetries: list[str] = field(default_factory=list)
 
 
 @register_dataset("csv", options=CsvOptions, masks=False)

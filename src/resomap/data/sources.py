@@ -116,7 +116,14 @@ class ElpvOptions:
 
 
 @register_dataset(
-    "elpv", options=ElpvOptions, channels=1, masks=False, images=2624, native=NATIVE_SIZE, confidence=True
+    "elpv",
+    options=ElpvOptions,
+    channels=1,
+    masks=False,
+    images=2624,
+    native=NATIVE_SIZE,
+    confidence=True,
+    symmetries=("hflip", "vflip", "rot90"),  # square cells: flips and quarter turns keep a defect (Deitsch et al.)
 )
 def elpv(cfg: DataConfig, options: ElpvOptions) -> ElpvDataset:
     return ElpvDataset(options.task, options.stratify)

@@ -105,6 +105,13 @@ class SyntheticOptions:
     detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
 
 
-@register_dataset("synthetic", options=SyntheticOptions, channels=1, masks=True, images=lambda o: o.num_images)
+@register_dataset(
+    "synthetic",
+    options=SyntheticOptions,
+    channels=1,
+    masks=True,
+    images=lambda o: o.num_images,
+    symmetries=("hflip", "vflip", "rot90"),  # a checkerboard detail or none: flips and quarter turns keep the class
+)
 def synthetic(cfg: DataConfig, options: SyntheticOptions, seed: int = 0) -> SyntheticDataset:
     return SyntheticDataset(options.num_images, options.size, options.detail_size, seed=seed)

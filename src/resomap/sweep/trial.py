@@ -426,6 +426,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     folder = trial.checkpoint_dir(prepared.spec.family)
     resume = distributed.share_from_rank0(_resume_point(folder, trial.key, fresh))  # DDP: every rank resumes alike
     folder.mkdir(parents=True, exist_ok=True)
+    cfg, found_lr = _learning_rate(trial, prepared, device, folder)
     save_trial_config(cfg, folder)
     save_trial_config(cfg, trial.summary_dir)
     meta = {
@@ -441,6 +442,8 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     trainer = Trainer(cfg, device, callbacks=_callbacks(cfg, folder, meta, *live), run_name=trial.name)
     start = time.perf_counter()
     fit = trainer.fit(model, bundle, resume_from=resume)
+    if found_lr is not None and fit.convergence is not None:
+        fit.convergence = dataclasses.replace(fit.convergence, lr_found=found_lr)
     result.train_time_s = time.perf_counter() - start
     result.epochs_run = len(fit.history)
     result.history = [{k: float(v) for k, v in h.items() if isinstance(v, int | float)} for h in fit.history]
@@ -465,6 +468,34 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
         trainer=trainer,
     )
     result.apply(found)
+
+
+def _learning_rate(trial: Trial, prepared: _Prepared, device: Any, folder: Path) -> tuple[Config, float | None]:
+    """The trial's config with training.optimizer.lr found by the LR range test (training.lr_find), and that rate.
+    The test runs once per model x resolution: its record, lr_find.json beside the seeds' checkpoint folders, is
+    reused by resumed trials and later seeds of the same config (its key is the trial key of seed 0)."""
+    from resomap.training import Trainer
+    from resomap.training.checkpoint import write_json_atomic
+    from resomap.training.lr_find import lr_range_test
+
+    cfg = prepared.cfg
+    if not cfg.training.lr_find.enabled or getattr(prepared.model, "closed_form", False):
+        return cfg, None
+    record_path = (folder.parent if folder.name.startswith("seed") else folder) / "lr_find.json"
+    key = trial_key(cfg, trial.model, trial.resolution, 0)
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if record.get("key") != key or not isinstance(record.get("lr"), int | float):
+        record = {
+            "key": key,
+            **lr_range_test(Trainer(cfg, device), prepared.model, prepared.bundle, cfg.training.lr_find),
+        }
+        write_json_atomic(record_path, record)
+    lr = float(record["lr"])
+    log.info("%s: peak learning rate %.3g from the LR range test (%s)", trial.name, lr, record_path)
+    return with_overrides(cfg, {"training.optimizer.lr": lr}, "training.lr_find"), lr
 
 
 def _callbacks(cfg: Config, folder: Path, meta: dict, tracker: Any, run_id: str | None) -> list[Any]:

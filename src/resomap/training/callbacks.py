@@ -123,35 +123,54 @@ class TopKCheckpoint:
 
 
 class EarlyStopping:
-    """Sets `trainer.should_stop` after `patience` epochs without an improvement larger than `min_delta`."""
+    """Sets `trainer.should_stop` after `patience` epochs without an improvement larger than `min_delta` of the
+    monitored value, smoothed as an exponential moving average (`smoothing`: the newest epoch's weight; 1: none),
+    and never before `min_epochs` epochs ran."""
 
-    def __init__(self, monitor: str = "val/loss", mode: str = "min", patience: int = 5, min_delta: float = 0.0):
+    def __init__(
+        self,
+        monitor: str = "val/loss",
+        mode: str = "min",
+        patience: int = 5,
+        min_delta: float = 0.0,
+        smoothing: float = 1.0,
+        min_epochs: int = 0,
+    ):
         _check_mode(mode, "training.early_stopping")
         if not isinstance(patience, int) or patience < 1:
             raise ConfigError(f"training.early_stopping.patience: expected an integer >= 1, got {patience!r}")
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, abs(min_delta)
+        self.smoothing, self.min_epochs = float(smoothing), int(min_epochs)
         self.best: float | None = None
+        self.smoothed: float | None = None
         self.wait = 0
         self.stopped_epoch: int | None = None
 
     def on_validation_end(self, trainer: Any, metrics: dict[str, Any]) -> None:
         score = _score(metrics, self.monitor, "training.early_stopping.monitor")
-        improved = not math.isnan(score) and (
-            self.best is None or _rank(score, self.mode) < _rank(self.best, self.mode) - self.min_delta
+        if not math.isnan(score):
+            a = self.smoothing
+            self.smoothed = score if self.smoothed is None else a * score + (1 - a) * self.smoothed
+        value = self.smoothed if self.smoothed is not None else score
+        if self.smoothing < 1:  # in the history: the convergence record reads the trend from it
+            metrics[f"{self.monitor}_smoothed"] = value
+        improved = not math.isnan(value) and (
+            self.best is None or _rank(value, self.mode) < _rank(self.best, self.mode) - self.min_delta
         )
         if improved:
-            self.best, self.wait = score, 0
+            self.best, self.wait = value, 0
             return
         self.wait += 1
-        if self.wait >= self.patience:
+        if self.wait >= self.patience and trainer.epoch + 1 >= self.min_epochs:
             self.stopped_epoch = trainer.epoch
             trainer.should_stop = True
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "wait": self.wait, "stopped_epoch": self.stopped_epoch}
+        return {"best": self.best, "wait": self.wait, "stopped_epoch": self.stopped_epoch, "smoothed": self.smoothed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.wait, self.stopped_epoch = state["best"], state["wait"], state["stopped_epoch"]
+        self.smoothed = state.get("smoothed")
 
 
 def default_callbacks(cfg: Config, dirpath: str | Path, metadata: dict[str, Any] | None = None) -> list:
@@ -159,5 +178,5 @@ def default_callbacks(cfg: Config, dirpath: str | Path, metadata: dict[str, Any]
     ck, es = cfg.training.checkpoint, cfg.training.early_stopping
     callbacks: list = [TopKCheckpoint(dirpath, ck.monitor, ck.mode, ck.top_k, metadata)]
     if es.enabled:
-        callbacks.insert(0, EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta))
+        callbacks.insert(0, EarlyStopping(es.monitor, es.mode, es.patience, es.min_delta, es.smoothing, es.min_epochs))
     return callbacks

@@ -1,11 +1,14 @@
-"""Did a model train enough? The convergence record of one fit (issue 23): the epoch of the best checkpoint, whether
-validation was still improving at the last epoch, why training stopped, and an `undertrained` flag.
+"""Did a model train enough? The convergence record of one fit: the epoch of the best checkpoint, whether
+validation was still improving when training stopped, why it stopped, the learning rate the range test found, and an
+`undertrained` flag.
 
-A model is flagged undertrained when
-- its best epoch is the last one: validation was still improving when training stopped (more epochs might help), or
-- its best epoch is 0 or 1 (`EARLY_BEST`) of at least `MANY_EPOCHS` epochs: nothing after its first epochs improved
-  the monitored validation metric (a model stuck near its start, e.g. at the majority class, or a learning rate
-  too high to settle).
+A fit stops on a plateau (early stopping: the smoothed monitored value did not improve for `patience` epochs, after
+at least `min_epochs`), on its wall-clock cap (`training.max_minutes`) or when the epoch budget runs out. It is flagged
+undertrained only when the cap or the budget ended it while validation was still improving: the best of the
+smoothed stop monitor (else the checkpoint monitor) lies within the last `window` epochs, half the patience rounded up
+(1 without early stopping). A fit whose checkpoint monitor reached its best possible value (macro-F1 1.0, a loss of 0)
+is converged whatever stopped it; a plateau is converged, even an early one (a model stuck near its start is a
+model that did not learn, which the baselines of the summary show, not one that needs more epochs).
 The best epoch is the one the best checkpoint is chosen by (`training.checkpoint.monitor` / `mode`; the earliest of
 tied epochs, as `TopKCheckpoint` keeps it), read from the fit's per-epoch history, so a resumed fit gives the same
 record as an uninterrupted one. Pure Python: result.json and MLflow read its `to_dict()`.
@@ -18,9 +21,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-EARLY_BEST = 1  # a best epoch at or below this (0-based) is "early"
-MANY_EPOCHS = 4  # ... and counts as undertrained when at least this many epochs ran
 EARLY_STOPPING = "early_stopping"
+TIME_CAP = "time_cap"
 EPOCH_BUDGET = "epoch_budget"
 NOTHING_RUN = "no_epochs"
 
@@ -41,6 +43,8 @@ class Convergence:
     stop_detail: str  # the stop reason in words
     undertrained: bool
     undertrained_reason: str | None = None
+    perfect: bool = False  # the checkpoint monitor reached its best possible value (converged, whatever stopped it)
+    lr_found: float | None = None  # the peak learning rate of the LR range test (training.lr_find), when it ran
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -67,6 +71,24 @@ def best_epoch(history: Sequence[Mapping[str, Any]], monitor: str, mode: str) ->
     return best if best is not None else (None, None)
 
 
+def _perfect(value: float | None, mode: str) -> bool:
+    """The best possible value: 1 for a score in [0, 1] (max mode), 0 for a loss (min mode)."""
+    if value is None or math.isnan(value):
+        return False
+    return value >= 1.0 - 1e-9 if mode == "max" else value <= 1e-9
+
+
+def _still_improving(history: Sequence[Mapping[str, Any]], monitor: str, mode: str, window: int) -> bool:
+    """The best value of `monitor` (smoothed when the history has `<monitor>_smoothed`) lies within the last
+    `window` epochs."""
+    smoothed = f"{monitor}_smoothed"
+    key = smoothed if history and smoothed in history[-1] else monitor
+    ranks = [_rank(row.get(key), mode) for row in history]
+    if not ranks or min(ranks) == math.inf:
+        return False
+    return ranks.index(min(ranks)) >= len(ranks) - window
+
+
 def convergence(
     history: Sequence[Mapping[str, Any]],
     *,
@@ -76,9 +98,12 @@ def convergence(
     stopped_early: bool,
     patience: int | None = None,
     stop_monitor: str | None = None,
+    stop_mode: str | None = None,
+    time_capped: bool = False,
 ) -> Convergence:
-    """The record of a fit from its per-epoch history. `stopped_early`: a callback stopped it before
-    `epochs_planned` (early stopping on `stop_monitor` with `patience`, when given)."""
+    """The record of a fit from its per-epoch history. `stopped_early`: early stopping (on `stop_monitor` /
+    `stop_mode` with `patience`, when given) or another callback stopped it before `epochs_planned`;
+    `time_capped`: training.max_minutes ended it."""
     epoch, value = best_epoch(history, monitor, mode)
     n = len(history)
     last = int(history[-1].get("epoch", n - 1)) if history else None
@@ -88,16 +113,20 @@ def convergence(
         reason = EARLY_STOPPING
         what = f"{stop_monitor} did not improve for {patience} epochs" if stop_monitor and patience else "a callback"
         detail = f"early stopping after epoch {last} ({what})"
+    elif time_capped:
+        reason, detail = TIME_CAP, f"the time cap ended it after epoch {last} (training.max_minutes)"
     else:
         reason, detail = EPOCH_BUDGET, f"the epoch budget ran out (training.epochs={epochs_planned})"
-    still = epoch is not None and epoch == last
+    window = max(1, math.ceil(patience / 2)) if patience else 1
+    trend_monitor, trend_mode = (stop_monitor, stop_mode) if stop_monitor and stop_mode else (monitor, mode)
+    still = bool(history) and _still_improving(history, trend_monitor, trend_mode, window)
+    perfect = _perfect(value, mode)
     flagged: str | None = None
     if epoch is None and history:
         flagged = f"{monitor} was never finite: nothing to choose a best epoch by"
-    elif still:
-        flagged = f"the best epoch is the last one ({epoch}): validation was still improving when training stopped"
-    elif epoch is not None and epoch <= EARLY_BEST and n >= MANY_EPOCHS:
-        flagged = f"the best epoch is {epoch} of {n}: no later epoch improved {monitor}"
+    elif still and not perfect and reason in (EPOCH_BUDGET, TIME_CAP):
+        what = "the time cap" if reason == TIME_CAP else "the epoch budget"
+        flagged = f"{what} ended it while {trend_monitor} was still improving (best within the last {window} epochs)"
     return Convergence(
         monitor=monitor,
         mode=mode,
@@ -111,6 +140,7 @@ def convergence(
         stop_detail=detail,
         undertrained=flagged is not None,
         undertrained_reason=flagged,
+        perfect=perfect,
     )
 
 

@@ -88,6 +88,9 @@ class Trainer:
         self.task = task_of(cfg)  # loss, training accuracy and evaluation of experiment.task (resomap.tasks)
         self._pixels = 1  # labels per image in train/accuracy: 1 per image, r * r per-pixel labels
         self._sched_when = "never"
+        self.stopped_by_time = False  # training.max_minutes ended the fit
+        self.ema: Any = None  # timm's ModelEmaV3 when training.ema.enabled: what validation, checkpoints and test see
+        self._updates = 0  # optimiser steps so far (the EMA's warm-up counts them)
 
     # ------------------------------------------------------------ callbacks and state
 
@@ -107,10 +110,12 @@ class Trainer:
             for i, cb in enumerate(self.callbacks)
             if hasattr(cb, "state_dict")
         }
+        raw = {"train_model": self.model.state_dict(), "ema_updates": self._updates} if self.ema is not None else {}
         return {
             "format": FORMAT,
             "meta": dict(self.meta),
-            "model": self.model.state_dict(),
+            "model": self.eval_model.state_dict(),  # the weights validation scored: the EMA's when it is on
+            **raw,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None and self.scaler.is_enabled() else None,
@@ -127,7 +132,11 @@ class Trainer:
         expect = {k: self.meta[k] for k in ("num_classes", "resolution") if k in self.meta}
         payload = load_checkpoint(path, expect=expect, map_location=self.device)
         try:
-            self.model.load_state_dict(payload["model"])
+            self.model.load_state_dict(payload.get("train_model", payload["model"]))
+            if self.ema is not None:
+                self.ema.module.load_state_dict(payload["model"])
+                self._updates = int(payload.get("ema_updates", 0))
+                self.ema.n_averaged.fill_(self._updates)
             self.optimizer.load_state_dict(payload["optimizer"])
             if self.scheduler is not None and payload.get("scheduler") is not None:
                 self.scheduler.load_state_dict(payload["scheduler"])
@@ -172,6 +181,37 @@ class Trainer:
         steps = math.ceil(len(data.train) / cfg.training.grad_accum_steps)
         self.scheduler, self._sched_when = build_scheduler(self.optimizer, cfg.training, steps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        self.ema, self._updates = self._build_ema(model), 0
+
+    def _build_ema(self, model: nn.Module) -> Any:
+        """torch's AveragedModel as an exponential moving average of the parameters and the batch-norm buffers
+        (use_buffers, as timm's ModelEmaV3 averages them too) when training.ema.enabled; torch's own, not timm's,
+        because importing timm costs seconds per trial process here. With `warmup` the decay of update n is
+        min(decay, (1 + n) / (10 + n)) (TensorFlow's ExponentialMovingAverage with num_updates), so the first epochs
+        are not the initial weights'."""
+        ec = self.cfg.training.ema
+        if not ec.enabled or getattr(model, "closed_form", False):
+            return None
+        from torch.optim.swa_utils import AveragedModel
+
+        decay, warmup = float(ec.decay), bool(ec.warmup)
+
+        @torch.no_grad()
+        def update(averaged: list[torch.Tensor], current: list[torch.Tensor], n: torch.Tensor) -> None:
+            d = min(decay, (1.0 + float(n)) / (10.0 + float(n))) if warmup else decay
+            floats = [(a, c) for a, c in zip(averaged, current, strict=True) if a.is_floating_point()]
+            if floats:
+                torch._foreach_lerp_([a for a, _ in floats], [c for _, c in floats], 1.0 - d)
+            for a, c in zip(averaged, current, strict=True):
+                if not a.is_floating_point():  # batch norm's num_batches_tracked: the latest count
+                    a.copy_(c)
+
+        return AveragedModel(model, multi_avg_fn=update, use_buffers=True)
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """What validation scores and checkpoints keep: the weights' moving average when training.ema is on."""
+        return self.ema.module if self.ema is not None else self.model
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -190,7 +230,7 @@ class Trainer:
             return self._fit_closed_form(model, data)
         seed = self.cfg.experiment.seed
         seed_everything(seed)
-        self.history, self.should_stop, self.epoch = [], False, 0
+        self.history, self.should_stop, self.epoch, self.stopped_by_time = [], False, 0, False
         self._setup(model, data)
         start, resumed = 0, None
         if resume_from is not None:
@@ -203,7 +243,7 @@ class Trainer:
             self._call("on_fit_start")
             progress.start(start, epochs)
             for epoch in range(start, epochs):
-                if self.should_stop:
+                if self.should_stop or self._out_of_time():
                     break
                 self.epoch = epoch
                 self._run_epoch(data, seed, progress)
@@ -216,6 +256,20 @@ class Trainer:
         finally:
             progress.close()
         return self._result(start, resumed)
+
+    def _elapsed(self) -> float:
+        """Seconds of training so far, epochs of a resumed attempt included (read from the history)."""
+        return sum(float(h.get("train/epoch_time_s", 0.0)) + float(h.get("val/time_s", 0.0)) for h in self.history)
+
+    def _out_of_time(self) -> bool:
+        """training.max_minutes: no epoch starts once the fit's epochs (resumed ones included) took that long."""
+        cap = self.cfg.training.max_minutes
+        if cap is None or not self.history:
+            return False
+        if self._elapsed() >= cap * 60:
+            self.stopped_by_time = True
+            return True
+        return False
 
     def _fit_closed_form(self, model: nn.Module, data: Any) -> FitResult:
         """One solver fit per penalty of ``model.penalties`` on the unaugmented training images, each scored on the
@@ -313,8 +367,10 @@ class Trainer:
         self._call("on_train_epoch_start")
         metrics = self._train_epoch(data.train, progress)
         self._call("on_train_epoch_end", metrics)
-        val, _, _ = self.evaluate(self.model, data.val, prefix="val")
+        t0 = time.perf_counter()
+        val, _, _ = self.evaluate(self.eval_model, data.val, prefix="val")
         metrics.update(val)
+        metrics["val/time_s"] = time.perf_counter() - t0
         if self._sched_when == EPOCH:
             if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 self.scheduler.step(metrics["val/loss"])
@@ -331,6 +387,9 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        self._updates += 1
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
         if self._sched_when == STEP:
             self.scheduler.step()
 
@@ -413,6 +472,8 @@ class Trainer:
         """The task's evaluation (resomap.tasks: loss and metrics '<prefix>/<name>', and the per-image score table
         as y_true / y_pred); the model's train/eval mode is restored."""
         forward = self._forward if model is self.model and self._forward is not None else model
+        if self.ema is not None and model is self.ema.module:
+            forward = model
         return self.task.evaluate(self, forward, model, loader, prefix, num_classes)
 
     def _result(self, start: int, resumed: int | None, epochs_planned: int | None = None) -> FitResult:
@@ -444,4 +505,6 @@ class Trainer:
             stopped_early=self.should_stop and len(self.history) < (epochs_planned or tc.epochs),
             patience=getattr(stopper, "patience", None),
             stop_monitor=getattr(stopper, "monitor", None),
+            stop_mode=getattr(stopper, "mode", None),
+            time_capped=self.stopped_by_time,
         )
