@@ -1,6 +1,6 @@
 """Model registry (torchvision, small CNNs, any `timm:<name>`), ModelSpec with resolution-aware CAM layers."""
 
-from resomap.models import classical, segmentation, small, zoo  # noqa: F401  (registers the built-in models)
+from resomap.models import classical, hog, segmentation, small, zoo  # noqa: F401  (registers the built-in models)
 from resomap.models.build import (
     ModelRow,
     build_model,
