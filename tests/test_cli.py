@@ -92,6 +92,7 @@ BAD_INPUTS = [
     (["--model", "tiny_cnn", "--resolution", "32", "data.dataset=csv", "data.csv.manifest=missing.csv"], "missing.csv"),
     (["--model", "tiny_cnn", "--resolution", "32", "models.pretrained={tiny_cnn: other.pt}"], "other.pt"),
     (["--model", "tiny_cnn", "--resolution", "32", "models.pretrained={tiny_cnn: code.pt}"], "code.pt"),
+    (["--model", "hog_svm", "--resolution", "12"], "models.hog.cells_per_side: expected at most 6"),
 ]
 
 

@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 import yaml
-from conftest import run_cli, tiny_sweep_config
-from test_training import CPU, cfg_of, mlp, toy_data
 from torch import nn
 
+from conftest import run_cli, tiny_sweep_config
 from resomap.training import Trainer
+from test_training import CPU, cfg_of, mlp, toy_data
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -125,7 +125,7 @@ def test_the_ema_decay_and_the_time_cap_are_checked_at_load(project, capsys):
         ("training.early_stopping.smoothing=0", "training.early_stopping.smoothing"),
         ("training.lr_find.end_lr=1e-9", "training.lr_find.end_lr"),
     ):
-        code, out, err = run_cli(["sweep", "--dry-run", "--preset", "smoke", bad], capsys)
+        code, _, err = run_cli(["sweep", "--dry-run", "--preset", "smoke", bad], capsys)
         assert code == 2 and key in err and len(err.strip().splitlines()) == 1, (bad, err)
 
 

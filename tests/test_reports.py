@@ -227,7 +227,10 @@ def test_summary_columns_keep_their_names_and_order(fake):
     with (out / "summary.csv").open(newline="") as fh:
         assert next(csv.reader(fh)) == SUMMARY_CSV_COLUMNS
     first = json.loads((out / "summary.json").read_text())["rows"][0]
-    assert list(first) == [*SUMMARY_CSV_COLUMNS, "cross_resolution", "score_columns", "words"]
+    at = SUMMARY_CSV_COLUMNS.index("over_baseline_ci_high") + 1  # then each classical baseline by name (none here)
+    json_columns = [*SUMMARY_CSV_COLUMNS[:at], "baselines", *SUMMARY_CSV_COLUMNS[at:]]
+    assert list(first) == [*json_columns, "cross_resolution", "score_columns", "words"]
+    assert first["baselines"] == {}
     assert first["score_columns"] == ["test_accuracy"] and first["words"]["test_accuracy"] == "accuracy"
 
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from resomap.config.schema import MAX_RESOLUTION, Config
+from resomap.config.schema import MAX_RESOLUTION, Config, ModelsConfig
 from resomap.errors import ConfigError
 
 TAIL_RESAMPLES = 5  # bootstrap resamples wanted beyond each end of an interval (stats.resamples' lower bound)
@@ -42,7 +42,7 @@ def run_checks(cfg: Config, where: Callable[[str], str], pushed: bool = True) ->
         if not ok:
             fail(path, expected, got)
 
-    for part in (_check_sweep, _check_training, _check_rest):
+    for part in (_check_sweep, _check_training, _check_rest, _check_hog):
         part(cfg, need)
     for check in _CHECKS if pushed else ():  # pushed by the packages above (resomap.tasks: models, dataset, ...)
         check(cfg, fail)
@@ -152,6 +152,32 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
         f"null (the largest resolution) or one of the sweep's resolutions {sorted(set(resolutions))}",
         st.reference,
     )
+
+
+def _check_hog(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
+    """hog_svm's cells (models.hog): at least 2 per side, and at every resolution hog_svm runs at a cell of at
+    least 2 px (a 1 px cell has one gradient per histogram) so that a block of 2 x 2 cells fits in the image."""
+    hog, sw = cfg.models.hog, cfg.sweep
+    need(hog.orientations >= 1, "models.hog.orientations", "an integer >= 1", hog.orientations)
+    need(
+        hog.cells_per_side >= 2,
+        "models.hog.cells_per_side",
+        "an integer >= 2 (blocks of 2 x 2 cells)",
+        hog.cells_per_side,
+    )
+    readers = ModelsConfig.MODEL_SECTIONS["hog"]
+    sides = [r for r in sw.resolutions if any(m.lower() in readers for m in sw.models)]
+    sides += [pair[1] for pair in sw.include if str(pair[0]).lower() in readers]
+    if sides:
+        side = min(sides)
+        most = side // 2
+        need(
+            hog.cells_per_side <= most,
+            "models.hog.cells_per_side",
+            f"at most {most} (cells of resolution // cells_per_side >= 2 px at hog_svm's smallest resolution "
+            f"{side} px)",
+            hog.cells_per_side,
+        )
 
 
 def check_dataset_fit(cfg: Config, meta: dict[str, Any], fail: Callable[[str, str, Any], None]) -> None:

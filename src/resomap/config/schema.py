@@ -204,13 +204,25 @@ class DataConfig(GroupSection):
 
 
 @dataclass(frozen=True)
+class HogConfig:
+    # hog_svm's HOG features (resomap.models.hog): a cell is a fixed share of the side (pixels per cell =
+    # resolution // cells_per_side), so the features describe the same image regions at every resolution and their
+    # length stays the same (exactly from 8 x cells_per_side px up; a smaller side may fit a cell or two more)
+    cells_per_side: int = 8  # hog_svm: HOG cells across the side; a cell is resolution // this px (>= 2 px)
+    orientations: int = 9  # hog_svm: unsigned gradient orientation bins over 0-180 degrees
+
+
+@dataclass(frozen=True)
 class ModelsConfig:
+    # the sections read by named models only: part of those models' trial keys, not of the others' (sweep.trial)
+    MODEL_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"hog": ("hog_svm",)}
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
     pretrained: dict[str, str] = field(default_factory=dict)  # model name -> local state_dict file
     dropout: float = 0.0  # classifier dropout where the model has one
     width: int = 32  # channels of the first stage of the small ResNets (small_resnet*); each stage doubles them
     min_cam_size: int = 4  # smallest feature-map side a CAM target layer may have
     cam_layer_policy: Literal["common", "per_resolution"] = "common"  # common: one CAM layer at all sweep resolutions
+    hog: HogConfig = field(default_factory=HogConfig)  # hog_svm's features
 
 
 @dataclass(frozen=True)

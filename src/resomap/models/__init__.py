@@ -1,6 +1,13 @@
 """Model registry (torchvision, small CNNs, any `timm:<name>`), ModelSpec with resolution-aware CAM layers."""
 
-from resomap.models import classical, resnet_small, segmentation, small, zoo  # noqa: F401  (registers the built-in models)
+from resomap.models import (  # noqa: F401  (registers the built-in models)
+    classical,
+    hog,
+    resnet_small,
+    segmentation,
+    small,
+    zoo,
+)
 from resomap.models.build import (
     ModelRow,
     build_model,

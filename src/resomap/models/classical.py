@@ -97,7 +97,7 @@ class PixelLogistic(nn.Module):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # recorded below instead
             clf.fit(z, y, sample_weight=sample_weight)
-        coef, intercept = _class_rows(clf, self.num_classes)
+        coef, intercept = class_rows(clf, self.num_classes)
         scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
         weight = coef / scale  # standardisation folded in: w (x - m) / s + b = (w / s) x + (b - sum w m / s)
         bias = intercept - weight @ scaler.mean_
@@ -112,11 +112,12 @@ class PixelLogistic(nn.Module):
         }
 
 
-def _class_rows(clf, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """[K, D] weights and [K] biases over all K classes from a fitted LogisticRegression. A binary fit's one row z is
-    split as +z/2 (class 1) and -z/2 (class 0): the same softmax, and each class's logit depends on the pixels (a
-    zero row would give every explanation of class 0 a constant map). A class absent from the training labels gets
-    a very low bias."""
+def class_rows(clf, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """[K, D] weights and [K] biases over all K classes from a fitted scikit-learn linear classifier
+    (LogisticRegression; LinearSVC for hog_svm). A binary fit's one row z is split as +z/2 (class 1) and -z/2 (class
+    0): the same softmax and the same decision (logit 1 - logit 0 = z), and each class's logit depends on the input
+    (a zero row would give every explanation of class 0 a constant map). A class absent from the training labels
+    gets a very low bias."""
     classes = [int(c) for c in clf.classes_]
     d = clf.coef_.shape[1]
     coef, intercept = np.zeros((num_classes, d)), np.full(num_classes, -1e4)

@@ -36,7 +36,7 @@ from resomap.reports.html_parts import JS as _JS
 from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
-from resomap.reports.rows import SummaryRow
+from resomap.reports.rows import SummaryRow, baseline_names
 from resomap.reports.text import above_baseline, above_trivial, adaptive_lines, trivial_words
 
 log = logging.getLogger(__name__)
@@ -139,8 +139,9 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     heads = [f"{first.say(c)} ({_num(level, '{:.0%}')} CI)" if level else first.say(c) for c in scores]
     trivial = trivial_words(rows)
     heads += [f"above {trivial} (its score)"] if trivial else []
-    baseline = next((r.baseline_model for r in rows if r.baseline_model), None)
-    heads += [f"above {baseline} (its score)"] if baseline else []
+    baselines = baseline_names(rows)
+    ci = f" [{_num(level, '{:.0%}')} CI]" if level else ""
+    heads += [f"above {name}{ci} (its score)" for name in baselines]
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
     head += [f"explain {m} s" for m in methods]
     lines = []
@@ -148,7 +149,7 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
         vals = (
             [_score_cell(r, c) for c in scores]
             + ([above_trivial(r)] if trivial else [])
-            + ([above_baseline(r)] if baseline else [])
+            + [above_baseline(r, name) for name in baselines]
             + [
                 r.verdict or "-",
                 _num(r.detectable_margin),

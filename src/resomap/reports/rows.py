@@ -1,7 +1,8 @@
 """The summary row: one model x resolution of a sweep (or an analysis), typed.
 
 The fields of :class:`SummaryRow`, in order, are the columns of summary.csv and of summary.json's rows (plus the
-explanation costs, one column per method, and summary.json's ``cross_resolution``). Each field says where it comes
+explanation costs, one column per method, and summary.json's ``cross_resolution``; ``baselines``, one entry per
+classical baseline in summary.json, is three columns per baseline in summary.csv). Each field says where it comes
 from and where it goes in its metadata, so a new column is one field here (and its statistic in
 :mod:`resomap.stats`):
 
@@ -22,7 +23,7 @@ Every value is JSON-safe: None where a number is not available, never NaN.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,10 @@ class SummaryRow:
     over_baseline: float | None = statistic(parent=True)
     over_baseline_ci_low: float | None = statistic()
     over_baseline_ci_high: float | None = statistic()
+    # the same against every classical baseline of the sweep at this resolution, by name (sorted; the first is the
+    # one above): {"score", "over", "ci_low", "ci_high"}; summary.csv has over_<name>, over_<name>_ci_low and
+    # over_<name>_ci_high, the parent run over_<name>
+    baselines: dict[str, dict[str, float | None]] = field(default_factory=dict, metadata={"baselines": True})
     # the headline score's interval over images and seeds together (stats.twoway_bootstrap; needs >= 2 seeds)
     twoway_ci_low: float | None = statistic(parent=True)
     twoway_ci_high: float | None = statistic(parent=True)
@@ -165,16 +170,36 @@ class SummaryRow:
         return {k[len(prefix) :]: v for k, v in self.explain_costs.items() if k.startswith(prefix)}
 
     def value(self, column: str) -> Any:
-        """The value of a column by its name (a field, or an explanation cost column); None when absent."""
+        """The value of a column by its name (a field, an explanation cost column, or a baseline's over_<name>
+        columns); None when absent."""
         for flat in (self.image_scores, self.task_metrics, self.explain_costs):
             if column in flat:
                 return flat[column]
-        return getattr(self, column) if column in _FIELD_NAMES and column not in _NESTED else None
+        if column in _FIELD_NAMES:
+            return None if column in _NESTED else getattr(self, column)
+        return self.baseline_columns().get(column)
+
+    def compared_baselines(self) -> dict[str, dict[str, float | None]]:
+        """name -> {"score", "over", "ci_low", "ci_high"} of each classical baseline this row is compared with;
+        a row of a summary written before `baselines` existed gives its one baseline from the first-baseline
+        columns."""
+        if self.baselines or not self.baseline_model:
+            return self.baselines
+        first = (self.baseline_score, self.over_baseline, self.over_baseline_ci_low, self.over_baseline_ci_high)
+        return {self.baseline_model: dict(zip(BASELINE_KEYS, first, strict=True))}
+
+    def baseline_columns(self) -> dict[str, float | None]:
+        """summary.csv's columns of the baselines: over_<name>, over_<name>_ci_low, over_<name>_ci_high."""
+        out: dict[str, float | None] = {}
+        for name, found in self.baselines.items():
+            out.update({f"over_{name}{end}": found.get(key) for key, end in BASELINE_CSV})
+        return out
 
     def parent_metrics(self) -> dict[str, float]:
         """The columns logged to the sweep's parent run (``<name>/<model>/<resolution>``), where available."""
         out = {f.name: getattr(self, f.name) for f in _FIELDS if f.metadata.get("parent") and _has(self, f.name)}
         out.update({k: v for k, v in self.image_scores.items() if v is not None})
+        out.update({f"over_{name}": b["over"] for name, b in self.baselines.items() if b.get("over") is not None})
         return out
 
     def by_resolution(self) -> dict[str, Any]:
@@ -194,6 +219,8 @@ class SummaryRow:
             value = getattr(self, f.name)
             if f.metadata.get("flat"):
                 out.update(value)
+            elif csv and f.metadata.get("baselines"):
+                out.update(self.baseline_columns())
             elif not (csv and f.metadata.get("csv") is False):
                 out[f.name] = dict(value) if isinstance(value, dict) else value
         return out
@@ -207,12 +234,19 @@ class SummaryRow:
         known["cross_resolution"] = dict(data.get("cross_resolution") or {})
         known["score_columns"] = list(data.get("score_columns") or ["test_accuracy"])
         known["words"] = dict(data.get("words") or {})
+        known["baselines"] = {str(k): dict(v) for k, v in (data.get("baselines") or {}).items()}
         prefixes = tuple(f"{p}/" for p in EXPLAIN_COST.values())
         costs = {k: v for k, v in data.items() if k.startswith(prefixes)}
         stems = tuple(f"{c}{end}" for c in known["score_columns"] for end in SCORE_ENDS)
         scores = {k: v for k, v in data.items() if k in stems}
         others = {k: v for k, v in data.items() if k.startswith("test_") and k not in _FIELD_NAMES and k not in scores}
         return cls(**known, explain_costs=costs, image_scores=scores, task_metrics=others)
+
+
+def baseline_names(rows: Iterable[SummaryRow]) -> list[str]:
+    """The classical baselines the rows are compared with, sorted by name (the first is the one of the
+    first-baseline columns: baseline_model, over_baseline, ...)."""
+    return sorted({name for r in rows for name in r.compared_baselines()})
 
 
 def _has(row: SummaryRow, name: str) -> bool:
@@ -222,7 +256,11 @@ def _has(row: SummaryRow, name: str) -> bool:
 _FIELDS = dataclasses.fields(SummaryRow)
 _FIELD_NAMES = frozenset(f.name for f in _FIELDS)
 ROW_COLUMNS = _FIELD_NAMES  # the typed columns (a flat dict's keys are columns too, but not these)
-_NESTED = frozenset({"cross_resolution", "explain_costs", "image_scores", "task_metrics", "score_columns", "words"})
+_NESTED = frozenset(
+    {"cross_resolution", "explain_costs", "image_scores", "task_metrics", "score_columns", "words", "baselines"}
+)
+BASELINE_KEYS = ("score", "over", "ci_low", "ci_high")  # what `baselines` holds per classical baseline
+BASELINE_CSV = (("over", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))  # its key -> over_<name><end>
 SCORE_ENDS = ("_pooled", "_ci_low", "_ci_high")  # the columns of a per-image score
 # (column, path in a result.json) of the columns averaged over seeds; each is followed by its `_std` column
 SEED_COLUMNS = tuple((f.name, f.metadata["result"]) for f in _FIELDS if "result" in f.metadata)

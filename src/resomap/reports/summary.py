@@ -22,7 +22,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
-from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow
+from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
 from resomap.reports.uncertainty import (
     TrialId,
     TrialRecord,
@@ -177,20 +177,20 @@ def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
 
 def baseline_caveat(rows: list[SummaryRow]) -> str:
     """What a model's decision should be read with: the resolutions where it is not shown above the task's trivial
-    predictor (the majority class, all background) or the sweep's classical baseline (the lower bound of its
+    predictor (the majority class, all background) or one of the sweep's classical baselines (the lower bound of its
     interval above it is not above 0); '' when it is shown above them everywhere (or there is nothing to compare
     with)."""
-    parts = []
     trivial = next((r.words.get("trivial") for r in rows if r.words.get("trivial")), "the trivial predictor")
-    for what, low, name in (
-        (trivial, "over_trivial_ci_low", None),
-        ("the classical baseline", "over_baseline_ci_low", "baseline_model"),
-    ):
-        compared = [r for r in rows if r.value(low) is not None]
-        below = [r.resolution for r in compared if not r.value(low) > 0]
+    lows = [(trivial, {r.resolution: r.over_trivial_ci_low for r in rows})]
+    for name in baseline_names(rows):
+        found = {r.resolution: r.compared_baselines().get(name, {}).get("ci_low") for r in rows}
+        lows.append((f"the classical baseline {name}", found))
+    parts = []
+    for label, low in lows:
+        compared = {res: v for res, v in low.items() if v is not None}
+        below = sorted(res for res, v in compared.items() if not v > 0)
         if below:
-            label = f"{what} {compared[0].value(name)}" if name else what
-            where = "any resolution" if len(below) == len(compared) else ", ".join(f"{r} px" for r in sorted(below))
+            where = "any resolution" if len(below) == len(compared) else ", ".join(f"{res} px" for res in below)
             parts.append(f"not shown above {label} at {where}")
     return f"Read with care: {'; '.join(parts)}." if parts else ""
 
@@ -249,6 +249,21 @@ def _csv(rows: list[dict[str, Any]], columns: Iterable[str] | None = None) -> st
     return frame.to_csv(index=False, float_format="%.6g")
 
 
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    """Every row's columns in one order: a column some rows lack (a baseline's over_<name> on a classical model's
+    row, an explanation method's cost) goes after the column before it in the first row that has it."""
+    columns: list[str] = []
+    for row in rows:
+        at = 0
+        for name in row:
+            if name in columns:
+                at = columns.index(name) + 1
+            else:
+                columns.insert(at, name)
+                at += 1
+    return columns
+
+
 def _relative(folder: str | None, out_dir: Path) -> str | None:
     """A trial folder as written in summary.json: relative to the summary folder (so the tree can move)."""
     if folder is None:
@@ -270,7 +285,7 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     for trial in payload["trials"]:
         trial["folder"] = _relative(trial["folder"], out_dir)
     files = {
-        SUMMARY_CSV: _csv(flat),
+        SUMMARY_CSV: _csv(flat, _columns(flat)),
         SUMMARY_JSON: json.dumps(payload, indent=2, allow_nan=False, default=str),
         PAIRED_CSV: _csv(summary.paired_tests, PAIRED_COLUMNS),
         RECOMMENDATION_CSV: _csv(summary.recommendations, RECOMMENDATION_COLUMNS),

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from resomap.reports.rows import SummaryRow
+from resomap.reports.rows import SummaryRow, baseline_names
 
 COST_COLUMNS = (
     ("latency_ms", "latency ms", ".3f"),
@@ -33,18 +33,17 @@ def fmt_interval(estimate: Any, low: Any, high: Any, spec: str = ".3f") -> str:
     return f"{estimate:{spec}}"
 
 
-def _above(r: SummaryRow, prefix: str, score: Any) -> str:
-    """'+0.114 [+0.063, +0.167] (0.689)': column `<prefix>` with its interval, then the compared score; '-' when
+def _above(over: Any, low: Any, high: Any, score: Any) -> str:
+    """'+0.114 [+0.063, +0.167] (0.689)': the difference with its interval, then the compared score; '-' when
     either is missing."""
-    if not _ok(score) or not _ok(r.value(prefix)):
+    if not _ok(score) or not _ok(over):
         return "-"
-    above = fmt_interval(r.value(prefix), r.value(f"{prefix}_ci_low"), r.value(f"{prefix}_ci_high"), "+.3f")
-    return f"{above} ({score:.3f})"
+    return f"{fmt_interval(over, low, high, '+.3f')} ({score:.3f})"
 
 
 def above_trivial(r: SummaryRow) -> str:
     """The headline score above the task's trivial predictor (the majority class, all background), and its score."""
-    return _above(r, "over_trivial", r.trivial_score)
+    return _above(r.over_trivial, r.over_trivial_ci_low, r.over_trivial_ci_high, r.trivial_score)
 
 
 def trivial_words(rows: list[SummaryRow]) -> str | None:
@@ -53,10 +52,11 @@ def trivial_words(rows: list[SummaryRow]) -> str | None:
     return None if found is None else found.words.get("trivial", "the trivial predictor")
 
 
-def above_baseline(r: SummaryRow) -> str:
-    """The headline score above the sweep's classical baseline at this resolution, and the baseline's score; '-'
-    for the baseline itself or where there is none."""
-    return _above(r, "over_baseline", r.baseline_score)
+def above_baseline(r: SummaryRow, name: str | None = None) -> str:
+    """The headline score above the classical baseline `name` at this resolution (default: the first by name), and
+    the baseline's score; '-' for a classical model itself or where there is none."""
+    found = r.compared_baselines().get(name or r.baseline_model or "", {})
+    return _above(found.get("over"), found.get("ci_low"), found.get("ci_high"), found.get("score"))
 
 
 def fmt_spread(mean: Any, std: Any, spec: str = ".3f") -> str:
@@ -85,15 +85,15 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
     image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
-    images and seeds (two-way bootstrap), the headline score above the trivial predictor and the classical
-    baseline, costs (mean ± std over seeds)."""
+    images and seeds (two-way bootstrap), the headline score above the trivial predictor and above each classical
+    baseline (a column each), costs (mean ± std over seeds)."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
     scores = [*first.score_columns, "test_macro_f1"]
     seed_column = first.seed_column
     trivial = trivial_words(rows)
-    baseline = next((r.baseline_model for r in rows if r.baseline_model), None)
+    baselines = baseline_names(rows)
     header = [
         "model",
         "res",
@@ -101,7 +101,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
         *([f"above {trivial} [{pct} CI] (its {first.say(first.headline)})"] if trivial else []),
-        *([f"above {baseline} [{pct} CI] (its {first.say(first.headline)})"] if baseline else []),
+        *(f"above {name} [{pct} CI] (its {first.say(first.headline)})" for name in baselines),
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} images x seeds {pct} CI",
         *(title for _, title, _ in COST_COLUMNS),
@@ -119,7 +119,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 str(r.n_test_images or "-"),
                 *(fmt_interval(*r.score(c)) for c in scores),
                 *([above_trivial(r)] if trivial else []),
-                *([above_baseline(r)] if baseline else []),
+                *(above_baseline(r, name) for name in baselines),
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 twoway,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),

@@ -30,7 +30,7 @@ import numpy as np
 from resomap import stats
 from resomap.config.schema import StatsConfig
 from resomap.records import ScoreTable
-from resomap.reports.rows import SCORE_ENDS
+from resomap.reports.rows import BASELINE_KEYS, SCORE_ENDS
 from resomap.tasks import Score, Task, of_result
 
 TrialId = tuple[str, int, int]  # (model, resolution, seed): unique within a sweep and within an analysis
@@ -209,34 +209,52 @@ CLASSICAL = "classical"  # the family of the classical baselines (resomap.models
 def baseline_columns(
     model: str, res: int, groups: Mapping[tuple[str, int], list[TrialRecord]], cfg: StatsConfig
 ) -> dict[str, Any]:
-    """The headline score of `model` at `res` above the sweep's classical baseline at the same resolution (the first
-    classical model by name): per image, each model's score averaged over its seeds, the difference bootstrapped over
-    the test images both were tested on. Empty for a classical model itself or when the sweep has none."""
-    members = groups[(model, res)]
-    if members[0].result.get("family") == CLASSICAL:
+    """The headline score of `model` at `res` above each classical baseline of the sweep at the same resolution
+    (`baselines`, by name), and the first by name again in the first-baseline columns (`baseline_model`,
+    `over_baseline`, ...: the columns summaries had before a sweep could hold several): per image, each model's
+    score averaged over its seeds, the difference bootstrapped over the test images both were tested on. Empty for
+    a classical model itself or when the sweep has none."""
+    if groups[(model, res)][0].result.get("family") == CLASSICAL:
         return {}
-    base = sorted(m for (m, r), ms in groups.items() if r == res and ms[0].result.get("family") == CLASSICAL)
-    if not base:
+    names = sorted(m for (m, r), ms in groups.items() if r == res and ms[0].result.get("family") == CLASSICAL)
+    if not names:
         return {}
+    found, notes = {}, []
+    for name in names:
+        found[name], note = _above_baseline(groups[(model, res)], groups[(name, res)], name, cfg)
+        notes += [note] if note else []
+    first = found[names[0]]
+    out: dict[str, Any] = {"baseline_model": names[0], "baseline_score": first["score"], "baselines": found}
+    out.update(
+        over_baseline=first["over"], over_baseline_ci_low=first["ci_low"], over_baseline_ci_high=first["ci_high"]
+    )
+    return out | ({"note": "; ".join(notes)} if notes else {})
+
+
+def _above_baseline(
+    members: list[TrialRecord], base: list[TrialRecord], name: str, cfg: StatsConfig
+) -> tuple[dict[str, float | None], str | None]:
+    """({"score", "over", "ci_low", "ci_high"}, note) of one model's headline score above the baseline `name`
+    (`base`: its trials at the same resolution) on the test images both were tested on."""
     task = members[0].task
-    name = task.scores[0].name
+    headline = task.scores[0].name
+    found: dict[str, float | None] = dict.fromkeys(BASELINE_KEYS)
     mine = align({m.id[2]: m.own for m in members if m.own is not None}, task)
-    theirs = align({m.id[2]: m.own for m in groups[(base[0], res)] if m.own is not None}, task)
-    out: dict[str, Any] = {"baseline_model": base[0]}
+    theirs = align({m.id[2]: m.own for m in base if m.own is not None}, task)
     if isinstance(mine, str) or isinstance(theirs, str):
-        return out | {"note": f"not compared with {base[0]}: {mine if isinstance(mine, str) else theirs}"}
+        return found, f"not compared with {name}: {mine if isinstance(mine, str) else theirs}"
     common, a, b = np.intersect1d(mine.index, theirs.index, return_indices=True)
-    x = np.asarray(mine.scores[name], dtype=float)[:, a].mean(axis=0)
-    y = np.asarray(theirs.scores[name], dtype=float)[:, b].mean(axis=0)
+    x = np.asarray(mine.scores[headline], dtype=float)[:, a].mean(axis=0)
+    y = np.asarray(theirs.scores[headline], dtype=float)[:, b].mean(axis=0)
     scored = np.isfinite(x) & np.isfinite(y)
     iv = stats.bootstrap_scores(x[scored] - y[scored], level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
-    out.update(baseline_score=float(y[scored].mean()) if scored.any() else None)
-    out.update(over_baseline=iv.estimate, over_baseline_ci_low=iv.low, over_baseline_ci_high=iv.high)
+    found.update(score=float(y[scored].mean()) if scored.any() else None)
+    found.update(over=iv.estimate, ci_low=iv.low, ci_high=iv.high)
     if not iv.available:
-        out["note"] = f"interval above {base[0]} not available: {iv.reason}"
-    elif common.size < max(mine.index.size, theirs.index.size):
-        out["note"] = f"compared with {base[0]} on the {common.size} test images both were tested on"
-    return out
+        return found, f"interval above {name} not available: {iv.reason}"
+    if common.size < max(mine.index.size, theirs.index.size):
+        return found, f"compared with {name} on the {common.size} test images both were tested on"
+    return found, None
 
 
 def _score_intervals(aligned: Aligned, task: Task, row: dict[str, Any], cfg: StatsConfig) -> list[str]:

@@ -104,7 +104,7 @@ class Trial:
 
 def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
     """A stable hash of everything that decides what the trial computes."""
-    tree = _key_tree(cfg)
+    tree = _key_tree(cfg, model)
     tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
     revision = model_revision(model)
     if revision > 1:  # the model's architecture changed: results of its earlier revision belong to another trial
@@ -133,9 +133,14 @@ def sweep_identity(cfg: Config) -> str:
     return _hash({**_key_tree(cfg), "sweep": "identity"})
 
 
-def _key_tree(cfg: Config) -> dict[str, Any]:
-    """The config as a tree without the settings that do not change what a trial computes."""
+def _key_tree(cfg: Config, model: str | None = None) -> dict[str, Any]:
+    """The config as a tree without the settings that do not change what a trial computes: the `models.*` sections
+    that named models read (ModelsConfig.MODEL_SECTIONS: models.hog) only in those models' trees (`model`), so
+    adding such a section kept every other key."""
     tree = to_dict(cfg)
+    for section, readers in type(cfg.models).MODEL_SECTIONS.items():
+        if model is None or model.lower() not in readers:
+            tree["models"].pop(section, None)
     for dotted in _KEY_EXCLUDE:
         node = tree
         *parents, leaf = dotted.split(".")
