@@ -104,6 +104,7 @@ def test_every_figure_type_is_drawn(drawn):
         assert stem in stems, sorted(stems)
     for model in MODELS:
         assert f"train_test_resolution_{model}" in stems
+        assert f"learning_curves_{model}" in stems  # loss and validation score by epoch, seeds overlaid
         assert f"{model}_gradcam_spearman" in stems  # agreement across resolutions
         assert any(s.startswith(f"{model}_probe") for s in stems)  # probe grids
         assert f"{model}_quality" in stems, sorted(stems)  # explanation quality with intervals and baseline

@@ -125,6 +125,10 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         with Image.open(client.download_artifacts(parent.info.run_id, name, str(project))) as picture:
             assert picture.width == width and picture.height > PROBE_IMAGE_SIZE  # the map, its caption below
     assert "report.html" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # the learning curves beside the other summary figures, and which model x resolution is undertrained
+    assert "figures/learning_curves_tiny_cnn.png" in {
+        a.path for a in client.list_artifacts(parent.info.run_id, "figures")
+    }
     # a few params on the parent (image cards stay readable), the whole config as an artifact
     assert set(parent.data.params) <= set(PARENT_PARAMS) and parent.data.params["training.epochs"] == "1"
     saved = client.download_artifacts(parent.info.run_id, CONFIG_ARTIFACT, str(project))
@@ -139,6 +143,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert (
         "- report: artifact `report.html`" in note and "- figure: artifact `figures/accuracy_vs_resolution.png`" in note
     )
+    assert "**Training**" in note and "- tiny_cnn@16: seed 42: the best epoch is the last one (0)" in note
     counts[parent.info.run_id] = len(client.list_artifacts(parent.info.run_id, "images"))
 
     for path in (project / "model_summaries" / "tiny_cnn").glob("*/seed42/result.json"):  # forget they were logged

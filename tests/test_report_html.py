@@ -6,6 +6,7 @@ with file:// in headless Chromium, moves a slider and saves a screenshot ($RESOM
 from __future__ import annotations
 
 import base64
+import csv
 import html
 import io
 import json
@@ -153,6 +154,48 @@ def test_the_summary_keeps_each_methods_cost(sweep_dir: Path):
         metrics = trial["explain"]["metrics"]
         assert all(metrics[f"explain/{m}/seconds"] > 0 for m in METHODS)
     assert (sweep_dir / "figures" / "explain_cost_vs_resolution.png").is_file()
+
+
+def test_training_quality_is_in_every_summary_and_the_report(sweep_dir: Path):
+    """Each row holds its trials' convergence records as their result.json has them (summary.json whole,
+    summary.csv per key), summary.md shows them, each model's learning curves are a valid image, and the report's
+    Training section, right after the summary, shows the curves and the table."""
+    from PIL import Image
+
+    from resomap.reports.html import write_report
+
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    with (sweep_dir / "summary.csv").open(newline="") as fh:
+        cells = {(r["model"], int(r["resolution"])): r for r in csv.DictReader(fh)}
+    for row in data["rows"]:
+        mine = [t for t in data["trials"] if (t["model"], t["resolution"]) == (row["model"], row["resolution"])]
+        mine.sort(key=lambda t: t["seed"])
+        convs = [json.loads((sweep_dir / t["folder"] / "result.json").read_text())["convergence"] for t in mine]
+        assert [r["seed"] for r in row["convergence"]] == [t["seed"] for t in mine]
+        for record, conv in zip(row["convergence"], convs, strict=True):
+            assert conv and {k: record[k] for k in conv} == conv  # the whole record
+            assert record["lr_found"] == conv.get("lr_found") and record["penalty"] is None
+        assert row["undertrained"] == any(c["undertrained"] for c in convs)
+        found = cells[(row["model"], row["resolution"])]
+        for key in ("best_epoch", "epochs_run", "stop_reason", "undertrained", "undertrained_reason", "lr_found"):
+            assert json.loads(found[f"convergence/{key}"]) == [c.get(key) for c in convs], key
+    md = (sweep_dir / "summary.md").read_text()
+    assert "| best epoch / epochs run (seeds) | undertrained |" in md and "## Training (convergence per seed)" in md
+    for model in MODELS:
+        png = sweep_dir / "figures" / f"learning_curves_{model}.png"
+        with Image.open(png) as img:
+            img.verify()
+        with Image.open(png) as img:
+            assert img.format == "PNG" and img.width > 600 and img.height > 400
+        assert png.with_suffix(".pdf").stat().st_size > 1000
+    text, _ = _parse(write_report(sweep_dir))
+    assert text.index('id="summary"') < text.index('id="training"') < text.index('id="figures"')
+    training = text[text.index('id="training"') : text.index('id="figures"')]
+    for model in MODELS:
+        assert f'alt="learning_curves_{model}"' in training and f'<td class="l">{model}</td>' in training
+    assert "best epoch / epochs run (seeds)" in training and "stopped (seeds)" in training
+    figures = text[text.index('id="figures"') : text.index('id="matrix"')]
+    assert "learning_curves" not in figures  # shown once, in the Training section
 
 
 def test_probe_overlays_say_what_the_model_did(sweep_dir: Path):

@@ -20,6 +20,7 @@ from resomap.config.schema import StatsConfig
 from resomap.errors import ConfigError, ResoMapError
 from resomap.records import Predictions, write_predictions
 from resomap.reports import SummaryRow, build_summary, sweep_figures, write_summary
+from resomap.reports.convergence import RECORD_KEYS
 from resomap.sweep.plan import plan
 from resomap.sweep.sweep import _summarise, summary_folder, trial_folders
 from resomap.tracking import NullTracker
@@ -93,11 +94,41 @@ def _fake_sweep(root: Path, seeds: tuple[int, ...] = (0, 1), with_predictions: b
                 "peak_memory_mb": 10.0 + trial.resolution,
             },
             "cross_resolution": {str(r): {"accuracy": acc, "macro_f1": acc} for r in RESOLUTIONS},
+            **_fake_training(trial.seed),
         }
         TrialResult.from_dict(data).save(trial.summary_dir)
         if with_predictions:
             write_predictions(trial.summary_dir, {trial.resolution: Predictions(trial.resolution, index, labels, p)})
     return cfg, trials, (index, labels, preds)
+
+
+def _fake_training(seed: int) -> dict:
+    """A history of 3 epochs and its convergence record: seed 0 best at its last epoch (undertrained, the epoch
+    budget), seed 1 best at epoch 1 and stopped by a newer stop reason with the LR range test's lr_found (fields
+    the summary reads with .get)."""
+    f1 = [0.5, 0.7, 0.8] if seed == 0 else [0.5, 0.75, 0.7]
+    history = [
+        {"epoch": e, "train/loss": 1.0 - 0.2 * e, "val/loss": 1.1 - 0.15 * e, "val/macro_f1": f1[e], "lr": 0.01}
+        for e in range(3)
+    ]
+    best = int(np.argmax(f1))
+    conv = {
+        "monitor": "val/macro_f1",
+        "mode": "max",
+        "best_epoch": best,
+        "best_value": f1[best],
+        "last_epoch": 2,
+        "epochs_run": 3,
+        "epochs_planned": 3 if seed == 0 else 10,
+        "still_improving": best == 2,
+        "stop_reason": "epoch_budget" if seed == 0 else "plateau",
+        "stop_detail": "the epoch budget ran out" if seed == 0 else "the loss plateaued",
+        "undertrained": best == 2,
+        "undertrained_reason": "the best epoch is the last one (2)" if best == 2 else None,
+    }
+    if seed == 1:
+        conv["lr_found"] = 0.0031
+    return {"history": history, "convergence": conv, "epochs_run": 3}
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +220,9 @@ SUMMARY_CSV_COLUMNS = [
     "train_time_s_std",
     "epochs_run",
     "epochs_run_std",
+    "undertrained",
+    "undertrained_reason",
+    *(f"convergence/{key}" for key in RECORD_KEYS),
     "profile_noisy",
     "n_test_images",
     "test_accuracy_pooled",
@@ -227,8 +261,11 @@ def test_summary_columns_keep_their_names_and_order(fake):
     with (out / "summary.csv").open(newline="") as fh:
         assert next(csv.reader(fh)) == SUMMARY_CSV_COLUMNS
     first = json.loads((out / "summary.json").read_text())["rows"][0]
-    at = SUMMARY_CSV_COLUMNS.index("over_baseline_ci_high") + 1  # then each classical baseline by name (none here)
-    json_columns = [*SUMMARY_CSV_COLUMNS[:at], "baselines", *SUMMARY_CSV_COLUMNS[at:]]
+    per_seed = [c for c in SUMMARY_CSV_COLUMNS if c.startswith("convergence/")]  # summary.json: one list of records
+    at = SUMMARY_CSV_COLUMNS.index(per_seed[0])
+    json_columns = [*SUMMARY_CSV_COLUMNS[:at], "convergence", *SUMMARY_CSV_COLUMNS[at + len(per_seed) :]]
+    at = json_columns.index("over_baseline_ci_high") + 1  # then each classical baseline by name (none here)
+    json_columns = [*json_columns[:at], "baselines", *json_columns[at:]]
     assert list(first) == [*json_columns, "cross_resolution", "score_columns", "words"]
     assert first["baselines"] == {}
     assert first["score_columns"] == ["test_accuracy"] and first["words"]["test_accuracy"] == "accuracy"
@@ -261,6 +298,7 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
     assert points["test_accuracy_ci_low"] == row.score("test_accuracy")[1] is not None
     old = SummaryRow.from_dict({"model": "m", "resolution": 32})  # a summary.json from before a column existed
     assert old.value("test_accuracy_ci_low") is None and old.accuracy is None and old.n_seeds == 1
+    assert old.convergence == [] and old.undertrained is None  # no convergence record: '-' in the tables
 
 
 def test_pooled_macro_f1_of_identical_seeds_is_the_one_seed_interval():
@@ -351,6 +389,56 @@ def test_results_without_predictions_say_why(tmp_path):
     assert "no predictions.csv" in summary.recommendations[0]["sentence"]
     figures = sweep_figures(summary.rows, tmp_path / "figures")
     assert (tmp_path / "figures" / "accuracy_vs_resolution.png") in figures
+
+
+def test_every_row_carries_each_seeds_convergence_record(fake):
+    _, trials, _, out, files = fake
+    results = {(t.resolution, t.seed): json.loads((t.summary_dir / "result.json").read_text()) for t in trials}
+    rows = {r["resolution"]: r for r in json.loads((out / "summary.json").read_text())["rows"]}
+    csv_rows = {int(r["resolution"]): r for r in _csv(out / "summary.csv")}
+    for res in RESOLUTIONS:
+        records = rows[res]["convergence"]
+        assert [r["seed"] for r in records] == [0, 1]
+        for record, seed in zip(records, (0, 1), strict=True):
+            conv = results[(res, seed)]["convergence"]
+            assert {k: record[k] for k in conv} == conv  # the whole record, as result.json holds it
+        assert records[0]["lr_found"] is None and records[1]["lr_found"] == 0.0031  # absent: None
+        assert [r["penalty"] for r in records] == [None, None]  # not a closed-form fit
+        assert rows[res]["undertrained"] is True
+        assert rows[res]["undertrained_reason"] == "seed 0: the best epoch is the last one (2)"
+        for key in RECORD_KEYS:  # summary.csv: each key a JSON list of the seeds' values
+            assert json.loads(csv_rows[res][f"convergence/{key}"]) == [r[key] for r in records], key
+        assert csv_rows[res]["undertrained"] == "True"
+    md = (out / "summary.md").read_text()
+    assert "| best epoch / epochs run (seeds) | undertrained |" in md and "| 2/3, 1/3 | yes |" in md
+    training = md[md.index("## Training (convergence per seed)") : md.index("## Decision per model")]
+    assert f"| {MODEL} | 64 | 2/3, 1/3 | epoch_budget, plateau | -, 0.0031 | yes: seed 0: the best epoch" in training
+    assert "seed 0: the best epoch is the last one (2)" in (out / "summary.txt").read_text()
+    assert {f"learning_curves_{MODEL}.png", f"learning_curves_{MODEL}.pdf"} <= {p.name for p in files}
+
+
+def test_a_closed_form_model_shows_its_chosen_penalty_and_has_no_curve(tmp_path):
+    from resomap.reports.curves import curve_trials
+
+    scores = (0.5, 0.8, 0.7)  # validation macro-F1 at C = 1e-4, 1e-3, 1e-2: 1e-3 chosen
+    history = [{"epoch": e, "train/penalty_C": 10.0 ** (e - 4), "val/macro_f1": f} for e, f in enumerate(scores)]
+    conv = {"monitor": "val/macro_f1", "best_epoch": 1, "epochs_run": 3, "stop_reason": "epoch_budget"}
+    conv |= {"stop_detail": "fitted in closed form; the best on validation is kept", "undertrained": False}
+    results = [
+        {"key": f"k{s}", "name": "pixel_logreg@32", "model": "pixel_logreg", "family": "classical", "seed": s,
+         "resolution": 32, "status": "FINISHED", "test": {"test/accuracy": 0.7}, "history": history,
+         "convergence": conv}
+        for s in (0, 1)
+    ]  # fmt: skip
+    summary = build_summary(results, stats=FAST)
+    (row,) = summary.rows
+    assert [r["penalty"] for r in row.convergence] == [1e-3, 1e-3] and row.undertrained is False
+    write_summary(summary, tmp_path)
+    md = (tmp_path / "summary.md").read_text()
+    assert "| C=0.001, C=0.001 | no |" in md and "| penalty grid, penalty grid | - | no |" in md
+    assert curve_trials(results) == {}  # no epochs: no learning curve
+    figures = sweep_figures(summary.rows, tmp_path / "figures", trials=summary.trials)
+    assert figures and not any(p.name.startswith("learning_curves") for p in figures)
 
 
 def test_figures_are_written(fake):
@@ -466,6 +554,9 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     tracker = _RecordingTracker()
     _summarise(results, cfg, out, tracker, "parent", trials)
     assert {"summary/paired_tests.csv", "summary/recommendation.csv", "summary/summary.md"} <= tracker.artifacts
+    assert f"figures/learning_curves_{MODEL}.png" in tracker.artifacts  # the learning curves, beside the others
+    note = tracker.tags["mlflow.note.content"]
+    assert "**Training**" in note and f"- {MODEL}@32: seed 0: the best epoch is the last one (2)" in note
     assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 128  # undecided at 0.02: the reference
     assert tracker.metrics[f"reference_resolution/{MODEL}"] == 128
     assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]

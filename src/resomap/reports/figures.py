@@ -1,14 +1,15 @@
 """Sweep figures (PNG + PDF, paper-size fonts): the task's per-image scores (accuracy; mIoU and boundary F1 per
 image for segmentation) and macro-F1 against resolution with their intervals,
 the significant differences and the recommended resolution marked; costs against resolution; the accuracy-latency
-Pareto front with error bars; the train x test resolution heatmap per model."""
+Pareto front with error bars; the train x test resolution heatmap per model; the learning curves per model
+(reports.curves)."""
 
 from __future__ import annotations
 
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -344,9 +345,13 @@ def sweep_figures(
     out_dir: Path,
     paired: list[Mapping[str, Any]] = (),
     recommendations: list[Mapping[str, Any]] = (),
+    trials: Iterable[Mapping[str, Any]] = (),
 ) -> list[Path]:
     """Every summary figure that the rows have data for; returns the written files. ``paired`` and
-    ``recommendations`` (a SweepSummary's) add the significance marks and the recommended resolution."""
+    ``recommendations`` (a SweepSummary's) add the significance marks and the recommended resolution; ``trials``
+    (its result.json trees) the learning curves per model (reports.curves)."""
+    from resomap.reports.curves import learning_curve_figures
+
     written: list[Path] = []
     cost = [
         ("latency_ms", "latency, batch 1 (ms)"),
@@ -365,4 +370,4 @@ def sweep_figures(
         fig = cross_resolution_heatmap(model, rows)
         if fig is not None:
             written += save(fig, out_dir, f"train_test_resolution_{model}")
-    return written
+    return written + learning_curve_figures(trials, out_dir)

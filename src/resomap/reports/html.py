@@ -6,6 +6,8 @@ on disk: summary.json (rows with intervals, recommendations, each trial's folder
 (drawn again from the rows when absent), explanations/ (agreement matrices and statements) and each trial's
 explanations.npz (probe maps with what the model said). With JavaScript off every resolution of a probe map is
 shown in a row; the script turns each row into a slider (<input type=range>). All text is escaped (html.escape).
+Right after the summary, a Training section shows each model's learning curves (figures/learning_curves_<model>.png,
+drawn from summary.json's trial histories when absent) and each row's convergence records (reports.convergence).
 
 Whatever the task, the page is the same: the rows name their per-image scores and say them in words (accuracy for
 classification; mIoU and boundary F1 per image for segmentation), the paired tests carry the metric they compared,
@@ -30,6 +32,7 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
+from resomap.reports.convergence import CURVES_STEM, undertrained_cell
 from resomap.reports.html_explain import agreement_section, explanation_statements, probe_section, quality_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
@@ -37,7 +40,14 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow, baseline_names
-from resomap.reports.text import above_baseline, above_trivial, adaptive_lines, trivial_words
+from resomap.reports.text import (
+    above_baseline,
+    above_trivial,
+    adaptive_lines,
+    training_cells,
+    training_note,
+    trivial_words,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +100,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
     sections = [
         ("summary", "Summary", _summary_section(data, rows, explanation_statements(sweep_dir, short=True))),
+        ("training", "Training", _training_section(sweep_dir, rows, trials)),
         *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
         ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
         ("matrix", "Train x test resolution", _matrix_section(rows)),
@@ -143,6 +154,7 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     ci = f" [{_num(level, '{:.0%}')} CI]" if level else ""
     heads += [f"above {name}{ci} (its score)" for name in baselines]
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
+    head += ["undertrained"]
     head += [f"explain {m} s" for m in methods]
     lines = []
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
@@ -156,6 +168,7 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
                 _num(r.latency_ms, "{:.2f}"),
                 _num(r.peak_memory_mb, "{:.3g}"),
                 _num(r.train_time_s, "{:.1f}"),
+                undertrained_cell(r.undertrained),
             ]
         )
         vals += [_num(r.explain_seconds.get(m), "{:.3g}") for m in methods]
@@ -232,7 +245,8 @@ def _figures_section(sweep_dir: Path, rows: list[SummaryRow], data: dict) -> str
 
 
 def _figures_from(folder: Path) -> str:
-    pngs = {p.stem: p for p in sorted(folder.glob("*.png")) if not p.stem.startswith("train_test_resolution_")}
+    own = ("train_test_resolution_", f"{CURVES_STEM}_")  # shown in their own sections
+    pngs = {p.stem: p for p in sorted(folder.glob("*.png")) if not p.stem.startswith(own)}
     order = [s for s in FIGURE_ORDER if s in pngs] + [s for s in pngs if s not in FIGURE_ORDER]
     if not order:
         return '<p class="muted">No figure (no finished trial with metrics).</p>'
@@ -240,6 +254,47 @@ def _figures_from(folder: Path) -> str:
         f'<figure><img alt="{_e(s)}" src="{_file_uri(pngs[s])}"><figcaption>{_e(s.replace("_", " "))}</figcaption>'
         "</figure>"
         for s in order
+    )
+    return f'<div class="figs">{figs}</div>'
+
+
+def _training_section(sweep_dir: Path, rows: list[SummaryRow], trials: list[dict]) -> str:
+    """Did the models learn: each model's learning curves (figures/learning_curves_<model>.png, drawn from the
+    trials' histories when the folder lacks them) and the convergence table per model x resolution."""
+    if not rows:
+        return '<p class="muted">No finished trial.</p>'
+    figs = _curve_figures(sweep_dir / "figures", trials)
+    head, body = training_cells(rows)
+    table = _table(head, [(cells, bool(r.undertrained)) for cells, r in zip(body, rows, strict=True)], "warn")
+    closed = sorted({str(r.model) for r in rows if r.family == "classical"})
+    words = training_note(rows) + " Shaded rows: a seed is undertrained."
+    if closed:
+        words += f" No learning curve for {', '.join(closed)}: fitted in closed form, it has no epochs."
+    return figs + table + f'<p class="small muted">{_e(words)}</p>'
+
+
+def _curve_figures(folder: Path, trials: list[dict]) -> str:
+    """The learning-curve figures as <figure>s; drawn into a temporary folder when `folder` has none."""
+    pngs = sorted(folder.glob(f"{CURVES_STEM}_*.png")) if folder.is_dir() else []
+    if not pngs:
+        import tempfile
+
+        from resomap.reports.curves import learning_curve_figures
+
+        with tempfile.TemporaryDirectory(prefix="resomap-report-") as tmp:
+            drawn = [p for p in learning_curve_figures(trials, Path(tmp)) if p.suffix == ".png"]
+            return _curve_html(drawn)
+    return _curve_html(pngs)
+
+
+def _curve_html(pngs: list[Path]) -> str:
+    if not pngs:
+        return '<p class="muted">No learning curve (no trial with a per-epoch history).</p>'
+    caption = "learning curves: loss and validation score by epoch, seeds overlaid, each seed's best epoch starred"
+    figs = "".join(
+        f'<figure class="wide"><img alt="{_e(p.stem)}" src="{_file_uri(p)}"><figcaption>'
+        f"{_e(p.stem.removeprefix(CURVES_STEM + '_'))}: {_e(caption)}</figcaption></figure>"
+        for p in pngs
     )
     return f'<div class="figs">{figs}</div>'
 
@@ -295,11 +350,12 @@ def _trial_folder(sweep_dir: Path, trial: dict) -> Path | None:
     return base if base.is_absolute() else sweep_dir / base
 
 
-def _table(head: list[str], lines: list[tuple[list[str], bool]]) -> str:
-    """An HTML table: the first column left-aligned; a True flag shades the row (class rec)."""
+def _table(head: list[str], lines: list[tuple[list[str], bool]], shade: str = "rec") -> str:
+    """An HTML table: the first column left-aligned; a True flag shades the row (class `shade`: rec, green for a
+    recommendation; warn, amber for a warning)."""
     top = "".join(f'<th class="{"l" if i == 0 else ""}">{_e(h)}</th>' for i, h in enumerate(head))
     body = "".join(
-        ('<tr class="rec">' if mark else "<tr>")
+        (f'<tr class="{shade}">' if mark else "<tr>")
         + "".join(f'<td class="l">{_e(c)}</td>' if i == 0 else f"<td>{_e(c)}</td>" for i, c in enumerate(cells))
         + "</tr>"
         for cells, mark in lines

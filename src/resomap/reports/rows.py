@@ -9,7 +9,9 @@ from and where it goes in its metadata, so a new column is one field here (and i
 - ``over_seeds(*path)``: the mean over seeds of each trial's result.json value at ``path``; the next field,
   ``<name>_std``, holds its std across seeds (None with one seed);
 - ``parent=True``: logged to the sweep's MLflow parent run as ``<name>/<model>/<resolution>``;
-- ``by_resolution="<key>"``: drawn against resolution in the parent run (``by_resolution/<model>/<key>``).
+- ``by_resolution="<key>"``: drawn against resolution in the parent run (``by_resolution/<model>/<key>``);
+- ``per_seed=True``: a list of one dict per seed (summary.json), spread over summary.csv columns ``<name>/<key>``,
+  each a JSON list of the seeds' values (``convergence``: each seed's convergence record, reports.convergence).
 
 The task's per-image scores (resomap.tasks: accuracy for classification, mIoU and boundary F1 per image for
 segmentation) are flat columns ``<column>_pooled``, ``<column>_ci_low``, ``<column>_ci_high`` of ``image_scores``
@@ -23,9 +25,13 @@ Every value is JSON-safe: None where a number is not available, never NaN.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from resomap.reports.convergence import RECORD_KEYS
 
 EXPLAIN_COST = {"seconds": "explain_seconds", "peak_memory_mb": "explain_peak_memory_mb"}  # metric -> column prefix
 
@@ -78,6 +84,12 @@ class SummaryRow:
     train_time_s_std: float | None = None
     epochs_run: float | None = over_seeds("epochs_run")
     epochs_run_std: float | None = None
+    # did it train enough (reports.convergence): any seed flagged undertrained (None: no seed has a record), why
+    # ('seed 43: <reason>; ...'), and each seed's convergence record (best epoch, epochs run, stop reason, lr_found,
+    # a closed-form fit's chosen penalty)
+    undertrained: bool | None = None
+    undertrained_reason: str | None = None
+    convergence: list[dict[str, Any]] = field(default_factory=list, metadata={"per_seed": True})
     # the seeds' mean and std of the task's other headline test metrics ('test_miou', 'test_miou_std', ...)
     task_metrics: dict[str, float | None] = field(default_factory=dict, metadata={"flat": True})
     profile_noisy: bool = False  # a profile's timing stayed disturbed: its latency/throughput are suspect
@@ -221,6 +233,8 @@ class SummaryRow:
                 out.update(value)
             elif csv and f.metadata.get("baselines"):
                 out.update(self.baseline_columns())
+            elif f.metadata.get("per_seed"):
+                out.update(_per_seed_columns(f.name, value) if csv else {f.name: [dict(v) for v in value]})
             elif not (csv and f.metadata.get("csv") is False):
                 out[f.name] = dict(value) if isinstance(value, dict) else value
         return out
@@ -247,6 +261,18 @@ def baseline_names(rows: Iterable[SummaryRow]) -> list[str]:
     """The classical baselines the rows are compared with, sorted by name (the first is the one of the
     first-baseline columns: baseline_model, over_baseline, ...)."""
     return sorted({name for r in rows for name in r.compared_baselines()})
+
+
+def _per_seed_columns(name: str, records: list[dict[str, Any]]) -> dict[str, str | None]:
+    """summary.csv's ``<name>/<key>`` columns of a per-seed field: the seeds' values as a JSON list (None without
+    records); RECORD_KEYS always, a record's other keys after them."""
+    keys = [*RECORD_KEYS, *sorted({k for r in records for k in r} - set(RECORD_KEYS))]
+
+    def cell(values: list[Any]) -> str:
+        finite = [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+        return json.dumps(finite, default=str)
+
+    return {f"{name}/{k}": cell([r.get(k) for r in records]) if records else None for k in keys}
 
 
 def _has(row: SummaryRow, name: str) -> bool:

@@ -22,6 +22,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
+from resomap.reports.convergence import convergence_columns
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
 from resomap.reports.uncertainty import (
     TrialId,
@@ -122,6 +123,7 @@ def _row(model: str, res: int, members: list[TrialRecord], cfg: StatsConfig) -> 
         family=results[0].get("family", ""),
         resolution=res,
         **over_seeds,
+        **convergence_columns(results),
         task_metrics=task_metrics,
         profile_noisy=noisy > 0,
         **intervals,

@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
 from resomap.reports.rows import SummaryRow, baseline_names
 
 COST_COLUMNS = (
@@ -86,7 +87,8 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
     image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
     images and seeds (two-way bootstrap), the headline score above the trivial predictor and above each classical
-    baseline (a column each), costs (mean ± std over seeds)."""
+    baseline (a column each), costs (mean ± std over seeds), each seed's best epoch / epochs run and whether any seed
+    is undertrained."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
@@ -105,6 +107,8 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} images x seeds {pct} CI",
         *(title for _, title, _ in COST_COLUMNS),
+        EPOCHS_TITLE,
+        "undertrained",
         "vs reference",
         "",
     ]
@@ -123,11 +127,40 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 twoway,
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
+                epochs_cell(r.convergence),
+                undertrained_cell(r.undertrained),
                 r.verdict or "-",
                 "recommended" if r.recommended else "",
             ]
         )
     return table(header, body, markdown)
+
+
+EPOCHS_TITLE = "best epoch / epochs run (seeds)"
+
+
+def training_cells(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
+    """(header, body) of the training table: per model x resolution each seed's best epoch / epochs run (a
+    closed-form fit: its chosen penalty), why it stopped, the learning rate found, undertrained and why."""
+    header = ["model", "res", EPOCHS_TITLE, "stopped (seeds)", "lr found (seeds)", "undertrained"]
+    body = []
+    for r in rows:
+        flag = undertrained_cell(r.undertrained)
+        if r.undertrained and r.undertrained_reason:
+            flag = f"yes: {r.undertrained_reason}"
+        seeds = r.convergence
+        body.append([str(r.model), str(r.resolution), epochs_cell(seeds), stop_cell(seeds), lr_cell(seeds), flag])
+    return header, body
+
+
+def training_note(rows: list[SummaryRow]) -> str:
+    """What the training table's numbers mean, in words."""
+    chosen = ", ".join(monitors(rec for r in rows for rec in r.convergence)) or "the checkpoint monitor"
+    return (
+        f"Best epoch: the epoch of the kept checkpoint by {chosen}, counted from 0 (16/17: the last of 17 epochs). "
+        "Undertrained: the trial's convergence record flags it (its reason beside it). A closed-form model (C=...) "
+        "is fitted once per penalty of a grid and shows the penalty chosen on validation."
+    )
 
 
 def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str:
@@ -209,13 +242,17 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
 
 
 def summary_document(summary: Any, markdown: bool = False) -> str:
-    """summary.md (markdown=True) / summary.txt: the results table, the recommendation per model in words, the
-    paired tests, and the notes saying which numbers are not available and why."""
+    """summary.md (markdown=True) / summary.txt: the results table, how each seed trained (convergence), the
+    recommendation per model in words, the paired tests, and the notes saying which numbers are not available and
+    why."""
     h = (lambda t: f"## {t}\n\n") if markdown else (lambda t: f"{t}\n{'-' * len(t)}\n")
     bullet = "- " if markdown else ""
     gap = "\n"
     out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats, summary.paired_tests) + "\n\n"
     out += h("Results per model and resolution") + results_table(summary.rows, markdown) + gap
+    if any(r.convergence for r in summary.rows):
+        out += h("Training (convergence per seed)") + table(*training_cells(summary.rows), markdown)
+        out += gap + training_note(summary.rows) + "\n" + gap
     out += h("Decision per model (non-inferiority to the reference)") + "".join(
         f"{bullet}{x}\n" if not x.startswith("  ") else f"  {bullet}{x.strip()}\n"
         for x in recommendation_lines(summary.recommendations, verdicts=True)

@@ -406,7 +406,9 @@ def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folde
         summary = build_summary(results, folders, cfg.stats)
         tables = write_summary(summary, out_dir)
     with clock("figures"):
-        figures = sweep_figures(summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations)
+        figures = sweep_figures(
+            summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations, summary.trials
+        )
     with clock("explanations"):
         comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats)
     with clock("report"):

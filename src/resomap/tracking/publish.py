@@ -448,9 +448,11 @@ def publish_sweep(
 
 def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path]) -> str:
     """The parent run's description (markdown, shown above its details in the MLflow UI): the decision per model,
-    the explanation finding per model x method, and where the report and the figures are."""
+    the undertrained model x resolutions, the explanation finding per model x method, and where the report and the
+    figures are."""
     lines = ["**Decisions** (each resolution against the reference at the stated margin)", ""]
     lines += [f"- {r['sentence']}" for r in summary.recommendations if r.get("sentence")] or ["- no finished trial"]
+    lines += training_lines(getattr(summary, "rows", ()))
     statements = [s for s in statements if s.strip()]
     if statements:
         lines += ["", "**Explanations** (agreement across resolutions against the cross-seed floor)", ""]
@@ -463,6 +465,17 @@ def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figu
     if len(text) > NOTE_LIMIT:  # MLflow's tag value limit
         text = text[: NOTE_LIMIT - 40].rsplit("\n", 1)[0] + "\n- ... (the rest: summary/summary.md)"
     return text
+
+
+def training_lines(rows: Iterable[Any]) -> list[str]:
+    """The parent description's training part: each model x resolution with an undertrained seed and why (the
+    summary rows' convergence fields, reports.rows.SummaryRow); [] when no row has a convergence record."""
+    checked = [r for r in rows if getattr(r, "undertrained", None) is not None]
+    if not checked:
+        return []
+    flagged = [f"- {r.model}@{r.resolution}: {r.undertrained_reason}" for r in checked if r.undertrained]
+    head = "**Training** (convergence records; learning curves: `figures/learning_curves_<model>.png`)"
+    return ["", head, "", *(flagged or ["- no seed flagged undertrained"])]
 
 
 def headline(summary: Any) -> dict[str, str]:
