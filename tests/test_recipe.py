@@ -69,6 +69,11 @@ def test_a_sweep_finds_the_learning_rate_once_per_model_and_resolution(tmp_path)
         assert result["convergence"]["lr_found"] == pytest.approx(found)
         saved = yaml.safe_load((tmp_path / f"model_summaries/tiny_cnn/32/seed{seed}/config.yaml").read_text())
         assert saved["training"]["optimizer"]["lr"] == pytest.approx(found)  # the rate the trial ran with
+        assert result["data"]["recipe"]["learning_rate"] == "the LR range test's (training.lr_find)"
+    (summary,) = tmp_path.glob("model_summaries/_sweep/*/summary.md")
+    text = summary.read_text()
+    assert "## Training recipe" in text
+    assert "Class imbalance: the loss weighted by inverse class frequency; learning rate: the LR range test's" in text
 
 
 # ---------------------------------------------------------------- weight averaging

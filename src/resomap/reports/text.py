@@ -241,6 +241,30 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
     )
 
 
+def recipe_line(trials: list[Mapping[str, Any]]) -> str:
+    """The deep models' training recipe in words (result.json data.recipe: class imbalance, learning rate, the
+    weights evaluated, stopping, test-time augmentation), from the first trial that records it; several recipes in
+    one sweep are each named with their models."""
+    seen: dict[str, list[str]] = {}
+    for t in trials:
+        recipe = (t.get("data") or {}).get("recipe")
+        if not recipe or t.get("family") == "classical":
+            continue
+        words = (
+            f"class imbalance: {recipe['class_imbalance']}; learning rate: {recipe['learning_rate']} "
+            f"({recipe['schedule']} schedule); weights evaluated: {recipe['weights_evaluated']}; stopping: "
+            f"{recipe['stopping']}; test-time augmentation: {recipe['tta']} (reported as test_tta beside the plain "
+            "score)"
+        )
+        models = seen.setdefault(words, [])
+        if t["model"] not in models:
+            models.append(t["model"])
+    if len(seen) == 1:
+        words = next(iter(seen))
+        return words[0].upper() + words[1:] + "."
+    return " ".join(f"{', '.join(models)}: {words}." for words, models in seen.items())
+
+
 def summary_document(summary: Any, markdown: bool = False) -> str:
     """summary.md (markdown=True) / summary.txt: the results table, how each seed trained (convergence), the
     recommendation per model in words, the paired tests, and the notes saying which numbers are not available and
@@ -250,6 +274,9 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     gap = "\n"
     out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats, summary.paired_tests) + "\n\n"
     out += h("Results per model and resolution") + results_table(summary.rows, markdown) + gap
+    recipe = recipe_line(summary.trials)
+    if recipe:
+        out += h("Training recipe") + recipe + "\n" + gap
     if any(r.convergence for r in summary.rows):
         out += h("Training (convergence per seed)") + table(*training_cells(summary.rows), markdown)
         out += gap + training_note(summary.rows) + "\n" + gap

@@ -228,7 +228,7 @@ def run_trial(
     prepared, early = None, None
     try:
         prepared = prepare_trial(trial, trial.cfg, device)
-        result.data = data_record(prepared.bundle)
+        result.data = {**data_record(prepared.bundle), "recipe": recipe_record(trial.cfg)}
     except Exception as exc:
         if reraise and isinstance(exc, ResoMapError):
             raise
@@ -277,6 +277,31 @@ def data_record(bundle: Any) -> dict[str, Any]:
         "channels": int(bundle.channels),
         "data_seed": int(bundle.data_seed),
         "augmentation": augmentation_record(bundle),
+    }
+
+
+def recipe_record(cfg: Config) -> dict[str, str]:
+    """How the trial was trained, in words, for result.json and the summary's "Training recipe" line: the class
+    imbalance treatment, the learning rate, the weights evaluated, the stopping rule and test-time augmentation."""
+    tc = cfg.training
+    imbalance = {"balanced": "the loss weighted by inverse class frequency", "none": "none"}[tc.class_weights]
+    if tc.sample_weights == "confidence":
+        imbalance += ", each image also weighted by its label's confidence"
+    es = tc.early_stopping
+    stop = f"at most {tc.epochs} epochs"
+    if es.enabled:
+        smooth = f" (smoothed, weight {es.smoothing:g})" if es.smoothing < 1 else ""
+        stop += f"; early stopping when {es.monitor}{smooth} did not improve for {es.patience} epochs"
+        stop += f", not before epoch {es.min_epochs}" if es.min_epochs else ""
+    if tc.max_minutes is not None:
+        stop += f"; at most {tc.max_minutes:g} minutes"
+    return {
+        "class_imbalance": imbalance,
+        "learning_rate": "the LR range test's (training.lr_find)" if tc.lr_find.enabled else f"{tc.optimizer.lr:g}",
+        "schedule": tc.scheduler.name,
+        "weights_evaluated": f"EMA (decay {tc.ema.decay:g})" if tc.ema.enabled else "the trained weights",
+        "stopping": stop,
+        "tta": ", ".join(tc.tta) if tc.tta else "none",
     }
 
 
