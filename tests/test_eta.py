@@ -90,9 +90,10 @@ def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_
 
     lines: dict[bool, list[str]] = {True: [], False: []}
     for on in (True, False):
-        cfg = tiny_sweep_config(
-            tmp_path / str(on), ["tiny_cnn", "pixel_logreg"], [16, 32], ["saliency"], 2, f"sweep.cost_probe={on}"
-        )
+        cfg = tiny_sweep_config(  # threads fixed: a count measured per trial may differ between the two sweeps
+            tmp_path / str(on), ["tiny_cnn", "pixel_logreg"], [16, 32], ["saliency"], 2, f"sweep.cost_probe={on}",
+            "system.threads=1",
+        )  # fmt: skip
         run_sweep(cfg, report=lines[on].append)
     probe_lines = [line for line in lines[True] if "cost probe" in line]
     assert len(probe_lines) == 1 and "4 model x resolution pair(s)" in probe_lines[0], lines[True]
@@ -113,7 +114,7 @@ def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_
     rebuilt: list[str] = []
     models = ["tiny_cnn", "pixel_logreg"]
     run_sweep(
-        tiny_sweep_config(tmp_path / "True", models, [16, 32], ["saliency"], 2, "stats.level=0.9"),
+        tiny_sweep_config(tmp_path / "True", models, [16, 32], ["saliency"], 2, "stats.level=0.9", "system.threads=1"),
         report=rebuilt.append,
     )
     assert not any("cost probe" in line for line in rebuilt) and eta_csv.read_text() == before

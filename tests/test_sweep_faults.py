@@ -35,6 +35,7 @@ ARGS = [
     "sweep.models=[tiny_cnn,simple_cnn]",
     "sweep.resolutions=[16,24]",
     "training.epochs=3",
+    "system.threads=1",  # fixed: a count measured per trial may differ from the reference sweep's
 ]
 TRIALS = [(m, r) for m in ("tiny_cnn", "simple_cnn") for r in (16, 24)]
 

@@ -97,6 +97,11 @@ def free_cores(others_cores: float, cores: int | None = None) -> int:
 _DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice at start (honours OMP_NUM_THREADS)
 
 
+def default_threads() -> int:
+    """Torch's intra-op thread count when this process started (one per physical core, or OMP_NUM_THREADS)."""
+    return _DEFAULT_THREADS
+
+
 def others_busy_cores(window_s: float = 0.1) -> float:
     """Cores kept busy by other processes over a short window (psutil: machine busy time minus this process's)."""
     with CpuLoad() as load:
@@ -127,11 +132,11 @@ def measurement_threads(system: SystemConfig) -> int:
 def apply_system(system: SystemConfig, device: torch.device) -> None:
     """Backend switches that torch keeps per process (threads, cudnn autotuner, TF32).
 
-    Training uses torch's default thread count when system.threads is 0, restored if a profile or bench earlier in
-    the same process lowered it: a count that followed the machine's load, or what ran before, would change the
-    floating-point reduction order between a run and its resume (with bf16 that flipped test predictions). On a
-    shared CPU, set system.threads=1 (docs/performance.md "Threads"); profiles adapt on their own
-    (profiling/timing.py).
+    system.threads 0 sets torch's default thread count, restored if a profile or bench earlier in the same process
+    lowered it, so nothing that ran before decides it; a CPU training fit then measures which count is fastest
+    under the load of the moment (resomap.training.threads, in Trainer.fit) and a resumed fit keeps the count of
+    the run it resumes (another count changes the floating-point reduction order; with bf16 that flipped test
+    predictions). A positive count is used as it is. Profiles adapt on their own (profiling/timing.py).
     """
     threads = system.threads if system.threads > 0 else _DEFAULT_THREADS
     if threads != torch.get_num_threads():  # also undoes a lower count left by a profile earlier in this process

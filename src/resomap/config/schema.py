@@ -154,7 +154,7 @@ class SystemConfig:
     num_workers: int = 0  # DataLoader worker processes
     persistent_workers: bool = False  # keep workers between epochs (num_workers > 0)
     pin_memory: Literal["auto", "on", "off"] = "auto"  # page-locked host batches; auto: on CUDA only
-    threads: int = 0  # torch intra-op threads; 0: torch's default, profiles use the free cores (docs/performance.md)
+    threads: int = 0  # torch intra-op threads; 0: auto, training measures 1 vs all cores per fit (docs/performance.md)
 
 
 @dataclass(frozen=True)

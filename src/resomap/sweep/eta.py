@@ -167,6 +167,7 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     from resomap.runtime import apply_system, resolve_device
     from resomap.sweep.trial import prepare_trial
     from resomap.training import Trainer
+    from resomap.training.threads import kept_threads
 
     first: dict[Pair, Any] = {}
     for trial in trials:
@@ -177,9 +178,10 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
         cfg = trial.cfg
         try:
             device = resolve_device(cfg.system)
-            apply_system(cfg.system, device)
-            prepared = prepare_trial(trial, cfg, device)  # as the trial builds them (grad checkpointing included)
-            train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(prepared.model, prepared.bundle)
+            with kept_threads():  # at the config's count (0: torch's default), the caller's count put back
+                apply_system(cfg.system, device)
+                prepared = prepare_trial(trial, cfg, device)  # as the trial builds them (grad checkpointing too)
+                train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(prepared.model, prepared.bundle)
             stopping = cfg.training.early_stopping
             fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs
             out[pair] = Probe(train_s, image_s, epochs, fewest)

@@ -451,6 +451,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     """Fit (checkpoints, early stopping, live MLflow epochs), then the stages on the best checkpoint."""
     from resomap.stages import evaluate_trained
     from resomap.training import Trainer, distributed, load_checkpoint
+    from resomap.training.threads import environment_fields
 
     cfg, bundle, model = prepared.cfg, prepared.bundle, prepared.model
     folder = trial.checkpoint_dir(prepared.spec.family)
@@ -475,6 +476,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     if found_lr is not None and fit.convergence is not None:
         fit.convergence = dataclasses.replace(fit.convergence, lr_found=found_lr)
     result.train_time_s = time.perf_counter() - start
+    result.environment.update(environment_fields(trainer.meta.get("threads")))  # the count trained with, and why
     result.epochs_run = len(fit.history)
     result.history = [{k: float(v) for k, v in h.items() if isinstance(v, int | float)} for h in fit.history]
     result.best_val = fit.best_score

@@ -221,6 +221,31 @@ class Trainer:
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
+    def _choose_threads(self, data: Any, resume_from: str | Path | None) -> None:
+        """system.threads 0 on the CPU: the fastest thread count of a few real training steps (1, all cores;
+        resomap.training.threads), taken before the first epoch with the weights, optimizer, scheduler, scaler and
+        RNG put back after, so the fit is the one that count fixed in the config gives. It stays set after fit;
+        the record is meta['threads'] (checkpoints, result.json)."""
+        from resomap.training import threads
+
+        record = threads.preset_record(self.cfg.system, self.device, resume_from)
+        batch = threads.first_batch(data.train) if record is None else None
+        if record is None and batch is None:
+            record = threads.fixed_record(torch.get_num_threads(), "not measured: no training batch")
+        elif record is None:
+            x, y, *w = batch
+            when, self._sched_when = self._sched_when, "never"  # a one-cycle schedule must not run out of steps
+            try:
+                with threads.training_state_kept(self.model, self.optimizer, self.scheduler, self.scaler):
+                    self.model.train()
+                    record = threads.choose_threads(lambda: self._train_step(x, y, w, 1, update=True), y.shape[0])
+            finally:
+                self._sched_when = when
+            log.info("%s: %d torch thread(s), %s", self.run_name or "fit", record["chosen"], record["reason"])
+        if self.device.type == "cpu" and torch.get_num_threads() != record["chosen"]:
+            torch.set_num_threads(record["chosen"])
+        self.meta["threads"] = record
+
     # ------------------------------------------------------------ fit
 
     def fit(self, model: nn.Module, data: Any, resume_from: str | Path | None = None) -> FitResult:
@@ -237,6 +262,7 @@ class Trainer:
             resumed = self._restore(Path(resume_from))
             start = resumed + 1
             log.info("resuming %s from %s after epoch %d", self.run_name or "run", resume_from, resumed)
+        self._choose_threads(data, resume_from)
         epochs = self.cfg.training.epochs
         progress = Progress(self.cfg.training.progress, self.run_name)
         try:

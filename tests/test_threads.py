@@ -1,0 +1,200 @@
+"""system.threads 0 on the CPU: each fit times a few real training steps at 1 and all cores and keeps the fastest
+count (resomap.training.threads); a count set in the config wins; the measurement changes no training result; the
+count stays set after fit and a resumed fit keeps it; the record reaches result.json and the trial's MLflow run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_cli
+from resomap.config import build, load
+from resomap.models import build_model
+from resomap.training import TopKCheckpoint, Trainer, threads
+from resomap.training.bare import in_memory_data
+
+CPU = torch.device("cpu")
+TIMING = ("train/epoch_time_s", "train/images_per_s", "train/peak_memory_mb")
+
+
+@pytest.fixture(autouse=True)
+def threads_put_back():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def cfg_of(count: int = 0, epochs: int = 1):
+    return build(
+        {
+            "experiment": {"seed": 5},
+            "training": {"epochs": epochs, "progress": "off", "scheduler": {"name": "onecycle"}},
+            "system": {"device": "cpu", "threads": count},
+        }
+    )
+
+
+def toy_data():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(80, 3, 16, 16, generator=gen)
+    y = torch.randint(0, 2, (80,), generator=gen)
+    return in_memory_data(x + (2.0 * y - 1.0).view(-1, 1, 1, 1) * 0.3, y, batch_size=16, seed=0)
+
+
+def tiny():
+    torch.manual_seed(0)
+    return build_model("tiny_cnn", 2, 3, cfg_of().models)[0]  # dropout: the RNG matters too
+
+
+def fake_step(costs: dict[int, float]):
+    """A step whose duration on a fake clock depends only on torch's thread count; records the counts it ran at."""
+    clock, seen = [0.0], []
+
+    def step() -> None:
+        seen.append(torch.get_num_threads())
+        clock[0] += costs[torch.get_num_threads()]
+
+    return step, (lambda: clock[0]), seen
+
+
+@pytest.mark.parametrize(
+    ("costs", "chosen"),
+    [({1: 1.0, 2: 4.0}, 1), ({1: 2.0, 2: 1.0}, 2), ({1: 1.0, 2: 0.97}, 1)],  # 3% faster is within the margin
+)
+def test_the_fastest_count_is_chosen_and_threads_are_put_back(costs, chosen):
+    torch.set_num_threads(1)
+    step, clock, _ = fake_step(costs)
+    record = threads.choose_threads(step, 10, [1, 2], timer=clock)
+    assert record["chosen"] == chosen
+    assert record["candidates"] == pytest.approx({"1": costs[1] / 10, "2": costs[2] / 10})
+    assert record["reason"].startswith("measured") and torch.get_num_threads() == 1
+
+
+def test_rounds_are_interleaved_rotated_and_bounded_by_the_budget():
+    step, clock, seen = fake_step({1: 0.1, 2: 0.1})
+    record = threads.choose_threads(step, 1, [1, 2], timer=clock)
+    assert seen == [1, 1, 2, 1, 2, 2, 1, 1, 2] and record["rounds"] == 3  # first call, warm-ups, 3 rotated rounds
+    step, clock, seen = fake_step({1: 1.0, 2: 1.5})
+    record = threads.choose_threads(step, 1, [1, 2], timer=clock)
+    assert record["rounds"] == 1 and record["seconds"] == pytest.approx(6.0)  # 2.5 s > the 2 s budget
+    step, clock, seen = fake_step({1: 1.0})
+    record = threads.choose_threads(step, 1, [1], timer=clock)
+    assert seen == [] and record["chosen"] == 1 and record["candidates"] == {}  # one core: nothing to measure
+
+
+def test_a_count_far_slower_in_its_warm_up_step_gets_no_rounds():
+    step, clock, seen = fake_step({1: 0.5, 2: 6.0})  # two threads collapsed beside a busy process
+    record = threads.choose_threads(step, 1, [1, 2], timer=clock)
+    assert seen == [1, 1, 2] and record["chosen"] == 1 and record["rounds"] == 0
+    assert record["candidates"] == pytest.approx({"1": 0.5, "2": 6.0}) and "2 out after the warm-up" in record["reason"]
+    step, clock, seen = fake_step({1: 0.001, 2: 0.004})  # 4x, but milliseconds: measured in rounds all the same
+    assert threads.choose_threads(step, 1, [1, 2], timer=clock)["rounds"] == 3
+
+
+def test_candidates_are_one_torchs_default_and_every_usable_core():
+    assert threads.thread_candidates(cores=2, default=2, capped=False) == [1, 2]
+    assert threads.thread_candidates(cores=16, default=8, capped=False) == [1, 8, 16]
+    assert threads.thread_candidates(cores=32, default=32, capped=False) == [1, 16, 32]
+    assert threads.thread_candidates(cores=16, default=4, capped=True) == [1, 4]  # OMP_NUM_THREADS=4
+    assert threads.thread_candidates(cores=1, default=1, capped=False) == [1]
+
+
+def test_a_count_set_in_the_config_wins_and_nothing_is_measured(monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("measured although system.threads is set")
+
+    monkeypatch.setattr(threads, "choose_threads", never)
+    trainer = Trainer(cfg_of(1), CPU)
+    trainer.fit(tiny(), toy_data())
+    record = trainer.meta["threads"]
+    assert record["chosen"] == 1 and record["candidates"] == {} and "system.threads=1" in record["reason"]
+    assert torch.get_num_threads() == 1
+
+
+def test_measuring_changes_no_training_result(monkeypatch):
+    """1 epoch of tiny_cnn with the count measured (steps that update weights, optimizer, one-cycle schedule and
+    consume RNG) gives the same weights and history as the same count fixed in the config."""
+    monkeypatch.setattr(threads, "thread_candidates", lambda *a, **k: [1, 2])
+    steps, real_step = [], Trainer._train_step
+
+    def counted(self, *args, **kwargs):
+        steps.append(1)
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "_train_step", counted)
+    measured_model, trainer = tiny(), Trainer(cfg_of(0), CPU)
+    measured = trainer.fit(measured_model, toy_data())
+    record = trainer.meta["threads"]
+    assert set(record["candidates"]) == {"1", "2"} and record["reason"].startswith("measured")
+    assert len(steps) >= 3 + 4  # the measurement's steps (first call, 2 warm-ups, rounds) and the epoch's 4
+    assert torch.get_num_threads() == record["chosen"]  # the count stays set after fit
+
+    fixed_model = tiny()
+    fixed = Trainer(cfg_of(record["chosen"]), CPU).fit(fixed_model, toy_data())
+    strip = [{k: v for k, v in h.items() if k not in TIMING} for h in (measured.history + fixed.history)]
+    assert strip[0] == strip[1]
+    for (name, p), q in zip(measured_model.state_dict().items(), fixed_model.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def fixed_choice(chosen: int):
+    def choose(step, images, *args, **kwargs):
+        step()  # one real step: it must not show in the training either
+        return {"chosen": chosen, "candidates": {"1": 2.0, "2": 1.0}, "reason": "fake", "rounds": 1, "seconds": 0.0}
+
+    return choose
+
+
+def test_the_chosen_count_stays_set_after_fit_and_a_resume_keeps_it(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(threads, "choose_threads", fixed_choice(1))
+    trainer = Trainer(cfg_of(0, epochs=2), CPU, [TopKCheckpoint(tmp_path, "val/loss", "min", 1)])
+    torch.set_num_threads(2)
+    trainer.fit(tiny(), toy_data())
+    assert torch.get_num_threads() == 1 and trainer.meta["threads"]["chosen"] == 1
+
+    monkeypatch.setattr(threads, "choose_threads", fixed_choice(2))  # what a new measurement would say now
+    torch.set_num_threads(2)
+    resumed = Trainer(cfg_of(0, epochs=2), CPU, [TopKCheckpoint(tmp_path, "val/loss", "min", 1)])
+    resumed.fit(tiny(), toy_data(), resume_from=tmp_path / "last.pt")
+    record = resumed.meta["threads"]
+    assert record["chosen"] == 1 and record["reason"].startswith("kept from the checkpoint resumed (fake")
+    assert torch.get_num_threads() == 1
+
+
+def test_the_choice_is_in_result_json_and_the_mlflow_run(project: Path, capsys):
+    from mlflow import MlflowClient
+
+    args = ["sweep", "--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false"]
+    assert run_cli([*args, "data.synthetic.num_images=48", "sweep.resolutions=[16]"], capsys)[0] == 0
+    result = json.loads((project / "model_summaries/tiny_cnn/16/seed42/result.json").read_text())
+    env = result["environment"]
+    assert int(env["threads"]) >= 1 and env["threads"] == str(torch.get_num_threads())
+    if len(threads.thread_candidates()) > 1:
+        assert "1: " in env["threads_measured"] and "s/image" in env["threads_measured"]
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("resomap-smoke").experiment_id
+    (child,) = client.search_runs([exp], "tags.`resomap.kind` != 'sweep'")
+    assert child.data.tags["resomap.env.threads"] == env["threads"]
+    assert child.data.tags["resomap.env.threads_measured"] == env["threads_measured"]
+
+
+def test_the_cost_probe_leaves_torchs_thread_count_as_it_was(project: Path):
+    from resomap.sweep import plan
+    from resomap.sweep.eta import probe
+
+    cfg = load("configs", "smoke", ["data.synthetic.num_images=48", "sweep.resolutions=[16]", "mlflow.enabled=false"])
+    torch.set_num_threads(3)  # not torch's default: the probe's apply_system sets that
+    assert len(probe(plan(cfg))) == 1 and torch.get_num_threads() == 3
+
+
+def test_environment_fields_are_strings():
+    measured = {"chosen": 1, "candidates": {"1": 0.001, "2": 0.004}, "reason": "measured: ..."}
+    assert threads.environment_fields(measured) == {
+        "threads": "1",
+        "threads_measured": "1: 0.001 s/image, 2: 0.004 s/image",
+    }
+    fields = threads.environment_fields(threads.fixed_record(4, "system.threads=4 set in the config"))
+    assert fields == {"threads": "4", "threads_measured": "not measured: system.threads=4 set in the config"}
