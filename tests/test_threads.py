@@ -17,7 +17,7 @@ from resomap.training import TopKCheckpoint, Trainer, threads
 from resomap.training.bare import in_memory_data
 
 CPU = torch.device("cpu")
-TIMING = ("train/epoch_time_s", "train/images_per_s", "train/peak_memory_mb")
+TIMING = ("train/epoch_time_s", "train/images_per_s", "train/peak_memory_mb", "val/time_s")
 
 
 @pytest.fixture(autouse=True)
@@ -27,11 +27,16 @@ def threads_put_back():
     torch.set_num_threads(before)
 
 
-def cfg_of(count: int = 0, epochs: int = 1):
+def cfg_of(count: int = 0, epochs: int = 1, ema: bool = False):
     return build(
         {
             "experiment": {"seed": 5},
-            "training": {"epochs": epochs, "progress": "off", "scheduler": {"name": "onecycle"}},
+            "training": {
+                "epochs": epochs,
+                "progress": "off",
+                "scheduler": {"name": "onecycle"},
+                "ema": {"enabled": ema, "decay": 0.9},
+            },
             "system": {"device": "cpu", "threads": count},
         }
     )
@@ -114,9 +119,11 @@ def test_a_count_set_in_the_config_wins_and_nothing_is_measured(monkeypatch):
     assert torch.get_num_threads() == 1
 
 
-def test_measuring_changes_no_training_result(monkeypatch):
-    """1 epoch of tiny_cnn with the count measured (steps that update weights, optimizer, one-cycle schedule and
-    consume RNG) gives the same weights and history as the same count fixed in the config."""
+@pytest.mark.parametrize("ema", [False, True])
+def test_measuring_changes_no_training_result(monkeypatch, ema):
+    """1 epoch of tiny_cnn with the count measured (steps that update weights, optimizer, one-cycle schedule, the
+    weights' moving average, and consume RNG) gives the same weights and history as the same count fixed in the
+    config."""
     monkeypatch.setattr(threads, "thread_candidates", lambda *a, **k: [1, 2])
     steps, real_step = [], Trainer._train_step
 
@@ -125,15 +132,18 @@ def test_measuring_changes_no_training_result(monkeypatch):
         return real_step(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "_train_step", counted)
-    measured_model, trainer = tiny(), Trainer(cfg_of(0), CPU)
+    measured_model, trainer = tiny(), Trainer(cfg_of(0, ema=ema), CPU)
     measured = trainer.fit(measured_model, toy_data())
     record = trainer.meta["threads"]
     assert set(record["candidates"]) == {"1", "2"} and record["reason"].startswith("measured")
     assert len(steps) >= 3 + 4  # the measurement's steps (first call, 2 warm-ups, rounds) and the epoch's 4
     assert torch.get_num_threads() == record["chosen"]  # the count stays set after fit
 
-    fixed_model = tiny()
-    fixed = Trainer(cfg_of(record["chosen"]), CPU).fit(fixed_model, toy_data())
+    fixed_model, again = tiny(), Trainer(cfg_of(record["chosen"], ema=ema), CPU)
+    fixed = again.fit(fixed_model, toy_data())
+    if ema:
+        averaged = zip(trainer.eval_model.state_dict().values(), again.eval_model.state_dict().values(), strict=True)
+        assert all(torch.equal(p, q) for p, q in averaged) and trainer._updates == again._updates
     strip = [{k: v for k, v in h.items() if k not in TIMING} for h in (measured.history + fixed.history)]
     assert strip[0] == strip[1]
     for (name, p), q in zip(measured_model.state_dict().items(), fixed_model.state_dict().values(), strict=True):

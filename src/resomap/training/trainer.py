@@ -235,12 +235,13 @@ class Trainer:
         elif record is None:
             x, y, *w = batch
             when, self._sched_when = self._sched_when, "never"  # a one-cycle schedule must not run out of steps
+            ema, updates, self.ema = self.ema, self._updates, None  # nor may the weights' average see these steps
             try:
                 with threads.training_state_kept(self.model, self.optimizer, self.scheduler, self.scaler):
                     self.model.train()
                     record = threads.choose_threads(lambda: self._train_step(x, y, w, 1, update=True), y.shape[0])
             finally:
-                self._sched_when = when
+                self._sched_when, self.ema, self._updates = when, ema, updates
             log.info("%s: %d torch thread(s), %s", self.run_name or "fit", record["chosen"], record["reason"])
         if self.device.type == "cpu" and torch.get_num_threads() != record["chosen"]:
             torch.set_num_threads(record["chosen"])
