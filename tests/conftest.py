@@ -78,6 +78,28 @@ def tiny_sweep_config(root: Path, models, resolutions, methods, probes: int, *ex
     )
 
 
+def smoke_sweep_at_16(root: Path, models: str) -> int:
+    """`resomap -q sweep --preset smoke` of `models` (comma-separated) at 16 px into `root`, without MLflow,
+    profiles or explanations: its exit code."""
+    from resomap.cli import main
+
+    return main(
+        [
+            "-q",
+            "sweep",
+            "--preset",
+            "smoke",
+            f"sweep.models=[{models}]",
+            "sweep.resolutions=[16]",
+            "mlflow.enabled=false",
+            "profiling.enabled=false",
+            "explainability.enabled=false",
+            "stats.resamples=300",
+            f"experiment.output_dir={root}",
+        ]
+    )
+
+
 @pytest.fixture
 def fresh_memory_cache():
     """The in-process resolution cache empty before and after the test (no test sees another's images)."""

@@ -13,6 +13,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
+from conftest import smoke_sweep_at_16
 from resomap.cli import main
 from resomap.config.schema import ModelsConfig
 from resomap.models import build_model
@@ -68,20 +69,7 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 def test_a_sweep_fits_the_baseline_over_its_penalty_grid_and_the_summary_puts_each_model_above_it(tmp_path):
     out = tmp_path / "model_summaries"
-    args = [
-        "-q",
-        "sweep",
-        "--preset",
-        "smoke",
-        "sweep.models=[tiny_cnn,pixel_logreg]",
-        "sweep.resolutions=[16]",
-        "mlflow.enabled=false",
-        "profiling.enabled=false",
-        "explainability.enabled=false",
-        "stats.resamples=300",
-        f"experiment.output_dir={tmp_path}",
-    ]
-    assert main(args) == 0
+    assert smoke_sweep_at_16(tmp_path, "tiny_cnn,pixel_logreg") == 0
     result = json.loads((out / "pixel_logreg/16/seed42/result.json").read_text())
     assert result["family"] == "classical" and result["status"] == "FINISHED"
     penalties = [h["train/penalty_C"] for h in result["history"]]

@@ -4,7 +4,6 @@ every other model above each of them in the summary."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from skimage.feature import hog
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
+from conftest import smoke_sweep_at_16
 from resomap.cli import main
 from resomap.config import load, with_overrides
 from resomap.config.schema import ExplainabilityConfig, HogConfig, ModelsConfig
@@ -23,6 +23,7 @@ from resomap.models import build_model
 from resomap.models.hog import MAX_ITER, PENALTIES, HogSvm, hog_features
 from resomap.stats import bootstrap_scores
 from resomap.training import load_checkpoint
+from test_classical import _read
 
 
 def _structured(side: int) -> np.ndarray:
@@ -190,11 +191,6 @@ def test_hog_options_are_in_hog_svms_trial_keys_only():
     assert sweep_identity(cfg) == sweep_identity(other)
 
 
-def _read(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 def _correct(out: Path, model: str) -> dict[int, bool]:
     rows = _read(out / model / "16" / "seed42" / "predictions.csv")
     return {int(r["index"]): r["label"] == r["prediction"] for r in rows if int(r["test_resolution"]) == 16}
@@ -202,20 +198,7 @@ def _correct(out: Path, model: str) -> dict[int, bool]:
 
 def test_a_sweep_with_two_classical_baselines_puts_the_deep_model_above_each(tmp_path):
     out = tmp_path / "model_summaries"
-    args = [
-        "-q",
-        "sweep",
-        "--preset",
-        "smoke",
-        "sweep.models=[tiny_cnn,pixel_logreg,hog_svm]",
-        "sweep.resolutions=[16]",
-        "mlflow.enabled=false",
-        "profiling.enabled=false",
-        "explainability.enabled=false",
-        "stats.resamples=300",
-        f"experiment.output_dir={tmp_path}",
-    ]
-    assert main(args) == 0
+    assert smoke_sweep_at_16(tmp_path, "tiny_cnn,pixel_logreg,hog_svm") == 0
     result = json.loads((out / "hog_svm/16/seed42/result.json").read_text())
     assert result["family"] == "classical" and result["status"] == "FINISHED"
     assert [h["train/penalty_C"] for h in result["history"]] == list(PENALTIES)  # one fit per C, scored on val

@@ -12,16 +12,7 @@ from torch import nn
 
 from conftest import run_cli, tiny_sweep_config
 from resomap.training import Trainer
-from test_training import CPU, cfg_of, mlp, toy_data
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
+from test_training import CPU, cfg_of, mlp, one_thread, toy_data  # noqa: F401  (one_thread: autouse)
 
 # ---------------------------------------------------------------- LR range test
 
