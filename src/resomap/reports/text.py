@@ -253,9 +253,10 @@ def recipe_line(trials: list[Mapping[str, Any]]) -> str:
         words = (
             f"class imbalance: {recipe['class_imbalance']}; learning rate: {recipe['learning_rate']} "
             f"({recipe['schedule']} schedule); weights evaluated: {recipe['weights_evaluated']}; stopping: "
-            f"{recipe['stopping']}; test-time augmentation: {recipe['tta']} (reported as test_tta beside the plain "
-            "score)"
+            f"{recipe['stopping']}; test-time augmentation: {recipe['tta']}"
         )
+        if recipe["tta"] != "none":
+            words += " (reported as test_tta beside the plain score, never instead of it)"
         models = seen.setdefault(words, [])
         if t["model"] not in models:
             models.append(t["model"])
