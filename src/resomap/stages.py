@@ -206,7 +206,7 @@ def test_stage(
         from resomap.data.symmetry import symmetry_average
 
         averaged = _evaluate(trainer, symmetry_average(model, tta), bundle, "test_tta", num_classes)
-        found.metrics.update({k: v for k, v in averaged.metrics.items() if k.startswith("test_tta/")})
+        found.metrics.update(averaged.metrics)  # every key under the test_tta/ prefix
     log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
     trainer.task.test_outputs(found, model, bundle, trainer, title, out_dir)
     return found

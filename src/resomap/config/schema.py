@@ -94,17 +94,17 @@ class EarlyStoppingConfig:
 
 @dataclass(frozen=True)
 class EmaConfig:
-    # evaluate (validate, checkpoint, test) an exponential moving average of the weights (timm's ModelEmaV3; batch
-    # norm statistics averaged as its buffers); the raw weights keep training
+    # evaluate (validate, checkpoint, test) an exponential moving average of the weights (torch's AveragedModel,
+    # batch-norm statistics averaged with them, as timm's ModelEmaV3 does); the raw weights keep training
     enabled: bool = False  # validate and test the averaged weights
     decay: float = 0.998  # weight of the average per optimiser step, in [0.5, 1)
-    warmup: bool = True  # timm's warm-up: a lower decay over the first steps, so early epochs are not the init's
+    warmup: bool = True  # decay min(decay, (1 + n) / (10 + n)) at update n, so early epochs are not the init's
 
 
 @dataclass(frozen=True)
 class LrFindConfig:
     # the LR range test (Smith 2017): a short run with the learning rate rising exponentially on a throw-away copy
-    # of the model; the peak learning rate becomes the steepest fall of the smoothed loss. Run once per model x
+    # of the model; the peak learning rate becomes the rate of the lowest smoothed loss / 10. Run once per model x
     # resolution and kept beside the seeds' checkpoints (lr_find.json): resumed and later seeds reuse it
     enabled: bool = False  # find training.optimizer.lr instead of taking it as given
     start_lr: float = 1.0e-6  # first learning rate of the range

@@ -97,19 +97,24 @@ class PixelLogistic(nn.Module):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # recorded below instead
             clf.fit(z, y, sample_weight=sample_weight)
-        coef, intercept = class_rows(clf, self.num_classes)
-        scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
-        weight = coef / scale  # standardisation folded in: w (x - m) / s + b = (w / s) x + (b - sum w m / s)
-        bias = intercept - weight @ scaler.mean_
-        with torch.no_grad():
-            self.linear.weight.copy_(torch.as_tensor(weight, dtype=self.linear.weight.dtype))
-            self.linear.bias.copy_(torch.as_tensor(bias, dtype=self.linear.bias.dtype))
+        fold_standardised(self.linear, scaler, *class_rows(clf, self.num_classes))
         proba = clf.predict_proba(z)
         return {
             "train/loss": float(log_loss(y, proba, labels=clf.classes_, sample_weight=sample_weight)),
             "train/accuracy": float((clf.classes_[proba.argmax(1)] == y).mean()),
             "train/solver_converged": float(int(np.max(clf.n_iter_)) < MAX_ITER),
         }
+
+
+def fold_standardised(linear: nn.Linear, scaler, coef: np.ndarray, intercept: np.ndarray) -> None:
+    """Copy a linear fit on standardised inputs (scikit-learn's StandardScaler, then rows `coef` [K, D] and
+    `intercept` [K]) into `linear`, the standardisation folded in: w (x - m) / s + b = (w / s) x + (b - sum w m / s)
+    (a feature of zero variance keeps s = 1)."""
+    weight = coef / np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
+    bias = intercept - weight @ scaler.mean_
+    with torch.no_grad():
+        linear.weight.copy_(torch.as_tensor(weight, dtype=linear.weight.dtype))
+        linear.bias.copy_(torch.as_tensor(bias, dtype=linear.bias.dtype))
 
 
 def class_rows(clf, num_classes: int) -> tuple[np.ndarray, np.ndarray]:

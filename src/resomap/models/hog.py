@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from resomap.config.schema import ModelsConfig
-from resomap.models.classical import class_rows
+from resomap.models.classical import class_rows, fold_standardised
 from resomap.models.registry import register_model
 
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # LinearSVC's C (inverse L2 strength), strongest penalty first
@@ -177,11 +177,7 @@ class HogSvm(nn.Module):
             warnings.simplefilter("ignore", ConvergenceWarning)  # recorded below instead
             clf.fit(z, y, sample_weight=sample_weight)
         coef, intercept = class_rows(clf, self.num_classes)
-        weight = coef / scaler.scale_  # standardisation folded in, as in classical.PixelLogistic.fit_arrays
-        bias = intercept - weight @ scaler.mean_
-        with torch.no_grad():
-            self.linear.weight.copy_(torch.as_tensor(weight, dtype=self.linear.weight.dtype))
-            self.linear.bias.copy_(torch.as_tensor(bias, dtype=self.linear.bias.dtype))
+        fold_standardised(self.linear, scaler, coef, intercept)
         logits = z @ coef.T + intercept
         proba = np.exp(logits - logits.max(axis=1, keepdims=True))
         proba /= proba.sum(axis=1, keepdims=True)

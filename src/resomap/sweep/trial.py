@@ -457,7 +457,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     folder = trial.checkpoint_dir(prepared.spec.family)
     resume = distributed.share_from_rank0(_resume_point(folder, trial.key, fresh))  # DDP: every rank resumes alike
     folder.mkdir(parents=True, exist_ok=True)
-    cfg, found_lr = _learning_rate(trial, prepared, device, folder)
+    cfg, found_lr = _learning_rate(trial, prepared, device)
     save_trial_config(cfg, folder)
     save_trial_config(cfg, trial.summary_dir)
     meta = {
@@ -502,7 +502,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     result.apply(found)
 
 
-def _learning_rate(trial: Trial, prepared: _Prepared, device: Any, folder: Path) -> tuple[Config, float | None]:
+def _learning_rate(trial: Trial, prepared: _Prepared, device: Any) -> tuple[Config, float | None]:
     """The trial's config with training.optimizer.lr found by the LR range test (training.lr_find), and that rate.
     The test runs once per model x resolution: its record, lr_find.json beside the seeds' checkpoint folders, is
     reused by resumed trials and later seeds of the same config (its key is the trial key of seed 0)."""
@@ -513,7 +513,7 @@ def _learning_rate(trial: Trial, prepared: _Prepared, device: Any, folder: Path)
     cfg = prepared.cfg
     if not cfg.training.lr_find.enabled or getattr(prepared.model, "closed_form", False):
         return cfg, None
-    record_path = (folder.parent if folder.name.startswith("seed") else folder) / "lr_find.json"
+    record_path = trial._checkpoint_base(prepared.spec.family) / "lr_find.json"  # the seeds' folders' parent
     key = trial_key(cfg, trial.model, trial.resolution, 0)
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))

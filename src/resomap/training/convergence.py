@@ -83,10 +83,9 @@ def _still_improving(history: Sequence[Mapping[str, Any]], monitor: str, mode: s
     `window` epochs."""
     smoothed = f"{monitor}_smoothed"
     key = smoothed if history and smoothed in history[-1] else monitor
-    ranks = [_rank(row.get(key), mode) for row in history]
-    if not ranks or min(ranks) == math.inf:
-        return False
-    return ranks.index(min(ranks)) >= len(ranks) - window
+    epoch, _ = best_epoch(history, key, mode)
+    recent = [int(row.get("epoch", i)) for i, row in enumerate(history)][-window:]
+    return epoch is not None and epoch in recent
 
 
 def convergence(

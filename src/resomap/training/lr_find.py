@@ -40,12 +40,18 @@ def _batches(loader: Any):
         epoch += 1
 
 
+def _smoothed(avg: float, loss: float, step: int) -> tuple[float, float]:
+    """(the moving average after `loss`, its bias-corrected value) at 0-based `step`."""
+    avg = (1 - SMOOTHING) * avg + SMOOTHING * loss
+    return avg, avg / (1 - (1 - SMOOTHING) ** (step + 1))
+
+
 def suggest(lrs: list[float], losses: list[float]) -> tuple[float, float]:
     """(suggested learning rate, learning rate of the lowest smoothed loss) from the test's record."""
     smooth, avg = [], 0.0
     for i, loss in enumerate(losses):
-        avg = (1 - SMOOTHING) * avg + SMOOTHING * loss
-        smooth.append(avg / (1 - (1 - SMOOTHING) ** (i + 1)))
+        avg, value = _smoothed(avg, loss, i)
+        smooth.append(value)
     skip = min(len(smooth) - 1, max(1, len(smooth) // 10))  # the first steps' average is mostly noise
     best = skip + int(np.nanargmin(smooth[skip:]))
     return lrs[best] / DIVIDE, lrs[best]
@@ -74,8 +80,7 @@ def lr_range_test(trainer: Any, model: torch.nn.Module, data: Any, cfg: LrFindCo
             break
         lrs.append(lr)
         losses.append(value)
-        avg = (1 - SMOOTHING) * avg + SMOOTHING * value
-        smoothed = avg / (1 - (1 - SMOOTHING) ** (step + 1))
+        avg, smoothed = _smoothed(avg, value, step)
         lowest = min(lowest, smoothed)
         if step > cfg.steps // 10 and smoothed > DIVERGED * lowest:
             break

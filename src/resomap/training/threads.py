@@ -16,7 +16,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -120,10 +119,11 @@ def fixed_record(threads: int, reason: str) -> dict[str, Any]:
     return {"chosen": int(threads), "candidates": {}, "reason": reason, "rounds": 0, "seconds": 0.0}
 
 
-def preset_record(system: Any, device: torch.device, resume_from: str | Path | None) -> dict[str, Any] | None:
+def preset_record(system: Any, device: torch.device, resumed: Any = None) -> dict[str, Any] | None:
     """The record when no measurement runs, else None: system.threads set (it wins), CUDA (the GPU does the
     work), torchrun (ranks must step together), torch.compile (compiled kernels may fix their count when
-    compiled), or a resumed fit whose checkpoint recorded its count."""
+    compiled), or a resumed fit whose checkpoint recorded its count (`resumed`: meta['threads'] of the checkpoint
+    the fit restored, None for a fresh fit)."""
     from resomap.training import distributed
 
     if system.threads > 0:
@@ -134,7 +134,7 @@ def preset_record(system: Any, device: torch.device, resume_from: str | Path | N
         return fixed_record(torch.get_num_threads(), "not measured under torchrun: threads as the launcher set them")
     if system.compile:
         return fixed_record(torch.get_num_threads(), "not measured with system.compile: torch's default")
-    kept = _recorded(resume_from)
+    kept = _recorded(resumed)
     if kept is not None:
         record, why = copy.deepcopy(kept), str(kept.get("reason", ""))
         record["reason"] = why if why.startswith("kept") else f"kept from the checkpoint resumed ({why})"
@@ -142,15 +142,11 @@ def preset_record(system: Any, device: torch.device, resume_from: str | Path | N
     return None
 
 
-def _recorded(resume_from: str | Path | None) -> dict[str, Any] | None:
-    """meta['threads'] of the checkpoint to resume from, when it holds a usable count (else None: measure)."""
-    if resume_from is None:
-        return None
-    try:  # mmap: the meta without reading the weights
-        payload = torch.load(resume_from, map_location="cpu", weights_only=True, mmap=True)
-        record = payload["meta"]["threads"]
+def _recorded(record: Any) -> dict[str, Any] | None:
+    """A resumed checkpoint's meta['threads'] when it holds a usable count (else None: measure)."""
+    try:
         chosen = int(record["chosen"])
-    except Exception:  # an older checkpoint or an unreadable one (which the restore reports)
+    except (TypeError, KeyError, ValueError):  # an older checkpoint without one
         return None
     return record if 1 <= chosen <= max(thread_candidates()) and record.get("candidates") else None
 

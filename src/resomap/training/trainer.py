@@ -89,8 +89,9 @@ class Trainer:
         self._pixels = 1  # labels per image in train/accuracy: 1 per image, r * r per-pixel labels
         self._sched_when = "never"
         self.stopped_by_time = False  # training.max_minutes ended the fit
-        self.ema: Any = None  # timm's ModelEmaV3 when training.ema.enabled: what validation, checkpoints and test see
+        self.ema: Any = None  # the weights' moving average when training.ema.enabled (_build_ema): see eval_model
         self._updates = 0  # optimiser steps so far (the EMA's warm-up counts them)
+        self._resumed_threads: dict | None = None  # meta['threads'] of the checkpoint a fit resumed from
 
     # ------------------------------------------------------------ callbacks and state
 
@@ -153,6 +154,7 @@ class Trainer:
             if key in saved and hasattr(cb, "load_state_dict"):
                 cb.load_state_dict(saved[key])
         set_rng_state(payload["rng"])
+        self._resumed_threads = (payload.get("meta") or {}).get("threads")  # the count it ran with (_choose_threads)
         self.history = [dict(h) for h in payload.get("history", [])]
         self.should_stop = bool(payload.get("should_stop", False))
         return int(payload["epoch"])
@@ -221,14 +223,15 @@ class Trainer:
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
-    def _choose_threads(self, data: Any, resume_from: str | Path | None) -> None:
+    def _choose_threads(self, data: Any, resumed: Any) -> None:
         """system.threads 0 on the CPU: the fastest thread count of a few real training steps (1, all cores;
         resomap.training.threads), taken before the first epoch with the weights, optimizer, scheduler, scaler and
         RNG put back after, so the fit is the one that count fixed in the config gives. It stays set after fit;
-        the record is meta['threads'] (checkpoints, result.json)."""
+        the record is meta['threads'] (checkpoints, result.json); a resumed fit keeps `resumed`, the record of the
+        checkpoint it restored."""
         from resomap.training import threads
 
-        record = threads.preset_record(self.cfg.system, self.device, resume_from)
+        record = threads.preset_record(self.cfg.system, self.device, resumed)
         batch = threads.first_batch(data.train) if record is None else None
         if record is None and batch is None:
             record = threads.fixed_record(torch.get_num_threads(), "not measured: no training batch")
@@ -258,12 +261,12 @@ class Trainer:
         seed_everything(seed)
         self.history, self.should_stop, self.epoch, self.stopped_by_time = [], False, 0, False
         self._setup(model, data)
-        start, resumed = 0, None
+        start, resumed, self._resumed_threads = 0, None, None
         if resume_from is not None:
             resumed = self._restore(Path(resume_from))
             start = resumed + 1
             log.info("resuming %s from %s after epoch %d", self.run_name or "run", resume_from, resumed)
-        self._choose_threads(data, resume_from)
+        self._choose_threads(data, self._resumed_threads)
         epochs = self.cfg.training.epochs
         progress = Progress(self.cfg.training.progress, self.run_name)
         try:
@@ -499,8 +502,6 @@ class Trainer:
         """The task's evaluation (resomap.tasks: loss and metrics '<prefix>/<name>', and the per-image score table
         as y_true / y_pred); the model's train/eval mode is restored."""
         forward = self._forward if model is self.model and self._forward is not None else model
-        if self.ema is not None and model is self.ema.module:
-            forward = model
         return self.task.evaluate(self, forward, model, loader, prefix, num_classes)
 
     def _result(self, start: int, resumed: int | None, epochs_planned: int | None = None) -> FitResult:
