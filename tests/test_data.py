@@ -295,6 +295,25 @@ def test_crop_is_torchvisions_antialiased_resized_crop():
         assert 0.5 * 32 * 32 * 0.9 <= h * w <= 32 * 32 and h <= 32 and w <= 32
 
 
+def test_crop_keeps_the_aspect_it_can_fit():
+    """A crop's aspect ratio stays where its box fits the image: at full area the crop is the whole image (never a
+    squeezed strip resized back), and near-full areas keep near-square boxes; torchvision's 3/4-4/3 range holds."""
+    u = torch.rand(2000, 6, generator=torch.Generator().manual_seed(1))
+    for scale_min in (1.0, 0.96, 0.5):
+        aug = BatchAugment(AugmentationConfig(crop_scale_min=scale_min), 300)
+        boxes = aug.crop_boxes(u, 300, 300)
+        if scale_min == 1.0:
+            assert set(boxes) == {(0, 0, 300, 300)}
+            continue
+        ratios = torch.tensor([w / h for _, _, h, w in boxes])
+        areas = torch.tensor([h * w / 300**2 for _, _, h, w in boxes])
+        assert ratios.min() >= 3 / 4 - 0.01 and ratios.max() <= 4 / 3 + 0.01
+        assert (ratios >= areas - 0.01).all() and (ratios <= 1 / areas + 0.01).all()  # the box fits: no side clamped
+        assert areas.min() >= scale_min - 0.01
+        if scale_min == 0.96:
+            assert ratios.min() > 0.95 and ratios.max() < 1.05, (ratios.min(), ratios.max())
+
+
 def test_probe_set_larger_than_the_test_set_is_a_config_error(tmp_path):
     from resomap.errors import ConfigError
 

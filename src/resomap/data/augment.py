@@ -90,11 +90,14 @@ class BatchAugment:
         return x.clamp_(0.0, 1.0), y
 
     def crop_boxes(self, u: torch.Tensor, height: int, width: int) -> list[tuple[int, int, int, int]]:
-        """(top, left, h, w) in whole pixels per sample from uniform draws u [B, >=4]: area fraction in
-        [scale_min, 1], aspect ratio log-uniform in [3/4, 4/3] (torchvision's RandomResizedCrop ranges), each side
-        at most the image's."""
+        """(top, left, h, w) in whole pixels per sample from uniform draws u [B, >=4]: area fraction a in
+        [scale_min, 1], aspect ratio log-uniform within torchvision's RandomResizedCrop range [3/4, 4/3] narrowed to
+        [a, 1/a], the ratios whose box fits inside the image (so a crop of the whole area is the image itself, never
+        a squeezed one), each side at most the image's."""
         area = self.scale_min + (1.0 - self.scale_min) * u[:, 0]
-        ratio = torch.exp(math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[:, 1])
+        lo = torch.clamp(torch.log(area), min=math.log(3 / 4))
+        hi = torch.clamp(-torch.log(area), max=math.log(4 / 3))
+        ratio = torch.exp(lo + (hi - lo) * u[:, 1])
         boxes = []
         for a, r, ut, ul in zip(area.tolist(), ratio.tolist(), u[:, 2].tolist(), u[:, 3].tolist(), strict=True):
             w = min(width, max(1, round(math.sqrt(a * r) * width)))
