@@ -47,7 +47,7 @@ def test_power_with_no_true_difference_is_what_the_planner_predicts():
     over 1,000 sweeps matches plan_power's prediction for that discordance within simulation error."""
     rng = np.random.default_rng(2)
     n, margin, q = 400, 0.05, 0.2
-    predicted = plan_power(n, 1, margin=margin, level=1 - ALPHA, discordance=q)["power_at_margin"]
+    predicted = plan_power(n, 1, margin=margin, level=1 - ALPHA, discordance=q, scope="checkpoint")["power_at_margin"]
     shown = 0
     for _ in range(SIMS):
         ref = rng.random(n) < 0.8
@@ -57,38 +57,48 @@ def test_power_with_no_true_difference_is_what_the_planner_predicts():
         up = flip & (rng.random(n) < 0.5)
         other[flip] = up[flip]
         ref = np.where(flip, ~up, ref)
-        shown += noninferiority({64: other[None], 128: ref[None]}, margin=margin).verdicts[1].verdict == "non-inferior"
+        found = noninferiority({64: other[None], 128: ref[None]}, margin=margin, scope="checkpoint")
+        shown += found.verdicts[1].verdict == "non-inferior"
     assert 0.3 < predicted < 0.95  # a design in the range where the check means something
     assert abs(shown / SIMS - predicted) <= _sim_error(predicted) + 0.02, (shown / SIMS, predicted)
 
 
 def test_identical_models_are_never_called_inferior():
+    """Identical predictions at every resolution and seed: non-inferior at both scopes once the images can rule
+    out the margin. With no image changing outcome the score test still counts the discordance it has not seen
+    (Tango's restricted estimate): 120 images cannot rule out a 2-point drop (z = 1.57), 400 can (z = 2.86)."""
     rng = np.random.default_rng(3)
-    for _ in range(50):
-        same = rng.random((2, 120)) < rng.uniform(0.3, 0.9)
-        decision = noninferiority({32: same, 64: same.copy(), 128: same.copy()}, margin=0.02)
-        assert [v.verdict for v in decision.verdicts] == ["reference", "non-inferior", "non-inferior"]
-        assert decision.resolution == 32 and decision.decided
+    for _ in range(20):
+        same = rng.random((2, 400)) < rng.uniform(0.3, 0.9)
+        for scope in ("model", "checkpoint"):
+            decision = noninferiority({32: same, 64: same.copy(), 128: same.copy()}, margin=0.02, scope=scope)
+            assert [v.verdict for v in decision.verdicts] == ["reference", "non-inferior", "non-inferior"]
+            assert decision.resolution == 32 and decision.decided
+    few = rng.random((2, 120)) < 0.8
+    found = noninferiority({64: few, 128: few.copy()}, margin=0.02).verdicts[1]
+    assert found.verdict == "undecided" and 0.05 < found.p_value < 0.07
 
 
 def test_the_per_image_test_over_seeds_matches_statsmodels():
-    """Two seeds on a fixed table: the image is the unit (its seeds averaged), and the one-sided p, bounds and
-    difference equal statsmodels' one-sample t-test of the per-image differences against -margin."""
+    """Scores other than 0/1 (an IoU), two seeds, checkpoint scope: the image is the unit (its seeds averaged), and
+    the one-sided p, bounds and difference equal statsmodels' one-sample t-test of the per-image differences
+    against -margin. (0/1 outcomes take the score test: tests/test_scope.py checks it against Tango's form.)"""
     from statsmodels.stats.weightstats import DescrStatsW
 
     rng = np.random.default_rng(4)
-    ref = rng.random((2, 150)) < 0.8
-    low = rng.random((2, 150)) < 0.77
+    ref = np.clip(rng.normal(0.7, 0.15, (2, 150)), 0, 1)
+    low = np.clip(ref + rng.normal(-0.01, 0.08, (2, 150)), 0, 1)
     margin = 0.03
-    v = noninferiority({64: low, 128: ref}, margin=margin).verdicts[1]
+    v = noninferiority({64: low, 128: ref}, margin=margin, scope="checkpoint").verdicts[1]
     d = low.mean(axis=0) - ref.mean(axis=0)
     described = DescrStatsW(d)
     _, p, _ = described.ttest_mean(-margin, alternative="larger")
-    low_bound, _ = described.tconfint_mean(alpha=2 * ALPHA)  # the two one-sided 95% bounds
-    assert v.p_value == pytest.approx(p, rel=1e-9) and v.low == pytest.approx(low_bound, rel=1e-9)
+    low_bound, high_bound = described.tconfint_mean(alpha=2 * ALPHA)  # the two one-sided 95% bounds
+    assert v.p_value == pytest.approx(p, rel=1e-6) and v.low == pytest.approx(low_bound, abs=1e-6)
+    assert v.high == pytest.approx(high_bound, abs=1e-6)
     assert v.difference == pytest.approx(d.mean()) and v.n_images == 150 and v.n_seeds == 2
     # pooling the 300 image x seed pairs as independent would give a smaller p: the seeds are not independent
-    pooled = DescrStatsW((low.astype(float) - ref).ravel()).ttest_mean(-margin, alternative="larger")[1]
+    pooled = DescrStatsW((low - ref).ravel()).ttest_mean(-margin, alternative="larger")[1]
     assert pooled != pytest.approx(p)
 
 
@@ -96,22 +106,27 @@ def test_fixed_sequence_stops_at_the_first_failure_and_says_what_it_would_take()
     rng = np.random.default_rng(5)
     ref = rng.random((1, 200)) < 0.85
     worse = ref & (rng.random((1, 200)) < 0.6)  # 40% of the right answers lost: clearly inferior
-    decision = noninferiority({32: ref.copy(), 64: worse, 128: ref}, margin=0.02)
+    decision = noninferiority({32: ref.copy(), 64: worse, 128: ref}, margin=0.02, scope="checkpoint")
     verdicts = {v.resolution: v for v in decision.verdicts}
     assert verdicts[64].verdict == "inferior" and verdicts[64].high < -0.02
     assert verdicts[32].verdict == "undecided" and "stopped at 64 px" in verdicts[32].reason  # never tested
     assert decision.resolution == 128 and "shown inferior" in decision.reason
     noisy = {64: rng.random((1, 40)) < 0.8, 128: rng.random((1, 40)) < 0.8}
-    found = noninferiority(noisy, margin=0.02)
+    found = noninferiority(noisy, margin=0.02, scope="checkpoint")
     assert found.verdicts[1].verdict == "undecided" and "detects margins of" in found.reason
     assert found.verdicts[1].detectable > 0.1  # 40 images cannot show a 2-point margin
 
 
 def test_planner_numbers_and_the_relabelling_floor():
-    plan = plan_power(180, 2, margin=0.02)
+    plan = plan_power(180, 2, margin=0.02, scope="checkpoint")
     se = np.sqrt(0.2 * 1.5 / 2 / 180)
     assert plan["se"] == pytest.approx(se) and 0.06 < plan["detectable"] < 0.08 and plan["power_at_margin"] < 0.3
-    assert plan_power(3000, 2, margin=0.02)["detectable"] < plan["detectable"] / 3  # more images, smaller margins
+    more = plan_power(3000, 2, margin=0.02, scope="checkpoint")["detectable"]
+    assert more < plan["detectable"] / 3  # more images, smaller margins
+    # at model scope the seeds' spread adds 2 seed_sd^2 / S to the variance of the mean difference
+    model = plan_power(180, 2, margin=0.02, seed_sd=0.02)
+    assert model["se"] == pytest.approx(np.sqrt(se**2 + 2 * 0.02**2 / 2))
+    assert model["detectable"] > plan["detectable"] and plan_power(180, 1, margin=0.02)["power_at_margin"] == 0.0
     assert relabel_min_p(2, 3) == pytest.approx(1 / 6) and relabel_min_p(3, 3) == pytest.approx(1 / 36)
     assert relabel_min_p(1, 3) == 1.0
     # the fewest seeds with which the exact relabelling test can decide at all (p <= 0.05 attainable)
@@ -138,9 +153,15 @@ def test_dry_run_of_the_quickstart_states_the_detectable_margin_and_what_the_exp
     assert main(["sweep", "--dry-run", "--preset", "quickstart", f"experiment.output_dir={out}"]) == 0
     text = capsys.readouterr().out
     power = next(ln for ln in text.splitlines() if ln.startswith("power:"))
-    plan = plan_power(180, 2, margin=0.02)
-    assert "180 test images x 2 seed(s)" in power and f"margins of {plan['detectable']:.3f} and larger" in power
-    assert f"the power is {plan['power_at_margin']:.2f}" in power
+    plan = plan_power(180, 2, margin=0.02)  # the default scope: the model, training seeds as replicates
+    assert "180 test images x 2 seed(s), decided at model scope" in power
+    assert f"margins of {plan['detectable']:.3f} and larger" in power
+    assert f"the power is {plan['power_at_margin']:.2f}" in power and "seed sd 0.02" in power
+    steps = next(ln for ln in text.splitlines() if ln.startswith("power per step"))
+    assert f"64 px {plan['steps'][0]:.2f}, 32 px {plan['steps'][1]:.2f}" in steps
+    needs = next(ln for ln in text.splitlines() if ln.startswith("to show the margin 0.02 with power 0.8:"))
+    seeds, images = plan["joint_needed"]
+    assert f"about {images} test images x {seeds} seeds" in needs
     assert "smallest p is 0.167: it cannot reach p <= 0.05, so no decision on maps: needs >= 3 seeds" in text
     assert (
         main(["sweep", "--dry-run", "--preset", "quickstart", f"experiment.output_dir={out}", "sweep.seeds=[1,2,3]"])
@@ -188,11 +209,11 @@ def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observe
 def test_a_one_sided_bound_beyond_the_score_range_is_cut_there_and_said():
     """Few images that move far apart give a t bound beyond [-1, 1] (a difference of [0, 1] scores cannot): it is
     cut to the range and the reason says so; the verdict is the same as uncut."""
-    ref = np.array([[1.0, 0.0, 1.0]])
-    low = np.array([[0.0, 1.0, 0.0]])  # per-image differences -1, +1, -1: mean -1/3, sd 1.15, t(0.95, 2) = 2.92
-    found = noninferiority({64: ref, 32: low}, margin=0.02)
+    ref = np.array([[0.9, 0.1, 0.9]])
+    low = np.array([[0.1, 0.9, 0.1]])  # per-image differences -0.8, +0.8, -0.8: mean -0.27, sd 0.92, t(0.95, 2) = 2.92
+    found = noninferiority({64: ref, 32: low}, margin=0.02, scope="checkpoint")
     v = found.verdicts[1]
     assert v.low == -1.0 and -1.0 <= v.high <= 1.0 and v.verdict == "undecided"
     assert "cut to the range [-1, 1]" in v.reason
-    ok = noninferiority({64: ref, 32: ref.copy()}, margin=0.02).verdicts[1]
+    ok = noninferiority({64: ref, 32: ref.copy()}, margin=0.02, scope="checkpoint").verdicts[1]
     assert "cut" not in ok.reason

@@ -144,6 +144,12 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
     need(0 < st.margin < 1, "stats.margin", "a non-inferiority margin in (0, 1) on the score's scale", st.margin)
     need(0 < st.power < 1, "stats.power", "a power target in (0, 1) (e.g. 0.8)", st.power)
     need(0 < st.discordance <= 1, "stats.discordance", "a fraction of test images in (0, 1]", st.discordance)
+    need(
+        0 <= st.seed_sd < 1,
+        "stats.seed_sd",
+        "a standard deviation of accuracy across training seeds in [0, 1) (e.g. 0.02)",
+        st.seed_sd,
+    )
     need(0 <= st.seed_correlation <= 1, "stats.seed_correlation", "a correlation in [0, 1]", st.seed_correlation)
     resolutions = list(cfg.sweep.resolutions) + [pair[1] for pair in cfg.sweep.include]
     need(

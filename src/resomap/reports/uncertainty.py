@@ -406,6 +406,9 @@ def compare_model(
         power=cfg.power,
         metric=headline.words,
         alpha=cfg.look_alpha.get(model),  # an adaptive sweep's alpha of this look (stats.spending); else 1 - level
+        scope=cfg.scope,
+        binary=headline.binary,
+        seed_sd=cfg.seed_sd,
     )
     means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
     rec_row.update(
@@ -417,6 +420,7 @@ def compare_model(
         detectable=_detectable(decision),
         n_seeds=len(seeds),
         n_images=n_images,
+        scope=decision.scope,
         available=True,
         reason=decision.reason,
         sentence=f"{model}: {decision.reason}",
@@ -466,6 +470,7 @@ def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str
         "power": cfg.power,
         "n_seeds": None,
         "n_images": None,
+        "scope": cfg.scope,
         "available": False,
         "reason": "",
         "sentence": "",

@@ -2,10 +2,16 @@
 difference could the design have shown?
 
 Non-inferiority of resolution r to the reference (fixed before testing: the largest resolution by default, never the
-best on the test set): H0: mean(r) - mean(ref) <= -margin against H1: > -margin, on the same test images. The unit
-is the test image: each image's difference is averaged over the seeds first (the seeds of one image are correlated,
-so image x seed pairs are not independent), and the one-sided paired t-test runs over images (``scipy.stats``;
-the per-image differences of a 0/1 score or an IoU are bounded, so the t-test holds for the test-set sizes here).
+best on the test set): H0: mean(r) - mean(ref) <= -margin against H1: > -margin, on the same test images, at one of
+two scopes (stats.scope, which holds the tests):
+
+- ``model`` (the default): about the model at that resolution, whatever the training seed: the seed is the unit of
+  replication beside the test image, and the test counts both sources of variation. One seed cannot say how much
+  another seed would differ: with one seed (of a model whose seeds are not known to agree) the step is undecided
+  and says how many seeds the power plan needs.
+- ``checkpoint``: "for these trained checkpoints": the test images are the only random thing (each image's
+  difference averaged over the seeds first; a score test for 0/1 outcomes, the t-test for other scores).
+
 Resolutions are tested in a fixed sequence from the reference down, each at the full alpha, stopping at the first
 that is not shown non-inferior: the fixed-sequence procedure keeps the family-wise error at alpha without Holm
 (Maurer, Hothorn & Lehmacher 1995). Each resolution ends as one of
@@ -15,23 +21,27 @@ that is not shown non-inferior: the fixed-sequence procedure keeps the family-wi
 - ``undecided``: neither; or not tested because the sequence stopped above it;
 - ``reference`` (the reference itself), ``above reference`` (not tested).
 
-``detectable`` is the smallest margin the design shows with probability ``power`` when the true difference is 0:
-(t_{1-alpha} + z_{power}) * sd / sqrt(n), from the per-image differences observed; ``plan_power`` gives the same
-number before training, from an assumed discordance. Written by hand because neither scipy nor statsmodels has a
-fixed-sequence non-inferiority procedure over paired per-image scores; the tests themselves are scipy's.
+``detectable`` is the smallest margin the design shows with probability ``power`` when the true difference is 0,
+from the variance parts observed; ``seeds_needed`` / ``images_needed`` what the design would need to show the
+configured margin with that power; ``plan_power`` gives the same numbers before training, from assumptions.
+Written by hand because neither scipy nor statsmodels has a fixed-sequence non-inferiority procedure over paired
+per-image scores, nor the tests of stats.scope.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from resomap.errors import ConfigError
+from resomap.stats import scope as scopes
 from resomap.stats.checks import as_scores, check_level, to_dict
+from resomap.stats.scope import SCOPE_WORDS, SCOPES
 
 VERDICTS = ("reference", "non-inferior", "inferior", "undecided", "above reference")
 
@@ -55,6 +65,10 @@ class Verdict:
     n_images: int = 0
     n_seeds: int = 0
     reason: str = ""
+    scope: str = "model"
+    seeds_needed: int | None = None  # the fewest seeds showing the margin with the power (None: none up to 64)
+    images_needed: int | None = None  # the fewest test images at these seeds (None: no number suffices)
+    joint_needed: tuple[int, int] | None = None  # (seeds, test images) where neither alone suffices
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -71,6 +85,7 @@ class Decision:
     verdicts: list[Verdict] = field(default_factory=list)
     decided: bool = False
     reason: str = ""
+    scope: str = "model"
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -88,25 +103,131 @@ def check_power(power: Any) -> float:
     return float(power)
 
 
-def _bounds(d: np.ndarray, margin: float, alpha: float, power: float) -> dict[str, Any]:
-    """The one-sided paired t-test of mean(d) > -margin over images, its bounds and the detectable margin."""
+def check_scope(scope: Any) -> str:
+    if scope not in SCOPES:
+        raise ConfigError(f"stats.scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    return str(scope)
+
+
+def check_seed_sd(seed_sd: Any) -> float:
+    if isinstance(seed_sd, bool) or not isinstance(seed_sd, (int, float, np.number)) or not 0 <= seed_sd < 1:
+        raise ConfigError(
+            f"stats.seed_sd must be a standard deviation of accuracy across training seeds in [0, 1) "
+            f"(e.g. 0.02), got {seed_sd!r}"
+        )
+    return float(seed_sd)
+
+
+MAX_SEEDS = 64
+
+
+def _components(d: np.ndarray) -> tuple[float, float, float]:
+    """Variance components of one image's difference from d [S, N] (two-way ANOVA moments, each at least 0):
+    (shared by the seeds of an image, image x seed residual, of a seed's mean difference)."""
+    seeds, n = d.shape
+    dbar = d.mean(0)
+    if seeds < 2:
+        return float(dbar.var(ddof=1)) if n > 1 else 0.0, 0.0, 0.0
+    per_seed = d.mean(1)
+    resid = d - dbar[None, :] - per_seed[:, None] + d.mean()
+    ms_resid = float((resid**2).sum() / ((n - 1) * (seeds - 1))) if n > 1 else 0.0
+    image = max(0.0, float(dbar.var(ddof=1)) - ms_resid / seeds) if n > 1 else 0.0
+    seed = max(0.0, float(per_seed.var(ddof=1)) - ms_resid / n)
+    return image, ms_resid, seed
+
+
+def _needs(
+    n: int, seeds: int, margin: float, alpha: float, power: float, parts: tuple[float, float, float], scope: str
+) -> tuple[int | None, int | None]:
+    """(fewest seeds at these images, fewest images at these seeds) that show ``margin`` with ``power`` when the
+    true difference is 0; None where none up to 64 seeds / no number of images does."""
     from scipy import stats
 
-    n = d.size
-    mean = float(d.mean())
-    sd = float(d.std(ddof=1)) if n > 1 else 0.0
-    out: dict[str, Any] = {"difference": mean, "n_images": int(n)}
-    if sd == 0.0:  # every image moved by the same amount: the difference is known exactly
-        out.update(low=mean, high=mean, p_value=0.0 if mean > -margin else 1.0, detectable=0.0)
+    q = float(stats.norm.ppf(power))
+    image, resid, seed = parts
+    at = functools.partial(
+        scopes.plan_power_at,
+        margin=margin,
+        alpha=alpha,
+        power_q=q,
+        image_var=image,
+        resid_var=resid,
+        seed_var=seed,
+        scope=scope,
+    )
+    need_seeds = next((k for k in range(1, MAX_SEEDS + 1) if at(n, k)[0] >= power), None)
+    return need_seeds, _images_needed(at, seeds, power)
+
+
+def _images_needed(at: Callable[[int, int], tuple[float, float]], seeds: int, power: float) -> int | None:
+    """The fewest test images with which ``at(images, seeds)`` reaches ``power``; None when no number does."""
+    if at(10**9, seeds)[0] < power:
+        return None
+    lo, hi = 2, 2
+    while at(hi, seeds)[0] < power:
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if at(mid, seeds)[0] < power else (lo, mid)
+    return lo
+
+
+def joint_need(
+    seeds: int, margin: float, alpha: float, power: float, parts: tuple[float, float, float], scope: str
+) -> tuple[int, int] | None:
+    """(seeds, test images): of the designs at these seeds or 3, 5, 10, 20, 32, 64 seeds that show the margin with
+    the power, the one with the fewest test predictions (seeds x images); None when none does."""
+    from scipy import stats
+
+    q = float(stats.norm.ppf(power))
+    image, resid, seed = parts
+    at = functools.partial(
+        scopes.plan_power_at,
+        margin=margin,
+        alpha=alpha,
+        power_q=q,
+        image_var=image,
+        resid_var=resid,
+        seed_var=seed,
+        scope=scope,
+    )
+    designs = []
+    for k in sorted({max(seeds, 2 if scope == "model" else 1), 3, 5, 10, 20, 32, MAX_SEEDS}):
+        if k < seeds:
+            continue
+        found = _images_needed(at, k, power)
+        if found is not None:
+            designs.append((k * found, k, found))
+    return min(designs)[1:] if designs else None  # the fewest test predictions (seeds x images)
+
+
+def _step(
+    d: np.ndarray, margin: float, alpha: float, power: float, binary: bool, scope: str, seed_sd: float
+) -> dict[str, Any]:
+    """One step's test (stats.scope) of mean(d) > -margin, its one-sided bounds, the detectable margin and what the
+    design would need."""
+    from scipy import stats
+
+    seeds, n = d.shape
+    out: dict[str, Any] = {"difference": float(d.mean()), "n_images": int(n)}
+    parts = _components(d)
+    if scope == "model" and seeds < 2:  # no seed variance to see: plan it from the assumed seed sd
+        parts = (parts[0], 0.0, 2 * seed_sd**2)
+        out.update(low=None, high=None, p_value=None, detectable=None)
+        out["seeds_needed"], out["images_needed"] = _needs(n, seeds, margin, alpha, power, parts, scope)
+        out["joint_needed"] = joint_need(seeds, margin, alpha, power, parts, scope)
         return out
-    se = sd / math.sqrt(n)
-    t_crit = float(stats.t.ppf(1 - alpha, n - 1))
-    low, high = mean - t_crit * se, mean + t_crit * se
-    # a difference of per-image scores in [0, 1] lies in [-1, 1]: a t bound beyond it (few, spread images) is cut
-    # there and said so (the verdicts do not change: they compare the bounds with -margin)
-    out["low"], out["high"], out["cut"] = max(-1.0, low), min(1.0, high), bool(low < -1.0 or high > 1.0)
-    out["p_value"] = float(stats.t.sf((mean + margin) / se, n - 1))
-    out["detectable"] = (t_crit + float(stats.norm.ppf(power))) * se
+    low, high = scopes.bounds(d, alpha, binary=binary, scope=scope)
+    edge = 1 - 1e-6
+    out["cut"] = bool(low <= -edge or high >= edge)
+    out["low"], out["high"] = max(-1.0, low if low > -edge else -1.0), min(1.0, high if high < edge else 1.0)
+    out["p_value"] = scopes.p_value(d, -margin, binary=binary, scope=scope)
+    q = float(stats.norm.ppf(power))
+    out["detectable"] = scopes.plan_power_at(n, seeds, margin, alpha, q, *parts, scope=scope)[1]
+    out["seeds_needed"], out["images_needed"] = _needs(n, seeds, margin, alpha, power, parts, scope)
+    out["joint_needed"] = (
+        None if out["seeds_needed"] or out["images_needed"] else joint_need(seeds, margin, alpha, power, parts, scope)
+    )
     return out
 
 
@@ -119,14 +240,20 @@ def noninferiority(
     power: float = 0.8,
     metric: str = "accuracy",
     alpha: float | None = None,
+    scope: str = "model",
+    binary: bool | None = None,
+    seed_sd: float = 0.02,
 ) -> Decision:
     """The fixed-sequence non-inferiority decision of every resolution against the reference (module doc).
 
     ``scores_by_res``: {resolution: [seeds, images]} per-image scores (0/1 or in [0, 1]) on the same images and
     seeds at every resolution; ``reference`` None: the largest resolution. ``alpha``: the one-sided alpha of the
     tests and bounds in place of ``1 - level`` (an adaptive sweep's alpha for this look, stats.spending); the
-    verdicts then carry ``level = 1 - alpha``."""
+    verdicts then carry ``level = 1 - alpha``. ``scope``: model or checkpoint (module doc); ``binary``: 0/1
+    outcomes (None: read from the values); ``seed_sd``: the assumed sd of a model's score across training seeds,
+    for the plan of a one-seed design at model scope."""
     margin, level, power = check_margin(margin), check_level(level), check_power(power)
+    scope, seed_sd = check_scope(scope), check_seed_sd(seed_sd)
     if alpha is not None:
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1:
             raise ConfigError(f"alpha must be a one-sided alpha in (0, 1), got {alpha!r}")
@@ -139,9 +266,11 @@ def noninferiority(
     ref = max(runs) if reference is None else int(reference)
     if ref not in runs:
         raise ConfigError(f"stats.reference {ref} px is not a resolution of the sweep ({sorted(runs)})")
+    if binary is None:
+        binary = all(bool(np.isin(v, (0.0, 1.0)).all()) for v in runs.values())
     alpha = 1 - level
     seeds, n = runs[ref].shape
-    base = {"reference": ref, "margin": margin, "level": level, "n_seeds": seeds}
+    base = {"reference": ref, "margin": margin, "level": level, "n_seeds": seeds, "scope": scope}
     verdicts = [Verdict(ref, verdict="reference", n_images=n, reason=f"{ref} px is the reference", **base)]
     verdicts += [
         Verdict(r, verdict="above reference", reason="above the reference: not tested", **base)
@@ -154,10 +283,15 @@ def noninferiority(
             why = f"not tested: the fixed sequence stopped at {stopped} px"
             verdicts.append(Verdict(r, verdict="undecided", n_images=n, reason=why, **base))
             continue
-        d = runs[r].mean(axis=0) - runs[ref].mean(axis=0)  # per image, seeds averaged: the image is the unit
-        found = _bounds(d, margin, alpha, power)
-        verdict = "non-inferior" if found["p_value"] < alpha else "inferior" if found["high"] < -margin else "undecided"
-        reason = _words(r, ref, verdict, found, margin, level, metric)
+        d = runs[r].astype(float) - runs[ref]  # [S, N]: seed s at r against seed s at the reference
+        found = _step(d, margin, alpha, power, binary, scope, seed_sd)
+        if found["p_value"] is None:
+            verdict = "undecided"
+        else:
+            verdict = (
+                "non-inferior" if found["p_value"] < alpha else "inferior" if found["high"] < -margin else "undecided"
+            )
+        reason = _words(r, ref, verdict, found, margin, level, metric, scope, seeds)
         found.pop("cut", None)  # said in the reason
         verdicts.append(Verdict(r, verdict=verdict, reason=reason, **base, **found))
         if verdict == "non-inferior":
@@ -165,20 +299,54 @@ def noninferiority(
         else:
             stopped = r
     decided = any(v.verdict in ("non-inferior", "inferior") for v in verdicts)
-    return Decision(ref, chosen, verdicts, decided, _summary(chosen, ref, verdicts, margin, metric))
+    return Decision(ref, chosen, verdicts, decided, _summary(chosen, ref, verdicts, margin, metric, scope), scope)
 
 
-def _words(r: int, ref: int, verdict: str, found: dict[str, Any], margin: float, level: float, metric: str) -> str:
+def _words(
+    r: int,
+    ref: int,
+    verdict: str,
+    found: dict[str, Any],
+    margin: float,
+    level: float,
+    metric: str,
+    scope: str,
+    seeds: int,
+) -> str:
+    where = SCOPE_WORDS[scope]
+    if found["p_value"] is None:
+        return (
+            f"{r} px undecided {where}: one seed says nothing of how much another training seed would differ"
+            + _need_words(found, margin)
+        )
     diff, low, high = found["difference"], found["low"], found["high"]
     text = (
-        f"{r} px {verdict} to {ref} px at margin {margin:g} ({metric} difference {diff:+.3f}, "
+        f"{r} px {verdict} to {ref} px {where} at margin {margin:g} ({metric} difference {diff:+.3f}, "
         f"{_percent(level)} one-sided bounds [{low:+.3f}, {high:+.3f}]"
         + (" cut to the range [-1, 1]" if found.get("cut") else "")
         + f", p = {found['p_value']:.3g})"
     )
     if verdict == "undecided":
-        text += f"; this design detects margins of {found['detectable']:.3f} and larger"
+        text += f"; this design detects margins of {found['detectable']:.3f} and larger" + _need_words(found, margin)
     return text
+
+
+def _need_words(found: dict[str, Any], margin: float) -> str:
+    seeds, images, joint = found.get("seeds_needed"), found.get("images_needed"), found.get("joint_needed")
+    if seeds is not None:
+        text = f"; needs {seeds} seeds to show the margin {margin:g}"
+        return text + (f" (or about {images} test images at these seeds)" if images is not None else "")
+    if images is not None:
+        return (
+            f"; needs about {images} test images to show the margin {margin:g} (no number of seeds up to "
+            f"{MAX_SEEDS} does on these images)"
+        )
+    if joint is not None:
+        return (
+            f"; neither more seeds nor more test images alone show the margin {margin:g}: "
+            f"about {joint[1]} test images x {joint[0]} seeds would"
+        )
+    return f"; no design up to {MAX_SEEDS} seeds shows the margin {margin:g}"
 
 
 def _percent(level: float) -> str:
@@ -187,17 +355,24 @@ def _percent(level: float) -> str:
     return text if abs(float(text[:-1]) / 100 - level) < 1e-12 else f"{level:.3%}"
 
 
-def _summary(chosen: int, ref: int, verdicts: list[Verdict], margin: float, metric: str) -> str:
+def _summary(chosen: int, ref: int, verdicts: list[Verdict], margin: float, metric: str, scope: str) -> str:
+    where = SCOPE_WORDS[scope]
     if chosen != ref:
-        return f"{chosen} px is the smallest resolution shown non-inferior to {ref} px (margin {margin:g} in {metric})"
-    tested = next((v for v in verdicts if v.p_value is not None), None)
+        return (
+            f"{chosen} px is the smallest resolution shown non-inferior to {ref} px {where} "
+            f"(margin {margin:g} in {metric})"
+        )
+    tested = next((v for v in verdicts if v.verdict not in ("reference", "above reference")), None)
     if tested is None:
         return f"{ref} px: no smaller resolution to test"
     if tested.verdict == "inferior":
-        return f"{ref} px: {tested.resolution} px is shown inferior (more than {margin:g} below in {metric})"
+        return f"{ref} px: {tested.resolution} px is shown inferior {where} (more than {margin:g} below in {metric})"
+    needs = _need_words(tested.to_dict(), margin).lstrip("; ")
+    if tested.p_value is None:
+        return f"undecided {where}: one seed says nothing of seed-to-seed variation; {needs}"
     return (
-        f"undecided: no smaller resolution shown non-inferior to {ref} px at margin {margin:g}; "
-        f"the design detects margins of {tested.detectable:.3f} and larger (more test images or seeds lower it)"
+        f"undecided {where}: no smaller resolution shown non-inferior to {ref} px at margin {margin:g}; "
+        f"the design detects margins of {tested.detectable:.3f} and larger; {needs}"
     )
 
 
@@ -210,28 +385,46 @@ def plan_power(
     power: float = 0.8,
     discordance: float = 0.2,
     seed_correlation: float = 0.5,
-) -> dict[str, float]:
-    """Before training: the detectable margin and the power at ``margin`` of the one-sided test of one resolution
-    against the reference, for a 0/1 score, assuming a fraction ``discordance`` of images change outcome between
-    the two resolutions (per-image difference variance ``discordance`` for one seed) and a correlation
-    ``seed_correlation`` between the seeds' differences on one image (variance of the seeds' mean: discordance *
-    (1 + (S - 1) rho) / S). A pilot-free default; the summary restates it from the differences observed."""
+    seed_sd: float = 0.02,
+    scope: str = "model",
+) -> dict[str, Any]:
+    """Before training: the detectable margin and the power at ``margin`` of one step (a resolution against the
+    reference, no true difference) for a 0/1 score, assuming a fraction ``discordance`` of images change outcome
+    between the two resolutions (per-image difference variance ``discordance`` for one seed), a correlation
+    ``seed_correlation`` between the seeds' differences on one image (so ``discordance * seed_correlation`` of it
+    is shared by the seeds and the rest is seed x image), and at model scope a standard deviation ``seed_sd`` of a
+    model's accuracy across training seeds at each resolution (a seed's mean difference: 2 seed_sd^2). Also the
+    seeds and test images the design would need for the margin (``seeds_needed``, ``images_needed``; None: none
+    up to 64 seeds / no number of images) and ``steps``: the chance to pass each step of a fixed sequence when no
+    resolution truly differs (power^k: the steps share the reference, so this is a lower bound)."""
     from scipy import stats
 
     if n_images < 2:
         raise ConfigError(f"a power plan needs at least 2 test images, got {n_images}")
     margin, level, power = check_margin(margin), check_level(level), check_power(power)
+    scope, seed_sd = check_scope(scope), check_seed_sd(seed_sd)
     if not 0 < discordance <= 1 or not 0 <= seed_correlation <= 1:
         raise ConfigError(
             f"a power plan needs a discordance in (0, 1] and a seed correlation in [0, 1], got {discordance!r} "
             f"and {seed_correlation!r}"
         )
-    var = discordance * (1 + (n_seeds - 1) * seed_correlation) / max(n_seeds, 1)
-    se = math.sqrt(var / n_images)
-    t_crit = float(stats.t.ppf(level, n_images - 1))
-    detectable = (t_crit + float(stats.norm.ppf(power))) * se
-    reached = float(stats.norm.cdf(margin / se - t_crit))
-    return {"detectable": detectable, "power_at_margin": reached, "se": se}
+    alpha = 1 - level
+    parts = (discordance * seed_correlation, discordance * (1 - seed_correlation), 2 * seed_sd**2)
+    seed_var = parts[2] if scope == "model" else 0.0
+    q = float(stats.norm.ppf(power))
+    reached, detectable = scopes.plan_power_at(n_images, n_seeds, margin, alpha, q, *parts, scope=scope)
+    se = scopes.plan_se(n_images, n_seeds, parts[0], parts[1], seed_var)
+    seeds_needed, images_needed = _needs(n_images, n_seeds, margin, alpha, power, parts, scope)
+    joint = None if seeds_needed or images_needed else joint_need(n_seeds, margin, alpha, power, parts, scope)
+    return {
+        "joint_needed": joint,
+        "detectable": detectable,
+        "power_at_margin": reached,
+        "se": se,
+        "seeds_needed": seeds_needed,
+        "images_needed": images_needed,
+        "steps": [reached**k for k in range(1, 9)],
+    }
 
 
 def relabel_min_p(n_seeds: int, n_resolutions: int) -> float:

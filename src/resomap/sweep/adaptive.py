@@ -272,7 +272,16 @@ def _drop(state: ModelState, scores: dict[int, Any], ref: int, stop: int, cfg: C
     st = cfg.stats
     for r in sorted((r for r in scores if r < stop), reverse=True):
         pair = {ref: scores[ref], r: scores[r]}
-        decision = noninferiority(pair, margin=st.margin, reference=ref, level=st.level, power=st.power, alpha=alpha)
+        decision = noninferiority(
+            pair,
+            margin=st.margin,
+            reference=ref,
+            level=st.level,
+            power=st.power,
+            alpha=alpha,
+            scope=st.scope,
+            seed_sd=st.seed_sd,
+        )
         verdict = next(v for v in decision.verdicts if v.resolution == r)
         if verdict.verdict == "inferior":
             state.dropped[r] = f"shown inferior at look {look} (alone against {ref} px): {verdict.reason}"

@@ -139,6 +139,7 @@ def power_lines(cfg: Config) -> list[str]:
     from resomap.data.registry import open_dataset
     from resomap.errors import ResoMapError
     from resomap.stats import plan_power
+    from resomap.stats.scope import SCOPE_WORDS
 
     st, alpha = cfg.stats, 1 - cfg.stats.level
     seeds = len(cfg.sweep.seeds)
@@ -152,16 +153,32 @@ def power_lines(cfg: Config) -> list[str]:
         return [f"power: not planned ({exc})"]
     lines = []
     if n_test >= 2:
-        settings = {"margin": st.margin, "level": st.level, "power": st.power, "seed_correlation": st.seed_correlation}
+        settings = {
+            "margin": st.margin,
+            "level": st.level,
+            "power": st.power,
+            "seed_correlation": st.seed_correlation,
+            "seed_sd": st.seed_sd,
+            "scope": st.scope,
+        }
         plan_at = functools.partial(plan_power, n_test, seeds, **settings)  # at a discordance: assumed, or observed
         found = plan_at(discordance=st.discordance)
+        where = SCOPE_WORDS[st.scope]
+        seed_words = f", seed sd {st.seed_sd:g} (stats.seed_sd)" if st.scope == "model" else ""
+        detect = (
+            "no margin: one seed says nothing of seed-to-seed variation"
+            if math.isinf(found["detectable"])
+            else f"margins of {found['detectable']:.3f} and larger"
+        )
         lines.append(
-            f"power: about {n_test} test images x {seeds} seed(s): a resolution can be shown non-inferior to the "
-            f"reference at margins of {found['detectable']:.3f} and larger with power {st.power:g} (one-sided, "
+            f"power: about {n_test} test images x {seeds} seed(s), decided {where}: a resolution can be shown "
+            f"non-inferior to the reference at {detect} with power {st.power:g} (one-sided, "
             f"alpha {alpha:.2g}); at the configured margin {st.margin:g} the power is {found['power_at_margin']:.2f} "
             f"(assumed: {st.discordance:g} of images change outcome between resolutions, seed correlation "
-            f"{st.seed_correlation:g}; stats.discordance, stats.seed_correlation)"
+            f"{st.seed_correlation:g}{seed_words}; stats.discordance, stats.seed_correlation)"
         )
+        lines.append(_steps_line(resolutions, st.reference, found, st.margin))
+        lines.append(_needs_line(found, st.margin, st.power, n_test, seeds))
         observed = observed_discordance(cfg)
         if observed is not None and observed[0] == 0:
             lines.append(
@@ -178,6 +195,37 @@ def power_lines(cfg: Config) -> list[str]:
     if cfg.explainability.enabled and len(resolutions) > 1:
         lines.append(_explanation_line(seeds, len(resolutions), alpha))
     return lines
+
+
+def _steps_line(resolutions: list[int], reference: int | None, found: dict, margin: float) -> str:
+    """The chance to pass each step of the fixed sequence (from the reference down) when no resolution truly
+    differs: the power of one step to the k-th (the steps share the reference: a lower bound)."""
+    ref = max(resolutions) if reference is None else reference
+    below = sorted((r for r in resolutions if r < ref), reverse=True)
+    if not below:
+        return f"power per step: no resolution below the reference {ref} px to test"
+    steps = found["steps"]
+    parts = [f"{r} px {steps[min(k, len(steps) - 1)]:.2f}" for k, r in enumerate(below)]
+    return (
+        f"power per step (the chance the fixed sequence reaches and passes it at margin {margin:g} when no "
+        f"resolution truly differs, at least): {', '.join(parts)}"
+    )
+
+
+def _needs_line(found: dict, margin: float, power: float, n_test: int, seeds: int) -> str:
+    """What the design would need to show the configured margin with the configured power."""
+    head = f"to show the margin {margin:g} with power {power:g}:"
+    if found["power_at_margin"] >= power:
+        return f"{head} this design ({n_test} test images x {seeds} seed(s)) suffices"
+    options = []
+    if found["seeds_needed"] is not None:
+        options.append(f"{found['seeds_needed']} seeds on these {n_test} test images")
+    if found["images_needed"] is not None:
+        options.append(f"about {found['images_needed']} test images at {seeds} seed(s)")
+    if not options and found["joint_needed"] is not None:
+        k, n = found["joint_needed"]
+        options.append(f"about {n} test images x {k} seeds (neither more seeds nor more images alone suffice)")
+    return f"{head} {' or '.join(options)}" if options else f"{head} no design up to 64 seeds"
 
 
 def summary_folder(cfg: Config) -> Path:

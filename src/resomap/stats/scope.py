@@ -1,0 +1,270 @@
+"""The one-sided test behind each non-inferiority step (stats.decide), at one of two scopes, for the paired
+per-image differences ``d`` [S, N] (seed s, image i; the same N test images and S seeds at both resolutions).
+
+- ``checkpoint`` scope, "for these trained checkpoints": the test images are the only random thing. For 0/1
+  outcomes a score test of the mean of the seed-averaged differences, whose values lie on the lattice k/S
+  (k = -S..S): its variance is the one of the multinomial on that lattice fitted with its mean held at the null
+  value (maximum likelihood under H0; for S = 1 this is Tango's (1998) restricted estimate for paired proportions),
+  and z is compared with the normal. The paired t-test it replaces over-rejects on 0/1 outcomes with few discordant
+  images (size 0.083 at discordance 0.03, n = 180, in tests/test_scope.py's simulation; this test 0.042-0.053). For
+  other scores (IoU, Dice) the one-sided t-test over images.
+- ``model`` scope, "about the model at that resolution": the training seed is a replicate. The mean difference D
+  has variance sigma_seed^2 / S + Var(image mean) / N (seeds and images crossed); the two parts are estimated from
+  the two-way layout (ANOVA moments): the image part ``a`` as at checkpoint scope (restricted for 0/1 outcomes),
+  the seed part ``b = max(0, var(per-seed means) - MS_residual / N) / S``. T = (D - delta0) / sqrt(a + b) is
+  compared with c = sqrt((1 - w) z^2 + w t_{S-1}^2), w = v / (a + v), v = var(per-seed means) / S: the normal
+  quantile when the images dominate, Student's t with S - 1 degrees of freedom when the seeds do. The weight v keeps
+  the image x seed part (it is not subtracted as in b), so a seed part estimated small by chance from 2-4 degrees of
+  freedom does not swing c to the normal quantile: with b in its place the size reached 0.058 at 3 seeds and seed
+  sd 0.04, with Satterthwaite's degrees of freedom 0.062-0.071; with v it is 0.016-0.045 over seed sd 0-0.04,
+  discordance 0.03-0.2, 3 and 5 seeds (tests/test_scope.py), at some power with no seed spread (0.69 against 0.79
+  at 3 seeds in the sweep simulated there). One seed says nothing of the seed-to-seed variation: no test.
+
+Written by hand: neither scipy nor statsmodels has a score test for paired proportions (Tango's) or its
+seed-averaged form, nor a test over crossed seeds x images. Everything is vectorised over a leading batch axis so
+the simulation test runs the same code as the summary.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+SCOPES = ("model", "checkpoint")
+SCOPE_WORDS = {
+    "model": "at model scope (training seeds as replicates)",
+    "checkpoint": "for these trained checkpoints (checkpoint scope)",
+}
+_BISECT = 40
+
+
+def lattice_counts(dbar: np.ndarray, seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """(counts [B, 2S+1] of the seed-averaged differences on the lattice k/S, the lattice values)."""
+    values = np.arange(-seeds, seeds + 1) / seeds
+    k = np.rint(dbar * seeds).astype(np.int64) + seeds
+    counts = np.zeros((dbar.shape[0], 2 * seeds + 1))
+    np.add.at(counts, (np.arange(dbar.shape[0])[:, None], k), 1.0)
+    return counts, values
+
+
+def restricted_variance(counts: np.ndarray, values: np.ndarray, delta0: float | np.ndarray) -> np.ndarray:
+    """The variance [B] of one image's difference under H0 "mean = delta0": the multinomial on ``values`` of
+    largest likelihood for ``counts`` [B, K] among those with mean delta0. Its cells are counts / (n (1 + lam a_k))
+    with a_k = values_k - delta0 and lam the root of sum counts a / (1 + lam a) = 0; where the observed values
+    cannot reach the mean delta0, the root sits at the end of its range and the leftover mass goes to the lattice
+    end whose 1 + lam a_k is 0 (as Tango's estimate gives an unobserved discordant cell mass)."""
+    counts = np.asarray(counts, dtype=float)
+    delta0 = np.broadcast_to(np.asarray(delta0, dtype=float), counts.shape[:1])
+    a = values[None, :] - delta0[:, None]  # [B, K]
+    n = counts.sum(1)
+    lo, hi = -1.0 / a.max(1), -1.0 / a.min(1)  # 1 + lam a_k >= 0 on the whole lattice
+    span = hi - lo
+    lo, hi = lo + 1e-12 * span, hi - 1e-12 * span
+
+    def g(lam: np.ndarray) -> np.ndarray:  # decreasing in lam
+        return (counts * a / (1 + lam[:, None] * a)).sum(1)
+
+    g_lo, g_hi = g(lo), g(hi)
+    left, right = lo.copy(), hi.copy()
+    for _ in range(_BISECT):
+        mid = 0.5 * (left + right)
+        up = g(mid) > 0
+        left, right = np.where(up, mid, left), np.where(up, right, mid)
+    lam = np.where(g_lo <= 0, lo, np.where(g_hi >= 0, hi, 0.5 * (left + right)))
+    cells = np.where(counts > 0, counts / (n[:, None] * (1 + lam[:, None] * a)), 0.0)
+    variance = (cells * a**2).sum(1)
+    leftover = np.clip(1 - cells.sum(1), 0.0, None)
+    end = np.where(g_hi >= 0, a.min(1), np.where(g_lo <= 0, a.max(1), 0.0))  # the lattice end taking the rest
+    return variance + leftover * end**2
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The variance parts of the mean difference [B each]: ``image`` (Var(image mean) / N, restricted at delta0
+    for 0/1 outcomes), ``seed`` (sigma_seed^2 / S, model scope; 0 at checkpoint scope)."""
+
+    mean: np.ndarray
+    image: np.ndarray
+    seed: np.ndarray
+    seeds: int
+    images: int
+    seed_weight: np.ndarray | None = None  # var(per-seed means) / S, image x seed part included: the t weight
+
+
+def parts(d: np.ndarray, delta0: float | np.ndarray, *, binary: bool, scope: str) -> Parts:
+    """The mean difference and its variance parts for d [B, S, N] under H0 "mean = delta0"."""
+    d = np.asarray(d, dtype=float)
+    _, seeds, n = d.shape
+    dbar = d.mean(1)  # [B, N] the image's difference, seeds averaged
+    mean = dbar.mean(1)
+    if binary:
+        counts, values = lattice_counts(dbar, seeds)
+        image = restricted_variance(counts, values, delta0) / n
+    else:
+        image = dbar.var(1, ddof=1) / n if n > 1 else np.zeros_like(mean)
+    seed = weight = np.zeros_like(mean)
+    if scope == "model" and seeds > 1:
+        per_seed = d.mean(2)  # [B, S]
+        resid = d - dbar[:, None, :] - per_seed[:, :, None] + mean[:, None, None]
+        ms_resid = (resid**2).sum((1, 2)) / ((n - 1) * (seeds - 1)) if n > 1 else np.zeros_like(mean)
+        seed = np.clip(per_seed.var(1, ddof=1) - ms_resid / n, 0.0, None) / seeds
+        weight = per_seed.var(1, ddof=1) / seeds
+    return Parts(mean, image, seed, seeds, n, weight)
+
+
+def critical(p: Parts, alpha: float | np.ndarray, *, binary: bool) -> np.ndarray:
+    """The critical value of T at one-sided alpha: the normal (t for scores other than 0/1) and the t_{S-1}
+    quantiles mixed by variance share (module doc); negative for alpha > 1/2, as the quantiles are."""
+    from scipy import stats
+
+    total = p.image + p.seed
+    image_q = stats.norm.isf(alpha) if binary else stats.t.isf(alpha, max(p.images - 1, 1))
+    if p.seeds < 2:
+        return np.broadcast_to(np.asarray(image_q, dtype=float), total.shape).copy()
+    seed_q = stats.t.isf(alpha, p.seeds - 1)
+    weight = p.seed if p.seed_weight is None else p.seed_weight
+    share = np.divide(weight, p.image + weight, out=np.zeros_like(total), where=p.image + weight > 0)
+    with np.errstate(over="ignore"):  # t with 1-2 degrees of freedom far in the tail: inf, a valid critical value
+        return np.sign(image_q) * np.sqrt((1 - share) * image_q**2 + share * seed_q**2)
+
+
+def statistic(p: Parts, delta0: float | np.ndarray) -> np.ndarray:
+    total = p.image + p.seed
+    diff = p.mean - delta0
+    return np.divide(diff, np.sqrt(total), out=np.where(diff > 0, np.inf, -np.inf), where=total > 0)
+
+
+def rejects(d: np.ndarray, delta0: float, alpha: float, *, binary: bool, scope: str) -> np.ndarray:
+    """[B] bool: H0 "mean difference <= delta0" rejected at one-sided alpha (shown above delta0)."""
+    p = parts(d, delta0, binary=binary, scope=scope)
+    return statistic(p, delta0) > critical(p, alpha, binary=binary)
+
+
+def _refine(f, lo: float, hi: float, levels: int = 5, points: int = 12) -> tuple[float, float]:
+    """The bracket [x, x'] where the vectorised decreasing-to-increasing test ``f(xs) -> bool [len(xs)]`` (False
+    below the boundary, True above it) changes, by repeated grid refinement (each level one batched call)."""
+    for _ in range(levels):
+        xs = np.linspace(lo, hi, points)
+        flags = f(xs)
+        first = int(np.argmax(flags)) if flags.any() else points
+        if first == 0:
+            return lo, lo
+        if first == points:
+            return hi, hi
+        lo, hi = float(xs[first - 1]), float(xs[first])
+    return lo, hi
+
+
+def p_value(d: np.ndarray, delta0: float, *, binary: bool, scope: str) -> float:
+    """The one-sided p of H0 "mean difference <= delta0" for one table d [S, N]: the alpha at which T meets the
+    critical value (the normal's or t's tail when the seed weight is 0; else found on log alpha, where the
+    critical value falls as alpha grows)."""
+    from scipy import stats
+
+    p = parts(d[None], delta0, binary=binary, scope=scope)
+    t = float(statistic(p, delta0)[0])
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    weight = 0.0 if p.seed_weight is None else float(p.seed_weight[0])
+    if p.seeds < 2 or weight == 0.0:
+        return float(stats.norm.sf(t) if binary else stats.t.sf(t, max(p.images - 1, 1)))
+    if t > 0:  # alpha in (0, 1/2): on log alpha
+
+        def above(log_alpha: np.ndarray) -> np.ndarray:  # True where c(alpha) <= t: alpha at or above p
+            return critical(_repeat(p, log_alpha.size), np.exp(log_alpha), binary=binary) <= t
+
+        return math.exp(_refine(above, -745.0, math.log(0.5))[1])
+
+    def above_lin(alpha: np.ndarray) -> np.ndarray:
+        return critical(_repeat(p, alpha.size), alpha, binary=binary) <= t
+
+    return _refine(above_lin, 0.5, 1.0 - 1e-12)[1]
+
+
+def _repeat(p: Parts, size: int) -> Parts:
+    """One table's parts repeated ``size`` times (to evaluate many alphas or null values in one call)."""
+
+    def rep(x: np.ndarray | None) -> np.ndarray | None:
+        return None if x is None else np.repeat(x[:1], size)
+
+    return Parts(rep(p.mean), rep(p.image), rep(p.seed), p.seeds, p.images, rep(p.seed_weight))
+
+
+def bounds(d: np.ndarray, alpha: float, *, binary: bool, scope: str) -> tuple[float, float]:
+    """The one-sided (1 - alpha) bounds of the mean difference by inverting the test: ``low`` the boundary of the
+    null values delta0 below which "mean > delta0" is shown, ``high`` that above which "mean < delta0" is."""
+    mean = float(d.mean())
+    edge = 1 - 1e-9
+
+    def at(deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        batch = np.broadcast_to(d, (deltas.size, *d.shape))
+        p = parts(batch, deltas, binary=binary, scope=scope)
+        return statistic(p, deltas), critical(p, alpha, binary=binary)
+
+    def not_shown_above(deltas: np.ndarray) -> np.ndarray:  # False at small delta0 (shown), True from low on
+        t, c = at(deltas)
+        return t <= c
+
+    def shown_below(deltas: np.ndarray) -> np.ndarray:  # False up to high, True beyond it
+        t, c = at(deltas)
+        return -t > c
+
+    low = _refine(not_shown_above, -edge, min(max(mean, -edge), edge))[0]
+    high = _refine(shown_below, max(min(mean, edge), -edge), edge)[0]
+    return low, high
+
+
+def plan_se(n_images: int, seeds: int, image_var: float, resid_var: float, seed_var: float) -> float:
+    """The standard error of the mean difference for a design of N images x S seeds from variance components of
+    one image's difference: ``image_var`` (shared by the seeds), ``resid_var`` (image x seed), ``seed_var`` (of a
+    seed's mean difference)."""
+    return math.sqrt((image_var + resid_var / seeds) / n_images + seed_var / seeds)
+
+
+@functools.lru_cache(maxsize=1024)
+def _t_isf(alpha: float, df: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.isf(alpha, df))
+
+
+@functools.lru_cache(maxsize=256)
+def _z_isf(alpha: float) -> float:
+    from scipy import stats
+
+    return float(stats.norm.isf(alpha))
+
+
+def plan_power_at(
+    n_images: int,
+    seeds: int,
+    margin: float,
+    alpha: float,
+    power_q: float,
+    image_var: float,
+    resid_var: float,
+    seed_var: float,
+    scope: str,
+) -> tuple[float, float]:
+    """(power at ``margin`` with no true difference, detectable margin at the power whose normal quantile is
+    ``power_q``) of one step of a design, from variance components (the critical value as the test's, with the
+    planned parts in place of the estimated ones); model scope with one seed: (0, inf). Plain math with cached
+    quantiles: the planners call it thousands of times."""
+    seed_var = seed_var if scope == "model" else 0.0
+    if scope == "model" and seeds < 2 and seed_var > 0:
+        return 0.0, math.inf
+    a, b = (image_var + resid_var / seeds) / n_images, seed_var / seeds
+    se = math.sqrt(a + b)
+    if se == 0:
+        return 1.0, 0.0
+    z = _z_isf(alpha)
+    c = z
+    if seeds > 1 and b > 0:
+        weight = b + resid_var / (seeds * n_images)  # the test's weight keeps the image x seed part
+        share = weight / (a + weight)
+        c = math.sqrt((1 - share) * z**2 + share * _t_isf(alpha, seeds - 1) ** 2)
+    reached = 0.5 * (1 + math.erf((margin / se - c) / math.sqrt(2)))
+    return reached, (c + power_q) * se

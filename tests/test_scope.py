@@ -1,0 +1,171 @@
+"""The tests behind each decision step (resomap.stats.scope) hold their error rate where ResoMap runs: seeded
+simulations of sweeps (statistics only, no training) with a known truth exactly at the margin, 180 test images,
+0/1 outcomes, a seed-to-seed spread of accuracy and a share of images that change outcome between resolutions
+(discordance) in the ranges the quickstart and the ELPV protocol see; and the score test against Tango's closed
+form."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+from resomap.errors import ConfigError
+from resomap.stats import noninferiority, plan_power
+from resomap.stats import scope as scopes
+
+N, MARGIN, ALPHA, ACC = 180, 0.02, 0.05, 0.8
+REPS = 8000
+LIMIT = 0.055  # the error rate the procedure must hold (nominal 0.05; 8000 sweeps: one standard error 0.0024)
+
+
+@functools.lru_cache
+def _latent_scale(discordance: float) -> float:
+    """The spread of the resolution- and seed-specific parts of the latent score (image part 1) that makes
+    ``discordance`` of the images change outcome between two resolutions of equal accuracy ACC (bisection on a
+    fixed Monte-Carlo sample)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    z, w1, w2, e1, e2 = rng.standard_normal((5, 200_000))
+
+    def share(s: float) -> float:
+        cut = stats.norm.ppf(1 - ACC) * math.sqrt(1 + 2 * s * s)
+        return float(((z + s * (w1 + e1) > cut) != (z + s * (w2 + e2) > cut)).mean())
+
+    lo, hi = 1e-4, 3.0
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if share(mid) < discordance else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _outcomes(rng, reps: int, seeds: int, discordance: float, seed_sd: float, drops: list[float]) -> list[np.ndarray]:
+    """0/1 outcomes [reps, seeds, N] of a reference and of resolutions ``drops`` below it in true accuracy: image i
+    is right for (resolution r, seed s) when z_i + w_ri + e_rsi exceeds the cut that gives accuracy ACC - drop +
+    u_rs, u_rs ~ N(0, seed_sd^2) (each resolution's seeds trained independently). The model's accuracy at r,
+    averaged over seeds and images, is ACC - drop: the truth the model scope speaks about."""
+    from scipy import stats
+
+    s = _latent_scale(discordance)
+    total = math.sqrt(1 + 2 * s * s)
+    z = rng.standard_normal((reps, 1, N), dtype=np.float32)
+    out = []
+    for drop in [0.0, *drops]:
+        w = s * rng.standard_normal((reps, 1, N), dtype=np.float32)
+        e = s * rng.standard_normal((reps, seeds, N), dtype=np.float32)
+        acc = np.clip(ACC - drop + seed_sd * rng.standard_normal((reps, seeds, 1)), 0.01, 0.99)
+        out.append((z + w + e > stats.norm.ppf(1 - acc) * total).astype(float))
+    return out
+
+
+def _familywise(rng, seeds: int, discordance: float, seed_sd: float, scope: str) -> float:
+    """The rate of a false "non-inferior" in the fixed sequence (64 px, then 32 px, against 128 px). A false call
+    needs the first step whose resolution is truly more than the margin below (or at it) to pass, and that step
+    passes at most as often as a step exactly at the margin (the worst case: the steps before it must pass too);
+    so the family-wise error is at most the rate at which 64 px exactly at the margin is called non-inferior."""
+    ref, at_margin = _outcomes(rng, REPS, seeds, discordance, seed_sd, [MARGIN])
+    return float(scopes.rejects(at_margin - ref, -MARGIN, ALPHA, binary=True, scope=scope).mean())
+
+
+@pytest.mark.parametrize("seeds", [3, 5])
+def test_model_scope_holds_its_familywise_error_at_the_margin(seeds):
+    """Seed sd 0, 0.02, 0.04 x discordance 0.03, 0.1, 0.2 with 180 images: at most 0.055 everywhere."""
+    rng = np.random.default_rng(seeds)
+    rates = {(sd, q): _familywise(rng, seeds, q, sd, "model") for sd in (0.0, 0.02, 0.04) for q in (0.03, 0.1, 0.2)}
+    assert max(rates.values()) <= LIMIT, rates
+    assert min(rates.values()) > 0.01, rates  # not a test that never decides
+
+
+def test_checkpoint_scope_holds_its_error_where_the_t_test_did_not():
+    """Checkpoints held fixed (no seed spread), discordance 0.03: the score test at most 0.055 with 1 and 2 seeds,
+    where the paired t-test on the same sweeps rejects 0.07-0.09 of the time."""
+    from scipy import stats
+
+    rng = np.random.default_rng(11)
+    for seeds in (1, 2):
+        ref, at_margin = _outcomes(rng, REPS, seeds, 0.03, 0.0, [MARGIN])
+        d = at_margin - ref
+        score = scopes.rejects(d, -MARGIN, ALPHA, binary=True, scope="checkpoint").mean()
+        dbar = d.mean(1)
+        se = dbar.std(1, ddof=1) / math.sqrt(N)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = stats.t.sf((dbar.mean(1) + MARGIN) / se, N - 1) < ALPHA
+        assert score <= LIMIT and t.mean() > 0.065, (seeds, score, t.mean())
+
+
+def test_power_at_model_scope_with_no_seed_spread_matches_the_checkpoint_scope():
+    """With no seed spread the model scope still decides: 3 seeds, discordance 0.1, margin 0.05, no true
+    difference: power 0.72 against the checkpoint scope's 0.87 (the price of not knowing the seed spread from 3
+    seeds; a seed-aware test that never decided would pass the size checks above)."""
+    rng = np.random.default_rng(12)
+    ref, same = _outcomes(rng, 1000, 3, 0.1, 0.0, [0.0])
+    model = scopes.rejects(same - ref, -0.05, ALPHA, binary=True, scope="model").mean()
+    checkpoint = scopes.rejects(same - ref, -0.05, ALPHA, binary=True, scope="checkpoint").mean()
+    assert checkpoint > 0.8 and model > 0.65, (model, checkpoint)
+
+
+@pytest.mark.parametrize(("b", "c", "n", "delta0"), [(3, 10, 180, -0.02), (0, 0, 120, -0.02), (5, 2, 100, -0.05)])
+def test_the_restricted_variance_is_tangos_closed_form_for_one_seed(b, c, n, delta0):
+    """Tango (1998): p01 restricted = (-B + sqrt(B^2 - 4AC)) / 2A with A = 2n, B = -b - c + (2n - b + c) delta0,
+    C = -c delta0 (1 - delta0); the variance of one image's difference under H0 is 2 p01 + delta0 (1 - delta0)."""
+    a_, b_, c_ = 2 * n, -b - c + (2 * n - b + c) * delta0, -c * delta0 * (1 - delta0)
+    p01 = (-b_ + math.sqrt(b_ * b_ - 4 * a_ * c_)) / (2 * a_)
+    d = np.zeros((1, n))
+    d[0, :b], d[0, b : b + c] = 1, -1
+    counts, values = scopes.lattice_counts(d, 1)
+    found = scopes.restricted_variance(counts, values, delta0)[0]
+    assert found == pytest.approx(2 * p01 + delta0 * (1 - delta0), rel=1e-9)
+
+
+def test_bounds_and_p_agree_with_the_verdict():
+    """The one-sided lower bound is above -margin exactly when p < alpha (the bounds invert the same test)."""
+    rng = np.random.default_rng(13)
+    for _ in range(20):
+        ref = rng.random((3, 150)) < 0.8
+        other = np.where(rng.random((3, 150)) < 0.1, ~ref, ref)
+        for scope in ("model", "checkpoint"):
+            v = noninferiority({64: other, 128: ref}, margin=0.03, scope=scope).verdicts[1]
+            assert (v.p_value < ALPHA) == (v.low > -0.03), v
+            assert v.low <= v.difference <= v.high
+
+
+def test_one_seed_at_model_scope_is_undecided_and_says_how_many_seeds():
+    rng = np.random.default_rng(14)
+    ref = rng.random((1, 400)) < 0.8
+    found = noninferiority({64: ref.copy(), 128: ref}, margin=0.05, seed_sd=0.01)
+    v = found.verdicts[1]
+    assert v.verdict == "undecided" and v.p_value is None and v.seeds_needed is not None
+    assert f"needs {v.seeds_needed} seeds" in v.reason and "at model scope" in v.reason
+    same = noninferiority({64: ref.copy(), 128: ref}, margin=0.05, scope="checkpoint").verdicts[1]
+    assert same.verdict == "non-inferior" and "for these trained checkpoints" in same.reason
+
+
+def test_seeds_that_agree_exactly_count_as_one_replicate_with_no_seed_spread():
+    """A deterministic fit (pixel_logreg: every seed the same predictions) has no seed variance to count: its
+    model-scope step is the checkpoint-scope step."""
+    rng = np.random.default_rng(15)
+    ref = np.repeat(rng.random((1, 300)) < 0.8, 2, axis=0)
+    other = np.repeat(np.where(rng.random((1, 300)) < 0.05, ~ref[:1], ref[:1]), 2, axis=0)
+    model = noninferiority({64: other, 128: ref}, margin=0.04).verdicts[1]
+    checkpoint = noninferiority({64: other, 128: ref}, margin=0.04, scope="checkpoint").verdicts[1]
+    assert model.p_value == pytest.approx(checkpoint.p_value) and model.low == pytest.approx(checkpoint.low)
+
+
+def test_the_plan_states_the_seeds_and_images_a_margin_needs():
+    plan = plan_power(180, 2, margin=0.02, scope="checkpoint")
+    assert plan["images_needed"] is not None and 2000 < plan["images_needed"] < 2600  # the issue's "about 2,300"
+    model = plan_power(180, 3, margin=0.05, seed_sd=0.01, discordance=0.1)
+    assert model["power_at_margin"] < plan_power(180, 3, margin=0.05, seed_sd=0.0, discordance=0.1)["power_at_margin"]
+    assert model["steps"][1] == pytest.approx(model["power_at_margin"] ** 2)
+    wide = plan_power(180, 2, margin=0.02, seed_sd=0.04)
+    assert wide["seeds_needed"] is None and wide["images_needed"] is None and wide["joint_needed"] is not None
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [({"scope": "models"}, "stats.scope"), ({"seed_sd": -0.1}, "seed_sd")])
+def test_bad_scope_settings_are_one_line_errors(kwargs, words):
+    with pytest.raises(ConfigError) as err:
+        noninferiority({32: np.ones((2, 20)), 64: np.ones((2, 20))}, **kwargs)
+    assert words in str(err.value) and "\n" not in str(err.value)
