@@ -18,7 +18,7 @@ from resomap.cli import main
 from resomap.config.schema import ModelsConfig
 from resomap.models import build_model
 from resomap.models.classical import PixelLogistic
-from resomap.stats import bootstrap_scores
+from resomap.stats import bootstrap_scores, sign_flip
 from resomap.training import load_checkpoint
 
 
@@ -98,7 +98,8 @@ def test_a_sweep_fits_the_baseline_over_its_penalty_grid_and_the_summary_puts_ea
     recs = {
         r["model"]: r for r in json.loads((out / "_sweep/resomap-smoke/summary.json").read_text())["recommendations"]
     }
-    if tiny["over_baseline_ci_low"] <= 0:  # the decision sentence says what the numbers above say
+    assert tiny["over_baseline_p"] == sign_flip(diff, alternative="greater").p_value  # exact on 0/1 outcomes
+    if tiny["over_baseline_p"] > 0.05:  # the decision sentence says what the test beside the interval says
         assert "not shown above the classical baseline pixel_logreg at any resolution" in recs["tiny_cnn"]["sentence"]
     assert "classical baseline" not in recs["pixel_logreg"]["sentence"]
 
@@ -118,6 +119,10 @@ def test_the_decision_is_read_with_the_resolutions_not_shown_above_the_baselines
         "pixel_logreg at 32 px, 128 px."
     )
     assert baseline_caveat([row(32, 0.05, 0.02)]) == ""
+    # since issue 31 the rows carry the one-sided sign-flip p, and it decides where it and the interval disagree
+    tested = row(32, 0.05, -0.01)
+    tested.over_trivial_p, tested.over_baseline_p = 0.07, 0.03
+    assert baseline_caveat([tested]) == "Read with care: not shown above the majority class at any resolution."
     assert baseline_caveat([SummaryRow("m", "cnn", 32, 1)]) == ""  # nothing to compare with: nothing said
 
 

@@ -21,7 +21,7 @@ from resomap.config.schema import ExplainabilityConfig, HogConfig, ModelsConfig
 from resomap.explain import get_explainer
 from resomap.models import build_model
 from resomap.models.hog import MAX_ITER, PENALTIES, HogSvm, hog_features
-from resomap.stats import bootstrap_scores
+from resomap.stats import bootstrap_scores, sign_flip
 from resomap.training import load_checkpoint
 from test_classical import _read
 
@@ -218,6 +218,7 @@ def test_a_sweep_with_two_classical_baselines_puts_the_deep_model_above_each(tmp
         assert found["over"] == pytest.approx(diff.mean())
         assert (found["ci_low"], found["ci_high"]) == pytest.approx((want.low, want.high))
         assert found["score"] == pytest.approx(np.mean([base[i] for i in sorted(mine)]))
+        assert found["p"] == sign_flip(diff, alternative="greater").p_value  # exact: one seed, 0/1 outcomes
         assert rows[name]["baselines"] == {} and rows[name]["over_baseline"] is None
     first = tiny["baselines"]["hog_svm"]  # the first by name keeps the first-baseline columns
     assert tiny["baseline_model"] == "hog_svm" and tiny["over_baseline"] == first["over"]
@@ -225,9 +226,9 @@ def test_a_sweep_with_two_classical_baselines_puts_the_deep_model_above_each(tmp
 
     table = _read(sweep / "summary.csv")
     columns = list(table[0])
-    at = columns.index("over_baseline_ci_high")
-    assert columns[at + 1 : at + 7] == [
-        f"over_{name}{end}" for name in ("hog_svm", "pixel_logreg") for end in ("", "_ci_low", "_ci_high")
+    at = columns.index("over_baseline_p")
+    assert columns[at + 1 : at + 9] == [
+        f"over_{name}{end}" for name in ("hog_svm", "pixel_logreg") for end in ("", "_ci_low", "_ci_high", "_p")
     ]
     by_model = {r["model"]: r for r in table}
     assert float(by_model["tiny_cnn"]["over_pixel_logreg"]) == pytest.approx(tiny["baselines"]["pixel_logreg"]["over"])
@@ -238,22 +239,23 @@ def test_a_sweep_with_two_classical_baselines_puts_the_deep_model_above_each(tmp
     recs = {r["model"]: r for r in json.loads((sweep / "summary.json").read_text())["recommendations"]}
     for name in ("hog_svm", "pixel_logreg"):
         shown = f"not shown above the classical baseline {name} at any resolution" in recs["tiny_cnn"]["sentence"]
-        assert shown == (tiny["baselines"][name]["ci_low"] <= 0)
+        assert shown == (tiny["baselines"][name]["p"] > 0.05)  # the one-sided sign-flip test decides (issue 31)
 
 
 def test_a_row_with_two_baselines_reads_back_and_logs_each_to_the_parent_run():
     from resomap.reports.rows import SummaryRow, baseline_names
 
     found = {
-        "hog_svm": {"score": 0.70, "over": 0.05, "ci_low": -0.01, "ci_high": 0.11},
-        "pixel_logreg": {"score": 0.72, "over": 0.03, "ci_low": -0.02, "ci_high": 0.08},
+        "hog_svm": {"score": 0.70, "over": 0.05, "ci_low": -0.01, "ci_high": 0.11, "p": 0.04},
+        "pixel_logreg": {"score": 0.72, "over": 0.03, "ci_low": -0.02, "ci_high": 0.08, "p": 0.2},
     }
     row = SummaryRow("tiny_cnn", "cnn", 32, 1, baseline_model="hog_svm", baseline_score=0.70, over_baseline=0.05)
-    row.over_baseline_ci_low, row.over_baseline_ci_high, row.baselines = -0.01, 0.11, found
+    row.over_baseline_ci_low, row.over_baseline_ci_high, row.over_baseline_p = -0.01, 0.11, 0.04
+    row.baselines = found
     data = json.loads(json.dumps(row.to_dict()))
     assert data["baselines"] == found and SummaryRow.from_dict(data).to_dict() == data
     flat = row.to_dict(csv=True)
-    assert "baselines" not in flat and flat["over_pixel_logreg_ci_high"] == 0.08
+    assert "baselines" not in flat and flat["over_pixel_logreg_ci_high"] == 0.08 and flat["over_pixel_logreg_p"] == 0.2
     assert row.value("over_pixel_logreg_ci_low") == -0.02 and row.value("over_no_such_model") is None
     assert {"over_baseline", "over_hog_svm", "over_pixel_logreg"} <= set(row.parent_metrics())
     old = {k: v for k, v in data.items() if k != "baselines"}  # a summary.json from before `baselines`

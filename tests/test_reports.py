@@ -181,6 +181,11 @@ def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
         assert row["over_trivial"] == pytest.approx(correct.mean() - baseline.mean())
         assert (row["over_trivial_ci_low"], row["over_trivial_ci_high"]) == (above.low, above.high)
         assert row["over_trivial_ci_low"] < row["over_trivial"] < row["over_trivial_ci_high"]
+        # "shown above" is the one-sided sign-flip test of those differences: exact on the 1/2 lattice of two seeds
+        assert (
+            row["over_trivial_p"]
+            == stats.sign_flip(correct.mean(axis=0) - baseline, alternative="greater", lattice=2).p_value
+        )
         pooled_f1 = _macro_f1(np.concatenate([labels, labels]), np.concatenate([preds[(res, 0)], preds[(res, 1)]]))
         assert row["test_macro_f1_pooled"] == pytest.approx(pooled_f1)
         assert row["test_macro_f1_ci_low"] < row["test_macro_f1_pooled"] < row["test_macro_f1_ci_high"]
@@ -237,11 +242,13 @@ SUMMARY_CSV_COLUMNS = [
     "over_trivial",
     "over_trivial_ci_low",
     "over_trivial_ci_high",
+    "over_trivial_p",  # the one-sided sign-flip p that decides "shown above" (issue 31)
     "baseline_model",
     "baseline_score",
     "over_baseline",
     "over_baseline_ci_low",
     "over_baseline_ci_high",
+    "over_baseline_p",
     "twoway_ci_low",
     "twoway_ci_high",
     "recommended",
@@ -264,7 +271,7 @@ def test_summary_columns_keep_their_names_and_order(fake):
     per_seed = [c for c in SUMMARY_CSV_COLUMNS if c.startswith("convergence/")]  # summary.json: one list of records
     at = SUMMARY_CSV_COLUMNS.index(per_seed[0])
     json_columns = [*SUMMARY_CSV_COLUMNS[:at], "convergence", *SUMMARY_CSV_COLUMNS[at + len(per_seed) :]]
-    at = json_columns.index("over_baseline_ci_high") + 1  # then each classical baseline by name (none here)
+    at = json_columns.index("over_baseline_p") + 1  # then each classical baseline by name (none here)
     json_columns = [*json_columns[:at], "baselines", *json_columns[at:]]
     assert list(first) == [*json_columns, "cross_resolution", "score_columns", "words"]
     assert first["baselines"] == {}
@@ -673,3 +680,64 @@ def test_no_interval_in_the_summary_leaves_its_metric_range(fake):
         wider += row["twoway_ci_high"] - row["twoway_ci_low"] > image_width
     assert wider >= 1
     assert "images x seeds 95% CI" in (out / "summary.md").read_text()
+
+
+def _borderline_records() -> list:
+    """tiny_cnn (2 seeds) and the classical pixel_logreg (2 seeds, always the majority class) at 64 px on 180 test
+    images, 124 of the majority class: tiny_cnn is right where the majority class is, plus 22 minority images
+    under both seeds and 1 under one seed, and wrong on 11 majority images under both: +0.064 above both, the
+    bootstrap interval's lower bound near 0 (its sign depends on the resampling seed)."""
+    from resomap.records import ScoreTable
+    from resomap.reports.uncertainty import TrialRecord
+    from resomap.tasks import get_task
+
+    task = get_task("classification")
+    n = 180
+    labels = np.zeros(n, dtype=np.int64)
+    labels[124:] = 1
+    index = np.arange(n, dtype=np.int64)
+    mine = np.zeros((2, n), dtype=np.int64)  # predictions: the majority class ...
+    mine[:, 124:146] = 1  # ... right on 22 minority images under both seeds
+    mine[0, 146] = 1  # and one under seed 0 only
+    mine[:, :11] = 1  # wrong on 11 majority images
+    records = []
+    for model, family, preds in (("tiny_cnn", "cnn", mine), ("pixel_logreg", "classical", np.zeros((2, n), int))):
+        for seed in (0, 1):
+            table = ScoreTable(64, index, {"accuracy": preds[seed] == labels}, labels, preds[seed])
+            result = {"model": model, "family": family, "resolution": 64, "seed": seed, "status": "FINISHED"}
+            records.append(TrialRecord(result, None, {64: table}, task))
+    return records
+
+
+def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
+    """Issue 31: "shown above the majority class" came from the lower bound of a bootstrap interval, so on a
+    borderline case the resampling seed decided it. Now the one-sided exact sign-flip test of the per-image
+    differences decides (p <= 1 - level); the interval stays beside it, descriptive, and the row says both."""
+    from resomap.reports.summary import baseline_caveat
+    from resomap.reports.text import above_baseline, above_trivial
+    from resomap.reports.uncertainty import baseline_columns, group_records, interval_columns
+
+    groups = group_records(_borderline_records())
+    lows, verdicts, cells = set(), set(), set()
+    for seed in range(8):
+        cfg = StatsConfig(resamples=1000, seed=seed)
+        columns = interval_columns(groups[("tiny_cnn", 64)], cfg)
+        columns.update(baseline_columns("tiny_cnn", 64, groups, cfg))
+        columns.pop("note", None)
+        row = SummaryRow("tiny_cnn", "cnn", 64, **columns)
+        lows |= {row.over_trivial_ci_low > 0, row.over_baseline_ci_low > 0}
+        verdicts.add((row.shown_above(), row.shown_above("pixel_logreg"), baseline_caveat([row])))
+        cells.add((above_trivial(row).split(" (")[1], above_baseline(row).split(" (")[1]))
+    assert lows == {True, False}  # the interval's lower bound: above 0 under some seeds, not under others
+    assert verdicts == {(True, True, "")}  # the test: shown above both, whatever the seed
+    d = np.zeros(180)
+    d[124:146], d[146], d[:11] = 1.0, 0.5, -1.0  # the per-image differences, seeds averaged
+    p = stats.sign_flip(d, alternative="greater").p_value
+    assert 0.01 < p < 0.05 and row.over_trivial_p == row.over_baseline_p == row.baselines["pixel_logreg"]["p"] == p
+    assert cells == {(f"0.689; p {p:.3g})", f"0.689; p {p:.3g})")}  # the p that decides is in the row's cell
+    # the same rule with the level's alpha: at level 0.99 (alpha 0.01) the same p does not show it
+    strict = SummaryRow("tiny_cnn", "cnn", 64, 2, ci_level=0.99, over_trivial_p=p, over_trivial_ci_low=0.001)
+    assert strict.shown_above() is False
+    # a summary from before the test (no p): the interval's lower bound, as it was
+    old = SummaryRow("tiny_cnn", "cnn", 64, 2, over_trivial_ci_low=-0.001)
+    assert old.shown_above() is False and SummaryRow("m", "cnn", 64, 1).shown_above() is None

@@ -163,10 +163,11 @@ def test_clearly_better_model_is_significant_with_the_right_sign(method, seeds):
 
 
 def test_bootstrap_paired_test_with_one_seed_agrees_with_mcnemar():
-    a, b = _pair_from_table(60, 20, 8, 112)  # the sign-flip test on one seed is a randomized McNemar test
+    a, b = _pair_from_table(60, 20, 8, 112)  # the sign-flip test on one seed is McNemar's test
     exact = stats.paired_test(a, b).p_value
     boot = stats.paired_test(a, b, method="bootstrap", resamples=2000).p_value
-    assert boot == pytest.approx(exact, abs=0.015)
+    # was abs=0.015 (2,000 random flips); the sign-flip p on 0/1 outcomes is now exact: McNemar's exact p itself
+    assert boot == pytest.approx(exact, rel=1e-9)
 
 
 def _two_seed_table() -> tuple[np.ndarray, np.ndarray]:
@@ -349,6 +350,99 @@ def test_sign_flip_test_is_exact_on_few_differences():
     # 4 nonzero differences of one sign: 2 of the 16 sign patterns are as extreme, p = 2 / 16
     assert stats.sign_flip_test(np.array([0.0, 1.0, 2.0, 0.5, 1.5])) == pytest.approx(2 / 16)
     assert stats.sign_flip_test(np.zeros(7)) == 1.0
+
+
+def _enumerated(d: np.ndarray, alternative: str) -> float:
+    """The share of all 2^n sign patterns of d whose signed sum is as extreme as the observed one."""
+    sums = np.array(list(itertools.product((1.0, -1.0), repeat=d.size))) @ d
+    observed, tol = d.sum(), 1e-9
+    if alternative == "two-sided":
+        return float(np.mean(np.abs(sums) >= abs(observed) - tol))
+    if alternative == "greater":
+        return float(np.mean(sums >= observed - tol))
+    return float(np.mean(sums <= observed + tol))
+
+
+# 14 differences on the 1/2 lattice (two seeds averaged per image) and one on 1/3: the lattice found is 1/6
+LATTICE_TABLE = np.array([0.5, 1.0, 0.5, -0.5, 1.0, 0.5, 0.5, -1.0, 1.0, 0.5, 0.0, 0.5, -0.5, 1.0, 1 / 3])
+
+
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_exact_sign_flip_p_equals_full_enumeration_of_the_sign_patterns(alternative):
+    found = stats.sign_flip(LATTICE_TABLE, alternative=alternative)
+    assert found.exact and found.lattice == 6 and found.method == "exact (lattice 1/6)"
+    assert found.n_nonzero == 14 and found.standard_error == 0.0
+    assert found.p_value == pytest.approx(_enumerated(LATTICE_TABLE, alternative), abs=1e-12)
+    # the same table given its seed count 2: 1/2 does not fit the 1/3 entry, the search still finds 1/6
+    assert stats.sign_flip(LATTICE_TABLE, alternative=alternative, lattice=2).p_value == found.p_value
+
+
+def test_exact_sign_flip_p_equals_an_integer_count_on_many_differences():
+    """60 differences on 1/7 (values grouped and convolved, both ways the code convolves a group) against exact
+    integer counts of the signed sums (a plain dictionary of counts, Python integers)."""
+    rng = np.random.default_rng(11)
+    m = rng.integers(1, 4, 60) * rng.choice([-1, 1], 60)  # many 1, 2, 3 (convolved every v-th entry) ...
+    m[:3] = (6, -6, 7)  # ... and few 6 and 7 (a shifted copy per tap)
+    m[3:40] = np.abs(m[3:40])  # lean positive: a small p
+    counts = {0: 1}
+    for v in np.abs(m).tolist():
+        nxt: dict[int, int] = {}
+        for total, c in counts.items():
+            nxt[total + v] = nxt.get(total + v, 0) + c
+            nxt[total - v] = nxt.get(total - v, 0) + c
+        counts = nxt
+    observed = int(m.sum())
+    two_sided = sum(c for t, c in counts.items() if abs(t) >= abs(observed)) / 2**60
+    greater = sum(c for t, c in counts.items() if t >= observed) / 2**60
+    assert stats.sign_flip_test(m / 7) == pytest.approx(two_sided, abs=1e-12) and two_sided < 0.01
+    assert stats.sign_flip_test(m / 7, alternative="greater", lattice=7) == pytest.approx(greater, abs=1e-12)
+
+
+def test_exact_sign_flip_p_does_not_depend_on_the_seed_or_the_resamples():
+    """The issue's case in spirit: with 2,000 random flips the p of two models' seed-averaged outcomes moved with
+    the flips' seed (0.018 reported where the exact p was 0.0121); on the 1/S lattice it is exact, one value."""
+    rng = np.random.default_rng(3)
+    a, b = rng.random((2, 180)) < 0.80, rng.random((2, 180)) < 0.86
+    found = {stats.paired_test(a, b, resamples=r, seed=s).p_value for s in range(5) for r in (200, 2000)}
+    assert len(found) == 1
+    d = (b.astype(float) - a.astype(float)).mean(axis=0)
+    assert found == {stats.sign_flip(d).p_value} and stats.sign_flip(d).method == "exact (lattice 1/2)"
+    t = stats.paired_test(a, b)
+    assert "exact sign-flip test" in t.method
+    sampled = {
+        float(sps.permutation_test((d[d != 0],), np.mean, permutation_type="samples", n_resamples=2000, rng=s).pvalue)
+        for s in range(5)
+    }
+    assert len(sampled) > 1  # what 2,000 random flips gave: a p that moves with the seed
+
+
+def test_sign_flip_off_a_lattice_states_its_monte_carlo_error():
+    """Continuous differences (IoU-like) of many images: random flips, enough for a standard error <= 0.002 at the
+    reported p, repeatable with the seed; close to the normal approximation."""
+    d = np.random.default_rng(5).normal(0.012, 0.2, 600)
+    found = stats.sign_flip(d, seed=1)
+    assert not found.exact and found.method == "Monte Carlo" and found.lattice is None
+    assert found.standard_error <= 0.002 and found.flips >= 2000
+    assert found.standard_error == pytest.approx(math.sqrt(found.p_value * (1 - found.p_value) / found.flips))
+    assert stats.sign_flip(d, seed=1) == found  # seeded: the same p every time
+    normal = 2 * sps.norm.sf(abs(d.sum()) / math.sqrt((d**2).sum()))
+    assert found.p_value == pytest.approx(normal, abs=4 * 0.002 + 0.005)
+    assert "Monte Carlo" in stats.paired_score_test(d[None, :] + 0.5, np.full((1, 600), 0.5)).method
+    few = stats.sign_flip(d[:12])  # 12 differences: all 4,096 sign patterns counted
+    assert few.exact and few.flips == 4096 and few.p_value == pytest.approx(_enumerated(d[:12], "two-sided"))
+
+
+def test_exact_sign_flip_is_fast_on_thousands_of_images():
+    import time
+
+    rng = np.random.default_rng(2)
+    d = rng.integers(1, 65, 5000) * rng.choice([-1, 1], 5000) / 64  # 64 seeds averaged, 5,000 images
+    start = time.perf_counter()
+    found = stats.sign_flip(d)
+    assert time.perf_counter() - start < 2.0  # about 0.15 s on 2 cores
+    assert found.method == "exact (lattice 1/64)"
+    normal = 2 * sps.norm.sf(abs(d.sum()) / math.sqrt((d**2).sum()))
+    assert found.p_value == pytest.approx(normal, abs=0.005)
 
 
 # ------------------------------------------------------------------------------------------------ bad inputs

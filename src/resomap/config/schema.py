@@ -281,7 +281,8 @@ class StatsConfig:
     resamples: int = 2000  # bootstrap resamples (intervals over test images, paired bootstrap test)
     seed: int = 0  # random seed of the bootstrap resamples (the same summary every time)
     # test between two resolutions on the same images: mcnemar (exact with one seed; clustered, images as units, with
-    # several: a sign-flip test over images) or bootstrap (paired image bootstrap + sign-flip test)
+    # several: an exact sign-flip test over images) or bootstrap (paired image bootstrap + sign-flip test, exact on
+    # 0/1 outcomes)
     paired_test: Literal["mcnemar", "bootstrap"] = "mcnemar"
     correction: Literal["holm", "none"] = "holm"  # multiple-comparison correction over a model's resolution pairs
     # non-inferiority: a resolution is "non-inferior" when shown no more than `margin` below the reference on the

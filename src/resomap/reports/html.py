@@ -41,6 +41,7 @@ from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow, baseline_names
 from resomap.reports.text import (
+    ABOVE_P,
     above_baseline,
     above_trivial,
     adaptive_lines,
@@ -149,10 +150,10 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     scores = [*first.score_columns, "test_macro_f1"]
     heads = [f"{first.say(c)} ({_num(level, '{:.0%}')} CI)" if level else first.say(c) for c in scores]
     trivial = trivial_words(rows)
-    heads += [f"above {trivial} (its score)"] if trivial else []
+    heads += [f"above {trivial} (its score; {ABOVE_P})"] if trivial else []
     baselines = baseline_names(rows)
     ci = f" [{_num(level, '{:.0%}')} CI]" if level else ""
-    heads += [f"above {name}{ci} (its score)" for name in baselines]
+    heads += [f"above {name}{ci} (its score; {ABOVE_P})" for name in baselines]
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
     head += ["undertrained"]
     head += [f"explain {m} s" for m in methods]

@@ -2,7 +2,7 @@
 
 The fields of :class:`SummaryRow`, in order, are the columns of summary.csv and of summary.json's rows (plus the
 explanation costs, one column per method, and summary.json's ``cross_resolution``; ``baselines``, one entry per
-classical baseline in summary.json, is three columns per baseline in summary.csv). Each field says where it comes
+classical baseline in summary.json, is four columns per baseline in summary.csv). Each field says where it comes
 from and where it goes in its metadata, so a new column is one field here (and its statistic in
 :mod:`resomap.stats`):
 
@@ -104,22 +104,26 @@ class SummaryRow:
     ci_method: str | None = None
     # the task's trivial predictor (resomap.tasks: the majority class; all background) on the same test images, its
     # headline score, and the model's above it: per image, the model's score (seeds averaged) minus the trivial
-    # one, with an image-bootstrap interval; words["trivial"] names it
+    # one, with an image-bootstrap interval (descriptive) and the one-sided p of the sign-flip test of those
+    # differences (exact on 0/1 outcomes), which decides "shown above" (p <= 1 - ci_level: shown_above);
+    # words["trivial"] names it
     trivial_score: float | None = statistic(parent=True)
     over_trivial: float | None = statistic(parent=True)
     over_trivial_ci_low: float | None = statistic()
     over_trivial_ci_high: float | None = statistic()
+    over_trivial_p: float | None = statistic()
     # the classical baseline of the sweep at this resolution (a model of family "classical", e.g. pixel_logreg) and
     # the headline score above it on the same test images: per image, this model's score minus the baseline's, each
-    # averaged over its seeds, with an image-bootstrap interval
+    # averaged over its seeds, with an image-bootstrap interval and the one-sided sign-flip p, as over_trivial
     baseline_model: str | None = None
     baseline_score: float | None = statistic()
     over_baseline: float | None = statistic(parent=True)
     over_baseline_ci_low: float | None = statistic()
     over_baseline_ci_high: float | None = statistic()
+    over_baseline_p: float | None = statistic()
     # the same against every classical baseline of the sweep at this resolution, by name (sorted; the first is the
-    # one above): {"score", "over", "ci_low", "ci_high"}; summary.csv has over_<name>, over_<name>_ci_low and
-    # over_<name>_ci_high, the parent run over_<name>
+    # one above): {"score", "over", "ci_low", "ci_high", "p"}; summary.csv has over_<name>, over_<name>_ci_low,
+    # over_<name>_ci_high and over_<name>_p, the parent run over_<name>
     baselines: dict[str, dict[str, float | None]] = field(default_factory=dict, metadata={"baselines": True})
     # the headline score's interval over images and seeds together (stats.twoway_bootstrap; needs >= 2 seeds)
     twoway_ci_low: float | None = statistic(parent=True)
@@ -192,16 +196,35 @@ class SummaryRow:
         return self.baseline_columns().get(column)
 
     def compared_baselines(self) -> dict[str, dict[str, float | None]]:
-        """name -> {"score", "over", "ci_low", "ci_high"} of each classical baseline this row is compared with;
-        a row of a summary written before `baselines` existed gives its one baseline from the first-baseline
+        """name -> {"score", "over", "ci_low", "ci_high", "p"} of each classical baseline this row is compared
+        with; a row of a summary written before `baselines` existed gives its one baseline from the first-baseline
         columns."""
         if self.baselines or not self.baseline_model:
             return self.baselines
-        first = (self.baseline_score, self.over_baseline, self.over_baseline_ci_low, self.over_baseline_ci_high)
+        first = (
+            self.baseline_score,
+            self.over_baseline,
+            self.over_baseline_ci_low,
+            self.over_baseline_ci_high,
+            self.over_baseline_p,
+        )
         return {self.baseline_model: dict(zip(BASELINE_KEYS, first, strict=True))}
 
+    def shown_above(self, baseline: str | None = None) -> bool | None:
+        """Is the headline score shown above the task's trivial predictor (``baseline`` None) or the classical
+        baseline ``baseline``? The one-sided sign-flip test of the per-image differences decides (p <= 1 -
+        ci_level; exact on 0/1 outcomes, so the answer does not depend on the bootstrap's seed), not the interval
+        beside it; a summary written before the test: the interval's lower bound above 0. None when not compared."""
+        if baseline is None:
+            p, low = self.over_trivial_p, self.over_trivial_ci_low
+        else:
+            found = self.compared_baselines().get(baseline, {})
+            p, low = found.get("p"), found.get("ci_low")
+        return shown_above(p, low, self.ci_level)
+
     def baseline_columns(self) -> dict[str, float | None]:
-        """summary.csv's columns of the baselines: over_<name>, over_<name>_ci_low, over_<name>_ci_high."""
+        """summary.csv's columns of the baselines: over_<name>, over_<name>_ci_low, over_<name>_ci_high,
+        over_<name>_p."""
         out: dict[str, float | None] = {}
         for name, found in self.baselines.items():
             out.update({f"over_{name}{end}": found.get(key) for key, end in BASELINE_CSV})
@@ -257,6 +280,15 @@ class SummaryRow:
         return cls(**known, explain_costs=costs, image_scores=scores, task_metrics=others)
 
 
+def shown_above(p: float | None, low: float | None, level: float | None) -> bool | None:
+    """The verdict "shown above": the one-sided p of the sign-flip test at alpha = 1 - level (level 0.95 when
+    unknown); the interval's lower bound ``low`` above 0 only where there is no p (a summary from before the test).
+    None: neither is known."""
+    if p is not None:
+        return p <= 1 - (level if level is not None else 0.95)
+    return None if low is None else low > 0
+
+
 def baseline_names(rows: Iterable[SummaryRow]) -> list[str]:
     """The classical baselines the rows are compared with, sorted by name (the first is the one of the
     first-baseline columns: baseline_model, over_baseline, ...)."""
@@ -285,8 +317,8 @@ ROW_COLUMNS = _FIELD_NAMES  # the typed columns (a flat dict's keys are columns 
 _NESTED = frozenset(
     {"cross_resolution", "explain_costs", "image_scores", "task_metrics", "score_columns", "words", "baselines"}
 )
-BASELINE_KEYS = ("score", "over", "ci_low", "ci_high")  # what `baselines` holds per classical baseline
-BASELINE_CSV = (("over", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))  # its key -> over_<name><end>
+BASELINE_KEYS = ("score", "over", "ci_low", "ci_high", "p")  # what `baselines` holds per classical baseline
+BASELINE_CSV = (("over", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"), ("p", "_p"))  # key -> over_<name><end>
 SCORE_ENDS = ("_pooled", "_ci_low", "_ci_high")  # the columns of a per-image score
 # (column, path in a result.json) of the columns averaged over seeds; each is followed by its `_std` column
 SEED_COLUMNS = tuple((f.name, f.metadata["result"]) for f in _FIELDS if "result" in f.metadata)

@@ -179,20 +179,21 @@ def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
 
 def baseline_caveat(rows: list[SummaryRow]) -> str:
     """What a model's decision should be read with: the resolutions where it is not shown above the task's trivial
-    predictor (the majority class, all background) or one of the sweep's classical baselines (the lower bound of its
-    interval above it is not above 0); '' when it is shown above them everywhere (or there is nothing to compare
-    with)."""
+    predictor (the majority class, all background) or one of the sweep's classical baselines; '' when it is shown
+    above them everywhere (or there is nothing to compare with). "Shown above" is the one-sided sign-flip test of
+    the per-image differences at alpha = 1 - level (:meth:`SummaryRow.shown_above`; exact on 0/1 outcomes, so no
+    bootstrap seed changes it), not the lower bound of the interval beside it (that only for a summary from
+    before the test)."""
     trivial = next((r.words.get("trivial") for r in rows if r.words.get("trivial")), "the trivial predictor")
-    lows = [(trivial, {r.resolution: r.over_trivial_ci_low for r in rows})]
-    for name in baseline_names(rows):
-        found = {r.resolution: r.compared_baselines().get(name, {}).get("ci_low") for r in rows}
-        lows.append((f"the classical baseline {name}", found))
+    compared: list[tuple[str, str | None]] = [(trivial, None)]
+    compared += [(f"the classical baseline {name}", name) for name in baseline_names(rows)]
     parts = []
-    for label, low in lows:
-        compared = {res: v for res, v in low.items() if v is not None}
-        below = sorted(res for res, v in compared.items() if not v > 0)
+    for label, baseline in compared:
+        shown = {r.resolution: r.shown_above(baseline) for r in rows}
+        shown = {res: v for res, v in shown.items() if v is not None}
+        below = sorted(res for res, v in shown.items() if not v)
         if below:
-            where = "any resolution" if len(below) == len(compared) else ", ".join(f"{res} px" for res in below)
+            where = "any resolution" if len(below) == len(shown) else ", ".join(f"{res} px" for res in below)
             parts.append(f"not shown above {label} at {where}")
     return f"Read with care: {'; '.join(parts)}." if parts else ""
 

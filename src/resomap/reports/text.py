@@ -15,6 +15,7 @@ COST_COLUMNS = (
     ("throughput_ips", "images/s", ".1f"),
     ("peak_memory_mb", "memory MB", ".1f"),
 )
+ABOVE_P = "one-sided p"  # the "above" columns' p: the sign-flip test that decides "shown above"
 
 
 def _ok(value: Any) -> bool:
@@ -34,17 +35,20 @@ def fmt_interval(estimate: Any, low: Any, high: Any, spec: str = ".3f") -> str:
     return f"{estimate:{spec}}"
 
 
-def _above(over: Any, low: Any, high: Any, score: Any) -> str:
-    """'+0.114 [+0.063, +0.167] (0.689)': the difference with its interval, then the compared score; '-' when
-    either is missing."""
+def _above(over: Any, low: Any, high: Any, score: Any, p: Any = None) -> str:
+    """'+0.114 [+0.063, +0.167] (0.689; p <0.001)': the difference with its interval, then the compared score and
+    the one-sided sign-flip p that decides "shown above" (SummaryRow.shown_above: where the interval and the test
+    disagree, the test); '-' when the difference or the score is missing."""
     if not _ok(score) or not _ok(over):
         return "-"
-    return f"{fmt_interval(over, low, high, '+.3f')} ({score:.3f})"
+    tested = f"; p {fmt_p(p)}" if _ok(p) else ""
+    return f"{fmt_interval(over, low, high, '+.3f')} ({score:.3f}{tested})"
 
 
 def above_trivial(r: SummaryRow) -> str:
-    """The headline score above the task's trivial predictor (the majority class, all background), and its score."""
-    return _above(r.over_trivial, r.over_trivial_ci_low, r.over_trivial_ci_high, r.trivial_score)
+    """The headline score above the task's trivial predictor (the majority class, all background), its score and
+    the one-sided p."""
+    return _above(r.over_trivial, r.over_trivial_ci_low, r.over_trivial_ci_high, r.trivial_score, r.over_trivial_p)
 
 
 def trivial_words(rows: list[SummaryRow]) -> str | None:
@@ -54,10 +58,10 @@ def trivial_words(rows: list[SummaryRow]) -> str | None:
 
 
 def above_baseline(r: SummaryRow, name: str | None = None) -> str:
-    """The headline score above the classical baseline `name` at this resolution (default: the first by name), and
-    the baseline's score; '-' for a classical model itself or where there is none."""
+    """The headline score above the classical baseline `name` at this resolution (default: the first by name), the
+    baseline's score and the one-sided p; '-' for a classical model itself or where there is none."""
     found = r.compared_baselines().get(name or r.baseline_model or "", {})
-    return _above(found.get("over"), found.get("ci_low"), found.get("ci_high"), found.get("score"))
+    return _above(found.get("over"), found.get("ci_low"), found.get("ci_high"), found.get("score"), found.get("p"))
 
 
 def fmt_spread(mean: Any, std: Any, spec: str = ".3f") -> str:
@@ -102,8 +106,8 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         "seeds",
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
-        *([f"above {trivial} [{pct} CI] (its {first.say(first.headline)})"] if trivial else []),
-        *(f"above {name} [{pct} CI] (its {first.say(first.headline)})" for name in baselines),
+        *([f"above {trivial} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})"] if trivial else []),
+        *(f"above {name} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})" for name in baselines),
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} images x seeds {pct} CI",
         *(title for _, title, _ in COST_COLUMNS),
@@ -217,11 +221,14 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         words.append("McNemar's exact test (one seed)")
     if any(m.startswith("clustered McNemar") for m in methods):
         words.append(
-            "the clustered McNemar test (each image one unit with its seeds inside: a sign-flip test of the "
+            "the clustered McNemar test (each image one unit with its seeds inside: an exact sign-flip test of the "
             "per-image differences, with a paired image-bootstrap interval)"
         )
     if any(m.startswith("paired bootstrap") for m in methods):
-        words.append("a paired image bootstrap with a sign-flip test")
+        words.append(
+            "a paired image bootstrap with a sign-flip test (exact on 0/1 outcomes, else random flips with a "
+            "Monte-Carlo standard error of at most 0.002)"
+        )
     test = " / ".join(words) or "a paired test"
     correction = "Holm-adjusted over each model's pairs" if stats.get("correction") == "holm" else "not adjusted"
     level = stats.get("level", 0.95)
@@ -237,7 +244,10 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} resamples, seeds "
         f"pooled) and, for the headline score with two or more seeds, a two-way bootstrap over images and seeds "
         f"(both sources of variation). Pairs of resolutions are compared on the same test images with {test} "
-        f"(p {correction}; descriptive)." + decision
+        f"(p {correction}; descriptive). A model is shown above the trivial predictor or a classical baseline when "
+        f"the one-sided sign-flip test of its per-image differences (seeds averaged) gives p <= {1 - level:.2g} "
+        f"(exact on 0/1 outcomes); the interval beside it is descriptive, and where the two disagree the test "
+        f"decides." + decision
     )
 
 

@@ -5,10 +5,13 @@ Each trial's task (resomap.tasks) names its per-image scores and reads them from
 seg_predictions.csv). For each model x resolution: every score pooled over seeds with a bootstrap interval over
 test images (an image keeps its scores under every seed, so the interval reflects the test set's size), macro-F1
 likewise where the records hold labels and predictions, and the headline score's interval over both images and
-seeds (a two-way bootstrap; the seeds' mean and std of each test metric sit beside it in the row). For each model
-and score: the paired tests between its resolutions on the same test images (``stats.compare_resolutions``: McNemar,
-clustered over images with several seeds, or a paired bootstrap for a 0/1 score, the paired bootstrap with a
-sign-flip test for any other; descriptive) and, on the headline score, the decision: each resolution against the
+seeds (a two-way bootstrap; the seeds' mean and std of each test metric sit beside it in the row), and the headline
+score above the task's trivial predictor and above each classical baseline: a descriptive interval (paired image
+bootstrap) and the one-sided sign-flip test of the per-image differences that decides "shown above" (exact on 0/1
+outcomes: no verdict hangs on a resampling seed). For each model and score: the paired tests between its
+resolutions on the same test images (``stats.compare_resolutions``: McNemar, clustered over images with several
+seeds, or a paired bootstrap for a 0/1 score, the paired bootstrap with a sign-flip test for any other;
+descriptive) and, on the headline score, the decision: each resolution against the
 reference at the margin, and the recommended resolution (``stats.noninferiority``).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
@@ -187,10 +190,27 @@ def _twoway(aligned: Aligned, headline: Score, row: dict[str, Any], cfg: StatsCo
     return [] if iv.available else [f"two-way interval (images x seeds) {iv.reason}"]
 
 
+ABOVE_SEED = 12345  # the flips' seed of the "shown above" test where it is not exact (a continuous score)
+
+
+def above_p(differences: np.ndarray, resamples: int, lattice: int | None = None) -> float | None:
+    """The one-sided p of "the model scores above the compared predictor" from the per-image differences (each
+    side's seeds averaged): the sign-flip test (stats.sign_flip, alternative "greater"). On 0/1 outcomes the
+    differences lie on a 1/k lattice (k the seed count, or the least common multiple of both sides') and the p is
+    exact; on a continuous score its flips come from ABOVE_SEED, not stats.seed (standard error <= 0.002). So the
+    verdict ``reports.rows.shown_above`` reads from it is the same whatever the bootstrap's seed. None without
+    images."""
+    d = np.asarray(differences, dtype=np.float64)
+    if d.size == 0:
+        return None
+    return stats.sign_flip(d, alternative="greater", lattice=lattice, resamples=resamples, seed=ABOVE_SEED).p_value
+
+
 def _trivial(aligned: Aligned, task: Task, row: dict[str, Any], settings: dict[str, Any]) -> list[str]:
     """The trivial predictor's headline score on the row's test images (task.trivial_scores: the majority class,
     all background) and the model's score above it with an interval (a paired image bootstrap of the per-image
-    difference, the seeds averaged per image) into ``row``; notes."""
+    difference, the seeds averaged per image; descriptive) and the one-sided sign-flip p that decides "shown
+    above" (:func:`above_p`) into ``row``; notes."""
     headline = task.scores[0].name
     baseline = task.trivial_scores(aligned.scores, aligned.label)
     if baseline is None:
@@ -200,6 +220,7 @@ def _trivial(aligned: Aligned, task: Task, row: dict[str, Any], settings: dict[s
     iv = stats.bootstrap_scores(mine[scored] - baseline[scored], **settings)
     row["trivial_score"] = float(baseline[scored].mean()) if scored.any() else None
     row["over_trivial"], row["over_trivial_ci_low"], row["over_trivial_ci_high"] = iv.estimate, iv.low, iv.high
+    row["over_trivial_p"] = above_p(mine[scored] - baseline[scored], settings["resamples"], len(aligned.seeds))
     return [] if iv.available else [f"interval above {task.trivial_words} not available: {iv.reason}"]
 
 
@@ -212,8 +233,9 @@ def baseline_columns(
     """The headline score of `model` at `res` above each classical baseline of the sweep at the same resolution
     (`baselines`, by name), and the first by name again in the first-baseline columns (`baseline_model`,
     `over_baseline`, ...: the columns summaries had before a sweep could hold several): per image, each model's
-    score averaged over its seeds, the difference bootstrapped over the test images both were tested on. Empty for
-    a classical model itself or when the sweep has none."""
+    score averaged over its seeds, the difference bootstrapped over the test images both were tested on (the
+    interval, descriptive) and its one-sided sign-flip p (:func:`above_p`: it decides "shown above"). Empty for a
+    classical model itself or when the sweep has none."""
     if groups[(model, res)][0].result.get("family") == CLASSICAL:
         return {}
     names = sorted(m for (m, r), ms in groups.items() if r == res and ms[0].result.get("family") == CLASSICAL)
@@ -228,13 +250,14 @@ def baseline_columns(
     out.update(
         over_baseline=first["over"], over_baseline_ci_low=first["ci_low"], over_baseline_ci_high=first["ci_high"]
     )
+    out.update(over_baseline_p=first["p"])
     return out | ({"note": "; ".join(notes)} if notes else {})
 
 
 def _above_baseline(
     members: list[TrialRecord], base: list[TrialRecord], name: str, cfg: StatsConfig
 ) -> tuple[dict[str, float | None], str | None]:
-    """({"score", "over", "ci_low", "ci_high"}, note) of one model's headline score above the baseline `name`
+    """({"score", "over", "ci_low", "ci_high", "p"}, note) of one model's headline score above the baseline `name`
     (`base`: its trials at the same resolution) on the test images both were tested on."""
     task = members[0].task
     headline = task.scores[0].name
@@ -250,6 +273,7 @@ def _above_baseline(
     iv = stats.bootstrap_scores(x[scored] - y[scored], level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
     found.update(score=float(y[scored].mean()) if scored.any() else None)
     found.update(over=iv.estimate, ci_low=iv.low, ci_high=iv.high)
+    found.update(p=above_p(x[scored] - y[scored], cfg.resamples, math.lcm(len(mine.seeds), len(theirs.seeds))))
     if not iv.available:
         return found, f"interval above {name} not available: {iv.reason}"
     if common.size < max(mine.index.size, theirs.index.size):

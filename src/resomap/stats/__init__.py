@@ -15,7 +15,9 @@ is the bottom layer (settings come in as plain values).
 - :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, clustered over images
   with several seeds, or a paired bootstrap
   with a sign-flip p-value), :func:`paired_score_test` (any per-image score), :func:`holm`.
-- :mod:`~resomap.stats.permutation`: :func:`sign_flip_test`, :func:`relabel_test` (resolution labels within seeds).
+- :mod:`~resomap.stats.permutation`: :func:`sign_flip` / :func:`sign_flip_test` (exact on 1/k lattices such as
+  seed-averaged 0/1 outcomes, else Monte Carlo with a stated standard error), :func:`relabel_test` (resolution
+  labels within seeds).
 - :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted: descriptive) and
   :func:`smallest_sufficient_resolution` (the "not significantly below the best" reading, kept for comparison).
 - :mod:`~resomap.stats.decide`: :func:`noninferiority` (the summary's decision: each resolution against a fixed
@@ -56,7 +58,7 @@ from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t
 from resomap.stats.median import MedianInterval, median_interval, ratio_interval
 from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test
 from resomap.stats.pareto import ParetoPoint, pareto_front, pareto_indices
-from resomap.stats.permutation import RelabelTest, relabel_test, sign_flip_test
+from resomap.stats.permutation import RelabelTest, SignFlip, relabel_test, sign_flip, sign_flip_test
 from resomap.stats.recommend import (
     PairComparison,
     Recommendation,
@@ -83,6 +85,7 @@ __all__ = [
     "ParetoPoint",
     "Recommendation",
     "RelabelTest",
+    "SignFlip",
     "macro_f1",
     "bootstrap_accuracy",
     "bootstrap_metric",
@@ -100,6 +103,7 @@ __all__ = [
     "relabel_test",
     "seed_interval",
     "twoway_bootstrap",
+    "sign_flip",
     "sign_flip_test",
     "smallest_sufficient_resolution",
     "t_interval",

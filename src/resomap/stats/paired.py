@@ -1,6 +1,7 @@
 """Paired tests of model B against model A on the same test images: McNemar's exact test (``statsmodels``; with
-several seeds its clustered form, images as clusters) or a paired bootstrap over images with a sign-flip permutation
-p-value, and the Holm correction over several tests."""
+several seeds its clustered form, images as clusters: an exact sign-flip test) or a paired bootstrap over images
+with a sign-flip permutation p-value (exact on 0/1 outcomes, else Monte Carlo with a stated standard error), and the
+Holm correction over several tests."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from resomap.stats.checks import (
     check_seed,
     to_dict,
 )
-from resomap.stats.permutation import sign_flip_test
+from resomap.stats.permutation import SignFlip, sign_flip
 
 PAIRED_METHODS = ("mcnemar", "bootstrap")
 # method="mcnemar" with several seeds (see paired_test)
-CLUSTERED_MCNEMAR = "clustered McNemar ({seeds} seeds within each image): sign-flip test + paired image bootstrap"
+CLUSTERED_MCNEMAR = "clustered McNemar ({seeds} seeds within each image): {flip} + paired image bootstrap"
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,15 @@ def paired_test(
       images (pseudo-replication: the p-value comes out too small). The test is run as the sign-flip permutation
       test of the per-image differences d_i = mean over seeds of (B_si - A_si), the exact permutation form of
       Durkalski et al.'s (2003) statistic (sum d_i)^2 / sum d_i^2 (sum d_i^2 does not change under sign flips), with
-      the paired-bootstrap interval over images, as method="bootstrap".
+      the paired-bootstrap interval over images, as method="bootstrap". The d_i lie on the lattice 1/S, so the p is
+      exact (the sign-flip distribution convolved, :func:`~resomap.stats.permutation.sign_flip`), the same for every
+      ``seed``.
     method="bootstrap":
       resamples images, keeping each image's outcomes under every seed and both models together: the per-image
       difference d_i = mean over seeds of (B_si - A_si) is bootstrapped (BCa) for the interval, and the p-value is
-      a sign-flip permutation test of mean(d) (:func:`~resomap.stats.permutation.sign_flip_test`), which is exact
-      under "A and B are exchangeable on each image" and, with one seed, a randomized McNemar test.
+      a sign-flip permutation test of mean(d) (:func:`~resomap.stats.permutation.sign_flip`), which is valid
+      under "A and B are exchangeable on each image"; its p is computed exactly (d on the lattice 1/S: with one
+      seed it is McNemar's exact p), whatever ``resamples`` and ``seed``.
       Fewer than ``MIN_BOOTSTRAP_IMAGES`` images: ``available=False``.
 
     Identical inputs give effect 0, interval [0, 0] and p = 1 with either method.
@@ -104,8 +108,8 @@ def paired_test(
     if method == "mcnemar" and s == 1:
         return _mcnemar(a, b, effect, common)
     d = (b.astype(float) - a.astype(float)).mean(axis=0)  # [N]
-    label = CLUSTERED_MCNEMAR.format(seeds=s) if method == "mcnemar" else None
-    return _paired_bootstrap(d, effect, resamples=resamples, seed=seed, common=common, label=label)
+    label = CLUSTERED_MCNEMAR.format(seeds=s, flip="{flip}") if method == "mcnemar" else None
+    return _paired_bootstrap(d, effect, resamples=resamples, seed=seed, common=common, label=label, lattice=s)
 
 
 def paired_score_test(
@@ -113,8 +117,10 @@ def paired_score_test(
 ) -> PairedTest:
     """B against A on any per-image score (IoU or Dice per image, 0/1 correctness, ...): float ``[N]`` or ``[S, N]``
     of the same shape, paired as in :func:`paired_test`. The paired bootstrap of the per-image difference (BCa
-    interval) with the sign-flip p-value, as ``paired_test(method="bootstrap")``; ``b01``/``b10`` count the
-    image-seed pairs where B / A scores higher, ``accuracy_a``/``accuracy_b`` are the mean scores."""
+    interval) with the sign-flip p-value, as ``paired_test(method="bootstrap")`` (exact where the per-image
+    differences lie on a 1/k lattice, k <= 64; on continuous scores Monte Carlo with a standard error of at most
+    0.002, said in ``method``); ``b01``/``b10`` count the image-seed pairs where B / A scores higher,
+    ``accuracy_a``/``accuracy_b`` are the mean scores."""
     level, resamples, seed = check_level(level), check_resamples(resamples), check_seed(seed)
     a, b = _same_shape(as_scores(scores_a, "scores_a"), as_scores(scores_b, "scores_b"))
     s, n = a.shape
@@ -153,21 +159,37 @@ def _mcnemar(a: np.ndarray, b: np.ndarray, effect: float, common: dict[str, Any]
 
 
 def _paired_bootstrap(
-    d: np.ndarray, effect: float, *, resamples: int, seed: int, common: dict[str, Any], label: str | None = None
+    d: np.ndarray,
+    effect: float,
+    *,
+    resamples: int,
+    seed: int,
+    common: dict[str, Any],
+    label: str | None = None,
+    lattice: int | None = None,
 ) -> PairedTest:
-    """The BCa interval of mean(d) over images and the sign-flip p-value (resampling seed ``seed + 1``)."""
-    label = label or f"paired bootstrap over images ({resamples} resamples) + sign-flip test"
+    """The BCa interval of mean(d) over images and the sign-flip p-value (exact on a 1/``lattice`` lattice or any
+    1/k found; else flips drawn from seed ``seed + 1``); ``method`` says which way the p was computed."""
+    label = label or f"paired bootstrap over images ({resamples} resamples) + {{flip}}"
     n = d.size
     if n < MIN_BOOTSTRAP_IMAGES:
         why = f"only {n} test images: a bootstrap needs at least {MIN_BOOTSTRAP_IMAGES}"
+        label = label.format(flip="sign-flip test")
         return PairedTest(effect, None, None, None, method=label, available=False, reason=why, **common)
     if not d.any():  # identical on every image: the null distribution is all zeros
+        label = label.format(flip="exact sign-flip test")
         return PairedTest(0.0, 0.0, 0.0, 1.0, method=label, reason="no discordant pairs", **common)
     low, high, _, caveat = bootstrap(
         (d,), np.mean, level=common["level"], resamples=resamples, seed=seed, method="BCa", paired=False
     )
-    p = sign_flip_test(d, resamples=resamples, seed=seed + 1)
-    return PairedTest(effect, low, high, p, method=label, reason=caveat, **common)
+    flip = sign_flip(d, lattice=lattice, resamples=resamples, seed=seed + 1)
+    label = label.format(flip=flip_words(flip))
+    return PairedTest(effect, low, high, flip.p_value, method=label, reason=caveat, **common)
+
+
+def flip_words(flip: SignFlip) -> str:
+    """'exact sign-flip test' or 'sign-flip test (Monte Carlo: 5,333 flips, se 0.0020)'."""
+    return "exact sign-flip test" if flip.exact else f"sign-flip test ({flip.describe()})"
 
 
 def holm(p_values: Any) -> np.ndarray:

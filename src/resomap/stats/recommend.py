@@ -86,10 +86,11 @@ def compare_resolutions(
     ``p_adjusted``: Holm over the available rows (``correction="holm"``) or the raw p (``"none"``);
     ``significant``: ``p_adjusted < 1 - level`` (two-sided). A row whose test is unavailable is never significant.
 
-    With method="bootstrap" the smallest p-value is about 2 / (resamples + 1), so with Holm over m = C(k, 2) pairs
-    a row can only be significant when resamples > 2 m / (1 - level) - 1: the default 2000 covers up to 10
-    resolutions (45 pairs) at level 0.95; so does method="mcnemar" with several seeds (its clustered form is a
-    sign-flip test). McNemar's exact p of one seed has no such floor.
+    The sign-flip p (method="bootstrap", and method="mcnemar" with several seeds: its clustered form) is exact on
+    0/1 outcomes (seeds averaged per image lie on a 1/S lattice), with no floor but 2^(1-K) over the K images that
+    differ, as McNemar's exact p of one seed. On a continuous score it is drawn from at least ``resamples`` flips,
+    so its smallest value is 1 / (flips + 1), and with Holm over m = C(k, 2) pairs a row can only be significant
+    when flips > m / (1 - level) - 1: the default 2000 covers up to 14 resolutions (91 pairs) at level 0.95.
     """
     level = check_level(level)
     correction = check_choice(correction, ("holm", "none"), "correction")
