@@ -244,6 +244,29 @@ def test_one_seed_says_no_noise_floor_and_gives_chance():
     assert not found.floors and np.allclose(np.diag(found.matrices[("m", "x")]["spearman"]), 1.0)
 
 
+def test_a_deterministic_model_has_no_seed_floor_and_no_relabelling_test():
+    """Seeds that are one fit give identical maps: a cross-seed 'floor' of 1.00 and, with 3 seeds, a relabelling
+    test that shows an 'effect' for any drop. Marked deterministic (the summary's deterministic_models), the model
+    is one replicate: compared on its first seed, no floor, the test not run, and the sentence says so."""
+    where = {32: (0.3, 0.3), 64: (0.5, 0.6), 128: (0.7, 0.4)}
+    sweep = _sweep(lambda s, r: _up(_blobs(16, [where[r]] * N), r), (1, 2, 3), (32, 64, 128))
+    plain = study(*sweep, CFG)
+    assert plain.floors["m/x/spearman"] == {"32": 1.0, "64": 1.0, "128": 1.0}  # identical maps: a floor of 1.00
+    assert "a resolution effect beyond seed noise shown" in plain.statements[0]
+    found = study(*sweep, CFG, deterministic={"m": 3})
+    assert not found.floors and not [r for r in found.rows if r["kind"] == "seed"]
+    rows = _rows(found, "resolution")
+    assert rows and all(r["effect_beyond_noise"] == "n.a." and np.isnan(r["p_value"]) for r in rows)
+    assert all(r["seeds"] == "1" and np.isnan(r["floor"]) for r in rows)
+    said = "deterministic: no seed floor (3 seeds, one fit); relabelling test not run: deterministic model, one "
+    said += "replicate."
+    assert found.statements[0].split(" Grid effect")[0].endswith(said) and found.findings[0].endswith(said)
+    entry = found.matrices[("m", "x")]
+    assert entry["deterministic"] and not entry["floor_on_diagonal"]
+    assert entry["effect_beyond_noise"]["spearman"] == "n.a."
+    assert [r["value"] for r in rows] == pytest.approx([r["same_seed"] for r in _rows(plain, "resolution")])
+
+
 # ----------------------------------------------------------------------- fair across resolutions (issue 23)
 
 

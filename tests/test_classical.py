@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from conftest import smoke_sweep_at_16
+from conftest import smoke_sweep_at_16, tiny_sweep_config
 from resomap.cli import main
 from resomap.config.schema import ModelsConfig
 from resomap.models import build_model
@@ -139,3 +140,43 @@ def test_a_classical_baseline_on_a_segmentation_sweep_is_refused_at_load(capsys,
     )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "pixel_logreg" in err and "\n" not in err and "Traceback" not in err, err
+
+
+def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_path):
+    """A tiny sweep of tiny_cnn and pixel_logreg at two resolutions with two seeds: pixel_logreg's seeds are the
+    same fit (closed form, the seed changes nothing it sees), so its rows and recommendation are deterministic, its
+    decision sentence says once that the 2 seeds are one replicate (summary, report, MLflow description), its maps
+    are compared with no seed floor and no relabelling test; tiny_cnn's seeds differ and keep theirs."""
+    from resomap.sweep.sweep import run_sweep
+    from resomap.tracking.publish import parent_note
+
+    cfg = tiny_sweep_config(tmp_path, ["tiny_cnn", "pixel_logreg"], [16, 24], ["saliency"], 2, "sweep.seeds=[42,43]")
+    outcome = run_sweep(cfg)
+    assert all(r.status == "FINISHED" for r in outcome.results)
+    folder = tmp_path / "model_summaries" / "_sweep" / "resomap-smoke"
+    data = json.loads((folder / "summary.json").read_text())
+    rows = {(r["model"], r["resolution"]): r for r in data["rows"]}
+    recs = {r["model"]: r for r in data["recommendations"]}
+    for res in (16, 24):  # the per-image predictions of the two seeds, as written by the trials
+        a, b = (_read(tmp_path / "model_summaries" / "pixel_logreg" / str(res) / f"seed{s}" / "predictions.csv")
+                for s in (42, 43))  # fmt: skip
+        assert [r["prediction"] for r in a] == [r["prediction"] for r in b]
+        assert rows[("pixel_logreg", res)]["deterministic"] is True
+        assert rows[("tiny_cnn", res)]["deterministic"] is False
+        for model in ("pixel_logreg", "tiny_cnn"):  # two seeds: no interval over test images and training seeds
+            assert rows[(model, res)]["twoway_ci_low"] is None
+    said = "Deterministic fit: its 2 seeds are one replicate."
+    assert recs["pixel_logreg"]["deterministic"] is True and said in recs["pixel_logreg"]["sentence"]
+    assert recs["tiny_cnn"]["deterministic"] is False and "replicate" not in recs["tiny_cnn"]["sentence"]
+    assert (folder / "summary.md").read_text().count(said) == 1
+    assert (folder / "report.html").read_text().count(said) == 1
+    findings = (folder / "explanations" / "findings.txt").read_text().splitlines()
+    logreg = [x for x in findings if x.startswith("pixel_logreg /")]
+    tiny = [x for x in findings if x.startswith("tiny_cnn /")]
+    assert logreg and all("deterministic: no seed floor" in x and "relabelling test not run" in x for x in logreg)
+    assert tiny and all("cross-seed floor" in x and "deterministic" not in x for x in tiny)
+    with (folder / "explanations" / "agreement.csv").open(newline="") as fh:
+        seed_rows = {r["model"] for r in csv.DictReader(fh) if r["kind"] == "seed"}
+    assert seed_rows == {"tiny_cnn"}  # no cross-seed floor for pixel_logreg
+    note = parent_note(SimpleNamespace(recommendations=data["recommendations"], rows=[]), findings, None, [])
+    assert note.count(said) == 1 and "deterministic: no seed floor" in note

@@ -55,8 +55,9 @@ def _macro_f1(y: np.ndarray, p: np.ndarray) -> float:
     return float(stats.macro_f1(y, p, N_CLASSES))
 
 
-def _fake_sweep(root: Path, seeds: tuple[int, ...] = (0, 1), with_predictions: bool = True):
-    """Config + trials of a fake sweep under root, each trial's result.json (and predictions.csv) written."""
+def _fake_sweep(root: Path, seeds: tuple[int, ...] = (0, 1), with_predictions: bool = True, one_fit: bool = False):
+    """Config + trials of a fake sweep under root, each trial's result.json (and predictions.csv) written; with
+    `one_fit`, every seed predicts what the first does (a deterministic fit)."""
     cfg = load(
         "configs",
         None,
@@ -73,7 +74,7 @@ def _fake_sweep(root: Path, seeds: tuple[int, ...] = (0, 1), with_predictions: b
     trials = plan(cfg, check=False)
     index, labels, preds = _outcomes(seeds)
     for i, trial in enumerate(trials):
-        p = preds[(trial.resolution, trial.seed)]
+        p = preds[(trial.resolution, seeds[0] if one_fit else trial.seed)]
         acc = float((p == labels).mean())
         data = {
             "key": trial.key,
@@ -168,9 +169,9 @@ def test_summary_intervals_equal_the_statistics_on_the_same_arrays(fake):
         assert row["n_seeds"] == 2 and row["n_test_images"] == N_IMAGES
         assert row["test_accuracy"] == pytest.approx(seeds.estimate)
         assert row["test_accuracy_std"] == pytest.approx(seeds.std)
-        twoway = stats.twoway_bootstrap(correct, level=st.level, resamples=st.resamples, seed=st.seed)
-        assert (row["twoway_ci_low"], row["twoway_ci_high"]) == (twoway.low, twoway.high)
-        assert 0.0 <= row["twoway_ci_low"] <= row["test_accuracy_pooled"] <= row["twoway_ci_high"] <= 1.0
+        # two seeds: no interval over test images and training seeds (it needs >= 3), the note says so
+        assert row["twoway_ci_low"] is None and row["twoway_ci_high"] is None and row["deterministic"] is False
+        assert "interval over test images and training seeds not available: needs >= 3 seeds" in row["note"]
         # the majority-class baseline: the test labels' most frequent class, and the accuracy above it per image
         classes, counts = np.unique(labels, return_counts=True)
         baseline = labels == classes[np.argmax(counts)]
@@ -251,6 +252,7 @@ SUMMARY_CSV_COLUMNS = [
     "over_baseline_p",
     "twoway_ci_low",
     "twoway_ci_high",
+    "deterministic",
     "recommended",
     "verdict",
     "margin",
@@ -297,9 +299,7 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
         "test_macro_f1_pooled",
         "trivial_score",
         "over_trivial",
-        "twoway_ci_low",
-        "twoway_ci_high",
-    }
+    }  # no twoway_ci_low/high: two seeds give no interval over test images and training seeds
     points = row.by_resolution()
     assert points["latency_p50_ms"] == row.latency_ms and points["explain_seconds_gradcam"] == 1.5
     assert points["test_accuracy_ci_low"] == row.score("test_accuracy")[1] is not None
@@ -377,11 +377,11 @@ def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
     data = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
     for row in data["rows"]:
         assert row["n_seeds"] == 1 and row["twoway_ci_low"] is None
-        assert "two-way interval (images x seeds) not available: needs >= 2 seeds" in row["note"]
+        assert "interval over test images and training seeds not available: needs >= 3 seeds" in row["note"]
         assert row["test_accuracy_ci_low"] is not None  # the image interval is there with one seed
     rec = data["recommendations"][0]  # the decision is made with one seed too (the image is the unit)
     assert rec["reference"] == 128 and rec["n_seeds"] == 1 and rec["detectable"] > 0
-    assert "not available: needs >= 2 seeds" in _csv(out / "summary.csv")[0]["note"]
+    assert "not available: needs >= 3 seeds" in _csv(out / "summary.csv")[0]["note"]
 
 
 def test_results_without_predictions_say_why(tmp_path):
@@ -391,7 +391,7 @@ def test_results_without_predictions_say_why(tmp_path):
     for row in summary.rows:
         assert row.value("test_accuracy_ci_low") is None and "no predictions.csv" in row.note
         assert row.test_accuracy_std is not None  # the seeds' spread needs only result.json
-        assert row.twoway_ci_low is None and "two-way interval (images x seeds) not available" in row.note
+        assert row.twoway_ci_low is None and "interval over test images and training seeds not available" in row.note
     assert summary.paired_tests == [] and summary.recommendations[0]["available"] is False
     assert "no predictions.csv" in summary.recommendations[0]["sentence"]
     figures = sweep_figures(summary.rows, tmp_path / "figures")
@@ -664,22 +664,42 @@ def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics
 
 
 def test_no_interval_in_the_summary_leaves_its_metric_range(fake):
-    """Every interval of every row lies in [0, 1] (accuracy, macro-F1), and the two-way interval over images and
-    seeds is wider than the image-only one where the seeds disagree (it carries the seed variation too)."""
+    """Every interval of every row lies in [0, 1] (accuracy, macro-F1); with two seeds the interval over test images
+    and training seeds is not given, and its cell says why."""
     _, _, _, out, _ = fake
     data = json.loads((out / "summary.json").read_text())
-    wider = 0
     for row in data["rows"]:
         for low, high in (
             ("test_accuracy_ci_low", "test_accuracy_ci_high"),
             ("test_macro_f1_ci_low", "test_macro_f1_ci_high"),
-            ("twoway_ci_low", "twoway_ci_high"),
         ):
             assert 0.0 <= row[low] <= row[high] <= 1.0, (row["resolution"], low)
-        image_width = row["test_accuracy_ci_high"] - row["test_accuracy_ci_low"]
-        wider += row["twoway_ci_high"] - row["twoway_ci_low"] > image_width
+        assert row["twoway_ci_low"] is None and row["twoway_ci_high"] is None
+    md = (out / "summary.md").read_text()
+    assert "accuracy over test images and training seeds [95% CI]" in md and "images x seeds" not in md
+    assert "| not available: needs >= 3 seeds |" in md and "both sources of variation" not in md
+
+
+def test_three_seeds_give_the_interval_over_test_images_and_training_seeds(tmp_path):
+    """With 3 seeds the row carries stats.twoway_bootstrap on the same arrays, inside [0, 1], wider than the
+    image-only interval where the seeds disagree (it carries the seed variation too), named for what it covers."""
+    seeds = (0, 1, 2)
+    cfg, trials, (_, labels, preds) = _fake_sweep(tmp_path, seeds=seeds)
+    results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
+    summary = build_summary(results, trial_folders(trials), cfg.stats)
+    write_summary(summary, tmp_path / "out")
+    st, wider = cfg.stats, 0
+    for row in summary.rows:
+        correct = np.stack([preds[(row.resolution, s)] == labels for s in seeds])
+        twoway = stats.twoway_bootstrap(correct, level=st.level, resamples=st.resamples, seed=st.seed)
+        assert row.n_seeds == 3 and (row.twoway_ci_low, row.twoway_ci_high) == (twoway.low, twoway.high)
+        assert 0.0 <= row.twoway_ci_low <= row.accuracy <= row.twoway_ci_high <= 1.0
+        assert "over test images and training seeds" not in row.note and not row.deterministic
+        wider += row.twoway_ci_high - row.twoway_ci_low > row.score("test_accuracy")[2] - row.score("test_accuracy")[1]
     assert wider >= 1
-    assert "images x seeds 95% CI" in (out / "summary.md").read_text()
+    md = (tmp_path / "out" / "summary.md").read_text()
+    low, high = summary.rows[0].twoway_ci_low, summary.rows[0].twoway_ci_high
+    assert f"| [{low:.3f}, {high:.3f}] |" in md and "a two-way bootstrap over test images and training seeds" in md
 
 
 def _borderline_records() -> list:
@@ -741,3 +761,98 @@ def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
     # a summary from before the test (no p): the interval's lower bound, as it was
     old = SummaryRow("tiny_cnn", "cnn", 64, 2, over_trivial_ci_low=-0.001)
     assert old.shown_above() is False and SummaryRow("m", "cnn", 64, 1).shown_above() is None
+
+
+# ------------------------------------------------------------------------------------------------ one replicate
+
+
+def _records(predictions: dict[int, dict[int, np.ndarray]], labels: np.ndarray, own: int = 32) -> list:
+    """TrialRecords of one model at `own` px: {seed: {test resolution: predictions}} against `labels`."""
+    from resomap.reports.uncertainty import TrialRecord
+    from resomap.tasks import of_result
+
+    index = np.arange(len(labels), dtype=np.int64)
+    out = []
+    for seed, by_res in predictions.items():
+        tables = {res: Predictions(res, index, labels, p).table() for res, p in by_res.items()}
+        result = {"model": "m", "resolution": own, "seed": seed, "status": "FINISHED"}
+        out.append(TrialRecord(result, None, tables, of_result(result)))
+    return out
+
+
+def test_seeds_are_one_fit_only_when_every_prediction_agrees_and_is_not_one_class():
+    from resomap.reports.uncertainty import deterministic, identical_seeds
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, 40)
+    p = rng.integers(0, 3, 40)
+    other = p.copy()
+    other[7] = (other[7] + 1) % 3
+    same = {42: {32: p, 64: p}, 43: {32: p.copy(), 64: p.copy()}}
+    assert identical_seeds(_records(same, labels))
+    assert deterministic({32: _records(same, labels)})
+    assert not identical_seeds(_records({42: same[42]}, labels))  # one seed: nothing to tell
+    assert not identical_seeds(_records({42: {32: p, 64: p}, 43: {32: p, 64: other}}, labels))  # differs at 64 px
+    assert not identical_seeds(_records({42: {32: p}, 43: {32: other}}, labels))
+    ones = np.ones(40, dtype=np.int64)  # every image in one class: a collapsed network agrees with itself
+    assert not identical_seeds(_records({42: {32: ones}, 43: {32: ones.copy()}}, labels))
+    no_records = _records(same, labels)
+    no_records[1].tables = {}
+    assert not identical_seeds(no_records)
+    assert not deterministic({32: _records(same, labels), 64: _records({42: {64: p}, 43: {64: other}}, labels, 64)})
+
+
+@pytest.mark.parametrize("seeds", [(0, 1), (0, 1, 2)])
+def test_a_deterministic_model_is_one_replicate_said_once_with_no_interval_over_seeds(tmp_path, seeds):
+    """Every seed predicts what the first does: each row and the recommendation are marked deterministic, the
+    decision sentence says once that the seeds are one replicate, and no interval over seeds is given (3 seeds
+    included: they are one fit)."""
+    cfg, trials, _ = _fake_sweep(tmp_path, seeds=seeds, one_fit=True)
+    results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
+    summary = build_summary(results, trial_folders(trials), cfg.stats)
+    out = tmp_path / "out"
+    write_summary(summary, out)
+    said = f"Deterministic fit: its {len(seeds)} seeds are one replicate."
+    for row in summary.rows:
+        assert row.deterministic and row.twoway_ci_low is None and row.n_seeds == len(seeds)
+        assert "interval over test images and training seeds not available: one replicate" in row.note
+    (rec,) = summary.recommendations
+    assert rec["deterministic"] is True and rec["sentence"].endswith(said)
+    assert summary.deterministic_models() == {MODEL: len(seeds)}
+    md = (out / "summary.md").read_text()
+    assert md.count(said) == 1 and "| not available: one replicate (deterministic fit) |" in md
+    assert _csv(out / "recommendation.csv")[0]["deterministic"] == "True"
+    assert {r["deterministic"] for r in _csv(out / "summary.csv")} == {"True"}
+    assert SummaryRow.from_dict(json.loads((out / "summary.json").read_text())["rows"][0]).deterministic
+
+
+def test_a_model_whose_seeds_differ_is_not_deterministic(fake):
+    *_, out, _ = fake
+    data = json.loads((out / "summary.json").read_text())
+    assert [r["deterministic"] for r in data["rows"]] == [False] * len(RESOLUTIONS)
+    assert data["recommendations"][0]["deterministic"] is False
+    assert "replicate" not in data["recommendations"][0]["sentence"]
+
+
+def test_segmentation_seeds_are_one_fit_on_equal_scores_unless_they_score_as_all_background():
+    from resomap.records import ScoreTable
+    from resomap.reports.uncertainty import TrialRecord, identical_seeds
+    from resomap.tasks import get_task
+
+    task = get_task("segmentation")
+    rng = np.random.default_rng(1)
+    index = np.arange(30, dtype=np.int64)
+    background = rng.random(30)
+
+    def records(*by_seed: np.ndarray) -> list[TrialRecord]:
+        out = []
+        for seed, miou in enumerate(by_seed):
+            scores = {"miou": miou, "boundary_f1": miou / 2, "background_miou": background}
+            result = {"model": "seg", "resolution": 32, "seed": seed, "status": "FINISHED", "task": "segmentation"}
+            out.append(TrialRecord(result, None, {32: ScoreTable(32, index, scores)}, task))
+        return out
+
+    fit = rng.random(30)
+    assert identical_seeds(records(fit, fit.copy()))
+    assert not identical_seeds(records(fit, fit + 1e-9))
+    assert not identical_seeds(records(background.copy(), background.copy()))  # all background under both seeds

@@ -65,6 +65,7 @@ RECOMMENDATION_COLUMNS = (
     "power",
     "n_seeds",
     "n_images",
+    "deterministic",
     "scope",
     "available",
     "reason",

@@ -371,12 +371,16 @@ def compared_trials(results: Iterable[Any]) -> list[Any]:
     return list({(r.model, r.resolution, r.seed): r for r in done}.values())
 
 
-def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = None) -> Comparison:
+def compare_stage(
+    results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = None, deterministic: Mapping[str, int] | None = None
+) -> Comparison:
     """Agreement of the trials' maps across resolutions, seeds and methods with their references (chance,
     model-free, centre prior, random, cross-seed floor) at the main and a second grid: figures, agreement.csv,
     matrices, floors and one sentence per model x method (also written to agreement.txt, and in short to
     findings.txt); and the quality scores
-    with intervals over probe images and seeds (quality.csv/.txt, at `stats`: cfg.stats)."""
+    with intervals over probe images and seeds (quality.csv/.txt, at `stats`: cfg.stats). ``deterministic``: model
+    -> seed count of the models whose seeds are one fit (the summary's ``deterministic_models()``): compared as one
+    replicate, with no cross-seed floor and no relabelling test."""
     chosen = compared_trials(results)
     if not chosen or ec is None:
         return Comparison()
@@ -385,7 +389,7 @@ def compare_stage(results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = N
     from resomap.records import FINDINGS_FILE
 
     entries = [(r.model, r.resolution, r.seed, Path(r.explain.maps)) for r in chosen]
-    files, found = compare_sweep(entries, ec, out_dir, stats=stats)
+    files, found = compare_sweep(entries, ec, out_dir, stats=stats, deterministic=deterministic)
     if found.rows:
         files.append(write_rows(found.rows, out_dir / "agreement.csv"))
     if found.statements:

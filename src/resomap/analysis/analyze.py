@@ -78,7 +78,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     models = [r.to_dict() | extra[r.name] for r in results]
     summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings
     figures = sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
-    comparison = compare_stage(results, ec, out / "explanations", stats)
+    comparison = compare_stage(results, ec, out / "explanations", stats, summary.deterministic_models())
     report_path, summary_path = write_report(out, models, summary, comparison, failed)
     rows = summary.rows
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)

@@ -11,7 +11,9 @@ References (`study`) beside every number:
 - model_free: the same measure on a model-free map of the same probe images (gradient magnitude of the
   grey-level image, `edge_maps`) at the same resolutions: agreement that needs no model at all;
 - seed (the noise floor, >= 2 seeds): agreement of two seeds' maps at the same resolution; cross-resolution
-  agreement is given as a ratio to it and tested against it (`resomap.stats.relabel_test`).
+  agreement is given as a ratio to it and tested against it (`resomap.stats.relabel_test`). A deterministic model
+  (its seeds one fit, `study`'s ``deterministic``) is one replicate: only its first seed's maps are compared, with
+  no floor and no relabelling test (identical maps would give a floor of 1.00 that says nothing about noise).
 A cross-resolution row's value is the mean over every pair (seed s at r1, seed t at r2), same-seed pairs included
 (`same_seed` holds those alone); its floor is the mean of the cross-seed agreement at r1 and at r2.
 """
@@ -160,20 +162,27 @@ def fmt_value(v: float) -> str:
     return "n.a." if not math.isfinite(v) else f"{v:.2f}"
 
 
-def study(maps: Maps, images: Images, cfg: ExplainabilityConfig) -> Study:
+def study(
+    maps: Maps, images: Images, cfg: ExplainabilityConfig, deterministic: Mapping[str, int] | None = None
+) -> Study:
     """The comparison of a sweep: maps[model][seed][resolution][method] ([N,H,W], the same probe images for every
     seed and resolution of a model) and the probe images (for the model-free references), at cfg.common_grid and
-    at `second_grid` of it; one sentence per model x method with the grid effect and the maps left out."""
+    at `second_grid` of it; one sentence per model x method with the grid effect and the maps left out.
+    ``deterministic``: model -> seed count of the models whose seeds are one fit (the summary's
+    ``deterministic_models``): one replicate, compared on their first seed with no floor and no relabelling test."""
     grids = [cfg.common_grid] + [g for g in [second_grid(cfg.common_grid)] if g]
     out = Study(grid=cfg.common_grid)
     for model in sorted(maps):
         per_seed = {s: maps[model][s] for s in sorted(maps[model])}
+        one_fit = (deterministic or {}).get(model, 0)
+        if one_fit and per_seed:  # one replicate: its other seeds' maps are copies, not noise
+            per_seed = dict(list(per_seed.items())[:1])
         refs = {grid: reference_maps(images.get(model, {}), grid, cfg.top_k_percent) for grid in grids}
         methods = sorted({m for pr in per_seed.values() for pm in pr.values() for m in pm})
         for method in methods:
             try:
                 said = [
-                    _study_method(out, model, method, per_seed, refs[g], g, cfg.top_k_percent, g == grids[0])
+                    _study_method(out, model, method, per_seed, refs[g], g, cfg.top_k_percent, g == grids[0], one_fit)
                     for g in grids
                 ]
             except ExplainError as exc:  # one unusable map set must not stop the comparison of the others
@@ -199,10 +208,12 @@ def _study_method(
     grid: int,
     top_k: float,
     main: bool,
+    one_fit: int = 0,
 ) -> tuple[str, str] | None:
     """One method of one model on one grid: the cross-seed floors, the cross-resolution rows with their references
     and tests (appended to ``out.rows``) and, on the main grid, the `maps` rows, its matrix, floors and sentences
-    (returned: the full one and the short finding)."""
+    (returned: the full one and the short finding). ``one_fit``: the seed count of a deterministic model (0: not
+    one), whose maps come from one seed."""
     raw = {(s, r): pm[method] for s, pr in per_seed.items() for r, pm in pr.items() if method in pm}
     trials = {key: Prepared(resample(comparable(m, method), grid), top_k) for key, m in raw.items()}
     if not trials:
@@ -227,9 +238,11 @@ def _study_method(
         if floors[metric]:
             out.floors[f"{key}/{metric}"] = {str(r): v for r, v in sorted(floors[metric].items())}
     out.matrices[(model, method)] = _matrix(resolutions, pair_rows, floors, tests, len(complete))
+    out.matrices[(model, method)]["deterministic"] = bool(one_fit)
     ref_rows = [r for r in out.rows if r.get("metric") == PRIMARY_METRIC and r["kind"] in (*REFERENCES, "random")]
     ref_rows = [r for r in ref_rows if r.get("model") == model and r.get("method") == method and r["grid"] == grid]
-    return _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, reference_words(ref_rows))
+    words = reference_words(ref_rows)
+    return _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, words, one_fit)
 
 
 class _Pairs:
@@ -367,9 +380,16 @@ def _matrix(resolutions, pair_rows, floors, tests, n_complete) -> dict[str, Any]
     return entry
 
 
-def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, references: str = "") -> tuple[str, str]:
+NO_FLOOR = "deterministic: no seed floor"  # a deterministic model's maps: its seeds are one fit
+NOT_RUN = "relabelling test not run: deterministic model, one replicate"
+
+
+def _sentence(
+    model, method, grid, seeds, complete, pair_rows, floors, tests, references: str = "", one_fit: int = 0
+) -> tuple[str, str]:
     """(the full sentence for agreement.txt, the short finding for the report's first screen and MLflow): the same
-    measure and decision, the short one without the references' details."""
+    measure and decision, the short one without the references' details. ``one_fit``: a deterministic model's seed
+    count (its seeds are one fit: no floor, no test)."""
     metric = PRIMARY_METRIC
     rows = pair_rows.get(metric, [])
     cross = nanmean([r["value"] for r in rows])
@@ -380,6 +400,12 @@ def _sentence(model, method, grid, seeds, complete, pair_rows, floors, tests, re
     if not rows:
         text = f"{head} one resolution: nothing compared across resolutions."
         return text, text
+    if one_fit:
+        one = f"{NO_FLOOR} ({one_fit} seeds, one fit); {NOT_RUN}."
+        return (
+            f"{head} cross-resolution agreement {fmt_value(cross)} ({refs}); {one}",
+            f"{head} agreement across resolutions {fmt_value(cross)} (chance {fmt_value(chance)}); {one}",
+        )
     if len(seeds) < 2 or len(complete) < 2:
         one = "one seed: no noise floor, so no resolution effect can be told from seed noise."
         return (

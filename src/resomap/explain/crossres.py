@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
-from resomap.explain.compare import Study, fmt_value, study
+from resomap.explain.compare import NO_FLOOR, Study, fmt_value, study
 from resomap.explain.figures import (
     QUALITY_SCORES,
     Verdict,
@@ -68,23 +68,26 @@ def compare_sweep(
     out_dir: Path,
     max_probe_figures: int = 4,
     stats: Any = None,
+    deterministic: Mapping[str, int] | None = None,
 ) -> tuple[list[Path], Study]:
     """Agreement with its references (compare.study), matrices, probe grids and quality-vs-resolution figures, and
     the quality scores with their bootstrap intervals over probe images and seeds (quality.csv, quality.txt; at
-    `stats`' level, resamples and seed, cfg.stats); returns (files, the study: tidy rows, matrices, floors,
-    statements)."""
+    `stats`' level, resamples and seed, cfg.stats); ``deterministic`` (model -> seed count: models whose seeds are
+    one fit, the summary's ``deterministic_models``) are compared as one replicate (compare.study); returns (files,
+    the study: tidy rows, matrices, floors, statements)."""
     metas: dict = {}
     maps, images = load_sweep_maps(entries, metas)
-    found = study(maps, images, cfg)
+    found = study(maps, images, cfg, deterministic)
     quality_rows = quality_rows_of(metas, stats)
     files: list[Path] = write_quality(quality_rows, out_dir)
     for (model, method), entry in sorted(found.matrices.items()):
         floor = entry["floor_on_diagonal"]
+        no_floor = NO_FLOOR if entry.get("deterministic") else "one seed: no noise floor"
         for metric in METRICS:
             note = (
                 f"diagonal: cross-seed floor; chance {fmt_value(entry['chance'][metric])}"
                 if floor
-                else f"one seed: no noise floor (diagonal = 1, self); chance {fmt_value(entry['chance'][metric])}"
+                else f"{no_floor} (diagonal = 1, self); chance {fmt_value(entry['chance'][metric])}"
             )
             title = f"{model} / {method}: {metric} across resolutions (grid {found.grid})\n{note}"
             fig = agreement_matrix(entry[metric], entry["resolutions"], metric, title, floor_diagonal=floor)

@@ -125,9 +125,13 @@ class SummaryRow:
     # one above): {"score", "over", "ci_low", "ci_high", "p"}; summary.csv has over_<name>, over_<name>_ci_low,
     # over_<name>_ci_high and over_<name>_p, the parent run over_<name>
     baselines: dict[str, dict[str, float | None]] = field(default_factory=dict, metadata={"baselines": True})
-    # the headline score's interval over images and seeds together (stats.twoway_bootstrap; needs >= 2 seeds)
+    # the headline score's interval over test images and training seeds together (stats.twoway_bootstrap; needs
+    # >= 3 seeds, and none for a deterministic fit)
     twoway_ci_low: float | None = statistic(parent=True)
     twoway_ci_high: float | None = statistic(parent=True)
+    # the seeds gave identical per-image predictions (reports.uncertainty.identical_seeds: a closed-form fit the seed
+    # does not change): they are one replicate, their variance exactly zero
+    deterministic: bool = False
     recommended: bool = False
     # the decision against the model's reference resolution at `margin` (stats.decide.noninferiority)
     verdict: str | None = None  # reference | non-inferior | inferior | undecided | above reference
@@ -320,5 +324,6 @@ _NESTED = frozenset(
 BASELINE_KEYS = ("score", "over", "ci_low", "ci_high", "p")  # what `baselines` holds per classical baseline
 BASELINE_CSV = (("over", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"), ("p", "_p"))  # key -> over_<name><end>
 SCORE_ENDS = ("_pooled", "_ci_low", "_ci_high")  # the columns of a per-image score
+TWOWAY_WORDS = "interval over test images and training seeds"  # twoway_ci_low/high in words
 # (column, path in a result.json) of the columns averaged over seeds; each is followed by its `_std` column
 SEED_COLUMNS = tuple((f.name, f.metadata["result"]) for f in _FIELDS if "result" in f.metadata)

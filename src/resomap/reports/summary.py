@@ -31,6 +31,7 @@ from resomap.reports.uncertainty import (
     compare_models,
     group_records,
     interval_columns,
+    one_replicate,
 )
 from resomap.reports.uncertainty import load_records as _load_records
 from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
@@ -51,6 +52,15 @@ class SweepSummary:
     recommendations: list[dict[str, Any]]  # one per model
     trials: list[dict[str, Any]]  # every trial's result.json tree, plus its folder ("folder")
     stats: dict[str, Any]  # the settings the statistics used (config `stats`)
+
+    def deterministic_models(self) -> dict[str, int]:
+        """model -> its seed count, for each model whose seeds are one fit (its recommendation row's
+        ``deterministic``, reports.uncertainty.identical_seeds at every resolution): one replicate, no cross-seed
+        floor or relabelling test of its explanations."""
+        seeds: dict[str, int] = {}
+        for row in self.rows:
+            seeds[row.model] = max(seeds.get(row.model, 0), int(row.n_seeds or 0))
+        return {r["model"]: seeds.get(r["model"], 0) for r in self.recommendations if r.get("deterministic")}
 
     def to_dict(self) -> dict[str, Any]:
         plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -228,9 +238,12 @@ def build_summary(
             if v["difference"] is None and v.get("reason"):  # a verdict kept from an earlier look, not retested
                 row.note = "; ".join(filter(None, [row.note, f"{v['verdict']}: {v['reason']}"]))
     for rec in recs:
-        caveat = baseline_caveat([r for r in rows if r.model == rec["model"]])
+        mine = [r for r in rows if r.model == rec["model"]]
+        caveat = baseline_caveat(mine)
         if caveat and rec.get("sentence"):
             rec["sentence"] = f"{rec['sentence'].rstrip('.')}. {caveat}"
+        if rec.get("deterministic") and rec.get("sentence"):  # said once per model, wherever the sentence goes
+            rec["sentence"] = f"{rec['sentence'].rstrip('.')}. {one_replicate(max(r.n_seeds for r in mine))}"
     trials = []
     for result in dicts:
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))

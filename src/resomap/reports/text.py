@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
-from resomap.reports.rows import SummaryRow, baseline_names
+from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_names
+from resomap.stats import TWOWAY_MIN_SEEDS
 
 COST_COLUMNS = (
     ("latency_ms", "latency ms", ".3f"),
@@ -64,6 +65,18 @@ def above_baseline(r: SummaryRow, name: str | None = None) -> str:
     return _above(found.get("over"), found.get("ci_low"), found.get("ci_high"), found.get("score"), found.get("p"))
 
 
+def twoway_cell(r: SummaryRow) -> str:
+    """The headline score's interval over test images and training seeds, or why there is none: fewer than 3 seeds,
+    or a deterministic fit (its seeds are one replicate); '-' when the note says why."""
+    if _ok(r.twoway_ci_low) and _ok(r.twoway_ci_high):
+        return f"[{r.twoway_ci_low:.3f}, {r.twoway_ci_high:.3f}]"
+    if r.deterministic:
+        return "not available: one replicate (deterministic fit)"
+    if int(r.n_seeds or 0) < TWOWAY_MIN_SEEDS:
+        return f"not available: needs >= {TWOWAY_MIN_SEEDS} seeds"
+    return "-"
+
+
 def fmt_spread(mean: Any, std: Any, spec: str = ".3f") -> str:
     if not _ok(mean):
         return "-"
@@ -90,9 +103,9 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
 def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
     image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
-    images and seeds (two-way bootstrap), the headline score above the trivial predictor and above each classical
-    baseline (a column each), costs (mean ± std over seeds), each seed's best epoch / epochs run and whether any seed
-    is undertrained."""
+    test images and training seeds (two-way bootstrap, >= 3 seeds), the headline score above the trivial predictor
+    and above each classical baseline (a column each), costs (mean ± std over seeds), each seed's best epoch /
+    epochs run and whether any seed is undertrained."""
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
@@ -109,7 +122,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
         *([f"above {trivial} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})"] if trivial else []),
         *(f"above {name} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})" for name in baselines),
         f"{first.say(seed_column)} over seeds",
-        f"{first.say(first.headline)} images x seeds {pct} CI",
+        f"{first.say(first.headline)} {TWOWAY_WORDS.removeprefix('interval ')} [{pct} CI]",
         *(title for _, title, _ in COST_COLUMNS),
         EPOCHS_TITLE,
         "undertrained",
@@ -118,7 +131,6 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
     ]
     body = []
     for r in rows:
-        twoway = f"[{r.twoway_ci_low:.3f}, {r.twoway_ci_high:.3f}]" if _ok(r.twoway_ci_low) else "-"
         body.append(
             [
                 str(r.model),
@@ -129,7 +141,7 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 *([above_trivial(r)] if trivial else []),
                 *(above_baseline(r, name) for name in baselines),
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
-                twoway,
+                twoway_cell(r),
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
                 epochs_cell(r.convergence),
                 undertrained_cell(r.undertrained),
@@ -242,12 +254,13 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
     )
     return (
         f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} resamples, seeds "
-        f"pooled) and, for the headline score with two or more seeds, a two-way bootstrap over images and seeds "
-        f"(both sources of variation). Pairs of resolutions are compared on the same test images with {test} "
-        f"(p {correction}; descriptive). A model is shown above the trivial predictor or a classical baseline when "
-        f"the one-sided sign-flip test of its per-image differences (seeds averaged) gives p <= {1 - level:.2g} "
-        f"(exact on 0/1 outcomes); the interval beside it is descriptive, and where the two disagree the test "
-        f"decides." + decision
+        f"pooled) and, for the headline score with {TWOWAY_MIN_SEEDS} or more seeds, a two-way bootstrap over test "
+        f"images and training seeds (both resampled: the test set's size and the seed-to-seed spread; with fewer "
+        f"seeds, or for a deterministic fit whose seeds are one replicate, not available). Pairs of resolutions are "
+        f"compared on the same test images with {test} (p {correction}; descriptive). A model is shown above the "
+        f"trivial predictor or a classical baseline when the one-sided sign-flip test of its per-image differences "
+        f"(seeds averaged) gives p <= {1 - level:.2g} (exact on 0/1 outcomes); the interval beside it is "
+        f"descriptive, and where the two disagree the test decides." + decision
     )
 
 

@@ -4,14 +4,17 @@ Each trial's task (resomap.tasks) names its per-image scores and reads them from
 (classification: correct or not per image, from predictions.csv; segmentation: mIoU and boundary F1 per image, from
 seg_predictions.csv). For each model x resolution: every score pooled over seeds with a bootstrap interval over
 test images (an image keeps its scores under every seed, so the interval reflects the test set's size), macro-F1
-likewise where the records hold labels and predictions, and the headline score's interval over both images and
-seeds (a two-way bootstrap; the seeds' mean and std of each test metric sit beside it in the row), and the headline
-score above the task's trivial predictor and above each classical baseline: a descriptive interval (paired image
-bootstrap) and the one-sided sign-flip test of the per-image differences that decides "shown above" (exact on 0/1
-outcomes: no verdict hangs on a resampling seed). For each model and score: the paired tests between its
-resolutions on the same test images (``stats.compare_resolutions``: McNemar, clustered over images with several
-seeds, or a paired bootstrap for a 0/1 score, the paired bootstrap with a sign-flip test for any other;
-descriptive) and, on the headline score, the decision: each resolution against the
+likewise where the records hold labels and predictions, and the headline score's interval over test images and
+training seeds (a two-way bootstrap, with >= 3 seeds; the seeds' mean and std of each test metric sit beside it in
+the row), and the headline score above the task's trivial predictor and above each classical baseline: a
+descriptive interval (paired image bootstrap) and the one-sided sign-flip test of the per-image differences that
+decides "shown above" (exact on 0/1 outcomes: no verdict hangs on a resampling seed). A model whose seeds give
+identical per-image predictions (``identical_seeds``: a closed-form fit the seed does not change, pixel_logreg,
+hog_svm) is one replicate: its row and recommendation are marked ``deterministic``, and it gets no interval over
+seeds. For each model and score: the paired tests between its resolutions on the same test images
+(``stats.compare_resolutions``: McNemar, clustered over images with several seeds, or a paired bootstrap for a 0/1
+score, the paired bootstrap with a sign-flip test for any other; descriptive) and, on the headline score, the
+decision: each resolution against the
 reference at the margin, and the recommended resolution (``stats.noninferiority``).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
@@ -33,7 +36,7 @@ import numpy as np
 from resomap import stats
 from resomap.config.schema import StatsConfig
 from resomap.records import ScoreTable
-from resomap.reports.rows import BASELINE_KEYS, SCORE_ENDS
+from resomap.reports.rows import BASELINE_KEYS, SCORE_ENDS, TWOWAY_WORDS
 from resomap.tasks import Score, Task, of_result
 
 TrialId = tuple[str, int, int]  # (model, resolution, seed): unique within a sweep and within an analysis
@@ -150,6 +153,51 @@ def align(tables_by_seed: Mapping[int, ScoreTable], task: Task) -> Aligned | str
     return Aligned(seeds, common, scores, label, prediction, notes)
 
 
+# ------------------------------------------------------------------------------------------------ replicates
+
+
+def identical_seeds(members: list[TrialRecord]) -> bool:
+    """Whether the seeds of one model x resolution are one fit (one replicate): two or more seeds, every one with
+    per-image records, that give the same prediction for every test image they share at every test resolution they
+    share (the same per-image scores where the task keeps no predictions), the trial's own resolution included.
+    Seeds that do what a trivial predictor does are not counted as one fit (every image in one class; a segmenter's
+    scores equal to all background's): any collapsed network agrees with itself. pixel_logreg and hog_svm (fitted
+    in closed form on data the seed does not change) are one fit; a network trained from a seeded initialisation is
+    not. The one test of determinism: the summary rows, the recommendation rows (:func:`deterministic`) and,
+    through them, the explanation comparison (no cross-seed floor, no relabelling test) read it."""
+    if len(members) < 2 or any(m.own is None for m in members):
+        return False
+    task = members[0].task
+    shared = sorted(set.intersection(*(set(m.tables) for m in members)))
+    shared = [res for res in shared if all(len(m.tables[res].index) for m in members)]
+    informative = False  # somewhere the seeds do more than a trivial predictor
+    for res in shared:
+        aligned = align({m.id[2]: m.tables[res] for m in members}, task)
+        if isinstance(aligned, str):
+            return False
+        if aligned.prediction is not None:
+            arrays = [np.asarray(aligned.prediction)]
+            informative = informative or np.unique(arrays[0][0]).size > 1
+        else:
+            arrays = [np.asarray(aligned.scores[sc.name], dtype=np.float64) for sc in task.scores]
+            trivial = task.trivial_scores(aligned.scores, aligned.label)
+            same = trivial is not None and np.allclose(arrays[0][0], trivial, equal_nan=True)
+            informative = informative or not same
+        if any(not np.array_equal(v[0], other, equal_nan=True) for v in arrays for other in v[1:]):
+            return False
+    return informative
+
+
+def deterministic(by_res: Mapping[int, list[TrialRecord]]) -> bool:
+    """One model is deterministic when its seeds are one fit (:func:`identical_seeds`) at every resolution."""
+    return bool(by_res) and all(identical_seeds(members) for members in by_res.values())
+
+
+def one_replicate(n_seeds: int) -> str:
+    """What a deterministic model's decision sentence adds, once per model: its seeds count as one replicate."""
+    return f"Deterministic fit: its {n_seeds} seeds are one replicate."
+
+
 # ------------------------------------------------------------------------------------------------ per row
 
 
@@ -163,6 +211,7 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
     row["score_columns"] = [sc.column for sc in task.scores]
     row["words"] = {**dict(task.words), **{sc.column: sc.words for sc in task.scores}, "trivial": task.trivial_words}
     notes: list[str] = []
+    row["deterministic"] = identical_seeds(members)
     with_scores = {m.id[2]: m.own for m in members if m.own is not None}
     lacking = [m.id[2] for m in members if m.own is None]
     aligned = align(with_scores, task)
@@ -174,20 +223,23 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
         notes += aligned.notes
         row["n_test_images"] = int(aligned.index.size)
         notes += _score_intervals(aligned, task, row, cfg)
-    if not isinstance(aligned, str):
+    if row["deterministic"]:  # its seeds are one fit: nothing to resample across them
+        notes.append(f"{TWOWAY_WORDS} not available: one replicate (deterministic fit)")
+    elif not isinstance(aligned, str):
         notes += _twoway(aligned, task.scores[0], row, cfg)
     elif len(members) > 1:
-        notes.append(f"two-way interval (images x seeds) not available: {aligned}")
+        notes.append(f"{TWOWAY_WORDS} not available: {aligned}")
     row["note"] = "; ".join(notes)
     return row
 
 
 def _twoway(aligned: Aligned, headline: Score, row: dict[str, Any], cfg: StatsConfig) -> list[str]:
-    """The headline score's interval over images and seeds (stats.twoway_bootstrap) into ``row``; its note."""
+    """The headline score's interval over test images and training seeds (stats.twoway_bootstrap, >= 3 seeds) into
+    ``row``; its note."""
     values = aligned.finite(headline.name)
     iv = stats.twoway_bootstrap(values, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed)
     row["twoway_ci_low"], row["twoway_ci_high"] = iv.low, iv.high
-    return [] if iv.available else [f"two-way interval (images x seeds) {iv.reason}"]
+    return [] if iv.available else [f"{TWOWAY_WORDS} {iv.reason}"]
 
 
 ABOVE_SEED = 12345  # the flips' seed of the "shown above" test where it is not exact (a continuous score)
@@ -397,6 +449,7 @@ def compare_model(
     task = next(iter(by_res.values()))[0].task
     headline = task.scores[0]
     rec_row = _empty_recommendation(model, headline.name, cfg)
+    rec_row["deterministic"] = deterministic(by_res)  # its seeds are one fit: their variance is exactly zero
     dropped = sorted(r for r in cfg.dropped.get(model, []) if r in by_res)
     by_res = {r: ms for r, ms in by_res.items() if r not in dropped}  # fewer seeds: left out of the comparisons
     if dropped:
@@ -495,6 +548,7 @@ def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str
         "n_seeds": None,
         "n_images": None,
         "scope": cfg.scope,
+        "deterministic": False,
         "available": False,
         "reason": "",
         "sentence": "",

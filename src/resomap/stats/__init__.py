@@ -9,7 +9,7 @@ is the bottom layer (settings come in as plain values).
 - :mod:`~resomap.stats.bootstrap`: :func:`bootstrap_accuracy`, :func:`bootstrap_scores`, :func:`bootstrap_metric`,
   :func:`macro_f1` (numpy, vectorized over resamples),
   :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``);
-  :func:`twoway_bootstrap`: the grand mean over images and seeds, both resampled.
+  :func:`twoway_bootstrap`: the grand mean over test images and training seeds, both resampled (>= 3 seeds).
 - :mod:`~resomap.stats.intervals`: :class:`Interval`; :func:`seed_interval` (mean, std and Student-t interval across
   seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random).
 - :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, clustered over images
@@ -38,6 +38,7 @@ from resomap.stats.bootstrap import (
     BOOTSTRAP_METHODS,
     METRICS,
     MIN_BOOTSTRAP_IMAGES,
+    TWOWAY_MIN_SEEDS,
     bootstrap_accuracy,
     bootstrap_metric,
     bootstrap_scores,
@@ -77,6 +78,7 @@ __all__ = [
     "BOOTSTRAP_METHODS",
     "METRICS",
     "MIN_BOOTSTRAP_IMAGES",
+    "TWOWAY_MIN_SEEDS",
     "PAIRED_METHODS",
     "Interval",
     "MedianInterval",

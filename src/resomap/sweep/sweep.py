@@ -410,7 +410,8 @@ def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folde
             summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations, summary.trials
         )
     with clock("explanations"):
-        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats)
+        deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
+        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
     with clock("report"):
         page = _report(out_dir)
     return summary, tables, figures, comparison, page
