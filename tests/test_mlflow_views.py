@@ -136,8 +136,19 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     # the parent's description: the decisions, the explanation finding and where the report and figures are
     summary_dir = project / "model_summaries" / "_sweep" / "resomap-smoke"
     note = parent.data.tags["mlflow.note.content"]
-    sentences = [r["sentence"] for r in json.loads((summary_dir / "summary.json").read_text())["recommendations"]]
+    recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
+    sentences = [r["sentence"] for r in recs]
     assert note.startswith("**Decisions**") and sentences and all(f"- {s}" in note for s in sentences)
+    # one epoch, checkpoint-scope decisions: no recommendation, said with its reason, and no resomap.best tag nor
+    # recommended resolution on the parent
+    assert recs and not any(r["recommended"] for r in recs)
+    assert all(
+        r["recommendation"].startswith("no recommendation: ") and "no recommendation" in r["sentence"] for r in recs
+    )
+    assert "**No recommendation** for any model" in note
+    assert "resomap.best" not in parent.data.tags
+    assert not any(k.startswith("recommended_resolution/") for k in parent.data.metrics)
+    assert "no recommendation" in parent.data.tags["resomap.recommendation.tiny_cnn"]
     findings = (summary_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
     assert findings and all(f"- {s}" in note for s in findings)
     assert (

@@ -198,6 +198,48 @@ def test_training_quality_is_in_every_summary_and_the_report(sweep_dir: Path):
     assert "learning_curves" not in figures  # shown once, in the Training section
 
 
+def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
+    """The tiny sweep's models (one epoch, checkpoint-scope decisions) lack the evidence a recommendation needs:
+    recommendation.csv/json keep each decided resolution, not recommended, with the rule's reason; summary.md's
+    sentence and table, the report's first screen (no star, no green row) and the accuracy figure (no ring, no
+    legend entry) say so, each read from the summary's one rule (reports.uncertainty.recommendation)."""
+    from matplotlib.lines import Line2D
+
+    from resomap.reports.figures import quality_figure
+    from resomap.reports.rows import SummaryRow
+    from resomap.reports.uncertainty import recommendation
+
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    rows = [SummaryRow.from_dict(r) for r in data["rows"]]
+    by_key = {(r.model, r.resolution): r for r in rows}
+    recs = data["recommendations"]
+    with (sweep_dir / "recommendation.csv").open(newline="") as fh:
+        cells = {r["model"]: r for r in csv.DictReader(fh)}
+    assert sorted(cells) == sorted(MODELS) and [r["model"] for r in recs] == sorted(MODELS)
+    md = (sweep_dir / "summary.md").read_text()
+    decisions = md[md.index("## Decision per model") :]
+    for rec in recs:
+        assert rec["recommended"] is False and rec["recommendation"].startswith("no recommendation: ")
+        assert rec["recommendation"] == recommendation(rec, by_key.get((rec["model"], rec["resolution"]))).reason
+        cell = cells[rec["model"]]
+        assert (cell["recommended"], cell["recommendation"]) == ("False", rec["recommendation"])
+        assert cell["resolution"] == str(rec["resolution"])  # the decided resolution stays, marked not recommended
+        assert "no recommendation" in rec["sentence"] and f"- {rec['sentence']}" in decisions
+        if rec["resolution"] is not None:
+            assert f"| {rec['model']} | {rec['resolution']} |" in md
+            line = next(ln for ln in md.splitlines() if ln.startswith(f"| {rec['model']} | {rec['resolution']} |"))
+            assert line.endswith("| no recommendation |")
+    assert not any(r.recommended for r in rows) and "| recommended |" not in md
+    page = (sweep_dir / "report.html").read_text(encoding="utf-8")  # the page the sweep wrote
+    first = page[page.index('id="summary"') : page.index('id="training"')]
+    assert "★" not in first and "No resolution is recommended" in first
+    assert not re.search(r'<tr class="rec"><td class="l">[^<]*</td><td>\d+</td><td>\d+</td>', first)
+    assert all(html.escape(rec["sentence"], quote=True) in first for rec in recs)
+    fig = quality_figure(rows, data["paired_tests"], recs)
+    assert not [ln for ax in fig.axes for ln in ax.lines if ln.get_markersize() == 11]  # no ring
+    assert "recommended" not in [h.get_label() for h in fig.legends[0].legend_handles if isinstance(h, Line2D)]
+
+
 def test_probe_overlays_say_what_the_model_did(sweep_dir: Path):
     from resomap.explain.figures import probe_overlays, shared_scales
     from resomap.explain.probe import load_maps

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +339,10 @@ def test_paired_tests_and_recommendation(fake):
     assert (int(rec["resolution"]), int(rec["reference"]), rec["decided"]) == (128, 128, "False")
     assert rec["sentence"].startswith(f"{MODEL}: undecided: no smaller resolution shown non-inferior to 128 px")
     assert "detects margins of" in rec["sentence"]
+    # undecided: nothing recommended, and the sentence says so after the reason it already gives
+    undecided = "undecided: no smaller resolution shown non-inferior to 128 px at margin 0.02"
+    assert (rec["recommended"], rec["recommendation"]) == ("False", f"no recommendation: {undecided}")
+    assert rec["sentence"].endswith("; no recommendation")
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["paired_tests"]) == 3
     _check_verdicts(
@@ -350,14 +355,18 @@ def test_paired_tests_and_recommendation(fake):
     results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
     wider = build_summary(results, trial_folders(trials), StatsConfig(resamples=400, margin=0.04))
     (rec,) = wider.recommendations
-    assert (rec["resolution"], rec["decided"]) == (64, True)
+    assert (rec["resolution"], rec["decided"], rec["scope"]) == (64, True, "checkpoint")
+    # decided, but about these trained checkpoints only (the image the unit): 64 px stays the decided resolution,
+    # not recommended
+    why = "no recommendation: no decision about the model (checkpoint scope only)"
+    assert (rec["recommended"], rec["recommendation"]) == (False, why)
     assert (
         rec["sentence"]
-        == f"{MODEL}: 64 px is the smallest resolution shown non-inferior to 128 px (margin 0.04 in accuracy)"
+        == f"{MODEL}: 64 px is the smallest resolution shown non-inferior to 128 px (margin 0.04 in accuracy); {why}"
     )
     rows = [r.to_dict() for r in wider.rows]
     _check_verdicts(rows, stats.noninferiority(correct, margin=0.04), ["inferior", "non-inferior", "reference"])
-    assert [r["recommended"] for r in rows] == [False, True, False]
+    assert [r["recommended"] for r in rows] == [False, False, False]
 
 
 def _check_verdicts(rows: list[dict], expect: stats.Decision, verdicts: list[str]) -> None:
@@ -543,6 +552,10 @@ class _RecordingTracker:
         self.calls.append(("tags", dict(tags)))
         self.tags.update(tags)
 
+    def delete_tag(self, run_id, key):
+        self.calls.append(("delete tag", key))
+        del self.tags[key]
+
     def log_artifact(self, run_id, path, artifact_path=None):
         self.calls.append(("artifact", str(path)))
         self.artifacts.add(f"{artifact_path}/{Path(path).name}" if artifact_path else Path(path).name)
@@ -564,7 +577,10 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     assert f"figures/learning_curves_{MODEL}.png" in tracker.artifacts  # the learning curves, beside the others
     note = tracker.tags["mlflow.note.content"]
     assert "**Training**" in note and f"- {MODEL}@32: seed 0: the best epoch is the last one (2)" in note
-    assert tracker.metrics[f"recommended_resolution/{MODEL}"] == 128  # undecided at 0.02: the reference
+    # undecided at 0.02: nothing recommended, so no recommended resolution and no resomap.best (the decided
+    # resolution, the reference, is in the recommendation tag's words)
+    assert f"recommended_resolution/{MODEL}" not in tracker.metrics and "resomap.best" not in tracker.tags
+    assert "**No recommendation** for any model" in note and "; no recommendation" in note
     assert tracker.metrics[f"reference_resolution/{MODEL}"] == 128
     assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]
     assert "undecided: no smaller resolution shown non-inferior" in tracker.tags[f"resomap.recommendation.{MODEL}"]
@@ -578,6 +594,163 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     logged = [c for c in tracker.calls if c[0] != "artifact"]
     _summarise(results, cfg, out, tracker, "parent", trials)  # publishing again adds no metric point, tag or image
     assert [c for c in tracker.calls if c[0] != "artifact"] == logged
+
+
+def _evidence_row(**changes) -> SummaryRow:
+    """A summary row at 32 px with every piece of evidence for a recommendation: shown above the majority class and
+    above two classical baselines (lower bounds > 0), no seed undertrained."""
+    baselines = {
+        "hog_svm": {"score": 0.70, "over": 0.06, "ci_low": 0.02, "ci_high": 0.10},
+        "pixel_logreg": {"score": 0.72, "over": 0.04, "ci_low": 0.01, "ci_high": 0.08},
+    }
+    fields = {
+        "over_trivial": 0.1, "over_trivial_ci_low": 0.05, "over_trivial_ci_high": 0.15, "baselines": baselines,
+        "undertrained": False, "ci_level": 0.95, "words": {"trivial": "the majority class"},
+    }  # fmt: skip
+    return SummaryRow(**{"model": MODEL, "family": "cnn", "resolution": 32, "n_seeds": 2, **fields, **changes})
+
+
+def _decided(**changes) -> dict:
+    """A recommendation row decided at 32 px at model scope."""
+    rec = {"model": MODEL, "resolution": 32, "reference": 128, "decided": True, "scope": "model", "available": True}
+    return {**rec, "margin": 0.02, "reason": "32 px is the smallest resolution shown non-inferior to 128 px", **changes}
+
+
+def test_recommended_only_with_every_piece_of_evidence():
+    """The one rule (reports.uncertainty.recommendation): (a) a decision about the model, (b) shown above the trivial
+    predictor, (c) above each classical baseline at that resolution, (d) no trial undertrained. All holding:
+    recommended; each failing alone: 'no recommendation: <its reason>'; several failing: the first."""
+    from resomap.reports.uncertainty import Evidence, recommendation
+
+    assert recommendation(_decided(), _evidence_row()) == Evidence(
+        True,
+        "recommended: 32 px (a decision about the model; shown above the majority class and hog_svm and "
+        "pixel_logreg; not undertrained)",
+    )
+    no = "no recommendation: "
+    rec_alone = [  # (what differs in the recommendation row, the reason)
+        # (a) a decision about the model
+        ({"scope": "checkpoint"}, "no decision about the model (checkpoint scope only)"),
+        ({"scope": None}, "no decision about the model (checkpoint scope only)"),  # a row from before scopes
+        ({"decided": False, "reason": "undecided: needs 5 seeds; the plan says why"}, "undecided: needs 5 seeds"),
+        (
+            {"decided": False, "reason": "128 px: no smaller resolution to test"},
+            "undecided at margin 0.02 (128 px: no smaller resolution to test)",
+        ),
+        ({"available": False, "resolution": None, "reason": "no predictions.csv"}, "no decision (no predictions.csv)"),
+    ]
+    for changes, why in rec_alone:
+        rec = {k: v for k, v in _decided(**changes).items() if v is not None or k != "scope"}
+        assert recommendation(rec, _evidence_row()) == Evidence(False, no + why), changes
+    lower = "95% CI lower bound"
+    row_alone = [  # (what differs in the summary row, the reason)
+        # (b) above the trivial predictor: a lower bound at 0 or below, or no interval, is not "shown"
+        ({"over_trivial_ci_low": -0.003}, f"32 px is not shown above the majority class ({lower} -0.003)"),
+        ({"over_trivial_ci_low": None}, "32 px is not shown above the majority class (no interval)"),
+        # (c) above each classical baseline at that resolution
+        (
+            {"baselines": {**_evidence_row().baselines, "pixel_logreg": {"over": 0.02, "ci_low": 0.0}}},
+            f"32 px is not shown above pixel_logreg ({lower} +0.000)",
+        ),
+        ({"baselines": {"hog_svm": {"over": None, "ci_low": None}}}, "32 px is not shown above hog_svm (no interval)"),
+        # (d) no trial undertrained
+        (
+            {"undertrained": True, "undertrained_reason": "seed 43: the epoch budget ended it while improving"},
+            "32 px is undertrained (seed 43: the epoch budget ended it while improving)",
+        ),
+    ]
+    for changes, why in row_alone:
+        assert recommendation(_decided(), _evidence_row(**changes)) == Evidence(False, no + why), changes
+    # a summary from before `baselines`: its one baseline from the first-baseline columns
+    old = _evidence_row(baselines={}, baseline_model="pixel_logreg", over_baseline=0.01, over_baseline_ci_low=-0.02)
+    assert recommendation(_decided(), old).reason == f"{no}32 px is not shown above pixel_logreg ({lower} -0.020)"
+    # the first that fails is the one said
+    worst = _evidence_row(over_trivial_ci_low=-0.1, undertrained=True, baselines={"hog_svm": {"ci_low": -0.1}})
+    checkpoints = recommendation(_decided(scope="checkpoint"), worst)
+    assert checkpoints.reason == f"{no}no decision about the model (checkpoint scope only)"
+    assert recommendation(_decided(), worst).reason.startswith(f"{no}32 px is not shown above the majority class")
+    # a classical baseline itself is recommended by (a), (b) and its convergence: (c) does not apply to it
+    classical = _evidence_row(model="pixel_logreg", family="classical", baselines={"hog_svm": {"ci_low": -0.05}})
+    assert recommendation(_decided(), classical) == Evidence(
+        True, "recommended: 32 px (a decision about the model; shown above the majority class; not undertrained)"
+    )
+    assert not recommendation(_decided(), None).recommended  # no row at the decided resolution: no evidence
+
+
+def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path):
+    """Where the evidence is there (the fake's decision made model scope and its trials not undertrained), the star,
+    the green row, the ring and its legend, the table's mark, resomap.best and recommended_resolution follow it; the
+    same sweep at checkpoint scope gets none of them, and an earlier resomap.best is taken off the parent."""
+    from matplotlib.lines import Line2D
+
+    from resomap.reports import uncertainty
+    from resomap.reports.figures import quality_figure
+    from resomap.reports.html import write_report
+    from resomap.tracking.publish import publish_sweep
+
+    trials = fake[1]
+    dicts = [json.loads((t.summary_dir / "result.json").read_text()) for t in trials]
+    for d in dicts:
+        d["convergence"] = {**d["convergence"], "undertrained": False, "undertrained_reason": None}
+    cfg = StatsConfig(resamples=400, margin=0.04)  # 64 px decided non-inferior to 128 px
+    at_checkpoints = build_summary(dicts, trial_folders(trials), cfg)
+    decide = uncertainty.compare_model
+
+    def model_scope(*args, **kwargs):  # what a model-scope decision would say, same numbers
+        rows, rec = decide(*args, **kwargs)
+        return rows, {**rec, "scope": "model"}
+
+    monkeypatch.setattr(uncertainty, "compare_model", model_scope)
+    at_model = build_summary(dicts, trial_folders(trials), cfg)
+    (rec,) = at_model.recommendations
+    assert (rec["resolution"], rec["recommended"]) == (64, True)
+    assert rec["sentence"].endswith(
+        "; recommended: 64 px (a decision about the model; shown above the majority class; not undertrained)"
+    )
+    assert [r.recommended for r in at_model.rows] == [False, True, False]
+    (rec,) = at_checkpoints.recommendations
+    assert (rec["resolution"], rec["recommended"]) == (64, False)
+    assert not any(r.recommended for r in at_checkpoints.rows)
+
+    def rings(summary) -> tuple[int, list[str]]:
+        fig = quality_figure(summary.rows, summary.paired_tests, summary.recommendations)
+        ringed = [ln for ax in fig.axes for ln in ax.lines if ln.get_markersize() == 11]
+        legend = [h.get_label() for h in fig.legends[0].legend_handles if isinstance(h, Line2D)]
+        return len(ringed), legend
+
+    found, legend = rings(at_model)
+    assert found == 2 and "recommended" in legend  # the accuracy and macro-F1 panels
+    found, legend = rings(at_checkpoints)
+    assert found == 0 and "recommended" not in legend
+
+    for name, summary, mark in (
+        ("model", at_model, "recommended"),
+        ("checkpoint", at_checkpoints, "no recommendation"),
+    ):
+        out = tmp_path / name
+        write_summary(summary, out)
+        md = (out / "summary.md").read_text()
+        assert f"| non-inferior | {mark} |" in md
+        assert "Recommended: a model's decided resolution only where the decision is about the model" in md
+        (rec,) = _csv(out / "recommendation.csv")
+        assert (rec["resolution"], rec["recommended"]) == ("64", str(name == "model"))
+        page = write_report(out).read_text(encoding="utf-8")
+        green = re.findall(r'<tr class="rec"><td class="l">([^<]*)</td><td>(\d+)</td><td>\d+</td>', page)  # model, px
+        assert (green, f"{MODEL} ★" in page) == (([(f"{MODEL} ★", "64")], True) if name == "model" else ([], False))
+        assert ("No resolution is recommended" in page) == (name == "checkpoint")
+
+    tracker = _RecordingTracker()
+    publish_sweep(tracker, "parent", at_model)
+    assert tracker.tags["resomap.best"] == f"{MODEL}@64" and tracker.metrics[f"recommended_resolution/{MODEL}"] == 64
+    assert "**No recommendation**" not in tracker.tags["mlflow.note.content"]
+    fresh = _RecordingTracker()
+    publish_sweep(fresh, "parent", at_checkpoints)
+    assert "resomap.best" not in fresh.tags and f"recommended_resolution/{MODEL}" not in fresh.metrics
+    publish_sweep(tracker, "parent", at_checkpoints)  # the same parent, summarised again without the evidence
+    assert "resomap.best" not in tracker.tags and ("delete tag", "resomap.best") in tracker.calls
+    note = tracker.tags["mlflow.note.content"]
+    assert "no recommendation: no decision about the model (checkpoint scope only)" in note
+    assert "**No recommendation** for any model" in note
 
 
 SEG_BACKGROUND = (0.2, 0.35, 0.5)  # the all-background prediction's mIoU of image i (the masks: the same per seed)

@@ -54,9 +54,11 @@ PAIRED_COLUMNS = (
 RECOMMENDATION_COLUMNS = (
     "model",
     "metric",
-    "resolution",
+    "resolution",  # the decided resolution (the reference when none below it is shown non-inferior)
+    "recommended",  # whether the evidence for recommending it is there (reports.uncertainty.recommendation)
     "reference",
     "decided",
+    "scope",  # "model" (the seed the unit of replication) | "checkpoint" (these trained checkpoints)
     "accuracy",
     "reference_accuracy",
     "level",
@@ -66,9 +68,9 @@ RECOMMENDATION_COLUMNS = (
     "n_seeds",
     "n_images",
     "deterministic",
-    "scope",
     "available",
     "reason",
+    "recommendation",  # "recommended: <res> px (...)" or "no recommendation: <the first missing evidence>"
     "sentence",
     "note",
 )
@@ -83,7 +85,7 @@ class SweepResults:
     summary: Any  # one row per model x resolution: means, stds, intervals, n_seeds, recommended, note
     predictions: Any  # one row per trial x test resolution x test image (PREDICTION_COLUMNS)
     paired_tests: Any  # one row per pair of resolutions of a model: effect, CI, p, Holm-adjusted p, significant
-    recommendations: Any  # one row per model: recommended resolution, best resolution, reason, sentence
+    recommendations: Any  # one row per model: the decided resolution, recommended or not and why, sentence
     agreement: Any  # explanations/agreement.csv as written (empty when the sweep explained nothing)
     trials: Any  # one row per trial: model, resolution, seed, status, name, key, folder, has_predictions
     stats: dict[str, Any]  # the settings the statistics used (config `stats`)

@@ -1,7 +1,8 @@
 """Text and JSON of an analysis: report.json, summary.txt and the quality table.
 
 The summary is the sweep's (resomap.reports.build_summary): intervals from each analysed checkpoint's
-predictions.csv, paired tests between resolutions and the recommended resolution, at the default `stats` settings.
+predictions.csv, paired tests between resolutions and the decision per model (recommended only with the evidence), at
+the default `stats` settings.
 """
 
 from __future__ import annotations
@@ -45,19 +46,28 @@ def quality_table(quality: Mapping[str, Mapping[str, float]]) -> str:
 def summary_text(
     summary: Any, agreement: Mapping[str, float], failed: Mapping[str, str], statements: list[str] = ()
 ) -> str:
-    """The results table with intervals, the recommendation per model, the paired tests, the mean explanation
-    agreement and the checkpoints that could not be analysed. ``summary``: a SweepSummary, or summary rows."""
+    """The results table with intervals, the decision and recommendation per model, the paired tests, the mean
+    explanation agreement and the checkpoints that could not be analysed. ``summary``: a SweepSummary, or summary
+    rows."""
     from resomap.reports import SweepSummary
-    from resomap.reports.text import describe_stats, notes_lines, paired_table, recommendation_lines, results_table
+    from resomap.reports.text import (
+        RECOMMENDED_RULE,
+        describe_stats,
+        notes_lines,
+        paired_table,
+        recommendation_lines,
+        results_table,
+    )
 
     if not isinstance(summary, SweepSummary):
         summary = SweepSummary(list(summary), [], [], [], {})
     text = "Trained checkpoints, tested on their test split (estimates pooled over seeds, with intervals)\n"
     if summary.stats:
         text += describe_stats(summary.stats, summary.paired_tests) + "\n"
-    text += results_table(summary.rows)
+    text += results_table(summary.rows, recommendations=summary.recommendations)
     if summary.recommendations:
-        text += "\nRecommended resolution\n" + "".join(f"{x}\n" for x in recommendation_lines(summary.recommendations))
+        lines = "".join(f"{x}\n" for x in recommendation_lines(summary.recommendations))
+        text += "\nDecision and recommendation per model\n" + lines + RECOMMENDED_RULE + "\n"
     if summary.paired_tests:
         text += "\nPaired tests between resolutions (B - A: accuracy difference)\n" + paired_table(summary.paired_tests)
     notes = notes_lines(summary.rows)

@@ -1,6 +1,6 @@
 """Sweep figures (PNG + PDF, paper-size fonts): the task's per-image scores (accuracy; mIoU and boundary F1 per
-image for segmentation) and macro-F1 against resolution with their intervals,
-the significant differences and the recommended resolution marked; costs against resolution; the accuracy-latency
+image for segmentation) and macro-F1 against resolution with their intervals, the significant differences and a
+recommended resolution (where the summary recommends one) marked; costs against resolution; the accuracy-latency
 Pareto front with error bars; the train x test resolution heatmap per model; the learning curves per model
 (reports.curves)."""
 
@@ -126,8 +126,9 @@ def quality_figure(
     """Each per-image score of the task and macro-F1 against resolution: the estimate pooled over seeds with its
     bootstrap interval over test images (error bars), the seeds' spread (band of +/- one std, >= 2 seeds), '*' over
     a resolution shown inferior to its model's reference (headline score, at the margin: the summary's decision),
-    and the recommended
-    resolution ringed. Without per-image predictions: the mean over seeds, no error bar.
+    and a recommended resolution ringed (only where the summary recommends it: a recommendation row's `recommended`,
+    reports.uncertainty.recommendation; the legend names the ring only when one is drawn). Without per-image
+    predictions: the mean over seeds, no error bar.
 
     The t-interval across seeds is in the tables, not drawn: with two or three seeds it is too wide to read."""
     if not rows:
@@ -139,7 +140,7 @@ def quality_figure(
         return None
     marks = _Marks(
         _shown_inferior(rows),
-        {(r["model"], r["resolution"]) for r in recommendations if r.get("available")},
+        {(r["model"], r["resolution"]) for r in recommendations if r.get("recommended")},
     )
     colours = _colours(rows)
     with plt.rc_context(STYLE):
@@ -164,6 +165,7 @@ class _Marks:
     chosen: set[tuple[str, int]]  # (model, resolution) recommended
     any_ci: bool = False
     any_band: bool = False
+    any_ring: bool = False
 
 
 def _quality_panel(
@@ -190,7 +192,8 @@ def _quality_panel(
             spread = np.where(band, std, 0.0)
             ax.fill_between(x, y - spread, y + spread, color=colour, alpha=0.15, lw=0, zorder=1)
         for j, r in enumerate(rs):
-            if (model, r.resolution) in marks.chosen:
+            if (model, r.resolution) in marks.chosen and np.isfinite(y[j]):
+                marks.any_ring = True
                 ax.plot(x[j], y[j], marker="o", ms=11, mfc="none", mec=colour, mew=1.6, zorder=4)
             if tested and r.resolution in marks.significant.get(model, ()):
                 top = high[j] if has_ci[j] else y[j]
@@ -205,7 +208,7 @@ def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin
         handles.append(Line2D([], [], color="grey", marker="|", ms=8, lw=1, label=ci_label))
     if marks.any_band:
         handles.append(Patch(color="grey", alpha=0.3, lw=0, label="± 1 std across seeds"))
-    if marks.chosen:
+    if marks.any_ring:
         handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
     if any(marks.significant.values()):
         sig_label = f"shown more than {margin:g} below the reference (one-sided, α = {1 - level:.2g})"
@@ -348,8 +351,8 @@ def sweep_figures(
     trials: Iterable[Mapping[str, Any]] = (),
 ) -> list[Path]:
     """Every summary figure that the rows have data for; returns the written files. ``paired`` and
-    ``recommendations`` (a SweepSummary's) add the significance marks and the recommended resolution; ``trials``
-    (its result.json trees) the learning curves per model (reports.curves)."""
+    ``recommendations`` (a SweepSummary's) add the significance marks and the ring of a recommended resolution;
+    ``trials`` (its result.json trees) the learning curves per model (reports.curves)."""
     from resomap.reports.curves import learning_curve_figures
 
     written: list[Path] = []

@@ -157,8 +157,12 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
     head += ["undertrained"]
     head += [f"explain {m} s" for m in methods]
+    # recommended: as the summary's recommendation rows say (reports.uncertainty.recommendation); a summary written
+    # before they said it (no `recommended` key) has no star
+    chosen = {(c["model"], c["resolution"]) for c in data.get("recommendations") or [] if c.get("recommended")}
     lines = []
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
+        starred = (r.model, r.resolution) in chosen
         vals = (
             [_score_cell(r, c) for c in scores]
             + ([above_trivial(r)] if trivial else [])
@@ -173,17 +177,29 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
             ]
         )
         vals += [_num(r.explain_seconds.get(m), "{:.3g}") for m in methods]
-        name = f"{r.model}{' ★' if r.recommended else ''}"
-        lines.append(([name, str(r.resolution), str(r.n_seeds), *vals], r.recommended))
+        name = f"{r.model}{' ★' if starred else ''}"
+        lines.append(([name, str(r.resolution), str(r.n_seeds), *vals], starred))
     notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.note or "").split(";")))
     margin = next((r.margin for r in rows if r.margin is not None), None)
-    foot = (
-        '<p class="small muted">★ the smallest resolution shown non-inferior to the reference (the reference itself'
-        f" when none is). vs reference: the decision at margin {_num(margin, '{:g}')} on the headline score;"
+    foot = '<p class="small muted">' + _recommended_words(bool(chosen), trivial, baselines)
+    foot += (
+        f" vs reference: the decision at margin {_num(margin, '{:g}')} on the headline score;"
         " detectable: the smallest margin this design shows at the stated power (undecided is not the same)."
     )
     foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
     return "".join(parts) + _table(head, lines) + foot + _paired_part(data.get("paired_tests") or [], first)
+
+
+def _recommended_words(starred: bool, trivial: str | None, baselines: list[str]) -> str:
+    """What the star means, where a row has one (the summary's rule, reports.uncertainty.recommendation); else that
+    no resolution is recommended and where the reasons are."""
+    if not starred:
+        return "No resolution is recommended: each decision above says what evidence is missing."
+    above = " and ".join([trivial or "the trivial predictor", *baselines])
+    return (
+        f"★ recommended: the decided resolution of a decision about the model (model scope), shown above {above} at"
+        " that resolution, no trial undertrained."
+    )
 
 
 def _adaptive_section(record: dict) -> str:

@@ -216,8 +216,8 @@ class SummaryRow:
 
     def shown_above(self, baseline: str | None = None) -> bool | None:
         """Is the headline score shown above the task's trivial predictor (``baseline`` None) or the classical
-        baseline ``baseline``? The one-sided sign-flip test of the per-image differences decides (p <= 1 -
-        ci_level; exact on 0/1 outcomes, so the answer does not depend on the bootstrap's seed), not the interval
+        baseline ``baseline``? The one-sided sign-flip test of the per-image differences decides (p <= (1 -
+        ci_level) / 2; exact on 0/1 outcomes, so the answer does not depend on the bootstrap's seed), not the interval
         beside it; a summary written before the test: the interval's lower bound above 0. None when not compared."""
         if baseline is None:
             p, low = self.over_trivial_p, self.over_trivial_ci_low
@@ -285,11 +285,12 @@ class SummaryRow:
 
 
 def shown_above(p: float | None, low: float | None, level: float | None) -> bool | None:
-    """The verdict "shown above": the one-sided p of the sign-flip test at alpha = 1 - level (level 0.95 when
-    unknown); the interval's lower bound ``low`` above 0 only where there is no p (a summary from before the test).
-    None: neither is known."""
+    """The verdict "shown above": the one-sided p of the sign-flip test at alpha = (1 - level) / 2 (level 0.95
+    when unknown), the one-sided share of the two-sided interval shown beside it, so a verdict and its interval
+    ask the same strength of evidence; the interval's lower bound ``low`` above 0 only where there is no p (a
+    summary from before the test). None: neither is known."""
     if p is not None:
-        return p <= 1 - (level if level is not None else 0.95)
+        return p <= (1 - (level if level is not None else 0.95)) / 2
     return None if low is None else low > 0
 
 

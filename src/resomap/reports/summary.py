@@ -1,6 +1,6 @@
 """Sweep summary: one row per model x resolution with intervals on its headline numbers, the paired tests between
-resolutions and the recommended resolution per model; written as summary.csv / summary.json / paired_tests.csv /
-recommendation.csv / summary.md / summary.txt.
+resolutions and the decision per model (recommended only with the evidence: reports.uncertainty.recommendation);
+written as summary.csv / summary.json / paired_tests.csv / recommendation.csv / summary.md / summary.txt.
 
 Takes TrialResults (anything with to_dict()) or their dicts, and optionally where each trial's folder is (its
 per-image records, read by the trial's task, give the intervals and tests: classification's predictions.csv,
@@ -25,6 +25,7 @@ from resomap.config.schema import StatsConfig
 from resomap.reports.convergence import convergence_columns
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
 from resomap.reports.uncertainty import (
+    NO_RECOMMENDATION,
     TrialId,
     TrialRecord,
     baseline_columns,
@@ -32,6 +33,7 @@ from resomap.reports.uncertainty import (
     group_records,
     interval_columns,
     one_replicate,
+    recommendation,
 )
 from resomap.reports.uncertainty import load_records as _load_records
 from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
@@ -208,6 +210,30 @@ def baseline_caveat(rows: list[SummaryRow]) -> str:
     return f"Read with care: {'; '.join(parts)}." if parts else ""
 
 
+def _recommend(rows: list[SummaryRow], recs: list[dict[str, Any]]) -> None:
+    """Each model's decided resolution recommended or not (reports.uncertainty.recommendation, the one rule) into
+    its recommendation row (`recommended`, `recommendation`) and the summary rows (`recommended`)."""
+    by_key = {(row.model, row.resolution): row for row in rows}
+    for rec in recs:
+        found = recommendation(rec, by_key.get((rec["model"], rec.get("resolution"))))
+        rec["recommended"], rec["recommendation"] = found.recommended, found.reason
+    chosen = {(rec["model"], rec["resolution"]) for rec in recs if rec["recommended"]}
+    for row in rows:
+        row.recommended = (row.model, row.resolution) in chosen
+
+
+def _say_recommendation(rec: dict[str, Any]) -> None:
+    """The decision's sentence followed by the recommendation ('...; no recommendation: 32 px is not shown above
+    pixel_logreg'); where the sentence already says why (no decision, undecided), 'no recommendation' alone."""
+    sentence, text = str(rec.get("sentence") or ""), str(rec.get("recommendation") or "")
+    if not sentence or not text or NO_RECOMMENDATION + ":" in sentence:
+        return
+    detail = text.split(": ", 1)[1] if ": " in text else ""
+    if not rec.get("recommended") and (not rec.get("available") or (detail and detail in sentence)):
+        text = NO_RECOMMENDATION
+    rec["sentence"] = f"{sentence.rstrip('.')}; {text}"
+
+
 def summary_rows(
     results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
 ) -> list[SummaryRow]:
@@ -220,16 +246,16 @@ def summary_rows(
 def build_summary(
     results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
 ) -> SweepSummary:
-    """The rows, every model's paired tests between resolutions and its recommended resolution."""
+    """The rows, every model's paired tests between resolutions, its decided resolution and whether it is
+    recommended (reports.uncertainty.recommendation)."""
     cfg = stats or StatsConfig()
     dicts = _as_dicts(results)
     records = _load_records(dicts, folders)
     rows = _rows(records, cfg)
     paired, recs = compare_models(records, cfg)
-    chosen = {(r["model"], r["resolution"]) for r in recs if r["available"]}
     verdicts = {(r["model"], v["resolution"]): v for r in recs for v in r.get("verdicts") or []}
+    _recommend(rows, recs)
     for row in rows:
-        row.recommended = (row.model, row.resolution) in chosen
         v = verdicts.get((row.model, row.resolution))
         if v is not None:
             row.verdict, row.margin, row.verdict_p = v["verdict"], v["margin"], v["p_value"]
@@ -239,6 +265,7 @@ def build_summary(
                 row.note = "; ".join(filter(None, [row.note, f"{v['verdict']}: {v['reason']}"]))
     for rec in recs:
         mine = [r for r in rows if r.model == rec["model"]]
+        _say_recommendation(rec)
         caveat = baseline_caveat(mine)
         if caveat and rec.get("sentence"):
             rec["sentence"] = f"{rec['sentence'].rstrip('.')}. {caveat}"

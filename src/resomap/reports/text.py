@@ -4,7 +4,7 @@ as plain text (summary.txt, `resomap analyze`) or Markdown (summary.md)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
@@ -100,12 +100,17 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
     return "\n".join(lines) + "\n"
 
 
-def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
+def results_table(
+    rows: list[SummaryRow], markdown: bool = False, recommendations: Iterable[Mapping[str, Any]] = ()
+) -> str:
     """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
     image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
     test images and training seeds (two-way bootstrap, >= 3 seeds), the headline score above the trivial predictor
     and above each classical baseline (a column each), costs (mean ± std over seeds), each seed's best epoch /
-    epochs run and whether any seed is undertrained."""
+    epochs run, whether any seed is undertrained, the verdict and the recommendation: 'recommended' (the row's
+    mark), or 'no recommendation' at a model's decided resolution that lacks the evidence (``recommendations``: the
+    decision's row says why)."""
+    withheld = {(r["model"], r.get("resolution")) for r in recommendations if not r.get("recommended")}
     level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
     pct = f"{level:.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
@@ -146,10 +151,16 @@ def results_table(rows: list[SummaryRow], markdown: bool = False) -> str:
                 epochs_cell(r.convergence),
                 undertrained_cell(r.undertrained),
                 r.verdict or "-",
-                "recommended" if r.recommended else "",
+                _mark(r, withheld),
             ]
         )
     return table(header, body, markdown)
+
+
+def _mark(r: SummaryRow, withheld: set[tuple[str, Any]]) -> str:
+    if r.recommended:
+        return "recommended"
+    return "no recommendation" if (r.model, r.resolution) in withheld else ""
 
 
 EPOCHS_TITLE = "best epoch / epochs run (seeds)"
@@ -203,6 +214,14 @@ def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str
         for p in paired
     ]
     return table(header, body, markdown)
+
+
+RECOMMENDED_RULE = (
+    "Recommended: a model's decided resolution only where the decision is about the model (model scope, not only "
+    "these trained checkpoints), the model is shown above the trivial predictor and above each classical baseline "
+    "of the sweep at that resolution (the lower bound of the interval above it > 0), and none of its trials there is "
+    "undertrained; otherwise 'no recommendation' with the first of these that is missing."
+)
 
 
 def recommendation_lines(recommendations: list[Mapping[str, Any]], verdicts: bool = False) -> list[str]:
@@ -259,8 +278,9 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         f"seeds, or for a deterministic fit whose seeds are one replicate, not available). Pairs of resolutions are "
         f"compared on the same test images with {test} (p {correction}; descriptive). A model is shown above the "
         f"trivial predictor or a classical baseline when the one-sided sign-flip test of its per-image differences "
-        f"(seeds averaged) gives p <= {1 - level:.2g} (exact on 0/1 outcomes); the interval beside it is "
-        f"descriptive, and where the two disagree the test decides." + decision
+        f"(seeds averaged) gives p <= {(1 - level) / 2:.2g} (exact on 0/1 outcomes), the one-sided share of the "
+        f"two-sided interval beside it, which is descriptive; "
+        f"where the two disagree the test decides." + decision
     )
 
 
@@ -297,7 +317,8 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     bullet = "- " if markdown else ""
     gap = "\n"
     out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats, summary.paired_tests) + "\n\n"
-    out += h("Results per model and resolution") + results_table(summary.rows, markdown) + gap
+    out += h("Results per model and resolution") + results_table(summary.rows, markdown, summary.recommendations)
+    out += gap
     recipe = recipe_line(summary.trials)
     if recipe:
         out += h("Training recipe") + recipe + "\n" + gap
@@ -308,6 +329,8 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
         f"{bullet}{x}\n" if not x.startswith("  ") else f"  {bullet}{x.strip()}\n"
         for x in recommendation_lines(summary.recommendations, verdicts=True)
     )
+    if summary.recommendations:
+        out += gap + RECOMMENDED_RULE + "\n"
     if summary.paired_tests:
         metrics = {p.get("metric") for p in summary.paired_tests}
         first = summary.rows[0] if summary.rows else None

@@ -15,7 +15,8 @@ seeds. For each model and score: the paired tests between its resolutions on the
 (``stats.compare_resolutions``: McNemar, clustered over images with several seeds, or a paired bootstrap for a 0/1
 score, the paired bootstrap with a sign-flip test for any other; descriptive) and, on the headline score, the
 decision: each resolution against the
-reference at the margin, and the recommended resolution (``stats.noninferiority``).
+reference at the margin, and the decided resolution (``stats.noninferiority``); whether it is recommended is
+:func:`recommendation` (the decision's scope, the trivial predictor, the classical baselines, convergence).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
 ``reports.rows.SummaryRow``; None where a number is not available, never NaN), with a ``reason`` in words wherever
@@ -36,7 +37,7 @@ import numpy as np
 from resomap import stats
 from resomap.config.schema import StatsConfig
 from resomap.records import ScoreTable
-from resomap.reports.rows import BASELINE_KEYS, SCORE_ENDS, TWOWAY_WORDS
+from resomap.reports.rows import BASELINE_KEYS, SCORE_ENDS, TWOWAY_WORDS, SummaryRow
 from resomap.tasks import Score, Task, of_result
 
 TrialId = tuple[str, int, int]  # (model, resolution, seed): unique within a sweep and within an analysis
@@ -537,8 +538,10 @@ def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str
         "model": model,
         "metric": metric,
         "resolution": None,
+        "recommended": False,  # set by build_summary from `recommendation` (the evidence beside the decision)
         "reference": None,
         "decided": False,
+        "scope": cfg.scope,
         "accuracy": None,
         "reference_accuracy": None,
         "level": cfg.level,
@@ -547,13 +550,88 @@ def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str
         "power": cfg.power,
         "n_seeds": None,
         "n_images": None,
-        "scope": cfg.scope,
         "deterministic": False,
         "available": False,
         "reason": "",
+        "recommendation": "",
         "sentence": "",
         "note": "",
     }
+
+
+# ------------------------------------------------------------------------------------------------ recommended?
+
+NO_RECOMMENDATION = "no recommendation"
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """Whether a model's decided resolution is recommended, and why in words: ``reason`` is
+    'recommended: <res> px (...)' or 'no recommendation: <the first missing piece of evidence>'."""
+
+    recommended: bool
+    reason: str
+
+
+def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
+    """The one rule of "recommended" (every table, figure, the report and MLflow read its result): the model's
+    decided resolution (``rec``: its recommendation row, RECOMMENDATION_COLUMNS; ``row``: the summary row of that
+    model at that resolution) is recommended only when all hold, checked in this order:
+
+    (a) a decision about the model exists: ``rec`` is available, ``decided`` and of ``scope`` "model" (a row
+        without a scope is of checkpoint scope: a statement about the trained checkpoints, not the model);
+    (b) the model is shown above the task's trivial predictor there (``SummaryRow.shown_above``: the one-sided
+        sign-flip test);
+    (c) it is shown above each classical baseline of the sweep that ran at that resolution (a classical model is
+        not compared with the baselines: for it (c) does not apply);
+    (d) none of its trials there is flagged undertrained (the row's convergence records).
+
+    Otherwise 'no recommendation: <reason>' with the first that fails."""
+    res = rec.get("resolution")
+    if not rec.get("available") or res is None:
+        why = str(rec.get("reason") or "")
+        return _none(f"no decision ({why})" if why else "no decision")
+    if not rec.get("decided"):
+        return _none(_undecided(rec))
+    if rec.get("scope", "checkpoint") != "model":
+        return _none("no decision about the model (checkpoint scope only)")
+    if row is None:
+        return _none(f"no summary row for {res} px")
+    trivial = row.words.get("trivial") or "the trivial predictor"
+    if not row.shown_above():
+        return _none(f"{res} px is not shown above {trivial}{_bound(row.over_trivial_p, row.over_trivial_ci_low)}")
+    baselines = {} if row.family == CLASSICAL else row.compared_baselines()
+    for name, found in sorted(baselines.items()):
+        if not row.shown_above(name):
+            return _none(f"{res} px is not shown above {name}{_bound(found.get('p'), found.get('ci_low'))}")
+    if row.undertrained:
+        return _none(f"{res} px is undertrained ({row.undertrained_reason or 'a seed is flagged'})")
+    above = " and ".join([trivial, *sorted(baselines)])
+    return Evidence(True, f"recommended: {res} px (a decision about the model; shown above {above}; not undertrained)")
+
+
+def _none(why: str) -> Evidence:
+    return Evidence(False, f"{NO_RECOMMENDATION}: {why}")
+
+
+def _bound(p: Any, low: Any) -> str:
+    """The evidence in words: the one-sided p of the sign-flip test that decides, else (a summary from before it)
+    the interval's lower bound."""
+    p, low = _num(p), _num(low)
+    if p is not None:
+        return f" (one-sided p {p:.3g})"
+    return " (no test)" if low is None else f" (lower bound {low:+.3f})"
+
+
+def _undecided(rec: Mapping[str, Any]) -> str:
+    """The undecided decision in words: the first clause of its reason where it says so ('undecided: no smaller
+    resolution shown non-inferior to 128 px at margin 0.02'), else 'undecided at margin 0.02 (<its reason>)'."""
+    reason = str(rec.get("reason") or "")
+    if reason.startswith("undecided"):
+        return reason.split(";")[0].strip()
+    margin = _num(rec.get("margin"))
+    text = f"undecided at margin {margin:g}" if margin is not None else "undecided"
+    return f"{text} ({reason})" if reason else text
 
 
 def headline_scores(by_res: Mapping[int, list[TrialRecord]]) -> dict[int, np.ndarray] | str:

@@ -246,6 +246,10 @@ class Tracker:
         if items:
             self._soft("set tags", self.client.log_batch, run_id, tags=items)
 
+    def delete_tag(self, run_id: str, key: str) -> None:
+        """Remove a tag the run holds (a summary's tag that no longer applies)."""
+        self._soft("delete tag", self.client.delete_tag, run_id, key)
+
     def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
         self._soft("log artifact", self.client.log_artifact, run_id, str(path), artifact_path)
 
@@ -349,7 +353,7 @@ class NullTracker:
     def _nothing(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    end_run = reopen_run = log_params = log_metrics = set_tags = _nothing
+    end_run = reopen_run = log_params = log_metrics = set_tags = delete_tag = _nothing
     log_artifact = log_text = log_figure = log_model = log_image = log_inputs = _nothing
 
 

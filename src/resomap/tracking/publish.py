@@ -429,29 +429,47 @@ def publish_sweep(
     tags = headline(summary)
     findings = comparison.findings if comparison is not None else []
     tags[NOTE_TAG] = parent_note(summary, findings, page, figures)
-    best = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
-    if best and best.test_accuracy is not None:
-        metrics["best_test_accuracy"] = best.test_accuracy
-        tags["resomap.best"] = f"{best.model}@{best.resolution}"
+    top = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
+    if top and top.test_accuracy is not None:
+        metrics["best_test_accuracy"] = top.test_accuracy  # descriptive: the highest test accuracy of the sweep
+    best = best_recommended(summary)
+    if best is not None:
+        tags[BEST_TAG] = best
     for rec in summary.recommendations:
-        if rec["resolution"] is not None:
+        if rec["resolution"] is not None and rec.get("recommended"):  # only with the evidence (the summary's rule)
             metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
+        if rec["resolution"] is not None:
             metrics[f"reference_resolution/{mlflow_name(rec['model'])}"] = rec["reference"]
     for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
-    log_changed(tracker, parent, metrics, tags)
+    log_changed(tracker, parent, metrics, tags, drop=() if best is not None else (BEST_TAG,))
     matrices = comparison.matrices if comparison is not None else {}
     log_metric_points(tracker, parent, resolution_points(summary.rows, matrices))
     publish_sweep_images(tracker, parent, images or {})
 
 
+BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
+
+
+def best_recommended(summary: Any) -> str | None:
+    """'<model>@<res>' of the most accurate resolution the summary recommends (a recommendation row's
+    `recommended`: reports.uncertainty.recommendation, not recomputed here); None when it recommends none."""
+    chosen = {(r["model"], r["resolution"]) for r in summary.recommendations if r.get("recommended")}
+    rows = [r for r in summary.rows if (r.model, r.resolution) in chosen]
+    best = max(rows, key=lambda r: r.test_accuracy or 0.0, default=None)
+    return f"{best.model}@{best.resolution}" if best is not None else None
+
+
 def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path]) -> str:
-    """The parent run's description (markdown, shown above its details in the MLflow UI): the decision per model,
+    """The parent run's description (markdown, shown above its details in the MLflow UI): the decision per model
+    with its recommendation or 'no recommendation: <reason>' (and a line saying so when no model is recommended),
     the undertrained model x resolutions, the explanation finding per model x method, and where the report and the
     figures are."""
     lines = ["**Decisions** (each resolution against the reference at the stated margin)", ""]
     lines += [f"- {r['sentence']}" for r in summary.recommendations if r.get("sentence")] or ["- no finished trial"]
+    if summary.recommendations and not any(r.get("recommended") for r in summary.recommendations):
+        lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
     lines += training_lines(getattr(summary, "rows", ()))
     statements = [s for s in statements if s.strip()]
     if statements:
@@ -491,8 +509,12 @@ def headline(summary: Any) -> dict[str, str]:
     return tags
 
 
-def log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
-    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing)."""
+def log_changed(
+    tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str], drop: Iterable[str] = ()
+) -> None:
+    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing), and
+    delete the tags in ``drop`` that the run holds (an earlier summary's `resomap.best` once nothing is
+    recommended)."""
     try:
         run = tracker.get_run(run_id)
     except Exception:  # unreachable: log everything (the calls themselves are soft)
@@ -505,6 +527,9 @@ def log_changed(tracker: Any, run_id: str, metrics: dict[str, float], tags: dict
         tracker.log_metrics(run_id, metrics)
     if tags:
         tracker.set_tags(run_id, tags)
+    for key in drop:
+        if key in have_t and key not in tags:
+            tracker.delete_tag(run_id, key)
 
 
 def mlflow_name(text: str) -> str:
