@@ -122,7 +122,7 @@ def test_the_decision_is_read_with_the_resolutions_not_shown_above_the_baselines
     assert baseline_caveat([row(32, 0.05, 0.02)]) == ""
     # since issue 31 the rows carry the one-sided sign-flip p, and it decides where it and the interval disagree
     tested = row(32, 0.05, -0.01)
-    tested.over_trivial_p, tested.over_baseline_p = 0.07, 0.03
+    tested.over_trivial_p, tested.over_baseline_p = 0.07, 0.02  # shown at p <= (1 - level) / 2 = 0.025
     assert baseline_caveat([tested]) == "Read with care: not shown above the majority class at any resolution."
     assert baseline_caveat([SummaryRow("m", "cnn", 32, 1)]) == ""  # nothing to compare with: nothing said
 
@@ -167,7 +167,7 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
             assert rows[(model, res)]["twoway_ci_low"] is None
     said = "Deterministic fit: its 2 seeds are one replicate."
     assert recs["pixel_logreg"]["deterministic"] is True and said in recs["pixel_logreg"]["sentence"]
-    assert recs["tiny_cnn"]["deterministic"] is False and "replicate" not in recs["tiny_cnn"]["sentence"]
+    assert recs["tiny_cnn"]["deterministic"] is False and "one replicate" not in recs["tiny_cnn"]["sentence"]
     assert (folder / "summary.md").read_text().count(said) == 1
     assert (folder / "report.html").read_text().count(said) == 1
     findings = (folder / "explanations" / "findings.txt").read_text().splitlines()

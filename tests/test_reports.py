@@ -7,6 +7,7 @@ known per-image correctness) and summarised by the same code a sweep runs.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -337,10 +338,11 @@ def test_paired_tests_and_recommendation(fake):
     # default margin 0.02 the 200 images cannot show 64 px non-inferior (5 discordant images): undecided, said so
     (rec,) = _csv(out / "recommendation.csv")
     assert (int(rec["resolution"]), int(rec["reference"]), rec["decided"]) == (128, 128, "False")
-    assert rec["sentence"].startswith(f"{MODEL}: undecided: no smaller resolution shown non-inferior to 128 px")
+    scoped = "undecided at model scope (training seeds as replicates)"
+    assert rec["sentence"].startswith(f"{MODEL}: {scoped}: no smaller resolution shown non-inferior to 128 px")
     assert "detects margins of" in rec["sentence"]
     # undecided: nothing recommended, and the sentence says so after the reason it already gives
-    undecided = "undecided: no smaller resolution shown non-inferior to 128 px at margin 0.02"
+    undecided = f"{scoped}: no smaller resolution shown non-inferior to 128 px at margin 0.02"
     assert (rec["recommended"], rec["recommendation"]) == ("False", f"no recommendation: {undecided}")
     assert rec["sentence"].endswith("; no recommendation")
     summary = json.loads((out / "summary.json").read_text())
@@ -349,11 +351,14 @@ def test_paired_tests_and_recommendation(fake):
         summary["rows"], stats.noninferiority(correct, margin=0.02), ["undecided", "undecided", "reference"]
     )
     text = (out / "summary.md").read_text()
-    assert "64 px undecided to 128 px at margin 0.02" in text and "this design detects margins of" in text
+    assert (
+        "64 px undecided to 128 px at model scope (training seeds as replicates) at margin 0.02" in text
+        and "this design detects margins of" in text
+    )
     # at a margin the design can decide, 64 px is shown non-inferior and 32 px (60 more errors) inferior
     trials = fake[1]
     results = [TrialResult.from_json((t.summary_dir / "result.json").read_text()) for t in trials]
-    wider = build_summary(results, trial_folders(trials), StatsConfig(resamples=400, margin=0.04))
+    wider = build_summary(results, trial_folders(trials), StatsConfig(resamples=400, margin=0.04, scope="checkpoint"))
     (rec,) = wider.recommendations
     assert (rec["resolution"], rec["decided"], rec["scope"]) == (64, True, "checkpoint")
     # decided, but about these trained checkpoints only (the image the unit): 64 px stays the decided resolution,
@@ -362,7 +367,8 @@ def test_paired_tests_and_recommendation(fake):
     assert (rec["recommended"], rec["recommendation"]) == (False, why)
     assert (
         rec["sentence"]
-        == f"{MODEL}: 64 px is the smallest resolution shown non-inferior to 128 px (margin 0.04 in accuracy); {why}"
+        == f"{MODEL}: 64 px is the smallest resolution shown non-inferior to 128 px for these trained checkpoints "
+        f"(checkpoint scope) (margin 0.04 in accuracy); {why}"
     )
     rows = [r.to_dict() for r in wider.rows]
     _check_verdicts(rows, stats.noninferiority(correct, margin=0.04), ["inferior", "non-inferior", "reference"])
@@ -388,8 +394,12 @@ def test_one_seed_gives_no_seed_interval_and_valid_json(tmp_path):
         assert row["n_seeds"] == 1 and row["twoway_ci_low"] is None
         assert "interval over test images and training seeds not available: needs >= 3 seeds" in row["note"]
         assert row["test_accuracy_ci_low"] is not None  # the image interval is there with one seed
-    rec = data["recommendations"][0]  # the decision is made with one seed too (the image is the unit)
-    assert rec["reference"] == 128 and rec["n_seeds"] == 1 and rec["detectable"] > 0
+    rec = data["recommendations"][0]  # about the model, one seed decides nothing and says how many it needs
+    assert rec["reference"] == 128 and rec["n_seeds"] == 1 and rec["scope"] == "model" and not rec["decided"]
+    assert "one seed says nothing of seed-to-seed variation" in rec["reason"] and " seeds" in rec["reason"]
+    checkpoints = build_summary(results, trial_folders(trials), dataclasses.replace(FAST, scope="checkpoint"))
+    rec = checkpoints.recommendations[0]  # about these checkpoints, the images are the unit: one seed decides
+    assert rec["n_seeds"] == 1 and rec["detectable"] > 0 and "for these trained checkpoints" in rec["reason"]
     assert "not available: needs >= 3 seeds" in _csv(out / "summary.csv")[0]["note"]
 
 
@@ -583,7 +593,10 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     assert "**No recommendation** for any model" in note and "; no recommendation" in note
     assert tracker.metrics[f"reference_resolution/{MODEL}"] == 128
     assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]
-    assert "undecided: no smaller resolution shown non-inferior" in tracker.tags[f"resomap.recommendation.{MODEL}"]
+    assert (
+        "undecided at model scope (training seeds as replicates): no smaller resolution shown"
+        in tracker.tags[f"resomap.recommendation.{MODEL}"]
+    )
     # each resolution's verdict with its margin and the detectable margin, in words and as numbers
     assert tracker.tags[f"resomap.verdict.{MODEL}.64"].startswith("undecided (margin 0.02; detectable 0.0")
     assert tracker.tags[f"resomap.verdict.{MODEL}.128"] == "reference (margin 0.02)"
@@ -692,7 +705,7 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
     dicts = [json.loads((t.summary_dir / "result.json").read_text()) for t in trials]
     for d in dicts:
         d["convergence"] = {**d["convergence"], "undertrained": False, "undertrained_reason": None}
-    cfg = StatsConfig(resamples=400, margin=0.04)  # 64 px decided non-inferior to 128 px
+    cfg = StatsConfig(resamples=400, margin=0.04, scope="checkpoint")  # 64 px decided non-inferior to 128 px
     at_checkpoints = build_summary(dicts, trial_folders(trials), cfg)
     decide = uncertainty.compare_model
 
@@ -827,7 +840,10 @@ def test_segmentation_summary_reads_per_image_scores_through_the_same_statistics
     assert found["p_adjusted"] == test.p_value and found["significant"]  # one pair per metric: nothing to adjust
     (rec,) = summary.recommendations
     assert (rec["metric"], rec["resolution"], rec["reference"], rec["decided"]) == ("miou", 32, 32, True)
-    assert "16 px is shown inferior (more than 0.02 below in mIoU per image)" in rec["sentence"]
+    assert (
+        "16 px is shown inferior at model scope (training seeds as replicates) (more than 0.02 below in mIoU per image)"
+        in rec["sentence"]
+    )
     decision = stats.noninferiority({r: np.stack([scores[(r, s)][0] for s in (0, 1)]) for r in (16, 32)}, margin=0.02)
     assert rows[16].verdict == "inferior" and rows[16].reference_high == decision.verdicts[1].high
     out = tmp_path / "summary"
@@ -905,7 +921,8 @@ def _borderline_records() -> list:
 def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
     """Issue 31: "shown above the majority class" came from the lower bound of a bootstrap interval, so on a
     borderline case the resampling seed decided it. Now the one-sided exact sign-flip test of the per-image
-    differences decides (p <= 1 - level); the interval stays beside it, descriptive, and the row says both."""
+    differences decides (p <= (1 - level) / 2, the one-sided share of the two-sided interval); the interval stays
+    beside it, descriptive, and the row says both."""
     from resomap.reports.summary import baseline_caveat
     from resomap.reports.text import above_baseline, above_trivial
     from resomap.reports.uncertainty import baseline_columns, group_records, interval_columns
@@ -922,7 +939,11 @@ def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
         verdicts.add((row.shown_above(), row.shown_above("pixel_logreg"), baseline_caveat([row])))
         cells.add((above_trivial(row).split(" (")[1], above_baseline(row).split(" (")[1]))
     assert lows == {True, False}  # the interval's lower bound: above 0 under some seeds, not under others
-    assert verdicts == {(True, True, "")}  # the test: shown above both, whatever the seed
+    caveat = (
+        "Read with care: not shown above the majority class at any resolution; not shown above the classical "
+        "baseline pixel_logreg at any resolution."
+    )
+    assert verdicts == {(False, False, caveat)}  # the test (p 0.029 > 0.025): not shown, whatever the seed
     d = np.zeros(180)
     d[124:146], d[146], d[:11] = 1.0, 0.5, -1.0  # the per-image differences, seeds averaged
     p = stats.sign_flip(d, alternative="greater").p_value
@@ -1004,7 +1025,7 @@ def test_a_model_whose_seeds_differ_is_not_deterministic(fake):
     data = json.loads((out / "summary.json").read_text())
     assert [r["deterministic"] for r in data["rows"]] == [False] * len(RESOLUTIONS)
     assert data["recommendations"][0]["deterministic"] is False
-    assert "replicate" not in data["recommendations"][0]["sentence"]
+    assert "one replicate" not in data["recommendations"][0]["sentence"]
 
 
 def test_segmentation_seeds_are_one_fit_on_equal_scores_unless_they_score_as_all_background():

@@ -17,7 +17,7 @@ THRESHOLD = SIZE // DETAIL  # 16 px: below it a detail cell is under one pixel a
 LOW, HIGH = [8], [32, 64]  # 8 px: a cell is half a pixel (averaged away exactly); 32 and 64 px: 2 and 4 px cells
 # tiny_cnn learns the texture in a few epochs without augmentation (random crops resample the 2 px cells at 32 px
 # and blur them; with augmentation 64 px stayed near 0.92 while 32 px reached 0.97-0.99). 800 images give 120 test
-# images (x 2 seeds = 240 McNemar pairs). About 45 s on an idle 2-core CPU, 2-4 min with another suite beside it.
+# images (x 3 seeds = 360 McNemar pairs). About 70 s on an idle 2-core CPU, 3-6 min with another suite beside it.
 LEARNING = [  # the data and training these tests (and tests/test_adaptive_synthetic.py) learn the texture with
     "experiment.seed=42",  # also the data seed: the images and the split
     "data.dataset=synthetic",
@@ -38,7 +38,7 @@ SETTINGS = [
     "experiment.name=resolution-effect",
     "sweep.models=[tiny_cnn]",
     f"sweep.resolutions=[{','.join(map(str, LOW + HIGH))}]",
-    "sweep.seeds=[1,2]",
+    "sweep.seeds=[1,2,3]",  # model scope (the default) counts the seed as a replicate: 3 seeds to decide
     *LEARNING,
     "stats.paired_test=mcnemar",
     "stats.correction=holm",
@@ -52,12 +52,12 @@ def test_sweep_finds_the_drop_below_the_detail_resolution_and_recommends_the_sma
     assert main(["-q", "sweep", "--preset", "smoke", f"experiment.output_dir={project}", *SETTINGS]) == 0
 
     sweep = load_sweep("resolution-effect", root=project / "model_summaries")
-    assert sorted(zip(sweep.trials.resolution, sweep.trials.seed)) == [(r, s) for r in LOW + HIGH for s in (1, 2)]
+    assert sorted(zip(sweep.trials.resolution, sweep.trials.seed)) == [(r, s) for r in LOW + HIGH for s in (1, 2, 3)]
     assert set(sweep.trials.status) == {"FINISHED"}, sweep.trials
 
     pairs = sweep.paired_tests.set_index(["resolution_a", "resolution_b"])
     table = sweep.paired_tests.drop(columns=["reason", "method", "correction", "level"]).to_string()
-    assert len(pairs) == 3 and pairs.available.all() and set(pairs.n_seeds) == {2}, table
+    assert len(pairs) == 3 and pairs.available.all() and set(pairs.n_seeds) == {3}, table
     own = sweep.predictions.query("test_resolution == resolution")  # each trial tested at its own resolution
     acc = own.groupby("resolution").correct.mean().to_dict()  # pooled over seeds and test images
     # the data behave as designed (observed: 0.43-0.53 below the threshold, 0.95-1.00 above, over 5 data seeds)
@@ -71,10 +71,13 @@ def test_sweep_finds_the_drop_below_the_detail_resolution_and_recommends_the_sma
             assert row.b01 > row.b10, table  # images the low resolution gets wrong and the high one right dominate
     assert not pairs.loc[(HIGH[0], HIGH[1])].significant, table  # no drop between resolutions above the threshold
 
-    # the decision at margin 0.05 against the largest resolution: never a resolution below the detail threshold
+    # the decision at margin 0.05 against the largest resolution, about the model (3 seeds as replicates): 32 px
+    # shown non-inferior, never a resolution below the detail threshold
     rec = sweep.recommendations.set_index("model").loc["tiny_cnn"]
-    assert rec.available and rec.resolution in HIGH and rec.reference == max(HIGH), rec.to_dict()
-    assert rec.n_seeds == 2 and rec.resolution > THRESHOLD > max(LOW)
+    assert rec.available and rec.decided and rec.scope == "model", rec.to_dict()
+    assert rec.resolution == min(HIGH) and rec.reference == max(HIGH), rec.to_dict()
+    assert rec.n_seeds == 3 and rec.resolution > THRESHOLD > max(LOW)
+    assert "at model scope (training seeds as replicates)" in rec.sentence, rec.sentence
     verdicts = sweep.summary.set_index("resolution")["verdict"]
     assert all(verdicts[r] != "non-inferior" for r in LOW), verdicts
 

@@ -292,9 +292,9 @@ class StatsConfig:
     power: float = 0.8  # the power at which the smallest detectable margin is stated
     discordance: float = 0.2  # planning assumption: fraction of test images whose outcome changes between resolutions
     seed_correlation: float = 0.5  # planning assumption: correlation of one image's differences across seeds
-    # model: decisions about the model at a resolution, training seeds as replicates (both sources of variation);
-    # checkpoint: about these trained checkpoints, the test images the only source (stats.scope)
-    scope: Literal["model", "checkpoint"] = "model"
+    # decisions about the model at a resolution, training seeds as replicates (model) or about these trained
+    # checkpoints, the test images the only source of variation (checkpoint); stats.scope holds the tests
+    scope: Literal["model", "checkpoint"] = "model"  # model: seeds as replicates; checkpoint: these trained checkpoints
     seed_sd: float = 0.02  # planning assumption: sd of a model's accuracy across training seeds (model scope)
     # per model: the one-sided alpha of its non-inferiority decision in place of 1 - level; set by an adaptive
     # sweep at each look from its spending rule (leave empty)

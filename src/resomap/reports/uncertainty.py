@@ -599,11 +599,13 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
         return _none(f"no summary row for {res} px")
     trivial = row.words.get("trivial") or "the trivial predictor"
     if not row.shown_above():
-        return _none(f"{res} px is not shown above {trivial}{_bound(row.over_trivial_p, row.over_trivial_ci_low)}")
+        why = _bound(row.over_trivial_p, row.over_trivial_ci_low, row.ci_level)
+        return _none(f"{res} px is not shown above {trivial}{why}")
     baselines = {} if row.family == CLASSICAL else row.compared_baselines()
     for name, found in sorted(baselines.items()):
         if not row.shown_above(name):
-            return _none(f"{res} px is not shown above {name}{_bound(found.get('p'), found.get('ci_low'))}")
+            why = _bound(found.get("p"), found.get("ci_low"), row.ci_level)
+            return _none(f"{res} px is not shown above {name}{why}")
     if row.undertrained:
         return _none(f"{res} px is undertrained ({row.undertrained_reason or 'a seed is flagged'})")
     above = " and ".join([trivial, *sorted(baselines)])
@@ -614,13 +616,14 @@ def _none(why: str) -> Evidence:
     return Evidence(False, f"{NO_RECOMMENDATION}: {why}")
 
 
-def _bound(p: Any, low: Any) -> str:
-    """The evidence in words: the one-sided p of the sign-flip test that decides, else (a summary from before it)
-    the interval's lower bound."""
-    p, low = _num(p), _num(low)
+def _bound(p: Any, low: Any, level: Any) -> str:
+    """The evidence in words: the one-sided p of the sign-flip test that decides, with the interval's lower bound
+    beside it; the lower bound alone in a summary from before the test."""
+    p, low, level = _num(p), _num(low), _num(level)
+    bound = None if low is None else f"{f'{level:.0%} ' if level is not None else ''}CI lower bound {low:+.3f}"
     if p is not None:
-        return f" (one-sided p {p:.3g})"
-    return " (no test)" if low is None else f" (lower bound {low:+.3f})"
+        return f" (one-sided p {p:.3g}" + (f"; {bound})" if bound else ")")
+    return " (no interval)" if bound is None else f" ({bound})"
 
 
 def _undecided(rec: Mapping[str, Any]) -> str:

@@ -198,6 +198,10 @@ def bounds(d: np.ndarray, alpha: float, *, binary: bool, scope: str) -> tuple[fl
     null values delta0 below which "mean > delta0" is shown, ``high`` that above which "mean < delta0" is."""
     mean = float(d.mean())
     edge = 1 - 1e-9
+    if not binary:  # neither the variance nor the critical value depends on delta0: the bounds in closed form
+        p = parts(d[None], mean, binary=binary, scope=scope)
+        half = float(critical(p, alpha, binary=binary)[0] * math.sqrt(p.image[0] + p.seed[0]))
+        return max(-edge, mean - half), min(edge, mean + half)
 
     def at(deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         batch = np.broadcast_to(d, (deltas.size, *d.shape))
