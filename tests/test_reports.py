@@ -725,16 +725,17 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
     assert (rec["resolution"], rec["recommended"]) == (64, False)
     assert not any(r.recommended for r in at_checkpoints.rows)
 
-    def rings(summary) -> tuple[int, list[str]]:
+    def rings(summary) -> tuple[int, list[str], str]:
         fig = quality_figure(summary.rows, summary.paired_tests, summary.recommendations)
         ringed = [ln for ax in fig.axes for ln in ax.lines if ln.get_markersize() == 11]
         legend = [h.get_label() for h in fig.legends[0].legend_handles if isinstance(h, Line2D)]
-        return len(ringed), legend
+        return len(ringed), legend, fig._suptitle.get_text()
 
-    found, legend = rings(at_model)
-    assert found == 2 and "recommended" in legend  # the accuracy and macro-F1 panels
-    found, legend = rings(at_checkpoints)
+    found, legend, title = rings(at_model)
+    assert found == 2 and "recommended" in legend and "no recommendation" not in title  # accuracy and macro-F1
+    found, legend, title = rings(at_checkpoints)
     assert found == 0 and "recommended" not in legend
+    assert f"no recommendation: {MODEL}" in title.replace("\n", " ")  # the figure says it, not only the ring
 
     for name, summary, mark in (
         ("model", at_model, "recommended"),

@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from resomap.plotstyle import MATRIX_CMAP, method_colour, resolution_axis, save_figure
+from resomap.plotstyle import MATRIX_CMAP, fit_text, method_colour, resolution_axis, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
 from resomap.reports.rows import SummaryRow
 from resomap.stats import pareto_front
@@ -153,8 +153,20 @@ def quality_figure(
             ax.set_ylim(lo, hi + 0.06 * (hi - lo))  # room for the asterisks
         handles = _quality_legend(colours, marks, _level(rows), _margin(rows))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), frameon=False)
-        fig.suptitle("test quality vs input resolution")
+        title = "test quality vs input resolution"
+        withheld = _withheld(recommendations)
+        if withheld:
+            note = f"no recommendation: {withheld} (the evidence is missing; summary.md says which)"
+            size = float(STYLE.get("figure.titlesize", STYLE.get("font.size", 10)))
+            title += "\n" + fit_text(note, 0.85 * 3.4 * len(panels), size)  # a margin for the estimate
+        fig.suptitle(title)
     return fig
+
+
+def _withheld(recommendations: list[Mapping[str, Any]]) -> str:
+    """The models with a recommendation row but no recommendation, as the figure names them."""
+    names = [str(r["model"]) for r in recommendations if "recommended" in r and not r.get("recommended")]
+    return ", ".join(names)
 
 
 @dataclass

@@ -219,7 +219,7 @@ def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str
 RECOMMENDED_RULE = (
     "Recommended: a model's decided resolution only where the decision is about the model (model scope, not only "
     "these trained checkpoints), the model is shown above the trivial predictor and above each classical baseline "
-    "of the sweep at that resolution (the lower bound of the interval above it > 0), and none of its trials there is "
+    "of the sweep at that resolution (by the one-sided sign-flip test above), and none of its trials there is "
     "undertrained; otherwise 'no recommendation' with the first of these that is missing."
 )
 
@@ -264,12 +264,21 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
     correction = "Holm-adjusted over each model's pairs" if stats.get("correction") == "holm" else "not adjusted"
     level = stats.get("level", 0.95)
     reference = f"{stats['reference']} px" if stats.get("reference") else "the largest resolution"
+    scope = stats.get("scope", "checkpoint")  # a summary from before scopes decided about the checkpoints
+    how = (
+        "at model scope: the training seed is a replicate beside the test image (seeds x images crossed; a score "
+        "test for 0/1 outcomes, the t-test otherwise, with a critical value between the normal's and Student's t "
+        "with seeds - 1 degrees of freedom by the seeds' share of the variance; one seed decides nothing)"
+        if scope == "model"
+        else "for these trained checkpoints (checkpoint scope): the test images the only source of variation, each "
+        "image's seeds averaged (a score test for 0/1 outcomes, the t-test otherwise)"
+    )
     decision = (
         f" Decision: each resolution against the reference ({reference}, fixed before testing) on the headline "
-        f"score, non-inferior when shown no more than {stats.get('margin', 0.02):g} below it (one-sided paired t-test "
-        f"over test images, seeds averaged per image, alpha {1 - level:.2g}), tested in a fixed sequence from the "
-        f"reference down; 'undecided' is not 'the same': the detectable margin beside it says what the design could "
-        f"show at power {stats.get('power', 0.8):g}."
+        f"score, non-inferior when shown no more than {stats.get('margin', 0.02):g} below it, {how}, one-sided "
+        f"alpha {1 - level:.2g}, tested in a fixed sequence from the reference down; 'undecided' is not 'the same': "
+        f"the detectable margin and what the margin would need (seeds, test images) beside it say what the design "
+        f"could show at power {stats.get('power', 0.8):g}."
     )
     return (
         f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} resamples, seeds "
