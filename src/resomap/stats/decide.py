@@ -125,38 +125,48 @@ def _components(d: np.ndarray) -> tuple[float, float, float]:
     """Variance components of one image's difference from d [S, N] (two-way ANOVA moments, each at least 0):
     (shared by the seeds of an image, image x seed residual, of a seed's mean difference)."""
     seeds, n = d.shape
-    dbar = d.mean(0)
     if seeds < 2:
-        return float(dbar.var(ddof=1)) if n > 1 else 0.0, 0.0, 0.0
-    per_seed = d.mean(1)
-    resid = d - dbar[None, :] - per_seed[:, None] + d.mean()
-    ms_resid = float((resid**2).sum() / ((n - 1) * (seeds - 1))) if n > 1 else 0.0
-    image = max(0.0, float(dbar.var(ddof=1)) - ms_resid / seeds) if n > 1 else 0.0
-    seed = max(0.0, float(per_seed.var(ddof=1)) - ms_resid / n)
-    return image, ms_resid, seed
+        return float(d[0].var(ddof=1)) if n > 1 else 0.0, 0.0, 0.0
+    dbar, per_seed, ms_resid = (x[0] for x in scopes.two_way(d[None]))
+    ms = float(ms_resid)
+    image = max(0.0, float(dbar.var(ddof=1)) - ms / seeds) if n > 1 else 0.0
+    seed = max(0.0, float(per_seed.var(ddof=1)) - ms / n)
+    return image, ms, seed
 
 
 def _needs(
     n: int, seeds: int, margin: float, alpha: float, power: float, parts: tuple[float, float, float], scope: str
-) -> tuple[int | None, int | None]:
-    """(fewest seeds at these images, fewest images at these seeds) that show ``margin`` with ``power`` when the
-    true difference is 0; None where none up to 64 seeds / no number of images does."""
+) -> dict[str, Any]:
+    """What shows ``margin`` with ``power`` when the true difference is 0: ``seeds_needed`` (the fewest seeds at
+    these images; None: none up to 64), ``images_needed`` (the fewest images at these seeds; None: no number) and,
+    where neither alone does, ``joint_needed``: (seeds, images), of the designs at these seeds or 3, 5, 10, 20,
+    32, 64 seeds that do, the one with the fewest test predictions (seeds x images); None when none does."""
     from scipy import stats
 
-    q = float(stats.norm.ppf(power))
     image, resid, seed = parts
     at = functools.partial(
         scopes.plan_power_at,
         margin=margin,
         alpha=alpha,
-        power_q=q,
+        power_q=float(stats.norm.ppf(power)),
         image_var=image,
         resid_var=resid,
         seed_var=seed,
         scope=scope,
     )
-    need_seeds = next((k for k in range(1, MAX_SEEDS + 1) if at(n, k)[0] >= power), None)
-    return need_seeds, _images_needed(at, seeds, power)
+    out: dict[str, Any] = {
+        "seeds_needed": next((k for k in range(1, MAX_SEEDS + 1) if at(n, k)[0] >= power), None),
+        "images_needed": _images_needed(at, seeds, power),
+        "joint_needed": None,
+    }
+    if out["seeds_needed"] is None and out["images_needed"] is None:
+        designs = []
+        for k in sorted({max(seeds, 2 if scope == "model" else 1), 3, 5, 10, 20, 32, MAX_SEEDS}):
+            found = _images_needed(at, k, power) if k >= seeds else None
+            if found is not None:
+                designs.append((k * found, k, found))
+        out["joint_needed"] = min(designs)[1:] if designs else None
+    return out
 
 
 def _images_needed(at: Callable[[int, int], tuple[float, float]], seeds: int, power: float) -> int | None:
@@ -172,35 +182,6 @@ def _images_needed(at: Callable[[int, int], tuple[float, float]], seeds: int, po
     return lo
 
 
-def joint_need(
-    seeds: int, margin: float, alpha: float, power: float, parts: tuple[float, float, float], scope: str
-) -> tuple[int, int] | None:
-    """(seeds, test images): of the designs at these seeds or 3, 5, 10, 20, 32, 64 seeds that show the margin with
-    the power, the one with the fewest test predictions (seeds x images); None when none does."""
-    from scipy import stats
-
-    q = float(stats.norm.ppf(power))
-    image, resid, seed = parts
-    at = functools.partial(
-        scopes.plan_power_at,
-        margin=margin,
-        alpha=alpha,
-        power_q=q,
-        image_var=image,
-        resid_var=resid,
-        seed_var=seed,
-        scope=scope,
-    )
-    designs = []
-    for k in sorted({max(seeds, 2 if scope == "model" else 1), 3, 5, 10, 20, 32, MAX_SEEDS}):
-        if k < seeds:
-            continue
-        found = _images_needed(at, k, power)
-        if found is not None:
-            designs.append((k * found, k, found))
-    return min(designs)[1:] if designs else None  # the fewest test predictions (seeds x images)
-
-
 def _step(
     d: np.ndarray, margin: float, alpha: float, power: float, binary: bool, scope: str, seed_sd: float
 ) -> dict[str, Any]:
@@ -214,8 +195,7 @@ def _step(
     if scope == "model" and seeds < 2:  # no seed variance to see: plan it from the assumed seed sd
         parts = (parts[0], 0.0, 2 * seed_sd**2)
         out.update(low=None, high=None, p_value=None, detectable=None)
-        out["seeds_needed"], out["images_needed"] = _needs(n, seeds, margin, alpha, power, parts, scope)
-        out["joint_needed"] = joint_need(seeds, margin, alpha, power, parts, scope)
+        out.update(_needs(n, seeds, margin, alpha, power, parts, scope))
         return out
     low, high = scopes.bounds(d, alpha, binary=binary, scope=scope)
     edge = 1 - 1e-6
@@ -224,10 +204,7 @@ def _step(
     out["p_value"] = scopes.p_value(d, -margin, binary=binary, scope=scope)
     q = float(stats.norm.ppf(power))
     out["detectable"] = scopes.plan_power_at(n, seeds, margin, alpha, q, *parts, scope=scope)[1]
-    out["seeds_needed"], out["images_needed"] = _needs(n, seeds, margin, alpha, power, parts, scope)
-    out["joint_needed"] = (
-        None if out["seeds_needed"] or out["images_needed"] else joint_need(seeds, margin, alpha, power, parts, scope)
-    )
+    out.update(_needs(n, seeds, margin, alpha, power, parts, scope))
     return out
 
 
@@ -414,15 +391,11 @@ def plan_power(
     q = float(stats.norm.ppf(power))
     reached, detectable = scopes.plan_power_at(n_images, n_seeds, margin, alpha, q, *parts, scope=scope)
     se = scopes.plan_se(n_images, n_seeds, parts[0], parts[1], seed_var)
-    seeds_needed, images_needed = _needs(n_images, n_seeds, margin, alpha, power, parts, scope)
-    joint = None if seeds_needed or images_needed else joint_need(n_seeds, margin, alpha, power, parts, scope)
     return {
-        "joint_needed": joint,
         "detectable": detectable,
         "power_at_margin": reached,
         "se": se,
-        "seeds_needed": seeds_needed,
-        "images_needed": images_needed,
+        **_needs(n_images, n_seeds, margin, alpha, power, parts, scope),
         "steps": [reached**k for k in range(1, 9)],
     }
 

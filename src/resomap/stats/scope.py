@@ -91,7 +91,17 @@ class Parts:
     seed: np.ndarray
     seeds: int
     images: int
-    seed_weight: np.ndarray | None = None  # var(per-seed means) / S, image x seed part included: the t weight
+    seed_weight: np.ndarray  # var(per-seed means) / S, image x seed part included: the t weight (0 off model scope)
+
+
+def two_way(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The seeds x images layout of d [B, S, N] (S >= 2): (image means over seeds [B, N], seed means over images
+    [B, S], the residual mean square [B], the image x seed interaction; 0 with one image)."""
+    _, seeds, n = d.shape
+    dbar, per_seed = d.mean(1), d.mean(2)
+    resid = d - dbar[:, None, :] - per_seed[:, :, None] + dbar.mean(1)[:, None, None]
+    ms_resid = (resid**2).sum((1, 2)) / ((n - 1) * (seeds - 1)) if n > 1 else np.zeros(d.shape[0])
+    return dbar, per_seed, ms_resid
 
 
 def parts(d: np.ndarray, delta0: float | np.ndarray, *, binary: bool, scope: str) -> Parts:
@@ -107,9 +117,7 @@ def parts(d: np.ndarray, delta0: float | np.ndarray, *, binary: bool, scope: str
         image = dbar.var(1, ddof=1) / n if n > 1 else np.zeros_like(mean)
     seed = weight = np.zeros_like(mean)
     if scope == "model" and seeds > 1:
-        per_seed = d.mean(2)  # [B, S]
-        resid = d - dbar[:, None, :] - per_seed[:, :, None] + mean[:, None, None]
-        ms_resid = (resid**2).sum((1, 2)) / ((n - 1) * (seeds - 1)) if n > 1 else np.zeros_like(mean)
+        _, per_seed, ms_resid = two_way(d)
         seed = np.clip(per_seed.var(1, ddof=1) - ms_resid / n, 0.0, None) / seeds
         weight = per_seed.var(1, ddof=1) / seeds
     return Parts(mean, image, seed, seeds, n, weight)
@@ -125,7 +133,7 @@ def critical(p: Parts, alpha: float | np.ndarray, *, binary: bool) -> np.ndarray
     if p.seeds < 2:
         return np.broadcast_to(np.asarray(image_q, dtype=float), total.shape).copy()
     seed_q = stats.t.isf(alpha, p.seeds - 1)
-    weight = p.seed if p.seed_weight is None else p.seed_weight
+    weight = p.seed_weight
     share = np.divide(weight, p.image + weight, out=np.zeros_like(total), where=p.image + weight > 0)
     with np.errstate(over="ignore"):  # t with 1-2 degrees of freedom far in the tail: inf, a valid critical value
         return np.sign(image_q) * np.sqrt((1 - share) * image_q**2 + share * seed_q**2)
@@ -168,8 +176,7 @@ def p_value(d: np.ndarray, delta0: float, *, binary: bool, scope: str) -> float:
     t = float(statistic(p, delta0)[0])
     if math.isinf(t):
         return 0.0 if t > 0 else 1.0
-    weight = 0.0 if p.seed_weight is None else float(p.seed_weight[0])
-    if p.seeds < 2 or weight == 0.0:
+    if p.seeds < 2 or float(p.seed_weight[0]) == 0.0:
         return float(stats.norm.sf(t) if binary else stats.t.sf(t, max(p.images - 1, 1)))
     if t > 0:  # alpha in (0, 1/2): on log alpha
 
@@ -187,8 +194,8 @@ def p_value(d: np.ndarray, delta0: float, *, binary: bool, scope: str) -> float:
 def _repeat(p: Parts, size: int) -> Parts:
     """One table's parts repeated ``size`` times (to evaluate many alphas or null values in one call)."""
 
-    def rep(x: np.ndarray | None) -> np.ndarray | None:
-        return None if x is None else np.repeat(x[:1], size)
+    def rep(x: np.ndarray) -> np.ndarray:
+        return np.repeat(x[:1], size)
 
     return Parts(rep(p.mean), rep(p.image), rep(p.seed), p.seeds, p.images, rep(p.seed_weight))
 
