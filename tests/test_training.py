@@ -269,10 +269,13 @@ def test_evaluate_restores_mode_and_returns_arrays():
     model = mlp()
     model.train()
     trainer = Trainer(cfg_of(1), CPU)
-    metrics, y_true, y_pred = trainer.evaluate(model, toy_data().val, prefix="test", num_classes=2)
+    metrics, y_true, y_pred, score = trainer.evaluate(model, toy_data().val, prefix="test", num_classes=2)
     assert model.training
     assert set(metrics) == {"test/loss", "test/accuracy", "test/macro_precision", "test/macro_recall", "test/macro_f1"}
-    assert y_true.shape == y_pred.shape == (24,) and y_true.dtype == np.int64
+    assert y_true.shape == y_pred.shape == score.shape == (24,) and y_true.dtype == np.int64
+    # two classes: each image's probability of class 1, which the prediction thresholds at one half
+    assert ((score >= 0) & (score <= 1)).all()
+    assert np.array_equal(y_pred[np.abs(score - 0.5) > 1e-6], (score > 0.5)[np.abs(score - 0.5) > 1e-6])
 
 
 def test_classification_metrics_and_figure():

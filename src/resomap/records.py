@@ -1,7 +1,8 @@
 """Per-test-image records of a trial: what the model predicted for each test image, at each test resolution.
 
-Kept beside result.json as `predictions.csv` (columns test_resolution, index, label, prediction, correct; `index`
-is the image's index in the raw dataset, the same across resolutions and seeds when the split is fixed), so any
+Kept beside result.json as `predictions.csv` (columns test_resolution, index, label, prediction, correct, score;
+`index` is the image's index in the raw dataset, the same across resolutions and seeds when the split is fixed;
+`score` the probability of class 1 in a two-class task, which AUROC ranks, else empty), so any
 statistic (bootstrap intervals, paired tests between resolutions, pooled seeds) can be recomputed later without
 retraining. Plain csv: readable by pandas, R or a spreadsheet.
 
@@ -34,7 +35,7 @@ SEG_OVERLAYS_FILE = "seg_overlays.png"  # a segmentation trial's true and predic
 PROBE_IMAGES_DIR = "probe_images"
 # the distributions whose versions every result records (read from installed metadata: nothing is imported)
 LIBRARIES = ("torch", "torchvision", "timm", "captum", "grad-cam", "numpy", "mlflow")
-COLUMNS = ("test_resolution", "index", "label", "prediction", "correct")
+COLUMNS = ("test_resolution", "index", "label", "prediction", "correct", "score")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +46,14 @@ class Predictions:
     index: np.ndarray  # int64 [N]: image index in the raw dataset
     label: np.ndarray  # int64 [N]
     prediction: np.ndarray  # int64 [N]
+    score: np.ndarray | None = None  # float [N]: the probability of class 1 (two classes only), else None
 
     def __post_init__(self) -> None:
         n = len(self.index)
-        if len(self.label) != n or len(self.prediction) != n:
+        if len(self.label) != n or len(self.prediction) != n or (self.score is not None and len(self.score) != n):
             raise ValueError(
-                f"predictions: index, label and prediction differ in length ({n}, {len(self.label)}, "
-                f"{len(self.prediction)})"
+                f"predictions: index, label, prediction and score differ in length ({n}, {len(self.label)}, "
+                f"{len(self.prediction)}, {'-' if self.score is None else len(self.score)})"
             )
 
     @property
@@ -63,9 +65,10 @@ class Predictions:
         return float(self.correct.mean()) if len(self.index) else float("nan")
 
     def table(self, score: str = "accuracy") -> ScoreTable:
-        """As a ScoreTable: the 0/1 score `score` (correct or not), with the labels and predictions kept."""
+        """As a ScoreTable: the 0/1 score `score` (correct or not), with the labels, predictions and the probability
+        of class 1 kept."""
         index = np.asarray(self.index)
-        return ScoreTable(self.test_resolution, index, {score: self.correct}, self.label, self.prediction)
+        return ScoreTable(self.test_resolution, index, {score: self.correct}, self.label, self.prediction, self.score)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +77,14 @@ class ScoreTable:
 
     ``scores``: name -> [N] (bool for a 0/1 score, float otherwise; NaN where an image has no score, e.g. no
     boundary in its mask); ``label``/``prediction``: the class labels and predictions where the task has them
-    (a pooled macro-F1 needs them)."""
+    (a pooled macro-F1 needs them); ``positive``: the probability of class 1 in a two-class task (AUROC)."""
 
     test_resolution: int
     index: np.ndarray  # int64 [N]: image index in the raw dataset
     scores: dict[str, np.ndarray]
     label: np.ndarray | None = None
     prediction: np.ndarray | None = None
+    positive: np.ndarray | None = None
 
 
 def read_score_csv(path: str | Path, columns: tuple[str, ...]) -> dict[int, ScoreTable]:
@@ -112,7 +116,8 @@ def write_predictions(folder: str | Path, records: Mapping[int, Predictions]) ->
         order = np.argsort(rec.index, kind="stable")
         correct = rec.correct
         for i in order:
-            writer.writerow((res, int(rec.index[i]), int(rec.label[i]), int(rec.prediction[i]), int(correct[i])))
+            score = "" if rec.score is None else f"{float(rec.score[i]):.9g}"
+            writer.writerow((res, int(rec.index[i]), int(rec.label[i]), int(rec.prediction[i]), int(correct[i]), score))
     path = Path(folder) / PREDICTIONS_FILE
     write_text(path, buf.getvalue())
     return path
@@ -124,15 +129,18 @@ def read_predictions(folder: str | Path) -> dict[int, Predictions]:
     if not path.is_file():
         return {}
     rows: dict[int, list[tuple[int, int, int]]] = {}
+    scores: dict[int, list[float]] = {}
     with path.open(newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
-            rows.setdefault(int(row["test_resolution"]), []).append(
-                (int(row["index"]), int(row["label"]), int(row["prediction"]))
-            )
+            res = int(row["test_resolution"])
+            rows.setdefault(res, []).append((int(row["index"]), int(row["label"]), int(row["prediction"])))
+            cell = row.get("score")  # absent from files written before it existed
+            scores.setdefault(res, []).append(float(cell) if cell not in (None, "") else np.nan)
     out = {}
     for res, items in rows.items():
         arr = np.asarray(items, dtype=np.int64).reshape(-1, 3)
-        out[res] = Predictions(res, arr[:, 0], arr[:, 1], arr[:, 2])
+        score = np.asarray(scores[res], dtype=np.float64)
+        out[res] = Predictions(res, arr[:, 0], arr[:, 1], arr[:, 2], None if np.isnan(score).all() else score)
     return out
 
 

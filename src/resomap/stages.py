@@ -55,6 +55,7 @@ class EvalResult:
     y_pred: np.ndarray
     prefix: str = "test"
     index: np.ndarray | None = None
+    score: np.ndarray | None = None  # classification with two classes: each image's probability of class 1
 
     @property
     def summary(self) -> EvalMetrics:
@@ -188,12 +189,13 @@ def evaluate_at(
 
 def _evaluate(trainer: Any, model: Any, bundle: Any, prefix: str, num_classes: int | None) -> EvalResult:
     """The model on bundle.test; the loader keeps the order of bundle.splits['test'] (no shuffling)."""
-    metrics, y_true, y_pred = trainer.evaluate(model, bundle.test, prefix=prefix, num_classes=num_classes)
+    metrics, y_true, y_pred, *more = trainer.evaluate(model, bundle.test, prefix=prefix, num_classes=num_classes)
     index = np.asarray(bundle.splits["test"], dtype=np.int64)
     if len(index) != len(y_true):
         log.warning("test loader gave %d predictions for %d test images; no per-image records", len(y_true), len(index))
         index = None
-    return EvalResult({k: float(v) for k, v in metrics.items()}, y_true, y_pred, prefix, index)
+    score = more[0] if more else None  # a task's per-image ranking score (classification: P(class 1)), if any
+    return EvalResult({k: float(v) for k, v in metrics.items()}, y_true, y_pred, prefix, index, score)
 
 
 def test_stage(

@@ -286,8 +286,12 @@ class StatsConfig:
     paired_test: Literal["mcnemar", "bootstrap"] = "mcnemar"
     correction: Literal["holm", "none"] = "holm"  # multiple-comparison correction over a model's resolution pairs
     # non-inferiority: a resolution is "non-inferior" when shown no more than `margin` below the reference on the
-    # task's headline score (accuracy, per-image mIoU), one-sided at alpha, in a fixed sequence from the reference down
+    # score decided on (stats.metric), one-sided at alpha, in a fixed sequence from the reference down
     margin: float = 0.02  # in (0, 1), on the score's scale (0.02: two accuracy points)
+    # the score decided on: null (the task's headline: accuracy; segmentation: mIoU per image) or, for
+    # classification, accuracy, balanced_accuracy, macro_f1, recall:<class name> (one class's recall, e.g.
+    # recall:defective) or auroc (two classes); a segmentation task may name its other per-image score (boundary_f1)
+    metric: str | None = None
     reference: int | None = None  # the reference resolution, fixed before testing; null: the sweep's largest
     power: float = 0.8  # the power at which the smallest detectable margin is stated
     discordance: float = 0.2  # planning assumption: fraction of test images whose outcome changes between resolutions

@@ -30,6 +30,22 @@ def known_images(cfg: Any) -> int | None:
     return n if dc.limit is None else min(n, int(dc.limit))
 
 
+def known_classes(cfg: Any) -> list[str] | None:
+    """The class names of the data section's dataset, when its registry entry says them without loading images (a
+    `classes` meta: a list, or a function of the dataset's options); None otherwise."""
+    from resomap.config.groups import group_options
+    from resomap.errors import UnknownNameError
+
+    dc = cfg.data
+    try:
+        found = DATASETS.meta(dc.dataset).get("classes")
+    except UnknownNameError:
+        return None  # reported with its suggestions by the data config group
+    if callable(found):
+        found = found(group_options(dc, dc.dataset))
+    return None if found is None else [str(c) for c in found]
+
+
 def test_images(n: int, test: float) -> int:
     """The test split's size for n images: scikit-learn's train_test_split takes ceil(test x n)."""
     return math.ceil(test * n)

@@ -141,7 +141,36 @@ def _predefined(root: Path, folders: dict[str, Path]) -> FileDataset:
     return FileDataset(paths, labels, classes, "imagefolder", split_of)
 
 
-@register_dataset("imagefolder", options=ImageFolderOptions, masks=False)
+def folder_classes(options: ImageFolderOptions) -> list[str] | None:
+    """The class names an imagefolder dataset will have (sorted class folder names, over the splits of a predefined
+    layout), read from the folder names alone; None where the folder cannot say (its own checks report why)."""
+    try:
+        root = Path(options.root or "").expanduser()
+        if not options.root or not root.is_dir():
+            return None
+        folders = _split_folders(root)
+        tops = list(folders.values()) if folders is not None else [root]
+        found = {p.name for top in tops for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")}
+        return sorted(found) or None
+    except OSError:
+        return None
+
+
+def manifest_classes(options: CsvOptions) -> list[str] | None:
+    """The class names a csv dataset will have (its sorted labels), read from the manifest; None where it cannot
+    say (the dataset's own checks report why)."""
+    try:
+        manifest = Path(options.manifest or "").expanduser()
+        if not options.manifest or not manifest.is_file():
+            return None
+        with manifest.open(newline="", encoding="utf-8") as fh:
+            rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(fh)]
+        return sorted({r["label"] for r in rows if r.get("path") and "label" in r}) or None
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+
+
+@register_dataset("imagefolder", options=ImageFolderOptions, masks=False, classes=folder_classes)
 def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
     if not options.root:
         raise DataError(
@@ -168,7 +197,7 @@ class CsvOptions:
     symmetries: list[str] = field(default_factory=list)
 
 
-@register_dataset("csv", options=CsvOptions, masks=False)
+@register_dataset("csv", options=CsvOptions, masks=False, classes=manifest_classes)
 def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
     if not options.manifest:
         raise DataError(

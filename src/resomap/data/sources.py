@@ -121,6 +121,7 @@ class ElpvOptions:
     channels=1,
     masks=False,
     images=2624,
+    classes=lambda o: TASK_CLASSES.get(o.task),
     native=NATIVE_SIZE,
     confidence=True,
     symmetries=("hflip", "vflip", "rot90"),  # square cells: flips and quarter turns keep a defect (Deitsch et al.)

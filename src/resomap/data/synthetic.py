@@ -111,6 +111,7 @@ class SyntheticOptions:
     channels=1,
     masks=True,
     images=lambda o: o.num_images,
+    classes=CLASS_NAMES,
     symmetries=("hflip", "vflip", "rot90"),  # a checkerboard detail or none: flips and quarter turns keep the class
 )
 def synthetic(cfg: DataConfig, options: SyntheticOptions, seed: int = 0) -> SyntheticDataset:

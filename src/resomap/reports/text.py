@@ -274,8 +274,9 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         "image's seeds averaged (a score test for 0/1 outcomes, the t-test otherwise)"
     )
     decision = (
-        f" Decision: each resolution against the reference ({reference}, fixed before testing) on the headline "
-        f"score, non-inferior when shown no more than {stats.get('margin', 0.02):g} below it, {how}, one-sided "
+        f" Decision: each resolution against the reference ({reference}, fixed before testing) on "
+        f"{decided_on(stats.get('metric'))}, non-inferior when shown no more than {stats.get('margin', 0.02):g} "
+        f"below it, {how}, one-sided "
         f"alpha {1 - level:.2g}, tested in a fixed sequence from the reference down; 'undecided' is not 'the same': "
         f"the detectable margin and what the margin would need (seeds, test images) beside it say what the design "
         f"could show at power {stats.get('power', 0.8):g}."
@@ -291,6 +292,27 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         f"two-sided interval beside it, which is descriptive; "
         f"where the two disagree the test decides." + decision
     )
+
+
+def decided_on(metric: Any) -> str:
+    """The decision metric (stats.metric) in words, with how its per-image values are built."""
+    from resomap.errors import ConfigError
+    from resomap.stats.per_image import parse_metric
+
+    if not metric:
+        return "the headline score"
+    try:
+        parsed = parse_metric(str(metric))
+    except ConfigError:
+        return f"{metric} (stats.metric)"
+    how = {
+        "accuracy": "0/1 per image",
+        "recall": "0/1 on the test images of that class",
+        "balanced_accuracy": "per-image values stratified by class, whose mean it is",
+        "macro_f1": "per-image values by the delta method, whose mean it is",
+        "auroc": "DeLong's placement values per image, a paired DeLong test",
+    }[parsed.name]
+    return f"{parsed.words} (stats.metric; {how})"
 
 
 def recipe_line(trials: list[Mapping[str, Any]]) -> str:

@@ -113,6 +113,7 @@ class Aligned:
     label: np.ndarray | None  # [N], where the records hold labels and predictions
     prediction: np.ndarray | None  # [S, N]
     notes: list[str]
+    positive: np.ndarray | None = None  # [S, N]: the probability of class 1 (two classes), where every seed has it
 
     def finite(self, name: str) -> np.ndarray:
         """The score's [S, N] on the images scored under every seed."""
@@ -151,7 +152,10 @@ def align(tables_by_seed: Mapping[int, ScoreTable], task: Task) -> Aligned | str
             return "the seeds' test labels differ for the same image index (different datasets?)"
         label = labels[0]
         prediction = np.stack([np.asarray(t.prediction)[pos] for t, pos in zip(tables, positions)])
-    return Aligned(seeds, common, scores, label, prediction, notes)
+    positive = None
+    if all(t.positive is not None for t in tables):
+        positive = np.stack([np.asarray(t.positive, dtype=np.float64)[pos] for t, pos in zip(tables, positions)])
+    return Aligned(seeds, common, scores, label, prediction, notes, positive)
 
 
 # ------------------------------------------------------------------------------------------------ replicates
@@ -367,11 +371,22 @@ def _score_intervals(aligned: Aligned, task: Task, row: dict[str, Any], cfg: Sta
 # ------------------------------------------------------------------------------------------------ per model
 
 
-def _scores_by_resolution(
-    by_res: Mapping[int, list[TrialRecord]], task: Task
-) -> tuple[dict[str, dict[int, np.ndarray]], list[int], int, list[str]] | str:
-    """{score name: {resolution: [S, N]}} on the seeds and images every compared resolution has (a score's images
-    where some resolution or seed has none are left out of that score); or a reason."""
+@dataclasses.dataclass(frozen=True)
+class Compared:
+    """A model's resolutions on the seeds and test images every one of them has: ``arrays`` {score name:
+    {resolution: [S, N]}} (a score's images where some resolution or seed has none are left out of that score),
+    ``aligned`` each resolution's Aligned records and ``common`` the shared image indices."""
+
+    arrays: dict[str, dict[int, np.ndarray]]
+    seeds: list[int]
+    n_images: int
+    notes: list[str]
+    aligned: dict[int, Aligned]
+    common: np.ndarray
+
+
+def _scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -> Compared | str:
+    """The resolutions' scores on the seeds and images every compared resolution has (Compared); or a reason."""
     notes: list[str] = []
     usable = {r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}
     skipped = sorted(r for r, p in usable.items() if not p)
@@ -406,7 +421,34 @@ def _scores_by_resolution(
                 notes.append(f"{sc.column}: compared on the {int(scored.sum())} images scored everywhere")
             arrays = {r: v[:, scored] for r, v in arrays.items()}
         out[sc.name] = arrays
-    return out, seeds, int(common.size), notes
+    return Compared(out, seeds, int(common.size), notes, aligned, common)
+
+
+def decision_scores(
+    found: Compared, task: Task, metric: str | None, class_names: list[str] | None
+) -> tuple[dict[int, np.ndarray], str, bool] | str:
+    """({resolution: [S, N']} per-image values of the decision metric ``metric`` (stats.metric; None: the task's
+    headline score), its words, whether they are 0/1), or why they cannot be had. A metric the task scores per
+    image is read as it is; a classification metric (balanced accuracy, macro-F1, a class's recall, AUROC) is built
+    from the labels, predictions and probabilities by resomap.stats.per_image."""
+    from resomap.errors import ConfigError
+    from resomap.stats import per_image
+
+    named = next((sc for sc in task.scores if sc.name == (metric or task.scores[0].name)), None)
+    if named is not None:
+        return found.arrays[named.name], named.words, named.binary
+    try:
+        parsed = per_image.parse_metric(str(metric))
+        out = {}
+        for res, a in found.aligned.items():
+            if a.label is None or a.prediction is None:
+                return f"{parsed.words} needs labels and predictions; the {task.name} records have none"
+            pos = np.searchsorted(a.index, found.common)
+            positive = None if a.positive is None else a.positive[:, pos]
+            out[res] = per_image.values(parsed, a.label[pos], a.prediction[:, pos], positive, class_names)
+    except ConfigError as exc:
+        return f"stats.metric {metric}: {exc}"
+    return out, parsed.words, parsed.binary
 
 
 def _pair_row(model: str, metric: str, row: stats.PairComparison) -> dict[str, Any]:
@@ -449,7 +491,7 @@ def compare_model(
     the reference at the margin, stats.decide.noninferiority) of one model's resolutions."""
     task = next(iter(by_res.values()))[0].task
     headline = task.scores[0]
-    rec_row = _empty_recommendation(model, headline.name, cfg)
+    rec_row = _empty_recommendation(model, cfg.metric or headline.name, cfg)
     rec_row["deterministic"] = deterministic(by_res)  # its seeds are one fit: their variance is exactly zero
     dropped = sorted(r for r in cfg.dropped.get(model, []) if r in by_res)
     by_res = {r: ms for r, ms in by_res.items() if r not in dropped}  # fewer seeds: left out of the comparisons
@@ -465,13 +507,17 @@ def compare_model(
         rec_row["reason"] = found
         rec_row["sentence"] = f"{model}: no recommendation: {found}"
         return [], rec_row
-    arrays, seeds, n_images, notes = found
+    arrays, seeds, notes = found.arrays, found.seeds, found.notes
     settings = {"level": cfg.level, "correction": cfg.correction, "resamples": cfg.resamples, "seed": cfg.seed}
     rows = []
     for sc in task.scores:  # each score: its own family of pairs, adjusted on its own (descriptive)
         found_rows = stats.compare_resolutions(arrays[sc.name], method=_method(sc, cfg), **settings)
         rows += [_pair_row(model, sc.name, row) for row in found_rows]
-    scores = arrays[headline.name]
+    chosen = decision_scores(found, task, cfg.metric, class_names(by_res))
+    if isinstance(chosen, str):
+        rec_row.update(reason=chosen, sentence=f"{model}: no decision: {chosen}", note="; ".join(notes))
+        return rows, rec_row
+    scores, words, binary = chosen
     if cfg.reference is not None and cfg.reference not in scores:
         why = f"the reference {cfg.reference} px has no per-image records to compare with"
         rec_row.update(reason=why, sentence=f"{model}: no decision: {why}", note="; ".join(notes))
@@ -482,10 +528,10 @@ def compare_model(
         reference=cfg.reference,
         level=cfg.level,
         power=cfg.power,
-        metric=headline.words,
+        metric=words,
         alpha=cfg.look_alpha.get(model),  # an adaptive sweep's alpha of this look (stats.spending); else 1 - level
         scope=cfg.scope,
-        binary=headline.binary,
+        binary=binary,
         seed_sd=cfg.seed_sd,
     )
     means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
@@ -497,7 +543,7 @@ def compare_model(
         reference_accuracy=means[decision.reference],
         detectable=_detectable(decision),
         n_seeds=len(seeds),
-        n_images=n_images,
+        n_images=int(next(iter(scores.values())).shape[1]),  # a class's recall: that class's test images
         scope=decision.scope,
         available=True,
         reason=decision.reason,
@@ -637,11 +683,25 @@ def _undecided(rec: Mapping[str, Any]) -> str:
     return f"{text} ({reason})" if reason else text
 
 
-def headline_scores(by_res: Mapping[int, list[TrialRecord]]) -> dict[int, np.ndarray] | str:
-    """{resolution: [S, N]} of the task's headline score as the decision compares them; or the reason why not."""
+def metric_scores(by_res: Mapping[int, list[TrialRecord]], metric: str | None = None) -> dict[int, np.ndarray] | str:
+    """{resolution: [S, N']} of the decision metric (stats.metric; None: the task's headline score) as the decision
+    compares them; or the reason why not."""
     task = next(iter(by_res.values()))[0].task
     found = _scores_by_resolution(by_res, task)
-    return found if isinstance(found, str) else found[0][task.scores[0].name]
+    if isinstance(found, str):
+        return found
+    chosen = decision_scores(found, task, metric, class_names(by_res))
+    return chosen if isinstance(chosen, str) else chosen[0]
+
+
+def class_names(by_res: Mapping[int, list[TrialRecord]]) -> list[str] | None:
+    """The class names the model's trials recorded (result.json's data.classes), None when none did."""
+    for members in by_res.values():
+        for m in members:
+            found = (m.result.get("data") or {}).get("classes")
+            if found:
+                return [str(c) for c in found]
+    return None
 
 
 def _detectable(decision: stats.Decision) -> float | None:

@@ -254,15 +254,15 @@ def settled_at(rec: dict[str, Any]) -> tuple[bool, int | None]:
 
 
 def _scores(outcome: SweepOutcome, cfg: Config) -> dict[str, Any]:
-    """{model: {resolution: [S, N]} headline scores (or a reason)} of the round's results."""
-    from resomap.reports.uncertainty import group_records, headline_scores, load_records
+    """{model: {resolution: [S, N]} of the decision metric (stats.metric), or a reason} of the round's results."""
+    from resomap.reports.uncertainty import group_records, load_records, metric_scores
 
     folders = trial_folders(plan(cfg, check=False))
     records = load_records([r.to_dict() for r in outcome.results], folders)
     by_model: dict[str, dict[int, list[Any]]] = {}
     for (model, res), members in group_records(records).items():
         by_model.setdefault(model, {})[res] = members
-    return {m: headline_scores(by_res) for m, by_res in by_model.items()}
+    return {m: metric_scores(by_res, cfg.stats.metric) for m, by_res in by_model.items()}
 
 
 def _drop(state: ModelState, scores: dict[int, Any], ref: int, stop: int, cfg: Config, look: int, alpha: float):

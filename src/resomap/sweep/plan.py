@@ -149,6 +149,7 @@ def power_lines(cfg: Config) -> list[str]:
         n = len(raw) if cfg.data.limit is None else min(cfg.data.limit, len(raw))
         predefined = getattr(raw, "predefined_splits", None)
         n_test = int((predefined == "test").sum()) if predefined is not None else math.ceil(cfg.data.split.test * n)
+        n_test, metric_words, unit = planned_images(st.metric, raw, n_test)
     except (ResoMapError, OSError) as exc:
         return [f"power: not planned ({exc})"]
     lines = []
@@ -170,15 +171,17 @@ def power_lines(cfg: Config) -> list[str]:
             if math.isinf(found["detectable"])
             else f"margins of {found['detectable']:.3f} and larger"
         )
+        if metric_words:
+            lines.append(f"decided on {metric_words}")
         lines.append(
-            f"power: about {n_test} test images x {seeds} seed(s), decided {where}: a resolution can be shown "
+            f"power: about {n_test} {unit} x {seeds} seed(s), decided {where}: a resolution can be shown "
             f"non-inferior to the reference at {detect} with power {st.power:g} (one-sided, "
             f"alpha {alpha:.2g}); at the configured margin {st.margin:g} the power is {found['power_at_margin']:.2f} "
             f"(assumed: {st.discordance:g} of images change outcome between resolutions, seed correlation "
             f"{st.seed_correlation:g}{seed_words}; stats.discordance, stats.seed_correlation)"
         )
         lines.append(_steps_line(resolutions, st.reference, found, st.margin))
-        lines.append(_needs_line(found, st.margin, st.power, n_test, seeds))
+        lines.append(_needs_line(found, st.margin, st.power, n_test, seeds, unit))
         observed = observed_discordance(cfg)
         if observed is not None and observed[0] == 0:
             lines.append(
@@ -197,6 +200,37 @@ def power_lines(cfg: Config) -> list[str]:
     return lines
 
 
+def planned_images(metric: str | None, raw: object, n_test: int) -> tuple[int, str, str]:
+    """(the test images the power plan counts for the decision metric, the metric and that count in words ("" for
+    the headline score), what the count counts). A class's recall counts that class's test images; balanced
+    accuracy the effective number 1 / sum_k 1 / (K^2 n_k) of its stratified variance (each class's images
+    changing outcome at the assumed discordance); macro-F1 and AUROC, which no discordance describes, are planned
+    as balanced accuracy: a rough guide (the summary plans on the variance it observes). The classes' test counts
+    are the data's class shares of the test split (the split is stratified)."""
+    import numpy as np
+
+    from resomap.stats.per_image import class_index, parse_metric
+
+    if not metric or metric == "accuracy" or not hasattr(raw, "labels"):
+        return n_test, "", "test images"
+    try:
+        parsed = parse_metric(metric)
+    except ConfigError:
+        return n_test, "", "test images"  # a task's own per-image score (segmentation): planned on its test images
+    labels = np.asarray(raw.labels, dtype=np.int64)
+    counts = np.bincount(labels, minlength=len(raw.class_names)).astype(float)
+    share = n_test * counts / max(counts.sum(), 1.0)
+    if parsed.name == "recall":
+        k = class_index(parsed.cls, list(raw.class_names))
+        n = max(round(share[k]), 2)
+        return n, f"{parsed.words}: {n} test images of {parsed.cls}", f"test images of {parsed.cls}"
+    present = share[share > 0]
+    n = max(int(1 / np.sum(1 / (len(present) ** 2 * present))), 2)
+    rough = "" if parsed.name == "balanced_accuracy" else "; planned as balanced accuracy, a rough guide"
+    words = f"{parsed.words}: the power counts {n} effective test images (classes stratified{rough})"
+    return n, words, "effective test images"
+
+
 def _steps_line(resolutions: list[int], reference: int | None, found: dict, margin: float) -> str:
     """The chance to pass each step of the fixed sequence (from the reference down) when no resolution truly
     differs: the power of one step to the k-th (the steps share the reference: a lower bound)."""
@@ -212,19 +246,20 @@ def _steps_line(resolutions: list[int], reference: int | None, found: dict, marg
     )
 
 
-def _needs_line(found: dict, margin: float, power: float, n_test: int, seeds: int) -> str:
-    """What the design would need to show the configured margin with the configured power."""
+def _needs_line(found: dict, margin: float, power: float, n_test: int, seeds: int, unit: str = "test images") -> str:
+    """What the design would need to show the configured margin with the configured power; ``unit``: what the
+    plan counts (test images; a class's test images for its recall)."""
     head = f"to show the margin {margin:g} with power {power:g}:"
     if found["power_at_margin"] >= power:
-        return f"{head} this design ({n_test} test images x {seeds} seed(s)) suffices"
+        return f"{head} this design ({n_test} {unit} x {seeds} seed(s)) suffices"
     options = []
     if found["seeds_needed"] is not None:
-        options.append(f"{found['seeds_needed']} seeds on these {n_test} test images")
+        options.append(f"{found['seeds_needed']} seeds on these {n_test} {unit}")
     if found["images_needed"] is not None:
-        options.append(f"about {found['images_needed']} test images at {seeds} seed(s)")
+        options.append(f"about {found['images_needed']} {unit} at {seeds} seed(s)")
     if not options and found["joint_needed"] is not None:
         k, n = found["joint_needed"]
-        options.append(f"about {n} test images x {k} seeds (neither more seeds nor more images alone suffice)")
+        options.append(f"about {n} {unit} x {k} seeds (neither more seeds nor more images alone suffice)")
     return f"{head} {' or '.join(options)}" if options else f"{head} no design up to 64 seeds"
 
 

@@ -78,6 +78,12 @@ class Task:
     def check(self, cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
         """fail(path, expected, got) on a key of cfg that this task cannot run with."""
 
+    def check_metric(self, metric: str, classes: list[str] | None) -> str | None:
+        """Why ``metric`` (stats.metric) is not a score this task's decisions can be taken on, or None; ``classes``:
+        the data's class names when known before loading. By default: one of the task's per-image scores."""
+        names = [s.name for s in self.scores]
+        return None if metric in names else f"one of the {self.name} task's per-image scores ({', '.join(names)})"
+
     # ---------------------------------------------------------------- training
 
     def criterion(self, cfg: Any, data: Any, device: Any) -> Any:
@@ -91,8 +97,10 @@ class Task:
 
     def evaluate(
         self, trainer: Any, forward: Any, model: Any, loader: Any, prefix: str, num_classes: int | None
-    ) -> tuple[dict[str, float], Any, Any]:
-        """(metrics '<prefix>/<name>', y_true, y_pred): the two arrays are the per-image score table."""
+    ) -> tuple[Any, ...]:
+        """(metrics '<prefix>/<name>', y_true, y_pred[, score]): the arrays are the per-image score table; the
+        optional fourth, one number per image or None, is what a ranking metric orders (classification: the
+        probability of class 1 of a two-class task, for AUROC)."""
         raise NotImplementedError
 
     def test_outputs(self, found: Any, model: Any, bundle: Any, trainer: Any, title: str, out_dir: Path) -> None:
@@ -259,6 +267,13 @@ def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
         meta = {}
     check_dataset_fit(cfg, meta, fail)
     task.check(cfg, fail)
+    metric = cfg.stats.metric
+    if metric is not None:
+        from resomap.data.checks import known_classes
+
+        expected = task.check_metric(str(metric), known_classes(cfg))
+        if expected:
+            fail("stats.metric", f"{expected} or null (the task's headline score)", metric)
 
 
 register_check(check)  # the config loader runs it on every load (the config layer imports nothing above it)

@@ -28,15 +28,15 @@ def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
     return torch.tensor(weights, dtype=torch.float32)
 
 
-def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tuple[torch.Tensor, list, list]:
-    """(summed cross-entropy, predictions per batch, labels per batch) of the model over the loader, in eval mode
-    (its train/eval mode restored)."""
+def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tuple[torch.Tensor, list, list, list]:
+    """(summed cross-entropy, predictions per batch, labels per batch, the probability of class 1 per batch: empty
+    unless the logits have two classes) of the model over the loader, in eval mode (its train/eval mode restored)."""
     import torch
 
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=trainer.device)
-    preds, targets = [], []
+    preds, targets, positive = [], [], []
     try:
         with torch.inference_mode():
             for x, y in loader:
@@ -45,14 +45,35 @@ def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tupl
                 loss_sum += torch.nn.functional.cross_entropy(out.float(), y, reduction="sum")
                 preds.append(out.argmax(1))
                 targets.append(y)
+                if out.shape[1] == 2:  # what AUROC ranks (stats.metric: auroc)
+                    positive.append(out.float().softmax(1)[:, 1])
     finally:
         model.train(was_training)
-    return loss_sum, preds, targets
+    return loss_sum, preds, targets, positive
 
 
 @register_task("classification")
 class ClassificationTask(Task):
     """One class per image; cross-entropy (class weights and label smoothing from cfg.training)."""
+
+    def check_metric(self, metric, classes):
+        """accuracy, balanced_accuracy, macro_f1, recall:<class> (a class of the data) or auroc (two classes)."""
+        from resomap.errors import ConfigError
+        from resomap.stats.per_image import class_index, parse_metric
+
+        kinds = "accuracy, balanced_accuracy, macro_f1, recall:<class name> or auroc (two classes)"
+        try:
+            parsed = parse_metric(metric)
+        except ConfigError:
+            return kinds
+        if parsed.name == "auroc" and classes is not None and len(classes) != 2:
+            return f"a metric of this {len(classes)}-class data: AUROC needs two classes ({', '.join(classes)})"
+        if parsed.name == "recall" and classes is not None:
+            try:
+                class_index(parsed.cls, classes)
+            except ConfigError:
+                return f"recall of a class of the data: recall:{' or recall:'.join(classes)}"
+        return None
 
     def criterion(self, cfg: Any, data: Any, device: Any) -> torch.nn.Module:
         from torch import nn
@@ -69,15 +90,16 @@ class ClassificationTask(Task):
     def evaluate(self, trainer, forward, model, loader, prefix, num_classes):
         import torch
 
-        loss_sum, preds, targets = evaluate_labels(trainer, forward, model, loader)
+        loss_sum, preds, targets, positive = evaluate_labels(trainer, forward, model, loader)
         y_pred = torch.cat(preds).cpu().numpy() if preds else np.zeros(0, np.int64)
         y_true = torch.cat(targets).cpu().numpy() if targets else np.zeros(0, np.int64)
+        score = torch.cat(positive).cpu().numpy().astype(np.float64) if positive else None
         n = len(y_true)
         if num_classes is None:
             num_classes = trainer.meta.get("num_classes") or int(max(y_true.max(initial=0), y_pred.max(initial=0)) + 1)
         metrics = {f"{prefix}/loss": float(loss_sum.item() / n) if n else float("nan")}
         metrics.update(classification_metrics(y_true, y_pred, num_classes, prefix))
-        return metrics, y_true, y_pred
+        return metrics, y_true, y_pred, score
 
     def test_outputs(self, found, model, bundle, trainer, title, out_dir: Path) -> None:
         from resomap.tasks.metrics import confusion_matrix_figure
@@ -93,7 +115,7 @@ class ClassificationTask(Task):
         records = {}
         for res, found in matrix.items():
             if found.index is not None and len(found.index) == len(found.y_true):
-                records[res] = Predictions(int(res), np.asarray(found.index), found.y_true, found.y_pred)
+                records[res] = Predictions(int(res), np.asarray(found.index), found.y_true, found.y_pred, found.score)
         return write_predictions(out_dir, records) if records else None
 
     def probe_targets(self, bundle, rows, device):

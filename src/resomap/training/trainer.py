@@ -398,7 +398,7 @@ class Trainer:
         metrics = self._train_epoch(data.train, progress)
         self._call("on_train_epoch_end", metrics)
         t0 = time.perf_counter()
-        val, _, _ = self.evaluate(self.eval_model, data.val, prefix="val")
+        val = self.evaluate(self.eval_model, data.val, prefix="val")[0]
         metrics.update(val)
         metrics["val/time_s"] = time.perf_counter() - t0
         if self._sched_when == EPOCH:
@@ -498,9 +498,10 @@ class Trainer:
 
     def evaluate(
         self, model: nn.Module, loader: Any, prefix: str = "val", num_classes: int | None = None
-    ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-        """The task's evaluation (resomap.tasks: loss and metrics '<prefix>/<name>', and the per-image score table
-        as y_true / y_pred); the model's train/eval mode is restored."""
+    ) -> tuple[Any, ...]:
+        """The task's evaluation (resomap.tasks: loss and metrics '<prefix>/<name>', the per-image score table as
+        y_true / y_pred and, where the task has one, a per-image ranking score); the model's train/eval mode is
+        restored."""
         forward = self._forward if model is self.model and self._forward is not None else model
         return self.task.evaluate(self, forward, model, loader, prefix, num_classes)
 
