@@ -10,15 +10,15 @@ from resomap.config.schema import Config
 
 
 def check_adaptive(cfg: Config, fail: Callable[[str, str, Any], None]) -> None:
-    """sweep.adaptive: a positive number of rounds, seeds per round and budget, a known spending rule (with the
-    closest name suggested); stats.look_alpha: alphas in (0, 1)."""
+    """sweep.adaptive: a positive number of rounds, seeds per round (or "plan") and budget, a known spending rule
+    (with the closest name suggested); stats.look_alpha: alphas in (0, 1)."""
     from resomap.stats.spending import RULES
 
     ad = cfg.sweep.adaptive
     if ad.max_rounds < 1:
         fail("sweep.adaptive.max_rounds", "an integer >= 1 (the planned looks)", ad.max_rounds)
-    if ad.seeds_per_round < 1:
-        fail("sweep.adaptive.seeds_per_round", "an integer >= 1", ad.seeds_per_round)
+    if ad.seeds_per_round != "plan" and ad.seeds_per_round < 1:
+        fail("sweep.adaptive.seeds_per_round", "an integer >= 1 or 'plan'", ad.seeds_per_round)
     if ad.budget is not None and ad.budget <= 0:
         fail("sweep.adaptive.budget", "null or a positive number of trials", ad.budget)
     if ad.budget_hours is not None and not ad.budget_hours > 0:

@@ -31,11 +31,16 @@ class ExperimentConfig:
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    # `resomap sweep` in rounds: each round trains one more seed only for the models whose non-inferiority decision
-    # is still undecided, drops resolutions from the first shown inferior down, and stops when every model is decided
+    # `resomap sweep` in rounds: each round trains more seeds only for the models whose non-inferiority decision is
+    # still undecided (as many as the power plan of the undecided step asks), drops resolutions from the first shown
+    # inferior down, stops a model that the rounds and budget cannot decide ("cannot decide within the budget: would
+    # need k seeds"), and stops when every model is decided or stopped
     enabled: bool = False  # run the sweep adaptively (sweep.seeds: the seeds of the first round)
     max_rounds: int = 3  # the planned looks (>= 1): the alpha-spending rule splits alpha over them
-    seeds_per_round: int = 1  # seeds added per round to the undecided models (new seeds: max(sweep.seeds) + 1, ...)
+    # an undecided model gets what the power plan of its undecided step is missing at the next look, at least 1 and
+    # at most this many seeds a round (1: one seed a round, a fixed cost); "plan": no cap, only max_rounds, budget
+    # and budget_hours limit it; new seeds: max(sweep.seeds) + 1, ...
+    seeds_per_round: int | Literal["plan"] = 1  # the most seeds one round adds to a model; "plan": what the plan asks
     budget: int | None = None  # the most trials in all (finished ones included); null: only max_rounds limits it
     # the most hours of wall time: a round is not started when the time so far plus its new trials at the seconds
     # per trial measured so far would pass it; null: no time limit
@@ -291,7 +296,7 @@ class StatsConfig:
     # the score decided on: null (the task's headline: accuracy; segmentation: mIoU per image) or, for
     # classification, accuracy, balanced_accuracy, macro_f1, recall:<class name> (one class's recall, e.g.
     # recall:defective) or auroc (two classes); a segmentation task may name its other per-image score (boundary_f1)
-    metric: str | None = None
+    metric: str | None = None  # null: the task's headline score; balanced_accuracy, macro_f1, recall:<class>, auroc
     reference: int | None = None  # the reference resolution, fixed before testing; null: the sweep's largest
     power: float = 0.8  # the power at which the smallest detectable margin is stated
     discordance: float = 0.2  # planning assumption: fraction of test images whose outcome changes between resolutions

@@ -377,6 +377,15 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
 ADAPTIVE_SECTION = "## Adaptive sweep"
 
 
+def _plan_words(needed: int | None, had: int | None) -> str:
+    """What the power plan asked of a model's next round (the round record's "added")."""
+    if needed is None:
+        return ""
+    if had is not None and needed <= had:
+        return f" (its {had} seeds meet the plan's {needed} but did not decide: one more)"
+    return f" (the plan asks {needed})"
+
+
 def adaptive_lines(record: Mapping[str, Any]) -> list[str]:
     """The adaptive record (sweep.adaptive) in words: summary.md's last section and the report's paragraph."""
     alphas = ", ".join(f"look {i}: {a:.4g}" for i, a in enumerate(record["look_alphas"], 1))
@@ -390,14 +399,22 @@ def adaptive_lines(record: Mapping[str, Any]) -> list[str]:
     ]
     for r in record["rounds"]:
         decided = ", ".join(r.get("decided") or []) or "none"
+        had = r.get("seeds_by_model") or {}
+        added = ", ".join(
+            f"{model} +{a['add']}" + _plan_words(a.get("seeds_needed"), had.get(model))
+            for model, a in (r.get("added") or {}).items()
+        )
         lines.append(
             f"- round {r['look']} (alpha {r['alpha']:.4g}): models {', '.join(r['models'])}, seeds {r['seeds']}, "
             f"{r['new_trials']} new of {r['trials']} trials"
             + (f" in {r['seconds'] / 60:.1f} min" if r.get("seconds") is not None else "")
             + f"; decided: {decided}"
+            + (f"; out of reach: {', '.join(r['stopped'])}" if r.get("stopped") else "")
+            + (f"; seeds for the next round: {added}" if added else "")
         )
     for model, m in record["models"].items():
         at = f"decided at look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
-        lines.append(f"- {model}: {at}, seeds {m['seeds']}; {m['sentence']}")
+        stop = f"{m['stopped']} (look {m['stopped_at']}); " if m.get("stopped") else ""
+        lines.append(f"- {model}: {at}, seeds {m['seeds']}; {stop}{m['sentence']}")
         lines += [f"  - {res} px dropped: {why}" for res, why in sorted(m["dropped"].items(), reverse=True)]
     return lines

@@ -683,15 +683,17 @@ def _undecided(rec: Mapping[str, Any]) -> str:
     return f"{text} ({reason})" if reason else text
 
 
-def metric_scores(by_res: Mapping[int, list[TrialRecord]], metric: str | None = None) -> dict[int, np.ndarray] | str:
-    """{resolution: [S, N']} of the decision metric (stats.metric; None: the task's headline score) as the decision
-    compares them; or the reason why not."""
+def metric_scores(
+    by_res: Mapping[int, list[TrialRecord]], metric: str | None = None
+) -> tuple[dict[int, np.ndarray], bool] | str:
+    """({resolution: [S, N']} of the decision metric (stats.metric; None: the task's headline score) as the decision
+    compares them, whether it is 0/1 per image); or the reason why not."""
     task = next(iter(by_res.values()))[0].task
     found = _scores_by_resolution(by_res, task)
     if isinstance(found, str):
         return found
     chosen = decision_scores(found, task, metric, class_names(by_res))
-    return chosen if isinstance(chosen, str) else chosen[0]
+    return chosen if isinstance(chosen, str) else (chosen[0], chosen[2])
 
 
 def class_names(by_res: Mapping[int, list[TrialRecord]]) -> list[str] | None:

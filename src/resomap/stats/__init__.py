@@ -22,7 +22,7 @@ is the bottom layer (settings come in as plain values).
   :func:`smallest_sufficient_resolution` (the "not significantly below the best" reading, kept for comparison).
 - :mod:`~resomap.stats.decide`: :func:`noninferiority` (the summary's decision: each resolution against a fixed
   reference at a stated margin, fixed-sequence, with the detectable margin), :func:`plan_power` (before training),
-  :func:`relabel_min_p`.
+  :func:`design_needs` (what an observed design would need at another alpha), :func:`relabel_min_p`.
 - :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`.
 - :mod:`~resomap.stats.median`: :func:`median_interval`, :class:`MedianInterval`, :func:`ratio_interval` (timings).
 
@@ -50,6 +50,7 @@ from resomap.stats.decide import (
     VERDICTS,
     Decision,
     Verdict,
+    design_needs,
     noninferiority,
     plan_power,
     relabel_min_p,
@@ -71,6 +72,7 @@ __all__ = [
     "VERDICTS",
     "Decision",
     "Verdict",
+    "design_needs",
     "noninferiority",
     "plan_power",
     "relabel_min_p",

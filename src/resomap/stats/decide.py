@@ -182,6 +182,30 @@ def _images_needed(at: Callable[[int, int], tuple[float, float]], seeds: int, po
     return lo
 
 
+def _plan_parts(d: np.ndarray, scope: str, seed_sd: float) -> tuple[float, float, float]:
+    """The variance parts the plan of a step uses: observed (:func:`_components`); at model scope with one seed
+    the seed part is planned from the assumed seed sd (no seed variance to see)."""
+    parts = _components(d)
+    return (parts[0], 0.0, 2 * seed_sd**2) if scope == "model" and d.shape[0] < 2 else parts
+
+
+def design_needs(
+    d: Any, *, margin: float, alpha: float, power: float = 0.8, scope: str = "model", seed_sd: float = 0.02
+) -> dict[str, Any]:
+    """What the design of the differences ``d`` [seeds, images] (a resolution minus the reference) would need to
+    show ``margin`` with ``power`` at one-sided ``alpha``: ``seeds_needed``, ``images_needed`` and
+    ``joint_needed``, as a verdict tested at that alpha states them (the same variance parts). An adaptive sweep
+    asks it at the alpha of the look where new seeds would be tested."""
+    d = np.asarray(d, dtype=float)
+    if d.ndim != 2 or d.shape[1] < 1:
+        raise ConfigError(f"d must be [seeds, images] differences, got shape {d.shape}")
+    margin, power, scope = check_margin(margin), check_power(power), check_scope(scope)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1:
+        raise ConfigError(f"alpha must be a one-sided alpha in (0, 1), got {alpha!r}")
+    seeds, n = d.shape
+    return _needs(n, seeds, margin, float(alpha), power, _plan_parts(d, scope, check_seed_sd(seed_sd)), scope)
+
+
 def _step(
     d: np.ndarray, margin: float, alpha: float, power: float, binary: bool, scope: str, seed_sd: float
 ) -> dict[str, Any]:
@@ -191,9 +215,8 @@ def _step(
 
     seeds, n = d.shape
     out: dict[str, Any] = {"difference": float(d.mean()), "n_images": int(n)}
-    parts = _components(d)
-    if scope == "model" and seeds < 2:  # no seed variance to see: plan it from the assumed seed sd
-        parts = (parts[0], 0.0, 2 * seed_sd**2)
+    parts = _plan_parts(d, scope, seed_sd)
+    if scope == "model" and seeds < 2:
         out.update(low=None, high=None, p_value=None, detectable=None)
         out.update(_needs(n, seeds, margin, alpha, power, parts, scope))
         return out

@@ -1,23 +1,29 @@
-"""Adaptive sweeps (sweep.adaptive): rounds that add seeds only where the non-inferiority decision is undecided.
+"""Adaptive sweeps (sweep.adaptive): rounds that add seeds only where the non-inferiority decision is undecided,
+as many as its power plan says are missing.
 
 Round k (look k of ``max_rounds`` planned looks) is an ordinary run_sweep over the trials planned so far: finished
 trials are reused by their keys, and only the new trials of the undecided models are trained (the others stay
 unplanned for this round's executor). The round's summary is built with each undecided model's decision tested at
 the look's alpha from the spending rule (stats.spending; the increments of the spending function, summing to
 1 - stats.level), and each model decided earlier keeps the alpha of the look that decided it (its data no longer
-change, so its verdicts stay). After each look, per model:
+change, so its verdicts stay). After each look, each undecided model's per-image scores go through
+:func:`resomap.sweep.looks.look_step` (the same decision, then what to do next):
 
 - decided (the fixed sequence ends at a resolution shown inferior, or every resolution is shown non-inferior): no
   more seeds;
 - undecided at resolution s: the resolutions below s are tested alone against the reference at the look's alpha;
   from the first shown inferior down they are dropped (no more seeds; later summaries keep their rows, marked
-  inferior, and decide on the other resolutions: stats.dropped); the other resolutions get ``seeds_per_round``
-  new seeds in the next round.
+  inferior, and decide on the other resolutions: stats.dropped); the other resolutions get the seeds the power plan
+  of step s is missing at the next look's alpha (at least 1, at most ``seeds_per_round``; "plan": no cap) in the
+  next round, as far as the trials left allow (``budget``, and ``budget_hours`` at the seconds per trial so far;
+  shared out to the models in name order);
+- out of reach (no later look's plan can be met by the rounds and trials left): stopped, with "cannot decide within
+  the budget: would need k seeds" in the record; no more seeds.
 
-It stops when every model is decided, after ``max_rounds`` looks, or before a round that would exceed ``budget``
-trials or ``budget_hours`` of wall time (predicted from the seconds per trial of the rounds so far). The rounds,
-the spending rule and its per-look alphas, and the trials used against the full grid (every model x resolution x
-every seed the plan allows) are added to summary.md and summary.json ("adaptive"), the report and the MLflow parent.
+It stops when every model is decided or stopped, after ``max_rounds`` looks, or before a round that would exceed
+``budget`` trials or ``budget_hours`` of wall time. The rounds, the spending rule and its per-look alphas, the seeds
+each round adds, and the trials used against the full grid (every model x resolution x every seed the plan allows)
+are added to summary.md and summary.json ("adaptive"), the report and the MLflow parent.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +39,8 @@ from typing import Any
 from resomap.atomic import write_text
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError
+from resomap.stats.decide import MAX_SEEDS
+from resomap.sweep.looks import CANNOT, PLAN, look_step
 from resomap.sweep.plan import plan
 from resomap.sweep.sweep import SweepOutcome, run_sweep, trial_folders
 from resomap.sweep.trial import TrialResult
@@ -42,7 +51,8 @@ TrialId = tuple[str, int, int]
 
 @dataclasses.dataclass
 class ModelState:
-    """One model across the rounds: its seeds, its dropped resolutions and, once decided, the look and alpha."""
+    """One model across the rounds: its seeds, its dropped resolutions, once decided or out of reach the look and
+    its alpha (later summaries test its unchanged data at that alpha, so its verdicts stay), and why it stopped."""
 
     model: str
     resolutions: list[int]
@@ -51,9 +61,14 @@ class ModelState:
     decided_at: int | None = None
     alpha: float | None = None
     sentence: str = ""
+    stopped_at: int | None = None
+    stopped: str = ""  # "cannot decide within the budget: ..."
 
     def active(self) -> list[int]:
         return [r for r in self.resolutions if r not in self.dropped]
+
+    def open(self) -> bool:
+        return self.decided_at is None and self.stopped_at is None
 
     def wanted(self) -> set[TrialId]:
         return {(self.model, r, s) for r in self.active() for s in self.seeds}
@@ -76,20 +91,31 @@ def look_alphas(cfg: Config) -> list[float]:
     return split(ad.spending, 1 - cfg.stats.level, ad.max_rounds)
 
 
+def most_seeds(cfg: Config) -> int:
+    """The most seeds a model can reach over the planned rounds: the first round's plus ``seeds_per_round`` per
+    later round; with "plan", the plan asks at most MAX_SEEDS, and a round adds at least 1."""
+    ad, first = cfg.sweep.adaptive, len(cfg.sweep.seeds)
+    if ad.seeds_per_round == PLAN:
+        return first if ad.max_rounds == 1 else max(first + ad.max_rounds - 1, MAX_SEEDS + ad.max_rounds - 2)
+    return first + ad.seeds_per_round * (ad.max_rounds - 1)
+
+
 def plan_lines(cfg: Config) -> list[str]:
     """What `resomap sweep --dry-run` prints of the adaptive plan: the looks, their alphas, the seeds, the budget."""
     ad = cfg.sweep.adaptive
     alphas = ", ".join(f"{a:.4g}" for a in look_alphas(cfg))
     grid = len({(t.model, t.resolution) for t in plan(cfg, check=False)})
-    most = grid * (len(cfg.sweep.seeds) + ad.seeds_per_round * (ad.max_rounds - 1))
     limits = ([] if ad.budget is None else [f"{ad.budget} trials"]) + (
         [] if ad.budget_hours is None else [f"{ad.budget_hours:g} h"]
     )
     budget = f"budget {' and '.join(limits)}" if limits else "no budget"
+    per_round = "with no cap per round" if ad.seeds_per_round == PLAN else f"at most {ad.seeds_per_round} per round"
     return [
-        f"adaptive: up to {ad.max_rounds} rounds, {len(cfg.sweep.seeds)} seed(s) in the first and "
-        f"{ad.seeds_per_round} more per round for undecided models only; {budget}; the full grid would be {most} "
-        f"trials; alpha {1 - cfg.stats.level:.2g} spent by {ad.spending}: one-sided alpha per look {alphas}"
+        f"adaptive: up to {ad.max_rounds} rounds, {len(cfg.sweep.seeds)} seed(s) in the first; then, for undecided "
+        f"models only, the seeds their power plan is missing (at least 1, {per_round}); {budget}; a model the "
+        f"rounds and budget cannot decide stops ('{CANNOT}: would need k seeds'); the full grid would be "
+        f"{grid * most_seeds(cfg)} trials; alpha {1 - cfg.stats.level:.2g} spent by {ad.spending}: one-sided alpha "
+        f"per look {alphas}"
     ]
 
 
@@ -116,9 +142,9 @@ def run_adaptive(
     used: set[TrialId] = set()
     rounds: list[dict[str, Any]] = []
     clock = _Clock(ad.budget_hours)
-    outcome, stopped, next_seed = None, f"the {ad.max_rounds} planned rounds are done", max(cfg.sweep.seeds) + 1
+    outcome, stopped = None, f"the {ad.max_rounds} planned rounds are done"
     for look in range(1, ad.max_rounds + 1):
-        open_models = [s for s in states.values() if s.decided_at is None]
+        open_models = [s for s in states.values() if s.open()]
         wanted = set().union(*(s.wanted() for s in open_models))
         if ad.budget is not None and len(used | wanted) > ad.budget:
             stopped = f"the budget of {ad.budget} trials would be exceeded by round {look}"
@@ -135,21 +161,36 @@ def run_adaptive(
         rounds.append(_look(look, alphas[look - 1], wanted, used, open_models))
         rounds[-1]["seconds"] = clock.lap(len(wanted - used))
         used |= wanted
-        _decide(outcome, round_cfg, open_models, look, alphas[look - 1])
+        left = _trials_left(ad.budget, used, clock)
+        rounds[-1]["added"] = _decide(outcome, round_cfg, open_models, look, alphas, left)
         rounds[-1]["decided"] = sorted(s.model for s in open_models if s.decided_at == look)
+        rounds[-1]["stopped"] = sorted(s.model for s in open_models if s.stopped_at == look)
         if all(s.decided_at is not None for s in states.values()):
             stopped = "every model is decided"
             break
-        if look < ad.max_rounds:
-            new = list(range(next_seed, next_seed + ad.seeds_per_round))
-            next_seed += ad.seeds_per_round
-            for s in states.values():
-                s.seeds += new if s.decided_at is None else []
+        if not any(s.open() for s in states.values()):
+            if look < ad.max_rounds:
+                stopped = f"no undecided model can be decided within the budget ({_budget_words(ad, used, clock)})"
+            break
     record = _record(cfg, alphas, rounds, states, used, stopped)
     if outcome is not None:
         publish_record(cfg, outcome, record, write_record(outcome.summary_dir, record))
     report(f"[adaptive] {stopped}: {record['trials_used']} trials used, the full grid is {record['full_grid_trials']}")
     return AdaptiveOutcome(outcome, record)
+
+
+def _trials_left(budget: int | None, used: set[TrialId], clock: _Clock) -> int | None:
+    """The trials the later rounds may still add: the trial budget left and what budget_hours leaves at the
+    seconds per trial so far, the smaller; None without a budget."""
+    limits = [x for x in (None if budget is None else budget - len(used), clock.trials_left()) if x is not None]
+    return max(0, min(limits)) if limits else None
+
+
+def _budget_words(ad: Any, used: set[TrialId], clock: _Clock) -> str:
+    words = [f"{max(0, ad.budget - len(used))} of {ad.budget} trials left"] if ad.budget is not None else []
+    words += [clock.words()] if ad.budget_hours is not None else []
+    per_round = "the seeds the plan asks" if ad.seeds_per_round == PLAN else f"at most {ad.seeds_per_round} seed(s)"
+    return "; ".join([*words, f"{ad.max_rounds} planned rounds adding {per_round} each"])
 
 
 class _Clock:
@@ -168,6 +209,18 @@ class _Clock:
         self.training_s += seconds
         return seconds
 
+    def trials_left(self) -> int | None:
+        """The new trials the time left pays for at the seconds per trial so far (None: no limit, or none measured)."""
+        if self.limit is None or not self.trained or self.training_s <= 0:
+            return None
+        left = self.limit - (time.monotonic() - self.start)
+        return max(0, math.floor(left / (self.training_s / self.trained)))
+
+    def words(self) -> str:
+        elapsed = (time.monotonic() - self.start) / 3600
+        per = f" at {self.training_s / self.trained:.3g} s per trial" if self.trained else ""
+        return f"{elapsed:.3g} h of {(self.limit or 0) / 3600:g} h used{per}"
+
     def over(self, new_trials: int) -> str | None:
         """Why the next round of ``new_trials`` would pass the limit, or None."""
         if self.limit is None or not self.trained:
@@ -184,7 +237,7 @@ def _round_config(cfg: Config, states: dict[str, ModelState], alpha: float) -> C
     (kept in the plan so the summary keeps their rows, marked inferior; `_only` never trains their new seeds)."""
     seeds = sorted(set().union(*(s.seeds for s in states.values())))
     dropped = {m: sorted(s.dropped) for m, s in states.items() if s.dropped}
-    look_alpha = {m: (s.alpha if s.decided_at is not None else alpha) for m, s in states.items()}
+    look_alpha = {m: (alpha if s.open() else s.alpha) for m, s in states.items()}
     overrides = {"sweep.seeds": seeds, "stats.look_alpha": look_alpha, "stats.dropped": dropped}
     return with_overrides(cfg, overrides, "adaptive round")
 
@@ -210,84 +263,89 @@ def _look(look: int, alpha: float, wanted: set[TrialId], used: set[TrialId], ope
         "seeds": sorted({seed for _, _, seed in wanted}),
         "trials": len(wanted),
         "new_trials": len(wanted - used),
+        "seeds_by_model": {s.model: len(s.seeds) for s in sorted(open_models, key=lambda s: s.model)},
     }
 
 
 # ---------------------------------------------------------------- reading each model's decision
 
 
-def _decide(outcome: SweepOutcome, cfg: Config, open_models: list[ModelState], look: int, alpha: float) -> None:
-    """Each open model's decision from the round's summary.json: decided, or the resolutions to drop."""
+def _decide(
+    outcome: SweepOutcome,
+    cfg: Config,
+    open_models: list[ModelState],
+    look: int,
+    alphas: list[float],
+    trials_left: int | None,
+) -> dict[str, dict[str, int | None]]:
+    """Each open model's look (looks.look_step on its scores of the round): decided, the resolutions to drop, the
+    seeds of the next round (the trials left shared out in name order) or out of reach; the sentence from the
+    round's summary.json. Returns {model: {"seeds_needed", "add"}} of the models given seeds."""
     try:
         payload = json.loads((outcome.summary_dir / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"adaptive sweep: the round's summary.json cannot be read ({exc})") from None
     recs = {r["model"]: r for r in payload.get("recommendations") or []}
-    scores = None
-    for state in open_models:
+    ad = cfg.sweep.adaptive
+    scores, binary = _scores(outcome, cfg, {s.model: s.active() for s in open_models})
+    added: dict[str, dict[str, int | None]] = {}
+    for state in sorted(open_models, key=lambda s: s.model):
         rec = recs.get(state.model) or {}
         state.sentence = rec.get("sentence") or f"{state.model}: no decision"
-        settled, stop = settled_at(rec)
-        if settled:
-            state.decided_at, state.alpha = look, alpha
-            continue
-        if stop is None:
-            continue  # no decision available (the sentence says why): more seeds may not help; the budget bounds it
-        if scores is None:
-            scores = _scores(outcome, cfg)
         found = scores.get(state.model)
-        if isinstance(found, dict):
-            _drop(state, found, rec["reference"], stop, cfg, look, alpha)
-
-
-def settled_at(rec: dict[str, Any]) -> tuple[bool, int | None]:
-    """(decided, the resolution the fixed sequence stopped at undecided) from a recommendation row: decided when
-    the sequence ends at a resolution shown inferior or shows every resolution below the reference non-inferior."""
-    if not rec.get("available"):
-        return False, None
-    below = [v for v in rec.get("verdicts") or [] if v["resolution"] < rec["reference"]]
-    for v in sorted(below, key=lambda v: v["resolution"], reverse=True):
-        if v["verdict"] == "non-inferior":
+        step = None
+        ref = cfg.stats.reference
+        if isinstance(found, dict) and (ref is None or ref in found):  # else the summary says why: no decision
+            step = look_step(
+                found,
+                cfg.stats,
+                alphas,
+                look,
+                seeds_per_round=ad.seeds_per_round,
+                trials_left=trials_left,
+                binary=binary,
+            )
+            if step.decided:
+                state.decided_at, state.alpha = look, alphas[look - 1]
+                continue
+            for r, why in step.drop.items():
+                state.dropped.setdefault(r, why)
+            if step.stopped:
+                state.stopped_at, state.stopped, state.alpha = look, step.stopped, alphas[look - 1]
+                continue
+            add = step.add
+        elif look == ad.max_rounds:
             continue
-        return v["verdict"] == "inferior", (None if v["verdict"] == "inferior" else v["resolution"])
-    return True, None
+        else:  # no decision available (the sentence says why): more seeds may not help; the budget bounds it
+            add = 1 if ad.seeds_per_round == PLAN else ad.seeds_per_round
+            if trials_left is not None:
+                add = min(add, trials_left // max(1, len(state.active())))
+            if add == 0:
+                state.stopped_at, state.alpha = look, alphas[look - 1]
+                state.stopped = f"{CANNOT}: no decision to plan from, and no trials left"
+                continue
+        if trials_left is not None:
+            trials_left -= add * len(state.active())
+        first = max(state.seeds) + 1
+        state.seeds += list(range(first, first + add))
+        added[state.model] = {"seeds_needed": None if step is None else step.seeds_needed, "add": add}
+    return added
 
 
-def _scores(outcome: SweepOutcome, cfg: Config) -> dict[str, Any]:
-    """{model: {resolution: [S, N]} of the decision metric (stats.metric), or a reason} of the round's results."""
+def _scores(outcome: SweepOutcome, cfg: Config, active: dict[str, list[int]]) -> tuple[dict[str, Any], bool | None]:
+    """({model: {resolution: [S, N]} of the decision metric (stats.metric) on its ``active`` resolutions (or a
+    reason)}, whether that metric is 0/1 per image) of the round's results, as the summary's decision reads them."""
     from resomap.reports.uncertainty import group_records, load_records, metric_scores
 
     folders = trial_folders(plan(cfg, check=False))
     records = load_records([r.to_dict() for r in outcome.results], folders)
     by_model: dict[str, dict[int, list[Any]]] = {}
     for (model, res), members in group_records(records).items():
-        by_model.setdefault(model, {})[res] = members
-    return {m: metric_scores(by_res, cfg.stats.metric) for m, by_res in by_model.items()}
-
-
-def _drop(state: ModelState, scores: dict[int, Any], ref: int, stop: int, cfg: Config, look: int, alpha: float):
-    """The resolutions below ``stop`` from the first shown inferior (alone against the reference) down."""
-    from resomap.stats import noninferiority
-
-    st = cfg.stats
-    for r in sorted((r for r in scores if r < stop), reverse=True):
-        pair = {ref: scores[ref], r: scores[r]}
-        decision = noninferiority(
-            pair,
-            margin=st.margin,
-            reference=ref,
-            level=st.level,
-            power=st.power,
-            alpha=alpha,
-            scope=st.scope,
-            seed_sd=st.seed_sd,
-        )
-        verdict = next(v for v in decision.verdicts if v.resolution == r)
-        if verdict.verdict == "inferior":
-            state.dropped[r] = f"shown inferior at look {look} (alone against {ref} px): {verdict.reason}"
-            for lower in (x for x in state.resolutions if x < r):
-                state.dropped.setdefault(lower, f"below {r} px, shown inferior at look {look}: not run further")
-            return
+        if res in active.get(model, ()):
+            by_model.setdefault(model, {})[res] = members
+    found = {m: metric_scores(by_res, cfg.stats.metric) for m, by_res in by_model.items()}
+    binary = next((f[1] for f in found.values() if not isinstance(f, str)), None)
+    return {m: f if isinstance(f, str) else f[0] for m, f in found.items()}, binary
 
 
 # ---------------------------------------------------------------- the record in the summary
@@ -295,7 +353,7 @@ def _drop(state: ModelState, scores: dict[int, Any], ref: int, stop: int, cfg: C
 
 def _record(cfg, alphas, rounds, states: dict[str, ModelState], used: set[TrialId], stopped: str) -> dict[str, Any]:
     ad = cfg.sweep.adaptive
-    planned_seeds = len(cfg.sweep.seeds) + ad.seeds_per_round * (ad.max_rounds - 1)
+    planned_seeds = most_seeds(cfg)
     pairs = sum(len(s.resolutions) for s in states.values())
     reached = len({seed for _, _, seed in used})
     return {
@@ -313,7 +371,7 @@ def _record(cfg, alphas, rounds, states: dict[str, ModelState], used: set[TrialI
         "full_grid_trials_seeds_reached": pairs * reached,
         "models": {
             m: {"decided_at": s.decided_at, "alpha": s.alpha, "seeds": s.seeds, "dropped": s.dropped}
-            | {"sentence": s.sentence}
+            | {"stopped_at": s.stopped_at, "stopped": s.stopped, "sentence": s.sentence}
             for m, s in sorted(states.items())
         },
     }
@@ -361,7 +419,8 @@ def publish_record(cfg: Config, outcome: SweepOutcome, record: dict[str, Any], f
     tags = {"resomap.adaptive": f"{record['stopped']} ({record['spending']}, {record['planned_looks']} looks)"}
     for model, m in record["models"].items():
         at = f"look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
-        tags[f"resomap.adaptive.{mlflow_name(model)}"] = f"{at}; seeds {m['seeds']}"
+        stop = f"; {m['stopped']} (look {m['stopped_at']})" if m.get("stopped") else ""
+        tags[f"resomap.adaptive.{mlflow_name(model)}"] = f"{at}; seeds {m['seeds']}{stop}"
     log_changed(tracker, parent, metrics, tags)
     for path in files:
         tracker.log_artifact(parent, path, None if path.name == "report.html" else "summary")
