@@ -132,6 +132,20 @@ def test_bounds_and_p_agree_with_the_verdict():
             assert v.low <= v.difference <= v.high
 
 
+@pytest.mark.parametrize("seeds", [2, 3, 5])
+def test_bounds_and_p_agree_on_scores_that_are_not_0_1(seeds):
+    """Per-image scores in [0, 1] (IoU, AUROC's placement values): the same agreement, and no vanishing p beside a
+    lower bound below 0 (p was 5e-324 at T = 1.5 with 2 seeds: scipy's t quantile at the smallest double is -inf)."""
+    rng = np.random.default_rng(15 + seeds)
+    for _ in range(20):
+        ref = rng.random((seeds, 150))
+        other = np.clip(ref + rng.normal(0.0, 0.3, ref.shape) + rng.normal(0.0, 0.05, (seeds, 1)), 0, 1)
+        for scope in ("model", "checkpoint"):
+            v = noninferiority({64: other, 128: ref}, margin=0.03, scope=scope, binary=False).verdicts[1]
+            assert (v.p_value < ALPHA) == (v.low > -0.03), v
+            assert v.p_value > 1e-12 or v.low > 0.0, v
+
+
 def test_one_seed_at_model_scope_is_undecided_and_says_how_many_seeds():
     rng = np.random.default_rng(14)
     ref = rng.random((1, 400)) < 0.8

@@ -187,7 +187,9 @@ def p_value(d: np.ndarray, delta0: float, *, binary: bool, scope: str) -> float:
         def above(log_alpha: np.ndarray) -> np.ndarray:  # True where c(alpha) <= t: alpha at or above p
             return critical(_repeat(p, log_alpha.size), np.exp(log_alpha), binary=binary) <= t
 
-        return math.exp(_refine(above, -745.0, math.log(0.5))[1])
+        # from alpha 1e-300 up: scipy's t quantile at the smallest doubles (5e-324) comes back -inf, which would
+        # read as "rejected at every alpha" and give p = 5e-324 for any T > 0
+        return math.exp(_refine(above, math.log(1e-300), math.log(0.5))[1])
 
     def above_lin(alpha: np.ndarray) -> np.ndarray:
         return critical(_repeat(p, alpha.size), alpha, binary=binary) <= t
