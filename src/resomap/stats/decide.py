@@ -317,7 +317,7 @@ def _words(
     if found["p_value"] is None:
         return (
             f"{r} px undecided {where}: one seed says nothing of how much another training seed would differ"
-            + _need_words(found, margin)
+            + _need_words(found, margin, seeds)
         )
     diff, low, high = found["difference"], found["low"], found["high"]
     text = (
@@ -327,12 +327,19 @@ def _words(
         + f", p = {found['p_value']:.3g})"
     )
     if verdict == "undecided":
-        text += f"; this design detects margins of {found['detectable']:.3f} and larger" + _need_words(found, margin)
+        text += f"; this design detects margins of {found['detectable']:.3f} and larger" + _need_words(
+            found, margin, seeds
+        )
     return text
 
 
-def _need_words(found: dict[str, Any], margin: float) -> str:
+def _need_words(found: dict[str, Any], margin: float, have: int | None = None) -> str:
     seeds, images, joint = found.get("seeds_needed"), found.get("images_needed"), found.get("joint_needed")
+    if seeds is not None and have is not None and seeds <= have:  # the plan assumes no true difference
+        return (
+            f"; with no true difference these {have} seed(s) would show the margin {margin:g} with the planned "
+            "power: the difference observed keeps it undecided"
+        )
     if seeds is not None:
         text = f"; needs {seeds} seeds to show the margin {margin:g}"
         return text + (f" (or about {images} test images at these seeds)" if images is not None else "")
@@ -367,7 +374,7 @@ def _summary(chosen: int, ref: int, verdicts: list[Verdict], margin: float, metr
         return f"{ref} px: no smaller resolution to test"
     if tested.verdict == "inferior":
         return f"{ref} px: {tested.resolution} px is shown inferior {where} (more than {margin:g} below in {metric})"
-    needs = _need_words(tested.to_dict(), margin).lstrip("; ")
+    needs = _need_words(tested.to_dict(), margin, tested.n_seeds).lstrip("; ")
     if tested.p_value is None:
         return f"undecided {where}: one seed says nothing of seed-to-seed variation; {needs}"
     return (
