@@ -208,3 +208,20 @@ def test_a_metric_the_task_or_data_does_not_define_is_a_one_line_error(overrides
 def test_parse_metric_refuses_what_it_cannot_read(text):
     with pytest.raises(ConfigError):
         parse_metric(text)
+
+
+def test_a_recall_decision_counts_the_images_of_its_class():
+    """What a recall decision would need is said in that class's test images (the decision's images)."""
+    from resomap.stats import noninferiority
+
+    ref = np.arange(N1)[None] < 35  # 35 of the 50 defective cells found at the reference
+    other = ref.copy()
+    other[0, :4], other[0, 35:39] = False, True  # 4 lost, 4 gained: no difference, too few images to show 0.02
+    metric = parse_metric("recall:defective")
+    found = noninferiority(
+        {64: other, 128: ref}, margin=0.02, scope="checkpoint", metric=metric.words, images=metric.images
+    )
+    step = found.verdicts[1]
+    assert step.verdict == "undecided", step.reason
+    assert "test images of defective" in step.reason and "recall of defective difference" in step.reason
+    assert "test images of defective" in found.reason

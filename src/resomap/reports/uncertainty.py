@@ -426,17 +426,17 @@ def _scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -
 
 def decision_scores(
     found: Compared, task: Task, metric: str | None, class_names: list[str] | None
-) -> tuple[dict[int, np.ndarray], str, bool] | str:
+) -> tuple[dict[int, np.ndarray], str, bool, str] | str:
     """({resolution: [S, N']} per-image values of the decision metric ``metric`` (stats.metric; None: the task's
-    headline score), its words, whether they are 0/1), or why they cannot be had. A metric the task scores per
-    image is read as it is; a classification metric (balanced accuracy, macro-F1, a class's recall, AUROC) is built
-    from the labels, predictions and probabilities by resomap.stats.per_image."""
+    headline score), its words, whether they are 0/1, what its images are in words), or why they cannot be had.
+    A metric the task scores per image is read as it is; a classification metric (balanced accuracy, macro-F1, a
+    class's recall, AUROC) is built from the labels, predictions and probabilities by resomap.stats.per_image."""
     from resomap.errors import ConfigError
     from resomap.stats import per_image
 
     named = next((sc for sc in task.scores if sc.name == (metric or task.scores[0].name)), None)
     if named is not None:
-        return found.arrays[named.name], named.words, named.binary
+        return found.arrays[named.name], named.words, named.binary, "test images"
     try:
         parsed = per_image.parse_metric(str(metric))
         out = {}
@@ -448,7 +448,7 @@ def decision_scores(
             out[res] = per_image.values(parsed, a.label[pos], a.prediction[:, pos], positive, class_names)
     except ConfigError as exc:
         return f"stats.metric {metric}: {exc}"
-    return out, parsed.words, parsed.binary
+    return out, parsed.words, parsed.binary, parsed.images
 
 
 def _pair_row(model: str, metric: str, row: stats.PairComparison) -> dict[str, Any]:
@@ -517,7 +517,7 @@ def compare_model(
     if isinstance(chosen, str):
         rec_row.update(reason=chosen, sentence=f"{model}: no decision: {chosen}", note="; ".join(notes))
         return rows, rec_row
-    scores, words, binary = chosen
+    scores, words, binary, image_words = chosen
     if cfg.reference is not None and cfg.reference not in scores:
         why = f"the reference {cfg.reference} px has no per-image records to compare with"
         rec_row.update(reason=why, sentence=f"{model}: no decision: {why}", note="; ".join(notes))
@@ -533,6 +533,7 @@ def compare_model(
         scope=cfg.scope,
         binary=binary,
         seed_sd=cfg.seed_sd,
+        images=image_words,
     )
     means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
     rec_row.update(

@@ -243,6 +243,7 @@ def noninferiority(
     scope: str = "model",
     binary: bool | None = None,
     seed_sd: float = 0.02,
+    images: str = "test images",
 ) -> Decision:
     """The fixed-sequence non-inferiority decision of every resolution against the reference (module doc).
 
@@ -251,7 +252,8 @@ def noninferiority(
     tests and bounds in place of ``1 - level`` (an adaptive sweep's alpha for this look, stats.spending); the
     verdicts then carry ``level = 1 - alpha``. ``scope``: model or checkpoint (module doc); ``binary``: 0/1
     outcomes (None: read from the values); ``seed_sd``: the assumed sd of a model's score across training seeds,
-    for the plan of a one-seed design at model scope."""
+    for the plan of a one-seed design at model scope; ``images``: what the images counted are, in words (a class's
+    recall counts that class's test images)."""
     margin, level, power = check_margin(margin), check_level(level), check_power(power)
     scope, seed_sd = check_scope(scope), check_seed_sd(seed_sd)
     if alpha is not None:
@@ -291,7 +293,7 @@ def noninferiority(
             verdict = (
                 "non-inferior" if found["p_value"] < alpha else "inferior" if found["high"] < -margin else "undecided"
             )
-        reason = _words(r, ref, verdict, found, margin, level, metric, scope, seeds)
+        reason = _words(r, ref, verdict, found, margin, level, metric, scope, seeds, images)
         found.pop("cut", None)  # said in the reason
         verdicts.append(Verdict(r, verdict=verdict, reason=reason, **base, **found))
         if verdict == "non-inferior":
@@ -299,7 +301,9 @@ def noninferiority(
         else:
             stopped = r
     decided = any(v.verdict in ("non-inferior", "inferior") for v in verdicts)
-    return Decision(ref, chosen, verdicts, decided, _summary(chosen, ref, verdicts, margin, metric, scope), scope)
+    return Decision(
+        ref, chosen, verdicts, decided, _summary(chosen, ref, verdicts, margin, metric, scope, images), scope
+    )
 
 
 def _words(
@@ -312,12 +316,13 @@ def _words(
     metric: str,
     scope: str,
     seeds: int,
+    images: str = "test images",
 ) -> str:
     where = SCOPE_WORDS[scope]
     if found["p_value"] is None:
         return (
             f"{r} px undecided {where}: one seed says nothing of how much another training seed would differ"
-            + _need_words(found, margin, seeds)
+            + _need_words(found, margin, seeds, images)
         )
     diff, low, high = found["difference"], found["low"], found["high"]
     text = (
@@ -328,12 +333,12 @@ def _words(
     )
     if verdict == "undecided":
         text += f"; this design detects margins of {found['detectable']:.3f} and larger" + _need_words(
-            found, margin, seeds
+            found, margin, seeds, images
         )
     return text
 
 
-def _need_words(found: dict[str, Any], margin: float, have: int | None = None) -> str:
+def _need_words(found: dict[str, Any], margin: float, have: int | None = None, unit: str = "test images") -> str:
     seeds, images, joint = found.get("seeds_needed"), found.get("images_needed"), found.get("joint_needed")
     if seeds is not None and have is not None and seeds <= have:  # the plan assumes no true difference
         return (
@@ -342,16 +347,16 @@ def _need_words(found: dict[str, Any], margin: float, have: int | None = None) -
         )
     if seeds is not None:
         text = f"; needs {seeds} seeds to show the margin {margin:g}"
-        return text + (f" (or about {images} test images at these seeds)" if images is not None else "")
+        return text + (f" (or about {images} {unit} at these seeds)" if images is not None else "")
     if images is not None:
         return (
-            f"; needs about {images} test images to show the margin {margin:g} (no number of seeds up to "
+            f"; needs about {images} {unit} to show the margin {margin:g} (no number of seeds up to "
             f"{MAX_SEEDS} does on these images)"
         )
     if joint is not None:
         return (
             f"; neither more seeds nor more test images alone show the margin {margin:g}: "
-            f"about {joint[1]} test images x {joint[0]} seeds would"
+            f"about {joint[1]} {unit} x {joint[0]} seeds would"
         )
     return f"; no design up to {MAX_SEEDS} seeds shows the margin {margin:g}"
 
@@ -362,7 +367,9 @@ def _percent(level: float) -> str:
     return text if abs(float(text[:-1]) / 100 - level) < 1e-12 else f"{level:.3%}"
 
 
-def _summary(chosen: int, ref: int, verdicts: list[Verdict], margin: float, metric: str, scope: str) -> str:
+def _summary(
+    chosen: int, ref: int, verdicts: list[Verdict], margin: float, metric: str, scope: str, images: str
+) -> str:
     where = SCOPE_WORDS[scope]
     if chosen != ref:
         return (
@@ -374,7 +381,7 @@ def _summary(chosen: int, ref: int, verdicts: list[Verdict], margin: float, metr
         return f"{ref} px: no smaller resolution to test"
     if tested.verdict == "inferior":
         return f"{ref} px: {tested.resolution} px is shown inferior {where} (more than {margin:g} below in {metric})"
-    needs = _need_words(tested.to_dict(), margin, tested.n_seeds).lstrip("; ")
+    needs = _need_words(tested.to_dict(), margin, tested.n_seeds, images).lstrip("; ")
     if tested.p_value is None:
         return f"undecided {where}: one seed says nothing of seed-to-seed variation; {needs}"
     return (

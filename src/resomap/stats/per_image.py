@@ -52,6 +52,11 @@ class Metric:
         return f"recall of {self.cls}" if self.name == "recall" else WORDS[self.name]
 
     @property
+    def images(self) -> str:
+        """What the decision's images are, in words: a recall counts the test images of its class."""
+        return f"test images of {self.cls}" if self.name == "recall" else "test images"
+
+    @property
     def binary(self) -> bool:
         """0/1 per image: the score test for 0/1 outcomes applies."""
         return self.name in ("accuracy", "recall")
