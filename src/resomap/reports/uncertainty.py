@@ -424,11 +424,49 @@ def _scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -
     return Compared(out, seeds, int(common.size), notes, aligned, common)
 
 
+@dataclasses.dataclass(frozen=True)
+class MetricScores:
+    """The decision metric's per-image values {resolution: [S, N']}, its words, whether they are 0/1 and what its
+    images are in words (a class's recall counts that class's test images)."""
+
+    scores: dict[int, np.ndarray]
+    words: str
+    binary: bool
+    images: str = "test images"
+
+
+def decide(
+    scores: Mapping[int, Any],
+    cfg: StatsConfig,
+    *,
+    alpha: float | None = None,
+    binary: bool | None = None,
+    words: str = "accuracy",
+    images: str = "test images",
+) -> stats.Decision:
+    """The non-inferiority decision (stats.noninferiority) of ``scores`` {resolution: [S, N]} with the settings of
+    stats (margin, reference, level, power, scope, seed_sd); ``alpha``: a look's one-sided alpha (else 1 - level).
+    The one call of the decision: the summary and each look of an adaptive sweep."""
+    return stats.noninferiority(
+        scores,
+        margin=cfg.margin,
+        reference=cfg.reference,
+        level=cfg.level,
+        power=cfg.power,
+        metric=words,
+        alpha=alpha,
+        scope=cfg.scope,
+        binary=binary,
+        seed_sd=cfg.seed_sd,
+        images=images,
+    )
+
+
 def decision_scores(
     found: Compared, task: Task, metric: str | None, class_names: list[str] | None
-) -> tuple[dict[int, np.ndarray], str, bool, str] | str:
-    """({resolution: [S, N']} per-image values of the decision metric ``metric`` (stats.metric; None: the task's
-    headline score), its words, whether they are 0/1, what its images are in words), or why they cannot be had.
+) -> MetricScores | str:
+    """The per-image values of the decision metric ``metric`` (stats.metric; None: the task's headline score), or
+    why they cannot be had.
     A metric the task scores per image is read as it is; a classification metric (balanced accuracy, macro-F1, a
     class's recall, AUROC) is built from the labels, predictions and probabilities by resomap.stats.per_image."""
     from resomap.errors import ConfigError
@@ -436,7 +474,7 @@ def decision_scores(
 
     named = next((sc for sc in task.scores if sc.name == (metric or task.scores[0].name)), None)
     if named is not None:
-        return found.arrays[named.name], named.words, named.binary, "test images"
+        return MetricScores(found.arrays[named.name], named.words, named.binary)
     try:
         parsed = per_image.parse_metric(str(metric))
         out = {}
@@ -448,7 +486,7 @@ def decision_scores(
             out[res] = per_image.values(parsed, a.label[pos], a.prediction[:, pos], positive, class_names)
     except ConfigError as exc:
         return f"stats.metric {metric}: {exc}"
-    return out, parsed.words, parsed.binary, parsed.images
+    return MetricScores(out, parsed.words, parsed.binary, parsed.images)
 
 
 def _pair_row(model: str, metric: str, row: stats.PairComparison) -> dict[str, Any]:
@@ -517,23 +555,18 @@ def compare_model(
     if isinstance(chosen, str):
         rec_row.update(reason=chosen, sentence=f"{model}: no decision: {chosen}", note="; ".join(notes))
         return rows, rec_row
-    scores, words, binary, image_words = chosen
+    scores = chosen.scores
     if cfg.reference is not None and cfg.reference not in scores:
         why = f"the reference {cfg.reference} px has no per-image records to compare with"
         rec_row.update(reason=why, sentence=f"{model}: no decision: {why}", note="; ".join(notes))
         return rows, rec_row
-    decision = stats.noninferiority(
+    decision = decide(
         scores,
-        margin=cfg.margin,
-        reference=cfg.reference,
-        level=cfg.level,
-        power=cfg.power,
-        metric=words,
+        cfg,
         alpha=cfg.look_alpha.get(model),  # an adaptive sweep's alpha of this look (stats.spending); else 1 - level
-        scope=cfg.scope,
-        binary=binary,
-        seed_sd=cfg.seed_sd,
-        images=image_words,
+        binary=chosen.binary,
+        words=chosen.words,
+        images=chosen.images,
     )
     means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
     rec_row.update(
@@ -684,17 +717,14 @@ def _undecided(rec: Mapping[str, Any]) -> str:
     return f"{text} ({reason})" if reason else text
 
 
-def metric_scores(
-    by_res: Mapping[int, list[TrialRecord]], metric: str | None = None
-) -> tuple[dict[int, np.ndarray], bool] | str:
-    """({resolution: [S, N']} of the decision metric (stats.metric; None: the task's headline score) as the decision
-    compares them, whether it is 0/1 per image); or the reason why not."""
+def metric_scores(by_res: Mapping[int, list[TrialRecord]], metric: str | None = None) -> MetricScores | str:
+    """The decision metric (stats.metric; None: the task's headline score) of a model's resolutions as the decision
+    compares them; or the reason why not."""
     task = next(iter(by_res.values()))[0].task
     found = _scores_by_resolution(by_res, task)
     if isinstance(found, str):
         return found
-    chosen = decision_scores(found, task, metric, class_names(by_res))
-    return chosen if isinstance(chosen, str) else (chosen[0], chosen[2])
+    return decision_scores(found, task, metric, class_names(by_res))
 
 
 def class_names(by_res: Mapping[int, list[TrialRecord]]) -> list[str] | None:

@@ -287,7 +287,7 @@ def _decide(
         raise ConfigError(f"adaptive sweep: the round's summary.json cannot be read ({exc})") from None
     recs = {r["model"]: r for r in payload.get("recommendations") or []}
     ad = cfg.sweep.adaptive
-    scores, binary = _scores(outcome, cfg, {s.model: s.active() for s in open_models})
+    scores = _scores(outcome, cfg, {s.model: s.active() for s in open_models})
     added: dict[str, dict[str, int | None]] = {}
     for state in sorted(open_models, key=lambda s: s.model):
         rec = recs.get(state.model) or {}
@@ -295,15 +295,17 @@ def _decide(
         found = scores.get(state.model)
         step = None
         ref = cfg.stats.reference
-        if isinstance(found, dict) and (ref is None or ref in found):  # else the summary says why: no decision
-            step = look_step(
-                found,
+        if found is not None and not isinstance(found, str) and (ref is None or ref in found.scores):
+            step = look_step(  # (else the summary says why: no decision)
+                found.scores,
                 cfg.stats,
                 alphas,
                 look,
                 seeds_per_round=ad.seeds_per_round,
                 trials_left=trials_left,
-                binary=binary,
+                binary=found.binary,
+                words=found.words,
+                images=found.images,
             )
             if step.decided:
                 state.decided_at, state.alpha = look, alphas[look - 1]
@@ -332,9 +334,9 @@ def _decide(
     return added
 
 
-def _scores(outcome: SweepOutcome, cfg: Config, active: dict[str, list[int]]) -> tuple[dict[str, Any], bool | None]:
-    """({model: {resolution: [S, N]} of the decision metric (stats.metric) on its ``active`` resolutions (or a
-    reason)}, whether that metric is 0/1 per image) of the round's results, as the summary's decision reads them."""
+def _scores(outcome: SweepOutcome, cfg: Config, active: dict[str, list[int]]) -> dict[str, Any]:
+    """{model: the decision metric (stats.metric) on its ``active`` resolutions (reports.uncertainty.MetricScores),
+    or a reason} of the round's results, as the summary's decision reads them."""
     from resomap.reports.uncertainty import group_records, load_records, metric_scores
 
     folders = trial_folders(plan(cfg, check=False))
@@ -343,9 +345,7 @@ def _scores(outcome: SweepOutcome, cfg: Config, active: dict[str, list[int]]) ->
     for (model, res), members in group_records(records).items():
         if res in active.get(model, ()):
             by_model.setdefault(model, {})[res] = members
-    found = {m: metric_scores(by_res, cfg.stats.metric) for m, by_res in by_model.items()}
-    binary = next((f[1] for f in found.values() if not isinstance(f, str)), None)
-    return {m: f if isinstance(f, str) else f[0] for m, f in found.items()}, binary
+    return {m: metric_scores(by_res, cfg.stats.metric) for m, by_res in by_model.items()}
 
 
 # ---------------------------------------------------------------- the record in the summary

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from resomap.config.schema import StatsConfig
-from resomap.stats import Decision, design_needs, noninferiority
+from resomap.stats import Decision, design_needs
 from resomap.stats.decide import MAX_SEEDS
 
 PLAN = "plan"  # sweep.adaptive.seeds_per_round: add what the power plan asks, with no cap per round
@@ -74,29 +74,25 @@ def look_step(
     seeds_per_round: int | str = 1,
     trials_left: int | None = None,
     binary: bool | None = None,
+    words: str = "accuracy",
+    images: str = "test images",
 ) -> Step:
     """Look ``look`` (1-based; ``alphas``: every planned look's one-sided alpha) of one model whose open
     resolutions have the per-image scores ``scores`` {resolution: [seeds, images]} (module doc).
     ``trials_left``: the trials this model may still add (None: no limit); each new seed costs one trial per
-    resolution not dropped. ``binary``: 0/1 scores (None: read from the values)."""
+    resolution not dropped. ``binary``: 0/1 scores (None: read from the values); ``words`` / ``images``: the
+    decision metric and its images in words (the reasons of dropped resolutions quote the decision)."""
+    from resomap.reports.uncertainty import decide
+
     runs = {int(r): np.asarray(v) for r, v in scores.items()}
     alpha = alphas[look - 1]
-    decision = noninferiority(
-        runs,
-        margin=stats.margin,
-        reference=stats.reference,
-        level=stats.level,
-        power=stats.power,
-        alpha=alpha,
-        scope=stats.scope,
-        binary=binary,
-        seed_sd=stats.seed_sd,
-    )
+    said = {"alpha": alpha, "binary": binary, "words": words, "images": images}
+    decision = decide(runs, stats, **said)
     ref = decision.reference
     decided, stop = stopped_at(ref, [v.to_dict() for v in decision.verdicts])
     if decided or stop is None:
         return Step(True, decision)
-    drop = _drops(runs, ref, stop, stats, alpha, look, binary)
+    drop = _drops(runs, ref, stop, stats, look, said)
     per_seed = sum(r not in drop for r in runs)  # trials one more seed costs
     seeds = runs[ref].shape[0]
     cap = math.inf if seeds_per_round == PLAN else int(seeds_per_round)
@@ -141,21 +137,14 @@ def out_of_reach(plans: Sequence[Mapping[str, Any]], seeds: int, margin: float, 
 
 
 def _drops(
-    runs: dict[int, np.ndarray], ref: int, stop: int, stats: StatsConfig, alpha: float, look: int, binary: bool | None
+    runs: dict[int, np.ndarray], ref: int, stop: int, stats: StatsConfig, look: int, said: dict[str, Any]
 ) -> dict[int, str]:
-    """The resolutions below ``stop`` from the first shown inferior (alone against the reference) down."""
+    """The resolutions below ``stop`` from the first shown inferior (alone against the reference ``ref``, the
+    larger of each pair, so stats.reference picks it too) down; ``said``: the look's decide() settings."""
+    from resomap.reports.uncertainty import decide
+
     for r in sorted((r for r in runs if r < stop), reverse=True):
-        decision = noninferiority(
-            {ref: runs[ref], r: runs[r]},
-            margin=stats.margin,
-            reference=ref,
-            level=stats.level,
-            power=stats.power,
-            alpha=alpha,
-            scope=stats.scope,
-            binary=binary,
-            seed_sd=stats.seed_sd,
-        )
+        decision = decide({ref: runs[ref], r: runs[r]}, stats, **said)
         verdict = next(v for v in decision.verdicts if v.resolution == r)
         if verdict.verdict == "inferior":
             drop = {r: f"shown inferior at look {look} (alone against {ref} px): {verdict.reason}"}
