@@ -578,6 +578,7 @@ SWEEP_ARGS = [
     "explainability.enabled=false",
     "mlflow.log_model=false",
     "mlflow.log_checkpoint=false",
+    "system.threads=1",  # fixed: a count measured per fit may differ between the killed and the clean sweep
 ]
 
 
