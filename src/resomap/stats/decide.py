@@ -182,11 +182,46 @@ def _images_needed(at: Callable[[int, int], tuple[float, float]], seeds: int, po
     return lo
 
 
-def _plan_parts(d: np.ndarray, scope: str, seed_sd: float) -> tuple[float, float, float]:
+def _plan_parts(
+    d: np.ndarray, scope: str, seed_sd: float, margin: float | None = None, binary: bool = False
+) -> tuple[float, float, float]:
     """The variance parts the plan of a step uses: observed (:func:`_components`); at model scope with one seed
-    the seed part is planned from the assumed seed sd (no seed variance to see)."""
+    the seed part is planned from the assumed seed sd (no seed variance to see). For 0/1 outcomes with a
+    ``margin``, an image's part is at least the score test's restricted variance at -margin (the variance its
+    statistic is divided by): with no or few discordant images the observed variance is 0 or near it, which would
+    plan every margin as detectable while the test itself cannot show it."""
     parts = _components(d)
-    return (parts[0], 0.0, 2 * seed_sd**2) if scope == "model" and d.shape[0] < 2 else parts
+    if scope == "model" and d.shape[0] < 2:
+        parts = (parts[0], 0.0, 2 * seed_sd**2)
+    if not binary or margin is None:
+        return parts
+    seeds = d.shape[0]
+    counts, values = scopes.lattice_counts(d.mean(0)[None], seeds)
+    floor = float(scopes.restricted_variance(counts, values, -margin)[0])
+    image, resid, seed = parts
+    return (floor - resid / seeds if image + resid / seeds < floor else image), resid, seed
+
+
+def _detectable(d: np.ndarray, alpha: float, power_q: float, scope: str, seed_sd: float, binary: bool) -> float:
+    """The smallest margin the design of ``d`` shows with the power whose normal quantile is ``power_q`` when the
+    true difference is 0 (inf when none up to 1 does). For 0/1 outcomes the plan's variance depends on the margin
+    (:func:`_plan_parts`), so the margin m with m = (c + q) se(m) is found by bisection."""
+    seeds, n = d.shape
+
+    def needed(m: float | None) -> float:
+        parts = _plan_parts(d, scope, seed_sd, m, binary)
+        return scopes.plan_power_at(n, seeds, m or 0.0, alpha, power_q, *parts, scope=scope)[1]
+
+    if not binary:
+        return needed(None)
+    top = 1.0 - 1e-6  # a margin of 1 leaves the restricted fit no room (every image at the lattice end)
+    if needed(top) > top:
+        return math.inf
+    lo, hi = 0.0, top  # needed(hi) <= hi; the variance floor grows with m, so the crossing is unique in practice
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if needed(mid) <= mid else (mid, hi)
+    return hi
 
 
 def design_needs(
@@ -203,7 +238,9 @@ def design_needs(
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1:
         raise ConfigError(f"alpha must be a one-sided alpha in (0, 1), got {alpha!r}")
     seeds, n = d.shape
-    return _needs(n, seeds, margin, float(alpha), power, _plan_parts(d, scope, check_seed_sd(seed_sd)), scope)
+    binary = bool(np.isin(d, (-1.0, 0.0, 1.0)).all())  # differences of 0/1 outcomes, as the summary's tests read them
+    parts = _plan_parts(d, scope, check_seed_sd(seed_sd), margin, binary)
+    return _needs(n, seeds, margin, float(alpha), power, parts, scope)
 
 
 def _step(
@@ -214,11 +251,20 @@ def _step(
     from scipy import stats
 
     seeds, n = d.shape
-    out: dict[str, Any] = {"difference": float(d.mean()), "n_images": int(n)}
-    parts = _plan_parts(d, scope, seed_sd)
+    out: dict[str, Any] = {"difference": float(d.mean()), "n_images": int(n), "untestable": None}
+    parts = _plan_parts(d, scope, seed_sd, margin, binary)
     if scope == "model" and seeds < 2:
+        out["untestable"] = "one seed says nothing of how much another training seed would differ"
+    elif not binary and not any(parts) and float(np.ptp(d.mean(0))) == 0.0:
+        out["untestable"] = (
+            f"not testable: the per-image differences do not vary ({n} image(s), each {float(d.mean()):+.3f})"
+        )
+    if out["untestable"]:
         out.update(low=None, high=None, p_value=None, detectable=None)
-        out.update(_needs(n, seeds, margin, alpha, power, parts, scope))
+        if not binary and not any(parts):
+            out.update(seeds_needed=None, images_needed=None, joint_needed=None)
+        else:
+            out.update(_needs(n, seeds, margin, alpha, power, parts, scope))
         return out
     low, high = scopes.bounds(d, alpha, binary=binary, scope=scope)
     edge = 1 - 1e-6
@@ -226,7 +272,8 @@ def _step(
     out["low"], out["high"] = max(-1.0, low if low > -edge else -1.0), min(1.0, high if high < edge else 1.0)
     out["p_value"] = scopes.p_value(d, -margin, binary=binary, scope=scope)
     q = float(stats.norm.ppf(power))
-    out["detectable"] = scopes.plan_power_at(n, seeds, margin, alpha, q, *parts, scope=scope)[1]
+    detectable = _detectable(d, alpha, q, scope, seed_sd, binary)
+    out["detectable"] = None if math.isinf(detectable) else detectable  # None: no margin up to 1 (JSON-safe)
     out.update(_needs(n, seeds, margin, alpha, power, parts, scope))
     return out
 
@@ -295,6 +342,7 @@ def noninferiority(
             )
         reason = _words(r, ref, verdict, found, margin, level, metric, scope, seeds, images)
         found.pop("cut", None)  # said in the reason
+        found.pop("untestable")
         verdicts.append(Verdict(r, verdict=verdict, reason=reason, **base, **found))
         if verdict == "non-inferior":
             chosen = r
@@ -320,10 +368,9 @@ def _words(
 ) -> str:
     where = SCOPE_WORDS[scope]
     if found["p_value"] is None:
-        return (
-            f"{r} px undecided {where}: one seed says nothing of how much another training seed would differ"
-            + _need_words(found, margin, seeds, images)
-        )
+        constant = found["untestable"].startswith("not testable")  # no variance to plan with
+        needs = "" if constant else _need_words(found, margin, seeds, images)
+        return f"{r} px undecided {where}: {found['untestable']}" + needs
     diff, low, high = found["difference"], found["low"], found["high"]
     text = (
         f"{r} px {verdict} to {ref} px {where} at margin {margin:g} ({metric} difference {diff:+.3f}, "
@@ -332,10 +379,14 @@ def _words(
         + f", p = {found['p_value']:.3g})"
     )
     if verdict == "undecided":
-        text += f"; this design detects margins of {found['detectable']:.3f} and larger" + _need_words(
-            found, margin, seeds, images
-        )
+        text += "; " + _detectable_words(found["detectable"]) + _need_words(found, margin, seeds, images)
     return text
+
+
+def _detectable_words(detectable: float | None) -> str:
+    if detectable is None or math.isinf(detectable):
+        return "this design shows no margin up to 1 with the planned power"
+    return f"this design detects margins of {detectable:.3f} and larger"
 
 
 def _need_words(found: dict[str, Any], margin: float, have: int | None = None, unit: str = "test images") -> str:
@@ -383,10 +434,13 @@ def _summary(
         return f"{ref} px: {tested.resolution} px is shown inferior {where} (more than {margin:g} below in {metric})"
     needs = _need_words(tested.to_dict(), margin, tested.n_seeds, images).lstrip("; ")
     if tested.p_value is None:
-        return f"undecided {where}: one seed says nothing of seed-to-seed variation; {needs}"
+        if scope == "model" and tested.n_seeds < 2:
+            return f"undecided {where}: one seed says nothing of seed-to-seed variation; {needs}"
+        return f"undecided {where}: {tested.resolution} px is not testable: its per-image differences do not vary"
+    detectable = _detectable_words(tested.detectable).replace("this design", "the design")
     return (
         f"undecided {where}: no smaller resolution shown non-inferior to {ref} px at margin {margin:g}; "
-        f"the design detects margins of {tested.detectable:.3f} and larger; {needs}"
+        f"{detectable}; {needs}"
     )
 
 
