@@ -2,8 +2,8 @@
 
 Each step returns a typed value that resomap.sweep.trial.TrialResult holds:
 - test_stage: the model on its test split (+ confusion matrix) -> EvalResult;
-- test_matrix: the same model on the test split at every resolution of the sweep -> EvalResult each (labels and
-  predictions per image; `.summary` is the EvalMetrics a result keeps);
+- test_matrix: the same model on the test split at every resolution of the sweep it takes (tested_resolutions)
+  -> EvalResult each (labels and predictions per image; `.summary` is the EvalMetrics a result keeps);
 - profile_stage: cost at its resolution (profile.txt/json written) -> ProfileSummary;
 - explain_stage: maps of the probe set, scored (explanations.npz written) -> ExplainSummary;
 - evaluate_trained: the four above in order, as a sweep trial and `resomap analyze` run them, keeping the task's
@@ -236,6 +236,18 @@ def test_matrix(
     return out
 
 
+def tested_resolutions(model: Any, cfg: Any, in_channels: int) -> list[int]:
+    """The sweep's resolutions the model takes (at or above its smallest input side: sweep.skip_invalid_resolutions
+    leaves the others out of the grid), so a trial never fails on a sibling resolution its model cannot take."""
+    from resomap.models import unwrap, usable_resolutions
+
+    usable = usable_resolutions(unwrap(model), cfg.sweep.resolutions, in_channels)
+    left = sorted(set(cfg.sweep.resolutions) - set(usable))
+    if left:
+        log.info("cross-resolution test: %s px left out (below the model's smallest input side)", left)
+    return usable
+
+
 def profile_stage(
     model: Any,
     cfg: Any,
@@ -325,8 +337,8 @@ def evaluate_trained(
     profile_warmup: int | None = None,
     profile_iters: int | None = None,
 ) -> Evaluation:
-    """Test, test at every resolution of cfg.sweep (per-image records in out_dir/predictions.csv), profile
-    (profiling.enabled), explain (explainability.enabled)."""
+    """Test, test at every resolution of cfg.sweep the model takes (per-image records in out_dir/predictions.csv),
+    profile (profiling.enabled), explain (explainability.enabled)."""
     import torch
 
     from resomap.models import unwrap
@@ -337,7 +349,7 @@ def evaluate_trained(
     test = test_stage(model, bundle, trainer, title, out_dir, num_classes)
     own = (bundle.resolution, test)
     kw = {"trainer": trainer, "num_classes": num_classes}
-    matrix = test_matrix(model, cfg, cfg.sweep.resolutions, own, seed, device, **kw)
+    matrix = test_matrix(model, cfg, tested_resolutions(model, cfg, bundle.channels), own, seed, device, **kw)
     cross = {str(res): found.summary for res, found in matrix.items()}
     records = trainer.task.write_records(matrix, out_dir)  # the per-image score table (predictions.csv, ...)
     plain = unwrap(model)

@@ -24,9 +24,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     device = resolve_device(cfg.system)  # no GPU for system.device=cuda: fails here, before anything is created
     cfg = with_overrides(cfg, {"sweep.seeds": [cfg.experiment.seed]}, "command line")
     cfg, why = _pinned(cfg)
+    _check_size(args, cfg)  # below the model's smallest input side: before anything is created
     _check_memory(args, cfg)  # activations that cannot fit: before anything is created
     with distributed.process_group(device) as device:
         return _train(args, cfg, device, why)
+
+
+def _check_size(args: argparse.Namespace, cfg: Any) -> None:
+    from resomap.errors import ConfigError
+    from resomap.sweep.plan import input_minimum
+
+    smallest = input_minimum(args.model, cfg)
+    if smallest is not None and args.resolution < smallest:
+        raise ConfigError(
+            f"--resolution: {args.model} needs inputs of at least {smallest} px (its layers shrink smaller ones "
+            f"away), got {args.resolution}"
+        )
 
 
 def _check_memory(args: argparse.Namespace, cfg: Any) -> None:
@@ -82,12 +95,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = load_config(args, extra, inputs="sweep.resolutions")  # config mistakes end here, most before torch loads
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
-    from resomap.sweep.plan import STATES, power_lines
+    from resomap.sweep.plan import STATES, check_grid, power_lines
 
     cfg, why = _pinned(cfg)
     from resomap.sweep.cluster import placed
 
     cfg = placed(cfg)  # sweep.ray.storage: where the sweep's files are
+    skipped = check_grid(cfg)  # pairs below their model's smallest input side: refused here, or left out
     if args.dry_run:
         trials = plan(cfg)
         states = describe_plan(trials)
@@ -95,8 +109,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"precision: {cfg.system.precision} ({why})")
         for trial, state in states:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
+        seeds = cfg.sweep.seeds
+        for model, res, smallest in skipped:  # named as the trials are (sweep.trial.Trial.name)
+            for seed in seeds:
+                name = f"{model}@{res}" + (f"/seed{seed}" if len(seeds) > 1 else "")
+                print(f"  {name:<28} skipped: {model} needs inputs of at least {smallest} px")
         counts = {s: sum(1 for _, st in states if st == s) for s in STATES}
-        print("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s != "unreadable"))
+        counts["skipped"] = len(skipped) * len(seeds)
+        shown = [f"{n} {s}" for s, n in counts.items() if n or s not in ("unreadable", "skipped")]
+        print("  " + ", ".join(shown))
         print("\n".join(power_lines(cfg)))
         if cfg.sweep.adaptive.enabled:
             from resomap.sweep.adaptive import plan_lines

@@ -58,6 +58,9 @@ class SweepConfig(GroupSection):
     model_overrides: dict[str, dict] = field(default_factory=dict)  # per model: {dotted.key: value}
     include: list[list] = field(default_factory=list)  # extra [model, resolution] pairs to run
     exclude: list[list] = field(default_factory=list)  # [model, resolution] pairs to skip
+    # a model x resolution pair below the model's smallest input side (its layers shrink smaller inputs away) is
+    # refused before anything runs; true instead leaves it out of the grid and of the model's cross-resolution tests
+    skip_invalid_resolutions: bool = False  # true: leave out resolutions a model cannot take (false: refuse them)
     rerun_failed: bool = False  # run trials that failed before again
     cost_probe: bool = True  # local executor: time a few training steps per model x resolution first, for the ETA
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)  # rounds of seeds until decided

@@ -36,11 +36,20 @@ def sweep_resolutions(cfg: Config, model_name: str) -> list[int]:
     return sorted(({int(r) for r in cfg.sweep.resolutions} - dropped) | added)
 
 
-def sweep_cam_spec(spec: ModelSpec, cfg: Config) -> ModelSpec:
+def sweep_cam_spec(spec: ModelSpec, cfg: Config, model: nn.Module | None = None) -> ModelSpec:
     """`spec` with `cfg.models.cam_layer_policy` applied over the model's sweep resolutions: 'common' -> one CAM
     layer at every resolution (ModelSpec.common_cam_layer), 'per_resolution' -> the deepest valid one per resolution.
+    With the built `model`, only the resolutions it takes count (sweep.skip_invalid_resolutions leaves the others out
+    of the grid), so every trial of the model still picks the same layer.
     """
-    return spec.with_cam_policy(cfg.models.cam_layer_policy, sweep_resolutions(cfg, spec.name))
+    resolutions = sweep_resolutions(cfg, spec.name)
+    if model is not None:
+        from resomap.models import unwrap, usable_resolutions
+        from resomap.models.spec import input_channels
+
+        plain = unwrap(model)
+        resolutions = usable_resolutions(plain, resolutions, input_channels(plain))
+    return spec.with_cam_policy(cfg.models.cam_layer_policy, resolutions)
 
 
 def cam_layer(model: nn.Module, spec: ModelSpec, resolution: int, min_cam_size: int) -> CamLayer:

@@ -107,7 +107,7 @@ def explain_trial(
     from resomap.explain.cam import sweep_cam_spec
     from resomap.tasks import task_of
 
-    spec = sweep_cam_spec(spec, cfg)  # models.cam_layer_policy: by default one CAM layer at every sweep resolution
+    spec = sweep_cam_spec(spec, cfg, model)  # models.cam_layer_policy: by default one CAM layer at every resolution
     images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg))
     probe_local = _probe_idx(bundle, ec.probe_size, seed)  # positions in the test split
     splits = getattr(bundle, "splits", None) or {}

@@ -16,6 +16,8 @@ from resomap.models.build import (
     get_spec,
     model_table,
     set_grad_checkpointing,
+    smallest_input_side,
+    usable_resolutions,
 )
 from resomap.models.registry import MODELS, families, list_models, model_task, register_model
 from resomap.models.spec import CamLayer, ModelSpec, unwrap
@@ -38,5 +40,7 @@ __all__ = [
     "model_task",
     "register_model",
     "set_grad_checkpointing",
+    "smallest_input_side",
     "unwrap",
+    "usable_resolutions",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -92,27 +93,61 @@ def check_input_size(model: nn.Module, name: str, resolution: int, in_channels: 
     error = _forward_error(model, resolution, in_channels)
     if error is None:
         return
-    low, ok = resolution, None  # low: a side that fails
-    while ok is None and low < 1024:  # double until a side works, then halve the gap down to the smallest
+    smallest = _search(model, in_channels, resolution)
+    if smallest is None:
+        raise error  # not a matter of size: the model's own error, as a forward would give it
+    raise ModelError(
+        f"{name} needs inputs of at least {smallest} px (its layers shrink smaller ones away); got {resolution}"
+    )
+
+
+def smallest_input_side(model: nn.Module, in_channels: int) -> int | None:
+    """The smallest square input side the model takes (1 when every side does), found by forwards of one zero image
+    in eval mode (about 2 log2(side) of them); None when no side up to 1024 works (an error not of size)."""
+    if _forward_error(model, 1, in_channels) is None:
+        return 1
+    return _search(model, in_channels, 1)
+
+
+def usable_resolutions(model: nn.Module, resolutions: Iterable[int], in_channels: int) -> list[int]:
+    """The sides of `resolutions` the model takes, sorted: those at or above its smallest input side. One forward at
+    the smallest side when it works; a search only when it does not. A model that fails at every side keeps them
+    all (its own error then comes from the forward that uses them)."""
+    sides = sorted({int(r) for r in resolutions})
+    if not sides or _forward_error(model, sides[0], in_channels) is None:
+        return sides
+    smallest = _search(model, in_channels, sides[0])
+    return sides if smallest is None else [r for r in sides if r >= smallest]
+
+
+def _search(model: nn.Module, in_channels: int, low: int) -> int | None:
+    """The smallest side above `low` (a side that fails) that works: double until one works, then halve the gap
+    (the layers' output sides only grow with the input). None when none up to 1024 does."""
+    ok = None
+    while ok is None and low < 1024:
         side = min(low * 2, 1024)
         if _forward_error(model, side, in_channels) is None:
             ok = side
         else:
             low = side
     if ok is None:
-        raise error  # not a matter of size: the model's own error, as a forward would give it
+        return None
     while ok - low > 1:
         mid = (low + ok) // 2
         low, ok = (low, mid) if _forward_error(model, mid, in_channels) is None else (mid, ok)
-    raise ModelError(f"{name} needs inputs of at least {ok} px (its layers shrink smaller ones away); got {resolution}")
+    return ok
 
 
 def _forward_error(model: nn.Module, side: int, in_channels: int) -> Exception | None:
+    """The error of one forward of a zero `side` px image (on the model's device, in its float type), or None."""
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            model(torch.zeros(1, in_channels, side, side))
+            model(torch.zeros(1, in_channels, side, side, device=device, dtype=dtype))
     except (RuntimeError, ValueError) as exc:
         return exc
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -13,23 +14,39 @@ from resomap.errors import ConfigError, UnknownNameError
 from resomap.models import get_spec
 from resomap.sweep.trial import Trial, TrialResult, pin_precision
 
+log = logging.getLogger(__name__)
 STATES = ("done", "failed", "partial", "pending", "unreadable")
 
 
 def plan(cfg: Config, check: bool = True) -> list[Trial]:
     """models x resolutions x seeds, plus `include` pairs, minus `exclude` pairs; per-model overrides applied.
-    Unknown model names raise here; unknown explainer names too unless `check` is off (see check_plan)."""
+    Unknown model names raise here; unknown explainer names and pairs below their model's smallest input side too
+    unless `check` is off (see check_plan). With sweep.skip_invalid_resolutions such pairs are left out of the grid
+    whatever `check` says (one warning line names them)."""
     cfg = pin_precision(cfg)
     sw = cfg.sweep
     for name in sw.models:
         get_spec(name)  # unknown model names fail here, before anything runs
     if check:
         check_plan(cfg)
-    for name in sw.model_overrides:  # overrides of models not in this grid are kept for other grids
-        try:
-            get_spec(name)
-        except UnknownNameError as exc:
-            raise ConfigError(f"sweep.model_overrides: {exc}") from None
+    configs = model_configs(cfg)
+    pairs = grid_pairs(cfg)
+    if sw.skip_invalid_resolutions:
+        skipped = check_grid(cfg)
+        if skipped:
+            _warn_once(f"sweep.skip_invalid_resolutions: left out {skipped_words(skipped)}")
+        left_out = {(model, res) for model, res, _ in skipped}
+        pairs = [p for p in pairs if p not in left_out]
+    trials = []
+    for model, res in pairs:
+        for seed in sw.seeds:
+            trials.append(Trial(model, res, seed, configs[model]))
+    return trials
+
+
+def grid_pairs(cfg: Config) -> list[tuple[str, int]]:
+    """The (model, resolution) pairs of the grid: models x resolutions, plus `include`, minus `exclude`."""
+    sw = cfg.sweep
     pairs = [(m.lower(), r) for m in sw.models for r in sw.resolutions]
     for model, res in sw.include:
         get_spec(model)
@@ -39,22 +56,31 @@ def plan(cfg: Config, check: bool = True) -> list[Trial]:
     pairs = [p for p in pairs if p not in excluded]
     if not pairs:
         raise ConfigError("sweep: the grid is empty after sweep.exclude; nothing to run")
-    trials = []
-    cache: dict[str, Config] = {}
-    for model, res in pairs:
-        if model not in cache:
+    return pairs
+
+
+def model_configs(cfg: Config) -> dict[str, Config]:
+    """model -> the config its trials run with (sweep.model_overrides applied), for every model of the grid."""
+    sw = cfg.sweep
+    for name in sw.model_overrides:  # overrides of models not in this grid are kept for other grids
+        try:
+            get_spec(name)
+        except UnknownNameError as exc:
+            raise ConfigError(f"sweep.model_overrides: {exc}") from None
+    configs: dict[str, Config] = {}
+    for model, _ in grid_pairs(cfg):
+        if model not in configs:
             overrides = sw.model_overrides.get(model, {})
-            cache[model] = (
+            configs[model] = (
                 pin_precision(with_overrides(cfg, overrides, f"sweep.model_overrides.{model}")) if overrides else cfg
             )
-        for seed in sw.seeds:
-            trials.append(Trial(model, res, seed, cache[model]))
-    return trials
+    return configs
 
 
 def check_plan(cfg: Config) -> None:
-    """The explainer names of the config exist. Apart from plan() because it imports every explainer's library
-    (a sweep with nothing left to run skips it: its results were made with these names)."""
+    """The explainer names of the config exist, and every pair of the grid is at or above its model's smallest input
+    side (check_grid). Apart from plan() because it imports every explainer's library and builds every model (a
+    sweep with nothing left to run skips it: its results were made with these settings)."""
     from resomap.explain.registry import get_explainer
 
     if cfg.explainability.enabled:
@@ -63,6 +89,91 @@ def check_plan(cfg: Config) -> None:
                 get_explainer(method)
             except UnknownNameError as exc:
                 raise ConfigError(f"explainability.methods: {exc}") from None
+    check_grid(cfg)
+
+
+def check_grid(cfg: Config) -> list[tuple[str, int, int]]:
+    """The grid's (model, resolution, smallest side) pairs whose resolution is below the model's smallest input side
+    (input_minimum): those sweep.skip_invalid_resolutions leaves out. ConfigError when there are such pairs and the
+    setting is off, and in any case when no pair of the grid would be left."""
+    pairs, configs = grid_pairs(cfg), model_configs(cfg)
+    minima = {model: input_minimum(model, configs[model]) for model in configs}
+    below = [(m, r, minima[m]) for m, r in pairs if minima[m] is not None and r < minima[m]]
+    if not below:
+        return []
+    by_model: dict[str, list[int]] = {}
+    for m, r, _ in below:
+        by_model.setdefault(m, []).append(r)
+    parts = "; ".join(
+        f"{m} needs inputs of at least {minima[m]} px (its layers shrink smaller ones away), got "
+        f"{', '.join(map(str, rs))}"
+        for m, rs in by_model.items()
+    )
+    if len(below) == len(pairs):  # skipping would leave nothing to run
+        least = min(smallest for _, _, smallest in below)
+        raise ConfigError(f"{_setting(cfg, below)}: {parts}; use resolutions of at least {least} px")
+    if cfg.sweep.skip_invalid_resolutions:
+        return below
+    dropped = ", ".join(map(str, sorted({r for _, r, _ in below})))
+    raise ConfigError(f"{_setting(cfg, below)}: {parts}; drop {dropped} or set sweep.skip_invalid_resolutions=true")
+
+
+def _setting(cfg: Config, below: list[tuple[str, int, int]]) -> str:
+    """The setting that put the pairs in the grid: sweep.resolutions, sweep.include, or both."""
+    included = {(str(m).lower(), r) for m, r in cfg.sweep.include}
+    plain = set(cfg.sweep.resolutions)
+    keys = []
+    if any(r in plain and (m, r) not in included for m, r, _ in below):
+        keys.append("sweep.resolutions")
+    if any((m, r) in included for m, r, _ in below):
+        keys.append("sweep.include")
+    return " / ".join(keys) or "sweep.resolutions"
+
+
+def skipped_words(skipped: list[tuple[str, int, int]]) -> str:
+    """'simple_cnn at 12 px (it needs at least 15 px); vgg11 at 16, 24 px (...)': the pairs check_grid left out."""
+    by_model: dict[str, tuple[int, list[int]]] = {}
+    for model, res, smallest in skipped:
+        by_model.setdefault(model, (smallest, []))[1].append(res)
+    parts = [f"{m} at {', '.join(map(str, rs))} px (it needs at least {n} px)" for m, (n, rs) in by_model.items()]
+    return "; ".join(parts)
+
+
+_MINIMA: dict[tuple[str, int, str], int | None] = {}
+_WARNED: set[str] = set()
+
+
+def input_minimum(model: str, cfg: Config) -> int | None:
+    """The smallest input side `model` takes with `cfg.models` (models.build.smallest_input_side), or None when no
+    side up to 1024 works (an error not of size: left to its trials). One build per model and models settings in a
+    process: 2 classes, the dataset's channels where its registry says (else 3, the models' default), no weight
+    file read, the random state left as it was."""
+    import torch
+
+    from resomap.models import build_model, canonical_name, smallest_input_side
+
+    channels = _input_channels(cfg)
+    models = dataclasses.replace(cfg.models, pretrained={})  # the shapes are what matter
+    key = (canonical_name(model), channels, repr(models))
+    if key not in _MINIMA:
+        with torch.random.fork_rng(devices=[]):
+            net, _ = build_model(model, 2, channels, models)
+        _MINIMA[key] = smallest_input_side(net, channels)
+    return _MINIMA[key]
+
+
+def _input_channels(cfg: Config) -> int:
+    """The input channels the dataset gives when its registry entry says (elpv, synthetic: 1), else 3."""
+    from resomap.data.registry import DATASETS
+
+    return int(DATASETS.meta(cfg.data.dataset).get("channels") or 3)
+
+
+def _warn_once(line: str) -> None:
+    """A warning logged once per process (plan runs several times in one sweep)."""
+    if line not in _WARNED:
+        _WARNED.add(line)
+        log.warning("%s", line)
 
 
 def check_memory(trials: list[Trial], channels: int = 1) -> None:
@@ -144,6 +255,9 @@ def power_lines(cfg: Config) -> list[str]:
     st, alpha = cfg.stats, 1 - cfg.stats.level
     seeds = len(cfg.sweep.seeds)
     resolutions = sorted(set(cfg.sweep.resolutions) | {pair[1] for pair in cfg.sweep.include})
+    if cfg.sweep.skip_invalid_resolutions:  # a resolution left out for every model of it is not planned
+        left = {r for _, r, _ in check_grid(cfg)} - {t.resolution for t in plan(cfg, check=False)}
+        resolutions = [r for r in resolutions if r not in left]
     try:
         raw = open_dataset(cfg.data, seed=data_seed(cfg, cfg.experiment.seed))
         n = len(raw) if cfg.data.limit is None else min(cfg.data.limit, len(raw))

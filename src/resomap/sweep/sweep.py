@@ -139,7 +139,7 @@ def run_sweep(
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
     todo = _todo(describe_plan(trials), rerun)
     if todo:  # bad input fails here, before anything is written (lock included)
-        check_plan(cfg)  # explainer names (imports their libraries: only when something is to run)
+        check_plan(cfg)  # explainer names and model input sides (imports and builds: only when something is to run)
         check_memory(todo, _channels(cfg))  # a resolution whose activations cannot fit in memory
         check_reachable(cfg, default_tracking_uri(cfg))  # a Ray head or tracking server that does not answer
     with sweep_lock(cfg, wait=wait, report=report):
