@@ -120,6 +120,8 @@ def test_the_ema_decay_and_the_time_cap_are_checked_at_load(project, capsys):
         ("training.early_stopping.min_epochs=99", "training.early_stopping.min_epochs"),
         ("training.early_stopping.smoothing=0", "training.early_stopping.smoothing"),
         ("training.lr_find.end_lr=1e-9", "training.lr_find.end_lr"),
+        ("training.convergence_tolerance=-0.1", "training.convergence_tolerance"),
+        ("training.convergence_tolerance=1", "training.convergence_tolerance"),
     ):
         code, _, err = run_cli(["sweep", "--dry-run", "--preset", "smoke", bad], capsys)
         assert code == 2 and key in err and len(err.strip().splitlines()) == 1, (bad, err)

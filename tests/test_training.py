@@ -388,6 +388,23 @@ def test_still_improving_reads_the_smoothed_stop_monitor_over_half_the_patience(
     assert not rec.still_improving and not rec.undertrained  # its best (epoch 1) is 4 epochs back: past half of 4
 
 
+def test_a_schedule_annealed_to_its_end_is_converged_and_a_real_climb_is_not():
+    """The smoothed val/loss of a cosine schedule's last epochs (tiny_cnn@64 on ELPV, 30 epochs): its best is in the
+    last window but only 0.1% below the best before it: converged at the default tolerance 0.005, flagged at 0."""
+    from resomap.training.convergence import convergence
+
+    tail = [0.4856, 0.4869, 0.4853, 0.4858, 0.486, 0.4849, 0.4824, 0.4811, 0.4812, 0.4805, 0.4807, 0.4813]
+    rows = [{"epoch": i, "val/macro_f1": 0.75, "val/loss": v, "val/loss_smoothed": v} for i, v in enumerate(tail)]
+    kw = {"monitor": "val/macro_f1", "mode": "max", "epochs_planned": 12, "stopped_early": False, "patience": 8}
+    kw |= {"stop_monitor": "val/loss", "stop_mode": "min"}
+    annealed = convergence(rows, **kw, tolerance=0.005)
+    assert not annealed.still_improving and not annealed.undertrained
+    assert convergence(rows, **kw, tolerance=0.0).undertrained  # any improvement counts: flagged
+    climbing = [dict(r, **{"val/loss_smoothed": 0.49 - 0.004 * i}) for i, r in enumerate(rows)]
+    rec = convergence(climbing, **kw, tolerance=0.005)  # 3.5% below the best before the last 4 epochs
+    assert rec.still_improving and rec.undertrained and "by more than 0.5%" in rec.undertrained_reason
+
+
 def test_early_stopping_smooths_the_monitor_and_waits_for_min_epochs():
     class Stub:
         epoch, should_stop = 0, False

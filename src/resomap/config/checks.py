@@ -97,6 +97,12 @@ def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) ->
         "null (no cap) or a positive number of minutes",
         tr.max_minutes,
     )
+    need(
+        0 <= tr.convergence_tolerance < 1,
+        "training.convergence_tolerance",
+        "a share in [0, 1) (0.005: half a percent; 0: any improvement counts)",
+        tr.convergence_tolerance,
+    )
     need(0.5 <= tr.ema.decay < 1, "training.ema.decay", "a decay in [0.5, 1) (e.g. 0.998)", tr.ema.decay)
     lf = tr.lr_find
     need(lf.start_lr > 0, "training.lr_find.start_lr", "a positive learning rate", lf.start_lr)

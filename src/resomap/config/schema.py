@@ -144,6 +144,10 @@ class TrainingConfig:
     ema: EmaConfig = field(default_factory=EmaConfig)
     lr_find: LrFindConfig = field(default_factory=LrFindConfig)
     max_minutes: float | None = None  # wall-clock cap per fit: no epoch starts after it; null: none
+    # relative improvement of the (smoothed) stop monitor over the last half-patience epochs below which a fit the
+    # epoch budget or the time cap ended counts as converged, not undertrained (a schedule annealed to its end
+    # creeps on by a fraction of a percent); 0: any improvement there counts as still improving
+    convergence_tolerance: float = 0.005
     # test-time augmentation: symmetries the dataset declares (resomap datasets), averaged at test; reported as
     # test_tta/* beside the plain test score, never instead of it; []: off
     tta: list[str] = field(default_factory=list)

@@ -6,7 +6,8 @@ A fit stops on a plateau (early stopping: the smoothed monitored value did not i
 at least `min_epochs`), on its wall-clock cap (`training.max_minutes`) or when the epoch budget runs out. It is flagged
 undertrained only when the cap or the budget ended it while validation was still improving: the best of the
 smoothed stop monitor (else the checkpoint monitor) lies within the last `window` epochs, half the patience rounded up
-(1 without early stopping). A fit whose checkpoint monitor reached its best possible value (macro-F1 1.0, a loss of 0)
+(1 without early stopping), and beats the best before them by more than `training.convergence_tolerance` of its
+size (a schedule annealed to its end creeps on by a fraction of a percent: converged, not cut short). A fit whose checkpoint monitor reached its best possible value (macro-F1 1.0, a loss of 0)
 is converged whatever stopped it; a plateau is converged, even an early one (a model stuck near its start is a
 model that did not learn, which the baselines of the summary show, not one that needs more epochs).
 The best epoch is the one the best checkpoint is chosen by (`training.checkpoint.monitor` / `mode`; the earliest of
@@ -78,14 +79,27 @@ def _perfect(value: float | None, mode: str) -> bool:
     return value >= 1.0 - 1e-9 if mode == "max" else value <= 1e-9
 
 
-def _still_improving(history: Sequence[Mapping[str, Any]], monitor: str, mode: str, window: int) -> bool:
+def _still_improving(
+    history: Sequence[Mapping[str, Any]], monitor: str, mode: str, window: int, tolerance: float = 0.0
+) -> bool:
     """The best value of `monitor` (smoothed when the history has `<monitor>_smoothed`) lies within the last
-    `window` epochs."""
+    `window` epochs and beats the best before them by more than `tolerance` times its size (relative: a plateau
+    that creeps by less, as a schedule annealed to its end does, is converged). A history no longer than the window
+    has nothing before it: still improving when its best is there at all."""
     smoothed = f"{monitor}_smoothed"
     key = smoothed if history and smoothed in history[-1] else monitor
     epoch, _ = best_epoch(history, key, mode)
     recent = [int(row.get("epoch", i)) for i, row in enumerate(history)][-window:]
-    return epoch is not None and epoch in recent
+    if epoch is None or epoch not in recent:
+        return False
+    earlier = history[: len(history) - window]
+    if not earlier or tolerance <= 0:
+        return True
+    _, before = best_epoch(earlier, key, mode)
+    _, now = best_epoch(history[-window:], key, mode)
+    if before is None or now is None:
+        return True
+    return _rank(now, mode) < _rank(before, mode) - tolerance * abs(before)
 
 
 def convergence(
@@ -99,10 +113,12 @@ def convergence(
     stop_monitor: str | None = None,
     stop_mode: str | None = None,
     time_capped: bool = False,
+    tolerance: float = 0.0,
 ) -> Convergence:
     """The record of a fit from its per-epoch history. `stopped_early`: early stopping (on `stop_monitor` /
     `stop_mode` with `patience`, when given) or another callback stopped it before `epochs_planned`;
-    `time_capped`: training.max_minutes ended it."""
+    `time_capped`: training.max_minutes ended it; `tolerance`: the relative improvement over the last window that
+    still counts as improving (training.convergence_tolerance)."""
     epoch, value = best_epoch(history, monitor, mode)
     n = len(history)
     last = int(history[-1].get("epoch", n - 1)) if history else None
@@ -118,14 +134,17 @@ def convergence(
         reason, detail = EPOCH_BUDGET, f"the epoch budget ran out (training.epochs={epochs_planned})"
     window = max(1, math.ceil(patience / 2)) if patience else 1
     trend_monitor, trend_mode = (stop_monitor, stop_mode) if stop_monitor and stop_mode else (monitor, mode)
-    still = bool(history) and _still_improving(history, trend_monitor, trend_mode, window)
+    still = bool(history) and _still_improving(history, trend_monitor, trend_mode, window, tolerance)
     perfect = _perfect(value, mode)
     flagged: str | None = None
     if epoch is None and history:
         flagged = f"{monitor} was never finite: nothing to choose a best epoch by"
     elif still and not perfect and reason in (EPOCH_BUDGET, TIME_CAP):
         what = "the time cap" if reason == TIME_CAP else "the epoch budget"
-        flagged = f"{what} ended it while {trend_monitor} was still improving (best within the last {window} epochs)"
+        by = f" by more than {tolerance:.1%}" if tolerance > 0 else ""
+        flagged = (
+            f"{what} ended it while {trend_monitor} was still improving (best within the last {window} epochs{by})"
+        )
     return Convergence(
         monitor=monitor,
         mode=mode,

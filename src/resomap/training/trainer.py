@@ -536,4 +536,5 @@ class Trainer:
             stop_monitor=getattr(stopper, "monitor", None),
             stop_mode=getattr(stopper, "mode", None),
             time_capped=self.stopped_by_time,
+            tolerance=tc.convergence_tolerance,
         )
