@@ -1,6 +1,6 @@
 """Explain a trained checkpoint's probe images: the same as `resomap explain`.
 
-.venv/bin/python example_explainability.py --checkpoint checkpoints/cnn/simple_cnn/64/last.pt \
+.venv/bin/python example_explainability.py --checkpoint checkpoints/resomap/cnn/simple_cnn/64/seed42/last.pt \
     --model simple_cnn --resolution 64 --method gradcam --method saliency --num-samples 8
 """
 
@@ -14,7 +14,9 @@ from resomap.cli import main as analysis_main
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a .pt under checkpoints/{family}/{model}/{resolution}/")
+    parser.add_argument(
+        "--checkpoint", required=True, help="a .pt under checkpoints/{experiment}/{family}/{model}/{res}/seed{S}/"
+    )
     parser.add_argument("--model", help="when given, must match the checkpoint's model")
     parser.add_argument("--resolution", type=int, help="when given, must match the checkpoint's resolution")
     parser.add_argument("--method", action="append", default=None, help="explainer name; repeat for several")

@@ -16,6 +16,23 @@ import pytest
 import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before any test loads a config)
 
 REPO = Path(__file__).resolve().parents[1]
+SMOKE = "resomap-smoke"  # experiment.name of the smoke preset
+
+
+def trial_summary(root: Path, model: str, res: int, seed: int = 42, experiment: str = SMOKE) -> Path:
+    """A trial's summary folder (result.json, predictions.csv) in output folder `root` (resomap.layout)."""
+    from resomap.layout import Layout
+
+    return Layout(Path(root), "model_summaries", "checkpoints", experiment).trial_summary(model, res, seed)
+
+
+def trial_checkpoints(
+    root: Path, model: str, res: int, seed: int = 42, experiment: str = SMOKE, family: str = "cnn"
+) -> Path:
+    """A trial's checkpoint folder in output folder `root` (resomap.layout)."""
+    from resomap.layout import Layout
+
+    return Layout(Path(root), "model_summaries", "checkpoints", experiment).trial_checkpoints(family, model, res, seed)
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import trial_checkpoints, trial_summary
 from resomap import cli
 from resomap.analysis import best_checkpoint, find_checkpoints
 from resomap.analysis.checkpoints import CheckpointSource
@@ -26,7 +27,8 @@ MODEL, RESOLUTIONS = "tiny_cnn", (32, 48)
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
-    """A trained smoke sweep in a tmp folder: checkpoints/cnn/tiny_cnn/{32,48}/seed42/ and model_summaries/."""
+    """A trained smoke sweep in a tmp folder: checkpoints/resomap-smoke/cnn/tiny_cnn/{32,48}/seed42/ and
+    model_summaries/."""
     root = tmp_path_factory.mktemp("analysis")
     shutil.copytree(ROOT / "configs", root / "configs")
     argv = ["-q", "sweep", "--config-dir", str(root / "configs"), "--preset", "smoke"]
@@ -38,7 +40,7 @@ def sweep(tmp_path_factory) -> Path:
 
 
 def _ckpt(sweep: Path, res: int) -> Path:
-    path = best_checkpoint(sweep / "checkpoints" / "cnn" / MODEL / str(res) / "seed42")
+    path = best_checkpoint(trial_checkpoints(sweep, MODEL, res))
     assert path is not None and path.name.startswith("epoch=")
     return path
 
@@ -82,7 +84,7 @@ def test_explain_target_class_is_used(sweep, tmp_path):
 
 @pytest.fixture(scope="module")
 def two_seeds(tmp_path_factory) -> Path:
-    """A trained smoke sweep of 2 seeds at one resolution: checkpoints/cnn/tiny_cnn/32/seed{42,43}/."""
+    """A trained smoke sweep of 2 seeds at one resolution: checkpoints/resomap-smoke/cnn/tiny_cnn/32/seed{42,43}/."""
     root = tmp_path_factory.mktemp("two_seeds")
     shutil.copytree(ROOT / "configs", root / "configs")
     argv = ["-q", "sweep", "--config-dir", str(root / "configs"), "--preset", "smoke"]
@@ -96,7 +98,7 @@ def two_seeds(tmp_path_factory) -> Path:
 def test_explain_target_on_a_second_seed_overlays_the_data_seeds_probe_images(two_seeds, tmp_path):
     """The probe images stored beside the maps are the ones the maps were computed on: drawn with the data seed
     (42, shared by the sweep's seeds), not the checkpoint's trial seed (43), with or without --target."""
-    ckpt = best_checkpoint(two_seeds / "checkpoints" / "cnn" / MODEL / "32" / "seed43")
+    ckpt = best_checkpoint(trial_checkpoints(two_seeds, MODEL, 32, 43))
     assert ckpt is not None
     trained = CheckpointSource().load(ckpt)
     bundle = load_bundle(trained, trained.cfg)
@@ -170,14 +172,14 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
     got = {(m["model"], m["resolution"]): m for m in report["models"]}
     assert set(got) == {(MODEL, r) for r in RESOLUTIONS}
     for res in RESOLUTIONS:
-        trial = json.loads((sweep / "model_summaries" / MODEL / str(res) / "seed42" / "result.json").read_text())
+        trial = json.loads((trial_summary(sweep, MODEL, res) / "result.json").read_text())
         entry = got[(MODEL, res)]
         assert entry["test"]["test/accuracy"] == pytest.approx(trial["test"]["test/accuracy"], abs=1e-9)
         assert set(entry["test"]) >= {"test/macro_precision", "test/macro_recall", "test/macro_f1"}
         assert entry["profile"]["latency_median_ms"] > 0 and entry["profile"]["gmacs"] > 0
         assert set(entry["cross_resolution"]) == {str(r) for r in RESOLUTIONS}
         assert (out / "models" / MODEL / str(res) / "seed42" / entry["predictions"]).read_text() == (
-            sweep / "model_summaries" / MODEL / str(res) / "seed42" / "predictions.csv"
+            trial_summary(sweep, MODEL, res) / "predictions.csv"
         ).read_text()  # the same per-image records as the trial's
     matrix = report["agreement"]["matrices"][f"{MODEL}/gradcam"]
     assert matrix["resolutions"] == list(RESOLUTIONS)

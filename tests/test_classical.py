@@ -14,7 +14,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from conftest import smoke_sweep_at_16, tiny_sweep_config
+from conftest import smoke_sweep_at_16, tiny_sweep_config, trial_summary
 from resomap.cli import main
 from resomap.config.schema import ModelsConfig
 from resomap.models import build_model
@@ -71,7 +71,7 @@ def _read(path: Path) -> list[dict[str, str]]:
 def test_a_sweep_fits_the_baseline_over_its_penalty_grid_and_the_summary_puts_each_model_above_it(tmp_path):
     out = tmp_path / "model_summaries"
     assert smoke_sweep_at_16(tmp_path, "tiny_cnn,pixel_logreg") == 0
-    result = json.loads((out / "pixel_logreg/16/seed42/result.json").read_text())
+    result = json.loads((trial_summary(tmp_path, "pixel_logreg", 16) / "result.json").read_text())
     assert result["family"] == "classical" and result["status"] == "FINISHED"
     penalties = [h["train/penalty_C"] for h in result["history"]]
     assert penalties == [1e-4, 1e-3, 1e-2, 1e-1, 1.0]  # one fit per penalty, each scored on validation
@@ -82,7 +82,7 @@ def test_a_sweep_fits_the_baseline_over_its_penalty_grid_and_the_summary_puts_ea
 
     # the summary: tiny_cnn's accuracy above pixel_logreg's on the same test images, with its interval
     def correct(model: str) -> dict[int, bool]:
-        rows = _read(out / model / "16" / "seed42" / "predictions.csv")
+        rows = _read(trial_summary(tmp_path, model, 16) / "predictions.csv")
         return {int(r["index"]): r["label"] == r["prediction"] for r in rows if int(r["test_resolution"]) == 16}
 
     mine, base = correct("tiny_cnn"), correct("pixel_logreg")
@@ -158,8 +158,7 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
     rows = {(r["model"], r["resolution"]): r for r in data["rows"]}
     recs = {r["model"]: r for r in data["recommendations"]}
     for res in (16, 24):  # the per-image predictions of the two seeds, as written by the trials
-        a, b = (_read(tmp_path / "model_summaries" / "pixel_logreg" / str(res) / f"seed{s}" / "predictions.csv")
-                for s in (42, 43))  # fmt: skip
+        a, b = (_read(trial_summary(tmp_path, "pixel_logreg", res, s) / "predictions.csv") for s in (42, 43))
         assert [r["prediction"] for r in a] == [r["prediction"] for r in b]
         assert rows[("pixel_logreg", res)]["deterministic"] is True
         assert rows[("tiny_cnn", res)]["deterministic"] is False

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import run_cli
+from conftest import run_cli, trial_checkpoints, trial_summary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,9 +47,9 @@ def test_train_logs_a_complete_run_to_mlflow(project: Path, capsys):
     assert {"config.yaml", "figures", "checkpoints", "result.json"} <= artifacts
     assert [a.path for a in client.list_artifacts(run.info.run_id, "figures")] == ["figures/confusion_matrix.png"]
     assert client.search_logged_models([exp.experiment_id])
-    folder = project / "checkpoints" / "cnn" / "tiny_cnn" / "32" / "seed42"
+    folder = trial_checkpoints(project, "tiny_cnn", 32)
     assert (folder / "last.pt").exists() and (folder / "config.yaml").exists()
-    assert (project / "model_summaries" / "tiny_cnn" / "32" / "seed42" / "result.json").exists()
+    assert (trial_summary(project, "tiny_cnn", 32) / "result.json").exists()
 
 
 def test_same_command_twice_reuses_the_run(project: Path, capsys):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import free_port
+from conftest import free_port, trial_checkpoints
 from resomap.data.loader import BatchLoader, Normalizer
 from resomap.training import distributed, load_checkpoint
 
@@ -112,7 +112,7 @@ def test_train_under_torchrun_two_gloo_ranks(tmp_path: Path):
     digests = _rank_digests(first.stderr)
     assert set(digests) == {0, 1} and len(set(digests.values())) == 1, digests  # same weights on both ranks
 
-    folder = tmp_path / "checkpoints" / "cnn" / "tiny_cnn" / "32" / "seed42"
+    folder = trial_checkpoints(tmp_path, "tiny_cnn", 32)
     last = load_checkpoint(folder / "last.pt")
     assert last["epoch"] == 1
     assert distributed.state_digest(last["model"]) == digests[1]  # rank 1 ends on exactly what rank 0 saved

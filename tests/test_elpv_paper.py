@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_cli, trial_summary
 from resomap.config import build as build_config
 from resomap.config.schema import AugmentationConfig, DataConfig
 from resomap.data import build
@@ -261,7 +261,7 @@ def test_the_classical_baseline_is_weighted_like_the_deep_models(project, capsys
         ["train", "--model", "pixel_logreg", "--resolution", "8", "--preset", "smoke", *overrides], capsys
     )
     assert code == 0, err
-    result = json.loads((project / "model_summaries/pixel_logreg/8/seed42/result.json").read_text())
+    result = json.loads((trial_summary(project, "pixel_logreg", 8) / "result.json").read_text())
     penalty = result["history"][result["convergence"]["best_epoch"]]["train/penalty_C"]
     bundle = build(load("configs", "smoke", overrides), 8, seed=42, device="cpu")
     xs, ys, ws = zip(*[(x.flatten(1).numpy(), y.numpy(), w.numpy()) for x, y, w in bundle.train.plain()], strict=True)

@@ -78,7 +78,7 @@ def test_line_fit_keeps_both_terms_non_negative():
 
 def _outputs(root: Path) -> dict[str, tuple]:
     out = {}
-    for path in sorted((root / "model_summaries").glob("*/*/seed*/result.json")):
+    for path in sorted((root / "model_summaries").glob("*/*/*/seed*/result.json")):  # <experiment>/<model>/<res>
         result = json.loads(path.read_text())
         predictions = (path.parent / "predictions.csv").read_text()
         out[result["name"]] = (result["test"], result["best_val"], result["epochs_run"], predictions)

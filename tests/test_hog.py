@@ -14,7 +14,7 @@ from skimage.feature import hog
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
-from conftest import smoke_sweep_at_16
+from conftest import smoke_sweep_at_16, trial_summary
 from resomap.cli import main
 from resomap.config import load, with_overrides
 from resomap.config.schema import ExplainabilityConfig, HogConfig, ModelsConfig
@@ -192,14 +192,14 @@ def test_hog_options_are_in_hog_svms_trial_keys_only():
 
 
 def _correct(out: Path, model: str) -> dict[int, bool]:
-    rows = _read(out / model / "16" / "seed42" / "predictions.csv")
+    rows = _read(trial_summary(out.parent, model, 16) / "predictions.csv")
     return {int(r["index"]): r["label"] == r["prediction"] for r in rows if int(r["test_resolution"]) == 16}
 
 
 def test_a_sweep_with_two_classical_baselines_puts_the_deep_model_above_each(tmp_path):
     out = tmp_path / "model_summaries"
     assert smoke_sweep_at_16(tmp_path, "tiny_cnn,pixel_logreg,hog_svm") == 0
-    result = json.loads((out / "hog_svm/16/seed42/result.json").read_text())
+    result = json.loads((trial_summary(tmp_path, "hog_svm", 16) / "result.json").read_text())
     assert result["family"] == "classical" and result["status"] == "FINISHED"
     assert [h["train/penalty_C"] for h in result["history"]] == list(PENALTIES)  # one fit per C, scored on val
     assert "closed form" in result["convergence"]["stop_detail"]

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from conftest import trial_summary
 from resomap.cli import main
 from resomap.config import load
 from resomap.explain.figures import PARENT_PROBES, PROBE_IMAGE_SIZE
@@ -99,7 +100,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         )
         (inp,) = run.inputs.dataset_inputs
         profile = json.loads(inp.dataset.profile)
-        result = json.loads((project / "model_summaries" / "tiny_cnn" / f"{res}/seed42/result.json").read_text())
+        result = json.loads((trial_summary(project, "tiny_cnn", res) / "result.json").read_text())
         assert inp.dataset.name == "synthetic" and inp.dataset.digest == result["data"]["digest"]
         assert profile["train_images"] == result["data"]["splits"]["train"] > 0
         images = _held_images({a.path for a in client.list_artifacts(run.info.run_id, "images")})
@@ -158,7 +159,8 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert "**Training**" in note and flagged in note
     counts[parent.info.run_id] = len(client.list_artifacts(parent.info.run_id, "images"))
 
-    for path in (project / "model_summaries" / "tiny_cnn").glob("*/seed42/result.json"):  # forget they were logged
+    model_folder = trial_summary(project, "tiny_cnn", 16).parents[1]
+    for path in model_folder.glob("*/seed42/result.json"):  # forget they were logged
         path.write_text(json.dumps({**json.loads(path.read_text()), "tracked": False}))
     (project / "model_summaries" / "_sweep" / "resomap-smoke" / "state.json").unlink()
     assert main(["sync", *args[1:]]) == 0

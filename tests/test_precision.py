@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import trial_summary
 from resomap import runtime
 from resomap.cli import main
 from resomap.config import load
@@ -79,9 +80,9 @@ def test_a_trial_records_its_precision_and_the_cli_prints_it(project: Path, caps
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "precision: bf16 (auto: native bf16 on this CPU, avx512_bf16)" in out
-    result = json.loads((project / "model_summaries/tiny_cnn/16/seed42/result.json").read_text())
+    result = json.loads((trial_summary(project, "tiny_cnn", 16) / "result.json").read_text())
     assert result["environment"]["precision"] == "bf16"
-    saved = (project / "model_summaries/tiny_cnn/16/seed42/config.yaml").read_text()
+    saved = (trial_summary(project, "tiny_cnn", 16) / "config.yaml").read_text()
     assert "precision: bf16" in saved
 
 

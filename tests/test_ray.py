@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[dev]' or '.[ray]')")
 
+from conftest import trial_summary
 from resomap.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ def test_ray_sweep_runs_each_trial_as_a_task_then_skips(project: Path, local_ray
     assert main(SWEEP) == 0, capsys.readouterr().err
     assert local_ray.is_initialized()  # the executor leaves a Ray it did not start running
     for model in MODELS:
-        result = json.loads((project / "model_summaries" / model / "32" / "seed42" / "result.json").read_text())
+        result = json.loads((trial_summary(project, model, 32) / "result.json").read_text())
         assert result["status"] == "FINISHED" and 0.0 <= result["test"]["test/accuracy"] <= 1.0, result
     runs = _runs(project)
     (parent,) = [r for r in runs if r.data.tags.get("resomap.kind") == "sweep"]
@@ -92,6 +93,6 @@ def test_a_failing_task_fails_only_its_trial(project: Path, monkeypatch: pytest.
     assert main(SWEEP) == 1
     out = capsys.readouterr().out
     assert "FAILED simple_cnn@32: Ray task failed: ConfigError" in out, out
-    ok = json.loads((project / "model_summaries" / "tiny_cnn" / "32" / "seed42" / "result.json").read_text())
-    bad = json.loads((project / "model_summaries" / "simple_cnn" / "32" / "seed42" / "result.json").read_text())
+    ok = json.loads((trial_summary(project, "tiny_cnn", 32) / "result.json").read_text())
+    bad = json.loads((trial_summary(project, "simple_cnn", 32) / "result.json").read_text())
     assert ok["status"] == "FINISHED" and bad["status"] == "FAILED"

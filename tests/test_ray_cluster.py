@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, start_logged, wait_for
+from conftest import free_port, start_logged, trial_checkpoints, trial_summary, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL, RESOLUTIONS, SEEDS = "tiny_cnn", (24, 32), (1, 2)
@@ -77,7 +77,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[object, Path]]:
 
 
 def _trial_dir(storage: Path, res: int, seed: int) -> Path:
-    return storage / "model_summaries" / MODEL / str(res) / f"seed{seed}"
+    return trial_summary(storage, MODEL, res, seed)
 
 
 def _children(uri: str) -> tuple[list, list]:
@@ -153,7 +153,7 @@ def test_a_sweep_that_loses_its_worker_node_runs_the_trial_again_from_its_checkp
 
         def interrupted() -> tuple[int, int] | None:
             for res, seed in TRIALS:
-                ckpt = storage / "checkpoints" / "cnn" / MODEL / str(res) / f"seed{seed}" / "last.pt"
+                ckpt = trial_checkpoints(storage, MODEL, res, seed) / "last.pt"
                 if ckpt.exists() and not (_trial_dir(storage, res, seed) / "result.json").exists():
                     return res, seed
             return None

@@ -10,7 +10,7 @@ import torch
 import yaml
 from torch import nn
 
-from conftest import run_cli, tiny_sweep_config
+from conftest import run_cli, tiny_sweep_config, trial_summary
 from resomap.training import Trainer
 from test_training import CPU, cfg_of, mlp, one_thread, toy_data  # noqa: F401  (one_thread: autouse)
 
@@ -56,9 +56,9 @@ def test_a_sweep_finds_the_learning_rate_once_per_model_and_resolution(tmp_path)
     assert len(records) == 1 and records[0].parent.name == "32"  # beside the seed folders
     found = json.loads(records[0].read_text())["lr"]
     for seed in (1, 2):
-        result = json.loads((tmp_path / f"model_summaries/tiny_cnn/32/seed{seed}/result.json").read_text())
+        result = json.loads((trial_summary(tmp_path, "tiny_cnn", 32, seed) / "result.json").read_text())
         assert result["convergence"]["lr_found"] == pytest.approx(found)
-        saved = yaml.safe_load((tmp_path / f"model_summaries/tiny_cnn/32/seed{seed}/config.yaml").read_text())
+        saved = yaml.safe_load((trial_summary(tmp_path, "tiny_cnn", 32, seed) / "config.yaml").read_text())
         assert saved["training"]["optimizer"]["lr"] == pytest.approx(found)  # the rate the trial ran with
         assert result["data"]["recipe"]["learning_rate"] == "the LR range test's (training.lr_find)"
     (summary,) = tmp_path.glob("model_summaries/_sweep/*/summary.md")
@@ -162,7 +162,7 @@ def test_a_trial_reports_the_tta_score_beside_the_plain_one(tmp_path):
         "profiling.enabled=false",
     )  # fmt: skip
     (result,) = run_sweep(cfg).results
-    (found,) = tmp_path.glob("model_summaries/tiny_cnn/32/**/result.json")
+    (found,) = trial_summary(tmp_path, "tiny_cnn", 32).parent.glob("**/result.json")
     metrics = json.loads(found.read_text())["test"]
     assert {"test/accuracy", "test_tta/accuracy"} <= set(metrics)
     assert result.status == "FINISHED"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import plugin_folder
+from conftest import plugin_folder, trial_summary
 from resomap.config import build as build_config
 from resomap.config.docs import config_reference
 from resomap.config.groups import group_options
@@ -154,6 +154,6 @@ def test_a_sweep_runs_on_the_extension_dataset_explainer_and_executor(plugin_pat
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[reversed] last trial first" in out.stdout
     for res in (16, 32):
-        result = tmp_path / "model_summaries" / "tiny_cnn" / str(res) / "seed42" / "result.json"
+        result = trial_summary(tmp_path, "tiny_cnn", res, experiment="ext") / "result.json"
         text = result.read_text()
         assert '"FINISHED"' in text and "explain/edge_map/" in text

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import tiny_sweep_config
+from conftest import tiny_sweep_config, trial_summary
 from resomap.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ def test_probe_overlays_say_what_the_model_did(sweep_dir: Path):
     from resomap.explain.figures import probe_overlays, shared_scales
     from resomap.explain.probe import load_maps
 
-    folder = sweep_dir.parent.parent / "tiny_cnn"
+    folder = trial_summary(sweep_dir.parents[2], "tiny_cnn", RESOLUTIONS[0], experiment=NAME).parents[1]
     paths = sorted(folder.glob("*/seed*/explanations.npz"))
     assert len(paths) == len(RESOLUTIONS)
     _, meta = load_maps(paths[0])

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from resomap import stats
 from resomap.config import load, with_overrides
 from resomap.config.schema import StatsConfig
 from resomap.errors import ConfigError, ResoMapError
+from resomap.layout import Layout
 from resomap.records import Predictions, write_predictions
 from resomap.reports import SummaryRow, build_summary, sweep_figures, write_summary
 from resomap.reports.convergence import RECORD_KEYS
@@ -506,16 +508,27 @@ def test_load_sweep(fake, tmp_path):
     (out / "explanations" / "agreement.csv").write_text("model,method,metric,value,noise_floor\nm,g,iou,0.5,0.1\n")
     assert list(load_sweep(out).agreement.columns) == ["model", "method", "metric", "value", "noise_floor"]
 
-    old = out.parent / "old"  # a summary.json from before trial folders were recorded
-    old.mkdir()
+    copy = tmp_path / "model_summaries"  # the fixture's folders stay as they are
+    shutil.copytree(root, copy)
     data = json.loads((out / "summary.json").read_text())
+    for trial in data["trials"]:  # trials moved since the summary was written: found in the experiment's folders
+        trial["folder"] = f"../../gone/{trial['model']}"
+    (copy / "_sweep" / "fake" / "summary.json").write_text(json.dumps(data))
+    assert len(load_sweep("fake", root=copy).predictions) == 3 * 2 * N_IMAGES
+
+    old = copy / "_sweep" / "old"  # a summary.json from before trial folders were recorded ...
+    old.mkdir()
     for trial in data["trials"]:
         del trial["folder"]
+        layout = Layout.of(cfg)  # ... whose trials are in the seed layout of that time, without experiment folders
+        here = layout.trial_summary(trial["model"], trial["resolution"], trial["seed"]).relative_to(root)
+        there = layout.seed_layout_summary(trial["model"], trial["resolution"], trial["seed"]).relative_to(root)
+        shutil.copytree(copy / here, copy / there)
     (old / "summary.json").write_text(json.dumps(data))
-    assert len(load_sweep("old", root=root).predictions) == 3 * 2 * N_IMAGES
+    assert len(load_sweep("old", root=copy).predictions) == 3 * 2 * N_IMAGES
 
     with pytest.raises(ResoMapError, match="known sweeps: fake, old") as err:
-        load_sweep("nope", root=root)
+        load_sweep("nope", root=copy)
     assert "\n" not in str(err.value)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, trial_summary
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = [
@@ -129,9 +129,9 @@ def test_skipping_lets_the_valid_trials_finish_without_the_skipped_side(tmp_path
     warned = [ln for ln in proc.stderr.splitlines() if "skip_invalid_resolutions" in ln]
     assert len(warned) == 1 and "simple_cnn at 12 px" in warned[0] and "15 px" in warned[0], proc.stderr
     summaries = out / "model_summaries"
-    assert not (summaries / "simple_cnn" / "12").exists()
+    assert not trial_summary(out, "simple_cnn", 12).parent.exists()
     for res in (16, 24):
-        folder = summaries / "simple_cnn" / str(res) / "seed42"
+        folder = trial_summary(out, "simple_cnn", res)
         result = json.loads((folder / "result.json").read_text())
         assert result["status"] == "FINISHED", result.get("error")
         assert sorted(result["cross_resolution"], key=int) == ["16", "24"]

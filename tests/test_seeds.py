@@ -53,8 +53,8 @@ def _snapshot(*roots: Path) -> dict[str, tuple[bytes, int]]:
 def test_seed_is_always_in_the_path_and_in_the_name_only_with_several(project: Path):
     (one,) = plan(_cfg("sweep.resolutions=[16]"))
     assert one.name == "tiny_cnn@16"
-    assert one.summary_dir == Path("model_summaries/tiny_cnn/16/seed42")
-    assert one.checkpoint_dir("cnn") == Path("checkpoints/cnn/tiny_cnn/16/seed42")
+    assert one.summary_dir == Path("model_summaries/resomap-smoke/tiny_cnn/16/seed42")  # the experiment's folders
+    assert one.checkpoint_dir("cnn") == Path("checkpoints/resomap-smoke/cnn/tiny_cnn/16/seed42")
     two = plan(_cfg("sweep.resolutions=[16]", "sweep.seeds=[42,43]"))
     assert [t.name for t in two] == ["tiny_cnn@16/seed42", "tiny_cnn@16/seed43"]
     assert [t.summary_dir.name for t in two] == ["seed42", "seed43"]
@@ -79,11 +79,11 @@ def test_old_single_seed_folder_is_reused_not_retrained(project: Path, capsys):
     assert main(["-q", "sweep", "--preset", "smoke", *FAST, "sweep.resolutions=[16]"]) == 0
     assert _snapshot(summaries, checkpoints) == before  # nothing retrained, nothing rewritten, nothing moved
     assert not (summaries / "seed42").exists() and not (checkpoints / "seed42").exists()
-    # a second seed: the first stays done where it is, only the new one is to train (in the seed layout)
+    # a second seed: the first stays done where it is, only the new one is to train (in the experiment's folders)
     states = _states(capsys, "sweep.resolutions=[16]", "sweep.seeds=[42,43]")
     assert states == {"tiny_cnn@16/seed42": "done", "tiny_cnn@16/seed43": "pending"}
     new = plan(_cfg("sweep.resolutions=[16]", "sweep.seeds=[42,43]"))[1]
-    assert new.summary_dir == Path("model_summaries/tiny_cnn/16/seed43")
+    assert new.summary_dir == Path("model_summaries/resomap-smoke/tiny_cnn/16/seed43")
 
 
 def test_old_layout_checkpoints_count_only_for_their_own_config(project: Path, capsys):
@@ -98,12 +98,12 @@ def test_old_layout_checkpoints_count_only_for_their_own_config(project: Path, c
         (folder / "last.pt").write_bytes(b"x")
     assert t16.checkpoint_dir("cnn") == Path("checkpoints/cnn/tiny_cnn/16")
     assert t16.summary_dir == Path("model_summaries/tiny_cnn/16")
-    assert t24.checkpoint_dir("cnn") == Path("checkpoints/cnn/tiny_cnn/24/seed42")
+    assert t24.checkpoint_dir("cnn") == Path("checkpoints/resomap-smoke/cnn/tiny_cnn/24/seed42")
     assert _states(capsys, "sweep.resolutions=[16,24]") == {"tiny_cnn@16": "partial", "tiny_cnn@24": "pending"}
     # a result.json of another key in the old folder is not this trial's either
     (project / "model_summaries/tiny_cnn/24").mkdir(parents=True)
     (project / "model_summaries/tiny_cnn/24/result.json").write_text(json.dumps({"key": "0123456789ab"}))
-    assert t24.summary_dir == Path("model_summaries/tiny_cnn/24/seed42")
+    assert t24.summary_dir == Path("model_summaries/resomap-smoke/tiny_cnn/24/seed42")
 
 
 def test_starting_afresh_in_an_old_folder_keeps_the_other_seeds_folders(tmp_path: Path):

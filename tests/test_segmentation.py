@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import trial_checkpoints, trial_summary
 from resomap.cli import main
 from resomap.config import load
 from resomap.config.schema import ModelsConfig, SegmentationConfig
@@ -22,6 +23,7 @@ from resomap.tasks import seg_metrics
 from resomap.tasks.losses import build_loss, build_term, pixel_class_weights
 
 REPO = Path(__file__).resolve().parents[1]
+SEG_EXPERIMENT = "resomap-seg-quickstart"  # experiment.name of the seg_quickstart preset
 SEG_MODELS = [n for n in MODELS.names() if model_task(n) == "segmentation"]
 SEG = [
     "experiment.task=segmentation",
@@ -507,7 +509,7 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
     ]
     assert main(args) == 0
     for r in (16, 32):
-        folder = tmp_path / "model_summaries" / "tiny_segnet" / str(r) / "seed42"
+        folder = trial_summary(tmp_path, "tiny_segnet", r, experiment=SEG_EXPERIMENT)
         result = json.loads((folder / "result.json").read_text())
         assert result["status"] == "FINISHED", result.get("error")
         assert result["test"]["test/reference_resolution"] == 32
@@ -604,8 +606,8 @@ def test_segmentation_sweep_killed_mid_training_resumes_to_the_same_metrics(tmp_
     killed.mkdir()
     clean.mkdir()
     proc = _seg_sweep(killed)
-    last = killed / "checkpoints" / "segnet" / "tiny_segnet" / "32" / "seed42" / "last.pt"
-    result = killed / "model_summaries" / "tiny_segnet" / "32" / "seed42" / "result.json"
+    last = trial_checkpoints(killed, "tiny_segnet", 32, experiment=SEG_EXPERIMENT, family="segnet") / "last.pt"
+    result = trial_summary(killed, "tiny_segnet", 32, experiment=SEG_EXPERIMENT) / "result.json"
     try:
         deadline = time.monotonic() + 600
         while not (last.exists() and not result.exists()):  # the second trial has saved an epoch, not finished
@@ -618,8 +620,10 @@ def test_segmentation_sweep_killed_mid_training_resumes_to_the_same_metrics(tmp_
     assert _seg_sweep(killed).wait(timeout=900) == 0
     assert _seg_sweep(clean).wait(timeout=900) == 0
     for res in (16, 32):
-        a = json.loads((killed / "model_summaries" / "tiny_segnet" / str(res) / "seed42" / "result.json").read_text())
-        b = json.loads((clean / "model_summaries" / "tiny_segnet" / str(res) / "seed42" / "result.json").read_text())
+        a, b = (
+            json.loads((trial_summary(root, "tiny_segnet", res, experiment=SEG_EXPERIMENT) / "result.json").read_text())
+            for root in (killed, clean)
+        )
         assert a["status"] == b["status"] == "FINISHED"
         for key in ("test/miou", "test/boundary_f1", "test/accuracy"):
             assert a["test"][key] == pytest.approx(b["test"][key], abs=1e-6), key
@@ -647,7 +651,7 @@ def test_trained_segmenter_loses_thin_structures_at_low_resolution(tmp_path):
     assert main(args) == 0
     found = {}
     for r in (32, 128):
-        path = tmp_path / "model_summaries" / "tiny_segnet" / str(r) / "seed42" / "result.json"
+        path = trial_summary(tmp_path, "tiny_segnet", r, experiment=SEG_EXPERIMENT) / "result.json"
         found[r] = json.loads(path.read_text())["test"]
     assert found[32]["test/boundary_f1"] < found[128]["test/boundary_f1"] - 0.1
     assert found[32].get("test/iou_c2", 0.0) < found[128]["test/iou_c2"] - 0.1

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_cli, trial_summary
 from resomap import atomic
 from resomap.cli import main
 from resomap.config import load
@@ -177,7 +177,7 @@ def test_changed_stats_recompute_the_summary_without_training(project: Path, cap
     assert main(args) == 0
     summary = project / SWEEP / "summary.json"
     assert json.loads(summary.read_text())["stats"]["level"] == 0.95
-    results = {p: p.read_bytes() for p in (project / "model_summaries" / "tiny_cnn").rglob("result.json")}
+    results = {p: p.read_bytes() for p in trial_summary(project, "tiny_cnn", 16).parents[1].rglob("result.json")}
     assert len(results) == 2
     capsys.readouterr()
     assert main(args) == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, trial_checkpoints, trial_summary
 from resomap.config import load
 from resomap.sweep import plan
 from resomap.sweep.plan import sweep_key
@@ -40,7 +40,7 @@ def _client(project: Path):
 
 
 def _result(project: Path, model: str, res: int) -> dict:
-    return json.loads((project / "model_summaries" / model / str(res) / "seed42" / "result.json").read_text())
+    return json.loads((trial_summary(project, model, res) / "result.json").read_text())
 
 
 def _dead_port() -> int:
@@ -194,15 +194,15 @@ def test_failing_trials_end_failed_with_reason_others_finish(project: Path, caps
     (parent,) = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
     assert parent.info.status == "FAILED"
 
-    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "seed42").mkdir(parents=True)
-    (project / "checkpoints" / "cnn" / "tiny_cnn" / "24" / "seed42" / "last.pt").write_bytes(b"x")
+    trial_checkpoints(project, "tiny_cnn", 24).mkdir(parents=True)
+    (trial_checkpoints(project, "tiny_cnn", 24) / "last.pt").write_bytes(b"x")
     code, out, _ = run_cli([*args[:-2], "sweep.resolutions=[16,24,32]", args[-1], "--dry-run"], capsys)
     assert code == 0
     states = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if " key " in ln}
     assert states["tiny_cnn@16"] == "done" and states["tiny_cnn@24"] == "partial"
     assert states["simple_cnn@16"] == "failed" and states["mobilenet_v3_small@16"] == "failed"
     assert states["tiny_cnn@32"] == "pending" and "2 failed, 1 partial" in out
-    assert not (project / "model_summaries" / "tiny_cnn" / "32").exists()  # the dry run trained nothing
+    assert not trial_summary(project, "tiny_cnn", 32).parent.exists()  # the dry run trained nothing
 
     done_at = _result(project, "tiny_cnn", 16)["finished_at"]
     failed_at = {m: _result(project, m, 16)["finished_at"] for m in ("simple_cnn", "mobilenet_v3_small")}

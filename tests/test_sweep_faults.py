@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, start_logged, wait_for
+from conftest import free_port, start_logged, trial_checkpoints, trial_summary, wait_for
 from resomap.cli import main
 from resomap.training import load_checkpoint
 
@@ -58,11 +58,11 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _results(root: Path) -> list[Path]:
-    return [root / "model_summaries" / m / str(r) / "seed42" / "result.json" for m, r in TRIALS]
+    return [trial_summary(root, m, r) / "result.json" for m, r in TRIALS]
 
 
 def _result(root: Path, model: str, res: int) -> dict:
-    return json.loads((root / "model_summaries" / model / str(res) / "seed42" / "result.json").read_text())
+    return json.loads((trial_summary(root, model, res) / "result.json").read_text())
 
 
 def _parent_exists(root: Path) -> bool:
@@ -78,8 +78,8 @@ def _parent_exists(root: Path) -> bool:
 
 def _training_without_result(root: Path) -> bool:
     for model, res in TRIALS:
-        last = root / "checkpoints" / "cnn" / model / str(res) / "seed42" / "last.pt"
-        if last.exists() and not (root / "model_summaries" / model / str(res) / "seed42" / "result.json").exists():
+        last = trial_checkpoints(root, model, res) / "last.pt"
+        if last.exists() and not (trial_summary(root, model, res) / "result.json").exists():
             return True
     return False
 

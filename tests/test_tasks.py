@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import plugin_folder
+from conftest import plugin_folder, trial_summary
 from resomap.config import load
 from resomap.errors import ConfigError
 from resomap.tasks import TASKS, get_task, task_names
@@ -104,7 +104,7 @@ def test_a_third_task_from_a_plugin_runs_a_sweep_end_to_end(plugin_path, tmp_pat
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for res in (16, 32):
         for seed in (42, 43):
-            folder = tmp_path / "model_summaries" / "toy_regressor" / str(res) / f"seed{seed}"
+            folder = trial_summary(tmp_path, "toy_regressor", res, seed, experiment="third-task")
             result = json.loads((folder / "result.json").read_text())
             assert result["status"] == "FINISHED", result.get("error")
             assert result["test"]["test/mae"] >= 0 and 0 <= result["test"]["test/accuracy"] <= 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_cli, trial_summary
 from resomap.config import build, load
 from resomap.models import build_model
 from resomap.training import TopKCheckpoint, Trainer, threads
@@ -179,7 +179,7 @@ def test_the_choice_is_in_result_json_and_the_mlflow_run(project: Path, capsys):
 
     args = ["sweep", "--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false"]
     assert run_cli([*args, "data.synthetic.num_images=48", "sweep.resolutions=[16]"], capsys)[0] == 0
-    result = json.loads((project / "model_summaries/tiny_cnn/16/seed42/result.json").read_text())
+    result = json.loads((trial_summary(project, "tiny_cnn", 16) / "result.json").read_text())
     env = result["environment"]
     assert int(env["threads"]) >= 1 and env["threads"] == str(torch.get_num_threads())
     if len(threads.thread_candidates()) > 1:

@@ -3,7 +3,7 @@ reader (or a process killed mid-write) sees the old file or the new one, never a
 with the process umask (0644 under umask 022), as open() would make them, so a lab's group can read them.
 
 `replace_dir` does the same for a whole folder (the sweep summary): built in `staging_dir(target)`, then swapped
-in."""
+in. `move_to` moves a file or folder to a new place in one rename that never replaces what is there."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 _EXCHANGE_FLAGS = {"linux": 2, "darwin": 2}  # renameat2 RENAME_EXCHANGE; renamex_np RENAME_SWAP
+_NOREPLACE_FLAGS = {"linux": 1, "darwin": 4}  # renameat2 RENAME_NOREPLACE; renamex_np RENAME_EXCL
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
@@ -127,6 +128,57 @@ def discard_staging(target: str | os.PathLike) -> None:
     shutil.rmtree(_staging_root(target) / target.name, ignore_errors=True)
     with contextlib.suppress(OSError):
         _staging_root(target).rmdir()
+
+
+def move_to(source: str | os.PathLike, target: str | os.PathLike) -> bool:
+    """Move `source` (a file or a folder) to `target` in one rename, its parent folders made first, never over
+    something at `target` (Linux renameat2 RENAME_NOREPLACE, macOS RENAME_EXCL; elsewhere a check before the
+    rename). False, and nothing moved, when `target` exists or `source` is gone (another process moved it)."""
+    source, target = Path(source), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() or target.is_symlink() or not (source.exists() or source.is_symlink()):
+        return False
+    done = _rename_noreplace(source, target)
+    if done is None:  # no such call here: the check above, then a plain rename
+        try:
+            os.rename(source, target)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            if target.exists():  # made meanwhile (a folder rename fails on a non-empty one)
+                return False
+            raise
+    elif not done:
+        return False
+    _fsync_dir(source.parent)
+    _fsync_dir(target.parent)
+    return True
+
+
+def _rename_noreplace(source: Path, target: Path) -> bool | None:
+    """True: renamed; False: `target` exists or `source` is gone; None: the OS or filesystem has no such call."""
+    import errno
+
+    flag = _NOREPLACE_FLAGS.get(sys.platform)
+    if flag is None:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if sys.platform == "linux":
+            at_fdcwd = -100
+            done = libc.renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), flag)
+        else:
+            done = libc.renamex_np(os.fsencode(source), os.fsencode(target), flag)
+    except (OSError, AttributeError):  # no such libc function (old glibc)
+        return None
+    if done == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOENT):
+        return False
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):  # this filesystem cannot
+        return None
+    raise OSError(err, os.strerror(err), str(source), None, str(target))
 
 
 def _staging_root(target: Path) -> Path:

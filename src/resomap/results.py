@@ -4,7 +4,7 @@ Example::
 
     from resomap.results import load_sweep
 
-    sweep = load_sweep("resomap-quickstart")       # model_summaries/_sweep/resomap-quickstart/
+    sweep = load_sweep("resomap-quickstart")       # model_summaries/_sweep/resomap-quickstart/ (resomap.layout)
     sweep.summary[["model", "resolution", "test_accuracy_pooled", "test_accuracy_ci_low", "test_accuracy_ci_high"]]
     sweep.recommendations[["model", "resolution", "sentence"]]
     own = sweep.predictions.query("test_resolution == resolution")  # each trial at its own resolution
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from resomap.errors import DataError
+from resomap.layout import SWEEP_DIR, Layout
 
-SWEEP_DIR = "_sweep"
 PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index", "label", "prediction", "correct")
 # the columns of paired_tests.csv and recommendation.csv (written by resomap.reports.summary, read here)
 PAIRED_COLUMNS = (
@@ -109,15 +109,21 @@ def _find(name_or_folder: str | Path, root: str | Path) -> Path:
     raise DataError(f"no sweep {str(name_or_folder)!r} ({where}); known sweeps: {listed}")
 
 
-def _trial_folder(sweep: Path, trial: dict[str, Any]) -> Path | None:
-    """The folder recorded in summary.json (relative to the sweep folder), else, for a summary written before
-    folders were recorded, <summaries>/<model>/<resolution>/seed<S>/ or <summaries>/<model>/<resolution>/."""
+def trial_folder(sweep: Path, trial: dict[str, Any]) -> Path | None:
+    """A trial's folder: the one recorded in summary.json (relative to the sweep folder), else (a summary written
+    before folders were recorded, or one whose trials were moved since: resomap.sweep.migrate) the trial's folder in
+    any layout (resomap.layout) whose result.json holds its key."""
     recorded = trial.get("folder")
     if recorded:
         path = Path(recorded)
-        return next((c for c in ([path] if path.is_absolute() else [sweep / path, path]) if c.is_dir()), None)
-    base = sweep.parent.parent / str(trial.get("model")) / str(trial.get("resolution"))
-    for candidate in (base / f"seed{trial.get('seed')}", base):
+        found = next((c for c in ([path] if path.is_absolute() else [sweep / path, path]) if c.is_dir()), None)
+        if found is not None:
+            return found
+    try:
+        model, resolution, seed = str(trial.get("model")), int(trial.get("resolution")), int(trial.get("seed") or 0)
+    except (TypeError, ValueError):
+        return None
+    for candidate in Layout.of_sweep_folder(sweep).summary_candidates(model, resolution, seed):
         try:
             if json.loads((candidate / "result.json").read_text(encoding="utf-8")).get("key") == trial.get("key"):
                 return candidate
@@ -142,7 +148,7 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
     rows = [{k: v for k, v in row.items() if k != "cross_resolution"} for row in data.get("rows", [])]
     frames, trials = [], []
     for trial in data.get("trials", []):
-        where = _trial_folder(folder, trial)
+        where = trial_folder(folder, trial)
         path = where / "predictions.csv" if where is not None else None
         has = path is not None and path.is_file()
         trials.append(

@@ -9,11 +9,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from resomap.analysis.checkpoints import CheckpointSource, TrainedModel, find_checkpoints, peek_meta
+from resomap.analysis.checkpoints import CONFIG_FILE, CheckpointSource, TrainedModel, find_checkpoints, peek_meta
 from resomap.analysis.explain_one import check_methods, explain_config, load_bundle
 from resomap.analysis.report import analysis_folders, write_report
 from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
+from resomap.layout import trial_part
 from resomap.reports import build_summary, sweep_figures
 from resomap.reports.rows import SummaryRow
 from resomap.stages import Comparison, compare_stage, evaluate_trained
@@ -54,6 +55,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     training (test, test at every resolution, profile, explain), then the same summary and comparison."""
     methods = check_methods(req.methods) if req.methods else None
     paths = find_checkpoints(req.checkpoint_dir)
+    _one_experiment(paths, req.checkpoint_dir)
     resolutions = _resolutions_by_model(paths)
     results: list[TrialResult] = []
     extra: dict[str, dict[str, Any]] = {}  # name -> what report.json adds to the result (checkpoint, epoch)
@@ -84,6 +86,30 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)
 
 
+def _one_experiment(paths: list[Path], root: Path) -> None:
+    """CheckpointError when the checkpoints are of several experiments (checkpoints/<experiment>/..., resomap.layout):
+    their trials would meet in one summary and one output folder; each is analysed on its own."""
+    import yaml
+
+    names: dict[str, Path] = {}
+    for path in paths:
+        try:
+            saved = yaml.safe_load((path.parent / CONFIG_FILE).read_text(encoding="utf-8"))
+            name = saved["experiment"]["name"]
+        except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
+            continue  # no config.yaml beside it: its experiment is not known
+        names.setdefault(str(name), path)
+    if len(names) > 1:
+        folders = []
+        for name in sorted(names):
+            inside = Path(root) / name
+            folders.append(str(inside) if inside.is_dir() else str(names[name].parent))
+        raise CheckpointError(
+            f"{root}: holds checkpoints of {len(names)} experiments ({', '.join(sorted(names))}); analyse one at a "
+            f"time: --checkpoint-dir {' or '.join(folders)}"
+        )
+
+
 def _resolutions_by_model(paths: list[Path]) -> dict[str, list[int]]:
     found: dict[str, set[int]] = defaultdict(set)
     for path in paths:
@@ -102,9 +128,9 @@ def _analyze_one(trained: TrainedModel, req: AnalyzeRequest, methods: list[str] 
     on = {"profiling.enabled": True, "explainability.enabled": True, "sweep.resolutions": resolutions}
     cfg = with_overrides(cfg, on, "resomap analyze")
     bundle = load_bundle(trained, cfg)
-    summary_dir = req.output_dir / "models" / trained.name / str(trained.resolution)
-    if trained.path.parent.name == f"seed{trained.seed}":  # a sweep of several seeds
-        summary_dir = summary_dir / f"seed{trained.seed}"
+    summary_dir = req.output_dir / "models" / trial_part(trained.name, trained.resolution, trained.seed)
+    if trained.path.parent.name != f"seed{trained.seed}":  # a checkpoint of the single-seed layout
+        summary_dir = summary_dir.parent
     found = evaluate_trained(
         trained.model,
         trained.spec,

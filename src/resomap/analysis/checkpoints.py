@@ -1,6 +1,7 @@
 """Find trained checkpoints and load one with its metadata, its trial's config and a rebuilt model.
 
-A trial's checkpoint folder (checkpoints/{family}/{model}/{resolution}/[seed{S}/]) holds the best-k files
+A trial's checkpoint folder (checkpoints/{experiment}/{family}/{model}/{resolution}/seed{S}/, resomap.layout; older
+sweeps: without {experiment}/, or without seed{S}/) holds the best-k files
 `epoch=E-<metric>=V.pt`, `last.pt`, a metadata JSON beside each and `config.yaml` (the trial's resolved config).
 """
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from resomap.atomic import write_text
+from resomap.layout import trial_part
 from resomap.stages import Comparison
 from resomap.training import write_json_atomic
 
@@ -88,8 +89,8 @@ def analysis_folders(out_dir: Path, models: list[dict[str, Any]]) -> dict[tuple[
     """{(model, resolution, seed): the folder `resomap analyze` wrote that checkpoint's results to}."""
     folders = {}
     for m in models:
-        base = out_dir / "models" / str(m["model"]) / str(m["resolution"])
-        seeded = base / f"seed{m.get('seed')}"
+        seeded = out_dir / "models" / trial_part(str(m["model"]), int(m["resolution"]), int(m.get("seed") or 0))
+        base = seeded.parent
         folders[(str(m["model"]), int(m["resolution"]), int(m.get("seed") or 0))] = seeded if seeded.is_dir() else base
     return folders
 

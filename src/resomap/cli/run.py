@@ -74,6 +74,12 @@ def _train(args: argparse.Namespace, cfg: Any, device: Any, why: str) -> int:
     if tracker.enabled:
         print(f"MLflow: {tracker.uri} (experiment '{tracker.experiment_name}')")
     trial = Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)
+    if rank0:  # its folders of the layout before experiment folders, moved into its experiment's
+        from resomap.sweep.migrate import migrate_trial
+
+        moved = migrate_trial(trial)
+        if moved:
+            print(moved)
     result = run_trial(trial, tracker=tracker, fresh=args.fresh, reraise=True)
     if not rank0:
         return 0 if result.status == "FINISHED" else 1

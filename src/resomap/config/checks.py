@@ -10,6 +10,7 @@ from typing import Any
 
 from resomap.config.schema import MAX_RESOLUTION, Config, ModelsConfig
 from resomap.errors import ConfigError
+from resomap.layout import folder_name_problem
 
 TAIL_RESAMPLES = 5  # bootstrap resamples wanted beyond each end of an interval (stats.resamples' lower bound)
 
@@ -119,6 +120,8 @@ def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) ->
 
 
 def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
+    problem = folder_name_problem(cfg.experiment.name)  # the experiment's folders are named after it
+    need(problem is None, "experiment.name", problem or "", cfg.experiment.name)
     sp = cfg.data.split
     need(0 < sp.val < 1, "data.split.val", "a fraction in (0, 1)", sp.val)
     need(0 < sp.test < 1, "data.split.test", "a fraction in (0, 1)", sp.test)

@@ -20,11 +20,11 @@ MAX_RESOLUTION = 8192  # the largest input side accepted anywhere (config and CL
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    name: str = "resomap"  # MLflow experiment name; one experiment per sweep name
+    name: str = "resomap"  # MLflow experiment name; one experiment per sweep name, with folders of its own
     seed: int = 42  # base seed for splits, weight init, shuffling and augmentation
     output_dir: str = "."  # root under which checkpoint_dir, summary_dir and the MLflow store live
-    checkpoint_dir: str = "checkpoints"  # checkpoints/{family}/{model}/{resolution}/seed{S}/ (relative to output_dir)
-    summary_dir: str = "model_summaries"  # model_summaries/{model}/{resolution}/seed{S}/ (relative to output_dir)
+    checkpoint_dir: str = "checkpoints"  # holds {experiment}/{family}/{model}/{resolution}/seed{S}/ (under output_dir)
+    summary_dir: str = "model_summaries"  # holds {experiment}/{model}/{resolution}/seed{S}/ and _sweep/{experiment}/
     cache_dir: str = ".cache/resomap"  # resized uint8 image caches (relative to output_dir)
     task: str = "classification"  # what every model of the sweep learns: a registered task (resomap tasks)
 

@@ -20,7 +20,7 @@ def register_model(
     name: str, *, family: str, cam_layers: Sequence[str], task: str = "classification", revision: int = 1
 ) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
-    `family` is any short word (it names the checkpoint folder: checkpoints/<family>/<model>/...). `task`: the
+    `family` is any short word (it names a checkpoint folder: checkpoints/<exp>/<family>/<model>/...). `task`: the
     registered task it serves (resomap.tasks: classification, logits [B, K]; segmentation, logits [B, K, r, r] at
     the input's size; or a plugin's), checked against experiment.task when a config is loaded. `revision`: raise it
     when the architecture changes, so trials of the earlier one (results, checkpoints) are not taken for the new

@@ -360,11 +360,9 @@ def _matrix_cell(value: float, low: float, high: float, own: bool) -> str:
 
 
 def _trial_folder(sweep_dir: Path, trial: dict) -> Path | None:
-    folder = trial.get("folder")
-    if not folder:
-        return None
-    base = Path(folder)
-    return base if base.is_absolute() else sweep_dir / base
+    from resomap.results import trial_folder
+
+    return trial_folder(sweep_dir, trial)
 
 
 def _table(head: list[str], lines: list[tuple[list[str], bool]], shade: str = "rec") -> str:

@@ -20,11 +20,12 @@ MAX_PROBES = 12  # probe images per model shown in the report
 
 
 def _maps_path(sweep_dir: Path, trial: dict) -> Path | None:
-    folder = trial.get("folder")
+    from resomap.results import trial_folder
+
+    folder = trial_folder(sweep_dir, trial)
     candidates = []
-    if folder:
-        base = Path(folder)
-        candidates.append((base if base.is_absolute() else sweep_dir / base) / "explanations.npz")
+    if folder is not None:
+        candidates.append(folder / "explanations.npz")
     maps = (trial.get("explain") or {}).get("maps")
     if maps:
         candidates.append(Path(maps))

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
+from resomap.layout import Layout
 from resomap.models import get_spec
-from resomap.sweep.trial import Trial, TrialResult, pin_precision
+from resomap.sweep.trial import Trial, TrialResult, checkpoint_key, pin_precision
 
 log = logging.getLogger(__name__)
 STATES = ("done", "failed", "partial", "pending", "unreadable")
@@ -211,27 +212,43 @@ def sweep_key(trials: list[Trial]) -> str:
 
 
 def load_result(trial: Trial) -> TrialResult | None:
-    path = trial.summary_dir / "result.json"
-    if not path.exists():
-        return None
-    try:
-        result = TrialResult.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):  # unreadable (another user's file: see trial_state) or torn
-        return None
-    return result if result.key == trial.key else None
+    """The trial's result (for its exact key) from its folder, else from its folder of the seed layout without an
+    experiment level that the sweep has not moved yet (resomap.sweep.migrate); None when neither holds it."""
+    for folder in (trial.summary_dir, trial.seed_layout_dirs()[0]):
+        path = folder / "result.json"
+        if not path.exists():
+            continue
+        try:
+            result = TrialResult.from_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError):  # unreadable (another user's file: see trial_state) or torn
+            continue
+        if result.key == trial.key:
+            return result
+    return None
+
+
+def unreadable_result(trial: Trial) -> Path | None:
+    """The result.json this user may not read where the trial's result would be (its folder, else its folder of
+    the seed layout, whose owner cannot be told without reading it); None when there is none."""
+    for folder in (trial.summary_dir, trial.seed_layout_dirs()[0]):
+        path = folder / "result.json"
+        if path.is_file():
+            return None if os.access(path, os.R_OK) else path
+    return None
 
 
 def trial_state(trial: Trial) -> str:
     """done / failed (a result on disk for this exact key), partial (a last.pt), pending, or unreadable (a
-    result.json this user has no permission to read)."""
-    path = trial.summary_dir / "result.json"
-    if path.is_file() and not os.access(path, os.R_OK):
+    result.json this user has no permission to read). A trial still in the seed layout without an experiment level
+    has the state its folders there give: the sweep moves them before it runs anything."""
+    if unreadable_result(trial) is not None:
         return "unreadable"
     result = load_result(trial)
     if result is not None:
         return "done" if result.status == "FINISHED" else "failed"
-    family = get_spec(trial.model).family
-    if (trial.checkpoint_dir(family) / "last.pt").exists():
+    if (trial.checkpoint_dir() / "last.pt").exists():
+        return "partial"
+    if checkpoint_key(trial.seed_layout_dirs()[1]) == trial.key:
         return "partial"
     return "pending"
 
@@ -378,8 +395,8 @@ def _needs_line(found: dict, margin: float, power: float, n_test: int, seeds: in
 
 
 def summary_folder(cfg: Config) -> Path:
-    """Where the sweep's summary lives: <output_dir>/<summary_dir>/_sweep/<experiment name>."""
-    return Path(cfg.experiment.output_dir) / cfg.experiment.summary_dir / "_sweep" / cfg.experiment.name
+    """Where the sweep's summary lives: <output_dir>/<summary_dir>/_sweep/<experiment name> (resomap.layout)."""
+    return Layout.of(cfg).sweep_folder()
 
 
 def observed_discordance(cfg: Config) -> tuple[float, str] | None:

@@ -19,6 +19,8 @@ state.json with it: a crash or a bad setting leaves the old summary, never a hal
 
 One sweep at a time per experiment and folder: `run_sweep` and `sync_sweep` hold `_sweep/.<name>.lock`
 (`resomap.locks`; released on any exit, SIGKILL included); a second one refuses naming the holder, or waits.
+Sweeps of other experiments run beside it: every experiment has folders of its own (resomap.layout), and under
+its lock a sweep first moves its own trials' folders of the layout before them (resomap.sweep.migrate).
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from typing import Any
 from resomap.atomic import discard_staging, replace_dir, staging_dir, write_text
 from resomap.config import Config, to_dict
 from resomap.errors import DataError
+from resomap.layout import Layout
 from resomap.locks import hold
 from resomap.sweep.cluster import check_reachable, placed
+from resomap.sweep.migrate import migrate_trials
 from resomap.sweep.plan import (
     check_memory,
     check_plan,
@@ -47,6 +51,7 @@ from resomap.sweep.plan import (
     plan,
     summary_folder,
     sweep_key,
+    unreadable_result,
 )
 from resomap.sweep.trial import Trial, TrialResult, pin_precision, sweep_identity
 from resomap.tracking import default_tracking_uri, make_tracker
@@ -153,6 +158,7 @@ def _todo(states: list[tuple[Trial, str]], rerun: bool) -> list[Trial]:
 
 
 def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, report: Any) -> SweepOutcome:
+    migrate_trials(trials, report)  # this experiment's folders of the layout before experiment folders
     states = describe_plan(trials)  # again, under the lock: a run that held it may have finished trials
     todo = _todo(states, rerun)
     out_dir = summary_folder(cfg)
@@ -206,9 +212,8 @@ def sweep_lock(
 
 
 def lock_path(cfg: Config) -> Path:
-    """`_sweep/.<name>.lock` beside the sweep's summary folder."""
-    out_dir = summary_folder(cfg)
-    return out_dir.with_name(f".{out_dir.name}.lock")
+    """`_sweep/.<name>.lock` beside the sweep's summary folder (resomap.layout)."""
+    return Layout.of(cfg).lock_file()
 
 
 def _check_readable(states: list[tuple[Trial, str]]) -> None:
@@ -216,7 +221,7 @@ def _check_readable(states: list[tuple[Trial, str]]) -> None:
     for trial, state in states:
         if state == "unreadable":
             raise DataError(
-                f"{trial.summary_dir / 'result.json'}: no permission to read it; ask its owner to make the sweep "
+                f"{unreadable_result(trial)}: no permission to read it; ask its owner to make the sweep "
                 "group-readable (chmod -R g+rX), or run in a folder of your own (experiment.output_dir=...)"
             )
 
@@ -257,11 +262,13 @@ def _estimates(progress: Progress) -> str | None:
 
 
 def results_digest(trials: list[Trial]) -> str:
-    """A hash of every planned trial's key and result.json bytes (a missing file counts as empty)."""
+    """A hash of every planned trial's key, folder (summary.json records it) and result.json bytes (a missing file
+    counts as empty)."""
     h = hashlib.sha256()
     for trial in trials:
         path = trial.summary_dir / "result.json"
         h.update(trial.key.encode())
+        h.update(trial.summary_dir.as_posix().encode())
         h.update(path.read_bytes() if path.is_file() else b"")
     return h.hexdigest()
 
@@ -334,6 +341,7 @@ def sync_sweep(cfg: Config):
     trials = plan(cfg, check=False)
     with sweep_lock(cfg, hint="it syncs its results when it ends; run `resomap sync` after it if needed"):
         _check_readable(describe_plan(trials))
+        migrate_trials(trials)
         if not any(load_result(t) for t in trials):
             return SyncReport(missing=[t.name for t in trials])  # nothing trained yet: no run to make
         return _sync_locked(cfg, trials, Tracker(cfg))

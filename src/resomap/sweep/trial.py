@@ -18,6 +18,7 @@ from typing import Any
 from resomap.atomic import write_text
 from resomap.config import Config, save_resolved, to_dict, with_overrides
 from resomap.errors import ConfigError, ResoMapError
+from resomap.layout import Layout
 from resomap.tasks import other_task_sections
 from resomap.trial_result import TrialResult  # below sweep and analysis; kept importable from here
 
@@ -30,11 +31,13 @@ _SEED_FOLDER = re.compile(r"seed\d+")
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
-    """A model at one resolution and seed. Its folders always end in `seed<S>`
-    (model_summaries/<model>/<res>/seed<S>/, checkpoints/<family>/<model>/<res>/seed<S>/), whatever the number of
-    seeds, so adding seeds to a finished sweep moves nothing. A trial of the older single-seed layout (the folder
-    `<res>/` itself holding its result.json or last.pt) is found and used in place: `legacy` says which layout
-    (None: look on disk; run_trial pins it once, so a run never switches folders half-way)."""
+    """A model at one resolution and seed. Its folders are its experiment's (resomap.layout:
+    model_summaries/<experiment>/<model>/<res>/seed<S>/, checkpoints/<experiment>/<family>/<model>/<res>/seed<S>/)
+    and always end in `seed<S>`, whatever the number of seeds, so adding seeds to a finished sweep moves nothing and
+    experiments sharing an output folder never meet. Its folders of the seed layout without an experiment level are
+    moved into these by `resomap.sweep.migrate` (the sweep, under its lock). A trial of the older single-seed layout
+    (the folder `<res>/` itself holding its result.json or last.pt) is found and used in place: `legacy` says which
+    layout (None: look on disk; run_trial pins it once, so a run never switches folders half-way)."""
 
     model: str
     resolution: int
@@ -50,20 +53,48 @@ class Trial:
         """trial_key of this trial, computed on first use (the fields are frozen, so it never changes)."""
         return trial_key(self.cfg, self.model, self.resolution, self.seed)
 
+    @functools.cached_property
+    def family(self) -> str:
+        """The model's family (its checkpoint folders are grouped by it)."""
+        from resomap.models import get_spec
+
+        return get_spec(self.model).family
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.cfg)
+
     @property
     def name(self) -> str:
         """`<model>@<resolution>`, plus `/seed<S>` when the sweep has several seeds."""
         base = f"{self.model}@{self.resolution}"
         return base if len(self.cfg.sweep.seeds) <= 1 else f"{base}/seed{self.seed}"
 
-    def checkpoint_dir(self, family: str) -> Path:
-        folder = self._checkpoint_base(family)
-        return folder if self._in_legacy_folder() else folder / f"seed{self.seed}"
+    def checkpoint_dir(self, family: str | None = None) -> Path:
+        family = family or self.family
+        if self._in_legacy_folder():
+            return self.layout.single_seed_checkpoints(family, self.model, self.resolution)
+        return self.layout.trial_checkpoints(family, self.model, self.resolution, self.seed)
 
     @property
     def summary_dir(self) -> Path:
-        folder = self._summary_base()
-        return folder if self._in_legacy_folder() else folder / f"seed{self.seed}"
+        if self._in_legacy_folder():
+            return self.layout.single_seed_summary(self.model, self.resolution)
+        return self.layout.trial_summary(self.model, self.resolution, self.seed)
+
+    def lr_find_file(self, family: str | None = None) -> Path:
+        """lr_find.json, shared by the seeds of this model x resolution: beside their folders (in a single-seed
+        folder, inside it)."""
+        folder = self.checkpoint_dir(family)
+        return (folder if self._in_legacy_folder() else folder.parent) / "lr_find.json"
+
+    def seed_layout_dirs(self) -> tuple[Path, Path]:
+        """(summary, checkpoint folder) this trial had in the seed layout without an experiment level."""
+        lay = self.layout
+        return (
+            lay.seed_layout_summary(self.model, self.resolution, self.seed),
+            lay.seed_layout_checkpoints(self.family, self.model, self.resolution, self.seed),
+        )
 
     def pinned(self) -> Trial:
         """This trial with its layout decided now (see `legacy`)."""
@@ -71,35 +102,40 @@ class Trial:
         pinned.__dict__["key"] = self.key  # the same trial (legacy is no part of the key): its key carries over
         return pinned
 
-    def _summary_base(self) -> Path:
-        out = Path(self.cfg.experiment.output_dir) / self.cfg.experiment.summary_dir
-        return out / self.model / str(self.resolution)
-
-    def _checkpoint_base(self, family: str | None = None) -> Path:
-        if family is None:
-            from resomap.models import get_spec
-
-            family = get_spec(self.model).family
-        out = Path(self.cfg.experiment.output_dir) / self.cfg.experiment.checkpoint_dir
-        return out / family / self.model / str(self.resolution)
-
     def _in_legacy_folder(self) -> bool:
-        """The trial lives in a folder of the single-seed layout: no seed folder of it exists, and `<res>/` holds
-        its result.json (this key) or its last.pt / last.json (this config hash)."""
+        """The trial lives in a folder of the single-seed layout: it has no folder of its experiment's layout nor
+        one of the seed layout to be moved there, and `<res>/` holds its result.json (this key) or its last.pt /
+        last.json (this config hash)."""
         if self.legacy is not None:
             return self.legacy
-        summary, checkpoints = self._summary_base(), self._checkpoint_base()
-        seed = f"seed{self.seed}"
-        if (summary / seed).exists() or (checkpoints / seed).exists():
+        lay = self.layout
+        if lay.trial_summary(self.model, self.resolution, self.seed).exists():
             return False
-        try:
-            if json.loads((summary / "result.json").read_text(encoding="utf-8")).get("key") == self.key:
-                return True
-        except (OSError, ValueError, AttributeError):
-            pass
-        if (checkpoints / "last.json").is_file() or (checkpoints / "last.pt").is_file():
-            return _checkpoint_key(checkpoints) == self.key
-        return False
+        if lay.trial_checkpoints(self.family, self.model, self.resolution, self.seed).exists():
+            return False
+        old_summary, old_checkpoints = self.seed_layout_dirs()
+        if result_key(old_summary) == self.key or checkpoint_key(old_checkpoints) == self.key:
+            return False  # moved into the experiment's folders by the sweep (resomap.sweep.migrate)
+        summary = lay.single_seed_summary(self.model, self.resolution)
+        if result_key(summary) == self.key:
+            return True
+        return checkpoint_key(lay.single_seed_checkpoints(self.family, self.model, self.resolution)) == self.key
+
+
+def result_key(folder: Path) -> str | None:
+    """The trial key of the result.json in `folder` (None: none, unreadable or torn)."""
+    try:
+        key = json.loads((folder / "result.json").read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) else None
+
+
+def checkpoint_key(folder: Path) -> str | None:
+    """The config hash of the last.pt in `folder` (None: no last.pt / last.json there)."""
+    if (folder / "last.json").is_file() or (folder / "last.pt").is_file():
+        return _checkpoint_key(folder)
+    return None
 
 
 def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
@@ -513,7 +549,7 @@ def _learning_rate(trial: Trial, prepared: _Prepared, device: Any) -> tuple[Conf
     cfg = prepared.cfg
     if not cfg.training.lr_find.enabled or getattr(prepared.model, "closed_form", False):
         return cfg, None
-    record_path = trial._checkpoint_base(prepared.spec.family) / "lr_find.json"  # the seeds' folders' parent
+    record_path = trial.lr_find_file(prepared.spec.family)  # beside the seeds' folders
     key = trial_key(cfg, trial.model, trial.resolution, 0)
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
