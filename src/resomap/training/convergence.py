@@ -7,9 +7,10 @@ at least `min_epochs`), on its wall-clock cap (`training.max_minutes`) or when t
 undertrained only when the cap or the budget ended it while validation was still improving: the best of the
 smoothed stop monitor (else the checkpoint monitor) lies within the last `window` epochs, half the patience rounded up
 (1 without early stopping), and beats the best before them by more than `training.convergence_tolerance` of its
-size (a schedule annealed to its end creeps on by a fraction of a percent: converged, not cut short). A fit whose checkpoint monitor reached its best possible value (macro-F1 1.0, a loss of 0)
-is converged whatever stopped it; a plateau is converged, even an early one (a model stuck near its start is a
-model that did not learn, which the baselines of the summary show, not one that needs more epochs).
+size (a schedule annealed to its end creeps on by a fraction of a percent: converged, not cut short). A fit whose
+checkpoint monitor reached its best possible value (macro-F1 1.0, a loss of 0) is converged whatever stopped it; a
+plateau is converged, even an early one (a model stuck near its start is a model that did not learn, which the
+baselines of the summary show, not one that needs more epochs).
 The best epoch is the one the best checkpoint is chosen by (`training.checkpoint.monitor` / `mode`; the earliest of
 tied epochs, as `TopKCheckpoint` keeps it), read from the fit's per-epoch history, so a resumed fit gives the same
 record as an uninterrupted one. Pure Python: result.json and MLflow read its `to_dict()`.
