@@ -3,12 +3,17 @@ reader (or a process killed mid-write) sees the old file or the new one, never a
 with the process umask (0644 under umask 022), as open() would make them, so a lab's group can read them.
 
 `replace_dir` does the same for a whole folder (the sweep summary): built in `staging_dir(target)`, then swapped
-in. `move_to` moves a file or folder to a new place in one rename that never replaces what is there."""
+in. `move_to` moves a file or folder to a new place in one rename that never replaces what is there.
+
+A full disk (ENOSPC, or a quota: EDQUOT) while writing is raised as `DiskFullError`, an OSError naming the file and
+the space left, in one line, whatever library wrote (torch.save reports it as "unexpected pos" with the OSError
+inside): `disk_full(exc)` finds it in any exception's chain."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import secrets
 import shutil
@@ -19,24 +24,146 @@ from typing import IO, Any
 
 _EXCHANGE_FLAGS = {"linux": 2, "darwin": 2}  # renameat2 RENAME_EXCHANGE; renamex_np RENAME_SWAP
 _NOREPLACE_FLAGS = {"linux": 1, "darwin": 4}  # renameat2 RENAME_NOREPLACE; renamex_np RENAME_EXCL
+_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+# what libraries say when they report a full disk in words (SQLite's SQLITE_FULL through MLflow and SQLAlchemy)
+_FULL_WORDS = ("no space left on device", "database or disk is full", "disk quota exceeded")
+_NEARLY_FULL = 1 << 20  # bytes: a write that fails with less than this free failed for want of space
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
-    """Write through `write(binary_file)`, then rename over `path` (its folder is created)."""
+class DiskFullError(OSError):
+    """No space left on the disk (ENOSPC) while writing `filename`: one line naming it and the space free there
+    (`free`, bytes) and, when known, what the write needed (`needed`, bytes). The temp file of the write is gone
+    and the file it was to replace is untouched."""
+
+    free: int | None = None
+    needed: int | None = None
+
+    def __str__(self) -> str:
+        free = "" if self.free is None else f"{_size(self.free)} free"
+        needed = "" if self.needed is None else f"{_size(self.needed)} needed"
+        space = "; ".join(p for p in (free, needed) if p)
+        where = f" writing {self.filename}" if self.filename else ""
+        return f"disk full{where}: no space left on device" + (f" ({space})" if space else "")
+
+
+def disk_full(exc: BaseException | None, path: str | os.PathLike | None = None) -> DiskFullError | None:
+    """The full disk behind `exc` as a DiskFullError (itself when it is one), or None: an OSError with errno ENOSPC
+    or EDQUOT, or a library's words for it, anywhere in its chain (__cause__, __context__). It names the failing
+    file when the chain does, else `path`."""
+    seen: set[int] = set()
+    found, filename = False, None
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, DiskFullError):
+            return exc
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+            found, filename = True, filename or exc.filename
+        elif any(words in str(exc).lower() for words in _FULL_WORDS):
+            found = True
+        exc = exc.__cause__ or exc.__context__
+    if not found:
+        return None
+    return disk_full_error(filename or path)
+
+
+def disk_full_error(path: str | os.PathLike | None, needed: int | None = None) -> DiskFullError:
+    """A DiskFullError for `path` (None: a file not known), with the space free on its disk now (shutil.disk_usage)
+    and `needed`."""
+    if path is None:
+        return DiskFullError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    error = DiskFullError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    error.free, error.needed = _free(Path(path)), needed
+    return error
+
+
+def _free(path: Path) -> int | None:
+    """Bytes free on the disk holding `path` (its nearest existing folder), or None when it cannot be read."""
+    for folder in (path, *path.parents):
+        if folder.exists():
+            try:
+                return shutil.disk_usage(folder).free
+            except OSError:
+                return None
+    return None
+
+
+def _nearly_full(path: Path) -> bool:
+    """Less than _NEARLY_FULL bytes free where `path` goes: a write that failed there without saying why (torch's
+    "unexpected pos" from a stream it could not write) failed for want of space."""
+    free = _free(path)
+    return free is not None and free < _NEARLY_FULL
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any], size: int | None = None) -> Path:
+    """Write through `write(binary_file)`, then rename over `path` (its folder is created). A full disk raises
+    DiskFullError naming `path` (`size`: the bytes to be written, when known, which it reports as needed)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_temp(path)
+    except OSError as exc:
+        if disk_full(exc) is None:
+            raise
+        raise disk_full_error(path, size) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        _raise_full(exc, path, size)
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def save_atomic(path: str | os.PathLike, save: Callable[[Path], Any]) -> Path:
+    """`write_atomic` for a library that writes to a path itself (matplotlib's savefig): `save(temp path)`, where
+    the temp path has `path`'s name (so its suffix picks the format) inside a hidden folder beside it; then the
+    file is fsynced and renamed over `path`, and the folder removed."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = _create_temp_dir(path)
+    except OSError as exc:
+        _raise_full(exc, path, None)
+        raise
+    tmp = folder / path.name
+    try:
+        save(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        _raise_full(exc, path, None)
+        raise
+    folder.rmdir()
+    _fsync_dir(path.parent)
+    return path
+
+
+def _raise_full(exc: BaseException, path: Path, size: int | None) -> None:
+    """Raise the DiskFullError for `path` when the failed write `exc` met a full disk; else return (the caller
+    raises `exc`)."""
+    if not isinstance(exc, Exception) or isinstance(exc, DiskFullError):
+        return
+    if disk_full(exc) is None and not _nearly_full(path):
+        return
+    raise disk_full_error(path, size) from exc  # named by the file it was to replace, not its temp file
 
 
 def _create_temp(path: Path) -> tuple[int, Path]:
@@ -51,8 +178,19 @@ def _create_temp(path: Path) -> tuple[int, Path]:
             continue
 
 
+def _create_temp_dir(path: Path) -> Path:
+    """A new hidden folder beside `path` (save_atomic's)."""
+    while True:
+        folder = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+
+
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    return write_atomic(path, lambda fh: fh.write(data))
+    return write_atomic(path, lambda fh: fh.write(data), size=len(data))
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from resomap.atomic import save_atomic
+
 log = logging.getLogger(__name__)
 
 STYLE = {
@@ -65,12 +67,12 @@ def resolution_axis(ax: plt.Axes, resolutions: Iterable[int], label: str = "inpu
 
 
 def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str) -> list[Path]:
-    """Write `stem`.png and `stem`.pdf under out_dir and close the figure."""
+    """Write `stem`.png and `stem`.pdf under out_dir (atomically: resomap.atomic) and close the figure."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
     for path in paths:
-        fig.savefig(path, bbox_inches="tight")
+        save_atomic(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight"))
     plt.close(fig)
     log.debug("figure written: %s", paths[0])
     return paths

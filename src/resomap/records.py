@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from resomap.atomic import write_text
+from resomap.errors import DataError
 
 PREDICTIONS_FILE = "predictions.csv"
 FINDINGS_FILE = "findings.txt"  # explanations/: the short finding per model x method (report, MLflow)
@@ -95,9 +96,12 @@ def read_score_csv(path: str | Path, columns: tuple[str, ...]) -> dict[int, Scor
         return {}
     rows: dict[int, list[list[float]]] = {}
     with path.open(newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            scored = [float(row[c]) if row.get(c) not in ("", None) else np.nan for c in columns]
-            rows.setdefault(int(row["test_resolution"]), []).append([float(row["index"]), *scored])
+        for number, row in enumerate(csv.DictReader(fh), start=2):
+            try:
+                scored = [float(row[c]) if row.get(c) not in ("", None) else np.nan for c in columns]
+                rows.setdefault(int(row["test_resolution"]), []).append([float(row["index"]), *scored])
+            except (KeyError, TypeError, ValueError):
+                raise _damaged(path, number) from None
     out = {}
     for res, items in rows.items():
         arr = np.asarray(items, dtype=np.float64).reshape(-1, 1 + len(columns))
@@ -131,17 +135,30 @@ def read_predictions(folder: str | Path) -> dict[int, Predictions]:
     rows: dict[int, list[tuple[int, int, int]]] = {}
     scores: dict[int, list[float]] = {}
     with path.open(newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            res = int(row["test_resolution"])
-            rows.setdefault(res, []).append((int(row["index"]), int(row["label"]), int(row["prediction"])))
-            cell = row.get("score")  # absent from files written before it existed
-            scores.setdefault(res, []).append(float(cell) if cell not in (None, "") else np.nan)
+        for number, row in enumerate(csv.DictReader(fh), start=2):
+            try:
+                res = int(row["test_resolution"])
+                item = (int(row["index"]), int(row["label"]), int(row["prediction"]))
+                cell = row.get("score")  # absent from files written before it existed
+                score = float(cell) if cell not in (None, "") else np.nan
+            except (KeyError, TypeError, ValueError):
+                raise _damaged(path, number) from None
+            rows.setdefault(res, []).append(item)
+            scores.setdefault(res, []).append(score)
     out = {}
     for res, items in rows.items():
         arr = np.asarray(items, dtype=np.int64).reshape(-1, 3)
         score = np.asarray(scores[res], dtype=np.float64)
         out[res] = Predictions(res, arr[:, 0], arr[:, 1], arr[:, 2], None if np.isnan(score).all() else score)
     return out
+
+
+def _damaged(path: Path, line: int) -> DataError:
+    """A per-image table that does not read (cut mid-row, a hand's edit): one line naming it."""
+    return DataError(
+        f"{path}: line {line} is not a whole row (the file was cut short or edited); run the sweep again, which "
+        "redoes the trial"
+    )
 
 
 def environment() -> dict[str, str | None]:

@@ -16,7 +16,10 @@ from resomap.atomic import write_text
 from resomap.records import environment as current_environment
 from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSummary, known_fields
 
-__all__ = ["TrialResult"]
+__all__ = ["DISK_FULL", "RETRIED_FAILURES", "TrialResult"]
+
+DISK_FULL = "disk_full"  # failure_kind of a trial that failed for want of disk space (ENOSPC)
+RETRIED_FAILURES = frozenset({DISK_FULL})  # failures a plain rerun of the sweep retries: the cause may be gone
 
 
 @dataclasses.dataclass
@@ -40,6 +43,9 @@ class TrialResult:
     profile: ProfileSummary | None = None
     explain: ExplainSummary | None = None
     error: str | None = None
+    # why a FAILED trial failed, when it is a kind the sweep knows (DISK_FULL); None: any other error. A plain
+    # rerun of the sweep retries the kinds of RETRIED_FAILURES, the others only with --rerun-failed
+    failure_kind: str | None = None
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)  # per-epoch metrics
     tracked: bool = False  # every MLflow call for this trial succeeded (else `resomap sync` logs it later)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -112,8 +118,10 @@ class TrialResult:
         return "\n".join(lines) + "\n"
 
     def save(self, folder: Path) -> Path:
+        """summary.txt, then result.json (atomically, each): result.json is written last, so a write that fails
+        (a full disk) leaves no new result saying more than its folder holds."""
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "result.json"
-        write_text(path, self.to_json())
         write_text(folder / "summary.txt", self.summary_text())
+        write_text(path, self.to_json())
         return path

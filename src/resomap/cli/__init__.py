@@ -1,5 +1,7 @@
 """The `resomap` command: argument parsing, printing and exit codes (0 ok, 1 a trial failed, 2 bad input).
 
+A full disk (ENOSPC) that ends a command is said in one line naming the file and the space left, exit code 2.
+
 One module per command group (run: train/sweep/sync, listing: the registries and config, ui, perf: profile/bench,
 analysis: explain/analyze); each imports what its command needs when the command runs, so `--help`, the
 listings and config errors answer without loading the explanation, tracking or plotting libraries.
@@ -58,3 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("resomap: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a full disk: the file and the space left, not a traceback
+        from resomap.atomic import disk_full
+
+        full = disk_full(exc)
+        if full is None:
+            raise
+        print(f"resomap: error: {full}; free some space, then run the command again", file=sys.stderr)
+        return 2

@@ -102,6 +102,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
     from resomap.sweep.plan import STATES, check_grid, power_lines
+    from resomap.trial_result import DISK_FULL
 
     cfg, why = _pinned(cfg)
     from resomap.sweep.cluster import placed
@@ -145,7 +146,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if (outcome.summary_dir / "report.html").is_file():
         print(f"report: {(outcome.summary_dir / 'report.html').resolve().as_uri()}")
     for r in outcome.failed:
-        print(f"FAILED {r.name}: {r.error}")
+        if r.failure_kind == DISK_FULL:  # its line above named the file: what to do instead
+            print(
+                f"FAILED {r.name}: the disk was full; free some space, then run the sweep again: it retries the trial"
+            )
+        else:
+            print(f"FAILED {r.name}: {r.error}")
     if outcome.parent_run_id:
         from resomap.tracking import default_tracking_uri
 

@@ -61,7 +61,7 @@ class SweepConfig(GroupSection):
     # a model x resolution pair below the model's smallest input side (its layers shrink smaller inputs away) is
     # refused before anything runs; true instead leaves it out of the grid and of the model's cross-resolution tests
     skip_invalid_resolutions: bool = False  # true: leave out resolutions a model cannot take (false: refuse them)
-    rerun_failed: bool = False  # run trials that failed before again
+    rerun_failed: bool = False  # run trials that failed before again (one the disk was full for is run anyway)
     cost_probe: bool = True  # local executor: time a few training steps per model x resolution first, for the ETA
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)  # rounds of seeds until decided
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # sweep.<executor>.*: the executor's own

@@ -14,6 +14,7 @@ from resomap.errors import ConfigError, UnknownNameError
 from resomap.layout import Layout
 from resomap.models import get_spec
 from resomap.sweep.trial import Trial, TrialResult, checkpoint_key, pin_precision
+from resomap.trial_result import DISK_FULL, RETRIED_FAILURES
 
 log = logging.getLogger(__name__)
 STATES = ("done", "failed", "partial", "pending", "unreadable")
@@ -214,43 +215,135 @@ def sweep_key(trials: list[Trial]) -> str:
 def load_result(trial: Trial) -> TrialResult | None:
     """The trial's result (for its exact key) from its folder, else from its folder of the seed layout without an
     experiment level that the sweep has not moved yet (resomap.sweep.migrate); None when neither holds it."""
-    for folder in (trial.summary_dir, trial.seed_layout_dirs()[0]):
+    return _read_result(trial)[0]
+
+
+def _result_folders(trial: Trial) -> tuple[Path, ...]:
+    """Where the trial's result.json may be: its folder, then its folder of the seed layout not moved yet."""
+    return (trial.summary_dir, trial.seed_layout_dirs()[0])
+
+
+def _read_result(trial: Trial) -> tuple[TrialResult | None, str | None, Path | None]:
+    """(the trial's result on disk for its exact key, else None; what is wrong with its result.json when it is
+    there but does not read: cut short or not a result; the folder of that result.json)."""
+    torn: tuple[str, Path] | None = None
+    for folder in _result_folders(trial):
         path = folder / "result.json"
         if not path.exists():
             continue
         try:
             result = TrialResult.from_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, TypeError):  # unreadable (another user's file: see trial_state) or torn
+        except PermissionError:  # another user's file: the unreadable state (trial_state)
+            continue
+        except (OSError, ValueError, TypeError) as exc:  # torn (a copy or a hand cut it short) or not a result
+            first = str(exc).splitlines()[0] if str(exc) else exc
+            torn = torn or (f"not a whole result ({type(exc).__name__}: {first})", folder)
             continue
         if result.key == trial.key:
-            return result
-    return None
+            return result, None, folder
+    return None, *(torn or (None, None))
 
 
 def unreadable_result(trial: Trial) -> Path | None:
     """The result.json this user may not read where the trial's result would be (its folder, else its folder of
     the seed layout, whose owner cannot be told without reading it); None when there is none."""
-    for folder in (trial.summary_dir, trial.seed_layout_dirs()[0]):
+    for folder in _result_folders(trial):
         path = folder / "result.json"
         if path.is_file():
             return None if os.access(path, os.R_OK) else path
     return None
 
 
+# why a failure of RETRIED_FAILURES is retried, in words
+_RETRY_WORDS = {DISK_FULL: "the disk was full"}
+
+
 def trial_state(trial: Trial) -> str:
-    """done / failed (a result on disk for this exact key), partial (a last.pt), pending, or unreadable (a
-    result.json this user has no permission to read). A trial still in the seed layout without an experiment level
-    has the state its folders there give: the sweep moves them before it runs anything."""
+    """done / failed (a result on disk for this exact key), partial, pending, or unreadable (a result.json this
+    user has no permission to read). Partial: to resume or redo, with its checkpoints when they are whole (run_trial
+    decides): a last.pt of an interrupted attempt; a result.json that does not read; a finished result a file of
+    which is damaged (`damaged_file`); a failure a plain rerun retries (its `failure_kind` in RETRIED_FAILURES: the
+    disk was full). The last three are named in one warning line each (once per process). A trial still in the
+    seed layout without an experiment level has the state its folders there give: the sweep moves them before it
+    runs anything."""
     if unreadable_result(trial) is not None:
         return "unreadable"
-    result = load_result(trial)
+    result, torn, where = _read_result(trial)
+    if result is not None and result.status == "FINISHED":
+        damage = damaged_file(trial, result, where)
+        if damage is None:
+            return "done"
+        _warn_once(f"{trial.name}: {damage}; the sweep does the trial again")
+        return "partial"
     if result is not None:
-        return "done" if result.status == "FINISHED" else "failed"
+        if result.failure_kind not in RETRIED_FAILURES:
+            return "failed"
+        why = _RETRY_WORDS.get(result.failure_kind, result.failure_kind)
+        _warn_once(f"{trial.name} failed because {why} ({result.error}); the sweep runs it again")
+        return "partial"
+    if torn is not None:
+        _warn_once(f"{trial.name}: {where / 'result.json'}: {torn}; the sweep does the trial again")
+        return "partial"
     if (trial.checkpoint_dir() / "last.pt").exists():
         return "partial"
     if checkpoint_key(trial.seed_layout_dirs()[1]) == trial.key:
         return "partial"
     return "pending"
+
+
+def damaged_file(trial: Trial, result: TrialResult, folder: Path | None = None) -> str | None:
+    """'<path>: <what is wrong>' for the first file a finished trial needs that is not whole, else None; cheap
+    checks (resomap.filecheck), each file's verdict kept while the file is unchanged:
+    - its per-image table (result.predictions; the task's `check_records`): whole rows, as many per test resolution
+      as the test set has images (result.data's split sizes), at every resolution it was tested at;
+    - explanations.npz, when it has maps, and its best checkpoint: zip archives whose members lie whole in the file.
+    A best checkpoint that is not there at all is no damage (its folder removed to free space: the summary needs no
+    checkpoint, and retraining every trial for it would cost the whole sweep)."""
+    from resomap.filecheck import check_zip
+    from resomap.tasks import Task, get_task
+
+    old_layout = folder is not None and folder != trial.summary_dir  # not moved yet: its files are still there
+    folder = folder or trial.summary_dir
+    if result.predictions:
+        images = (result.data.get("splits") or {}).get("test")
+        resolutions = tuple(sorted(int(r) for r in result.cross_resolution))
+        try:
+            check = get_task(result.task or None).check_records
+        except UnknownNameError:  # a plugin's task not installed here: the default check
+            check = Task().check_records
+        path = folder / Path(result.predictions).name
+        what = _checked(check, path, images if isinstance(images, int) else None, resolutions)
+        if what:
+            return f"{path}: {what}"
+    needed = []
+    if result.explain is not None and result.explain.maps:
+        needed.append(folder / Path(result.explain.maps).name)
+    if result.best_checkpoint:
+        checkpoints = trial.seed_layout_dirs()[1] if old_layout else trial.checkpoint_dir(result.family)
+        best = checkpoints / Path(result.best_checkpoint).name
+        if best.exists():
+            needed.append(best)
+    for path in needed:
+        what = _checked(check_zip, path)
+        if what:
+            return f"{path}: {what}"
+    return None
+
+
+_VERDICTS: dict[tuple, str | None] = {}
+
+
+def _checked(check, path: Path, *args) -> str | None:
+    """check(path, *args), kept per file version (size and modification time): a sweep reads each trial's state
+    more than once."""
+    try:
+        st = path.stat()
+    except OSError:
+        return check(path, *args)
+    key = (getattr(check, "__qualname__", repr(check)), str(path.resolve()), st.st_size, st.st_mtime_ns, args)
+    if key not in _VERDICTS:
+        _VERDICTS[key] = check(path, *args)
+    return _VERDICTS[key]
 
 
 def describe_plan(trials: list[Trial]) -> list[tuple[Trial, str]]:

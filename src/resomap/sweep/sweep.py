@@ -1,8 +1,10 @@
 """run_sweep: one MLflow parent run, the pending trials through an executor, then the summary; sync_sweep.
 
-Resumable: a trial whose result.json (for its exact key) exists is skipped; an interrupted one resumes from its
-last.pt and reuses its MLflow child run (found by the trial-key tag), so a sweep killed at any moment and started
-again ends with every trial exactly once.
+Resumable: a finished trial whose result.json (for its exact key) and files are whole is skipped; an interrupted
+one resumes from its last.pt and reuses its MLflow child run (found by the trial-key tag), so a sweep killed at any
+moment and started again ends with every trial exactly once. A finished trial with a damaged file, and one that
+failed because the disk was full, is run again (resomap.sweep.plan.trial_state, one warning line each); other
+failures only with --rerun-failed, which the run says in one line.
 
 The store being unreachable never stops a sweep: the parent and child runs are looked up softly, trials train
 untracked (`tracked: false` in result.json), and `sync_sweep` (run at the end of a sweep when some result is
@@ -36,7 +38,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from resomap.atomic import discard_staging, replace_dir, staging_dir, write_text
+from resomap.atomic import discard_staging, disk_full, disk_full_error, replace_dir, staging_dir, write_text
 from resomap.config import Config, to_dict
 from resomap.errors import DataError
 from resomap.layout import Layout
@@ -166,6 +168,10 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     progress = Progress(len(trials), sum(1 for _, s in states if s == "done"), cfg.experiment.task, todo)
     progress.failed = sum(1 for t, s in states if s == "failed" and t not in todo)
     report(progress.line())
+    kept = [t.name for t, s in states if s == "failed" and t not in todo]
+    if kept:
+        names = ", ".join(kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
+        report(f"[sweep] not run again: {names} failed before; run them again with `resomap sweep --rerun-failed`")
     if not todo:
         unchanged = _unchanged(cfg, trials, out_dir)
         if unchanged is not None:
@@ -185,7 +191,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
             progress.eta.probes = probe(todo, report)  # trials run here, one after another: priced by a probe here
         new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
         progress.ended = time.perf_counter() - progress.start
-    if tracker.enabled and _needs_sync(trials):  # results logged while the store was down are sent now
+    if tracker.enabled and not tracker.disk_full and _needs_sync(trials):  # results logged while it was down
         parent = parent or open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
@@ -398,12 +404,28 @@ def _summarise(
             shutil.copy2(out_dir / ESTIMATES_FILE, staging / ESTIMATES_FILE)
         write_text(staging / STATE_FILE, _state(cfg, trials, parent, published=False))
         replace_dir(staging, out_dir)
+    except Exception as exc:  # a full disk: said in one line naming the summary's file; the old summary stays
+        full = disk_full(exc)
+        if full is None:
+            raise
+        raise disk_full_error(_in_place(full.filename, staging, out_dir)) from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):  # its staging root, when nothing else is built there
+            staging.parent.rmdir()
     summary, tables, figures, comparison, page = _moved(built, staging, out_dir)
     if parent is not None:
         _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock)
     return figures + ([page] if page else []) + comparison.files
+
+
+def _in_place(path: str | None, staging: Path, out_dir: Path) -> Path:
+    """Where `path`, written in the staging folder, goes in the summary folder (the summary folder itself for a
+    path outside it, or none)."""
+    try:
+        return out_dir / Path(path).relative_to(staging) if path else out_dir
+    except ValueError:
+        return Path(path)
 
 
 def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict, clock: _Clock) -> tuple:
@@ -480,5 +502,7 @@ def _report(out_dir: Path) -> Path | None:
 
         return write_report(out_dir)
     except Exception as exc:
+        if disk_full(exc) is not None:  # the rest of the summary cannot be written either
+            raise
         log.warning("HTML report not written: %s: %s", type(exc).__name__, exc)
         return None

@@ -15,12 +15,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from resomap.atomic import write_text
+from resomap.atomic import disk_full, write_text
 from resomap.config import Config, save_resolved, to_dict, with_overrides
 from resomap.errors import ConfigError, ResoMapError
 from resomap.layout import Layout
 from resomap.tasks import other_task_sections
-from resomap.trial_result import TrialResult  # below sweep and analysis; kept importable from here
+from resomap.trial_result import DISK_FULL, TrialResult  # below sweep and analysis; kept importable from here
 
 log = logging.getLogger(__name__)
 
@@ -279,19 +279,52 @@ def run_trial(
         result.status = "FINISHED"
         failure.unlink(missing_ok=True)  # left by an earlier failed attempt
     except Exception as exc:
-        result.status = "FAILED"
-        result.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        log.error("trial %s failed: %s", trial.name, result.error)
-        trial.summary_dir.mkdir(parents=True, exist_ok=True)
-        write_text(failure, "".join(traceback.format_exception(exc)))
+        _failed(trial, result, exc)
         if reraise and isinstance(exc, ResoMapError):
             raise
     finally:
         result.finished_at = time.time()
         result.tracked = False  # until publish has logged everything
-        result.save(trial.summary_dir)
-        _publish(trial, result, tracker, parent_run_id, prepared)
+        saved = _save(trial, result)
+        _publish(trial, result, tracker, parent_run_id, prepared, saved)
     return result
+
+
+def _failed(trial: Trial, result: TrialResult, exc: BaseException) -> None:
+    """Record why the trial failed: its error in one line and the traceback in failure.txt. A full disk (ENOSPC
+    anywhere in the chain, resomap.atomic.disk_full) is said as such, naming the file, and recorded as DISK_FULL,
+    which a plain rerun of the sweep retries; failure.txt is then written when there is room for it."""
+    result.status = "FAILED"
+    full = disk_full(exc)
+    if full is not None:
+        result.error, result.failure_kind = str(full), DISK_FULL
+        log.info("trial %s failed: %s", trial.name, result.error)  # the sweep's line for the trial says it
+    else:
+        result.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        log.error("trial %s failed: %s", trial.name, result.error)
+    try:
+        trial.summary_dir.mkdir(parents=True, exist_ok=True)
+        write_text(trial.summary_dir / "failure.txt", "".join(traceback.format_exception(exc)))
+    except OSError as err:
+        if disk_full(err) is None:
+            raise
+        log.debug("%s: failure.txt not written: %s", trial.name, err)
+
+
+def _save(trial: Trial, result: TrialResult) -> bool:
+    """The result saved (TrialResult.save: summary.txt, then result.json); False when the disk is full: the trial
+    then fails for it, with no new result on disk, and the next run of the sweep runs it again."""
+    try:
+        result.save(trial.summary_dir)
+        return True
+    except OSError as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        if result.status != "FAILED" or result.failure_kind != DISK_FULL:
+            result.status, result.error, result.failure_kind = "FAILED", str(full), DISK_FULL
+        log.info("trial %s: result not saved: %s", trial.name, full)
+        return False
 
 
 def data_record(bundle: Any) -> dict[str, Any]:
@@ -347,7 +380,11 @@ def augmentation_record(bundle: Any) -> dict[str, Any]:
     return augment.describe() if augment is not None else {"enabled": False, "recipe": "no augmentation"}
 
 
-def _publish(trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any) -> None:
+def _publish(
+    trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any, saved: bool = True
+) -> None:
+    """The trial's MLflow run made to hold its result; result.json then says `tracked` (unless it could not be
+    saved: `saved`)."""
     from resomap.models import unwrap
     from resomap.tracking.publish import publish
 
@@ -356,15 +393,22 @@ def _publish(trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str
         model, bundle = unwrap(prepared.model), prepared.bundle
         example = bundle.normalize(bundle.images("test")[:2]).cpu().numpy()
     run_id = publish(result, trial, tracker, parent_run_id, model=model, example=example)
-    if run_id is not None:
+    if run_id is not None and saved:
         result.run_id, result.tracked = run_id, True
-        result.save(trial.summary_dir)
+        try:
+            result.save(trial.summary_dir)
+        except OSError as exc:  # the result on disk stays untracked: `resomap sync` finds the run again
+            if disk_full(exc) is None:
+                raise
+            result.tracked = False
+            log.info("trial %s: result not marked tracked: %s", trial.name, exc)
 
 
 def _open_live_run(tracker: Any, trial: Trial, result: TrialResult, parent_run_id: str | None):
     """(tracker, run id) for live per-epoch logging; a NullTracker when the store is unreachable (the trial then
     trains untracked and publish or `resomap sync` logs it later)."""
     from resomap.tracking import NullTracker
+    from resomap.tracking.mlflow_store import warn_level
     from resomap.tracking.publish import open_run
 
     if not tracker.enabled:
@@ -373,18 +417,29 @@ def _open_live_run(tracker: Any, trial: Trial, result: TrialResult, parent_run_i
         return tracker, open_run(tracker, trial, dataclasses.asdict(result), parent_run_id, reopen=True)
     except Exception as exc:
         tracker.failures.append(f"open run: {type(exc).__name__}: {exc}")
-        log.warning("MLflow unreachable (%s); %s trains untracked and is logged by `resomap sync`", exc, trial.name)
+        level = warn_level(tracker)
+        log.log(level, "MLflow unreachable (%s); %s trains untracked and is logged by `resomap sync`", exc, trial.name)
         return NullTracker(), None
 
 
 def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
-    """last.pt of an interrupted attempt at this exact trial; checkpoints of another config are discarded."""
+    """last.pt of an interrupted (or finished) attempt at this exact trial, when every checkpoint in the folder is
+    whole; checkpoints of another config, or with a damaged one among them (a resume could not restore it, nor
+    test the best one), are discarded and the trial trains from the start."""
+    from resomap.filecheck import check_zip
+
     last = folder / "last.pt"
     if folder.exists() and not fresh and last.exists():
         old_key = _checkpoint_key(folder)
-        if old_key == key:
+        damaged = [(p, why) for p in sorted(folder.glob("*.pt")) if (why := check_zip(p))]
+        if old_key == key and not damaged:
             return last
-        log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
+        if damaged:  # a damaged best checkpoint is named by sweep.plan.trial_state already; a damaged last.pt not
+            path, why = next(((p, w) for p, w in damaged if p == last), damaged[0])
+            level = logging.WARNING if path == last else logging.INFO
+            log.log(level, "%s: %s; the trial trains again from the start", path, why)
+        else:
+            log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
     for path in sorted(folder.iterdir()) if folder.exists() else []:
         if not path.is_dir() or path.is_symlink():
             path.unlink()

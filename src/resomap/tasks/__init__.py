@@ -8,6 +8,9 @@ built in, a plugin (the `resomap.plugins` entry point) or any imported module ad
   segmentation: IoU/Dice/... per image), `headline` naming the metrics a summary reads first, `write_records` the
   per-image table to the trial's folder (`records_file`), `test_outputs` its figures (confusion matrix, overlays;
   `report_figures` names those the sweep's report shows);
+- `check_records(path, images, resolutions)`: what is wrong with the per-image table a finished trial left
+  (resomap.filecheck.check_table by default: whole csv rows, one per test image at each test resolution), so a
+  sweep run again redoes a trial whose table was cut short;
 - `scores` and `read_scores(folder)`: the per-image scores the summary's intervals, paired tests and
   recommendation read (the first is the headline score), as resomap.records.ScoreTable per test resolution, and
   `words` for the summary's columns;
@@ -30,6 +33,7 @@ from typing import Any, ClassVar
 from resomap.config import register_check
 from resomap.config.checks import check_dataset_fit
 from resomap.errors import ConfigError, UnknownNameError
+from resomap.filecheck import check_table
 from resomap.records import PREDICTIONS_FILE, ScoreTable, read_predictions
 from resomap.registry import Registry
 
@@ -109,6 +113,18 @@ class Task:
     def write_records(self, matrix: dict[int, Any], out_dir: Path) -> Path | None:
         """The per-image score table of every test resolution ({resolution: EvalResult}) in out_dir."""
         return None
+
+    def check_records(self, path: Path, images: int | None, resolutions: Any) -> str | None:
+        """What is wrong with the per-image table `path` a finished trial wrote (`write_records`), in a few words,
+        or None when it is whole: by default a csv with test_resolution and index columns, `images` rows (the
+        test set's size; None: not checked) at each of `resolutions`, ending in a newline (else cut mid-row). A
+        task whose records are no csv overrides it; until then such a file is only checked to be there, not empty
+        (the sweep redoes a trial whose table this finds damaged, so it must never flag a whole file)."""
+        if Path(path).suffix.lower() == ".csv":
+            return check_table(path, images, resolutions)
+        if not Path(path).is_file():
+            return "missing"
+        return "empty (0 bytes)" if Path(path).stat().st_size == 0 else None
 
     def read_scores(self, folder: Path) -> dict[int, ScoreTable]:
         """{test resolution: ScoreTable} of a trial's records ({} when it has none); by default predictions.csv

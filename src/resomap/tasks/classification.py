@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from resomap.atomic import save_atomic
 from resomap.tasks import Task, register_task
 from resomap.tasks.metrics import classification_metrics
 
@@ -105,8 +106,7 @@ class ClassificationTask(Task):
         from resomap.tasks.metrics import confusion_matrix_figure
 
         fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
+        save_atomic(out_dir / "confusion_matrix.png", lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight"))
 
     def write_records(self, matrix, out_dir: Path) -> Path | None:
         """predictions.csv: every test image's label and prediction at every test resolution (resomap.records)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from resomap.atomic import save_atomic
 from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE, read_score_csv
 from resomap.tasks import Score, Task, register_task
 
@@ -80,8 +81,9 @@ class SegmentationTask(Task):
 
         out_dir.mkdir(parents=True, exist_ok=True)
         fig = confusion_figure(found.y_pred, bundle.class_names, f"{title}: test pixel confusion matrix")
-        fig.savefig(out_dir / "confusion_matrix.png", dpi=150, bbox_inches="tight")
-        overlay_figure(model, bundle, trainer, title).savefig(out_dir / SEG_OVERLAYS_FILE, dpi=100)
+        save_atomic(out_dir / "confusion_matrix.png", lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight"))
+        overlays = overlay_figure(model, bundle, trainer, title)
+        save_atomic(out_dir / SEG_OVERLAYS_FILE, lambda tmp: overlays.savefig(tmp, dpi=100))
 
     def write_records(self, matrix, out_dir: Path) -> Path | None:
         """seg_predictions.csv: per test resolution and image, pixel accuracy, IoU, Dice and boundary F1."""

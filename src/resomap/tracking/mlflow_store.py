@@ -8,6 +8,10 @@ A store that stays unreachable costs seconds, not minutes: MLflow's own HTTP ret
 unless the user set them), errors that a retry cannot fix (a bad value, a missing run) are not retried, and after
 a call gives up the tracker is offline for `offline_s`: calls fail at once, then one is tried again. Results
 logged while offline keep `tracked: false` and `resomap sync` sends them later.
+
+A full disk (ENOSPC anywhere in the error, or SQLite's "database or disk is full": resomap.atomic.disk_full) is
+not retried either: the first such call says it in one warning line (`disk_full` keeps it) and the tracker is
+offline as above; the calls that fail while it is are recorded in `failures` without a line each.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from resomap.atomic import disk_full
 from resomap.config.schema import Config
 
 log = logging.getLogger(__name__)
@@ -106,6 +111,7 @@ class Tracker:
         self.offline_s = offline_s
         self._offline_until = 0.0
         self.failures: list[str] = []
+        self.disk_full: str | None = None  # the full disk a call met (one line), until a call succeeds again
         self.experiment_name = cfg.mlflow.experiment or cfg.experiment.name
         if self.uri.startswith(("http:", "https:")):
             for name, value in HTTP_ENV.items():
@@ -116,8 +122,21 @@ class Tracker:
         """Made on first use: opening a SQLite store creates its file and tables."""
         from mlflow import MlflowClient
 
-        with store_lock(self.uri):
-            return MlflowClient(tracking_uri=self.uri)
+        _quiet_disk_full_logs()
+        db = self._store_file()
+        try:
+            with store_lock(self.uri):
+                fresh = db is not None and not Path(db).exists()
+                try:
+                    return MlflowClient(tracking_uri=self.uri)
+                except Exception:
+                    if fresh:  # a store whose creation failed half-way (its tables half-migrated) holds nothing:
+                        for leftover in (db, f"{db}-journal", f"{db}-wal", f"{db}-shm"):  # made afresh next time
+                            Path(leftover).unlink(missing_ok=True)
+                    raise
+        except Exception as exc:
+            self._note_disk_full("open the store", exc)
+            raise
 
     @functools.cached_property
     def experiment_id(self) -> str:
@@ -131,16 +150,17 @@ class Tracker:
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self.offline:
-            raise TrackingUnavailable(
-                f"store {self.uri} unreachable a moment ago; not retried for {self.offline_s:.0f} s"
-            )
+            why = f"the disk is full ({self.disk_full})" if self.disk_full else f"store {self.uri} unreachable"
+            raise TrackingUnavailable(f"{why} a moment ago; not retried for {self.offline_s:.0f} s")
         delay = self.backoff_s
         for attempt in range(1, self.retries + 1):
             try:
                 result = fn(*args, **kwargs)
-                self._offline_until = 0.0
+                self._offline_until, self.disk_full = 0.0, None
                 return result
             except Exception as exc:
+                if self._note_disk_full(what, exc):
+                    raise
                 if _permanent(exc):
                     raise
                 if attempt == self.retries:
@@ -151,13 +171,37 @@ class Tracker:
                 delay = min(delay * 2, 30.0)
         raise RuntimeError("unreachable")
 
+    def _note_disk_full(self, what: str, exc: BaseException) -> bool:
+        """True when `exc` is a full disk (resomap.atomic.disk_full): no retry can make room, so the tracker is
+        offline for `offline_s` and says so in one warning line, the first time (`disk_full` keeps it)."""
+        full = disk_full(exc, self._store_file())
+        if full is None:
+            return False
+        self._offline_until = time.monotonic() + self.offline_s
+        if self.disk_full is None:
+            log.warning(
+                "MLflow %s: %s; nothing more is logged to %s for now (`resomap sync` logs it later)",
+                what,
+                full,
+                self.uri,
+            )
+        self.disk_full = str(full)
+        return True
+
+    def _store_file(self) -> str | None:
+        """The SQLite file of a local store (what a full disk fails to write), else None."""
+        return self.uri[len("sqlite:///") :] if self.uri.startswith("sqlite:///") else None
+
     def _soft(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A tracking call that must not stop training: retried, then recorded as a failure."""
         try:
             return self._call(what, fn, *args, **kwargs)
         except Exception as exc:
             msg = f"{what}: {type(exc).__name__}: {exc}"
-            log.warning("MLflow gave up on %s", msg)
+            if self.disk_full is None:
+                log.warning("MLflow gave up on %s", msg)
+            else:  # the full disk is said once (_call)
+                log.debug("MLflow gave up on %s", msg)
             self.failures.append(msg)
             return None
 
@@ -283,6 +327,9 @@ class Tracker:
             self._call("log model", self._log_model, run_id, model, example, name)
         except Exception as exc:
             msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            if self.disk_full is not None:  # said once (_call); torch's error on a full disk is no export failure
+                self.failures.append(f"log model: {self.disk_full}")
+                return
             if _export_error(exc):
                 log.warning("model of run %s not logged: torch.export failed (%s)", run_id, msg)
                 self.set_tags(run_id, {"resomap.model_not_logged": msg})
@@ -328,6 +375,7 @@ class NullTracker:
     enabled = False
     uri = ""
     experiment_name = ""
+    disk_full = None
 
     def __init__(self) -> None:
         self.failures: list[str] = []
@@ -355,6 +403,31 @@ class NullTracker:
 
     end_run = reopen_run = log_params = log_metrics = set_tags = delete_tag = _nothing
     log_artifact = log_text = log_figure = log_model = log_image = log_inputs = _nothing
+
+
+class _NoDiskFullTraceback(logging.Filter):
+    """Drops MLflow's own ERROR record (with the SQLAlchemy traceback) of a store write that failed on a full disk:
+    MLflow raises the error after logging it, and the Tracker says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or disk_full(error) is None
+
+
+_DB_LOGGER = "mlflow.store.db.utils"  # logs every SQLAlchemy error with its traceback, then raises it
+
+
+def _quiet_disk_full_logs() -> None:
+    """Install _NoDiskFullTraceback on MLflow's database logger (once per process)."""
+    logger = logging.getLogger(_DB_LOGGER)
+    if not any(isinstance(f, _NoDiskFullTraceback) for f in logger.filters):
+        logger.addFilter(_NoDiskFullTraceback())
+
+
+def warn_level(tracker: Any) -> int:
+    """The level of a line saying that a tracking call failed: WARNING, or DEBUG once the tracker has said that the
+    disk is full (one line for the whole stop, not one per call)."""
+    return logging.DEBUG if getattr(tracker, "disk_full", None) else logging.WARNING
 
 
 def make_tracker(cfg: Config) -> Tracker | NullTracker:

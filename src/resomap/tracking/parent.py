@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from resomap.config import Config, dump_yaml, flatten
+from resomap.tracking.mlflow_store import warn_level
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,11 @@ def open_parent(
         run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
     except Exception as exc:
         tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
-        log.warning("MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later", exc)
+        log.log(
+            warn_level(tracker),
+            "MLflow unreachable (%s); the sweep runs untracked and `resomap sync` logs it later",
+            exc,
+        )
         return None
     tracker.log_params(run_id, {k: flat[k] for k in PARENT_PARAMS if k in flat})
     tracker.log_text(run_id, dump_yaml(cfg), CONFIG_ARTIFACT)
@@ -94,7 +99,7 @@ def adopt_children(tracker: Any, parent: str, run_ids: set[str]) -> None:
     try:
         runs = tracker.find_runs("tags.`resomap.kind` = 'trial'")
     except Exception as exc:  # soft: the tags are a view, the results are on disk
-        log.warning("MLflow: children of %s not checked (%s)", parent, exc)
+        log.log(warn_level(tracker), "MLflow: children of %s not checked (%s)", parent, exc)
         return
     for run in runs:
         if run.info.run_id in run_ids and run.data.tags.get("mlflow.parentRunId") != parent:

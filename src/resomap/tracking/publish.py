@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from resomap.config import Config, flatten
 from resomap.records import PROBE_IMAGES_DIR
-from resomap.tracking.mlflow_store import is_number
+from resomap.tracking.mlflow_store import is_number, warn_level
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def publish(
             tracker.end_run(run_id, status)
     except Exception as exc:
         tracker.failures.append(f"publish {trial.name}: {type(exc).__name__}: {exc}")
-        log.warning("MLflow: %s not published (%s); `resomap sync` logs it later", trial.name, exc)
+        log.log(warn_level(tracker), "MLflow: %s not published (%s); `resomap sync` logs it later", trial.name, exc)
         return None
     return run_id if len(tracker.failures) == before else None
 
@@ -371,7 +371,7 @@ def log_metric_points(tracker: Any, run_id: str, points: dict[str, dict[int, flo
     try:
         run = tracker.get_run(run_id)
     except Exception as exc:  # the calls below are soft; without the run, nothing is known to be there
-        log.warning("MLflow: run %s not read (%s)", run_id, exc)
+        log.log(warn_level(tracker), "MLflow: run %s not read (%s)", run_id, exc)
         return
     _log_metrics_once(tracker, run, points)
 
@@ -389,7 +389,7 @@ def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, s
     try:
         held = _held_images(tracker.artifact_paths(run_id))
     except Exception as exc:
-        log.warning("MLflow: images of run %s not listed (%s)", run_id, exc)
+        log.log(warn_level(tracker), "MLflow: images of run %s not listed (%s)", run_id, exc)
         return
     for (model, method, position), by_step in sorted(images.items()):
         key = f"probe/{mlflow_name(model)}/{method}/{position:02d}"
