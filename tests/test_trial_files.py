@@ -43,8 +43,8 @@ MAPS = [
     "explainability.road=false",
     "explainability.probe_size=2",
 ]
-TRIAL = Path("model_summaries/tiny_cnn/16/seed42")
-CHECKPOINTS = Path("checkpoints/cnn/tiny_cnn/16/seed42")
+TRIAL = Path("model_summaries/resomap-smoke/tiny_cnn/16/seed42")
+CHECKPOINTS = Path("checkpoints/resomap-smoke/cnn/tiny_cnn/16/seed42")
 SUMMARY = Path("model_summaries/_sweep/resomap-smoke")
 TEST_IMAGES = 18  # the smoke preset's synthetic test split
 VOLATILE = ("time", "seconds", "memory", "throughput", "latency")  # columns of what a run took, not what it found
