@@ -209,7 +209,7 @@ def run_trial(
     (ResoMapError) found while preparing data and model are raised before anything is written, and later ones
     after the result is written and published."""
     from resomap.models import get_spec
-    from resomap.runtime import apply_system, describe_device, resolve_device
+    from resomap.runtime import apply_system, describe_device, machine_record, resolve_device
     from resomap.tracking import NullTracker
     from resomap.training import distributed
 
@@ -222,6 +222,7 @@ def run_trial(
     result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
     result.task = trial.cfg.experiment.task
     result.environment["device"] = describe_device(device)
+    result.environment.update(machine_record(device))  # CPU model and capability, bf16 flags, GPU: bf16 differs
     result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
     if not distributed.is_rank0():
         return _follow_rank0(trial, device, family, result)
