@@ -394,3 +394,31 @@ def test_results_name_their_machine_and_a_summary_of_two_machines_says_so(projec
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "machine" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("this sweep resumes on another machine: 1 of its 1 finished")
     assert "Intel(R) Xeon(R) Platinum 8480+" in warned[0] and env["cpu"] in warned[0]
+
+
+def test_a_rerun_failed_trial_logs_each_epoch_once(project: Path, capsys, monkeypatch: pytest.MonkeyPatch):
+    """A trial that failed after training is run again by --rerun-failed into the same MLflow run: a closed-form
+    model refits every penalty from the start (epochs 0..4, the same scores), and the run keeps one point per epoch
+    and metric, not two (the live callback skips the epochs the run already holds, as publish does)."""
+    import resomap.stages
+
+    evaluate = resomap.stages.evaluate_trained
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("evaluation failed")
+
+    args = ["sweep", *FAST, "sweep.models=[pixel_logreg]", "sweep.resolutions=[16]", "system.threads=1"]
+    monkeypatch.setattr(resomap.stages, "evaluate_trained", fails)
+    code, out, _ = run_cli(args, capsys)
+    assert code == 1 and "FAILED pixel_logreg@16: RuntimeError: evaluation failed" in out, out
+    monkeypatch.setattr(resomap.stages, "evaluate_trained", evaluate)
+    code, out, _ = run_cli([*args, "--rerun-failed"], capsys)
+    assert code == 0, out
+    result = _result(project, "pixel_logreg", 16)
+    epochs = [int(h["epoch"]) for h in result["history"]]
+    assert result["status"] == "FINISHED" and epochs == list(range(len(epochs))) and len(epochs) > 1
+    client, exp = _client(project)
+    (run,) = client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")
+    assert run.info.run_id == result["run_id"]
+    for key in ("epoch", "val/loss", "val/accuracy", "train/loss"):
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == epochs, key
