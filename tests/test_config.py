@@ -163,6 +163,15 @@ def test_config_reference_page_matches_schema():
     assert f"]({REFERENCE_PAGE})" in readme, f"README.md does not link {REFERENCE_PAGE}"
 
 
+def test_every_key_of_the_config_reference_has_a_meaning():
+    """Each row of `resomap config --doc` (sections and every registered entry's options) says what its key means:
+    the comment ending the field's line, or the comment lines right above the field (resomap.config.docs)."""
+    rows = [ln for ln in config_reference().splitlines() if ln.startswith("| `")]
+    assert len(rows) > 150
+    empty = [ln.split("`")[1] for ln in rows if not ln.rstrip().rstrip("|").rsplit("|", 1)[1].strip()]
+    assert empty == [], f"keys without a meaning (add a comment to the field in the schema): {empty}"
+
+
 REGISTRATION = """
 import sys
 from resomap.config import ConfigError, load

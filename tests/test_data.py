@@ -571,3 +571,52 @@ def test_cli_probe_set_larger_than_the_test_set_exits_2_in_one_line(tmp_path, ca
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert "explainability.probe_size: expected at most the 9 test images" in err
     assert not (tmp_path / "checkpoints").exists()  # stopped before training
+
+
+def _bad_csv(root: Path) -> list[str]:
+    (root / "m.csv").write_text("path,label\ngone.png,a\ngone2.png,b\n")
+    return ["data.dataset=csv", "data.csv.manifest=m.csv"]
+
+
+def _corrupt_folder(root: Path) -> list[str]:
+    for k, name in enumerate(("cat", "dog")):
+        write_images(root / "images" / name, 4, start=10 * k)
+        (root / "images" / name / "img999.png").write_bytes(b"not a png")
+    return ["data.dataset=imagefolder", "data.imagefolder.root=images"]
+
+
+def _too_few_per_class(root: Path) -> list[str]:
+    paths = write_images(root / "imgs", 4)
+    (root / "m.csv").write_text("path,label\n" + "".join(f"imgs/{p.name},{'ab'[i % 2]}\n" for i, p in enumerate(paths)))
+    return ["data.dataset=csv", "data.csv.manifest=m.csv"]
+
+
+def _probe_set_too_large(root: Path) -> list[str]:
+    """12 images hold 2 test images: fewer than the smoke preset's 4 probe images (known only once the data is read)."""
+    paths = write_images(root / "imgs", 12)
+    (root / "m.csv").write_text("path,label\n" + "".join(f"imgs/{p.name},{'ab'[i % 2]}\n" for i, p in enumerate(paths)))
+    return ["data.dataset=csv", "data.csv.manifest=m.csv"]
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (_bad_csv, "2 of 2 images could not be read (gone.png, gone2.png)"),
+        (_corrupt_folder, "2 of 10 images could not be read"),
+        (_too_few_per_class, "too few images for a stratified train/val/test split"),
+        (_probe_set_too_large, "explainability.probe_size: expected at most the 2 test images of csv, got 4"),
+    ],
+    ids=["unreadable-csv", "corrupt-imagefolder", "too-few-per-class", "probe-set"],
+)
+def test_train_on_bad_data_says_one_line_and_leaves_nothing(project: Path, capsys, setup, message):
+    """`resomap train` on data that fails its checks: the one-line error is the only output (no device, precision
+    or MLflow line before it), exit 2, and nothing is left behind (no .cache/ of decoded images, no store)."""
+    from resomap.cli import main
+
+    extra = setup(project)
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    args = ["train", "--model", "tiny_cnn", "--resolution", "16", "--preset", "smoke", "system.threads=1", *extra]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("resomap: error: ") and message in err, (out, err)
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before

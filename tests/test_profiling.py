@@ -309,3 +309,32 @@ def test_compile_option_runs_on_cpu():
     entry = report.get("options", "cpu", "compile", 1)
     assert entry.status == "ok", entry.reason
     assert entry.ratios["infer_x"] > 0
+
+
+def test_profile_refuses_a_resolution_whose_activations_cannot_fit_before_any_forward_at_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    """`resomap profile --model resnet18 --resolution 8192`: refused from a 32 px forward scaled by area, in one line,
+    exit 2, in about a second once torch is loaded, without the forward at 8192 px that took about a minute
+    (check_input_size is not reached) and without printing the device and precision first."""
+    import time
+
+    from resomap import models
+    from resomap.cli import main
+    from resomap.profiling import fits
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(fits, "available_bytes", lambda device: 8 * 10**9)  # whatever this machine has free
+
+    def no_forward_at_the_side(*args, **kwargs):
+        raise AssertionError("check_input_size ran a forward at the full side")
+
+    monkeypatch.setattr(models, "check_input_size", no_forward_at_the_side)
+    start = time.perf_counter()
+    code = main(["profile", "--model", "resnet18", "--resolution", "8192", "system.threads=1"])
+    seconds = time.perf_counter() - start
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1, (out, err)
+    assert err.startswith("resomap: error: resnet18 at 8192 px: one training batch of 8 needs about ")
+    assert "more than the 8.0 GB free on cpu; use a smaller resolution" in err
+    assert seconds < 10, seconds  # about 0.6 s on a busy 2-core machine

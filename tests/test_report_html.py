@@ -299,6 +299,55 @@ def test_cli_report_and_its_errors(sweep_dir: Path, tmp_path: Path, capsys):
     assert "no finished sweep" in capsys.readouterr().err
 
 
+def _bare_sweep(root: Path) -> Path:
+    """A sweep folder with an empty summary (enough for a page), under root/model_summaries/_sweep/."""
+    folder = root / "model_summaries" / "_sweep" / "bare"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"rows": [], "trials": []}))
+    return folder
+
+
+def _report_refused(root: Path, capsys) -> str:
+    assert main(["report", "--summaries", str(root / "model_summaries")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith("resomap: error: cannot write ") and "report.html" in err
+    assert "pass --out with a file in a writable folder" in err
+    return err
+
+
+def test_report_on_a_read_only_folder_says_to_use_out(tmp_path: Path, capsys):
+    """A sweep folder one may read but not write (another user's, chmod a-w): one line saying to use --out, exit
+    2, no traceback; --out writes it elsewhere."""
+    folder = _bare_sweep(tmp_path)
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("chmod a-w does not stop this user writing (root): see the read-only file system test")
+        _report_refused(tmp_path, capsys)
+        assert sorted(p.name for p in folder.iterdir()) == ["summary.json"]
+        assert (
+            main(["report", "--summaries", str(tmp_path / "model_summaries"), "--out", str(tmp_path / "r.html")]) == 0
+        )
+        assert (tmp_path / "r.html").stat().st_size > 0
+    finally:
+        folder.chmod(0o755)
+
+
+def test_report_on_a_read_only_file_system_says_to_use_out(tmp_path: Path, capsys, monkeypatch):
+    """The same on a read-only mount (EROFS), which stops root too: the write is made to fail as the mount would."""
+    import errno
+
+    from resomap.reports import html as report_html
+
+    def read_only(path, _text):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    _bare_sweep(tmp_path)
+    monkeypatch.setattr(report_html, "write_text", read_only)
+    assert "report.html (read-only file system); pass --out" in _report_refused(tmp_path, capsys)
+
+
 @pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: Path):

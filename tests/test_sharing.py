@@ -121,7 +121,9 @@ def test_a_second_sweep_refuses_naming_the_holder_then_takes_over_after_sigkill(
     lock.parent.mkdir(parents=True)
     proc = _holder(lock)
     try:
-        line = _one_line_error(*run_cli(["sweep", *FAST], capsys)[::2])
+        code, out, err = run_cli(["sweep", *FAST], capsys)
+        line = _one_line_error(code, err)
+        assert out == ""  # no device, precision or power line before the refusal
         assert f"sweep 'resomap-smoke' in {project} is already running: pid {proc.pid} on {socket.gethostname()}" in (
             line
         )

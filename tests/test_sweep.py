@@ -347,3 +347,78 @@ def test_tracker_does_not_retry_a_bad_request(project: Path):
     start = time.perf_counter()
     assert tracker._soft("set tags", bad) is None
     assert len(calls) == 1 and time.perf_counter() - start < 1.0 and not tracker.offline
+
+
+# ---------------------------------------------------------------- the machine in the record
+
+
+def test_results_name_their_machine_and_a_summary_of_two_machines_says_so(project: Path, capsys, caplog):
+    """result.json's environment names the CPU (model, torch's capability, native-bf16 flags); the summary lists the
+    machines its trials ran on, one line each; a trial recorded on another machine (faked in its result.json) makes
+    the rerun that rebuilds the summary warn in one line and the summary say so; a resume that trains here while a
+    finished trial ran elsewhere warns, in one line, before training."""
+    import torch
+
+    from resomap.runtime import cpu_model
+
+    args = ["sweep", *FAST, "sweep.seeds=[1,2]", "sweep.resolutions=[16]", "mlflow.enabled=false", "system.threads=1"]
+    assert run_cli(args, capsys)[0] == 0
+    summary_dir = project / "model_summaries" / "_sweep" / "resomap-smoke"
+    results = sorted(project.glob("model_summaries/tiny_cnn/16/seed*/result.json"))
+    assert len(results) == 2
+    env = json.loads(results[0].read_text())["environment"]
+    assert env["cpu"] == cpu_model() and env["cpu"] not in ("", "unknown")
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["cpu_bf16"] and "gpu" not in env  # 'none', or the flags present (amx_bf16 avx512_bf16)
+    here = json.loads((summary_dir / "summary.json").read_text())
+    assert [m["trials"] for m in here["machines"]] == [2] and here["machines_warning"] == ""
+    assert f"- {here['machines'][0]['machine']}: 2 trials" in (summary_dir / "summary.md").read_text()
+
+    fake = json.loads(results[1].read_text())
+    fake["environment"].update(cpu="Intel(R) Xeon(R) Platinum 8480+", cpu_capability="AVX512", cpu_bf16="amx_bf16")
+    results[1].write_text(json.dumps(fake))
+    caplog.clear()
+    assert run_cli(args, capsys)[0] == 0  # nothing to train: the summary is rebuilt from the changed results
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "machines" in r.getMessage()]
+    assert len(warned) == 1 and "ran on 2 different machines" in warned[0], warned
+    mixed = json.loads((summary_dir / "summary.json").read_text())
+    assert [m["trials"] for m in mixed["machines"]] == [1, 1] and "2 different machines" in mixed["machines_warning"]
+    assert {m["cpu"] for m in mixed["machines"]} == {env["cpu"], "Intel(R) Xeon(R) Platinum 8480+"}
+    text = (summary_dir / "summary.md").read_text()
+    assert "- Intel(R) Xeon(R) Platinum 8480+ (AVX512; bf16: amx_bf16): 1 trial\n" in text
+    assert f"- {here['machines'][0]['machine']}: 1 trial\n" in text and "Warning: the trials ran on 2" in text
+
+    results[0].unlink()  # seed 1 trains again, here, beside seed 2 "of the Xeon"
+    caplog.clear()
+    assert run_cli(args, capsys)[0] == 0
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "machine" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("this sweep resumes on another machine: 1 of its 1 finished")
+    assert "Intel(R) Xeon(R) Platinum 8480+" in warned[0] and env["cpu"] in warned[0]
+
+
+def test_a_rerun_failed_trial_logs_each_epoch_once(project: Path, capsys, monkeypatch: pytest.MonkeyPatch):
+    """A trial that failed after training is run again by --rerun-failed into the same MLflow run: a closed-form
+    model refits every penalty from the start (epochs 0..4, the same scores), and the run keeps one point per epoch
+    and metric, not two (the live callback skips the epochs the run already holds, as publish does)."""
+    import resomap.stages
+
+    evaluate = resomap.stages.evaluate_trained
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("evaluation failed")
+
+    args = ["sweep", *FAST, "sweep.models=[pixel_logreg]", "sweep.resolutions=[16]", "system.threads=1"]
+    monkeypatch.setattr(resomap.stages, "evaluate_trained", fails)
+    code, out, _ = run_cli(args, capsys)
+    assert code == 1 and "FAILED pixel_logreg@16: RuntimeError: evaluation failed" in out, out
+    monkeypatch.setattr(resomap.stages, "evaluate_trained", evaluate)
+    code, out, _ = run_cli([*args, "--rerun-failed"], capsys)
+    assert code == 0, out
+    result = _result(project, "pixel_logreg", 16)
+    epochs = [int(h["epoch"]) for h in result["history"]]
+    assert result["status"] == "FINISHED" and epochs == list(range(len(epochs))) and len(epochs) > 1
+    client, exp = _client(project)
+    (run,) = client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")
+    assert run.info.run_id == result["run_id"]
+    for key in ("epoch", "val/loss", "val/accuracy", "train/loss"):
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == epochs, key

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,12 +113,13 @@ def _as_from_a_terminal(ignored: tuple[signal.Signals, ...] = ()):
 
 
 @contextlib.contextmanager
-def _running_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = ()):
-    """`resomap ui` on `port` started as from a terminal (see `_as_from_a_terminal`): yields (the process, the
-    processes of its server, once it printed its address). Whatever a check does, nothing is left behind."""
+def _running_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = (), args: tuple[str, ...] = ("ui",)):
+    """`resomap ui` (or `args`) on `port` started as from a terminal (see `_as_from_a_terminal`): yields (the
+    process, the processes of its server, the lines it printed before its address, its address line) once it
+    printed its address. Whatever a check does, nothing is left behind."""
     import psutil
 
-    cmd = [sys.executable, "-m", "resomap.cli", "ui", "--preset", "smoke", "--port", str(port), "--workers", "1"]
+    cmd = [sys.executable, "-m", "resomap.cli", *args, "--preset", "smoke", "--port", str(port), "--workers", "1"]
     proc = subprocess.Popen(
         cmd,
         cwd=project,
@@ -128,11 +130,15 @@ def _running_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = 
     )
     server: list = []
     try:
+        before = []
         line = proc.stdout.readline()
-        assert line.startswith("MLflow UI: "), line + proc.stdout.read()
+        while line and not line.startswith("MLflow UI: "):
+            before.append(line)
+            line = proc.stdout.readline()
+        assert line.startswith("MLflow UI: "), "".join(before) + line + proc.stdout.read()
         server = list(psutil.Process(proc.pid).children(recursive=True))
         assert server, "no server process under resomap ui"
-        yield proc, server
+        yield proc, server, before, line
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -140,6 +146,41 @@ def _running_ui(project: Path, port: int, ignored: tuple[signal.Signals, ...] = 
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
         proc.wait(timeout=30)
+
+
+def test_ui_on_every_interface_warns_once_and_prints_an_address_other_machines_can_use(project: Path):
+    """`resomap ui --host 0.0.0.0` opens the store, which has no authentication, to the network: one warning line
+    (the address, no authentication, how to restrict it) and the UI's address as another machine reaches it (this
+    machine's address, not 0.0.0.0, which nobody can connect to); no server process is left behind."""
+    import psutil
+
+    (project / "mlflow.db").touch()
+    port = free_port()
+    with _running_ui(project, port, args=("ui", "--host", "0.0.0.0")) as (_, server, before, line):
+        warned = [x for x in before if "WARNING" in x]
+        assert len(warned) == 1 and len(before) == 1, before
+        assert f"0.0.0.0:{port}" in warned[0] and "no authentication" in warned[0], warned
+        assert "bind 127.0.0.1 or put it behind an authenticating proxy" in warned[0]
+        address = line.split()[2]
+        parts = urllib.parse.urlsplit(address)
+        assert parts.scheme == "http" and parts.hostname not in ("0.0.0.0", None) and parts.port == port, line
+        with urllib.request.urlopen(address + "/health", timeout=10) as resp:  # the printed address answers
+            assert resp.status == 200
+    _, alive = psutil.wait_procs(server, timeout=30)  # killed on leaving (a clean stop: the slow tests below)
+    assert not alive, [p.cmdline() for p in alive]
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", "203.0.113.254", "no-such-host.invalid"])
+def test_ui_on_a_host_that_cannot_be_bound_is_a_one_line_error(project: Path, capsys, host: str):
+    """An invalid address, an address of another machine and an unknown name are each named as such, not as a
+    taken port."""
+    (project / "mlflow.db").touch()
+    code, out, err = _ui(["--host", host, "--port", str(free_port())], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"resomap: error: --host {host} is ")
+    assert "taken" not in err
+    why = {"999.1.1.1": "not a valid IP address", "203.0.113.254": "not an address of this machine"}
+    assert why.get(host, "neither an IP address nor a host name this machine resolves") in err
 
 
 @pytest.mark.slow
@@ -151,7 +192,7 @@ def test_a_signal_to_resomap_ui_stops_its_server_and_workers(project: Path, sig:
 
     (project / "mlflow.db").touch()
     port = free_port()
-    with _running_ui(project, port) as (proc, server):
+    with _running_ui(project, port) as (proc, server, _, _):
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         assert "libtorch" not in maps  # the wrapper only waits
         assert (project / ".cache" / "mlflow-ui.log").is_file() and not (project / "mlflow-ui.log").exists()
@@ -171,7 +212,7 @@ def test_resomap_ui_under_nohup_outlives_a_closed_terminal(project: Path):
 
     (project / "mlflow.db").touch()
     port = free_port()
-    with _running_ui(project, port, ignored=(signal.SIGHUP,)) as (proc, server):
+    with _running_ui(project, port, ignored=(signal.SIGHUP,)) as (proc, server, _, _):
         proc.send_signal(signal.SIGHUP)
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=3)

@@ -10,7 +10,10 @@ Whatever the task, a trial's records read back as one `ScoreTable` per test reso
 correctness for classification, IoU or boundary F1 per image for segmentation; the task names its scores and reads
 its own file, resomap.tasks), which is what the summary's intervals and paired tests consume.
 
-`environment()`: what every result records of where it was computed (python and library versions, platform).
+`environment()`: what every result records of where it was computed (python and library versions, platform); the
+trial adds the machine (resomap.runtime.machine_record: CPU model, torch's CPU capability, native-bf16 flags, GPU),
+which `machine_of` says in one line and `machines` counts over a sweep's results (`machines_warning` when they ran
+on more than one: bf16 results differ between CPUs, with the same seeds and code).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import dataclasses
 import functools
 import io
 import platform
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -179,3 +183,50 @@ def _environment() -> tuple[tuple[str, str | None], ...]:
             found[dist] = None
     found["platform"] = platform.platform()
     return tuple(found.items())
+
+
+MACHINE_KEYS = ("cpu", "cpu_capability", "cpu_bf16", "gpu")  # environment keys naming the machine (machine_record)
+
+
+def machine_of(environment: Mapping[str, Any] | None) -> str | None:
+    """The machine of a result's environment in one line ('AMD EPYC 9654 96-Core Processor (AVX512; bf16:
+    avx512_bf16)', then ', GPU <name>' when it ran on one); None for a result written before the machine was
+    recorded."""
+    env = environment or {}
+    if not env.get("cpu"):
+        return None
+    line = f"{env['cpu']} ({env.get('cpu_capability') or 'capability unknown'}; bf16: {env.get('cpu_bf16') or '?'})"
+    return f"{line}, GPU {env['gpu']}" if env.get("gpu") else line
+
+
+def machines(environments: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
+    """One entry per machine the results ran on, in the order first met: {"machine": its line (None: not
+    recorded), the MACHINE_KEYS it recorded, "trials": how many results}."""
+    found: dict[str | None, dict[str, Any]] = {}
+    for env in environments:
+        label = machine_of(env)
+        entry = found.setdefault(label, {"machine": label, **{k: (env or {}).get(k) for k in MACHINE_KEYS}})
+        entry["trials"] = entry.get("trials", 0) + 1
+    return list(found.values())
+
+
+def machine_lines(found: list[dict[str, Any]]) -> list[str]:
+    """`machines` in words, one line each: 'AMD EPYC ... (AVX512; bf16: avx512_bf16): 6 trials'."""
+    lines = []
+    for entry in found:
+        n = entry["trials"]
+        label = entry["machine"] or "machine not recorded (results written before it was)"
+        lines.append(f"{label}: {n} trial{'s' if n != 1 else ''}")
+    return lines
+
+
+def machines_warning(found: list[dict[str, Any]]) -> str:
+    """One line when the results ran on more than one (recorded) machine, else ''."""
+    known = [e for e in found if e["machine"]]
+    if len(known) < 2:
+        return ""
+    return (
+        f"the trials ran on {len(known)} different machines: bf16 (and, in the last bits, fp32) results differ "
+        "between CPUs with the same seeds and code, so rows mixing them do not reproduce on one machine; rerun "
+        "on one machine to compare them exactly"
+    )

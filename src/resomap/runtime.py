@@ -6,6 +6,7 @@ import functools
 import logging
 import math
 import os
+import platform
 import random
 import time
 from typing import TYPE_CHECKING
@@ -163,31 +164,84 @@ def cpu_bf16_feature() -> str | None:
     Reads the kernel's CPU flags (/proc/cpuinfo) where there are any, else asks torch's own CPU detection
     (cpuinfo, what oneDNN dispatches on). A CPU without either computes bf16 by converting to fp32 and back, which
     is slower than fp32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        if "flags" in text:
-            return bf16_flag(text)
-    except OSError:
-        pass
+    found = cpu_bf16_flags()
+    return found[0] if found else None
+
+
+@functools.cache
+def cpu_bf16_flags() -> tuple[str, ...]:
+    """Every native-bf16 feature of this CPU, amx_bf16 before avx512_bf16 (see `cpu_bf16_feature`)."""
+    text = _cpuinfo()
+    if "flags" in text:
+        return bf16_flags(text)
     probes = (("amx_bf16", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported"))
+    found = []
     for flag, name in probes:  # every x86 CPU with AMX tiles so far has AMX-BF16
         probe = getattr(torch.cpu, name, None)
         try:
             if probe is not None and probe():
-                return flag
+                found.append(flag)
         except RuntimeError:
             pass
-    return None
+    return tuple(found)
+
+
+def _cpuinfo() -> str:
+    """/proc/cpuinfo's text ('' where there is none: macOS, Windows)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def bf16_flag(cpuinfo: str) -> str | None:
     """The native-bf16 flag (amx_bf16 before avx512_bf16) of the first `flags` line of /proc/cpuinfo text."""
+    found = bf16_flags(cpuinfo)
+    return found[0] if found else None
+
+
+def bf16_flags(cpuinfo: str) -> tuple[str, ...]:
+    """Every native-bf16 flag (amx_bf16, avx512_bf16, in that order) of the first `flags` line of /proc/cpuinfo."""
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags = set(line.partition(":")[2].split())
-            return next((f for f in _CPU_BF16_FLAGS if f in flags), None)
-    return None
+            return tuple(f for f in _CPU_BF16_FLAGS if f in flags)
+    return ()
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo's `model name` (Linux), else platform.processor() (macOS: arm, i386;
+    Windows: the model), else the machine type."""
+    for line in _cpuinfo().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return " ".join(value.split())
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_capability() -> str:
+    """The widest vector instruction set torch's CPU kernels dispatch to here (AVX512, AVX2, DEFAULT, SVE256...):
+    the same seed and code take other summation orders under another, so float results differ in the last bits,
+    and bf16 results (rounded at every step) visibly."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
+def machine_record(device: torch.device | str | None = None) -> dict[str, str]:
+    """What a result records of the machine it was computed on (result.json's `environment`): `cpu` (model),
+    `cpu_capability` (torch's), `cpu_bf16` (the native-bf16 flags present: amx_bf16, avx512_bf16, or none) and,
+    when `device` is a CUDA GPU, `gpu` (its name). bf16 results differ between machines that differ here, with the
+    same seeds and code; a resume on one machine reproduces exactly."""
+    found = {"cpu": cpu_model(), "cpu_capability": cpu_capability(), "cpu_bf16": " ".join(cpu_bf16_flags()) or "none"}
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        found["gpu"] = torch.cuda.get_device_name(idx)
+    return found
 
 
 def resolve_precision(precision: str, device: torch.device | str) -> tuple[str, str]:

@@ -17,6 +17,7 @@ from resomap.errors import CheckpointError, ResoMapError
 from resomap.layout import trial_part
 from resomap.reports import build_summary, sweep_figures
 from resomap.reports.rows import SummaryRow
+from resomap.runtime import machine_record
 from resomap.stages import Comparison, compare_stage, evaluate_trained
 from resomap.trial_result import TrialResult
 
@@ -148,6 +149,7 @@ def _analyze_one(trained: TrainedModel, req: AnalyzeRequest, methods: list[str] 
     result = TrialResult(key, name, trained.name, trained.family, trained.resolution, trained.seed, "FINISHED")
     result.best_checkpoint = str(trained.path)
     result.task = cfg.experiment.task
+    result.environment.update(machine_record(trained.device))  # the machine these numbers were computed on
     result.apply(found)
     result.save(summary_dir)
     return result, cfg

@@ -76,10 +76,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from resomap.reports.html import find_sweep, write_report
+    from resomap.errors import DataError
+    from resomap.reports.html import ReportNotWritable, find_sweep, write_report
 
     folder = find_sweep(args.sweep, args.summaries)
-    out = write_report(folder, Path(args.out) if args.out else None)
+    try:
+        out = write_report(folder, Path(args.out) if args.out else None)
+    except ReportNotWritable as exc:  # a sweep folder one may read but not write (a shared, read-only copy)
+        raise DataError(f"{exc}; pass --out with a file in a writable folder, e.g. --out /tmp/report.html") from None
     print(f"report: {out} ({out.stat().st_size / 2**20:.1f} MB); open it in a browser: {out.resolve().as_uri()}")
     return 0
 

@@ -85,8 +85,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     device = resolve_device(cfg.system)
     measurement_threads(cfg.system)  # system.threads, or auto: the cores other processes leave free
-    print(f"device: {describe_device(device)}")
-    print("precision: {} ({})".format(*resolve_precision(cfg.system.precision, device)))
+
+    def ready() -> None:  # after the input checks (size, memory): a refusal is the only line
+        print(f"device: {describe_device(device)}")
+        print("precision: {} ({})".format(*resolve_precision(cfg.system.precision, device)))
+
     overrides = {"batch_size": args.batch_size} if args.batch_size else {}
     prof = profile_by_name(
         args.model,
@@ -95,6 +98,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         in_channels=args.in_channels,
         cfg=cfg,
         device=device,
+        on_ready=ready,
         **overrides,
     )
     print(json.dumps(prof.as_dict(), indent=2, default=str) if args.json else print_profiling_report(prof))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from resomap.cli.args import add_config_args, load_config, positive_int, resolution
@@ -52,6 +53,22 @@ def _check_memory(args: argparse.Namespace, cfg: Any) -> None:
     )
 
 
+def _check_data(args: argparse.Namespace, trial: Any, device: Any) -> None:
+    """The trial's data checks (sweep.trial.prepare_data: unreadable images, the split, the probe set), quietly:
+    what the data says on the way (its size, the cache) is said once, by the run, which then finds the images
+    decoded in memory."""
+    from resomap.sweep.trial import prepare_data
+
+    logger = logging.getLogger("resomap")
+    level = logger.level
+    if not args.verbose:
+        logger.setLevel(logging.ERROR)
+    try:
+        prepare_data(trial, trial.cfg, device)
+    finally:
+        logger.setLevel(level)
+
+
 def _pinned(cfg: Any) -> tuple[Any, str]:
     """The config with system.precision=auto resolved (sweep.trial.pin_precision), and why that precision."""
     from resomap.sweep.trial import pin_precision, precision_choice
@@ -66,6 +83,8 @@ def _train(args: argparse.Namespace, cfg: Any, device: Any, why: str) -> int:
     from resomap.tracking import NullTracker, make_tracker
     from resomap.training import distributed
 
+    trial = Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)
+    _check_data(args, trial, device)  # bad data ends here in one line, before anything is printed or written
     where = distributed.describe()
     print(f"device: {describe_device(device)}" + (f", {where}" if where else ""))
     print(f"precision: {cfg.system.precision} ({why})")
@@ -73,7 +92,6 @@ def _train(args: argparse.Namespace, cfg: Any, device: Any, why: str) -> int:
     tracker = make_tracker(cfg) if rank0 else NullTracker()
     if tracker.enabled:
         print(f"MLflow: {tracker.uri} (experiment '{tracker.experiment_name}')")
-    trial = Trial(args.model.lower(), args.resolution, cfg.experiment.seed, cfg)
     if rank0:  # its folders of the layout before experiment folders, moved into its experiment's
         from resomap.sweep.migrate import migrate_trial
 
@@ -131,17 +149,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
             print("\n".join(plan_lines(cfg)))
         return 0
-    print(f"device: {describe_device(resolve_device(cfg.system))}")
-    print(f"precision: {cfg.system.precision} ({why}); every trial of the sweep uses it")
-    print("\n".join(power_lines(cfg)))
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
+
+    def preamble() -> list[str]:
+        return [
+            f"device: {describe_device(resolve_device(cfg.system))}",
+            f"precision: {cfg.system.precision} ({why}); every trial of the sweep uses it",
+            *power_lines(cfg),
+        ]
+
+    report = _said_first(preamble)  # after the sweep's checks and lock: a refusal is the only line
     if cfg.sweep.adaptive.enabled:  # rounds of run_sweep until every model is decided (sweep.adaptive)
         from resomap.sweep.adaptive import run_adaptive
 
-        outcome = run_adaptive(cfg, rerun_failed=args.rerun_failed or None, report=print, wait=args.wait).outcome
+        outcome = run_adaptive(cfg, rerun_failed=args.rerun_failed or None, report=report, wait=args.wait).outcome
     else:
-        outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=print, wait=args.wait)
+        outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=report, wait=args.wait)
     print(f"summary: {outcome.summary_dir}/summary.csv, figures: {outcome.summary_dir}/figures/")
     if (outcome.summary_dir / "report.html").is_file():
         print(f"report: {(outcome.summary_dir / 'report.html').resolve().as_uri()}")
@@ -157,6 +181,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         print(f"MLflow: parent run {outcome.parent_run_id} in {default_tracking_uri(cfg)}; browse with: resomap ui")
     return 1 if outcome.failed else 0
+
+
+def _said_first(lines: Callable[[], list[str]]) -> Callable[[str], None]:
+    """print, preceded once by `lines()` at its first line: the sweep's first report comes after its input checks
+    and its lock, so a refusal (bad input, the sweep running elsewhere) is said alone, in one line."""
+    said = False
+
+    def report(line: str) -> None:
+        nonlocal said
+        if not said:
+            said = True
+            print("\n".join(lines()))
+        print(line)
+
+    return report
 
 
 def cmd_sync(args: argparse.Namespace) -> int:

@@ -34,14 +34,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
     """Start the server, print its addresses, wait; stop it however the wait ends."""
-    from resomap.tracking.ui import experiment_links, start_ui, stop_ui
+    from resomap.tracking.ui import bound_address, experiment_links, reachable_host, start_ui, stop_ui, url
 
     try:
         proc = start_ui(cfg, args.host, args.port, args.workers, serve=args.serve)  # stops it if interrupted
     except KeyboardInterrupt:
         return 0
     try:
-        base = f"http://{args.host}:{args.port}"
+        # as other machines reach it: a wildcard bind (0.0.0.0) is printed as this machine's address
+        base = url(reachable_host(str(bound_address(args.host, args.port)[1][0])), args.port)
         print(f"MLflow UI: {base}  (Ctrl-C stops it)", flush=True)
         if args.serve:
             print(f"tracking server: log sweeps to it with mlflow.tracking_uri={base}", flush=True)
@@ -56,9 +57,15 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
         stop_ui(proc)
 
 
+HOST_HELP = (
+    "interface to bind (default 127.0.0.1: this machine only); any other exposes the store, which has no"
+    " authentication, to whoever reaches it"
+)
+
+
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("ui", help="start the MLflow UI over the project's tracking store")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     p.add_argument("--port", type=port, default=5000, help="port (default 5000)")
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
     add_config_args(p)
@@ -68,7 +75,7 @@ def add_commands(sub: Any) -> None:
         help="start an MLflow tracking server over the project's store for sweeps on several machines "
         "(mlflow.tracking_uri=http://HOST:PORT); artifacts go through it",
     )
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     p.add_argument("--port", type=port, default=5000, help="port (default 5000)")
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
     add_config_args(p)

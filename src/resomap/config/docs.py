@@ -21,11 +21,31 @@ REFERENCE_PAGE = "docs/config.md"  # relative to the repository root
 
 
 def _comments(cls: type) -> dict[str, str]:
-    out = {}
-    for line in inspect.getsource(cls).splitlines():
-        m = re.match(r"\s+(\w+): .*?#\s*(.+)$", line)
+    """Each field's meaning from the class's source: the comment ending its line (or a continuation line of its
+    declaration: `seed: ... = (\n    None  # ...\n)`), else the comment lines right above it, joined."""
+    lines = inspect.getsource(cls).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("class "))
+    body = next((len(ln) - len(ln.lstrip()) for ln in lines[start + 1 :] if ln.strip()), 4)  # the fields' indent
+    out: dict[str, str] = {}
+    above: list[str] = []
+    field_name: str | None = None  # the field whose declaration the following deeper lines continue
+    for line in lines:
+        text = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if text.startswith("#"):
+            above.append(text.lstrip("#").strip())
+            continue
+        m = re.match(rf"^ {{{body}}}(\w+): .*?(?:#\s*(.+))?$", line)
         if m:
-            out[m.group(1)] = m.group(2).strip()
+            field_name = m.group(1)
+            meaning = m.group(2) or " ".join(above)
+            if meaning:
+                out[field_name] = meaning.strip()
+        elif field_name and indent > body and "#" in text and not out.get(field_name):
+            out[field_name] = text.split("#", 1)[1].strip()
+        elif indent <= body:
+            field_name = None
+        above = []
     return out
 
 

@@ -95,7 +95,7 @@ class EarlyStoppingConfig:
     patience: int = 5  # epochs without improvement before stopping
     min_delta: float = 0.0  # smallest change that counts as improvement
     # weight of the newest epoch in an exponential moving average of the monitored value (1: no smoothing); a
-    # plateau of the smoothed value stops training, so one lucky or unlucky validation epoch does not
+    # plateau of the smoothed value stops training, so one lucky or unlucky validation epoch does not end a fit
     smoothing: float = 1.0
     min_epochs: int = 0  # epochs always run before early stopping may stop a fit
 
@@ -241,6 +241,7 @@ class ModelsConfig:
 class ExplainabilityConfig(GroupSection):
     GROUP: ClassVar[Group] = Group("explainability", ("methods", "sanity_methods", "always"))
     enabled: bool = True  # explain the probe set after each trial
+    # explainers run on the probe set after each trial (resomap explainers); their maps are compared across resolutions
     methods: list[str] = field(default_factory=lambda: ["gradcam", "integrated_gradients", "saliency"])
     probe_size: int = 32  # probe images (class-stratified, same in every trial); 32: quality intervals <= +-0.17
     batch_size: int = 16  # images per explainer call

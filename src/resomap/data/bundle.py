@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,9 +204,17 @@ def data_seed(cfg: Config, trial_seed: int) -> int:
     return cfg.experiment.seed if chosen is None else int(chosen)
 
 
-def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = "cpu") -> DataBundle:
+def build(
+    cfg: Config,
+    resolution: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    check: Callable[[dict[str, np.ndarray]], object] | None = None,
+) -> DataBundle:
     """Load (or reuse) the dataset at `resolution`. `seed` (the trial's) drives shuffling and augmentation; the
-    split and generated images follow `data_seed(cfg, seed)`."""
+    split and generated images follow `data_seed(cfg, seed)`. The data's checks (unreadable images, the split) and
+    the caller's `check` of the split (positions per split; e.g. enough test images for the probe set) pass before
+    the resolution cache keeps newly decoded images: a data error leaves no cache behind."""
     if resolution < 1:
         raise DataError(f"resolution must be a positive number of pixels, got {resolution}")
     dc, device = cfg.data, torch.device(device)
@@ -217,21 +226,29 @@ def build(cfg: Config, resolution: int, seed: int, device: torch.device | str = 
         raise DataError(f"dataset '{dc.dataset}' has no images")
     subset = limit_subset(labels, dc.limit, class_names)
     cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
-    entry = get_resized(raw, subset, resolution, dc.cache, cache_root)
-    ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction, entry.reasons)
-    rows = np.flatnonzero(ok)
-    predefined = getattr(raw, "predefined_splits", None)
-    if predefined is not None:  # the user's own train/val/test folders or split column
-        positions = predefined_positions(
-            rows, predefined[subset][rows], labels[subset], dc.split.val, dc.split.test, dseed
-        )
-    else:
-        strata = getattr(raw, "strata", None)  # (codes [N], names): finer groups than the label, when given
-        if strata is not None:
-            strata = (np.asarray(strata[0], dtype=np.int64)[subset][rows], list(strata[1]))
-        positions = split_indices(
-            rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, dseed, strata=strata
-        )
+
+    def split(entry: CacheEntry) -> dict[str, np.ndarray]:
+        ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction, entry.reasons)
+        rows = np.flatnonzero(ok)
+        predefined = getattr(raw, "predefined_splits", None)
+        if predefined is not None:  # the user's own train/val/test folders or split column
+            found = predefined_positions(
+                rows, predefined[subset][rows], labels[subset], dc.split.val, dc.split.test, dseed
+            )
+        else:
+            strata = getattr(raw, "strata", None)  # (codes [N], names): finer groups than the label, when given
+            if strata is not None:
+                strata = (np.asarray(strata[0], dtype=np.int64)[subset][rows], list(strata[1]))
+            found = split_indices(
+                rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, dseed, strata=strata
+            )
+        if check is not None:
+            check(found)
+        return found
+
+    checked: list[dict[str, np.ndarray]] = []  # the split made while checking fresh images (not made twice)
+    entry = get_resized(raw, subset, resolution, dc.cache, cache_root, check=lambda e: checked.append(split(e)))
+    positions = checked[0] if checked else split(entry)
     split_labels = {s: labels[subset][p] for s, p in positions.items()}
     normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
 

@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,9 +188,17 @@ def _remember(key: tuple[str, int], entry: CacheEntry, budget: int) -> None:
 
 
 def get_resized(
-    raw: RawDataset, indices: np.ndarray, resolution: int, cfg: CacheConfig, cache_root: Path
+    raw: RawDataset,
+    indices: np.ndarray,
+    resolution: int,
+    cfg: CacheConfig,
+    cache_root: Path,
+    check: Callable[[CacheEntry], object] | None = None,
 ) -> CacheEntry:
-    """The images `indices` of `raw` at `resolution`, decoding only on a miss of both cache levels."""
+    """The images `indices` of `raw` at `resolution`, decoding only on a miss of both cache levels. `check` (the
+    data's checks: too many unreadable images, a split that cannot be made) sees freshly decoded images before
+    either level keeps them: its error leaves no cache folder behind (an entry read from a level is not
+    checked here; the caller checks it)."""
     key = cache_key(raw, indices)
     mem_key = (key, resolution)
     with _LOCK:
@@ -212,15 +221,16 @@ def get_resized(
     else:
         log.info("resolution cache miss: decoding %d images of %s at %d px", n, raw.fingerprint, resolution)
         images, masks, bad, targets, reasons = _decode_all(raw, indices, resolution)
+        masks_t = torch.from_numpy(masks) if masks is not None else None
+        targets_t = torch.from_numpy(targets) if targets is not None else None
+        bad_a = np.asarray(bad, dtype=np.int64)
+        entry = CacheEntry(torch.from_numpy(images), masks_t, bad_a, "memory", targets_t, reasons)
+        if check is not None:
+            check(entry)  # a data error ends here: nothing written to disk or kept in memory
         if cfg.disk or over:
             _write_disk(folder, resolution, images, masks, bad, targets, reasons)
         if over:  # over the memory budget: serve from the memory-mapped file instead of RAM
-            entry = _read_disk(folder, resolution, n, mmap=True)
-        if entry is None:
-            masks_t = torch.from_numpy(masks) if masks is not None else None
-            targets_t = torch.from_numpy(targets) if targets is not None else None
-            bad_a = np.asarray(bad, dtype=np.int64)
-            entry = CacheEntry(torch.from_numpy(images), masks_t, bad_a, "memory", targets_t, reasons)
+            entry = _read_disk(folder, resolution, n, mmap=True) or entry
     if entry.location == "memory" and cfg.disk:
         entry.location = f"memory + {folder}"
     if not over:

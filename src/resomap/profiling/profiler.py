@@ -381,14 +381,16 @@ def profile_by_name(
     in_channels: int,
     cfg: Config | None = None,
     device: torch.device | str | None = None,
+    on_ready: Callable[[], object] | None = None,
     **overrides: Any,
 ) -> ModelProfile:
-    """Build a registered model (resomap.models) and profile it with the `profiling` and `system` config."""
+    """Build a registered model (resomap.models) and profile it with the `profiling` and `system` config.
+    `on_ready` is called once the input checks passed, before anything is measured (`resomap profile` prints its
+    device and precision there: a refusal is its only line)."""
     from resomap.models import build_model, check_input_size  # lazy: models may import heavy optional backends
 
     cfg = cfg or Config()
     model, _spec = build_model(name, num_classes, in_channels, cfg.models)
-    check_input_size(model, name, resolution, in_channels)  # too small for its layers: one line, not a traceback
     pc = cfg.profiling
     kwargs: dict[str, Any] = {
         "batch_size": pc.batch_size,
@@ -405,4 +407,12 @@ def profile_by_name(
         cfg.system.channels_last, resolve_precision(cfg.system.precision, dev)[0]
     )
     kwargs.update(overrides)
+    # activations that cannot fit, from a small forward scaled by area (seconds), before check_input_size's
+    # forward at the full side (resnet18 at 8192 px: about a minute and more memory than the machine has)
+    precision = resolve_precision(kwargs["precision"], _visible_device(dev))[0]
+    batch = kwargs["batch_size"]
+    _fits(model, name, (batch, kwargs["train_batch_size"] or max(batch, 8), in_channels, resolution), precision, dev)
+    check_input_size(model, name, resolution, in_channels)  # too small for its layers: one line, not a traceback
+    if on_ready is not None:
+        on_ready()
     return profile(model, resolution, in_channels=in_channels, device=dev, model_name=name, **kwargs)

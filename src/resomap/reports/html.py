@@ -22,9 +22,11 @@ with Pillow) are reports.html_parts; the probe maps and agreement sections are r
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -85,6 +87,13 @@ def find_sweep(name: str | None, root: str | Path = "model_summaries") -> Path:
 # ------------------------------------------------------------------------------------------------ the page
 
 
+class ReportNotWritable(DataError):
+    """The report's file cannot be written there (a read-only folder or file system); args: (message, path)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     """Write the sweep's one-page HTML report (default <sweep_dir>/report.html) and return its path."""
     sweep_dir = Path(sweep_dir)
@@ -126,8 +135,13 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
         f"<title>ResoMap report: {_e(sweep_dir.name)}</title><style>{_CSS}</style></head>"
         f"<body><main>{head}{body}</main><script>{_JS}</script></body></html>\n"
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, page)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text(out, page)
+    except OSError as exc:  # a read-only folder (another user's, a read-only mount): the page is fine, the place not
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise ReportNotWritable(f"cannot write {out} ({os.strerror(exc.errno).lower()})", out) from None
     log.info("report written: %s (%.1f MB)", out, out.stat().st_size / 2**20)
     return out
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
+from resomap.records import machines, machines_warning
 from resomap.reports.convergence import convergence_columns
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
 from resomap.reports.uncertainty import (
@@ -54,6 +55,10 @@ class SweepSummary:
     recommendations: list[dict[str, Any]]  # one per model
     trials: list[dict[str, Any]]  # every trial's result.json tree, plus its folder ("folder")
     stats: dict[str, Any]  # the settings the statistics used (config `stats`)
+    # the machines the finished trials ran on (resomap.records.machines: its line, CPU, capability, bf16 flags,
+    # GPU, trial count) and, when more than one, the warning that their bf16 results are not comparable exactly
+    machines: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    machines_warning: str = ""
 
     def deterministic_models(self) -> dict[str, int]:
         """model -> its seed count, for each model whose seeds are one fit (its recommendation row's
@@ -275,7 +280,8 @@ def build_summary(
     for result in dicts:
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
         trials.append({**result, "folder": str(folder) if folder is not None else None})
-    return SweepSummary(rows, paired, recs, trials, dataclasses.asdict(cfg))
+    ran_on = machines(d.get("environment") for d in dicts if d.get("status") == "FINISHED")
+    return SweepSummary(rows, paired, recs, trials, dataclasses.asdict(cfg), ran_on, machines_warning(ran_on))
 
 
 # ------------------------------------------------------------------------------------------------ files

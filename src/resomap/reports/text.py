@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from resomap.records import machine_lines
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
 from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_names
 from resomap.stats import TWOWAY_MIN_SEEDS
@@ -371,6 +372,13 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     notes = notes_lines(summary.rows)
     if notes:
         out += gap + h("Notes") + "".join(f"{bullet}{x}\n" for x in notes)
+    ran_on = getattr(summary, "machines", None) or []
+    if ran_on:
+        out += gap + h("Machines (CPU model, torch's CPU capability, native-bf16 flags: trials)")
+        out += "".join(f"{bullet}{x}\n" for x in machine_lines(ran_on))
+        warning = getattr(summary, "machines_warning", "")
+        if warning:
+            out += gap + f"Warning: {warning}.\n"
     return out
 
 

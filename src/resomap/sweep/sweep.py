@@ -43,6 +43,7 @@ from resomap.config import Config, to_dict
 from resomap.errors import DataError
 from resomap.layout import Layout
 from resomap.locks import hold
+from resomap.records import machine_of, machines, machines_warning
 from resomap.sweep.cluster import check_reachable, placed
 from resomap.sweep.migrate import migrate_trials
 from resomap.sweep.plan import (
@@ -183,6 +184,9 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     identity, grid = sweep_identity(cfg), sweep_key(trials)
     parent = open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
     new: list[TrialResult] = []
+    moved = _other_machine(cfg, states) if todo else ""  # said before the training that would mix machines
+    if moved:
+        log.warning("%s", moved)
     if todo:
         run = executor or get_executor(cfg.sweep.executor)
         if executor is None and cfg.sweep.executor == "local" and cfg.sweep.cost_probe and len(todo) > 1:
@@ -195,6 +199,9 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
         parent = parent or open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
         report(_sync(trials, tracker, parent).line())
     results = _results(trials, new)  # from disk first: they hold the synced run ids
+    mixed = machines_warning(machines(r.environment for r in results if r.status == "FINISHED"))
+    if mixed and not moved:  # one warning line a run: the summary (summary.md, summary.json) lists the machines
+        log.warning("%s (summary.md lists them)", mixed)
     seconds: dict[str, float] = {}
     figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds, _estimates(progress))
     report(summary_line(seconds))
@@ -220,6 +227,29 @@ def sweep_lock(
 def lock_path(cfg: Config) -> Path:
     """`_sweep/.<name>.lock` beside the sweep's summary folder (resomap.layout)."""
     return Layout.of(cfg).lock_file()
+
+
+def _other_machine(cfg: Config, states: list[tuple[Trial, str]]) -> str:
+    """The warning line when finished trials of this sweep ran on another machine than this one (CPU model,
+    capability, bf16 flags, GPU: resomap.runtime.machine_record), else ''. Not for Ray: its trials run on the
+    cluster's nodes, not here (the summary still lists the machines)."""
+    if cfg.sweep.executor == "ray":
+        return ""
+    from collections import Counter
+
+    from resomap.runtime import machine_record, resolve_device
+
+    here = machine_of(machine_record(resolve_device(cfg.system)))
+    done = [r for r in (load_result(t) for t, s in states if s == "done") if r is not None]
+    elsewhere = Counter(m for m in (machine_of(r.environment) for r in done) if m is not None and m != here)
+    if not elsewhere:
+        return ""
+    where = elsewhere.most_common(1)[0][0] + (f" and {len(elsewhere) - 1} other" if len(elsewhere) > 1 else "")
+    return (
+        f"this sweep resumes on another machine: {sum(elsewhere.values())} of its {len(done)} finished trials ran "
+        f"on {where}, this one is {here}; bf16 results differ between CPUs with the same seeds and code (a resume "
+        "on one machine reproduces exactly), so the summary will mix machines (summary.md lists them)"
+    )
 
 
 def _check_readable(states: list[tuple[Trial, str]]) -> None:

@@ -245,7 +245,7 @@ def run_trial(
     (ResoMapError) found while preparing data and model are raised before anything is written, and later ones
     after the result is written and published."""
     from resomap.models import get_spec
-    from resomap.runtime import apply_system, describe_device, resolve_device
+    from resomap.runtime import apply_system, describe_device, machine_record, resolve_device
     from resomap.tracking import NullTracker
     from resomap.training import distributed
 
@@ -258,6 +258,7 @@ def run_trial(
     result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
     result.task = trial.cfg.experiment.task
     result.environment["device"] = describe_device(device)
+    result.environment.update(machine_record(device))  # CPU model and capability, bf16 flags, GPU: bf16 differs
     result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
     if not distributed.is_rank0():
         return _follow_rank0(trial, device, family, result)
@@ -471,12 +472,12 @@ class _Prepared:
     spec: Any
 
 
-def prepare_trial(trial: Trial, cfg: Config, device: Any) -> _Prepared:
-    """Data and model for the trial (also what the sweep's cost probe times, resomap.sweep.eta); bad input (data,
-    model, weights) surfaces here, before anything is written."""
+def prepare_data(trial: Trial, cfg: Config, device: Any = "cpu") -> Any:
+    """The trial's data bundle after every check of its input that needs the data (the model's task, unreadable
+    images, the split, enough test images for the probe set): a ResoMapError before anything is written, the
+    resolution cache included (`resomap train` runs it before printing anything)."""
     from resomap import data as data_pkg
     from resomap import models as models_pkg
-    from resomap.runtime import seed_everything
 
     found = models_pkg.model_task(models_pkg.canonical_name(trial.model))
     if found != cfg.experiment.task:  # `train --model` and include pairs bypass sweep.models' config check
@@ -484,13 +485,28 @@ def prepare_trial(trial: Trial, cfg: Config, device: Any) -> _Prepared:
             f"{trial.model} is a {found} model but experiment.task is {cfg.experiment.task}; "
             f"pick a {cfg.experiment.task} model (resomap models) or set experiment.task={found}"
         )
-    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device)
-    ec, n_test = cfg.explainability, len(bundle.splits["test"])
-    if ec.enabled and ec.probe_size > n_test:  # datasets whose size the config load could not know
-        raise ConfigError(
-            f"explainability.probe_size: expected at most the {n_test} test images of {cfg.data.dataset}, "
-            f"got {ec.probe_size}; lower it or add images"
-        )
+    ec = cfg.explainability
+
+    def enough_probes(positions: dict) -> None:  # datasets whose size the config load could not know
+        n_test = len(positions["test"])
+        if ec.enabled and ec.probe_size > n_test:
+            raise ConfigError(
+                f"explainability.probe_size: expected at most the {n_test} test images of {cfg.data.dataset}, "
+                f"got {ec.probe_size}; lower it or add images"
+            )
+
+    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device, check=enough_probes)
+    enough_probes(bundle.splits)  # again after segmentation left out images with unusable masks
+    return bundle
+
+
+def prepare_trial(trial: Trial, cfg: Config, device: Any) -> _Prepared:
+    """Data and model for the trial (also what the sweep's cost probe times, resomap.sweep.eta); bad input (data,
+    model, weights) surfaces here, before anything is written."""
+    from resomap import models as models_pkg
+    from resomap.runtime import seed_everything
+
+    bundle = prepare_data(trial, cfg, device)
     seed_everything(trial.seed)  # weight init must not depend on what ran before in this process
     model, spec = models_pkg.build_model(trial.model, bundle.num_classes, bundle.channels, cfg.models)
     models_pkg.check_input_size(model, trial.model, trial.resolution, bundle.channels)

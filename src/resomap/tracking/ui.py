@@ -1,9 +1,13 @@
-"""Start the MLflow UI over the project's tracking store (binds 127.0.0.1 unless told otherwise)."""
+"""Start the MLflow UI over the project's tracking store (binds 127.0.0.1 unless told otherwise; a bind beyond
+loopback is said in one warning line, as the store has no authentication)."""
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -18,14 +22,100 @@ from resomap.tracking.mlflow_store import default_tracking_uri
 log = logging.getLogger(__name__)
 
 
-def port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+def bound_address(host: str, port: int = 0) -> tuple[socket.AddressFamily, tuple]:
+    """(family, socket address) that `--host host` binds; a host that is no IP address nor a name this machine
+    resolves is refused in one line (ResoMapError)."""
+    if not _is_ip(host) and re.fullmatch(r"[0-9.]+", host):  # 999.1.1.1: no address, and no name to look up
+        raise ResoMapError(f"--host {host} is not a valid IP address; {_HOSTS}")
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError):
+        why = "is neither an IP address nor a host name this machine resolves"
+        raise ResoMapError(f"--host {host} {why}; {_HOSTS}") from None
+    return family, addr
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def check_bind(host: str, port: int) -> str:
+    """The address `host` binds to, after checking that `port` can be bound on it: a host that is no address (or
+    resolvable name) of this machine and a taken port are each refused in one line (ResoMapError)."""
+    family, addr = bound_address(host, port)
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
+            sock.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ResoMapError(f"port {port} on {host} is taken; pass --port with a free one") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                what = "address" if _is_ip(host) else f"host name (it resolves to {addr[0]})"
+                raise ResoMapError(
+                    f"--host {host} is not an {what} of this machine, so it cannot be bound; {_HOSTS}"
+                ) from None
+            raise ResoMapError(f"cannot bind {host} port {port}: {exc.strerror or exc}") from None
+    return str(addr[0])
+
+
+_HOSTS = "pass 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of this machine's addresses"
+
+
+def exposed(address: str) -> bool:
+    """Whether a server bound to `address` can be reached from other machines (anything but loopback)."""
+    return not ipaddress.ip_address(address).is_loopback
+
+
+def exposure_warning(address: str, port: int) -> str:
+    """The one line said when the unauthenticated MLflow store is bound beyond loopback."""
+    where = f"{address}:{port}" + (" (every interface)" if ipaddress.ip_address(address).is_unspecified else "")
+    return (
+        f"the MLflow server on {where} is open to anyone who can reach this machine, with no authentication"
+        " (runs, artifacts and deletions); to restrict it bind 127.0.0.1 or put it behind an authenticating proxy"
+    )
+
+
+def reachable_host(address: str) -> str:
+    """How other machines (and this one) reach a server bound to `address`: the address itself, or for a wildcard
+    (0.0.0.0, ::) this machine's outward address (the one its default route leaves from), else the address its host
+    name resolves to, else its host name; never 0.0.0.0, which no other machine can connect to."""
+    ip = ipaddress.ip_address(address)
+    if not ip.is_unspecified:
+        return address
+    v6 = ip.version == 6
+    family = socket.AF_INET6 if v6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("2001:db8::1" if v6 else "192.0.2.1", 9))  # UDP: no packet is sent, only a route chosen
+            own = probe.getsockname()[0]
         except OSError:
-            return False
-    return True
+            own = None
+    if own and not ipaddress.ip_address(own).is_unspecified:
+        return own
+    name = socket.gethostname()
+    try:
+        found = [ai[4][0] for ai in socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)]
+    except (socket.gaierror, UnicodeError):
+        found = []
+    outward = [a for a in found if not ipaddress.ip_address(a).is_loopback]
+    return outward[0] if outward else name
+
+
+def url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def local_url(address: str, port: int) -> str:
+    """The server's URL as this machine reaches it (a wildcard bind is reached on loopback)."""
+    ip = ipaddress.ip_address(address)
+    if ip.is_unspecified:
+        address = "::1" if ip.version == 6 else "127.0.0.1"
+    return url(address, port)
 
 
 def ui_command(cfg: Config, host: str, port: int, workers: int | None = None, serve: bool = False) -> list[str]:
@@ -40,8 +130,7 @@ def ui_command(cfg: Config, host: str, port: int, workers: int | None = None, se
         db = Path(uri[len("sqlite:///") :])
         if not db.exists():
             raise ResoMapError(f"no MLflow store at {db}; run `resomap sweep` or `resomap train` first")
-    if not port_free(host, port):
-        raise ResoMapError(f"port {port} on {host} is taken; pass --port with a free one")
+    check_bind(host, port)
     n = workers or max(1, (os.cpu_count() or 2) // 2)
     exe = [sys.executable, "-m", "mlflow", "server"]
     cmd = [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
@@ -100,8 +189,12 @@ def start_ui(
     cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None, serve: bool = False
 ) -> subprocess.Popen:
     """Start the server in the background, in its own process group (mlflow server and the workers it starts), and
-    return its process; the caller stops it with `stop_ui`. `serve`: see `ui_command`."""
-    cmd = ui_command(cfg, host, port, workers, serve)
+    return its process; the caller stops it with `stop_ui`. `serve`: see `ui_command`. A host beyond loopback is
+    warned about in one line (anyone reaching the machine can read and delete runs) once every check passed."""
+    cmd = ui_command(cfg, host, port, workers, serve)  # every check first: an error is the only line said
+    address = str(bound_address(host, port)[1][0])
+    if exposed(address):
+        log.warning("%s", exposure_warning(address, port))
     env = server_env()
     log_path = ui_log_path(cfg)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +203,7 @@ def start_ui(
             cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True, start_new_session=True
         )
     try:
-        up = wait_until_up(f"http://{host}:{port}", proc=proc)
+        up = wait_until_up(local_url(address, port), proc=proc)
     except BaseException:  # interrupted while waiting: leave nothing running
         stop_ui(proc)
         raise
