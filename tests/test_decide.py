@@ -153,8 +153,8 @@ def test_dry_run_of_the_quickstart_states_the_detectable_margin_and_what_the_exp
     assert main(["sweep", "--dry-run", "--preset", "quickstart", f"experiment.output_dir={out}"]) == 0
     text = capsys.readouterr().out
     power = next(ln for ln in text.splitlines() if ln.startswith("power:"))
-    plan = plan_power(180, 2, margin=0.02)  # the default scope: the model, training seeds as replicates
-    assert "180 test images x 2 seed(s), decided at model scope" in power
+    plan = plan_power(656, 2, margin=0.02)  # the default scope: the model, training seeds as replicates
+    assert "656 test images x 2 seed(s), decided at model scope" in power
     assert f"margins of {plan['detectable']:.3f} and larger" in power
     assert f"the power is {plan['power_at_margin']:.2f}" in power and "seed sd 0.02" in power
     steps = next(ln for ln in text.splitlines() if ln.startswith("power per step"))
@@ -196,7 +196,7 @@ def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observe
     (folder / "summary.json").write_text(json.dumps(summary))
     found, where = observed_discordance(cfg)
     assert found == pytest.approx(28 / 720) and "720 image-seed pairs" in where
-    plan = plan_power(180, 2, margin=0.02, discordance=28 / 720)
+    plan = plan_power(656, 2, margin=0.02, discordance=28 / 720)  # the planned test set of the quickstart
     line = next(ln for ln in power_lines(cfg) if ln.startswith("power from this sweep's finished trials"))
     assert f"discordance {28 / 720:.3f} observed, so margins of {plan['detectable']:.3f} and larger" in line
     for row in paired:  # no image changed outcome: no estimate, the assumption stands (not a division by zero)

@@ -14,7 +14,7 @@ from resomap.errors import ConfigError
 from resomap.stats import scope as scopes
 from resomap.stats.per_image import parse_metric, values
 
-N0, N1 = 130, 50  # the quickstart's ELPV test split: functional and defective cells
+N0, N1 = 130, 50  # an ELPV test split of 180 cells (the quickstart before 2026-11-25): functional and defective
 N = N0 + N1
 LABEL = np.r_[np.zeros(N0, np.int64), np.ones(N1, np.int64)]
 MARGIN, ALPHA = 0.02, 0.05
