@@ -254,8 +254,8 @@ def test_twoway_interval_with_three_seeds_covers_the_grand_mean_under_a_real_see
     """The setting of the quickstart before 2026-11-25: 180 test images, 0/1 outcomes, the seed-to-seed sd of
     accuracy its CNNs showed (0.044). With 3 seeds the interval over test images and training seeds covers the grand
     mean (over the image and the seed populations) at about the nominal rate (0.95 measured over 300 runs); with 2
-    seeds none is given. Measured beside it, not asserted: a seed sd of 0.09 is covered 0.84 with 3 seeds (0.83 with 2, 0.93 with
-    5): the seed part is estimated from the few seeds there are (stats.twoway_bootstrap)."""
+    seeds none is given. Measured beside it, not asserted: a seed sd of 0.09 is covered 0.84 with 3 seeds (0.83 with
+    2, 0.93 with 5): the seed part is estimated from the few seeds there are (stats.twoway_bootstrap)."""
     truth = _correct_with_seed_effect(np.random.default_rng(99), 4000, 0.044, 4000).mean()  # sd ~0.001
     rng = np.random.default_rng(1)
     runs, hits = 300, 0
