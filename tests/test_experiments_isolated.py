@@ -130,6 +130,7 @@ def test_two_experiments_one_after_the_other_keep_their_own_trials(root: Path, c
     assert str(root / "checkpoints" / "exp-a") in err and not (root / "x").exists()
 
 
+@pytest.mark.slow  # two sweeps in subprocesses / three sweeps: about 30 s each
 def test_two_experiments_at_once_both_finish_each_trial_trained_once(root: Path, procs):
     started = {name: start_logged(procs, _cmd(name), root, f"{name}.log") for name in ("exp-a", "exp-b")}
     for name, proc in started.items():
@@ -163,6 +164,7 @@ def _to_seed_layout(root: Path, name: str, seed: int) -> None:
     assert json.loads(text)["best_checkpoint"].startswith(f"{moves[1][1].as_posix()}/")
 
 
+@pytest.mark.slow  # two sweeps in subprocesses / three sweeps: about 30 s each
 def test_the_layout_before_experiment_folders_is_moved_never_retrained(root: Path, capsys, monkeypatch):
     _sweep_here(root, "exp-a", capsys, monkeypatch, seeds=(42,))
     _sweep_here(root, "exp-b", capsys, monkeypatch, seeds=(43,))

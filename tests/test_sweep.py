@@ -364,7 +364,7 @@ def test_results_name_their_machine_and_a_summary_of_two_machines_says_so(projec
     args = ["sweep", *FAST, "sweep.seeds=[1,2]", "sweep.resolutions=[16]", "mlflow.enabled=false", "system.threads=1"]
     assert run_cli(args, capsys)[0] == 0
     summary_dir = project / "model_summaries" / "_sweep" / "resomap-smoke"
-    results = sorted(project.glob("model_summaries/tiny_cnn/16/seed*/result.json"))
+    results = sorted(project.glob("model_summaries/resomap-smoke/tiny_cnn/16/seed*/result.json"))
     assert len(results) == 2
     env = json.loads(results[0].read_text())["environment"]
     assert env["cpu"] == cpu_model() and env["cpu"] not in ("", "unknown")
