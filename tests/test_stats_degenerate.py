@@ -49,10 +49,6 @@ def tables(draw, binary: bool = True, resolutions: int = 2):
     return {r: (v.astype(bool) if binary else v) for r, v in out.items()}
 
 
-def _finite_or_none(value) -> bool:
-    return value is None or (isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(float(value)))
-
-
 def _no_nan(obj) -> None:
     """Every number of a result's to_dict() is finite or None (inf is allowed only where the doc says: needs)."""
     if isinstance(obj, dict):

@@ -297,17 +297,8 @@ def _rename_noreplace(source: Path, target: Path) -> bool | None:
     """True: renamed; False: `target` exists or `source` is gone; None: the OS or filesystem has no such call."""
     import errno
 
-    flag = _NOREPLACE_FLAGS.get(sys.platform)
-    if flag is None:
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if sys.platform == "linux":
-            at_fdcwd = -100
-            done = libc.renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), flag)
-        else:
-            done = libc.renamex_np(os.fsencode(source), os.fsencode(target), flag)
-    except (OSError, AttributeError):  # no such libc function (old glibc)
+    done = _rename_with_flag(source, target, _NOREPLACE_FLAGS)
+    if done is None:
         return None
     if done == 0:
         return True
@@ -329,16 +320,20 @@ def _aside(target: Path) -> Path:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap the names a and b in one system call; False where the OS or the filesystem cannot."""
-    flag = _EXCHANGE_FLAGS.get(sys.platform)
+    return _rename_with_flag(a, b, _EXCHANGE_FLAGS) == 0
+
+
+def _rename_with_flag(source: Path, target: Path, flags: dict[str, int]) -> int | None:
+    """renameat2 (Linux) / renamex_np (macOS) with this platform's flag from `flags`: the call's return value (0:
+    done; errno via ctypes.get_errno), or None where the OS or its libc has no such call."""
+    flag = flags.get(sys.platform)
     if flag is None:
-        return False
+        return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if sys.platform == "linux":
             at_fdcwd = -100
-            done = libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flag)
-        else:
-            done = libc.renamex_np(os.fsencode(a), os.fsencode(b), flag)
+            return libc.renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(target), flag)
+        return libc.renamex_np(os.fsencode(source), os.fsencode(target), flag)
     except (OSError, AttributeError):  # no such libc function (old glibc)
-        return False
-    return done == 0
+        return None
