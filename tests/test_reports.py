@@ -571,6 +571,16 @@ class _RecordingTracker:
         for key, value in metrics.items():
             self.points.setdefault(key, {})[step or 0] = value
 
+    def replace_metrics(self, run_id, points):  # as a SQL store: the keys' points deleted, then logged again
+        self.calls.append(("replace", {k: dict(v) for k, v in points.items()}))
+        for key, steps in points.items():
+            self.points.pop(key, None)
+            self.metrics.pop(key, None)
+            for step, value in sorted(steps.items()):
+                self.points.setdefault(key, {})[step] = value
+                self.metrics[key] = value
+        return True
+
     def set_tags(self, run_id, tags):
         self.calls.append(("tags", dict(tags)))
         self.tags.update(tags)
@@ -746,8 +756,10 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
 
     found, legend, title = rings(at_model)
     assert found == 2 and "recommended" in legend and "no recommendation" not in title  # accuracy and macro-F1
+    assert "(decisions at model scope)" in title  # whose decision the ring marks
     found, legend, title = rings(at_checkpoints)
     assert found == 0 and "recommended" not in legend
+    assert "(decisions at checkpoint scope)" in title
     assert f"no recommendation: {MODEL}" in title.replace("\n", " ")  # the figure says it, not only the ring
 
     for name, summary, mark in (

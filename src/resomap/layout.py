@@ -7,6 +7,7 @@ each other's trials:
     <checkpoint_dir>/<experiment>/<family>/<model>/<resolution>/seed<S>/   its checkpoints (lr_find.json one up)
     <summary_dir>/_sweep/<experiment>/                                 the sweep summary (swapped in whole)
     <summary_dir>/_sweep/.<experiment>.lock                            the running sweep's lock
+    <summary_dir>/_sweep/.<experiment>.eta.csv                         a run's ETA lines until its summary holds them
 
 Two older layouts had no experiment level and are still found: the seed layout (`<summary_dir>/<model>/<res>/
 seed<S>/`, `<checkpoint_dir>/<family>/<model>/<res>/seed<S>/`), whose trial folders the next run of their
@@ -74,6 +75,11 @@ class Layout:
     def lock_file(self) -> Path:
         """`<summary_dir>/_sweep/.<experiment>.lock`, beside the summary folder."""
         return self.summaries / SWEEP_DIR / f".{self.experiment}.lock"
+
+    def pending_estimates(self) -> Path:
+        """`<summary_dir>/_sweep/.<experiment>.eta.csv`: the ETA lines of a run whose trials ended, kept there until
+        its summary is swapped in (a kill in the summary phase loses nothing: the next run's summary takes them)."""
+        return self.summaries / SWEEP_DIR / f".{self.experiment}.eta.csv"
 
     def trial_summary(self, model: str, resolution: int, seed: int) -> Path:
         return self.summaries / self.experiment / trial_part(model, resolution, seed)

@@ -154,6 +154,9 @@ def quality_figure(
         handles = _quality_legend(colours, marks, _level(rows), _margin(rows))
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), frameon=False)
         title = "test quality vs input resolution"
+        scopes = sorted({str(r["scope"]) for r in recommendations if r.get("scope")})
+        if scopes:  # whose decision the ring marks: the model's (training seeds as replicates) or these checkpoints'
+            title += f" (decisions at {' and '.join(scopes)} scope)"
         withheld = _withheld(recommendations)
         if withheld:
             note = f"no recommendation: {withheld} (the evidence is missing; summary.md says which)"

@@ -37,12 +37,12 @@ from collections.abc import Callable
 from typing import Any
 
 from resomap.atomic import write_text
-from resomap.config import Config, with_overrides
+from resomap.config import Config, config_hash, with_overrides
 from resomap.errors import ConfigError
 from resomap.stats.decide import MAX_SEEDS
 from resomap.sweep.looks import CANNOT, PLAN, look_step
-from resomap.sweep.plan import plan
-from resomap.sweep.sweep import SweepOutcome, run_sweep, trial_folders
+from resomap.sweep.plan import plan, summary_folder
+from resomap.sweep.sweep import SweepOutcome, finished_outcome, run_sweep, trial_folders
 from resomap.sweep.trial import TrialResult
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,10 @@ def run_adaptive(
 ) -> AdaptiveOutcome:
     """The rounds (module doc); the last round's sweep outcome and the adaptive record. ``wait``: wait for another
     run of the same sweep to finish instead of refusing (each round takes the sweep's lock)."""
+    finished = _finished(cfg, bool(rerun_failed if rerun_failed is not None else cfg.sweep.rerun_failed))
+    if finished is not None:
+        report(f"[adaptive] nothing to do: {finished.record['stopped']}, and the summary is current")
+        return finished
     ad, alphas = cfg.sweep.adaptive, look_alphas(cfg)
     grid: dict[str, list[int]] = {}
     for t in plan(cfg):
@@ -156,7 +160,7 @@ def run_adaptive(
         report(f"[adaptive] round {look}: {len(wanted - used)} new trial(s) at one-sided alpha {alphas[look - 1]:.4g}")
         round_cfg = _round_config(cfg, states, alphas[look - 1])
         outcome = run_sweep(
-            round_cfg, executor=_only(wanted, executor), rerun_failed=rerun_failed, report=report, wait=wait
+            round_cfg, executor=executor, rerun_failed=rerun_failed, report=report, wait=wait, only=used | wanted
         )
         rounds.append(_look(look, alphas[look - 1], wanted, used, open_models))
         rounds[-1]["seconds"] = clock.lap(len(wanted - used))
@@ -175,8 +179,45 @@ def run_adaptive(
     record = _record(cfg, alphas, rounds, states, used, stopped)
     if outcome is not None:
         publish_record(cfg, outcome, record, write_record(outcome.summary_dir, record))
+        _save_finished(cfg, outcome, round_cfg, used)
     report(f"[adaptive] {stopped}: {record['trials_used']} trials used, the full grid is {record['full_grid_trials']}")
     return AdaptiveOutcome(outcome, record)
+
+
+FINISHED_FILE = "adaptive_state.json"  # in the summary folder: a finished adaptive sweep, for a rerun to find
+
+
+def _save_finished(cfg: Config, outcome: SweepOutcome, last: Config, used: set[TrialId]) -> None:
+    """What a rerun of this adaptive sweep needs to find it finished (`_finished`): the sweep's config, its last
+    round's seeds, alphas and dropped resolutions, and the trials the rounds used. Written after the record, in the
+    summary folder: the next summary a round builds replaces the folder, and the file with it."""
+    state = {
+        "config": config_hash(cfg, 64),
+        "last_round": {k: _get(last, k) for k in ROUND_KEYS},
+        "trials": sorted(used),
+    }
+    write_text(outcome.summary_dir / FINISHED_FILE, json.dumps(state, indent=2))
+
+
+def _get(cfg: Config, dotted: str) -> Any:
+    section, key = dotted.split(".")
+    return getattr(getattr(cfg, section), key)
+
+
+def _finished(cfg: Config, rerun_failed: bool) -> AdaptiveOutcome | None:
+    """The outcome of this adaptive sweep when it finished before with this config and nothing changed since
+    (its last round's trials, results and published summary: sweep.finished_outcome); else None (the rounds run,
+    reusing every trial done)."""
+    try:
+        state = json.loads((summary_folder(cfg) / FINISHED_FILE).read_text(encoding="utf-8"))
+        record = json.loads((summary_folder(cfg) / "summary.json").read_text(encoding="utf-8"))["adaptive"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if state.get("config") != config_hash(cfg, 64):
+        return None
+    last = with_overrides(cfg, state["last_round"], "adaptive round")
+    outcome = finished_outcome(last, {tuple(t) for t in state["trials"]}, rerun_failed)
+    return None if outcome is None else AdaptiveOutcome(outcome, record)
 
 
 def _trials_left(budget: int | None, used: set[TrialId], clock: _Clock) -> int | None:
@@ -232,27 +273,18 @@ class _Clock:
         return f"{elapsed / 3600:.2f} h so far + {new_trials} trials at {self.training_s / self.trained:.0f} s each"
 
 
+ROUND_KEYS = ("sweep.seeds", "stats.look_alpha", "stats.dropped")  # what a round sets (_round_config)
+
+
 def _round_config(cfg: Config, states: dict[str, ModelState], alpha: float) -> Config:
     """The sweep of this round: every seed so far, each model's alpha for this look and its dropped resolutions
-    (kept in the plan so the summary keeps their rows, marked inferior; `_only` never trains their new seeds)."""
+    (kept in the plan so the summary keeps their rows, marked inferior; the round runs only the trials asked for:
+    run_sweep's ``only``)."""
     seeds = sorted(set().union(*(s.seeds for s in states.values())))
     dropped = {m: sorted(s.dropped) for m, s in states.items() if s.dropped}
     look_alpha = {m: (alpha if s.open() else s.alpha) for m, s in states.items()}
-    overrides = {"sweep.seeds": seeds, "stats.look_alpha": look_alpha, "stats.dropped": dropped}
+    overrides = dict(zip(ROUND_KEYS, (seeds, look_alpha, dropped), strict=True))
     return with_overrides(cfg, overrides, "adaptive round")
-
-
-def _only(wanted: set[TrialId], executor: Callable[..., list[TrialResult]] | None) -> Callable[..., list[TrialResult]]:
-    """An executor that runs only the trials of ``wanted`` (the decided models' new seeds stay untrained)."""
-
-    def run(todo: list[Any], **kwargs: Any) -> list[TrialResult]:
-        from resomap.sweep.executors import get_executor
-
-        chosen = [t for t in todo if (t.model, t.resolution, t.seed) in wanted]
-        inner = executor or get_executor(kwargs["cfg"].sweep.executor)
-        return inner(chosen, **kwargs) if chosen else []
-
-    return run
 
 
 def _look(look: int, alpha: float, wanted: set[TrialId], used: set[TrialId], open_models: list[ModelState]):

@@ -138,12 +138,15 @@ def run_sweep(
     rerun_failed: bool | None = None,
     report: Callable[[str], None] = log.info,
     wait: bool = False,
+    only: set[tuple[str, int, int]] | None = None,
 ) -> SweepOutcome:
     """Run the pending trials, then the summary. Another run of this sweep in this folder (holding its lock):
-    BusyError naming it, or with `wait` wait for it to end."""
+    BusyError naming it, or with `wait` wait for it to end. ``only``: the (model, resolution, seed) of the grid this
+    run plans (an adaptive round: the trials its rounds asked for; the others are neither run, summarised nor
+    waited for: the parent closes once these have results)."""
     cfg = pin_precision(cfg)  # auto decided once, for every trial, the parent run and the summary
     cfg = placed(cfg)  # sweep.ray.storage: the sweep's files go there, on the driver and every worker
-    trials = plan(cfg, check=False)
+    trials = [t for t in plan(cfg, check=False) if only is None or (t.model, t.resolution, t.seed) in only]
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
     todo = _todo(describe_plan(trials), rerun)
     if todo:  # bad input fails here, before anything is written (lock included)
@@ -152,6 +155,22 @@ def run_sweep(
         check_reachable(cfg, default_tracking_uri(cfg))  # a Ray head or tracking server that does not answer
     with sweep_lock(cfg, wait=wait, report=report):
         return _run_sweep(cfg, trials, executor, rerun, report)
+
+
+def finished_outcome(
+    cfg: Config, only: set[tuple[str, int, int]] | None = None, rerun_failed: bool = False
+) -> SweepOutcome | None:
+    """The outcome of this sweep (``only``: as run_sweep's) when there is nothing to do: every trial has its
+    result (none failed, with ``rerun_failed``), the summary was made from exactly these and is published; else
+    None. Reads files only."""
+    cfg = placed(pin_precision(cfg))
+    trials = [t for t in plan(cfg, check=False) if only is None or (t.model, t.resolution, t.seed) in only]
+    states = describe_plan(trials)
+    if any(s in ("pending", "partial", "unreadable") or (s == "failed" and rerun_failed) for _, s in states):
+        return None
+    out_dir = summary_folder(cfg)
+    unchanged = _unchanged(cfg, trials, out_dir)
+    return None if unchanged is None else SweepOutcome(unchanged[0], unchanged[1], out_dir, [], len(trials))
 
 
 def _todo(states: list[tuple[Trial, str]], rerun: bool) -> list[Trial]:
@@ -195,6 +214,11 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
             progress.eta.probes = probe(todo, report)  # trials run here, one after another: priced by a probe here
         new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
         progress.ended = time.perf_counter() - progress.start
+    estimates = _estimates(progress)
+    if estimates is not None:  # kept beside the summary until it holds them: a kill in the summary phase loses none
+        pending = Layout.of(cfg).pending_estimates()
+        pending.parent.mkdir(parents=True, exist_ok=True)
+        write_text(pending, estimates)
     if tracker.enabled and not tracker.disk_full and _needs_sync(trials):  # results logged while it was down
         parent = parent or open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
         report(_sync(trials, tracker, parent).line())
@@ -203,7 +227,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     if mixed and not moved:  # one warning line a run: the summary (summary.md, summary.json) lists the machines
         log.warning("%s (summary.md lists them)", mixed)
     seconds: dict[str, float] = {}
-    figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds, _estimates(progress))
+    figures = _summarise(results, cfg, out_dir, tracker, parent, trials, seconds, estimates)
     report(summary_line(seconds))
     closed = close_parent(tracker, parent, results, len(trials))
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
@@ -420,20 +444,25 @@ def _summarise(
     cross-resolution comparison of explanations, report.html and state.json, built in a staging folder and swapped
     in whole; then all logged to the parent run (only what it lacks or what changed, so publishing again is
     harmless). ``trials`` locate each result's folder (default: the sweep's plan); ``seconds`` (when given)
-    receives how long each part took; ``estimates``, this run's eta.csv (else the summary's earlier one is kept:
-    part of the folder, swapped in with it)."""
+    receives how long each part took; ``estimates``, this run's eta.csv (else the lines of a run killed before its
+    summary, `Layout.pending_estimates`, else the summary's earlier one is kept: part of the folder, swapped in
+    with it)."""
     clock = _Clock(seconds if seconds is not None else {})
     trials = trials if trials is not None else plan(cfg, check=False)
     folders = trial_folders(trials)
     staging = staging_dir(out_dir)
     try:
         built = _build_summary(results, cfg, staging, folders, clock)
+        pending = Layout.of_sweep_folder(out_dir).pending_estimates()
+        if estimates is None and pending.is_file():  # a run killed in its summary phase: its lines
+            estimates = pending.read_text(encoding="utf-8")
         if estimates is not None:
             write_text(staging / ESTIMATES_FILE, estimates)
         elif (out_dir / ESTIMATES_FILE).is_file():
             shutil.copy2(out_dir / ESTIMATES_FILE, staging / ESTIMATES_FILE)
         write_text(staging / STATE_FILE, _state(cfg, trials, parent, published=False))
         replace_dir(staging, out_dir)
+        pending.unlink(missing_ok=True)
     except Exception as exc:  # a full disk: said in one line naming the summary's file; the old summary stays
         full = disk_full(exc)
         if full is None:

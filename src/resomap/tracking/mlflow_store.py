@@ -283,6 +283,42 @@ class Tracker:
         for i in range(0, len(items), 1000):
             self._soft("log metrics", self.client.log_batch, run_id, metrics=items[i : i + 1000])
 
+    def replace_metrics(self, run_id: str, points: Mapping[str, Mapping[int, float]]) -> bool:
+        """Make each key's logged points exactly ``points[key]`` ({step: value}; empty: the key removed), so that a
+        value that changed is not a second point at its step. False (nothing done) where the store cannot: MLflow's
+        API has no way to delete or overwrite a logged metric, so this deletes the key's rows in a SQL store
+        (sqlite, PostgreSQL, MySQL: its `metrics` and `latest_metrics` tables) and logs the points again; an HTTP or
+        file store keeps what it holds."""
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        maker = getattr(store, "ManagedSessionMaker", None)
+        if maker is None or not points:
+            return False
+        if not self._soft("rewrite metrics", self._delete_metrics, maker, run_id, list(points)):
+            return False
+        by_step: dict[int, dict[str, float]] = {}
+        for key, steps in points.items():
+            for step, value in steps.items():
+                by_step.setdefault(int(step), {})[key] = value
+        for step, metrics in sorted(by_step.items()):
+            self.log_metrics(run_id, metrics, step=step)
+        return True
+
+    @staticmethod
+    def _delete_metrics(maker: Any, run_id: str, keys: list[str]) -> bool:
+        from sqlalchemy import text
+
+        try:
+            session_scope = maker(read_only=False)  # MLflow >= 3 marks write sessions
+        except TypeError:
+            session_scope = maker()
+        with session_scope as session:
+            for table in ("metrics", "latest_metrics"):
+                for key in keys:
+                    session.execute(
+                        text(f"DELETE FROM {table} WHERE run_uuid = :run AND key = :key"), {"run": run_id, "key": key}
+                    )
+        return True
+
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
@@ -397,6 +433,9 @@ class NullTracker:
 
     def artifact_paths(self, run_id: str) -> set[str]:
         return set()
+
+    def replace_metrics(self, run_id: str, points: Mapping[str, Mapping[int, float]]) -> bool:
+        return False
 
     def _nothing(self, *args: Any, **kwargs: Any) -> None:
         return None

@@ -341,6 +341,9 @@ def _log_model(
 # ---------------------------------------------------------------- the sweep's parent run
 
 
+BY_RESOLUTION = "by_resolution/"  # the parent's metrics drawn against resolution (step = resolution)
+
+
 def resolution_points(rows: list[Any], matrices: Mapping[str, Mapping[str, Any]]) -> dict:
     """key -> {resolution: value} for the parent run, so that MLflow's chart view draws each model's results
     against resolution (step = resolution): the summary rows' columns marked for it (`rows`: SummaryRows, read
@@ -351,7 +354,7 @@ def resolution_points(rows: list[Any], matrices: Mapping[str, Mapping[str, Any]]
 
     def add(model: str, name: str, resolution: Any, value: Any) -> None:
         if is_number(value) and value == value:  # not NaN
-            points.setdefault(f"by_resolution/{mlflow_name(model)}/{name}", {})[int(resolution)] = float(value)
+            points.setdefault(f"{BY_RESOLUTION}{mlflow_name(model)}/{name}", {})[int(resolution)] = float(value)
 
     for row in rows:
         for name, value in row.by_resolution().items():
@@ -366,14 +369,47 @@ def resolution_points(rows: list[Any], matrices: Mapping[str, Mapping[str, Any]]
     return points
 
 
-def log_metric_points(tracker: Any, run_id: str, points: dict[str, dict[int, float]]) -> None:
-    """Log the points (key -> {step: value}) the run does not hold yet."""
+def log_metric_points(
+    tracker: Any, run_id: str, points: dict[str, dict[int, float]], namespace: str | None = None
+) -> None:
+    """Make the run's points of each key those of ``points`` (key -> {step: value}): missing points are logged,
+    and a key whose logged points differ (a value changed, a step gone, a step logged twice) is rewritten
+    (Tracker.replace_metrics), so that the run follows its summary with one point per (key, step). With
+    ``namespace``, the run's keys under it that ``points`` lacks are removed. A store that cannot rewrite gets the
+    missing points only, and one warning."""
     try:
         run = tracker.get_run(run_id)
     except Exception as exc:  # the calls below are soft; without the run, nothing is known to be there
         log.log(warn_level(tracker), "MLflow: run %s not read (%s)", run_id, exc)
         return
-    _log_metrics_once(tracker, run, points)
+    held = set(run.data.metrics)
+    stale: dict[str, dict[int, float]] = {}
+    missing: dict[str, dict[int, float]] = {}
+    for key, steps in points.items():
+        history = [(m.step, m.value) for m in tracker.metric_history(run_id, key)] if key in held else []
+        if sorted(history) == sorted(steps.items()):
+            continue
+        if any(step in steps for step, _ in history):
+            stale[key] = steps
+        missing[key] = {step: value for step, value in steps.items() if step not in dict(history)}
+    if namespace:
+        stale.update({key: {} for key in held if key.startswith(namespace) and key not in points})
+    if stale and tracker.replace_metrics(run_id, stale):
+        missing = {key: steps for key, steps in missing.items() if key not in stale}
+    elif stale:
+        log.warning(
+            "MLflow: %s cannot rewrite a logged metric; %d chart(s) of run %s keep earlier values where the summary "
+            "changed (summary.csv is current)",
+            tracker.uri,
+            len(stale),
+            run_id,
+        )
+    by_step: dict[int, dict[str, float]] = {}
+    for key, steps in missing.items():
+        for step, value in steps.items():
+            by_step.setdefault(step, {})[key] = value
+    for step, metrics in sorted(by_step.items()):
+        tracker.log_metrics(run_id, metrics, step=step)
 
 
 def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, str, int], Mapping[int, Any]]) -> None:
@@ -435,17 +471,21 @@ def publish_sweep(
     best = best_recommended(summary)
     if best is not None:
         tags[BEST_TAG] = best
+    unrecommended = []
     for rec in summary.recommendations:
         if rec["resolution"] is not None and rec.get("recommended"):  # only with the evidence (the summary's rule)
             metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
+        else:
+            unrecommended.append(f"recommended_resolution/{mlflow_name(rec['model'])}")
         if rec["resolution"] is not None:
             metrics[f"reference_resolution/{mlflow_name(rec['model'])}"] = rec["reference"]
     for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
-    log_changed(tracker, parent, metrics, tags, drop=() if best is not None else (BEST_TAG,))
+    drop = () if best is not None else (BEST_TAG,)
+    log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=unrecommended)
     matrices = comparison.matrices if comparison is not None else {}
-    log_metric_points(tracker, parent, resolution_points(summary.rows, matrices))
+    log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
     publish_sweep_images(tracker, parent, images or {})
 
 
@@ -510,11 +550,17 @@ def headline(summary: Any) -> dict[str, str]:
 
 
 def log_changed(
-    tracker: Any, run_id: str, metrics: dict[str, float], tags: dict[str, str], drop: Iterable[str] = ()
+    tracker: Any,
+    run_id: str,
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    drop: Iterable[str] = (),
+    drop_metrics: Iterable[str] = (),
 ) -> None:
-    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing), and
-    delete the tags in ``drop`` that the run holds (an earlier summary's `resomap.best` once nothing is
-    recommended)."""
+    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing): a
+    metric the run holds with another value is rewritten at step 0 (Tracker.replace_metrics: one point, the
+    current value; a store that cannot rewrite gets a second point); delete the tags in ``drop`` and the metrics
+    in ``drop_metrics`` that the run holds (an earlier summary's `resomap.best` once nothing is recommended)."""
     try:
         run = tracker.get_run(run_id)
     except Exception:  # unreachable: log everything (the calls themselves are soft)
@@ -523,6 +569,10 @@ def log_changed(
     have_t = dict(run.data.tags) if run is not None else {}
     metrics = {k: float(v) for k, v in metrics.items() if have_m.get(k) != float(v)}
     tags = {k: str(v) for k, v in tags.items() if have_t.get(k) != str(v)}
+    changed = {k: {0: v} for k, v in metrics.items() if k in have_m}
+    changed.update({k: {} for k in drop_metrics if k in have_m and k not in metrics})
+    if changed and tracker.replace_metrics(run_id, changed):
+        metrics = {k: v for k, v in metrics.items() if k not in changed}
     if metrics:
         tracker.log_metrics(run_id, metrics)
     if tags:
