@@ -65,13 +65,18 @@ def resolution_axes(fig) -> list[tuple[str, set[int]]]:
 
 
 @pytest.fixture(scope="module")
-def drawn(tmp_path_factory) -> dict[str, dict]:
-    """stem -> {'problems', 'axes', 'dpi'} for every figure the tiny sweep saved."""
+def figures_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("figures")
+
+
+@pytest.fixture(scope="module")
+def drawn(figures_root) -> dict[str, dict]:
+    """stem -> {'problems', 'axes', 'dpi'} for every figure the tiny sweep saved (in figures_root)."""
     from matplotlib.figure import Figure
 
     from resomap.sweep.sweep import run_sweep
 
-    root = tmp_path_factory.mktemp("figures")
+    root = figures_root
     seeds = f"sweep.seeds=[{','.join(map(str, SEEDS))}]"
     cfg = tiny_sweep_config(root, MODELS, RESOLUTIONS, ("gradcam", "saliency"), 3, seeds)
     seen: dict[str, dict] = {}
@@ -135,7 +140,25 @@ def test_figures_are_saved_at_the_styles_dpi(tmp_path):
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(2, 1))
         ax.plot([0, 1], [0, 1])
-        png, pdf = save_figure(fig, tmp_path, "line")
+    png, pdf = save_figure(fig, tmp_path, "line")  # outside the style's context, as the sweep's figures are saved
     assert pdf.stat().st_size > 0
     dpi = Image.open(png).info.get("dpi")
     assert dpi is not None and round(dpi[0]) == STYLE["savefig.dpi"]
+
+
+def test_every_png_the_sweep_wrote_is_at_the_styles_dpi(drawn, figures_root):
+    """The files themselves: the sweep's figures and each trial's (confusion matrix, probe grids), as printed."""
+    from PIL import Image
+
+    from resomap.plotstyle import STYLE
+
+    # probe_images/ hold each map at its own pixels (PIL, for MLflow's image grid), not a printed figure
+    pngs = sorted(p for p in figures_root.rglob("*.png") if "probe_images" not in p.parts)
+    assert len(pngs) >= len(drawn)
+    low = {}
+    for png in pngs:
+        with Image.open(png) as image:
+            dpi = image.info.get("dpi")
+        if dpi is None or round(dpi[0]) != STYLE["savefig.dpi"]:
+            low[str(png.relative_to(figures_root))] = dpi
+    assert not low, low

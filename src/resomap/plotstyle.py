@@ -72,7 +72,8 @@ def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
     for path in paths:
-        save_atomic(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight"))
+        # the style's dpi given here: rc_context's savefig.dpi ends with the block that drew the figure
+        save_atomic(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", dpi=STYLE["savefig.dpi"]))
     plt.close(fig)
     log.debug("figure written: %s", paths[0])
     return paths

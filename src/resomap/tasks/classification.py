@@ -103,10 +103,14 @@ class ClassificationTask(Task):
         return metrics, y_true, y_pred, score
 
     def test_outputs(self, found, model, bundle, trainer, title, out_dir: Path) -> None:
+        from resomap.plotstyle import STYLE  # every figure printed at one dpi
         from resomap.tasks.metrics import confusion_matrix_figure
 
         fig = confusion_matrix_figure(found.y_true, found.y_pred, bundle.class_names, f"{title}: test confusion matrix")
-        save_atomic(out_dir / "confusion_matrix.png", lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight"))
+        save_atomic(
+            out_dir / "confusion_matrix.png",
+            lambda tmp: fig.savefig(tmp, dpi=STYLE["savefig.dpi"], bbox_inches="tight"),
+        )
 
     def write_records(self, matrix, out_dir: Path) -> Path | None:
         """predictions.csv: every test image's label and prediction at every test resolution (resomap.records)."""

@@ -77,13 +77,17 @@ class SegmentationTask(Task):
         return evaluate(trainer, forward, model, loader, prefix, num_classes)
 
     def test_outputs(self, found, model, bundle, trainer, title, out_dir: Path) -> None:
+        from resomap.plotstyle import STYLE  # every figure printed at one dpi
         from resomap.tasks.seg_metrics import confusion_figure, overlay_figure
 
         out_dir.mkdir(parents=True, exist_ok=True)
         fig = confusion_figure(found.y_pred, bundle.class_names, f"{title}: test pixel confusion matrix")
-        save_atomic(out_dir / "confusion_matrix.png", lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight"))
+        save_atomic(
+            out_dir / "confusion_matrix.png",
+            lambda tmp: fig.savefig(tmp, dpi=STYLE["savefig.dpi"], bbox_inches="tight"),
+        )
         overlays = overlay_figure(model, bundle, trainer, title)
-        save_atomic(out_dir / SEG_OVERLAYS_FILE, lambda tmp: overlays.savefig(tmp, dpi=100))
+        save_atomic(out_dir / SEG_OVERLAYS_FILE, lambda tmp: overlays.savefig(tmp, dpi=STYLE["savefig.dpi"]))
 
     def write_records(self, matrix, out_dir: Path) -> Path | None:
         """seg_predictions.csv: per test resolution and image, pixel accuracy, IoU, Dice and boundary F1."""
