@@ -620,3 +620,29 @@ def test_train_on_bad_data_says_one_line_and_leaves_nothing(project: Path, capsy
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("resomap: error: ") and message in err, (out, err)
     assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        (
+            ["data.limit=7"],
+            "data.split.val: expected a split whose val part holds at least 2 images, one per class (7 ",
+        ),
+        (["data.split.test=0.01"], "data.split.test: expected a split whose test part holds at least 2 images"),
+        (["data.limit=8", "data.split.test=0.45", "data.split.val=0.4"], "train part holds at least 2 images"),
+    ],
+)
+def test_a_split_part_without_every_class_exits_2_in_one_line_before_anything_is_made(
+    overrides, words, tmp_path, capsys
+):
+    """A test set of one image (or any part missing a class) is refused at load, as a stratified split would fail
+    it later: nothing written, no MLflow store."""
+    from resomap.cli import main
+
+    args = ["sweep", "--preset", "smoke", f"experiment.output_dir={tmp_path}", "explainability.probe_size=1"]
+    args += ["data.synthetic.num_images=60", *overrides]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and words in err, err
+    assert not list(tmp_path.iterdir())

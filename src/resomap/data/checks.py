@@ -71,6 +71,7 @@ def check_data(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
     if aug.high_resolution < 1:
         fail("data.augmentation.high_resolution", "an integer >= 1", aug.high_resolution)
     _check_tta(cfg, fail)
+    _check_split_sizes(cfg, fail)
     ex = cfg.explainability
     n = known_images(cfg) if ex.enabled else None
     if n is not None and 0 < cfg.data.split.test < 1:
@@ -81,6 +82,34 @@ def check_data(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
 
 
 register_check(check_data)  # run by the config loader on every load
+
+
+def split_sizes(n: int, val: float, test: float) -> dict[str, int]:
+    """The parts' sizes data.split.split_indices makes of n images (scikit-learn's train_test_split rounds each
+    carved part up: test first, then val from the rest)."""
+    test_n = test_images(n, test)
+    val_n = math.ceil(val / (1.0 - test) * (n - test_n))
+    return {"train": n - test_n - val_n, "val": val_n, "test": test_n}
+
+
+def _check_split_sizes(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    """Each part of the split holds at least one image of every class (a stratified split needs it; a test set
+    of one image decides nothing), when the dataset's size and classes are known from the config."""
+    split = cfg.data.split
+    n, classes = known_images(cfg), known_classes(cfg)
+    if n is None or not classes or not (0 < split.val < 1 and 0 < split.test < 1 and split.val + split.test < 1):
+        return
+    need = max(2, len(classes))
+    for part, size in split_sizes(n, split.val, split.test).items():
+        if size < need:
+            fraction = "test" if part == "test" else "val"
+            fail(
+                f"data.split.{fraction}",
+                f"a split whose {part} part holds at least {need} images, one per class ({n} images make a {part} "
+                f"part of {size}; change data.split or data.limit)",
+                getattr(split, fraction),
+            )
+            return
 
 
 def _check_tta(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
