@@ -162,3 +162,10 @@ def test_every_png_the_sweep_wrote_is_at_the_styles_dpi(drawn, figures_root):
         if dpi is None or round(dpi[0]) != STYLE["savefig.dpi"]:
             low[str(png.relative_to(figures_root))] = dpi
     assert not low, low
+
+
+def test_probe_grids_are_png_only_and_the_vector_figures_keep_their_pdf(drawn, figures_root):
+    grids = sorted(figures_root.rglob("*_probe*.*"))
+    assert any(p.suffix == ".png" for p in grids) and not [p for p in grids if p.suffix == ".pdf"], grids
+    for stem in ("accuracy_vs_resolution", "cost_vs_resolution"):
+        assert len(list(figures_root.rglob(f"{stem}.pdf"))) == 1, stem

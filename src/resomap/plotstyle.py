@@ -66,11 +66,12 @@ def resolution_axis(ax: plt.Axes, resolutions: Iterable[int], label: str = "inpu
     ax.set_xlabel(label)
 
 
-def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str) -> list[Path]:
-    """Write `stem`.png and `stem`.pdf under out_dir (atomically: resomap.atomic) and close the figure."""
+def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str, formats: Iterable[str] = ("png", "pdf")) -> list[Path]:
+    """Write `stem`.png and `stem`.pdf (or the ``formats`` given: a picture of images gains nothing as a vector
+    file) under out_dir (atomically: resomap.atomic) and close the figure."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
+    paths = [out / f"{stem}.{suffix}" for suffix in formats]
     for path in paths:
         # the style's dpi given here: rc_context's savefig.dpi ends with the block that drew the figure
         save_atomic(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", dpi=STYLE["savefig.dpi"]))

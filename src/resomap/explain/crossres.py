@@ -114,6 +114,9 @@ def verdicts_of(meta_by_res: dict, i: int) -> dict[int, Verdict]:
     return out
 
 
+PROBE_FORMATS = ("png",)  # grids of images and maps: a PDF would embed the same pixels, slower to write and read
+
+
 def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None = None) -> list[Path]:
     files: list[Path] = []
     metas = metas or {}
@@ -127,7 +130,7 @@ def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None =
             said = verdicts_of(metas.get(model, {}), i)
             verdicts = {m: said for m in methods}
             fig = probe_grid(imgs, grid, f"{model}: probe image {i}", verdicts=verdicts, shared=shared)
-            files += save_figure(fig, out_dir, f"{model}_probe{i}")
+            files += save_figure(fig, out_dir, f"{model}_probe{i}", formats=PROBE_FORMATS)
     models = sorted(maps)
     for method in sorted({m for pr in maps.values() for pm in pr.values() for m in pm}):
         for i in range(min(limit, 2)):  # per method: models x resolutions (rows are models)
@@ -139,7 +142,7 @@ def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None =
                 shared = [] if per_map_scaled(method) else models
                 title = f"{method}: models x resolutions, probe image {i}"
                 fig = probe_grid(imgs, rows, title, verdicts=verdicts, shared=shared)
-                files += save_figure(fig, out_dir, f"{method}_models_probe{i}")
+                files += save_figure(fig, out_dir, f"{method}_models_probe{i}", formats=PROBE_FORMATS)
     return files
 
 
