@@ -157,3 +157,17 @@ def test_the_eta_lines_of_a_run_killed_in_its_summary_phase_reach_the_next_summa
     rows = list(csv.DictReader((summary_folder(cfg) / "eta.csv").open()))
     assert sorted(r["trial"] for r in rows) == [f"tiny_cnn@{r}" for r in (16, 32, 64)]
     assert not list(summary_folder(cfg).parent.glob(".*.eta.csv"))  # the pending lines, now in the summary
+
+
+def test_log_metric_points_rewrites_a_changed_point_and_removes_what_the_summary_lacks(tmp_path):
+    from resomap.tracking import make_tracker
+    from resomap.tracking.publish import log_metric_points
+
+    tracker = make_tracker(_cfg(tmp_path))
+    run_id = tracker.start_run("parent")
+    log_metric_points(tracker, run_id, {"by_resolution/m/a": {16: 0.5, 32: 0.6}, "by_resolution/m/b": {16: 1.0}})
+    log_metric_points(tracker, run_id, {"by_resolution/m/a": {32: 0.7}}, namespace="by_resolution/")
+    points = _points(_client(tmp_path), run_id)
+    assert points == {"by_resolution/m/a": [(32, 0.7)]}  # 16 px gone from it, b gone, 32 px rewritten once
+    log_metric_points(tracker, run_id, {"by_resolution/m/a": {32: 0.7}, "other": {0: 1.0}}, namespace="by_resolution/")
+    assert _points(_client(tmp_path), run_id) == {"by_resolution/m/a": [(32, 0.7)], "other": [(0, 1.0)]}

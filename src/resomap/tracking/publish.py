@@ -389,8 +389,9 @@ def log_metric_points(
         history = [(m.step, m.value) for m in tracker.metric_history(run_id, key)] if key in held else []
         if sorted(history) == sorted(steps.items()):
             continue
-        if any(step in steps for step, _ in history):
-            stale[key] = steps
+        steps_held = [step for step, _ in history]
+        if len(set(steps_held)) < len(steps_held) or any(steps.get(step) != value for step, value in history):
+            stale[key] = steps  # a point changed, gone from the summary, or logged twice: only a rewrite mends it
         missing[key] = {step: value for step, value in steps.items() if step not in dict(history)}
     if namespace:
         stale.update({key: {} for key in held if key.startswith(namespace) and key not in points})
