@@ -117,6 +117,44 @@ def test_parallel_workers_take_the_pending_trials_in_turn():
     assert per_pixel.seconds_left() == pytest.approx(2 * 5.0)
 
 
+def test_ray_slots_are_the_cluster_over_a_trials_request():
+    from resomap.sweep.executors import _ray_slots
+
+    assert _ray_slots({"CPU": 16.0}, 2.0, 0) == 8
+    assert _ray_slots({"CPU": 16.0, "GPU": 2.0}, 2.0, 1.0) == 2  # the GPUs are fewer
+    assert _ray_slots({"CPU": 16.0, "GPU": 4.0}, 1.0, 0.5) == 8
+    assert _ray_slots({"CPU": 1.0}, 2.0, 0) == 1  # at least one
+
+
+def test_a_probe_run_in_a_worker_reaches_the_driver_whole(tmp_path: Path):
+    from resomap.sweep.executors import probe_from_specs, probes_from, trial_spec
+    from resomap.sweep.plan import plan
+
+    cfg = tiny_sweep_config(tmp_path, ["tiny_cnn"], [16, 32], ["saliency"], 2, "system.threads=1")
+    trials = plan(cfg, check=False)
+    answer = json.loads(json.dumps(probe_from_specs([trial_spec(t, None) for t in trials])))  # as a worker prints it
+    probes = probes_from(answer)
+    assert sorted(probes) == [("tiny_cnn", 16), ("tiny_cnn", 32)]
+    assert all(p.train_s > 0 and p.prepare_s > 0 and p.explain_s > 0 and p.epochs == 1 for p in probes.values())
+    assert len(answer["lines"]) == 1 and "cost probe: 2 model x resolution pair(s)" in answer["lines"][0]
+
+
+def test_a_probe_workers_answer_sets_the_probes_and_a_broken_one_leaves_the_eta_per_pixel():
+    import io
+    from types import SimpleNamespace
+
+    from resomap.sweep.executors import _probe_collected
+
+    answer = {"probes": {"tiny_cnn@32": {"train_s": 2.0, "image_s": 1e-4, "explain_s": 5.0}}, "lines": ["probed"]}
+    progress, lines = SimpleNamespace(eta=Eta([("tiny_cnn", 32)])), []
+    proc = SimpleNamespace(stdout=io.StringIO("a stray print\n" + json.dumps(answer) + "\n"), returncode=0)
+    _probe_collected(proc, progress, lines.append, "GPU 0")
+    assert progress.eta.probes == {("tiny_cnn", 32): Probe(2.0, 1e-4, explain_s=5.0)} and lines == ["probed (GPU 0)"]
+    broken = SimpleNamespace(eta=Eta([("tiny_cnn", 32)]))
+    _probe_collected(SimpleNamespace(stdout=io.StringIO("Traceback ...\n"), returncode=1), broken, lines.append, "x")
+    assert broken.eta.probes == {} and len(lines) == 1
+
+
 def _outputs(root: Path) -> dict[str, tuple]:
     out = {}
     for path in sorted((root / "model_summaries").glob("*/*/*/seed*/result.json")):  # <experiment>/<model>/<res>
