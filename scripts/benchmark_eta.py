@@ -3,14 +3,19 @@ their ratio (max(eta/actual, actual/eta)); beside it what the old estimate (the 
 trials left) would have said on the same line. The target is every line within 1.5x.
 
 Reads the eta.csv a sweep writes beside its summary (model_summaries/_sweep/<name>/eta.csv); with --run, first runs
-`resomap sweep --preset <preset>` in a new folder (the quickstart: about 4-5 min on 2 cores) and reads its file.
-With --replay FOLDER (a finished sweep of --preset there), the estimator of this code is replayed on the trials as
-they ran (their seconds, training seconds and epochs from eta.csv and result.json) with the cost probe measured again
-now (seconds: the cache is there): how an estimator change would have done on a sweep without running it again.
+`resomap sweep --preset <preset>` in a new folder (the quickstart: about 9 min on 2 cores) and reads its file.
+With --imagefolder, the sweep is one on data the preset was not tuned on: a folder of generated PNG images (600 by
+default, 128 px RGB, two classes: a bright disk or a bright square on noise) made in the new folder, tiny_cnn at 32,
+64 and 128 px x 2 seeds with every other setting as configs/ has it (explanations with ROAD and the sanity check:
+about 5 min on 2 cores). With --replay FOLDER (a finished sweep of --preset there, or of --imagefolder), the
+estimator of this code is replayed on the trials as they ran (their seconds, training seconds and epochs from
+eta.csv and result.json) with the cost probe measured again now (seconds: the cache is there): how an estimator
+change would have done on a sweep without running it again.
 
     python scripts/benchmark_eta.py --run [--preset quickstart] [overrides...]
+    python scripts/benchmark_eta.py --run --imagefolder [--images 600] [overrides...]
     python scripts/benchmark_eta.py model_summaries/_sweep/resomap-quickstart/eta.csv
-    python scripts/benchmark_eta.py --replay DIR --preset elpv_paper
+    python scripts/benchmark_eta.py --replay DIR [--preset elpv_paper | --imagefolder]
 """
 
 from __future__ import annotations
@@ -25,6 +30,42 @@ import time
 from pathlib import Path
 
 TARGET = 1.5
+IMAGES = "images"  # the generated image folder, inside the sweep's folder
+
+
+def make_images(root: Path, count: int, size: int = 128, seed: int = 0) -> Path:
+    """`count` PNG images of `size` px in root/disk/ and root/square/: noise with a bright disk or a bright square
+    of random size, place and brightness (a task tiny_cnn learns in a few epochs); the same images for a seed."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size]
+    for k, name in enumerate(("disk", "square")):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(count // 2 + (k < count % 2)):
+            image = rng.normal(110, 30, (size, size, 3))
+            r = rng.uniform(0.12, 0.22) * size
+            cx, cy = rng.uniform(r, size - r, 2)
+            if name == "disk":
+                inside = np.hypot(xx - cx, yy - cy) < r
+            else:  # the same area as the disk
+                inside = np.maximum(abs(xx - cx), abs(yy - cy)) < r * 0.886
+            image[inside] += rng.uniform(40, 80)
+            Image.fromarray(np.clip(image, 0, 255).astype(np.uint8), "RGB").save(root / name / f"{i:04d}.png")
+    return root
+
+
+def imagefolder_overrides(folder: Path) -> list[str]:
+    """The --imagefolder sweep: tiny_cnn at 32, 64 and 128 px x 2 seeds on the images in `folder`."""
+    return [
+        "data.dataset=imagefolder",
+        f"data.imagefolder.root={folder / IMAGES}",
+        "sweep.models=[tiny_cnn]",
+        "sweep.resolutions=[32,64,128]",
+        "sweep.seeds=[42,43]",
+        "experiment.name=eta-imagefolder",
+    ]
 
 
 def read(path: Path) -> list[dict[str, str]]:
@@ -88,23 +129,36 @@ def replay(folder: Path, preset: str, overrides: list[str]) -> list[dict[str, st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("csv", nargs="?", type=Path, help="a sweep's eta.csv")
+    parser.add_argument("items", nargs="*", metavar="ETA_CSV | key=value", help="a sweep's eta.csv; dotted config "
+                        "overrides for --run / --replay")  # fmt: skip
     parser.add_argument("--run", action="store_true", help="run the preset first, in a new folder")
+    parser.add_argument("--imagefolder", action="store_true", help="the sweep on generated images (implies --run)")
+    parser.add_argument("--images", type=int, default=600, help="--imagefolder: how many images (default 600)")
     parser.add_argument("--replay", type=Path, metavar="FOLDER", help="replay this code's estimator on a sweep there")
     parser.add_argument("--preset", default="quickstart")
-    parser.add_argument("overrides", nargs="*", help="dotted config overrides for --run / --replay")
     args = parser.parse_args()
+    # one list: argparse would give the first override to an optional positional eta.csv
+    args.overrides = [x for x in args.items if "=" in x]
+    files = [Path(x) for x in args.items if "=" not in x]
+    args.csv = files[0] if files else None
+    if args.imagefolder:
+        args.preset = "default"
     if args.replay:
-        rows = replay(args.replay.resolve(), args.preset, args.overrides)
+        extra = imagefolder_overrides(args.replay.resolve()) if args.imagefolder else []
+        rows = replay(args.replay.resolve(), args.preset, [*extra, *args.overrides])
         new, _ = table(rows)
         print(f"ETA (this code, replayed): {sum(r <= TARGET for r in new)}/{len(new)} lines within {TARGET}x, "
               f"worst {max(new):.2f}x")  # fmt: skip
         return 0
-    if args.run:
+    if args.run or args.imagefolder:
         root = Path(__file__).resolve().parents[1]
         folder = Path(tempfile.mkdtemp(prefix="resomap-eta-"))
+        extra = []
+        if args.imagefolder:
+            make_images(folder / IMAGES, args.images)
+            extra = imagefolder_overrides(folder)
         cmd = [str(Path(sys.executable).with_name("resomap")), "sweep", "--config-dir", str(root / "configs"),
-               "--preset", args.preset, *args.overrides]  # fmt: skip
+               "--preset", args.preset, *extra, *args.overrides]  # fmt: skip
         start = time.perf_counter()
         subprocess.run(cmd, cwd=folder, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         print(f"sweep in {time.perf_counter() - start:.0f} s ({folder}); load average now {os.getloadavg()[0]:.2f}")

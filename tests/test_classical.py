@@ -63,6 +63,25 @@ def test_a_saved_fit_loads_into_a_fresh_model_and_other_sizes_are_resized_to_the
         assert fresh(big).shape == (5, 2)  # a 16 px input is resized to the 8 px the model was fitted on
 
 
+def test_the_probe_prices_the_penalty_grid_on_the_line_between_its_timed_ends(monkeypatch):
+    # a fake clock: each fit takes 1 s at the strongest penalty and twice as long per step to 16 s at the weakest
+    import time
+
+    model = PixelLogistic(1, 2)
+    clock = [0.0]
+    fitted = []
+
+    def fit(x, y, penalty, sample_weight=None):
+        fitted.append(penalty)
+        clock[0] += 2.0 ** model.penalties.index(penalty)
+
+    monkeypatch.setattr(model, "fit_arrays", fit)
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    x, y = _images(10, 2, 4)
+    assert model.probe_fit_seconds(x.reshape(10, -1), y) == pytest.approx(1 + 2 + 4 + 8 + 16)
+    assert fitted == [model.penalties[0], model.penalties[-1]]  # only the two ends are fitted
+
+
 def _read(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))

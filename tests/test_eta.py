@@ -1,5 +1,6 @@
-"""The sweep's ETA (resomap.sweep.eta): remaining trials weighed by what a probe measured for each, calibrated on
-the trials done; the probe changes no result; the sweep records how good each estimate was (eta.csv)."""
+"""The sweep's ETA (resomap.sweep.eta): remaining trials weighed by what a probe measured for each (training
+steps, the trial's data and model, its explanations), calibrated on the trials done, on as many workers as the
+executor runs at once; the probe changes no result; the sweep records how good each estimate was (eta.csv)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_sweep_config
-from resomap.sweep.eta import Eta, Probe, _line
+from resomap.sweep.eta import Eta, Probe, makespan
 
 
 def test_a_trial_is_priced_by_its_probe_not_by_the_mean_of_those_done():
@@ -52,13 +53,45 @@ def test_early_stopping_is_priced_by_the_share_of_epochs_trials_ran():
     assert eta._epoch_share("lr", probes[("lr", 32)]) == 1.0  # another budget (5 fits): not priced by the CNN's
 
 
-def test_rest_of_a_trial_follows_its_cost_per_image_and_drops_the_first_trial_once_others_exist():
-    probes = {("m", r): Probe(0.0, r * 1e-3) for r in (16, 32, 64, 128)}
+def test_early_stopping_share_is_learned_per_model():
+    # two models planned for 20 epochs: a stops at 5, b runs all 20; each pending trial is priced by its own model
+    probes = {(m, r): Probe(20.0 * r / 32, 1e-4, 20, 6) for m in ("a", "b", "c") for r in (32, 64)}
+    eta = Eta([(m, r) for m in ("a", "b", "c") for r in (32, 64)], probes)
+    eta.finished(("a", 32), 6.0, 5.0, epochs=5)
+    eta.finished(("b", 32), 21.0, 20.0, epochs=20)
+    assert eta._epoch_share("a", probes[("a", 64)]) == pytest.approx(0.25)
+    assert eta._epoch_share("b", probes[("b", 64)]) == pytest.approx(1.0)
+    assert eta._epoch_share("c", probes[("c", 64)]) == pytest.approx(0.625)  # not run yet: the same budget's mean
+    fresh = Probe(20.0, 1e-4, 20, 5)
+    assert Eta([("d", 32)], {("d", 32): fresh})._epoch_share("d", fresh) == pytest.approx(0.5)  # sqrt(5 / 20)
+
+
+def test_rest_of_a_trial_is_what_the_probe_measured_plus_what_the_models_trials_spent_besides():
+    # the explanations (ROAD, sanity re-explanations) grow with the resolution far faster than the rest of a trial;
+    # only the probe can tell it before the model has run there
+    probes = {
+        ("m", 32): Probe(1.0, 1e-4, prepare_s=0.1, explain_s=4.0),
+        ("m", 128): Probe(10.0, 2e-3, prepare_s=0.3, explain_s=80.0),
+        ("n", 128): Probe(20.0, 4e-3, prepare_s=0.5, explain_s=90.0),
+    }
+    eta = Eta([("m", 32), ("m", 128), ("n", 128)], probes)
+    eta.finished(("m", 32), 1.0 + 0.1 + 4.0 + 5.0, 1.0)  # 5 s of testing, profiling and MLflow besides
+    assert eta.trial_seconds(("m", 128)) == pytest.approx(10.0 + 0.3 + 80.0 + 5.0)
+    assert eta.trial_seconds(("n", 128)) == pytest.approx(20.0 + 0.5 + 90.0 + 5.0)  # not run yet: all trials' 5 s
+    # the trial's data and model, as the probe timed them, count too: a slower data build costs that much more
+    slower = Eta([("m", 128)], probes | {("m", 128): Probe(10.0, 2e-3, prepare_s=3.3, explain_s=80.0)})
+    slower.finished(("m", 32), 1.0 + 0.1 + 4.0 + 5.0, 1.0)
+    assert slower.trial_seconds(("m", 128)) - eta.trial_seconds(("m", 128)) == pytest.approx(3.0)
+
+
+def test_rest_leaves_out_the_first_trial_once_two_others_exist():
+    probes = {("m", r): Probe(0.0, r * 1e-3, explain_s=r / 8) for r in (16, 32, 64, 128)}
     eta = Eta([("m", 16), ("m", 32), ("m", 64), ("m", 128)], probes)
-    eta.finished(("m", 16), 60.0, 0.0)  # the first trial: start-up and imports
-    eta.finished(("m", 32), 2.0 + 32e-3 * 100, 0.0)
-    eta.finished(("m", 64), 2.0 + 64e-3 * 100, 0.0)
-    assert eta.seconds_left() == pytest.approx(2.0 + 128e-3 * 100)  # a = 2, b = 100 without the first trial
+    eta.finished(("m", 16), 60.0 + 2.0 + 2.0, 0.0)  # the first trial: 60 s of start-up and imports
+    eta.finished(("m", 32), 4.0 + 2.0, 0.0)
+    assert eta.seconds_left() == pytest.approx(8.0 + 16.0 + 2 * (62.0 + 2.0) / 2)  # one other: still counted
+    eta.finished(("m", 64), 8.0 + 2.0, 0.0)
+    assert eta.seconds_left() == pytest.approx(16.0 + 2.0)
 
 
 def test_without_a_probe_a_trial_costs_per_pixel_its_models_or_the_pooled_rate():
@@ -69,11 +102,57 @@ def test_without_a_probe_a_trial_costs_per_pixel_its_models_or_the_pooled_rate()
     assert eta.seconds_left() == pytest.approx(16.0)
 
 
-def test_line_fit_keeps_both_terms_non_negative():
-    assert _line([1, 2, 3], [3, 5, 7]) == pytest.approx((1.0, 2.0))
-    assert _line([1, 2, 3], [7, 5, 3]) == pytest.approx((5.0, 0.0))  # falling: the mean
-    assert _line([1, 2, 3], [1, 4, 7])[0] == 0.0  # negative intercept: through the origin
-    assert _line([2, 2], [3, 5]) == pytest.approx((4.0, 0.0))
+def test_parallel_workers_take_the_pending_trials_in_turn():
+    assert makespan([4.0, 4.0, 4.0, 4.0], 1) == 16.0
+    assert makespan([4.0, 4.0, 4.0, 4.0], 2) == 8.0
+    assert makespan([10.0, 1.0, 1.0], 2) == 10.0  # the long trial decides
+    assert makespan([3.0], 4) == 3.0  # fewer trials than workers: the longest, not a quarter of it
+    probes = {("m", 32): Probe(2.0, 1e-4)}
+    one, four = Eta([("m", 32)] * 5, probes), Eta([("m", 32)] * 5, probes, slots=4)
+    for eta in (one, four):
+        eta.finished(("m", 32), 3.0, 2.0)
+    assert one.seconds_left() == pytest.approx(4 * 3.0) and four.seconds_left() == pytest.approx(3.0)
+    per_pixel = Eta([("m", 32)] * 9, slots=4)  # without a probe too
+    per_pixel.finished(("m", 32), 5.0, 4.0)
+    assert per_pixel.seconds_left() == pytest.approx(2 * 5.0)
+
+
+def test_ray_slots_are_the_cluster_over_a_trials_request():
+    from resomap.sweep.executors import _ray_slots
+
+    assert _ray_slots({"CPU": 16.0}, 2.0, 0) == 8
+    assert _ray_slots({"CPU": 16.0, "GPU": 2.0}, 2.0, 1.0) == 2  # the GPUs are fewer
+    assert _ray_slots({"CPU": 16.0, "GPU": 4.0}, 1.0, 0.5) == 8
+    assert _ray_slots({"CPU": 1.0}, 2.0, 0) == 1  # at least one
+
+
+def test_a_probe_run_in_a_worker_reaches_the_driver_whole(tmp_path: Path):
+    from resomap.sweep.executors import probe_from_specs, probes_from, trial_spec
+    from resomap.sweep.plan import plan
+
+    cfg = tiny_sweep_config(tmp_path, ["tiny_cnn"], [16, 32], ["saliency"], 2, "system.threads=1")
+    trials = plan(cfg, check=False)
+    answer = json.loads(json.dumps(probe_from_specs([trial_spec(t, None) for t in trials])))  # as a worker prints it
+    probes = probes_from(answer)
+    assert sorted(probes) == [("tiny_cnn", 16), ("tiny_cnn", 32)]
+    assert all(p.train_s > 0 and p.prepare_s > 0 and p.explain_s > 0 and p.epochs == 1 for p in probes.values())
+    assert len(answer["lines"]) == 1 and "cost probe: 2 model x resolution pair(s)" in answer["lines"][0]
+
+
+def test_a_probe_workers_answer_sets_the_probes_and_a_broken_one_leaves_the_eta_per_pixel():
+    import io
+    from types import SimpleNamespace
+
+    from resomap.sweep.executors import _probe_collected
+
+    answer = {"probes": {"tiny_cnn@32": {"train_s": 2.0, "image_s": 1e-4, "explain_s": 5.0}}, "lines": ["probed"]}
+    progress, lines = SimpleNamespace(eta=Eta([("tiny_cnn", 32)])), []
+    proc = SimpleNamespace(stdout=io.StringIO("a stray print\n" + json.dumps(answer) + "\n"), returncode=0)
+    _probe_collected(proc, progress, lines.append, "GPU 0")
+    assert progress.eta.probes == {("tiny_cnn", 32): Probe(2.0, 1e-4, explain_s=5.0)} and lines == ["probed (GPU 0)"]
+    broken = SimpleNamespace(eta=Eta([("tiny_cnn", 32)]))
+    _probe_collected(SimpleNamespace(stdout=io.StringIO("Traceback ...\n"), returncode=1), broken, lines.append, "x")
+    assert broken.eta.probes == {} and len(lines) == 1
 
 
 def _outputs(root: Path) -> dict[str, tuple]:

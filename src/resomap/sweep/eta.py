@@ -2,23 +2,37 @@
 trials done.
 
 The mean time of the trials done is a poor guide: a 128 px trial costs many times a 32 px one, and a model not yet
-run costs what it costs. So before the first trial (local executor, `sweep.cost_probe`), `probe` builds each
-pending pair's data (as its trial will: the resolution cache it makes is the one the trial then reads) and model,
-and times a few real training steps through the Trainer's own step (`Trainer.probe_seconds`): the pair's predicted
-training seconds and its seconds per image of a training step. A pending trial then costs
+run costs what it costs. So before the first trial (`sweep.cost_probe`), `probe` does for each pending pair what its
+trial will do, on a small scale: builds the pair's data (decoding and caching the resolution, as the trial would:
+the cache it makes is the one the trial then reads) and model, and times
+
+    the trial's own first step: its data (from that cache) and its model, built again (`Probe.prepare_s`);
+    a few real training steps through the Trainer's own step (`Trainer.probe_seconds`): the pair's predicted
+               training seconds and its seconds per image of a training step;
+    the trial's explanation stage on one probe image (`explain_s`: that image's seconds, without the explainers'
+               one-time set-up, x the probe images): the part of a trial outside training that grows with the
+               resolution (ROAD's imputation, the sanity check's re-explanations: on the default settings most of
+               a 128 px tiny_cnn trial), which the trials done at one resolution cannot tell.
+
+A pending trial then costs
 
     training:  the predicted seconds x the share of its planned epochs it will run (early stopping: the mean share
                of that model's trials done, else of those with as many planned epochs, else the geometric middle
                of the fewest early stopping allows and all of them) x k, k = measured /
                predicted seconds per epoch of the trials done (that model's own, shrunk toward all trials',
                shrunk toward 1: the probe counts as one trial)
-    the rest:  a + b x (seconds per image), fitted on that model's trials done (test evaluation at every
-               resolution, profiling, explanations and MLflow, which grow with the model's cost per image); the
-               mean of all trials done for a model not yet run
+    the rest:  prepare_s + explain_s + what the model's trials done took besides these and their training (test
+               evaluation, profiling, MLflow: the mean of that model's, else of all trials done; the first trial,
+               which carries the process's one-time imports, counts only until two others exist)
 
-Without a probe (the Ray and local-gpus executors run trials elsewhere; sweep.cost_probe=false; a pair whose probe
-failed) a pending trial costs what that model's done trials cost per pixel, or a model not yet run the mean per
-pixel of those that have.
+and the ETA is the time `slots` parallel workers take for them, each taking the next pending trial when free (one
+worker: their sum). The executors that run several trials at once say how many (`slots`): local-gpus one per
+visible GPU, ray as many as the cluster's CPUs and GPUs hold at the per-trial request. They run the probe where the
+trials run: local-gpus in a worker process on the first GPU, ray as a task with a trial's resources, each beside
+the first trials (the ETA of a trial finished before the probe is per pixel).
+
+Without a probe (sweep.cost_probe=false; a pair whose probe failed) a pending trial costs what that model's done
+trials cost per pixel, or a model not yet run the mean per pixel of those that have.
 
 Written by hand: no library estimates the run time of a list of heterogeneous jobs from a probe of each.
 """
@@ -45,6 +59,12 @@ class Probe:
     image_s: float  # seconds per image of one training step
     epochs: int = 0  # the epochs (a closed-form model: fits) train_s is for; 0: not known
     fewest: int = 0  # the fewest epochs it can run (early stopping's patience + 1, at most `epochs`); 0: `epochs`
+    prepare_s: float = 0.0  # the trial's data (from the resolution cache) and model, built
+    explain_s: float = 0.0  # its explanations of the probe set beyond the explainers' set-up; 0: not measured
+
+    def fixed_s(self) -> float:
+        """The seconds of the trial outside training that the probe measured."""
+        return self.prepare_s + self.explain_s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +76,13 @@ class Done:
 
 
 class Eta:
-    """Seconds left for the pending trials; `finished` moves a trial from pending to done."""
+    """Seconds left for the pending trials on `slots` parallel workers; `finished` moves a trial from pending to
+    done."""
 
-    def __init__(self, pending: list[Pair], probes: dict[Pair, Probe] | None = None):
+    def __init__(self, pending: list[Pair], probes: dict[Pair, Probe] | None = None, slots: int = 1):
         self.pending = list(pending)
         self.probes = dict(probes or {})
+        self.slots = max(int(slots), 1)
         self.done: list[Done] = []
 
     def finished(self, pair: Pair, seconds: float, train_s: float | None, epochs: int = 0) -> None:
@@ -69,18 +91,18 @@ class Eta:
         self.done.append(Done(pair, float(seconds), train_s, int(epochs or 0)))
 
     def seconds_left(self) -> float | None:
-        """The predicted seconds of every pending trial, or None before any trial finished (nothing to calibrate
-        the rest of a trial on) or with none pending."""
+        """The predicted wall seconds of every pending trial, or None before any trial finished (nothing to
+        calibrate the rest of a trial on) or with none pending."""
         if not self.pending or not self.done:
             return None
-        return sum(self.trial_seconds(pair) for pair in self.pending)
+        return makespan([self.trial_seconds(pair) for pair in self.pending], self.slots)
 
     def trial_seconds(self, pair: Pair) -> float:
         probe = self.probes.get(pair)
         if probe is None:
             return self._per_pixel(pair)
         train = probe.train_s * self._epoch_share(pair[0], probe) * self._train_factor(pair[0])
-        return train + self._rest(pair[0], probe.image_s)
+        return train + max(probe.fixed_s() + self._rest(pair[0]), 0.0)
 
     def _calibrated(self) -> list[tuple[Done, Probe]]:
         return [(d, self.probes[d.pair]) for d in self.done if d.train_s is not None and d.pair in self.probes]
@@ -116,21 +138,19 @@ class Eta:
         prior = sum(pooled) / (len(pooled) + PRIOR_WEIGHT)
         return math.exp((sum(own) + PRIOR_WEIGHT * prior) / (len(own) + PRIOR_WEIGHT))
 
-    def _rest(self, model: str, image_s: float) -> float:
-        """A trial's seconds outside training: a + b x image_s, least squares (a, b >= 0) over this model's trials
-        done; the mean of all trials done for a model not yet run (another model's slope says nothing of this one's:
-        pixel_logreg's rest grows with resolution while its training step costs next to nothing). The first trial
-        carries the process's one-time imports and start-up; it counts only until two others exist."""
+    def _rest(self, model: str) -> float:
+        """What a trial spends outside its training and the parts the probe measured (test evaluation, profiling,
+        MLflow): the mean over this model's trials done, else over all trials done. The first trial carries the
+        process's one-time imports and start-up; it counts only until two others exist. Not a line in the seconds
+        per image: extrapolated from the few resolutions done, a slope through two noisy probe timings priced the
+        next resolution's trials at many times their cost."""
         rows = self._calibrated()
         if len(rows) > 2:
             rows = rows[1:]
         if not rows:
             return statistics.mean(max(d.seconds - (d.train_s or 0.0), 0.0) for d in self.done)
-        own = [(p.image_s, max(d.seconds - d.train_s, 0.0)) for d, p in rows if d.pair[0] == model]
-        if not own:
-            return statistics.mean(max(d.seconds - d.train_s, 0.0) for d, _ in rows)
-        a, b = _line([x for x, _ in own], [y for _, y in own])
-        return a + b * image_s
+        own = [d.seconds - d.train_s - p.fixed_s() for d, p in rows if d.pair[0] == model]
+        return statistics.mean(own or [d.seconds - d.train_s - p.fixed_s() for d, p in rows])
 
     def _per_pixel(self, pair: Pair) -> float:
         """Without a probe: this model's seconds per pixel over its trials done, else the mean of every model's,
@@ -143,20 +163,16 @@ class Eta:
         return rate * pair[1] ** 2
 
 
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """(a, b) of y = a + b x by least squares with a, b >= 0 (the mean when x does not vary)."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx <= 0:
-        return my, 0.0
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    a = my - b * mx
-    if b < 0:
-        return my, 0.0
-    if a < 0:  # through the origin
-        return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
-    return a, b
+def makespan(seconds: list[float], slots: int) -> float:
+    """The wall time of jobs taken in order by `slots` workers, each taking the next job when free: their sum on
+    one worker; the longest job when there are no more jobs than workers."""
+    if slots <= 1:
+        return sum(seconds)
+    free = [0.0] * slots
+    for s in seconds:
+        i = free.index(min(free))
+        free[i] += s
+    return max(free)
 
 
 def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[Pair, Probe]:
@@ -165,7 +181,7 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     Nothing here changes what a trial computes: each trial seeds itself, and the data cache holds the same
     images whoever builds it."""
     from resomap.runtime import apply_system, resolve_device
-    from resomap.sweep.trial import prepare_trial
+    from resomap.sweep.trial import prepare_data, prepare_trial
     from resomap.training import Trainer
     from resomap.training.threads import kept_threads
 
@@ -174,23 +190,61 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
         first.setdefault((trial.model, trial.resolution), trial)
     out: dict[Pair, Probe] = {}
     start = time.perf_counter()
+    decode = 0.0
+    warm = True  # the explanation libraries' first imports and calls, paid once, before any explanation is timed
     for pair, trial in first.items():
         cfg = trial.cfg
         try:
             device = resolve_device(cfg.system)
             with kept_threads():  # at the config's count (0: torch's default), the caller's count put back
                 apply_system(cfg.system, device)
+                t0 = time.perf_counter()
+                prepare_data(trial, cfg, device)  # decodes and caches the resolution: the trials read that cache
+                t1 = time.perf_counter()
                 prepared = prepare_trial(trial, cfg, device)  # as the trial builds them (grad checkpointing too)
+                t2 = time.perf_counter()
                 train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(prepared.model, prepared.bundle)
+                explain_s = _explain_seconds(trial, prepared, device, train_s, warm)
+                warm = warm and not cfg.explainability.enabled
+            decode += t1 - t0
             stopping = cfg.training.early_stopping
             fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs
-            out[pair] = Probe(train_s, image_s, epochs, fewest)
+            out[pair] = Probe(train_s, image_s, epochs, fewest, t2 - t1, explain_s)
         except Exception as exc:  # priced per pixel instead; the trial itself says what is wrong
             log.info("cost probe of %s@%s failed (%s: %s)", pair[0], pair[1], type(exc).__name__, exc)
     if out:
-        total = sum(p.train_s for p in out.values())
+        train = sum(p.train_s for p in out.values())
+        rest = sum(p.fixed_s() for p in out.values())
         report(
-            f"[sweep] cost probe: {len(out)} model x resolution pair(s) in {time.perf_counter() - start:.1f} s; "
-            f"training one trial of each predicted at {total / 60:.1f} min (all planned epochs)"
+            f"[sweep] cost probe: {len(out)} model x resolution pair(s) in {time.perf_counter() - start:.1f} s "
+            f"(data {decode:.1f} s); one trial of each: training predicted at {train / 60:.1f} min (all planned "
+            f"epochs), data, model and explanations at {rest / 60:.1f} min"
         )
     return out
+
+
+def _explain_seconds(trial: Any, prepared: Any, device: Any, train_s: float, warm: bool) -> float:
+    """The trial's explanation stage for its probe set (0 with explainability off), from that stage run on one
+    probe image (in a folder thrown away): the image's seconds without the explainers' one-time set-up
+    (build_seconds), x the probe images. `warm`: first an untimed run, so the first pair does not pay the
+    libraries' imports. The stage is given the predicted training seconds, so explainability.budget_share skips
+    what the trial would skip."""
+    import tempfile
+    from pathlib import Path
+
+    from resomap.stages import explain_stage
+
+    cfg = trial.cfg
+    if not cfg.explainability.enabled:
+        return 0.0
+    one = dataclasses.replace(cfg, explainability=dataclasses.replace(cfg.explainability, probe_size=1))
+    for untimed in (True, False) if warm else (False,):
+        with tempfile.TemporaryDirectory(prefix="resomap-probe-") as folder:
+            t0 = time.perf_counter()
+            found = explain_stage(prepared.model, prepared.spec, prepared.bundle, one, trial.seed, Path(folder),
+                                  device, train_seconds=train_s)  # fmt: skip
+            seconds = time.perf_counter() - t0
+        if not untimed:
+            build = sum(v for k, v in found.metrics.items() if k.endswith("/build_seconds"))
+            return max(seconds - build, 0.0) * cfg.explainability.probe_size
+    return 0.0

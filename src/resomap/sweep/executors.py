@@ -1,5 +1,9 @@
 """Executors run a list of trials: `local` (in this process, one after another), `local-gpus` (one worker process
-per visible GPU, pinned with CUDA_VISIBLE_DEVICES), `ray` (a Ray task per trial, on a local or remote cluster)."""
+per visible GPU, pinned with CUDA_VISIBLE_DEVICES), `ray` (a Ray task per trial, on a local or remote cluster).
+
+The two that run trials elsewhere also run the ETA's cost probe there (resomap.sweep.eta: local-gpus in a worker
+process on the first GPU, ray as a task with a trial's resources, beside the first trials) and tell the ETA how
+many trials run at once (`progress.eta.slots`)."""
 
 from __future__ import annotations
 
@@ -59,9 +63,39 @@ def trial_spec(
 
 
 def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict. A relative
-    output folder resolves against the driver's working directory (which must then exist here: one machine or a
-    shared path); an absolute one (sweep.ray.storage) needs no working directory at all."""
+    """Worker side: rebuild the trial, run it with its own tracker, return the result as a dict, with the seconds
+    it took here (`task_seconds`: a Ray task's time in the queue is not the trial's)."""
+    start = time.perf_counter()
+    trial = _trial_from_spec(spec)
+    result = run_trial(trial, tracker=make_tracker(trial.cfg), parent_run_id=spec.get("parent_run_id"))
+    return {**result.to_dict(), "task_seconds": time.perf_counter() - start}
+
+
+def probe_from_specs(specs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Worker side of the ETA's cost probe (resomap.sweep.eta.probe) of the trials of `specs`, measured where the
+    trials run: {"probes": {"model@resolution": Probe fields}, "lines": what the probe reported}."""
+    from resomap.sweep.eta import probe
+
+    lines: list[str] = []
+    found = probe([_trial_from_spec(spec) for spec in specs], lines.append)
+    return {"probes": {f"{m}@{r}": dataclasses.asdict(p) for (m, r), p in found.items()}, "lines": lines}
+
+
+def probes_from(found: dict[str, Any]) -> dict[tuple[str, int], Any]:
+    """`probe_from_specs`'s probes as the ETA takes them: {(model, resolution): Probe}."""
+    from resomap.sweep.eta import Probe
+
+    pairs = {}
+    for name, fields in (found.get("probes") or {}).items():
+        model, _, resolution = name.rpartition("@")
+        pairs[(model, int(resolution))] = Probe(**fields)
+    return pairs
+
+
+def _trial_from_spec(spec: dict[str, Any]) -> Trial:
+    """The trial of a spec, in a worker. A relative output folder resolves against the driver's working directory
+    (which must then exist here: one machine or a shared path); an absolute one (sweep.ray.storage) needs no
+    working directory at all."""
     from resomap.sweep.builtins import register_builtins
 
     register_builtins()  # a fresh worker process: the registries' config groups and checks
@@ -78,9 +112,25 @@ def run_trial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(int(spec["threads"]))  # the trial's CPUs, not every core of a shared node
-    trial = Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
-    result = run_trial(trial, tracker=make_tracker(cfg), parent_run_id=spec.get("parent_run_id"))
-    return result.to_dict()
+    return Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
+
+
+def _probed(trials: list[Trial], cfg: Config) -> list[Trial]:
+    """The trials whose pairs the cost probe measures (the first of each model x resolution); [] when
+    sweep.cost_probe is off or there is at most one trial (nothing left to estimate after it)."""
+    if not cfg.sweep.cost_probe or len(trials) < 2:
+        return []
+    first: dict[tuple[str, int], Trial] = {}
+    for trial in trials:
+        first.setdefault((trial.model, trial.resolution), trial)
+    return list(first.values())
+
+
+def _probe_found(found: dict[str, Any], progress: Any, report: Callable[[str], None], where: str) -> None:
+    """A probe's answer from a worker: its probes into the ETA, its lines reported, saying where it ran."""
+    progress.eta.probes = probes_from(found)
+    for line in found.get("lines") or []:
+        report(f"{line} ({where})")
 
 
 @register_executor("local")
@@ -105,7 +155,11 @@ def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, prog
     if not gpus:
         report("[sweep] local-gpus: no GPU visible, running trials one at a time on this device")
         gpus = [None]
+    progress.eta.slots = len(gpus)
     queue, running, results = list(trials), {}, []
+    probed = _probed(trials, cfg)
+    if probed:  # the first GPU probes while the others start on the trials
+        running[gpus[0]] = (None, _start_worker({"probe": [trial_spec(t, None) for t in probed]}, gpus[0]), 0.0)
     while queue or running:
         for gpu in gpus:
             if gpu not in running and queue:
@@ -115,6 +169,9 @@ def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, prog
             if proc.poll() is None:
                 continue
             del running[gpu]
+            if trial is None:
+                _probe_collected(proc, progress, report, f"GPU {gpu}" if gpu is not None else "a worker process")
+                continue
             result = _collect(trial, proc)
             progress.record(result, time.perf_counter() - start)
             report(progress.trial_line(result, time.perf_counter() - start) + f" (GPU {gpu})")
@@ -133,6 +190,11 @@ def _visible_gpus() -> list[str]:
 
 
 def _spawn(trial: Trial, parent_run_id: str | None, gpu: str | None) -> subprocess.Popen:
+    return _start_worker(trial_spec(trial, parent_run_id), gpu)
+
+
+def _start_worker(spec: dict[str, Any], gpu: str | None) -> subprocess.Popen:
+    """A worker process (resomap.sweep.worker) given `spec` on stdin, seeing only `gpu` when one is named."""
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -143,9 +205,18 @@ def _spawn(trial: Trial, parent_run_id: str | None, gpu: str | None) -> subproce
         env=env,
         text=True,
     )
-    proc.stdin.write(json.dumps(trial_spec(trial, parent_run_id)))
+    proc.stdin.write(json.dumps(spec))
     proc.stdin.close()
     return proc
+
+
+def _probe_collected(proc: subprocess.Popen, progress: Any, report: Callable[[str], None], where: str) -> None:
+    """The probe worker's answer into the ETA; one that gave none leaves it per pixel."""
+    out = proc.stdout.read() if proc.stdout else ""
+    try:
+        _probe_found(json.loads(out.strip().splitlines()[-1]), progress, report, where)
+    except (ValueError, TypeError, IndexError, AttributeError):
+        log.info("cost probe worker exited with code %s and no probes: the ETA stays per pixel", proc.returncode)
 
 
 def _collect(trial: Trial, proc: subprocess.Popen) -> TrialResult:
@@ -229,24 +300,45 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
         if nodes > 1:
             report(f"[sweep] Ray: {nodes} nodes; outputs in {Path(cfg.experiment.output_dir).resolve()}")
         threads = max(1, int(opts.cpus_per_trial))
-        remote = ray.remote(num_cpus=opts.cpus_per_trial, num_gpus=gpus, max_retries=opts.max_retries)(
-            run_trial_from_spec
-        )
+        progress.eta.slots = _ray_slots(ray.cluster_resources(), opts.cpus_per_trial, gpus)
+        task = ray.remote(num_cpus=opts.cpus_per_trial, num_gpus=gpus, max_retries=opts.max_retries)
+        remote = task(run_trial_from_spec)
         uri = getattr(tracker, "uri", None)
+        probed = _probed(trials, cfg)  # submitted first, so a worker takes it first
+        probing = task(probe_from_specs).remote([trial_spec(t, None, uri, threads) for t in probed]) if probed else None
         pending = {remote.remote(trial_spec(t, parent_run_id, uri, threads)): (t, time.perf_counter()) for t in trials}
         results = []
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait([*pending, *([probing] if probing else [])], num_returns=1)
+            if probing is not None and done[0] == probing:
+                try:
+                    _probe_found(ray.get(probing), progress, report, "a Ray task")
+                except Exception as exc:  # the trials report their own errors; the ETA stays per pixel
+                    log.info("cost probe task failed (%s): the ETA stays per pixel", exc)
+                probing = None
+                continue
             trial, start = pending.pop(done[0])
+            seconds = None
             try:
-                result = TrialResult.from_dict(ray.get(done[0]))
+                payload = ray.get(done[0])
+                seconds = payload.pop("task_seconds", None)
+                result = TrialResult.from_dict(payload)
             except Exception as exc:  # a task that raised or died (worker killed, node lost) fails only its trial
                 cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the task's own exception
                 result = _lost(trial, f"Ray task failed: {type(cause).__name__}: {cause}".splitlines()[0])
-            progress.record(result, time.perf_counter() - start)
-            report(progress.trial_line(result, time.perf_counter() - start))
+            seconds = seconds or time.perf_counter() - start  # since submission: the queue's wait included
+            progress.record(result, seconds)
+            report(progress.trial_line(result, seconds))
             results.append(result)
     finally:
         if started_here:
             ray.shutdown()
     return results
+
+
+def _ray_slots(resources: dict[str, float], cpus_per_trial: float, gpus_per_trial: float) -> int:
+    """How many trials the cluster runs at once: its CPUs (and GPUs, when trials ask for them) over a trial's."""
+    slots = int(resources.get("CPU", 0) // cpus_per_trial) if cpus_per_trial > 0 else 1
+    if gpus_per_trial:
+        slots = min(slots, int(resources.get("GPU", 0) // gpus_per_trial))
+    return max(slots, 1)

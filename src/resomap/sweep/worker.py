@@ -1,5 +1,6 @@
 """Worker process for the local-gpus executor: reads a trial spec (JSON) on stdin, runs it, prints the result
-as one JSON line on stdout (logs go to stderr)."""
+as one JSON line on stdout (logs go to stderr); given {"probe": [trial specs]}, the ETA's cost probe of those
+trials instead (resomap.sweep.executors.probe_from_specs)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import json
 import logging
 import sys
 
-from resomap.sweep.executors import run_trial_from_spec
+from resomap.sweep.executors import probe_from_specs, run_trial_from_spec
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)-7s %(message)s")
     spec = json.loads(sys.stdin.read())
+    if "probe" in spec:
+        sys.stdout.write(json.dumps(probe_from_specs(spec["probe"]), default=str) + "\n")
+        return 0
     result = run_trial_from_spec(spec)
     sys.stdout.write(json.dumps(result, default=str) + "\n")
     return 0 if result.get("status") == "FINISHED" else 1
