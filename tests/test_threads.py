@@ -200,6 +200,22 @@ def test_the_cost_probe_leaves_torchs_thread_count_as_it_was(project: Path):
     assert len(probe(plan(cfg))) == 1 and torch.get_num_threads() == 3
 
 
+def test_the_cost_probe_times_its_steps_at_the_count_a_fit_would_choose(project: Path):
+    # beside a busy process torch's default count runs many times slower than the one thread the trial then takes
+    from resomap.sweep import plan
+    from resomap.sweep.trial import prepare_trial
+
+    cfg = load("configs", "smoke", ["data.synthetic.num_images=48", "sweep.resolutions=[16]", "mlflow.enabled=false"])
+    trial = plan(cfg)[0]
+    prepared = prepare_trial(trial, trial.cfg, torch.device("cpu"))
+    trainer = Trainer(trial.cfg, "cpu")
+    trainer.probe_seconds(prepared.model, prepared.bundle)
+    record = trainer.meta["threads"]
+    assert record["chosen"] == torch.get_num_threads()
+    if len(threads.thread_candidates()) > 1:
+        assert record["reason"].startswith("measured") and len(record["candidates"]) > 1, record
+
+
 def test_environment_fields_are_strings():
     measured = {"chosen": 1, "candidates": {"1": 0.001, "2": 0.004}, "reason": "measured: ..."}
     assert threads.environment_fields(measured) == {

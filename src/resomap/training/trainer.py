@@ -358,15 +358,18 @@ class Trainer:
         is for) of this trainer on `data`, from a few real steps: one untimed warm-up step (first-call kernels and
         allocations), then `steps` timed ones on the loader's batches, each from asking the loader for its batch
         (the epoch's data path: the cached images indexed, augmented and normalised on the device) to the end of
-        the step. A gradient model's training is those steps scaled to every batch of every epoch, plus a
-        validation pass per epoch (a forward: about a third of a step); a closed-form model
-        (resomap.models.classical) predicts its fits with its `probe_fit_seconds` (else one fit at its middle
-        penalty x the number of penalties). `model` is trained in place: pass one that is thrown away. The sweep's
-        ETA weighs trials by these (resomap.sweep.eta)."""
+        the step, at the thread count a fit would choose now (system.threads 0 on the CPU: beside a busy process
+        torch's default count runs many times slower than the one thread the trial then takes). A gradient model's
+        training is those steps scaled to every batch of every epoch, plus a validation pass per epoch (a forward:
+        about a third of a step); a closed-form model (resomap.models.classical) predicts its fits with its
+        `probe_fit_seconds` (else one fit at its middle penalty x the number of penalties). `model` is trained in
+        place: pass one that is thrown away. The sweep's ETA weighs trials by these (resomap.sweep.eta)."""
         closed = getattr(model, "closed_form", False)
         if closed:
             model.prepare_fit(int(data.resolution))
         self._setup(model, data)
+        if not closed:  # left set after the probe, as after a fit: the caller puts its own count back if it wants
+            self._choose_threads(data, None)
         self.model.train()
         data.train.set_epoch(0)
         batches, times = iter(data.train), []
