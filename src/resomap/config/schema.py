@@ -62,7 +62,7 @@ class SweepConfig(GroupSection):
     # refused before anything runs; true instead leaves it out of the grid and of the model's cross-resolution tests
     skip_invalid_resolutions: bool = False  # true: leave out resolutions a model cannot take (false: refuse them)
     rerun_failed: bool = False  # run trials that failed before again (one the disk was full for is run anyway)
-    cost_probe: bool = True  # local executor: time a few training steps per model x resolution first, for the ETA
+    cost_probe: bool = True  # time a few steps and an explanation of each model x resolution first, for the ETA
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)  # rounds of seeds until decided
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # sweep.<executor>.*: the executor's own
 

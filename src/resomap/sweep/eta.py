@@ -7,8 +7,9 @@ trial will do, on a small scale: builds the pair's data (decoding and caching th
 the cache it makes is the one the trial then reads) and model, and times
 
     the trial's own first step: its data (from that cache) and its model, built again (`Probe.prepare_s`);
-    a few real training steps through the Trainer's own step (`Trainer.probe_seconds`): the pair's predicted
-               training seconds and its seconds per image of a training step;
+    a few real training steps through the Trainer's own step (`Trainer.probe_seconds`), at the thread count a
+               fit would choose under the load of the moment: the pair's predicted training seconds and its
+               seconds per image of a training step;
     the trial's explanation stage on one probe image (`explain_s`: that image's seconds, without the explainers'
                one-time set-up, x the probe images): the part of a trial outside training that grows with the
                resolution (ROAD's imputation, the sanity check's re-explanations: on the default settings most of
