@@ -149,6 +149,8 @@ def local(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress,
 @register_executor("local-gpus")
 def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress, report) -> list[TrialResult]:
     """One worker process per visible GPU at a time; each sees only its GPU (CUDA_VISIBLE_DEVICES)."""
+    if not trials:
+        return []
     import torch
 
     gpus = _visible_gpus() if torch.cuda.is_available() else []
