@@ -45,7 +45,10 @@ def _adaptive_null_sweep(rng, alphas: list[float]) -> bool:
     return False
 
 
-@pytest.mark.parametrize("rule", RULES)
+# the default rule in the default suite; the others, ~25 s each, with the slow suite (CI runs both)
+@pytest.mark.parametrize(
+    "rule", [r if r == "obrien_fleming" else pytest.param(r, marks=pytest.mark.slow) for r in RULES]
+)
 def test_adaptive_looks_keep_the_error_at_alpha_with_spending(rule: str):
     rng = np.random.default_rng(18)
     alphas = look_alphas(rule, ALPHA, LOOKS)
@@ -54,6 +57,7 @@ def test_adaptive_looks_keep_the_error_at_alpha_with_spending(rule: str):
     assert errors / SIMS <= ALPHA + _sim_error(ALPHA), (rule, errors)
 
 
+@pytest.mark.slow
 def test_without_spending_the_repeated_looks_exceed_alpha():
     """Evidence the test above can fail: every look at the full alpha calls the null non-inferior too often."""
     rng = np.random.default_rng(18)
