@@ -158,7 +158,8 @@ def run_adaptive(
             stopped = f"round {look} would pass the budget of {ad.budget_hours:g} h ({over})"
             break
         report(f"[adaptive] round {look}: {len(wanted - used)} new trial(s) at one-sided alpha {alphas[look - 1]:.4g}")
-        round_cfg = _round_config(cfg, states, alphas[look - 1])
+        overrides = _round_overrides(states, alphas[look - 1])
+        round_cfg = with_overrides(cfg, overrides, "adaptive round")
         outcome = run_sweep(
             round_cfg, executor=executor, rerun_failed=rerun_failed, report=report, wait=wait, only=used | wanted
         )
@@ -179,7 +180,7 @@ def run_adaptive(
     record = _record(cfg, alphas, rounds, states, used, stopped)
     if outcome is not None:
         publish_record(cfg, outcome, record, write_record(outcome.summary_dir, record))
-        _save_finished(cfg, outcome, round_cfg, used)
+        _save_finished(cfg, outcome, overrides, used)
     report(f"[adaptive] {stopped}: {record['trials_used']} trials used, the full grid is {record['full_grid_trials']}")
     return AdaptiveOutcome(outcome, record)
 
@@ -187,21 +188,16 @@ def run_adaptive(
 FINISHED_FILE = "adaptive_state.json"  # in the summary folder: a finished adaptive sweep, for a rerun to find
 
 
-def _save_finished(cfg: Config, outcome: SweepOutcome, last: Config, used: set[TrialId]) -> None:
+def _save_finished(cfg: Config, outcome: SweepOutcome, last: dict[str, Any], used: set[TrialId]) -> None:
     """What a rerun of this adaptive sweep needs to find it finished (`_finished`): the sweep's config, its last
     round's seeds, alphas and dropped resolutions, and the trials the rounds used. Written after the record, in the
     summary folder: the next summary a round builds replaces the folder, and the file with it."""
     state = {
         "config": config_hash(cfg, 64),
-        "last_round": {k: _get(last, k) for k in ROUND_KEYS},
+        "last_round": last,
         "trials": sorted(used),
     }
     write_text(outcome.summary_dir / FINISHED_FILE, json.dumps(state, indent=2))
-
-
-def _get(cfg: Config, dotted: str) -> Any:
-    section, key = dotted.split(".")
-    return getattr(getattr(cfg, section), key)
 
 
 def _finished(cfg: Config, rerun_failed: bool) -> AdaptiveOutcome | None:
@@ -273,18 +269,14 @@ class _Clock:
         return f"{elapsed / 3600:.2f} h so far + {new_trials} trials at {self.training_s / self.trained:.0f} s each"
 
 
-ROUND_KEYS = ("sweep.seeds", "stats.look_alpha", "stats.dropped")  # what a round sets (_round_config)
-
-
-def _round_config(cfg: Config, states: dict[str, ModelState], alpha: float) -> Config:
-    """The sweep of this round: every seed so far, each model's alpha for this look and its dropped resolutions
-    (kept in the plan so the summary keeps their rows, marked inferior; the round runs only the trials asked for:
-    run_sweep's ``only``)."""
+def _round_overrides(states: dict[str, ModelState], alpha: float) -> dict[str, Any]:
+    """What this round's sweep sets on the config: every seed so far, each model's alpha for this look and its
+    dropped resolutions (kept in the plan so the summary keeps their rows, marked inferior; the round runs only the
+    trials asked for: run_sweep's ``only``)."""
     seeds = sorted(set().union(*(s.seeds for s in states.values())))
     dropped = {m: sorted(s.dropped) for m, s in states.items() if s.dropped}
     look_alpha = {m: (alpha if s.open() else s.alpha) for m, s in states.items()}
-    overrides = dict(zip(ROUND_KEYS, (seeds, look_alpha, dropped), strict=True))
-    return with_overrides(cfg, overrides, "adaptive round")
+    return {"sweep.seeds": seeds, "stats.look_alpha": look_alpha, "stats.dropped": dropped}
 
 
 def _look(look: int, alpha: float, wanted: set[TrialId], used: set[TrialId], open_models: list[ModelState]):

@@ -176,6 +176,14 @@ def makespan(seconds: list[float], slots: int) -> float:
     return max(free)
 
 
+def first_of_pairs(trials: list[Any]) -> list[Any]:
+    """The first trial of each model x resolution: the ones the cost probe measures."""
+    first: dict[Pair, Any] = {}
+    for trial in trials:
+        first.setdefault((trial.model, trial.resolution), trial)
+    return list(first.values())
+
+
 def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[Pair, Probe]:
     """{(model, resolution): Probe} for each distinct pair of `trials` (its first trial's config and seed),
     measured in this process. A pair whose probe fails is left out (its trial reports the error when it runs).
@@ -186,9 +194,7 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     from resomap.training import Trainer
     from resomap.training.threads import kept_threads
 
-    first: dict[Pair, Any] = {}
-    for trial in trials:
-        first.setdefault((trial.model, trial.resolution), trial)
+    first = {(t.model, t.resolution): t for t in first_of_pairs(trials)}
     out: dict[Pair, Probe] = {}
     start = time.perf_counter()
     decode = 0.0

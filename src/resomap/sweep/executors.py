@@ -115,15 +115,12 @@ def _trial_from_spec(spec: dict[str, Any]) -> Trial:
     return Trial(spec["model"], spec["resolution"], spec["seed"], cfg)
 
 
-def _probed(trials: list[Trial], cfg: Config) -> list[Trial]:
+def probed(trials: list[Trial], cfg: Config) -> list[Trial]:
     """The trials whose pairs the cost probe measures (the first of each model x resolution); [] when
     sweep.cost_probe is off or there is at most one trial (nothing left to estimate after it)."""
-    if not cfg.sweep.cost_probe or len(trials) < 2:
-        return []
-    first: dict[tuple[str, int], Trial] = {}
-    for trial in trials:
-        first.setdefault((trial.model, trial.resolution), trial)
-    return list(first.values())
+    from resomap.sweep.eta import first_of_pairs
+
+    return first_of_pairs(trials) if cfg.sweep.cost_probe and len(trials) > 1 else []
 
 
 def _probe_found(found: dict[str, Any], progress: Any, report: Callable[[str], None], where: str) -> None:
@@ -159,9 +156,9 @@ def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, prog
         gpus = [None]
     progress.eta.slots = len(gpus)
     queue, running, results = list(trials), {}, []
-    probed = _probed(trials, cfg)
-    if probed:  # the first GPU probes while the others start on the trials
-        running[gpus[0]] = (None, _start_worker({"probe": [trial_spec(t, None) for t in probed]}, gpus[0]), 0.0)
+    first = probed(trials, cfg)
+    if first:  # the first GPU probes while the others start on the trials
+        running[gpus[0]] = (None, _start_worker({"probe": [trial_spec(t, None) for t in first]}, gpus[0]), 0.0)
     while queue or running:
         for gpu in gpus:
             if gpu not in running and queue:
@@ -212,20 +209,23 @@ def _start_worker(spec: dict[str, Any], gpu: str | None) -> subprocess.Popen:
     return proc
 
 
+def _answer(proc: subprocess.Popen) -> Any:
+    """What a finished worker printed last (one JSON line); ValueError when it printed none."""
+    out = proc.stdout.read() if proc.stdout else ""
+    return json.loads(out.strip().splitlines()[-1] if out.strip() else "")
+
+
 def _probe_collected(proc: subprocess.Popen, progress: Any, report: Callable[[str], None], where: str) -> None:
     """The probe worker's answer into the ETA; one that gave none leaves it per pixel."""
-    out = proc.stdout.read() if proc.stdout else ""
     try:
-        _probe_found(json.loads(out.strip().splitlines()[-1]), progress, report, where)
-    except (ValueError, TypeError, IndexError, AttributeError):
+        _probe_found(_answer(proc), progress, report, where)
+    except (ValueError, TypeError, AttributeError):
         log.info("cost probe worker exited with code %s and no probes: the ETA stays per pixel", proc.returncode)
 
 
 def _collect(trial: Trial, proc: subprocess.Popen) -> TrialResult:
-    out = proc.stdout.read() if proc.stdout else ""
-    last = out.strip().splitlines()[-1] if out.strip() else ""
     try:
-        return TrialResult.from_dict(json.loads(last))
+        return TrialResult.from_dict(_answer(proc))
     except (ValueError, TypeError):
         return _lost(trial, f"worker exited with code {proc.returncode} and no result")
 
@@ -306,8 +306,8 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
         task = ray.remote(num_cpus=opts.cpus_per_trial, num_gpus=gpus, max_retries=opts.max_retries)
         remote = task(run_trial_from_spec)
         uri = getattr(tracker, "uri", None)
-        probed = _probed(trials, cfg)  # submitted first, so a worker takes it first
-        probing = task(probe_from_specs).remote([trial_spec(t, None, uri, threads) for t in probed]) if probed else None
+        first = probed(trials, cfg)  # submitted first, so a worker takes it first
+        probing = task(probe_from_specs).remote([trial_spec(t, None, uri, threads) for t in first]) if first else None
         pending = {remote.remote(trial_spec(t, parent_run_id, uri, threads)): (t, time.perf_counter()) for t in trials}
         results = []
         while pending:

@@ -144,9 +144,7 @@ def run_sweep(
     BusyError naming it, or with `wait` wait for it to end. ``only``: the (model, resolution, seed) of the grid this
     run plans (an adaptive round: the trials its rounds asked for; the others are neither run, summarised nor
     waited for: the parent closes once these have results)."""
-    cfg = pin_precision(cfg)  # auto decided once, for every trial, the parent run and the summary
-    cfg = placed(cfg)  # sweep.ray.storage: the sweep's files go there, on the driver and every worker
-    trials = [t for t in plan(cfg, check=False) if only is None or (t.model, t.resolution, t.seed) in only]
+    cfg, trials = _planned(cfg, only)
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
     todo = _todo(describe_plan(trials), rerun)
     if todo:  # bad input fails here, before anything is written (lock included)
@@ -157,14 +155,20 @@ def run_sweep(
         return _run_sweep(cfg, trials, executor, rerun, report)
 
 
+def _planned(cfg: Config, only: set[tuple[str, int, int]] | None) -> tuple[Config, list[Trial]]:
+    """The config as every trial, the parent run and the summary see it, and the trials this run plans."""
+    cfg = pin_precision(cfg)  # auto decided once, for every trial, the parent run and the summary
+    cfg = placed(cfg)  # sweep.ray.storage: the sweep's files go there, on the driver and every worker
+    return cfg, [t for t in plan(cfg, check=False) if only is None or (t.model, t.resolution, t.seed) in only]
+
+
 def finished_outcome(
     cfg: Config, only: set[tuple[str, int, int]] | None = None, rerun_failed: bool = False
 ) -> SweepOutcome | None:
     """The outcome of this sweep (``only``: as run_sweep's) when there is nothing to do: every trial has its
     result (none failed, with ``rerun_failed``), the summary was made from exactly these and is published; else
     None. Reads files only."""
-    cfg = placed(pin_precision(cfg))
-    trials = [t for t in plan(cfg, check=False) if only is None or (t.model, t.resolution, t.seed) in only]
+    cfg, trials = _planned(cfg, only)
     states = describe_plan(trials)
     if any(s in ("pending", "partial", "unreadable") or (s == "failed" and rerun_failed) for _, s in states):
         return None
@@ -197,7 +201,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
         if unchanged is not None:
             report("[sweep] nothing to do: every trial has its result and the summary is current")
             return SweepOutcome(unchanged[0], unchanged[1], out_dir, [], len(trials))
-    from resomap.sweep.executors import get_executor
+    from resomap.sweep.executors import get_executor, probed
 
     tracker = make_tracker(cfg)
     identity, grid = sweep_identity(cfg), sweep_key(trials)
@@ -208,10 +212,11 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
         log.warning("%s", moved)
     if todo:
         run = executor or get_executor(cfg.sweep.executor)
-        if executor is None and cfg.sweep.executor == "local" and cfg.sweep.cost_probe and len(todo) > 1:
+        first = probed(todo, cfg) if executor is None and cfg.sweep.executor == "local" else []
+        if first:
             from resomap.sweep.eta import probe
 
-            progress.eta.probes = probe(todo, report)  # trials run here, one after another: priced by a probe here
+            progress.eta.probes = probe(first, report)  # trials run here, one after another: priced by a probe here
         new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
         progress.ended = time.perf_counter() - progress.start
     estimates = _estimates(progress)

@@ -295,12 +295,7 @@ class Tracker:
             return False
         if not self._soft("rewrite metrics", self._delete_metrics, maker, run_id, list(points)):
             return False
-        by_step: dict[int, dict[str, float]] = {}
-        for key, steps in points.items():
-            for step, value in steps.items():
-                by_step.setdefault(int(step), {})[key] = value
-        for step, metrics in sorted(by_step.items()):
-            self.log_metrics(run_id, metrics, step=step)
+        log_points(self, run_id, points)
         return True
 
     @staticmethod
@@ -486,6 +481,16 @@ def _export_error(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+def log_points(tracker: Any, run_id: str, points: Mapping[str, Mapping[int, float]]) -> None:
+    """Log key -> {step: value} with one batch per step (the tracker's log_metrics)."""
+    by_step: dict[int, dict[str, float]] = {}
+    for key, steps in points.items():
+        for step, value in steps.items():
+            by_step.setdefault(int(step), {})[key] = value
+    for step, metrics in sorted(by_step.items()):
+        tracker.log_metrics(run_id, metrics, step=step)
 
 
 def is_number(value: Any) -> bool:

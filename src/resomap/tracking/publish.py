@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from resomap.config import Config, flatten
 from resomap.records import PROBE_IMAGES_DIR
-from resomap.tracking.mlflow_store import is_number, warn_level
+from resomap.tracking.mlflow_store import is_number, log_points, warn_level
 
 log = logging.getLogger(__name__)
 
@@ -210,16 +210,13 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
 def _log_metrics_once(tracker: Any, run: Any, points: dict[str, dict[int, float]]) -> None:
     """Log the points the run does not hold yet (a metric it has is checked step by step)."""
     run_id = run.info.run_id
-    by_step: dict[int, dict[str, float]] = {}
+    missing: dict[str, dict[int, float]] = {}
     for key, steps in points.items():
         have: set[int] = set()
         if key in run.data.metrics:
             have = {m.step for m in tracker.metric_history(run_id, key)}
-        for step, value in steps.items():
-            if step not in have:
-                by_step.setdefault(step, {})[key] = value
-    for step, metrics in sorted(by_step.items()):
-        tracker.log_metrics(run_id, metrics, step=step)
+        missing[key] = {step: value for step, value in steps.items() if step not in have}
+    log_points(tracker, run_id, missing)
 
 
 def _log_files(tracker: Any, run_id: str, trial: PublishTrial, data: Mapping[str, Any]) -> set[str]:
@@ -405,12 +402,7 @@ def log_metric_points(
             len(stale),
             run_id,
         )
-    by_step: dict[int, dict[str, float]] = {}
-    for key, steps in missing.items():
-        for step, value in steps.items():
-            by_step.setdefault(step, {})[key] = value
-    for step, metrics in sorted(by_step.items()):
-        tracker.log_metrics(run_id, metrics, step=step)
+    log_points(tracker, run_id, missing)
 
 
 def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, str, int], Mapping[int, Any]]) -> None:
