@@ -183,6 +183,9 @@ def _key_tree(cfg: Config, model: str | None = None) -> dict[str, Any]:
         for part in parents:
             node = node[part]
         node.pop(leaf, None)
+    for section in ("task", "loss"):  # option groups left empty: the keys stay what they were before these groups
+        if not tree.get(section):
+            tree.pop(section, None)
     task = tree["experiment"].pop("task", "classification")
     for section in other_task_sections(task):  # another task's settings do not change what this trial computes
         tree.pop(section, None)

@@ -18,7 +18,7 @@ from resomap.config import config_hash
 from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
 from resomap.runtime import apply_system, autocast_dtype, resolve_channels_last, resolve_precision, seed_everything
-from resomap.tasks import task_of
+from resomap.tasks import EvalContext, task_of
 from resomap.training import distributed
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
 from resomap.training.convergence import Convergence, closed_form_convergence, convergence
@@ -507,8 +507,15 @@ class Trainer:
         """The task's evaluation (resomap.tasks: loss and metrics '<prefix>/<name>', the per-image score table as
         y_true / y_pred and, where the task has one, a per-image ranking score); the model's train/eval mode is
         restored."""
+        return self.task.evaluate(self.eval_context(model, num_classes), loader, prefix)
+
+    def eval_context(self, model: nn.Module, num_classes: int | None = None) -> EvalContext:
+        """What the task sees of this trainer to evaluate or draw `model`: its forward as trained (compiled when the
+        model is the one being fitted), the input transform, the autocast of the trial's precision, the device,
+        the config and the classes (`num_classes`, else the fitted data's)."""
         forward = self._forward if model is self.model and self._forward is not None else model
-        return self.task.evaluate(self, forward, model, loader, prefix, num_classes)
+        classes = num_classes if num_classes is not None else self.meta.get("num_classes")
+        return EvalContext(self.cfg, model, forward, self._inputs, self._autocast, self.device, classes)
 
     def _result(self, start: int, resumed: int | None, epochs_planned: int | None = None) -> FitResult:
         best_path = last_path = best_score = None
