@@ -538,6 +538,21 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
     summary = pd.read_csv(out / "summary.csv")
     assert summary["image_miou_pooled"].notna().all() and (summary["n_seeds"] == 2).all()
     assert summary["test_miou"].notna().all()  # the seeds' mean of test/miou
+    from resomap.results import load_sweep
+
+    per_image = load_sweep(out).predictions  # the notebook API reads the task's per-image table
+    assert {"model", "resolution", "seed", "test_resolution", "index", "miou", "boundary_f1"} <= set(per_image.columns)
+    assert len(per_image) == sum(
+        len(
+            (trial_summary(tmp_path, "tiny_segnet", r, s, experiment=SEG_EXPERIMENT) / "seg_predictions.csv")
+            .read_text()
+            .splitlines()
+        )
+        - 1
+        for r in (16, 32)
+        for s in (42, 43)
+    )
+    assert set(per_image["seed"]) == {42, 43} and per_image["miou"].between(0, 1).all()
     # 8 test images: too few for a bootstrap interval, and the summary says so (intervals: tests/test_reports.py)
     assert summary["image_miou_ci_low"].isna().all() and summary["note"].str.contains("only 8 test images").all()
     paired = pd.read_csv(out / "paired_tests.csv")
@@ -560,6 +575,8 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
         figures = [a.path for a in client.list_artifacts(run.info.run_id, "figures")]
         assert "figures/seg_overlays.png" in figures  # the prediction overlays
     parent = parents[0].data.metrics
+    assert parent["best_test_miou"] == pytest.approx(summary["test_miou"].max())  # the task's headline, by name
+    assert "best_test_accuracy" not in parent  # pixel accuracy ranks no segmentation sweep
     assert (
         "agreement/tiny_segnet/gradcam/spearman" in parent and "agreement_floor/tiny_segnet/gradcam/spearman" in parent
     )
