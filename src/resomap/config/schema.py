@@ -338,7 +338,7 @@ class SegmentationConfig:
 
 @dataclass(frozen=True)
 class TaskConfig(GroupSection):
-    # the options of experiment.task, for a task registered with an options dataclass (register_task(name,
+    # The options of experiment.task, for a task registered with an options dataclass (register_task(name,
     # options=...)): task.<task>.<field>; a task's options on another task are refused
     GROUP: ClassVar[Group] = Group("task", ())
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # task.<task>.*: the task's own
@@ -346,7 +346,7 @@ class TaskConfig(GroupSection):
 
 @dataclass(frozen=True)
 class LossConfig(GroupSection):
-    # the options of loss terms registered with an options dataclass (register_loss(name, options=...)):
+    # The options of loss terms registered with an options dataclass (register_loss(name, options=...)):
     # loss.<term>.<field>, e.g. loss.focal_tversky.gamma; the terms are chosen by the task (segmentation.loss)
     GROUP: ClassVar[Group] = Group("loss", ())
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # loss.<term>.*: the term's own

@@ -215,9 +215,8 @@ def profile(
     """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored; with
     `channels_last` a copy of it runs in NHWC, on NHWC inputs, as a trial with system.channels_last trains it.
 
-    The training step is `task`'s (the trial's: its labels and its loss under `cfg`, e.g. the configured
-    segmentation loss; StepTask); without a task it follows the model's logits: a classifier's step draws one
-    label per image, a segmenter's ([B, K, H, W] logits) a label per pixel.
+    The training step is `task`'s (the trial's: its labels and its loss under `cfg`; StepTask); without a task,
+    the task of the model's logits: one label per image for [B, C] logits, a label per pixel for [B, K, H, W].
 
     Inference calls and training steps are timed in `rounds` interleaved rounds and re-measured while the machine
     looks disturbed (`noise`, see profiling/timing.py); a figure no attempt measured cleanly comes back noisy.
