@@ -197,3 +197,15 @@ def test_the_focal_tversky_options_moved_to_the_loss_group():
     assert str(info.value).endswith("segmentation.tversky_gamma has moved: set loss.focal_tversky.gamma instead")
     with pytest.raises(ConfigError, match=re.escape("loss.focal_tversky.beta: expected a positive number")):
         load(REPO / "configs", preset="seg_quickstart", overrides=["loss.focal_tversky.beta=0"])
+
+
+def test_the_moved_focal_tversky_keys_keep_the_trial_keys():
+    """loss.focal_tversky.* sit in the trial key where segmentation.tversky_* were: unset and set to the defaults
+    give one key (the key of sweeps from before the move), another value another key."""
+    from resomap.sweep.trial import trial_key
+
+    def key(*extra: str) -> str:
+        return trial_key(load(REPO / "configs", preset="seg_quickstart", overrides=list(extra)), "tiny_segnet", 32, 42)
+
+    assert key() == key("loss.focal_tversky.gamma=0.75", "loss.focal_tversky.alpha=0.3")
+    assert key() != key("loss.focal_tversky.gamma=1.0")

@@ -59,7 +59,10 @@ DEFAULT_TASK = "classification"
 Fail = Callable[[str, str, Any], None]  # fail(path, expected, got): the config loader's one-line error
 Loss = Callable[..., "torch.Tensor"]  # loss(out, y[, w]) -> a scalar tensor
 # (metrics '<prefix>/<name>', y_true, y_pred[, per-image ranking score or None]): a task's evaluation
-Evaluation = tuple[Any, ...]
+Evaluation = (
+    tuple[dict[str, float], "np.ndarray", "np.ndarray"]
+    | tuple[dict[str, float], "np.ndarray", "np.ndarray", "np.ndarray | None"]
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +256,7 @@ def get_task(name: str | None = None) -> Task:
     return _BUILT[key]
 
 
-def task_of(cfg: Any) -> Task:
+def task_of(cfg: Config) -> Task:
     return get_task(cfg.experiment.task)
 
 
@@ -283,7 +286,7 @@ def step_words(name: str) -> str:
         return str(name)
 
 
-def of_result(result: Any) -> Task:
+def of_result(result: Mapping[str, Any]) -> Task:
     """The task of a trial's result.json tree: its `task`, else the task whose records file it names (results
     written before tasks were recorded), else the default; a task no longer registered falls back the same way."""
     name = result.get("task") if hasattr(result, "get") else None
@@ -301,7 +304,7 @@ def of_result(result: Any) -> Task:
     return default
 
 
-def for_output(out: Any) -> Task:
+def for_output(out: torch.Tensor) -> Task:
     """The first registered task whose models give outputs of this rank (profiling a bare model)."""
     for name in task_names():
         task = get_task(name)
@@ -323,7 +326,7 @@ def dataset_task(name: str) -> str:
     return str(DATASETS.meta(name).get("task", DEFAULT_TASK))
 
 
-def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+def check(cfg: Config, fail: Fail) -> None:
     """fail(path, expected, got) on the first key that does not fit cfg.experiment.task."""
     from resomap.models.registry import model_task
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -120,7 +120,9 @@ class ClassificationTask(Task):
                 records[res] = Predictions(int(res), np.asarray(found.index), found.y_true, found.y_pred, found.score)
         return write_predictions(out_dir, records) if records else None
 
-    def probe_targets(self, bundle: DataBundle, rows: np.ndarray, device: torch.device) -> tuple[torch.Tensor, Any]:
+    def probe_targets(
+        self, bundle: DataBundle, rows: np.ndarray, device: torch.device
+    ) -> tuple[torch.Tensor, np.ndarray | None]:
         """The probe images' labels (their class logit is explained) and their object masks, when the data has
         them (localisation scores)."""
         import torch
