@@ -32,17 +32,12 @@ class RegressionTask(Task):
     def correct(self, out, y):
         return (out.detach()[:, 0].round() == y).sum()
 
-    def evaluate(self, trainer, forward, model, loader, prefix, num_classes):
-        was_training = model.training
-        model.eval()
+    def evaluate(self, ctx, loader, prefix):
         preds, trues = [], []
-        try:
-            with torch.inference_mode():
-                for x, y in loader:
-                    preds.append(forward(trainer._inputs(x))[:, 0].float())
-                    trues.append(y)
-        finally:
-            model.train(was_training)
+        with ctx.evaluating():
+            for x, y in loader:
+                preds.append(ctx.logits(x)[:, 0].float())
+                trues.append(y)
         pred = torch.cat(preds).cpu().numpy()
         true = torch.cat(trues).cpu().numpy()
         counted = np.clip(np.round(pred), 0, None).astype(np.int64)

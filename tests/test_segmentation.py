@@ -16,7 +16,7 @@ import torch
 from conftest import trial_checkpoints, trial_summary
 from resomap.cli import main
 from resomap.config import load
-from resomap.config.schema import ModelsConfig, SegmentationConfig
+from resomap.config.schema import Config, LossConfig, ModelsConfig, SegmentationConfig
 from resomap.errors import ConfigError, DataError
 from resomap.models import MODELS, build_model, model_task
 from resomap.tasks import seg_metrics
@@ -83,7 +83,7 @@ def test_dice_loss_matches_hand_computation():
         t = (target[0] == k).float()
         dice.append(2 * (probs[k] * t).sum() / (probs[k].sum() + t.sum()))
     expected = 1 - (dice[0] + dice[1]) / 2
-    got = build_term("dice", 2, SegmentationConfig())(logits, target)
+    got = build_term("dice", 2)(logits, target)
     assert got.item() == pytest.approx(expected.item(), abs=1e-5)
 
 
@@ -91,17 +91,17 @@ def test_focal_tversky_matches_hand_computation_and_smp_at_gamma_one():
     from segmentation_models_pytorch.losses import TverskyLoss
 
     logits, target, p1 = _case()
-    seg = SegmentationConfig(tversky_alpha=0.3, tversky_beta=0.7, tversky_gamma=0.75)
+    cfg = Config(loss=LossConfig(options={"focal_tversky": {"alpha": 0.3, "beta": 0.7, "gamma": 0.75}}))
     probs = [1 - p1, p1]
     terms = []
     for k in (0, 1):
         t = (target[0] == k).float()
         tp, fp, fn = (probs[k] * t).sum(), (probs[k] * (1 - t)).sum(), ((1 - probs[k]) * t).sum()
         terms.append((1 - tp / (tp + 0.3 * fp + 0.7 * fn)) ** 0.75)  # per class, then averaged
-    got = build_term("focal_tversky", 2, seg)(logits, target)
+    got = build_term("focal_tversky", 2, cfg)(logits, target)
     assert got.item() == pytest.approx(((terms[0] + terms[1]) / 2).item(), abs=1e-5)
-    plain = SegmentationConfig(tversky_gamma=1.0)
-    library = TverskyLoss("multiclass", alpha=plain.tversky_alpha, beta=plain.tversky_beta, gamma=1.0)
+    plain = Config(loss=LossConfig(options={"focal_tversky": {"gamma": 1.0}}))
+    library = TverskyLoss("multiclass", alpha=0.3, beta=0.7, gamma=1.0)  # the defaults of alpha and beta
     assert build_term("focal_tversky", 2, plain)(logits, target).item() == pytest.approx(
         library(logits, target).item(), abs=1e-6
     )
@@ -109,10 +109,10 @@ def test_focal_tversky_matches_hand_computation_and_smp_at_gamma_one():
 
 def test_combined_loss_sums_weighted_terms_and_class_weights():
     logits, target, _ = _case()
-    seg = SegmentationConfig(loss=["ce", "dice"], loss_weights=[2.0, 0.5])
+    cfg = Config(segmentation=SegmentationConfig(loss=["ce", "dice"], loss_weights=[2.0, 0.5]))
     ce = torch.nn.functional.cross_entropy(logits, target)
-    dice = build_term("dice", 2, seg)(logits, target)
-    assert build_loss(seg, 2)(logits, target).item() == pytest.approx((2 * ce + 0.5 * dice).item(), abs=1e-5)
+    dice = build_term("dice", 2, cfg)(logits, target)
+    assert build_loss(cfg, 2)(logits, target).item() == pytest.approx((2 * ce + 0.5 * dice).item(), abs=1e-5)
     w = pixel_class_weights(np.array([300, 100, 0]))
     assert w.tolist() == pytest.approx([400 / (2 * 300), 400 / (2 * 100), 1.0])
 
@@ -438,7 +438,7 @@ def test_the_training_step_uses_per_pixel_labels_and_the_configured_loss():
     torch.manual_seed(0)
     model, _ = build_model("tiny_segnet", 3, 1, ModelsConfig())
     x = torch.randn(2, 1, 24, 24)
-    task = step_task(model.train(), x, SegmentationConfig(loss=["focal_tversky"]))
+    task = step_task(model.train(), x, Config(segmentation=SegmentationConfig(loss=["focal_tversky"])))
     assert model.training  # the probe forward restores the mode
     assert task.task == "segmentation" and task.targets.shape == (2, 24, 24) and task.targets.dtype == torch.int64
     assert set(task.targets.unique().tolist()) <= {0, 1, 2}
@@ -538,6 +538,21 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
     summary = pd.read_csv(out / "summary.csv")
     assert summary["image_miou_pooled"].notna().all() and (summary["n_seeds"] == 2).all()
     assert summary["test_miou"].notna().all()  # the seeds' mean of test/miou
+    from resomap.results import load_sweep
+
+    per_image = load_sweep(out).predictions  # the notebook API reads the task's per-image table
+    assert {"model", "resolution", "seed", "test_resolution", "index", "miou", "boundary_f1"} <= set(per_image.columns)
+    assert len(per_image) == sum(
+        len(
+            (trial_summary(tmp_path, "tiny_segnet", r, s, experiment=SEG_EXPERIMENT) / "seg_predictions.csv")
+            .read_text()
+            .splitlines()
+        )
+        - 1
+        for r in (16, 32)
+        for s in (42, 43)
+    )
+    assert set(per_image["seed"]) == {42, 43} and per_image["miou"].between(0, 1).all()
     # 8 test images: too few for a bootstrap interval, and the summary says so (intervals: tests/test_reports.py)
     assert summary["image_miou_ci_low"].isna().all() and summary["note"].str.contains("only 8 test images").all()
     paired = pd.read_csv(out / "paired_tests.csv")
@@ -560,6 +575,8 @@ def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
         figures = [a.path for a in client.list_artifacts(run.info.run_id, "figures")]
         assert "figures/seg_overlays.png" in figures  # the prediction overlays
     parent = parents[0].data.metrics
+    assert parent["best_test_miou"] == pytest.approx(summary["test_miou"].max())  # the task's headline, by name
+    assert "best_test_accuracy" not in parent  # pixel accuracy ranks no segmentation sweep
     assert (
         "agreement/tiny_segnet/gradcam/spearman" in parent and "agreement_floor/tiny_segnet/gradcam/spearman" in parent
     )

@@ -122,3 +122,90 @@ def test_a_third_task_from_a_plugin_runs_a_sweep_end_to_end(plugin_path, tmp_pat
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("third-task").experiment_id
     assert len(client.search_runs([exp], "tags.`resomap.trial_key` != ''")) == 4
+
+
+# ---------------------------------------------------------------- task and loss options as config groups
+
+
+@pytest.fixture
+def counting():
+    """tests/loss_task_example.py registered in this process (a plugin task with its own options and loss terms),
+    taken out again after the test."""
+    import importlib
+
+    module = importlib.import_module("loss_task_example")
+    module.CALLS.clear()
+    yield module
+    module.unregister()
+    sys.modules.pop("loss_task_example", None)
+
+
+def _counting_args(root: Path, *extra: str) -> list[str]:
+    args = ["sweep", "--config-dir", str(REPO / "configs"), "--preset", "smoke", f"experiment.output_dir={root}"]
+    args += ["experiment.name=counting", "experiment.task=counting", "data.dataset=count_squares"]
+    args += ["sweep.models=[count_net]", "sweep.resolutions=[16]", "sweep.seeds=[42,43]", "sweep.cost_probe=false"]
+    args += ["training.batch_size=8", "explainability.enabled=false", "mlflow.enabled=false", "stats.resamples=200"]
+    return [*args, "profiling.warmup=1", "profiling.iters=2", "profiling.train_batch_size=3", *extra]
+
+
+def test_a_plugin_task_with_its_own_loss_option_runs_a_sweep_and_profiles_with_that_loss(counting, tmp_path, capsys):
+    """The task option task.counting.loss picks the plugin's loss term, loss.l1_spy.scale its option; training
+    and the profile's timed training step (a batch of profiling.train_batch_size) both call that term."""
+    from conftest import run_cli
+
+    code, out, err = run_cli(_counting_args(tmp_path, "task.counting.loss=l1_spy", "loss.l1_spy.scale=2.5"), capsys)
+    assert code == 0, out[-2000:] + err[-2000:]
+    for seed in (42, 43):
+        folder = trial_summary(tmp_path, "count_net", 16, seed, experiment="counting")
+        result = json.loads((folder / "result.json").read_text())
+        assert result["status"] == "FINISHED", result.get("error")
+        assert json.loads((folder / "profile.json").read_text())["task"] == "counting"  # the trial's task
+    assert {name for name, _, _ in counting.CALLS} == {"l1_spy"}  # never mse_spy, never cross-entropy
+    assert {scale for _, scale, _ in counting.CALLS} == {2.5}
+    assert any(batch == 3 for _, _, batch in counting.CALLS)  # the profile's timed training step used it
+
+
+SEG = ["experiment.task=segmentation", "data.dataset=synthetic_seg", "sweep.models=[tiny_segnet]"]
+CLS = ["experiment.task=classification", "data.dataset=synthetic", "sweep.models=[tiny_cnn]"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["loss.l1_spy.scael=2"], "unknown key 'loss.l1_spy.scael'; did you mean 'loss.l1_spy.scale'?"),
+        (["loss.l1_sp.scale=2"], "did you mean 'loss.l1_spy.scale'?"),
+        (["task.counting.loss=l2_spy"], "no loss term 'l2_spy'; did you mean"),
+        (["task.counting.loss=dice"], "'dice' is a segmentation loss"),
+        (["loss.focal_tversky.gamma=2"], "loss.focal_tversky: expected loss terms of the counting task"),
+        ([*SEG, "task.counting.loss=l1_spy"], "task.counting: expected options of experiment.task (none"),
+        ([*CLS, "loss.mse_spy.scale=2"], "loss.mse_spy: expected loss terms of the classification task"),
+    ],
+)
+def test_bad_task_and_loss_options_are_one_line_config_errors(counting, tmp_path, capsys, extra, needle):
+    from conftest import run_cli
+
+    code, _, err = run_cli(_counting_args(tmp_path, *extra), capsys)
+    errors = [line for line in err.splitlines() if line.startswith("resomap")]
+    assert code == 2 and len(errors) == 1 and needle in errors[0], err
+
+
+def test_the_focal_tversky_options_moved_to_the_loss_group():
+    cfg = load(REPO / "configs", preset="seg_quickstart", overrides=["loss.focal_tversky.gamma=1.0"])
+    assert cfg.loss.focal_tversky.gamma == 1.0 and cfg.loss.focal_tversky.alpha == 0.3
+    with pytest.raises(ConfigError) as info:
+        load(REPO / "configs", preset="seg_quickstart", overrides=["segmentation.tversky_gamma=1.0"])
+    assert str(info.value).endswith("segmentation.tversky_gamma has moved: set loss.focal_tversky.gamma instead")
+    with pytest.raises(ConfigError, match=re.escape("loss.focal_tversky.beta: expected a positive number")):
+        load(REPO / "configs", preset="seg_quickstart", overrides=["loss.focal_tversky.beta=0"])
+
+
+def test_the_moved_focal_tversky_keys_keep_the_trial_keys():
+    """loss.focal_tversky.* sit in the trial key where segmentation.tversky_* were: unset and set to the defaults
+    give one key (the key of sweeps from before the move), another value another key."""
+    from resomap.sweep.trial import trial_key
+
+    def key(*extra: str) -> str:
+        return trial_key(load(REPO / "configs", preset="seg_quickstart", overrides=list(extra)), "tiny_segnet", 32, 42)
+
+    assert key() == key("loss.focal_tversky.gamma=0.75", "loss.focal_tversky.alpha=0.3")
+    assert key() != key("loss.focal_tversky.gamma=1.0")

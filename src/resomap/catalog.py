@@ -36,7 +36,8 @@ LIVE = {
     "losses": ("resomap.tasks.losses", "LOSSES"),
     "bench_options": ("resomap.profiling.options", "OPTIONS"),
 }
-GROUPS = {"data": "datasets", "explainability": "explainers", "sweep": "executors"}  # config section -> kind
+# config section -> kind
+GROUPS = {"data": "datasets", "explainability": "explainers", "sweep": "executors", "task": "tasks", "loss": "losses"}
 
 
 @functools.cache

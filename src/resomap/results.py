@@ -12,7 +12,8 @@ Example::
     sweep.paired_tests.query("significant")
 
 Nothing is recomputed: the tables are the files the sweep wrote (summary.json, paired_tests, recommendation,
-explanations/agreement.csv) and each trial's predictions.csv, found through the folders recorded in summary.json.
+explanations/agreement.csv) and each trial's per-image table (its task's: predictions.csv, seg_predictions.csv),
+found through the folders recorded in summary.json.
 pandas is imported when a sweep is loaded.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 from resomap.errors import DataError
 from resomap.layout import SWEEP_DIR, Layout
 
+PREDICTIONS_FILE = "predictions.csv"  # a trial's table when its result.json names none (resomap.records)
 PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index", "label", "prediction", "correct")
 # the columns of paired_tests.csv and recommendation.csv (written by resomap.reports.summary, read here)
 PAIRED_COLUMNS = (
@@ -132,14 +134,29 @@ def trial_folder(sweep: Path, trial: dict[str, Any]) -> Path | None:
     return None
 
 
+def _records(frame: Any, trial: dict[str, Any]) -> Any:
+    """A trial's per-image table with its model, resolution and seed in front: classification's predictions.csv
+    as PREDICTION_COLUMNS (`correct` a bool), another task's table (segmentation: seg_predictions.csv, per-image
+    IoU, Dice, pixel accuracy, boundary F1) with the columns it has."""
+    frame.insert(0, "seed", trial.get("seed"))
+    frame.insert(0, "resolution", trial.get("resolution"))
+    frame.insert(0, "model", trial.get("model"))
+    if "correct" not in frame.columns:
+        return frame
+    frame["correct"] = frame["correct"].astype(bool)
+    return frame[list(PREDICTION_COLUMNS)]
+
+
 def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summaries") -> SweepResults:
     """The sweep named ``name_or_folder`` (``<root>/_sweep/<name>/``) or the summary folder itself, as DataFrames.
 
     >>> sweep = load_sweep("resomap-smoke")  # doctest: +SKIP
     >>> sweep.summary.loc[:, ["model", "resolution", "test_accuracy_ci_low", "test_accuracy_ci_high"]]  # doctest: +SKIP
 
-    An unknown name raises :class:`~resomap.errors.DataError` listing the known sweeps. Trials whose predictions.csv
-    is absent (results from before per-image records) have no rows in ``predictions`` (``trials.has_predictions``).
+    An unknown name raises :class:`~resomap.errors.DataError` listing the known sweeps. ``predictions`` is each
+    trial's per-image table as its task wrote it (the file its result.json names: classification's predictions.csv,
+    segmentation's seg_predictions.csv); trials without one (results from before per-image records) have no rows
+    there (``trials.has_predictions``).
     """
     import pandas as pd
 
@@ -149,8 +166,8 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
     frames, trials = [], []
     for trial in data.get("trials", []):
         where = trial_folder(folder, trial)
-        path = where / "predictions.csv" if where is not None else None
-        has = path is not None and path.is_file()
+        path = where / str(trial.get("predictions") or PREDICTIONS_FILE) if where is not None else None
+        has = path is not None and path.suffix == ".csv" and path.is_file()
         trials.append(
             {
                 "model": trial.get("model"),
@@ -164,13 +181,9 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
             }
         )
         if has:
-            frame = pd.read_csv(path)
-            frame.insert(0, "seed", trial.get("seed"))
-            frame.insert(0, "resolution", trial.get("resolution"))
-            frame.insert(0, "model", trial.get("model"))
-            frame["correct"] = frame["correct"].astype(bool)
-            frames.append(frame[list(PREDICTION_COLUMNS)])
-    predictions = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(PREDICTION_COLUMNS))
+            frames.append(_records(pd.read_csv(path), trial))
+    columns = list(frames[0].columns) if frames else list(PREDICTION_COLUMNS)
+    predictions = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     agreement_csv = folder / "explanations" / "agreement.csv"
     agreement = pd.read_csv(agreement_csv) if agreement_csv.is_file() else pd.DataFrame()
     return SweepResults(

@@ -210,7 +210,7 @@ def test_stage(
         averaged = _evaluate(trainer, symmetry_average(model, tta), bundle, "test_tta", num_classes)
         found.metrics.update(averaged.metrics)  # every key under the test_tta/ prefix
     log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
-    trainer.task.test_outputs(found, model, bundle, trainer, title, out_dir)
+    trainer.task.test_outputs(found, trainer.eval_context(model), bundle, title, out_dir)
     return found
 
 
@@ -281,7 +281,8 @@ def profile_stage(
         model_name=model_name,
         rounds=pc.rounds,
         noise=noise_policy(cfg),
-        segmentation=cfg.segmentation,  # a segmenter's training step: per-pixel labels, the configured loss
+        cfg=cfg,  # the training step's loss as configured (segmentation.loss, loss.<term>.*)
+        task=cfg.experiment.task,  # the trial's task: its labels and its loss, whatever the output's rank
         channels_last=resolve_channels_last(
             cfg.system.channels_last, resolve_precision(cfg.system.precision, device)[0]
         ),

@@ -52,15 +52,18 @@ def cmd_explainers(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    """The registered tasks (experiment.task) with their explanation target form and headline metrics, then the
-    segmentation loss terms (segmentation.loss)."""
-    from resomap.tasks import get_task, task_names
+    """The registered tasks (experiment.task) with their explanation target form, headline metrics and options
+    (task.<name>.*), then each task's loss terms with their options (loss.<term>.*)."""
+    from resomap.tasks import TASKS, get_task, task_names
     from resomap.tasks.losses import LOSSES
 
     for name in task_names():
-        task = get_task(name)
-        print(f"{name:<24}targets: {task.target_form:<10}headline: {', '.join(task.headline)}")
-    print(f"loss terms (segmentation.loss): {', '.join(LOSSES.names())}")
+        task, options = get_task(name), _options(TASKS, name)
+        line = f"{name:<24}targets: {task.target_form:<10}headline: {', '.join(task.headline)}"
+        print(f"{line}{'  options: ' + options if options else ''}")
+        for term in (t for t in LOSSES.names() if LOSSES.meta(t).get("task") == name):
+            term_options = _options(LOSSES, term)
+            print(f"  loss term {term:<18}{'options: ' + term_options if term_options else ''}".rstrip())
     return 0
 
 

@@ -138,7 +138,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         model_name=args.model,
         rounds=args.rounds,
         noise=noise_policy(cfg),
-        segmentation=cfg.segmentation,  # a segmenter's training step uses the configured loss
+        cfg=cfg,  # a segmenter's training step uses the configured loss
     )
     print(report.as_json() if args.json else report.table(), end="")
     if args.output_dir:

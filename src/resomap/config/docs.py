@@ -89,8 +89,12 @@ def config_reference() -> str:
     hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
         parts.append(f"\n#### `{f.name}`\n")
-        parts.append("| key | type | default | meaning |\n|---|---|---|---|")
-        parts.extend(_rows(hints[f.name], f"{f.name}."))
+        rows = _rows(hints[f.name], f"{f.name}.")
+        if rows:
+            parts.append("| key | type | default | meaning |\n|---|---|---|---|")
+            parts.extend(rows)
+        else:  # a group of entries' options only (task, loss): the comment above its GROUP says what it holds
+            parts.append(_comments(hints[f.name]).get("GROUP", "") + ".")
         parts.extend(_group_tables(hints[f.name], f.name))
     parts.append(END)
     return "\n".join(parts) + "\n"

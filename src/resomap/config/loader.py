@@ -24,7 +24,7 @@ import yaml
 from resomap.atomic import write_text
 from resomap.config.checks import run_checks
 from resomap.config.groups import group_of, option_items
-from resomap.config.schema import Config
+from resomap.config.schema import MOVED_KEYS, Config
 from resomap.config.suggest import suggest
 from resomap.errors import ConfigError, UnknownNameError
 
@@ -178,6 +178,8 @@ class _Validator:
                 if registry is not None and key in registry:
                     entries[registry.resolve(key)] = (data[key], path)
                     continue
+                if path in MOVED_KEYS:
+                    raise ConfigError(f"{self.where(path)}: {path} has moved: set {MOVED_KEYS[path]} instead")
                 shown = path + _first_leaf(data[key])
                 hint = suggest(shown, self.raw, self.registries)
                 raise ConfigError(f"{self.where(path)}: unknown key '{shown}'{hint}")

@@ -16,6 +16,12 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 DEVICES: tuple[str, ...] = get_args(Device)  # the one list of device choices (config, CLI flags)
 PRECISIONS: tuple[str, ...] = get_args(Precision)  # the one list of precision choices
 MAX_RESOLUTION = 8192  # the largest input side accepted anywhere (config and CLI); memory sets the real limit
+# keys that left the schema -> where they are set now: refused at load with a line naming the new key
+MOVED_KEYS = {
+    "segmentation.tversky_alpha": "loss.focal_tversky.alpha",
+    "segmentation.tversky_beta": "loss.focal_tversky.beta",
+    "segmentation.tversky_gamma": "loss.focal_tversky.gamma",
+}
 
 
 @dataclass(frozen=True)
@@ -323,13 +329,27 @@ class StatsConfig:
 
 @dataclass(frozen=True)
 class SegmentationConfig:
+    # summed loss terms (resomap tasks: ce, dice, focal_tversky, focal); a term's options are loss.<term>.*
     loss: list[str] = field(default_factory=lambda: ["ce", "dice"])  # summed terms: ce, dice, focal_tversky, focal
     loss_weights: list[float] = field(default_factory=list)  # one weight per loss term; empty: all 1
-    tversky_alpha: float = 0.3  # focal_tversky: weight of false positives
-    tversky_beta: float = 0.7  # focal_tversky: weight of false negatives
-    tversky_gamma: float = 0.75  # focal_tversky: loss = (1 - Tversky index) ** gamma (1 = plain Tversky)
     reference_resolution: int | None = None  # metrics on masks of this side; null: the dataset's, else the largest
     boundary_tolerance: float = 0.01  # boundary F1 tolerance as a fraction of the reference side (>= 1 px)
+
+
+@dataclass(frozen=True)
+class TaskConfig(GroupSection):
+    # The options of experiment.task, for a task registered with an options dataclass (register_task(name,
+    # options=...)): task.<task>.<field>; a task's options on another task are refused
+    GROUP: ClassVar[Group] = Group("task", ())
+    options: dict[str, Any] = field(default_factory=dict, repr=False)  # task.<task>.*: the task's own
+
+
+@dataclass(frozen=True)
+class LossConfig(GroupSection):
+    # The options of loss terms registered with an options dataclass (register_loss(name, options=...)):
+    # loss.<term>.<field>, e.g. loss.focal_tversky.gamma; the terms are chosen by the task (segmentation.loss)
+    GROUP: ClassVar[Group] = Group("loss", ())
+    options: dict[str, Any] = field(default_factory=dict, repr=False)  # loss.<term>.*: the term's own
 
 
 @dataclass(frozen=True)
@@ -345,3 +365,5 @@ class Config:
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     segmentation: SegmentationConfig = field(default_factory=SegmentationConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)  # task.<task>.*: experiment.task's own options
+    loss: LossConfig = field(default_factory=LossConfig)  # loss.<term>.*: the options of loss terms

@@ -204,28 +204,17 @@ def data_seed(cfg: Config, trial_seed: int) -> int:
     return cfg.experiment.seed if chosen is None else int(chosen)
 
 
-def build(
-    cfg: Config,
-    resolution: int,
-    seed: int,
-    device: torch.device | str = "cpu",
-    check: Callable[[dict[str, np.ndarray]], object] | None = None,
-) -> DataBundle:
-    """Load (or reuse) the dataset at `resolution`. `seed` (the trial's) drives shuffling and augmentation; the
-    split and generated images follow `data_seed(cfg, seed)`. The data's checks (unreadable images, the split) and
-    the caller's `check` of the split (positions per split; e.g. enough test images for the probe set) pass before
-    the resolution cache keeps newly decoded images: a data error leaves no cache behind."""
-    if resolution < 1:
-        raise DataError(f"resolution must be a positive number of pixels, got {resolution}")
-    dc, device = cfg.data, torch.device(device)
-    dseed = data_seed(cfg, seed)
-    raw = open_dataset(dc, seed=dseed)
-    labels = np.asarray(raw.labels, dtype=np.int64)
-    class_names = list(raw.class_names)
-    if len(raw) == 0:
-        raise DataError(f"dataset '{dc.dataset}' has no images")
-    subset = limit_subset(labels, dc.limit, class_names)
-    cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
+def _splitter(
+    raw: Any,
+    subset: np.ndarray,
+    labels: np.ndarray,
+    class_names: list[str],
+    dc: Any,
+    dseed: int,
+    check: Callable[[dict[str, np.ndarray]], object] | None,
+) -> Callable[[CacheEntry], dict[str, np.ndarray]]:
+    """`split(entry)`: the positions of each split among the usable images of a cache entry (the dataset's own
+    split when it has one, else a stratified one), passed through the caller's `check` first."""
 
     def split(entry: CacheEntry) -> dict[str, np.ndarray]:
         ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction, entry.reasons)
@@ -246,12 +235,36 @@ def build(
             check(found)
         return found
 
+    return split
+
+
+def build(
+    cfg: Config,
+    resolution: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    check: Callable[[dict[str, np.ndarray]], object] | None = None,
+) -> DataBundle:
+    """Load (or reuse) the dataset at `resolution`. `seed` (the trial's) drives shuffling and augmentation; the
+    split and generated images follow `data_seed(cfg, seed)`. The data's checks (unreadable images, the split) and
+    the caller's `check` of the split (positions per split; e.g. enough test images for the probe set) pass before
+    the resolution cache keeps newly decoded images: a data error leaves no cache behind."""
+    if resolution < 1:
+        raise DataError(f"resolution must be a positive number of pixels, got {resolution}")
+    dc, device = cfg.data, torch.device(device)
+    dseed = data_seed(cfg, seed)
+    raw = open_dataset(dc, seed=dseed)
+    labels, class_names = np.asarray(raw.labels, dtype=np.int64), list(raw.class_names)
+    if len(raw) == 0:
+        raise DataError(f"dataset '{dc.dataset}' has no images")
+    subset = limit_subset(labels, dc.limit, class_names)
+    cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
+    split = _splitter(raw, subset, labels, class_names, dc, dseed, check)
     checked: list[dict[str, np.ndarray]] = []  # the split made while checking fresh images (not made twice)
     entry = get_resized(raw, subset, resolution, dc.cache, cache_root, check=lambda e: checked.append(split(e)))
     positions = checked[0] if checked else split(entry)
     split_labels = {s: labels[subset][p] for s, p in positions.items()}
     normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
-
     seg: dict[str, Any] = {}
     if has_dense_targets(raw):  # a class per pixel: the loaders yield masks (train side r, val/test reference side)
         from resomap.data.masks import segmentation_targets
@@ -280,7 +293,7 @@ def build(
         _positions=positions,
         _labels=split_labels,
     )
-    if seg:
+    if seg:  # a class per pixel: the masks and what their metrics need
         bundle.task, bundle.reference_resolution = seg["task"], seg["reference_resolution"]
         bundle.train_pixel_counts, bundle._targets = seg["train_pixel_counts"], seg["targets"]
     log.info("data: %s", bundle.describe())

@@ -122,7 +122,7 @@ class _Case:
     warmup: int
     rounds: int = 5
     noise: NoisePolicy = field(default_factory=NoisePolicy)
-    segmentation: Any = None  # the segmentation config section (loss terms), None: its defaults
+    cfg: Any = None  # the config whose loss the training step uses (the segmentation loss terms), None: defaults
 
 
 @dataclass
@@ -145,7 +145,7 @@ def _build(model: nn.Module, option: BenchOption, device: torch.device, bs: int,
     warm = max(1, case.warmup)
     with backend_flags(setup, device):
         base = copy.deepcopy(model).to(device).eval()
-        task = step_task(base, x, case.segmentation)  # labels and loss from the logits, before compile & co.
+        task = step_task(base, x, case.cfg)  # labels and loss from the logits, before compile & co.
         net = prepare_model(base, setup)
         with peak_increase(device) as mem:
             call = graphed_inference(net, x, amp) if setup.cuda_graphs else inference_step(net, x, amp)
@@ -352,14 +352,14 @@ def run_benchmark(
     model_name: str | None = None,
     rounds: int = 5,
     noise: NoisePolicy | None = None,
-    segmentation: Any = None,
+    cfg: Any = None,
 ) -> BenchReport:
     """Measure `model` per device: per batch size (baseline), then each option at `options_batch_size`
     (default: the largest batch size), with ratios to the baseline and cuda/cpu ratios per batch size.
 
     The training step follows the model's logits (profiler.step_task): classifier logits [B, C] get one label
     per image and cross-entropy, segmentation logits [B, K, H, W] a label per pixel and the segmentation loss of
-    `segmentation` (the config section; None: its defaults)."""
+    `cfg` (None: the default config's)."""
     if precision not in PRECISIONS:
         raise ConfigError(f"bench: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     sizes = sorted(set(batch_sizes))
@@ -367,16 +367,14 @@ def run_benchmark(
         raise ConfigError("bench: need batch sizes >= 1, iters >= 1, rounds >= 1, warmup >= 0 and resolution >= 1")
     opts = [OPTIONS.get(n) for n in dict.fromkeys(["baseline", *options])]  # baseline first, no duplicates
     obs = options_batch_size or sizes[-1]
-    case = _Case(
-        resolution, in_channels, num_classes, precision, iters, warmup, rounds, noise or NoisePolicy(), segmentation
-    )
+    case = _Case(resolution, in_channels, num_classes, precision, iters, warmup, rounds, noise or NoisePolicy(), cfg)
     report = BenchReport(
         model_name or type(model).__name__, resolution, in_channels, precision, iters, warmup, obs, torch.__version__
     )
     report.rounds = min(rounds, iters)
     weights = next(iter(model.parameters()), None)
     probe = torch.zeros(1, in_channels, resolution, resolution, device=weights.device if weights is not None else None)
-    report.task = step_task(model, probe, segmentation).task
+    report.task = step_task(model, probe, cfg).task
     for dev, unavailable in _devices(devices):
         if unavailable:
             report.entries.append(BenchEntry("devices", dev.type, "baseline", 0, "skipped", unavailable))

@@ -8,7 +8,6 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -158,27 +157,28 @@ def _on_device(model: nn.Module, device: torch.device) -> nn.Module:
 
 @dataclass
 class StepTask:
-    """What a timed training step needs, read from the model's logits on one image: the task (resomap.tasks, the
-    one whose models give outputs of that rank), random labels for the batch and the task's loss. Classification:
-    logits [B, C], labels [B], cross-entropy. Segmentation: logits [B, K, H, W], labels [B, H, W], the loss of the
-    `segmentation` config section (ce + dice by default)."""
+    """What a timed training step needs: the task (resomap.tasks: the trial's, else the one whose models give
+    outputs of the rank of the model's), random labels for the batch and the task's loss under the config
+    (Task.step_targets). Classification: logits [B, C], labels [B], cross-entropy. Segmentation: logits
+    [B, K, H, W], labels [B, H, W], the loss of the `segmentation` config section (ce + dice by default)."""
 
     task: str
     targets: torch.Tensor
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def step_task(model: nn.Module, x: torch.Tensor, segmentation: schema.SegmentationConfig | None = None) -> StepTask:
+def step_task(model: nn.Module, x: torch.Tensor, cfg: Config | None = None, task: str | None = None) -> StepTask:
     """The StepTask of `model` on the batch `x` (one untimed eval forward of x[:1]; every module's mode is
-    restored). Logits of a rank no task has raise ConfigError."""
-    from resomap.tasks import for_output
+    restored): `task`'s labels and loss under `cfg` (None: the defaults); without a task, the task whose models
+    give outputs of that rank (a bare model), and logits of a rank no task has raise ConfigError."""
+    from resomap.tasks import for_output, get_task
 
     with preserved_state(model), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
         out = model.eval()(x[:1])
-    task = for_output(out)
+    chosen = get_task(task) if task is not None else for_output(out)
     batch = out.expand(x.shape[0], *out.shape[1:])
-    y, loss = task.step_targets(batch, SimpleNamespace(segmentation=segmentation))
-    return StepTask(task.name, y, loss)
+    y, loss = chosen.step_targets(batch, cfg)
+    return StepTask(chosen.name, y, loss)
 
 
 def _train_step(
@@ -208,15 +208,15 @@ def profile(
     model_name: str | None = None,
     rounds: int = 5,
     noise: NoisePolicy | None = None,
-    segmentation: schema.SegmentationConfig | None = None,
+    cfg: Config | None = None,
+    task: str | None = None,
     channels_last: bool = False,
 ) -> ModelProfile:
     """Profile `model` on square `resolution` inputs. The model's mode and requires_grad flags are restored; with
     `channels_last` a copy of it runs in NHWC, on NHWC inputs, as a trial with system.channels_last trains it.
 
-    The task follows the model's logits (StepTask): a classifier's training step draws one label per image, a
-    segmenter's ([B, K, H, W] logits) a label per pixel and uses the segmentation loss of `segmentation` (the
-    config section; default: its defaults).
+    The training step is `task`'s (the trial's: its labels and its loss under `cfg`; StepTask); without a task,
+    the task of the model's logits: one label per image for [B, C] logits, a label per pixel for [B, K, H, W].
 
     Inference calls and training steps are timed in `rounds` interleaved rounds and re-measured while the machine
     looks disturbed (`noise`, see profiling/timing.py); a figure no attempt measured cleanly comes back noisy.
@@ -230,8 +230,8 @@ def profile(
     with preserved_state(model):
         net, x, xt = _inputs(model, device, (batch_size, train_bs, in_channels, resolution), channels_last)
         counts = count_ops(net, x[:1])
-        task = step_task(net, xt, segmentation)
-        train = _train_step(net, xt, amp, task)
+        step = step_task(net, xt, cfg, task)
+        train = _train_step(net, xt, amp, step)
         net.eval()
         infer = inference_step(net, x, amp)
         timed = _time_steps(infer, train, device, iters, train_iters or iters, warmup, rounds, noise or NoisePolicy())
@@ -239,7 +239,7 @@ def profile(
     result = ModelProfile(
         model_name=model_name or type(model).__name__,
         resolution=resolution,
-        task=task.task,
+        task=step.task,
         in_channels=in_channels,
         batch_size=batch_size,
         train_batch_size=train_bs,
@@ -400,7 +400,7 @@ def profile_by_name(
         "precision": cfg.system.precision,
         "rounds": pc.rounds,
         "noise": noise_policy(cfg),
-        "segmentation": cfg.segmentation,
+        "cfg": cfg,
     }
     dev = torch.device(device) if device is not None else resolve_device(cfg.system)
     kwargs["channels_last"] = resolve_channels_last(

@@ -186,9 +186,32 @@ def _key_tree(cfg: Config, model: str | None = None) -> dict[str, Any]:
     task = tree["experiment"].pop("task", "classification")
     for section in other_task_sections(task):  # another task's settings do not change what this trial computes
         tree.pop(section, None)
+    _moved_back(cfg, tree)
+    for section in ("task", "loss"):  # option groups left empty: the keys stay what they were before these groups
+        if not tree.get(section):
+            tree.pop(section, None)
     if task != "classification":  # classification keys stay what they were before the task axis
         tree["experiment"]["task"] = task
     return tree
+
+
+def _moved_back(cfg: Config, tree: dict[str, Any]) -> None:
+    """Keys that moved (config.schema.MOVED_KEYS: segmentation.tversky_* -> loss.focal_tversky.*) put back where they
+    were in the key tree, set or not, so the trial keys of sweeps from before the move stay the same."""
+    from resomap.config.groups import group_options
+    from resomap.config.schema import MOVED_KEYS
+
+    for old, new in MOVED_KEYS.items():
+        section, leaf = old.split(".")
+        if section not in tree:  # another task's section: out of this key
+            continue
+        group, entry, field = new.split(".")
+        tree[section][leaf] = getattr(group_options(getattr(cfg, group), entry), field)
+        moved = tree.get(group, {}).get(entry)
+        if moved is not None:
+            moved.pop(field, None)
+            if not moved:
+                tree[group].pop(entry)
 
 
 def _hash(tree: dict[str, Any]) -> str:

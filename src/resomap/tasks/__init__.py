@@ -3,11 +3,15 @@
 A task is a `Task` subclass registered with `@register_task(name)`: `classification` and `segmentation` are
 built in, a plugin (the `resomap.plugins` entry point) or any imported module adds others. A task supplies
 - `check(cfg, fail)`: its config checks, run at load (loss names and options, explainers that fit its targets);
-- `criterion(cfg, data, device)`: the training loss, and `correct(out, y)` for the training accuracy;
-- `evaluate(...)`: a test split -> metrics and one score table per image (classification: label and prediction;
-  segmentation: IoU/Dice/... per image), `headline` naming the metrics a summary reads first, `write_records` the
-  per-image table to the trial's folder (`records_file`), `test_outputs` its figures (confusion matrix, overlays;
-  `report_figures` names those the sweep's report shows);
+- `options`: its own options dataclass (`register_task(name, options=...)`), set as `task.<name>.<field>` in the
+  config (the `task` config group; the loader refuses options of a task that is not experiment.task);
+- `criterion(cfg, data, device)`: the training loss, and `correct(out, y)` for the training accuracy; a loss may
+  be a registered loss term (resomap.tasks.losses, `register_loss(name, options=..., task=...)`) whose options are
+  set as `loss.<name>.<field>` (the `loss` config group);
+- `evaluate(ctx, loader, prefix)`: a test split -> metrics and one score table per image (classification: label
+  and prediction; segmentation: IoU/Dice/... per image), `headline` naming the metrics a summary reads first,
+  `write_records` the per-image table to the trial's folder (`records_file`), `test_outputs(found, ctx, bundle,
+  title, out_dir)` its figures (confusion matrix, overlays; `report_figures` names those the sweep's report shows);
 - `check_records(path, images, resolutions)`: what is wrong with the per-image table a finished trial left
   (resomap.filecheck.check_table by default: whole csv rows, one per test image at each test resolution), so a
   sweep run again redoes a trial whose table was cut short;
@@ -17,7 +21,10 @@ built in, a plugin (the `resomap.plugins` entry point) or any imported module ad
 - `probe_targets(bundle, rows, device)`: what an explanation of a probe image explains, in one of the forms of
   resomap.explain.targets (`target_form`: "class" logit or a class's logits summed over a "region"), and the
   object masks its localisation scores use;
-- `step_targets(out, cfg)`: random labels and the loss of a timed training step (profiling).
+- `step_targets(out, cfg)`: random labels and the loss of a timed training step (profiling: the trial's task and
+  its configured loss).
+What a task sees of the Trainer is an `EvalContext` (the model, its forward, the input transform, the autocast
+context, the device, the config), built by `Trainer.eval_context`; no task reads the Trainer itself.
 Models (`register_model(..., task=)`) and datasets (registry meta `task=`) declare the task they serve; the config
 loader refuses a model, dataset, loss or explainer that does not fit (one line, exit 2, before anything runs).
 Only the registries are read for that: no model is built and no heavy library is imported.
@@ -25,19 +32,71 @@ Only the registries are read for that: no model is built and no heavy library is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from resomap.config import register_check
 from resomap.config.checks import check_dataset_fit
+from resomap.config.groups import register_group
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.filecheck import check_table
 from resomap.records import PREDICTIONS_FILE, ScoreTable, read_predictions
 from resomap.registry import Registry
 
+if TYPE_CHECKING:  # annotations only: importing torch here would slow the command line's start
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from resomap.config.schema import Config
+    from resomap.data.bundle import DataBundle
+    from resomap.stages import EvalResult
+
 DEFAULT_TASK = "classification"
+Fail = Callable[[str, str, Any], None]  # fail(path, expected, got): the config loader's one-line error
+Loss = Callable[..., "torch.Tensor"]  # loss(out, y[, w]) -> a scalar tensor
+# (metrics '<prefix>/<name>', y_true, y_pred[, per-image ranking score or None]): a task's evaluation
+Evaluation = (
+    tuple[dict[str, float], "np.ndarray", "np.ndarray"]
+    | tuple[dict[str, float], "np.ndarray", "np.ndarray", "np.ndarray | None"]
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalContext:
+    """What a task's evaluation and test figures see of the Trainer (built by `Trainer.eval_context`): the model
+    (its train/eval mode is restored after `evaluating`), its forward as the trainer runs it (compiled or not),
+    the input transform (channels-last), the autocast context of the trial's precision, the device, the config and
+    the number of classes (the caller's, else the trainer's data's, else None: the task infers it)."""
+
+    cfg: Config
+    model: nn.Module
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    inputs: Callable[[torch.Tensor], torch.Tensor]
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]]
+    device: torch.device
+    num_classes: int | None = None
+
+    def logits(self, x: torch.Tensor, forward: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """The model's output on a batch as a trial computes it: input transform and autocast applied."""
+        with self.autocast():
+            return (forward or self.forward)(self.inputs(x))
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Eval mode and torch.inference_mode for the block; the model's train/eval mode restored after."""
+        import torch
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            self.model.train(was_training)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +138,7 @@ class Task:
 
     # ---------------------------------------------------------------- config
 
-    def check(self, cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    def check(self, cfg: Config, fail: Fail) -> None:
         """fail(path, expected, got) on a key of cfg that this task cannot run with."""
 
     def check_metric(self, metric: str, classes: list[str] | None) -> str | None:
@@ -90,31 +149,32 @@ class Task:
 
     # ---------------------------------------------------------------- training
 
-    def criterion(self, cfg: Any, data: Any, device: Any) -> Any:
+    def criterion(self, cfg: Config, data: DataBundle, device: torch.device) -> Loss:
+        """The training loss `loss(out, y)` of this task under cfg (data: the trial's DataBundle)."""
         raise NotImplementedError
 
-    def correct(self, out: Any, y: Any) -> Any:
+    def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Correct labels in a training batch (a tensor; divided by y.numel() for train/accuracy)."""
         return (out.detach().argmax(1) == y).sum()
 
     # ---------------------------------------------------------------- testing
 
     def evaluate(
-        self, trainer: Any, forward: Any, model: Any, loader: Any, prefix: str, num_classes: int | None
-    ) -> tuple[Any, ...]:
-        """(metrics '<prefix>/<name>', y_true, y_pred[, score]): the arrays are the per-image score table; the
-        optional fourth, one number per image or None, is what a ranking metric orders (classification: the
-        probability of class 1 of a two-class task, for AUROC)."""
+        self, ctx: EvalContext, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], prefix: str
+    ) -> Evaluation:
+        """(metrics '<prefix>/<name>', y_true, y_pred[, score]) of ctx.model over the loader's (x, y) batches: the
+        arrays are the per-image score table; the optional fourth, one number per image or None, is what a
+        ranking metric orders (classification: the probability of class 1 of a two-class task, for AUROC)."""
         raise NotImplementedError
 
-    def test_outputs(self, found: Any, model: Any, bundle: Any, trainer: Any, title: str, out_dir: Path) -> None:
-        """Figures of a test (confusion_matrix.png, ...) written to out_dir."""
+    def test_outputs(self, found: EvalResult, ctx: EvalContext, bundle: DataBundle, title: str, out_dir: Path) -> None:
+        """Figures of a test (confusion_matrix.png, ...) of ctx.model written to out_dir."""
 
-    def write_records(self, matrix: dict[int, Any], out_dir: Path) -> Path | None:
+    def write_records(self, matrix: Mapping[int, EvalResult], out_dir: Path) -> Path | None:
         """The per-image score table of every test resolution ({resolution: EvalResult}) in out_dir."""
         return None
 
-    def check_records(self, path: Path, images: int | None, resolutions: Any) -> str | None:
+    def check_records(self, path: Path, images: int | None, resolutions: Iterable[int]) -> str | None:
         """What is wrong with the per-image table `path` a finished trial wrote (`write_records`), in a few words,
         or None when it is whole: by default a csv with test_resolution and index columns, `images` rows (the
         test set's size; None: not checked) at each of `resolutions`, ending in a newline (else cut mid-row). A
@@ -131,7 +191,7 @@ class Task:
         (a label and a prediction per image: the 0/1 score `scores[0].name`, correct or not)."""
         return {res: p.table(self.scores[0].name) for res, p in read_predictions(folder).items()}
 
-    def trivial_scores(self, scores: dict[str, Any], label: Any) -> Any:
+    def trivial_scores(self, scores: Mapping[str, np.ndarray], label: np.ndarray | None) -> np.ndarray | None:
         """Per test image, the headline score of the trivial predictor (float [N]), from the aligned per-image scores
         ({name: [S, N]}) and labels ([N] or None); None when the records cannot say. Classification: always
         answering the test images' most frequent class (ties: the smallest label), correct or not."""
@@ -145,31 +205,43 @@ class Task:
 
     # ---------------------------------------------------------------- explaining
 
-    def probe_targets(self, bundle: Any, rows: Any, device: Any) -> tuple[Any, Any]:
+    def probe_targets(
+        self, bundle: DataBundle, rows: np.ndarray, device: torch.device
+    ) -> tuple[torch.Tensor, np.ndarray | None]:
         """(targets of the probe images at `rows` of the test split, object masks bool [N, r, r] or None)."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- profiling
 
-    def step_targets(self, out: Any, cfg: Any = None) -> tuple[Any, Callable[[Any, Any], Any]]:
-        """(random labels for a batch whose logits are `out`, the loss): a timed training step's inputs."""
+    def step_targets(self, out: torch.Tensor, cfg: Config | None = None) -> tuple[torch.Tensor, Loss]:
+        """(random labels for a batch whose logits are `out`, the loss of `cfg`, else of the default config): a
+        timed training step's inputs."""
         raise NotImplementedError
 
 
 TASKS: Registry[type[Task]] = Registry("task", "resomap tasks")
+register_group("task", TASKS)  # the loader checks task.<name>.* against the task's options
 
 
-def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
-    """Register a Task subclass under `name` (the value of experiment.task)."""
+def register_task(name: str, *, options: type | None = None) -> Callable[[type[Task]], type[Task]]:
+    """Register a Task subclass under `name` (the value of experiment.task); `options`: its options dataclass,
+    whose fields are the config keys task.<name>.<field> (read with `task_options(cfg)`)."""
 
     def deco(cls: type[Task]) -> type[Task]:
         if not (isinstance(cls, type) and issubclass(cls, Task)):
             raise TypeError(f"task '{name}' must be a resomap.tasks.Task subclass, got {cls!r}")
         cls.name = name
-        TASKS.register(name)(cls)
+        TASKS.register(name, options=options)(cls)
         return cls
 
     return deco
+
+
+def task_options(cfg: Config) -> Any:
+    """The options of cfg's experiment.task (task.<name>.*, its defaults when unset; None: it has none)."""
+    from resomap.config.groups import group_options
+
+    return group_options(cfg.task, cfg.experiment.task)
 
 
 _BUILT: dict[str, Task] = {}
@@ -184,7 +256,7 @@ def get_task(name: str | None = None) -> Task:
     return _BUILT[key]
 
 
-def task_of(cfg: Any) -> Task:
+def task_of(cfg: Config) -> Task:
     return get_task(cfg.experiment.task)
 
 
@@ -194,7 +266,11 @@ def task_names() -> list[str]:
 
 
 def _builtins() -> None:
-    from resomap.tasks import classification, segmentation  # noqa: F401  (registers the built-in tasks)
+    from resomap.tasks import (  # noqa: F401  (registers the built-in tasks)
+        classification,
+        losses,
+        segmentation,
+    )
 
 
 def other_task_sections(name: str) -> list[str]:
@@ -210,7 +286,7 @@ def step_words(name: str) -> str:
         return str(name)
 
 
-def of_result(result: Any) -> Task:
+def of_result(result: Mapping[str, Any]) -> Task:
     """The task of a trial's result.json tree: its `task`, else the task whose records file it names (results
     written before tasks were recorded), else the default; a task no longer registered falls back the same way."""
     name = result.get("task") if hasattr(result, "get") else None
@@ -228,7 +304,7 @@ def of_result(result: Any) -> Task:
     return default
 
 
-def for_output(out: Any) -> Task:
+def for_output(out: torch.Tensor) -> Task:
     """The first registered task whose models give outputs of this rank (profiling a bare model)."""
     for name in task_names():
         task = get_task(name)
@@ -250,7 +326,7 @@ def dataset_task(name: str) -> str:
     return str(DATASETS.meta(name).get("task", DEFAULT_TASK))
 
 
-def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+def check(cfg: Config, fail: Fail) -> None:
     """fail(path, expected, got) on the first key that does not fit cfg.experiment.task."""
     from resomap.models.registry import model_task
 
@@ -282,6 +358,7 @@ def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
     except UnknownNameError:
         meta = {}
     check_dataset_fit(cfg, meta, fail)
+    check_options(cfg, name, fail)
     task.check(cfg, fail)
     metric = cfg.stats.metric
     if metric is not None:
@@ -292,4 +369,18 @@ def check(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
             fail("stats.metric", f"{expected} or null (the task's headline score)", metric)
 
 
+def check_options(cfg: Config, name: str, fail: Fail) -> None:
+    """fail on task.<other>.* (options of a task that is not experiment.task) and loss.<term>.* of another task's
+    loss term; their keys and values were checked against the options dataclasses at load."""
+    from resomap.tasks.losses import check_loss_options
+
+    for other in cfg.task.__dict__.get("options") or {}:
+        if other != name:
+            mine = f"task.{name}.*" if TASKS.options(name) is not None else f"none: the {name} task has no options"
+            fail(f"task.{other}", f"options of experiment.task ({mine})", f"options of the {other} task")
+    check_loss_options(cfg, name, fail)
+
+
 register_check(check)  # the config loader runs it on every load (the config layer imports nothing above it)
+
+_builtins()  # the task and loss config groups hold the built-in entries from the first config load

@@ -4,17 +4,22 @@ torch is imported where it is used: reading a trial's scores (the summary, the r
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from resomap.atomic import save_atomic
-from resomap.tasks import Task, register_task
+from resomap.tasks import EvalContext, Evaluation, Loss, Task, register_task
 from resomap.tasks.metrics import classification_metrics
 
 if TYPE_CHECKING:
     import torch
+
+    from resomap.config.schema import Config
+    from resomap.data.bundle import DataBundle
+    from resomap.stages import EvalResult
 
 
 def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
@@ -29,27 +34,21 @@ def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
     return torch.tensor(weights, dtype=torch.float32)
 
 
-def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tuple[torch.Tensor, list, list, list]:
+def evaluate_labels(ctx: EvalContext, loader: Iterable) -> tuple[torch.Tensor, list, list, list]:
     """(summed cross-entropy, predictions per batch, labels per batch, the probability of class 1 per batch: empty
-    unless the logits have two classes) of the model over the loader, in eval mode (its train/eval mode restored)."""
+    unless the logits have two classes) of ctx.model over the loader, in eval mode (its train/eval mode restored)."""
     import torch
 
-    was_training = model.training
-    model.eval()
-    loss_sum = torch.zeros((), device=trainer.device)
+    loss_sum = torch.zeros((), device=ctx.device)
     preds, targets, positive = [], [], []
-    try:
-        with torch.inference_mode():
-            for x, y in loader:
-                with trainer._autocast():
-                    out = forward(trainer._inputs(x))
-                loss_sum += torch.nn.functional.cross_entropy(out.float(), y, reduction="sum")
-                preds.append(out.argmax(1))
-                targets.append(y)
-                if out.shape[1] == 2:  # what AUROC ranks (stats.metric: auroc)
-                    positive.append(out.float().softmax(1)[:, 1])
-    finally:
-        model.train(was_training)
+    with ctx.evaluating():
+        for x, y in loader:
+            out = ctx.logits(x)
+            loss_sum += torch.nn.functional.cross_entropy(out.float(), y, reduction="sum")
+            preds.append(out.argmax(1))
+            targets.append(y)
+            if out.shape[1] == 2:  # what AUROC ranks (stats.metric: auroc)
+                positive.append(out.float().softmax(1)[:, 1])
     return loss_sum, preds, targets, positive
 
 
@@ -57,7 +56,7 @@ def evaluate_labels(trainer: Any, forward: Any, model: Any, loader: Any) -> tupl
 class ClassificationTask(Task):
     """One class per image; cross-entropy (class weights and label smoothing from cfg.training)."""
 
-    def check_metric(self, metric, classes):
+    def check_metric(self, metric: str, classes: list[str] | None) -> str | None:
         """accuracy, balanced_accuracy, macro_f1, recall:<class> (a class of the data) or auroc (two classes)."""
         from resomap.errors import ConfigError
         from resomap.stats.per_image import class_index, parse_metric
@@ -76,7 +75,7 @@ class ClassificationTask(Task):
                 return f"recall of a class of the data: recall:{' or recall:'.join(classes)}"
         return None
 
-    def criterion(self, cfg: Any, data: Any, device: Any) -> torch.nn.Module:
+    def criterion(self, cfg: Config, data: DataBundle, device: torch.device) -> torch.nn.Module:
         from torch import nn
 
         weight = None
@@ -88,21 +87,20 @@ class ClassificationTask(Task):
             return SampleWeightedCrossEntropy(weight, cfg.training.label_smoothing)
         return nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.training.label_smoothing)
 
-    def evaluate(self, trainer, forward, model, loader, prefix, num_classes):
+    def evaluate(self, ctx: EvalContext, loader: Iterable, prefix: str) -> Evaluation:
         import torch
 
-        loss_sum, preds, targets, positive = evaluate_labels(trainer, forward, model, loader)
+        loss_sum, preds, targets, positive = evaluate_labels(ctx, loader)
         y_pred = torch.cat(preds).cpu().numpy() if preds else np.zeros(0, np.int64)
         y_true = torch.cat(targets).cpu().numpy() if targets else np.zeros(0, np.int64)
         score = torch.cat(positive).cpu().numpy().astype(np.float64) if positive else None
         n = len(y_true)
-        if num_classes is None:
-            num_classes = trainer.meta.get("num_classes") or int(max(y_true.max(initial=0), y_pred.max(initial=0)) + 1)
+        num_classes = ctx.num_classes or int(max(y_true.max(initial=0), y_pred.max(initial=0)) + 1)
         metrics = {f"{prefix}/loss": float(loss_sum.item() / n) if n else float("nan")}
         metrics.update(classification_metrics(y_true, y_pred, num_classes, prefix))
         return metrics, y_true, y_pred, score
 
-    def test_outputs(self, found, model, bundle, trainer, title, out_dir: Path) -> None:
+    def test_outputs(self, found: EvalResult, ctx: EvalContext, bundle: DataBundle, title: str, out_dir: Path) -> None:
         from resomap.plotstyle import STYLE  # every figure printed at one dpi
         from resomap.tasks.metrics import confusion_matrix_figure
 
@@ -112,7 +110,7 @@ class ClassificationTask(Task):
             lambda tmp: fig.savefig(tmp, dpi=STYLE["savefig.dpi"], bbox_inches="tight"),
         )
 
-    def write_records(self, matrix, out_dir: Path) -> Path | None:
+    def write_records(self, matrix: Mapping[int, EvalResult], out_dir: Path) -> Path | None:
         """predictions.csv: every test image's label and prediction at every test resolution (resomap.records)."""
         from resomap.records import Predictions, write_predictions
 
@@ -122,7 +120,9 @@ class ClassificationTask(Task):
                 records[res] = Predictions(int(res), np.asarray(found.index), found.y_true, found.y_pred, found.score)
         return write_predictions(out_dir, records) if records else None
 
-    def probe_targets(self, bundle, rows, device):
+    def probe_targets(
+        self, bundle: DataBundle, rows: np.ndarray, device: torch.device
+    ) -> tuple[torch.Tensor, np.ndarray | None]:
         """The probe images' labels (their class logit is explained) and their object masks, when the data has
         them (localisation scores)."""
         import torch
@@ -132,7 +132,7 @@ class ClassificationTask(Task):
         chosen = torch.as_tensor(labels[rows], dtype=torch.int64)
         return chosen, (masks[rows].cpu().numpy() if masks is not None else None)
 
-    def step_targets(self, out, cfg=None):
+    def step_targets(self, out: torch.Tensor, cfg: Config | None = None) -> tuple[torch.Tensor, Loss]:
         import torch
 
         y = torch.randint(0, out.shape[1], (out.shape[0],), device=out.device)

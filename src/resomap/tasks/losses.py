@@ -1,98 +1,120 @@
-"""Segmentation losses (segmentation.loss): summed terms from a registry (`register_loss`): cross-entropy, Dice,
-Focal-Tversky and focal loss are built in.
+"""Loss terms as a registry (`register_loss`) and the `loss` config group: cross-entropy, Dice, Focal-Tversky and
+focal loss are built in (segmentation: `segmentation.loss` sums them).
 
-Dice, Tversky and focal come from segmentation-models-pytorch (multiclass mode, from logits, class weights);
-cross-entropy is torch's. smp's TverskyLoss raises the *class-averaged* loss to gamma; the Focal-Tversky loss of
-Abraham & Khan (2019) raises each class's (1 - Tversky index) before averaging, so `FocalTverskyLoss` overrides
-only that aggregation (the one line smp does differently). With gamma = 1 both are the plain Tversky loss.
+A loss term may own an options dataclass (`register_loss(name, options=..., task=...)`): its fields are the config
+keys `loss.<name>.<field>` (`loss.focal_tversky.gamma`), validated at config load against the dataclass ("did you
+mean" for a misspelt key) and refused when the term's `task` is not experiment.task. A plugin task registers its
+own terms the same way and builds them with `build_term(name, classes, cfg)`.
+
+This module imports no torch (the command line checks a config before torch is loaded): the modules the built-in
+terms return are built by resomap.tasks.loss_modules, imported when a term is built.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-from torch import nn
-
+from resomap.config.groups import group_options, register_group
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.registry import Registry
 
-LossFn = Callable[[int, Any, "torch.Tensor | None"], nn.Module]  # (classes, segmentation section, class weights)
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from resomap.config.schema import Config, SegmentationConfig
+    from resomap.tasks.loss_modules import CombinedLoss
+
+# fn(num_classes, options, class weights or None) -> nn.Module; `options`: the term's options dataclass or None
+LossFn = Callable[[int, Any, "torch.Tensor | None"], "nn.Module"]
 LOSSES: Registry[LossFn] = Registry("loss term", "resomap tasks")
+register_group("loss", LOSSES)  # the loader checks loss.<term>.* against the term's options
+
+_MOVED = ("SampleWeightedCrossEntropy", "CombinedLoss", "pixel_class_weights")  # torch classes: loss_modules
 
 
-class SampleWeightedCrossEntropy(nn.Module):
-    """Cross-entropy with class weights and a weight per image: sum_i w_i c_{y_i} l_i / sum_i w_i c_{y_i}, torch's
-    weighted mean with each image's weight multiplied in (the per-image weights are what torch's loss lacks).
-    Without `w` it is nn.CrossEntropyLoss(weight=class_weight)."""
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:  # the torch modules live in loss_modules; read through here without importing torch early
+        from resomap.tasks import loss_modules
 
-    def __init__(self, weight: torch.Tensor | None, label_smoothing: float = 0.0):
-        super().__init__()
-        self.weight, self.label_smoothing = weight, label_smoothing  # `weight`: the class weights, as torch's loss
-
-    def forward(self, logits: torch.Tensor, y: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
-        smooth = self.label_smoothing
-        if w is None:
-            return nn.functional.cross_entropy(logits, y, weight=self.weight, label_smoothing=smooth)
-        per = nn.functional.cross_entropy(
-            logits, y, weight=self.weight, label_smoothing=smooth, reduction="none"
-        )  # torch's per-image loss, class weight included
-        c = self.weight[y] if self.weight is not None else torch.ones_like(w)
-        return (per * w).sum() / (w * c).sum().clamp_min(1e-12)
+        return getattr(loss_modules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def register_loss(name: str) -> Callable[[LossFn], LossFn]:
-    """Register a loss term `fn(num_classes, seg, weight) -> nn.Module` (logits [B, K, H, W], target [B, H, W]);
-    `seg` is the segmentation config section (its settings), `weight` the class weights or None."""
-    return LOSSES.register(name)
+def register_loss(name: str, *, options: type | None = None, task: str = "segmentation") -> Callable[[LossFn], LossFn]:
+    """Register a loss term `fn(num_classes, options, weight) -> nn.Module` of `task`'s outputs; `options`: its
+    options dataclass (config keys loss.<name>.<field>; None: it has none), `weight` the class weights or None."""
+    return LOSSES.register(name, options=options, task=task)
 
 
-def check_loss_names(names: Sequence[str], weights: Sequence[float]) -> str | None:
-    """None when the loss config is valid, else what is wrong (the config loader turns it into a ConfigError)."""
-    known = LOSSES.names()
+def check_loss_names(names: Sequence[str], weights: Sequence[float], task: str = "segmentation") -> str | None:
+    """None when the loss terms are registered terms of `task`, one weight each (or none), else what is wrong (the
+    config loader turns it into a ConfigError)."""
+    known = [n for n in LOSSES.names() if LOSSES.meta(n).get("task") == task]
     if not names:
         return f"at least one loss term ({', '.join(known)})"
     for name in names:
         if name not in LOSSES:
             return f"loss terms from {', '.join(known)} (no loss term '{name}'{LOSSES.hint(name)})"
+        if LOSSES.meta(name).get("task") != task:
+            return f"loss terms of the {task} task ({', '.join(known)}); '{name}' is a {LOSSES.meta(name)['task']} loss"
     if weights and len(weights) != len(names):
         return f"one weight per loss term ({len(names)}) or none"
     return None
 
 
-def _focal_tversky_class():
-    from segmentation_models_pytorch.losses import TverskyLoss
-
-    class FocalTverskyLoss(TverskyLoss):
-        """mean_c w_c (1 - TI_c) ** gamma: the focal exponent per class (Abraham & Khan), see the module doc."""
-
-        def aggregate_loss(self, loss: torch.Tensor) -> torch.Tensor:
-            focal = loss.clamp(min=0) ** self.gamma
-            if self.class_weights is None:
-                return focal.mean()
-            weights = self.class_weights.to(loss.device)
-            if self.classes is not None:
-                weights = weights[self.classes]
-            return (focal * weights).sum() / weights.sum()
-
-    return FocalTverskyLoss
+def check_loss_options(cfg: Config, task: str, fail: Callable[[str, str, Any], None]) -> None:
+    """fail on loss.<term> options set for a term of another task than `task` (their keys were checked at load)."""
+    for name in cfg.loss.__dict__.get("options") or {}:
+        owner = LOSSES.meta(name).get("task")
+        if owner != task:
+            mine = [n for n in LOSSES.names() if LOSSES.meta(n).get("task") == task and LOSSES.options(n)]
+            words = f"loss terms of the {task} task with options ({', '.join(mine) or 'none'})"
+            fail(f"loss.{name}", words, f"options of {name}, a {owner} loss term")
 
 
-class CombinedLoss(nn.Module):
-    """sum_i weight_i * term_i(logits [B, K, H, W], target int64 [B, H, W]); `parts` keeps each term's last value."""
+def loss_options(cfg: Config | None, name: str) -> Any:
+    """The options of loss term `name` in cfg's `loss` group (its defaults without a config)."""
+    if cfg is None:
+        cls = LOSSES.options(name)
+        return cls() if cls is not None else None
+    return group_options(cfg.loss, name)
 
-    def __init__(self, terms: dict[str, nn.Module], weights: Sequence[float]):
-        super().__init__()
-        self.terms = nn.ModuleDict(terms)
-        self.weights = [float(w) for w in weights]
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        total = logits.new_zeros(())
-        for weight, term in zip(self.weights, self.terms.values()):
-            total = total + weight * term(logits, target)
-        return total
+def build_term(name: str, num_classes: int, cfg: Config | None = None, weight: torch.Tensor | None = None) -> nn.Module:
+    """One registered loss term with its options from cfg (`loss.<name>.*`; None: the defaults)."""
+    try:
+        fn = LOSSES.get(name)
+    except UnknownNameError as exc:
+        raise ConfigError(f"loss: {exc}") from None
+    return fn(num_classes, loss_options(cfg, name), weight)
+
+
+def build_loss(cfg: Config | None, num_classes: int, weight: torch.Tensor | None = None) -> CombinedLoss:
+    """The segmentation loss of cfg: the sum of segmentation.loss's terms weighted by segmentation.loss_weights,
+    each with its options (loss.<term>.*) and the class weights (None: the default config)."""
+    from resomap.config.schema import SegmentationConfig
+    from resomap.tasks.loss_modules import CombinedLoss
+
+    seg: SegmentationConfig = cfg.segmentation if cfg is not None else SegmentationConfig()
+    problem = check_loss_names(seg.loss, seg.loss_weights)
+    if problem:
+        raise ConfigError(f"segmentation.loss: expected {problem}, got {list(seg.loss)!r}")
+    weights = list(seg.loss_weights) or [1.0] * len(seg.loss)
+    terms = {LOSSES.resolve(name): build_term(name, num_classes, cfg, weight) for name in seg.loss}
+    return CombinedLoss(terms, weights)
+
+
+# ---------------------------------------------------------------- the built-in terms (segmentation)
+
+
+@dataclasses.dataclass(frozen=True)
+class FocalTverskyOptions:
+    alpha: float = 0.3  # weight of false positives (> 0)
+    beta: float = 0.7  # weight of false negatives (> 0)
+    gamma: float = 0.75  # loss = (1 - Tversky index) ** gamma, per class (1 = plain Tversky; > 0)
 
 
 def _class_weights(weight: torch.Tensor | None) -> list[float] | None:
@@ -100,60 +122,35 @@ def _class_weights(weight: torch.Tensor | None) -> list[float] | None:
 
 
 @register_loss("ce")
-def cross_entropy(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
+def cross_entropy(num_classes: int, options: None, weight: torch.Tensor | None = None) -> nn.Module:
+    from torch import nn
+
     return nn.CrossEntropyLoss(weight=weight)
 
 
 @register_loss("dice")
-def dice(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
+def dice(num_classes: int, options: None, weight: torch.Tensor | None = None) -> nn.Module:
     from segmentation_models_pytorch import losses as smp_losses
 
     return smp_losses.DiceLoss("multiclass", from_logits=True, class_weights=_class_weights(weight))
 
 
-@register_loss("focal_tversky")
-def focal_tversky(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
-    cls = _focal_tversky_class()
-    return cls(
+@register_loss("focal_tversky", options=FocalTverskyOptions)
+def focal_tversky(num_classes: int, options: FocalTverskyOptions, weight: torch.Tensor | None = None) -> nn.Module:
+    from resomap.tasks.loss_modules import focal_tversky_class
+
+    return focal_tversky_class()(
         "multiclass",
         from_logits=True,
-        alpha=seg.tversky_alpha,
-        beta=seg.tversky_beta,
-        gamma=seg.tversky_gamma,
+        alpha=options.alpha,
+        beta=options.beta,
+        gamma=options.gamma,
         class_weights=_class_weights(weight),
     )
 
 
 @register_loss("focal")
-def focal(num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
+def focal(num_classes: int, options: None, weight: torch.Tensor | None = None) -> nn.Module:
     from segmentation_models_pytorch import losses as smp_losses
 
     return smp_losses.FocalLoss("multiclass", class_weights=_class_weights(weight))
-
-
-def build_term(name: str, num_classes: int, seg: Any, weight: torch.Tensor | None = None) -> nn.Module:
-    """One registered loss term; `seg` is the segmentation config section (Focal-Tversky's alpha, beta, gamma)."""
-    try:
-        fn = LOSSES.get(name)
-    except UnknownNameError as exc:
-        raise ConfigError(f"segmentation.loss: {exc}") from None
-    return fn(num_classes, seg, weight)
-
-
-def build_loss(seg, num_classes: int, weight: torch.Tensor | None = None) -> CombinedLoss:
-    """The configured sum of terms (segmentation.loss, segmentation.loss_weights; class weights to every term)."""
-    problem = check_loss_names(seg.loss, seg.loss_weights)
-    if problem:
-        raise ConfigError(f"segmentation.loss: expected {problem}, got {list(seg.loss)!r}")
-    weights = list(seg.loss_weights) or [1.0] * len(seg.loss)
-    terms = {LOSSES.resolve(name): build_term(name, num_classes, seg, weight) for name in seg.loss}
-    return CombinedLoss(terms, weights)
-
-
-def pixel_class_weights(counts: np.ndarray) -> torch.Tensor:
-    """'balanced' weights from pixel counts per class (sklearn's rule n / (K * n_k)); absent classes get 1."""
-    counts = np.asarray(counts, dtype=np.float64)
-    present = counts > 0
-    weights = np.ones(len(counts))
-    weights[present] = counts.sum() / (present.sum() * counts[present])
-    return torch.tensor(weights, dtype=torch.float32)

@@ -20,11 +20,19 @@ scikit-image) computes it batched on the device.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from resomap.data.bundle import DataBundle
+    from resomap.tasks import EvalContext
 
 RECORD_COLUMNS = ("pixel_accuracy", "miou", "mdice", "boundary_f1", "background_miou")
 
@@ -212,29 +220,24 @@ def records_array(scores: SegScores) -> np.ndarray:
     return out
 
 
-def evaluate(trainer, forward, model, loader, prefix: str, num_classes: int | None):
-    """Trainer.evaluate for segmentation: (metrics, per-image records (structured [N]), confusion [K, K]).
+def evaluate(ctx: EvalContext, loader: Iterable, prefix: str) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """The segmentation task's evaluation: (metrics, per-image records (structured [N]), confusion [K, K]).
 
     The loss is plain cross-entropy on the logits resampled to the reference masks (as the classification loss is
     plain cross-entropy), the metrics those of SegScores.metrics. The model's train/eval mode is restored."""
-    was_training = model.training
-    model.eval()
+    num_classes = ctx.num_classes
     acc: SegAccumulator | None = None
-    loss_sum = torch.zeros((), device=trainer.device)
+    loss_sum = torch.zeros((), device=ctx.device)
     pixels = 0
-    try:
-        with torch.inference_mode():
-            for x, y in loader:
-                with trainer._autocast():
-                    out = forward(trainer._inputs(x))
-                if acc is None:
-                    acc = SegAccumulator(int(num_classes or out.shape[1]), trainer.cfg.segmentation.boundary_tolerance)
-                logits = resize_logits(out.float(), tuple(y.shape[-2:]))
-                loss_sum += F.cross_entropy(logits, y, reduction="sum")
-                pixels += y.numel()
-                acc.update(logits, y)
-    finally:
-        model.train(was_training)
+    with ctx.evaluating():
+        for x, y in loader:
+            out = ctx.logits(x)
+            if acc is None:
+                acc = SegAccumulator(int(num_classes or out.shape[1]), ctx.cfg.segmentation.boundary_tolerance)
+            logits = resize_logits(out.float(), tuple(y.shape[-2:]))
+            loss_sum += F.cross_entropy(logits, y, reduction="sum")
+            pixels += y.numel()
+            acc.update(logits, y)
     if acc is None:
         k = int(num_classes or 1)
         return (
@@ -275,22 +278,16 @@ def write_records(path, index: np.ndarray, records_by_res: dict[int, np.ndarray]
     write_text(path, buf.getvalue())
 
 
-def overlay_figure(model, bundle, trainer, title: str, n: int = 4):
+def overlay_figure(ctx: EvalContext, bundle: DataBundle, title: str, n: int = 4) -> Figure:
     """The first `n` test images with their true and predicted masks (at the reference side) as a Figure: the
     prediction overlays a trial writes as seg_overlays.png (logged to MLflow with the trial's figures)."""
     from matplotlib.figure import Figure
 
     n = min(n, len(bundle.splits["test"]))
-    device = trainer.device
     images = bundle.images("test")[:n]
     target = bundle.targets("test")[:n].long()
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(), trainer._autocast():
-            logits = model(trainer._inputs(bundle.normalize(images.to(device))))
-    finally:
-        model.train(was_training)
+    with ctx.evaluating():
+        logits = ctx.logits(bundle.normalize(images.to(ctx.device)), forward=ctx.model)
     pred = resize_logits(logits.float(), tuple(target.shape[-2:])).argmax(1).cpu()
     k = bundle.num_classes
     fig = Figure(figsize=(3 * n, 6.4), layout="constrained")

@@ -5,13 +5,23 @@ mIoU and boundary F1 (seg_predictions.csv); torch is imported where it is used."
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from resomap.atomic import save_atomic
-from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE, read_score_csv
-from resomap.tasks import Score, Task, register_task
+from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE, ScoreTable, read_score_csv
+from resomap.tasks import EvalContext, Evaluation, Fail, Loss, Score, Task, register_task
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from resomap.config.schema import Config
+    from resomap.data.bundle import DataBundle
+    from resomap.stages import EvalResult
 
 TRIVIAL = "background_miou"  # seg_predictions.csv: the mIoU of predicting background everywhere, per image
 
@@ -41,11 +51,11 @@ class SegmentationTask(Task):
         (SEG_OVERLAYS_FILE, "segmentation/overlays", "true and predicted masks of the first test images"),
     )
 
-    def check(self, cfg, fail) -> None:
-        from resomap.tasks.losses import check_loss_names
+    def check(self, cfg: Config, fail: Fail) -> None:
+        from resomap.tasks.losses import check_loss_names, loss_options
 
         seg = cfg.segmentation
-        problem = check_loss_names(seg.loss, seg.loss_weights)
+        problem = check_loss_names(seg.loss, seg.loss_weights, self.name)
         if problem:
             fail("segmentation.loss", problem, list(seg.loss))
         if cfg.training.label_smoothing:
@@ -56,27 +66,26 @@ class SegmentationTask(Task):
             fail("segmentation.reference_resolution", "null or a positive integer", seg.reference_resolution)
         if not 0 <= seg.boundary_tolerance < 0.5:
             fail("segmentation.boundary_tolerance", "a fraction of the side in [0, 0.5)", seg.boundary_tolerance)
-        for key in ("tversky_alpha", "tversky_beta", "tversky_gamma"):
-            if getattr(seg, key) <= 0:
-                fail(f"segmentation.{key}", "a positive number", getattr(seg, key))
+        tversky = loss_options(cfg, "focal_tversky")
+        for key in ("alpha", "beta", "gamma"):
+            if not getattr(tversky, key) > 0:
+                fail(f"loss.focal_tversky.{key}", "a positive number", getattr(tversky, key))
 
-    def criterion(self, cfg, data, device):
+    def criterion(self, cfg: Config, data: DataBundle, device: torch.device) -> nn.Module:
         from resomap.tasks.losses import build_loss, pixel_class_weights
 
         weight = None
         if cfg.training.class_weights == "balanced":
             weight = pixel_class_weights(data.train_pixel_counts).to(device)
-        return build_loss(cfg.segmentation, int(data.num_classes), weight).to(device)
+        return build_loss(cfg, int(data.num_classes), weight).to(device)
 
-    def evaluate(self, trainer, forward, model, loader, prefix, num_classes):
+    def evaluate(self, ctx: EvalContext, loader: Iterable, prefix: str) -> Evaluation:
         """(metrics, per-image records (structured [N], seg_metrics.RECORD_COLUMNS), pixel confusion [K, K])."""
         from resomap.tasks.seg_metrics import evaluate
 
-        if num_classes is None:
-            num_classes = trainer.meta.get("num_classes")
-        return evaluate(trainer, forward, model, loader, prefix, num_classes)
+        return evaluate(ctx, loader, prefix)
 
-    def test_outputs(self, found, model, bundle, trainer, title, out_dir: Path) -> None:
+    def test_outputs(self, found: EvalResult, ctx: EvalContext, bundle: DataBundle, title: str, out_dir: Path) -> None:
         from resomap.plotstyle import STYLE  # every figure printed at one dpi
         from resomap.tasks.seg_metrics import confusion_figure, overlay_figure
 
@@ -86,10 +95,10 @@ class SegmentationTask(Task):
             out_dir / "confusion_matrix.png",
             lambda tmp: fig.savefig(tmp, dpi=STYLE["savefig.dpi"], bbox_inches="tight"),
         )
-        overlays = overlay_figure(model, bundle, trainer, title)
+        overlays = overlay_figure(ctx, bundle, title)
         save_atomic(out_dir / SEG_OVERLAYS_FILE, lambda tmp: overlays.savefig(tmp, dpi=STYLE["savefig.dpi"]))
 
-    def write_records(self, matrix, out_dir: Path) -> Path | None:
+    def write_records(self, matrix: Mapping[int, EvalResult], out_dir: Path) -> Path | None:
         """seg_predictions.csv: per test resolution and image, pixel accuracy, IoU, Dice and boundary F1."""
         from resomap.tasks.seg_metrics import write_records
 
@@ -100,13 +109,13 @@ class SegmentationTask(Task):
         write_records(path, next(iter(found.values())).index, {res: f.y_true for res, f in found.items()})
         return path
 
-    def read_scores(self, folder: Path):
+    def read_scores(self, folder: Path) -> dict[int, ScoreTable]:
         """seg_predictions.csv's per-image mIoU and boundary F1, and the all-background prediction's mIoU (NaN
         where an image has no score, or in a file from before that column)."""
         names = (*(s.name for s in self.scores), TRIVIAL)
         return read_score_csv(Path(folder) / SEG_RECORDS_FILE, names)
 
-    def trivial_scores(self, scores, label):
+    def trivial_scores(self, scores: Mapping[str, np.ndarray], label: np.ndarray | None) -> np.ndarray | None:
         """Per image, the mIoU of predicting background everywhere (seg_metrics.SegScores.per_image), the same
         under every seed (the masks are): their mean over seeds; None without that column."""
         found = scores.get(TRIVIAL)
@@ -114,7 +123,9 @@ class SegmentationTask(Task):
             return None
         return np.asarray(found, dtype=np.float64).mean(axis=0)
 
-    def probe_targets(self, bundle, rows, device):
+    def probe_targets(
+        self, bundle: DataBundle, rows: np.ndarray, device: torch.device
+    ) -> tuple[torch.Tensor, np.ndarray]:
         """Per probe image the rarest class of the training masks present in its mask (background 0 only when
         nothing else is), over that class's pixels at the model's resolution: region targets, and those regions
         as the localisation masks."""
@@ -137,13 +148,12 @@ class SegmentationTask(Task):
         region = torch.stack(regions)
         return region_targets(torch.tensor(classes), region), region.numpy()
 
-    def step_targets(self, out, cfg=None):
+    def step_targets(self, out: torch.Tensor, cfg: Config | None = None) -> tuple[torch.Tensor, Loss]:
+        """Random per-pixel labels and the configured segmentation loss (segmentation.loss, loss.<term>.*)."""
         import torch
 
-        from resomap.config.schema import SegmentationConfig
         from resomap.tasks.losses import build_loss
 
         classes = out.shape[1]
         y = torch.randint(0, classes, (out.shape[0], *out.shape[-2:]), device=out.device)
-        seg = getattr(cfg, "segmentation", None) or SegmentationConfig()
-        return y, build_loss(seg, classes).to(out.device)
+        return y, build_loss(cfg, classes).to(out.device)

@@ -458,9 +458,15 @@ def publish_sweep(
     tags = headline(summary)
     findings = comparison.findings if comparison is not None else []
     tags[NOTE_TAG] = parent_note(summary, findings, page, figures)
-    top = max(summary.rows, key=lambda r: r.test_accuracy or 0.0, default=None)
-    if top and top.test_accuracy is not None:
-        metrics["best_test_accuracy"] = top.test_accuracy  # descriptive: the highest test accuracy of the sweep
+    from resomap.tasks import get_task, of_result
+
+    # descriptive: the highest test score of the sweep, by its task's headline per-image score (classification:
+    # best_test_accuracy; segmentation: best_test_miou), the seeds' mean of test/<score>
+    score = (of_result(summary.trials[0]) if summary.trials else get_task()).scores[0].name
+    column = f"test_{score}"  # a SummaryRow field (test_accuracy) or one of its task_metrics (test_miou)
+    found = [getattr(r, column) if hasattr(r, column) else r.task_metrics.get(column) for r in summary.rows]
+    if any(value is not None for value in found):
+        metrics[f"best_test_{score}"] = max(value for value in found if value is not None)
     best = best_recommended(summary)
     if best is not None:
         tags[BEST_TAG] = best

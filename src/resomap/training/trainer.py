@@ -18,10 +18,11 @@ from resomap.config import config_hash
 from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
 from resomap.runtime import apply_system, autocast_dtype, resolve_channels_last, resolve_precision, seed_everything
-from resomap.tasks import task_of
+from resomap.tasks import EvalContext, task_of
 from resomap.training import distributed
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
-from resomap.training.convergence import Convergence, closed_form_convergence, convergence
+from resomap.training.closed_form import fit_closed_form, peak_memory_mb, train_arrays
+from resomap.training.convergence import Convergence, convergence
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
 from resomap.training.progress import Progress
 
@@ -40,26 +41,6 @@ class FitResult:
     stopped_early: bool = False
     resumed_from_epoch: int | None = None
     convergence: Convergence | None = None  # best epoch, still improving, stop reason, undertrained
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: max allocated since the last reset. CPU: the process's peak resident set size.
-
-    Not profiling.memory's RssPeakSampler on purpose: that samples the RSS rise during one block from a
-    thread; this is the absolute high-water mark of the whole process so far (ru_maxrss, kept by the kernel), read
-    once per epoch with no thread beside the training loop (and training sits below profiling in the layers).
-    """
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    try:
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    except ImportError:  # Windows
-        import psutil
-
-        info = psutil.Process().memory_info()
-        return getattr(info, "peak_wset", info.rss) / 2**20
 
 
 class Trainer:
@@ -256,7 +237,7 @@ class Trainer:
         """Train for cfg.training.epochs (or until a callback sets should_stop); resume from a last.pt. A model
         with ``closed_form = True`` (the classical baseline, resomap.models.classical) is fitted instead."""
         if getattr(model, "closed_form", False):
-            return self._fit_closed_form(model, data)
+            return fit_closed_form(self, model, data)
         seed = self.cfg.experiment.seed
         seed_everything(seed)
         self.history, self.should_stop, self.epoch, self.stopped_by_time = [], False, 0, False
@@ -301,56 +282,6 @@ class Trainer:
             return True
         return False
 
-    def _fit_closed_form(self, model: nn.Module, data: Any) -> FitResult:
-        """One solver fit per penalty of ``model.penalties`` on the unaugmented training images, each scored on the
-        validation split as an epoch (history, checkpoints, early stopping and the convergence record as for
-        gradient training). Seconds per fit: a resume refits from the start."""
-        seed_everything(self.cfg.experiment.seed)
-        self.history, self.should_stop, self.epoch = [], False, 0
-        model.prepare_fit(int(data.resolution))
-        self._setup(model, data)
-        x, y, weights = self._train_arrays(data)
-        try:
-            self._call("on_fit_start")
-            for epoch, penalty in enumerate(model.penalties):
-                if self.should_stop:
-                    break
-                self.epoch = epoch
-                self._call("on_train_epoch_start")
-                t0 = time.perf_counter()
-                metrics = {"epoch": epoch, **model.fit_arrays(x, y, penalty, weights)}
-                elapsed = time.perf_counter() - t0
-                metrics.update({"train/epoch_time_s": elapsed, "train/images_per_s": len(y) / max(elapsed, 1e-9)})
-                metrics.update({"train/peak_memory_mb": peak_memory_mb(self.device), "train/penalty_C": penalty})
-                self._call("on_train_epoch_end", metrics)
-                metrics.update(self.evaluate(self.model, data.val, prefix="val")[0])
-                self.history.append(metrics)
-                self._call("on_validation_end", metrics)
-            self._call("on_fit_end")
-        except BaseException as exc:
-            self._call("on_exception", exc)
-            raise
-        fit = self._result(0, None, epochs_planned=len(model.penalties))
-        fit.convergence = closed_form_convergence(fit.convergence, self.history, model.penalties)
-        return fit
-
-    def _train_arrays(self, data: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """The unaugmented training images flattened [N, D], their labels [N] and per-image weights (the loader's
-        sample weights times the loss's class weights; None when neither applies), for a closed-form fit."""
-        xs, ys, ws = [], [], []
-        with torch.no_grad():
-            for x, y, *w in data.train.plain():  # w: the images' loss weights (training.sample_weights)
-                xs.append(x.float().flatten(1).cpu().numpy())
-                ys.append(y.cpu().numpy())
-                ws.extend(t.cpu().numpy() for t in w)
-        x, y = np.concatenate(xs), np.concatenate(ys)
-        weights = np.concatenate(ws) if ws else None
-        classes = getattr(self._criterion, "weight", None)  # the class weights the deep models' loss applies
-        if classes is not None:  # the same weighting as theirs (scikit-learn's class_weight is this product too)
-            per_class = classes.detach().cpu().numpy()[y]
-            weights = per_class if weights is None else weights * per_class
-        return x, y, weights
-
     # ------------------------------------------------------------ cost probe
 
     def probe_seconds(self, model: nn.Module, data: Any, steps: int = 2) -> tuple[float, float, int]:
@@ -386,7 +317,7 @@ class Trainer:
                 times.append((time.perf_counter() - t0) / max(y.shape[0], 1))
         per_image = float(np.median(times)) if times else 0.0
         if closed:
-            x, y, weights = self._train_arrays(data)
+            x, y, weights = train_arrays(self, data)
             fits = len(model.penalties)
             if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
                 return float(model.probe_fit_seconds(x, y, weights)), per_image, fits
@@ -507,8 +438,15 @@ class Trainer:
         """The task's evaluation (resomap.tasks: loss and metrics '<prefix>/<name>', the per-image score table as
         y_true / y_pred and, where the task has one, a per-image ranking score); the model's train/eval mode is
         restored."""
+        return self.task.evaluate(self.eval_context(model, num_classes), loader, prefix)
+
+    def eval_context(self, model: nn.Module, num_classes: int | None = None) -> EvalContext:
+        """What the task sees of this trainer to evaluate or draw `model`: its forward as trained (compiled when the
+        model is the one being fitted), the input transform, the autocast of the trial's precision, the device,
+        the config and the classes (`num_classes`, else the fitted data's)."""
         forward = self._forward if model is self.model and self._forward is not None else model
-        return self.task.evaluate(self, forward, model, loader, prefix, num_classes)
+        classes = num_classes if num_classes is not None else self.meta.get("num_classes")
+        return EvalContext(self.cfg, model, forward, self._inputs, self._autocast, self.device, classes)
 
     def _result(self, start: int, resumed: int | None, epochs_planned: int | None = None) -> FitResult:
         best_path = last_path = best_score = None

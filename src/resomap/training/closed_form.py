@@ -1,0 +1,90 @@
+"""What the Trainer does for a closed-form model (``closed_form = True``: resomap.models.classical) instead of
+gradient steps: one solver fit per penalty on the unaugmented training images, each scored as an epoch; and the
+process's peak memory every epoch records."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from resomap.runtime import seed_everything
+from resomap.training.convergence import closed_form_convergence
+
+if TYPE_CHECKING:
+    from resomap.training.trainer import FitResult, Trainer
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: max allocated since the last reset. CPU: the process's peak resident set size.
+
+    Not profiling.memory's RssPeakSampler on purpose: that samples the RSS rise during one block from a
+    thread; this is the absolute high-water mark of the whole process so far (ru_maxrss, kept by the kernel), read
+    once per epoch with no thread beside the training loop (and training sits below profiling in the layers).
+    """
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    except ImportError:  # Windows
+        import psutil
+
+        info = psutil.Process().memory_info()
+        return getattr(info, "peak_wset", info.rss) / 2**20
+
+
+def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
+    """One solver fit per penalty of ``model.penalties`` on the unaugmented training images, each scored on the
+    validation split as an epoch (history, checkpoints, early stopping and the convergence record as for
+    gradient training). Seconds per fit: a resume refits from the start."""
+    seed_everything(trainer.cfg.experiment.seed)
+    trainer.history, trainer.should_stop, trainer.epoch = [], False, 0
+    model.prepare_fit(int(data.resolution))
+    trainer._setup(model, data)
+    x, y, weights = train_arrays(trainer, data)
+    try:
+        trainer._call("on_fit_start")
+        for epoch, penalty in enumerate(model.penalties):
+            if trainer.should_stop:
+                break
+            trainer.epoch = epoch
+            trainer._call("on_train_epoch_start")
+            t0 = time.perf_counter()
+            metrics = {"epoch": epoch, **model.fit_arrays(x, y, penalty, weights)}
+            elapsed = time.perf_counter() - t0
+            metrics.update({"train/epoch_time_s": elapsed, "train/images_per_s": len(y) / max(elapsed, 1e-9)})
+            metrics.update({"train/peak_memory_mb": peak_memory_mb(trainer.device), "train/penalty_C": penalty})
+            trainer._call("on_train_epoch_end", metrics)
+            metrics.update(trainer.evaluate(trainer.model, data.val, prefix="val")[0])
+            trainer.history.append(metrics)
+            trainer._call("on_validation_end", metrics)
+        trainer._call("on_fit_end")
+    except BaseException as exc:
+        trainer._call("on_exception", exc)
+        raise
+    fit = trainer._result(0, None, epochs_planned=len(model.penalties))
+    fit.convergence = closed_form_convergence(fit.convergence, trainer.history, model.penalties)
+    return fit
+
+
+def train_arrays(trainer: Trainer, data: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The unaugmented training images flattened [N, D], their labels [N] and per-image weights (the loader's
+    sample weights times the loss's class weights; None when neither applies), for a closed-form fit."""
+    xs, ys, ws = [], [], []
+    with torch.no_grad():
+        for x, y, *w in data.train.plain():  # w: the images' loss weights (training.sample_weights)
+            xs.append(x.float().flatten(1).cpu().numpy())
+            ys.append(y.cpu().numpy())
+            ws.extend(t.cpu().numpy() for t in w)
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    weights = np.concatenate(ws) if ws else None
+    classes = getattr(trainer._criterion, "weight", None)  # the class weights the deep models' loss applies
+    if classes is not None:  # the same weighting as theirs (scikit-learn's class_weight is this product too)
+        per_class = classes.detach().cpu().numpy()[y]
+        weights = per_class if weights is None else weights * per_class
+    return x, y, weights
