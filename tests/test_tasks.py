@@ -176,9 +176,9 @@ CLS = ["experiment.task=classification", "data.dataset=synthetic", "sweep.models
         (["loss.l1_sp.scale=2"], "did you mean 'loss.l1_spy.scale'?"),
         (["task.counting.loss=l2_spy"], "no loss term 'l2_spy'; did you mean"),
         (["task.counting.loss=dice"], "'dice' is a segmentation loss"),
-        (["loss.focal_tversky.gamma=2"], "loss.focal_tversky: expected loss terms of the counting task"),
+        (["loss.focal_tversky.gamma=2"], "loss.focal_tversky: expected options of a counting loss term"),
         ([*SEG, "task.counting.loss=l1_spy"], "task.counting: expected options of experiment.task (none"),
-        ([*CLS, "loss.mse_spy.scale=2"], "loss.mse_spy: expected loss terms of the classification task"),
+        ([*CLS, "loss.mse_spy.scale=2"], "loss.mse_spy: expected options of a classification loss term"),
     ],
 )
 def test_bad_task_and_loss_options_are_one_line_config_errors(counting, tmp_path, capsys, extra, needle):

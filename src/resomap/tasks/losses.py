@@ -71,8 +71,8 @@ def check_loss_options(cfg: Config, task: str, fail: Callable[[str, str, Any], N
         owner = LOSSES.meta(name).get("task")
         if owner != task:
             mine = [n for n in LOSSES.names() if LOSSES.meta(n).get("task") == task and LOSSES.options(n)]
-            words = f"loss terms of the {task} task with options ({', '.join(mine) or 'none'})"
-            fail(f"loss.{name}", words, f"options of {name}, a {owner} loss term")
+            have = f"one of {', '.join(mine)}" if mine else f"none of the {task} task's loss terms has options"
+            fail(f"loss.{name}", f"options of a {task} loss term ({have})", f"{name}, a {owner} loss term")
 
 
 def loss_options(cfg: Config | None, name: str) -> Any:
