@@ -18,7 +18,7 @@ from resomap.analysis import best_checkpoint, find_checkpoints
 from resomap.analysis.checkpoints import CheckpointSource
 from resomap.analysis.explain_one import load_bundle
 from resomap.errors import CheckpointError
-from resomap.explain.probe import load_maps, probe_indices
+from resomap.explain.methods.probe import load_maps, probe_indices
 from resomap.explain.run import PROBE_KEY
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,14 +25,15 @@ from resomap.explain import (
     list_explainers,
     register_explainer,
 )
-from resomap.explain.attribution import GradientShapOptions, IntegratedGradientsOptions, OcclusionOptions
-from resomap.explain.compare import compare_all, compare_resolutions
-from resomap.explain.measures import resample
-from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
-from resomap.explain.quality import deletion_insertion, energy_in_mask, pointing_game, road
-from resomap.explain.registry import ModelGuard
-from resomap.explain.sampling import LimeOptions, ShapOptions
-from resomap.explain.sanity import sanity_check
+from resomap.explain.evaluation.compare import compare_all, compare_resolutions
+from resomap.explain.evaluation.measures import resample
+from resomap.explain.evaluation.quality import deletion_insertion, energy_in_mask, pointing_game, road
+from resomap.explain.evaluation.sanity import sanity_check
+from resomap.explain.methods.captum import GradientShapOptions, IntegratedGradientsOptions, OcclusionOptions
+from resomap.explain.methods.lime import LimeOptions
+from resomap.explain.methods.probe import explain_probe_set, load_maps, probe_indices, save_maps
+from resomap.explain.methods.registry import ModelGuard
+from resomap.explain.methods.shap import ShapOptions
 from resomap.models import ModelSpec, build_model
 
 OPTIONS = {  # small settings of each method's own options, for speed
@@ -454,7 +455,7 @@ def _quality_rows():
 def test_quality_figure_draws_each_methods_interval_and_the_random_map_baseline():
     from matplotlib.container import ErrorbarContainer
 
-    from resomap.explain.figures import quality_vs_resolution
+    from resomap.reports.explain_figures import quality_vs_resolution
 
     fig = quality_vs_resolution(_quality_rows(), "tiny_cnn", [32, 64])
     (ax,) = fig.axes
@@ -478,7 +479,7 @@ def test_quality_figure_draws_each_methods_interval_and_the_random_map_baseline(
 
 
 def test_figures_write_png_and_pdf(tmp_path):
-    from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
+    from resomap.reports.explain_figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
 
     imgs = {32: np.random.rand(1, 32, 32), 64: np.random.rand(1, 64, 64)}
     maps = {"gradcam": {32: _blob(32, 0.5, 0.5)[0], 64: _blob(64, 0.5, 0.5)[0]}, "saliency": {32: np.zeros((32, 32))}}

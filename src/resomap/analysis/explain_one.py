@@ -20,11 +20,11 @@ from resomap.analysis.figures import method_overlays
 from resomap.config import Config, with_overrides
 from resomap.errors import CheckpointError, ExplainError
 from resomap.explain import EXPLAINERS
-from resomap.explain.figures import save_figure
-from resomap.explain.intervals import interval_metrics
-from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
-from resomap.explain.quality import quality_scores
+from resomap.explain.evaluation.intervals import interval_metrics
+from resomap.explain.evaluation.quality import quality_scores
+from resomap.explain.methods.probe import explain_probe_set, load_maps, probe_indices, save_maps
 from resomap.explain.run import MAPS_FILE, PROBE_KEY, ExplainOutcome, explain_trial, probe_batch
+from resomap.reports.explain_figures import save_figure
 from resomap.training import write_json_atomic
 
 log = logging.getLogger(__name__)

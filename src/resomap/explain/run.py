@@ -18,17 +18,21 @@ from torch import nn
 
 from resomap.config import Config
 from resomap.errors import ConfigError
-from resomap.explain.intervals import interval_metrics
-from resomap.explain.probe import explain_probe_costed, probe_indices, save_maps
-from resomap.explain.quality import quality_context, quality_scores
-from resomap.explain.sanity import random_weight_maps, sanity_check
-from resomap.explain.targets import classes_and_regions, region_mean
+from resomap.explain.evaluation.intervals import interval_metrics
+from resomap.explain.evaluation.quality import quality_context, quality_scores
+from resomap.explain.evaluation.sanity import random_weight_maps, sanity_check
+from resomap.explain.methods.probe import (
+    MAPS_FILE,
+    PROBE_KEY,
+    PROBE_MASKS_KEY,
+    explain_probe_costed,
+    probe_indices,
+    save_maps,
+)
+from resomap.explain.methods.targets import classes_and_regions, region_mean
 from resomap.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
-MAPS_FILE = "explanations.npz"
-PROBE_KEY = "_probe_images"  # uint8 [N,C,r,r] probe images stored beside the maps, for overlays
-PROBE_MASKS_KEY = "_probe_masks"  # bool [N,r,r] their object masks, when the dataset has masks
 
 
 @dataclasses.dataclass
@@ -61,7 +65,7 @@ def probe_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(normalised images, targets, object masks or None) of the probe set at the bundle's resolution; the task
     (resomap.tasks, default classification) says what is explained: a class (targets [N]) or a class over a
-    region (targets [N, r, r], resomap.explain.targets)."""
+    region (targets [N, r, r], resomap.explain.methods.targets)."""
     from resomap.tasks import get_task
 
     idx = _probe_idx(bundle, size, seed)
@@ -104,7 +108,7 @@ def explain_trial(
     ec = cfg.explainability
     start = time.perf_counter()
     budget_s, budget_words = budget_seconds(ec, train_seconds)
-    from resomap.explain.cam import sweep_cam_spec
+    from resomap.explain.methods.cam import sweep_cam_spec
     from resomap.tasks import task_of
 
     spec = sweep_cam_spec(spec, cfg, model)  # models.cam_layer_policy: by default one CAM layer at every resolution
@@ -156,7 +160,7 @@ def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, 
 def _outcome_meta(found: Any, budget_words: str, context: Any, scored: Any) -> dict[str, Any]:
     """What the npz meta says of the run itself: failures, skips and the budget, each method's cost, the methods
     with maps, the quality context's baseline choice, the per-image scores behind the intervals
-    (`quality_per_image`, explain.intervals) and each sanity check's verdict in words (`sanity`)."""
+    (`quality_per_image`, explain.evaluation.intervals) and each sanity check's verdict in words (`sanity`)."""
     return {
         "failed": found.failed,
         "skipped": found.skipped,
@@ -172,7 +176,7 @@ def _outcome_meta(found: Any, budget_words: str, context: Any, scored: Any) -> d
 def _map_counts(maps: dict[str, np.ndarray], model: str, resolution: int) -> dict[str, float]:
     """explain/<method>/maps_constant and maps_nonfinite: the maps every agreement measure has to leave out
     (all zero or constant: no ranking; NaN or infinite), counted per trial and warned about, never dropped silently."""
-    from resomap.explain.measures import unusable
+    from resomap.explain.evaluation.measures import unusable
 
     out = {}
     for method, method_maps in maps.items():
@@ -252,7 +256,7 @@ def _sanity_kw(ivs: dict[str, Any]) -> dict[str, Any]:
 def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
     """What the model said about each probe image: `pred` (class), `prob` (its softmax probability) and
     `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report).
-    For region targets (resomap.explain.targets) each is over the region: the class with the highest mean
+    For region targets (resomap.explain.methods.targets) each is over the region: the class with the highest mean
     probability there, that probability, and the explained class's mean probability."""
     was_training = model.training
     model.eval()

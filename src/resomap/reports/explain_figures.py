@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from resomap.explain.evaluation.measures import per_area
+from resomap.explain.methods.registry import per_map_scaled
+
 __all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, save_figure, plt
     "OVERLAY_ALPHA",
     "PROBE_IMAGE_SIZE",
@@ -38,6 +41,7 @@ __all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, s
     "shared_scales",
     "side_by_side",
     "sweep_probe_images",
+    "trial_probe_images",
     "write_probe_images",
 ]
 
@@ -67,16 +71,6 @@ def _plt() -> Any:
     return plt
 
 
-def per_map_scaled(method: str) -> bool:
-    """True for a method whose maps are each scaled to [0, 1] (the CAM methods): not comparable across maps."""
-    from resomap.explain.registry import EXPLAINERS
-
-    try:
-        return bool(EXPLAINERS.meta(method).get("needs_spatial_layer", False))
-    except Exception:  # a method no longer registered: treat its maps as per-map
-        return True
-
-
 SHARED_SCALE = "attribution per unit image area (map x pixel count)"  # what a shared colour scale measures
 
 
@@ -84,13 +78,6 @@ def scale_words(method: str, shared: bool) -> str:
     if shared:
         return f"{method}: one colour scale across resolutions ({SHARED_SCALE}, 0 to the {SCALE_PERCENTILE:g}th pct)"
     return f"{method}: each map scaled to its own [min, max] (CAM maps are normalised per image)"
-
-
-def per_area(m: np.ndarray) -> np.ndarray:
-    """A map [.., H, W] as attribution per unit image area: times its pixel count H x W (the image's area is 1), so
-    maps of the same image at different resolutions are on one scale (explain.compare uses it too)."""
-    m = np.asarray(m, dtype=np.float64)
-    return m * (m.shape[-1] * m.shape[-2])
 
 
 def _gray(image: np.ndarray) -> np.ndarray:
@@ -310,7 +297,7 @@ def shared_scales(paths: Iterable[str | Path]) -> dict[str, list[float]]:
     """The shared colour scale of every raw-magnitude method (not the per-map CAMs) over several explanations.npz
     of one model (its resolutions, one seed): method -> per probe position the 99th percentile of the maps at
     every resolution. Pass it to `probe_overlays(..., scales=)`."""
-    from resomap.explain.probe import load_maps
+    from resomap.explain.methods.probe import load_maps
 
     found: dict[str, dict[int, list[np.ndarray]]] = {}
     for path in paths:
@@ -355,8 +342,7 @@ def probe_overlays(
     model said in the caption. `scales` (method -> the top of its colour scale, one value or one per probe
     position; `shared_scales` of the model's resolutions) puts a method's maps on one scale across resolutions;
     without it, or for a CAM method, each map is scaled to its own [min, max]. The caption says which."""
-    from resomap.explain.probe import load_maps
-    from resomap.explain.run import PROBE_KEY
+    from resomap.explain.methods.probe import PROBE_KEY, load_maps
 
     arrays, meta = load_maps(maps_path)
     images = arrays.get(PROBE_KEY)
@@ -472,6 +458,17 @@ def write_probe_images(maps_path: str | Path, folder: str | Path, size: int = PR
         path = Path(folder) / overlay.method / f"{overlay.position:02d}.png"
         written.append(write_atomic(path, lambda f, picture=picture: picture.save(f, format="PNG")))
     return written
+
+
+def trial_probe_images(evaluation: Any, out_dir: str | Path) -> list[Path]:
+    """The probe images of one evaluated model (resomap.stages.Evaluation: its explanations.npz) as
+    `out_dir/probe_images/<method>/<nn>.png` (`write_probe_images`); nothing when it was not explained."""
+    from resomap.records import PROBE_IMAGES_DIR
+
+    explain = getattr(evaluation, "explain", None)
+    if explain is None or not explain.maps:
+        return []
+    return write_probe_images(explain.maps, Path(out_dir) / PROBE_IMAGES_DIR)
 
 
 def sweep_probe_images(

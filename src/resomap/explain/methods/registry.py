@@ -37,7 +37,7 @@ from torch import nn
 from resomap.config.groups import register_group
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.targets import IGNORE
+from resomap.explain.methods.targets import IGNORE
 from resomap.models import ModelSpec
 from resomap.registry import Registry
 
@@ -137,7 +137,7 @@ class FunctionExplainer(BaseExplainer):
         return self.call(self.model, images, targets)
 
 
-TARGET_FORMS = ("class", "region")  # resomap.explain.targets
+TARGET_FORMS = ("class", "region")  # resomap.explain.methods.targets
 Factory = Callable[..., BaseExplainer]  # factory(model, *, spec, resolution, cfg, options, min_cam_size)
 EXPLAINERS: Registry[Factory] = Registry("explainer", "resomap explainers")
 register_group("explainability", EXPLAINERS)  # the loader checks the section's selectors and options against it
@@ -155,7 +155,7 @@ def register_explainer(
 
     `options`: a frozen dataclass of the method's own settings (config keys `explainability.<name>.<field>`,
     one `# comment` per field); the built explainer gets the configured instance as `options`.
-    `targets`: the target forms it explains (resomap.explain.targets): "class" (a class logit, targets [B]) and/or
+    `targets`: the target forms it explains (methods.targets): "class" (a class logit, targets [B]) and/or
     "region" (a class's logits summed over a region, targets [B, r, r]); a task lists the form its probe
     targets take, and the config check refuses an explainer that does not take it.
     Returns the decorated object unchanged.
@@ -179,6 +179,14 @@ def register_explainer(
         return obj
 
     return deco
+
+
+def per_map_scaled(method: str) -> bool:
+    """True for a method whose maps are each scaled to [0, 1] (the CAM methods): not comparable across maps."""
+    try:
+        return bool(EXPLAINERS.meta(method).get("needs_spatial_layer", False))
+    except Exception:  # a method no longer registered: treat its maps as per-map
+        return True
 
 
 def list_explainers() -> list[str]:
@@ -319,7 +327,7 @@ def num_outputs(model: nn.Module, images: torch.Tensor) -> int:
 
 
 def check_inputs(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, resolution: int) -> torch.Tensor:
-    """Validate shapes and target range; returns targets (class [B] or region [B, r, r], resomap.explain.targets)
+    """Validate shapes and target range; returns targets (class [B] or region [B, r, r], methods.targets)
     as int64 on the images' device."""
     if images.dim() != 4 or images.shape[-2:] != (resolution, resolution):
         raise ExplainError(f"images must be [B, C, {resolution}, {resolution}], got {list(images.shape)}")

@@ -21,7 +21,7 @@ from torch import nn
 
 from resomap.config.schema import Config
 from resomap.errors import ExplainError, ModelError
-from resomap.explain.registry import BaseExplainer, register_explainer
+from resomap.explain.methods.registry import BaseExplainer, register_explainer
 from resomap.models import CamLayer, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class CamExplainer(BaseExplainer):
             self.cam.batch_size = self.cfg.batch_size  # ScoreCAM: masked images per forward
 
     def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        from resomap.explain.targets import cam_targets
+        from resomap.explain.methods.targets import cam_targets
 
         try:  # grad-cam's own targets: a class logit, or a class's logits summed over a region
             maps = self.cam(input_tensor=images, targets=cam_targets(targets))

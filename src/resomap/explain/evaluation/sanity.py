@@ -33,8 +33,8 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.probe import explain_probe_set
-from resomap.explain.registry import ExplainFn, build_explainer, explaining
+from resomap.explain.methods.probe import explain_probe_set
+from resomap.explain.methods.registry import ExplainFn, build_explainer, explaining
 from resomap.models import ModelSpec
 from resomap.stats import bootstrap_scores
 
