@@ -30,9 +30,9 @@ from resomap.explain.evaluation.measures import resample
 from resomap.explain.evaluation.quality import deletion_insertion, energy_in_mask, pointing_game, road
 from resomap.explain.evaluation.sanity import sanity_check
 from resomap.explain.methods.captum import GradientShapOptions, IntegratedGradientsOptions, OcclusionOptions
+from resomap.explain.methods.guard import ModelGuard
 from resomap.explain.methods.lime import LimeOptions
 from resomap.explain.methods.probe import explain_probe_set, load_maps, probe_indices, save_maps
-from resomap.explain.methods.registry import ModelGuard
 from resomap.explain.methods.shap import ShapOptions
 from resomap.models import ModelSpec, build_model
 
@@ -221,7 +221,7 @@ def test_failed_method_is_reset_before_the_next(tiny):
 def test_plain_function_and_class_explainers_register_and_run(tiny):
     from dataclasses import dataclass
 
-    from resomap.explain import BaseExplainer
+    from resomap.explain import Explainer
 
     model, spec = tiny
 
@@ -237,7 +237,7 @@ def test_plain_function_and_class_explainers_register_and_run(tiny):
     built = []
 
     @register_explainer("_test_cls", options=ScaleOptions, needs_spatial_layer=False, slow=False)
-    class Scaled(BaseExplainer):
+    class Scaled(Explainer):
         def __init__(self, model, **kw):
             super().__init__(model, **kw)
             built.append(self.options)
@@ -260,9 +260,28 @@ def test_plain_function_and_class_explainers_register_and_run(tiny):
         assert not failed and built == [ScaleOptions(scale=3.0)]  # built once for 3 batches
         assert np.allclose(maps["_test_cls"], 3 * x[:, 0].abs().numpy())
         assert maps["_test_fn"].shape == (5, 32, 32)
+        with build_explainer("_test_fn", model, spec=spec, resolution=32, cfg=CFG) as fn_built:
+            assert isinstance(fn_built, Explainer) and fn_built.name == "_test_fn"  # one type for both forms
     finally:
         EXPLAINERS.unregister("_test_fn")
         EXPLAINERS.unregister("_test_cls")
+
+
+def test_an_explainer_class_is_an_explainer_subclass_that_releases_in_release():
+    from resomap.explain import Explainer
+
+    class NotOne:
+        def explain(self, images, targets):
+            return images[:, 0]
+
+    with pytest.raises(TypeError, match=r"must subclass resomap\.explain\.Explainer"):
+        register_explainer("_test_not_one")(NotOne)
+    assert "_test_not_one" not in list_explainers()
+    with pytest.raises(TypeError, match=r"override release\(\), not close"):
+
+        class Closing(Explainer):  # close() also exits the guard the explainer may hold: release() is the hook
+            def close(self):
+                pass
 
 
 def test_standalone_built_explainer_holds_its_own_guard(tiny):

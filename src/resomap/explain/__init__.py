@@ -7,17 +7,13 @@ lime: each is imported when an explainer that uses it is built.
 """
 
 import resomap.explain.methods  # noqa: F401  (registers the built-ins, the check)
+from resomap.explain.methods.guard import ModelGuard, explaining
 from resomap.explain.methods.registry import (
     EXPLAINERS,
-    BaseExplainer,
-    BuiltExplainer,
     Explainer,
-    ExplainFn,
-    ModelGuard,
     build_explainer,
     explainer_meta,
     explainer_options,
-    explaining,
     get_explainer,
     guarded,
     list_explainers,
@@ -27,9 +23,6 @@ from resomap.explain.methods.registry import (
 
 __all__ = [
     "EXPLAINERS",
-    "BaseExplainer",
-    "BuiltExplainer",
-    "ExplainFn",
     "Explainer",
     "ModelGuard",
     "build_explainer",

@@ -40,7 +40,7 @@ from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
 from resomap.explain.evaluation.intervals import chance_corrected
 from resomap.explain.evaluation.measures import centre_maps
-from resomap.explain.methods.registry import explaining
+from resomap.explain.methods.guard import explaining
 from resomap.explain.methods.targets import cam_targets, target_probs
 
 log = logging.getLogger(__name__)

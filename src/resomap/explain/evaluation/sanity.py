@@ -33,8 +33,9 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
+from resomap.explain.methods.guard import explaining
 from resomap.explain.methods.probe import explain_probe_set
-from resomap.explain.methods.registry import ExplainFn, build_explainer, explaining
+from resomap.explain.methods.registry import build_explainer
 from resomap.models import ModelSpec
 from resomap.stats import bootstrap_scores
 
@@ -211,7 +212,7 @@ class SanityResult:
 
 
 def sanity_check(
-    explainer: str | ExplainFn,
+    explainer: str | Callable[..., torch.Tensor],
     model: nn.Module,
     images: torch.Tensor,
     targets: torch.Tensor,
@@ -264,7 +265,7 @@ def sanity_check(
 class _Bound:
     """`explainer` bound to the images, targets and options: ``with bound(model) as explain: maps = explain()``."""
 
-    explainer: str | ExplainFn
+    explainer: str | Callable[..., torch.Tensor]
     images: torch.Tensor
     targets: torch.Tensor
     kw: dict[str, Any]

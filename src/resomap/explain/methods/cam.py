@@ -21,7 +21,7 @@ from torch import nn
 
 from resomap.config.schema import Config
 from resomap.errors import ExplainError, ModelError
-from resomap.explain.methods.registry import BaseExplainer, register_explainer
+from resomap.explain.methods.registry import Explainer, register_explainer
 from resomap.models import CamLayer, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def cam_layer(model: nn.Module, spec: ModelSpec, resolution: int, min_cam_size: 
     return layer
 
 
-class CamExplainer(BaseExplainer):
+class CamExplainer(Explainer):
     """A pytorch-grad-cam method on the spec's CAM layer ([0,1]-scaled per image); `cam_class` names its class."""
 
     cam_class: ClassVar[str]
@@ -93,7 +93,7 @@ class CamExplainer(BaseExplainer):
             self.cam.outputs = None
         return torch.from_numpy(maps)
 
-    def close(self) -> None:
+    def release(self) -> None:
         # BaseCAM.__exit__ would also swallow (and print) an IndexError: release the hooks directly
         self.cam.activations_and_grads.release()
 

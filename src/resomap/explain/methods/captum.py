@@ -16,14 +16,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from resomap.explain.methods.registry import BaseExplainer, reduce_channels, register_explainer
+from resomap.explain.methods.registry import Explainer, reduce_channels, register_explainer
 from resomap.explain.methods.targets import RegionLogits, classes_and_regions
 
 BOTH = ("class", "region")  # every captum method takes region targets through RegionLogits
 NOISE_STD = 0.1  # gradient_shap: std of the noisy baselines (inputs are normalised, so unit scale)
 
 
-class CaptumExplainer(BaseExplainer):
+class CaptumExplainer(Explainer):
     """A captum attribution method made once for the model; `attribute` runs it on one batch."""
 
     captum_class: ClassVar[str]

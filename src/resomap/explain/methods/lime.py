@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from resomap.explain.methods.registry import BaseExplainer, register_explainer
+from resomap.explain.methods.registry import Explainer, register_explainer
 
 
 def grid_segments(resolution: int) -> np.ndarray:
@@ -26,7 +26,7 @@ class LimeOptions:
 
 
 @register_explainer("lime", options=LimeOptions, needs_spatial_layer=False, slow=True)
-class LimeExplainer(BaseExplainer):
+class LimeExplainer(Explainer):
     """lime_image on a resolution-derived grid, `samples` samples; map = segment weights of the target."""
 
     options: LimeOptions

@@ -18,7 +18,8 @@ from torch import nn
 from resomap.atomic import write_atomic
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.methods.registry import EXPLAINERS, build_explainer, explaining
+from resomap.explain.methods.guard import explaining
+from resomap.explain.methods.registry import EXPLAINERS, build_explainer
 from resomap.models import ModelSpec
 
 log = logging.getLogger(__name__)

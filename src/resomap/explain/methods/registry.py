@@ -1,35 +1,30 @@
-"""The explainer registry, built explainers, and the model-state guard they run inside.
+"""The explainer type, its registry and its factory.
 
-An explainer is registered with `@register_explainer(name, options=..., needs_spatial_layer=..., slow=...)` on
-either
-- a class (preferably a `BaseExplainer` subclass) built once per (model, resolution) with its model-bound state
-  (CAM layer, grad-cam object and its hooks, captum object) and then called per batch through `explain(images,
-  targets)`; `close()` releases that state; or
-- a plain function `fn(model, images, targets, *, spec, resolution, cfg, min_cam_size=4)` (it also gets
-  `options=` when it takes that parameter), built as a partial of the function.
+An explainer is an `Explainer`: one method bound to one model and resolution. It is registered with
+`@register_explainer(name, options=..., needs_spatial_layer=..., slow=..., targets=...)` on either
+- an `Explainer` subclass, built once per (model, resolution) with its model-bound state (CAM layer, grad-cam object
+  and its hooks, captum object) in `__init__`, called per batch through `explain(images, targets)`, its state freed
+  by `release()`; or
+- a plain function `fn(model, images, targets, *, spec, resolution, cfg, min_cam_size=4)` (it also gets `options=`
+  when it takes that parameter), which becomes an `Explainer` calling it.
 
-`build_explainer(name, model, ...)` returns a `BuiltExplainer`: `maps = explainer(images, targets)` checks the
-inputs, runs the method with the input requiring grad and returns finite float32 [B,r,r] maps on the CPU;
-`explainer.close()` (or `with build_explainer(...) as explainer:`) releases it.
-
-The guard (`explaining(model)`, a `ModelGuard`) puts the model in eval mode with out-of-place ReLUs and no
-parameter grads; on exit (also on error) every hook added under it is removed and each module's training flag,
-each ReLU's `inplace` flag and each parameter's requires_grad and .grad are restored. It is entered once around
-the whole use of the built explainers (`explain_probe_set` enters it once per probe set); nested guards of the
-same model are no-ops, and an explainer built outside any guard holds its own from build to close.
+`build_explainer(name, model, ...)` (the factory) builds it: `maps = explainer(images, targets)` checks the inputs,
+runs the method with the input requiring grad and returns finite float32 [B,r,r] maps on the CPU;
+`explainer.close()` (or `with build_explainer(...) as explainer:`) releases it. `get_explainer(name)` and
+`guarded(fn)` give the one-call form (build, explain one batch, close). The model runs inside the guard
+(resomap.explain.methods.guard).
 
 This module imports no explanation library: they are imported where used, when an explainer is built.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import logging
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,60 +32,40 @@ from torch import nn
 from resomap.config.groups import register_group
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
+from resomap.explain.methods.guard import ModelGuard, active_guard, explaining
 from resomap.explain.methods.targets import IGNORE
 from resomap.models import ModelSpec
 from resomap.registry import Registry
 
+__all__ = [
+    "EXPLAINERS",
+    "Explainer",
+    "build_explainer",
+    "explainer_meta",
+    "explainer_options",
+    "get_explainer",
+    "guarded",
+    "list_explainers",
+    "per_map_scaled",
+    "reduce_channels",
+    "register_explainer",
+]
+
 log = logging.getLogger(__name__)
 
-# Hook dicts of nn.Module; new keys added under a guard are removed on exit.
-_HOOK_DICTS = (
-    "_forward_hooks",
-    "_forward_pre_hooks",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_forward_pre_hooks_with_kwargs",
-    "_state_dict_hooks",
-)
 
+class Explainer:
+    """One attribution method bound to one model and resolution: the explainer type.
 
-class ExplainFn(Protocol):
-    """fn(model, images [B,C,r,r] float, targets [B] int64, *, spec, resolution, cfg, min_cam_size) -> [B,r,r].
+    A method subclasses it (or is a plain function that one calls): model-bound state is built in `__init__`;
+    `explain(images, targets)` gets float images [B,C,r,r] that require grad and int64 targets (class [B] or region
+    [B, r, r]) on the images' device, inside the guard (eval mode, no parameter grads, grad enabled), and returns
+    [B,r,r] maps (any device/dtype); `release()` frees hooks and other model-bound state, once.
 
-    The form of a plain registered function, and of the one-shot callables `get_explainer` and `guarded` return
-    (those also take `options=`). Maps are finite, on the CPU, raw (not rescaled by ResoMap; grad-cam's own
-    [0,1] CAM scaling is kept). `min_cam_size` is the smallest feature-map side a CAM layer may have.
-    """
-
-    def __call__(
-        self,
-        model: nn.Module,
-        images: torch.Tensor,
-        targets: torch.Tensor,
-        *,
-        spec: ModelSpec,
-        resolution: int,
-        cfg: ExplainabilityConfig,
-        min_cam_size: int = 4,
-    ) -> torch.Tensor: ...
-
-
-class Explainer(Protocol):
-    """A built explainer: `explainer(images, targets) -> float32 [B,r,r]` per batch, `close()` once."""
-
-    def __call__(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor: ...
-
-    def close(self) -> None: ...
-
-
-class BaseExplainer:
-    """Base of class explainers: model-bound state is built in `__init__`, `explain` runs per batch.
-
-    `explain(images, targets)` gets float images [B,C,r,r] that require grad and int64 targets [B] on the
-    images' device, inside the guard (eval mode, no parameter grads, grad enabled), and returns [B,r,r] maps
-    (any device/dtype). `close()` releases hooks and other model-bound state; it is called once.
+    Built by `build_explainer`, it is used as `maps = explainer(images, targets)` (checked inputs; finite float32
+    [B,r,r] maps on the CPU) and `close()`. Built inside `explaining(model)` it uses that guard; built outside one
+    it holds its own guard from build to `close()` (so the model is in explaining state in between: close it, or
+    use it as a context manager).
     """
 
     def __init__(
@@ -102,6 +77,7 @@ class BaseExplainer:
         cfg: ExplainabilityConfig,
         options: Any = None,
         min_cam_size: int = 4,
+        fn: Callable[..., Any] | None = None,
     ) -> None:
         self.model = model
         self.spec = spec
@@ -109,36 +85,73 @@ class BaseExplainer:
         self.cfg = cfg
         self.options = options
         self.min_cam_size = min_cam_size
+        self.fn = fn  # a registered plain function: what `explain` calls
+        self.name = getattr(fn, "__name__", None) or type(self).__name__  # build_explainer sets the registered name
+        self._fn_options = fn is not None and _takes_options(fn)
+        self._own_guard: ModelGuard | None = None
+        self._closed = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        for name, instead in (("close", "release()"), ("__call__", "explain(images, targets)")):
+            if name in vars(cls):
+                raise TypeError(f"explainer class {cls.__name__}: override {instead}, not {name}")
 
     def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        if self.fn is None:
+            raise NotImplementedError(f"explainer class {type(self).__name__} needs an explain(images, targets) method")
+        extra = {"options": self.options} if self._fn_options else {}
+        kw = dict(spec=self.spec, resolution=self.resolution, cfg=self.cfg, min_cam_size=self.min_cam_size)
+        return self.fn(self.model, images, targets, **kw, **extra)
 
-    def close(self) -> None:
+    def release(self) -> None:
         """Nothing to release by default."""
 
+    def __call__(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self._closed:
+            raise ExplainError(f"explainer {self.name} is closed; build it again")
+        if active_guard(self.model) is None:
+            raise ExplainError(f"explainer {self.name}: its model's guard was exited before the explainer was closed")
+        with torch.enable_grad():
+            targets = check_inputs(self.model, images, targets, self.resolution)
+            x = images.detach().clone().float().requires_grad_(True)
+            out = self.explain(x, targets)
+        maps = torch.as_tensor(out).detach().to("cpu", torch.float32)
+        if maps.shape != (images.shape[0], self.resolution, self.resolution):
+            raise ExplainError(
+                f"{self.name} returned {list(maps.shape)}, expected [B, {self.resolution}, {self.resolution}]"
+            )
+        return torch.nan_to_num(maps, nan=0.0, posinf=0.0, neginf=0.0)
 
-class FunctionExplainer(BaseExplainer):
-    """A plain registered function bound to its model and settings (a partial of it)."""
-
-    def __init__(self, fn: Callable[..., Any], model: nn.Module, **kw: Any) -> None:
-        super().__init__(model, **kw)
-        self.fn = fn
-        self.name = getattr(fn, "__name__", type(fn).__name__)
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         try:
-            takes_options = "options" in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            takes_options = False
-        extra = {"options": self.options} if takes_options else {}
-        self.call = functools.partial(
-            fn, spec=self.spec, resolution=self.resolution, cfg=self.cfg, min_cam_size=self.min_cam_size, **extra
-        )
+            self.release()
+        finally:
+            if self._own_guard is not None:
+                self._own_guard.exit()
 
-    def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.call(self.model, images, targets)
+    def __enter__(self) -> Explainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<explainer {self.name}>"
+
+
+def _takes_options(fn: Callable[..., Any]) -> bool:
+    try:
+        return "options" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 TARGET_FORMS = ("class", "region")  # resomap.explain.methods.targets
-Factory = Callable[..., BaseExplainer]  # factory(model, *, spec, resolution, cfg, options, min_cam_size)
+Factory = Callable[..., Explainer]  # factory(model, *, spec, resolution, cfg, options, min_cam_size) -> Explainer
 EXPLAINERS: Registry[Factory] = Registry("explainer", "resomap explainers")
 register_group("explainability", EXPLAINERS)  # the loader checks the section's selectors and options against it
 
@@ -151,7 +164,7 @@ def register_explainer(
     slow: bool = False,
     targets: tuple[str, ...] = ("class",),
 ) -> Callable[[Any], Any]:
-    """Register an explainer class (built once per model and resolution) or a plain explain function.
+    """Register an `Explainer` subclass (built once per model and resolution) or a plain explain function.
 
     `options`: a frozen dataclass of the method's own settings (config keys `explainability.<name>.<field>`,
     one `# comment` per field); the built explainer gets the configured instance as `options`.
@@ -166,11 +179,11 @@ def register_explainer(
 
     def deco(obj: Any) -> Any:
         if isinstance(obj, type):
-            if not callable(getattr(obj, "explain", None)):
-                raise TypeError(f"explainer class {obj.__name__} needs an explain(images, targets) method")
+            if not issubclass(obj, Explainer):
+                raise TypeError(f"explainer class {obj.__name__} must subclass resomap.explain.Explainer")
             factory: Factory = obj
         elif callable(obj):
-            factory = functools.partial(FunctionExplainer, obj)
+            factory = functools.partial(Explainer, fn=obj)
         else:
             raise TypeError(f"explainer '{name}' must be a class or a function, got {obj!r}")
         EXPLAINERS.register(
@@ -206,114 +219,6 @@ def explainer_options(cfg: Any, name: str) -> Any:
     return group_options(cfg, name)
 
 
-# ------------------------------------------------------------------------------------------------ the guard
-
-_ACTIVE: weakref.WeakKeyDictionary[nn.Module, ModelGuard] = weakref.WeakKeyDictionary()
-
-
-class ModelGuard:
-    """Saves the model's state on `enter`, sets it up for explaining, and restores it on `exit`.
-
-    `reset()` (after a failed method) removes hooks added since `enter` and sets the explaining state again, so
-    one failing method cannot leak hooks or flags into the next. Not re-entrant: use `explaining`.
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-        self._saved: tuple | None = None
-
-    @property
-    def active(self) -> bool:
-        return self._saved is not None
-
-    def enter(self) -> ModelGuard:
-        if self._saved is not None:
-            raise RuntimeError("ModelGuard entered twice")
-        model = self.model
-        modules = list(model.modules())
-        modes = [(m, m.training) for m in modules]
-        inplace = [(m, m.inplace) for m in modules if isinstance(getattr(m, "inplace", None), bool)]
-        params = [(p, p.requires_grad, p.grad) for p in model.parameters()]
-        hooks = [(m, attr, set(getattr(m, attr).keys())) for m in modules for attr in _HOOK_DICTS if hasattr(m, attr)]
-        full_bw = [(m, getattr(m, "_is_full_backward_hook", None)) for m in modules]
-        self._saved = (modes, inplace, params, hooks, full_bw)
-        _ACTIVE[model] = self
-        try:
-            self._setup(self._saved)
-        except BaseException:
-            self.exit()
-            raise
-        return self
-
-    def _setup(self, saved: tuple) -> None:
-        _, inplace, params, _, _ = saved
-        self.model.eval()
-        for m, _ in inplace:
-            m.inplace = False  # in-place ReLUs break backward hooks (guided backprop, grad-cam tensor hooks)
-        for p, _, _ in params:
-            p.requires_grad_(False)  # grads are needed w.r.t. the input only; .grad is restored on exit
-
-    def _remove_hooks(self, saved: tuple) -> None:
-        _, _, params, hooks, full_bw = saved
-        for m, attr, keys in hooks:
-            d = getattr(m, attr)
-            for key in [k for k in d if k not in keys]:
-                del d[key]
-        for m, flag in full_bw:
-            m._is_full_backward_hook = flag
-        for p, _, grad in params:
-            p.grad = grad
-
-    def reset(self) -> None:
-        """Back to the state right after `enter` (hooks added since removed, explaining flags set again)."""
-        if self._saved is None:
-            return
-        self._remove_hooks(self._saved)
-        self._setup(self._saved)
-
-    def exit(self) -> None:
-        if self._saved is None:
-            return
-        try:
-            self._remove_hooks(self._saved)
-            modes, inplace, params, _, _ = self._saved
-            for m, training in modes:
-                m.training = training
-            for m, flag in inplace:
-                m.inplace = flag
-            for p, req, _ in params:
-                p.requires_grad_(req)
-        finally:
-            self._saved = None
-            if _ACTIVE.get(self.model) is self:
-                del _ACTIVE[self.model]
-
-
-def active_guard(model: nn.Module) -> ModelGuard | None:
-    """The guard the model is under, if any."""
-    guard = _ACTIVE.get(model)
-    return guard if guard is not None and guard.active else None
-
-
-@contextlib.contextmanager
-def explaining(model: nn.Module) -> Iterator[ModelGuard]:
-    """Eval mode, no parameter grads, out-of-place ReLUs, grad enabled; restores all of it and removes added
-    hooks on exit. Inside another `explaining` of the same model it only enables grad (yields the outer guard)."""
-    outer = active_guard(model)
-    if outer is not None:
-        with torch.enable_grad():
-            yield outer
-        return
-    guard = ModelGuard(model).enter()
-    try:
-        with torch.enable_grad():
-            yield guard
-    finally:
-        guard.exit()
-
-
-# ------------------------------------------------------------------------------------------ built explainers
-
 _NUM_OUTPUTS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 
 
@@ -346,74 +251,6 @@ def check_inputs(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, 
     return targets
 
 
-class BuiltExplainer:
-    """One method bound to one model and resolution: `maps = explainer(images, targets)`, then `close()`.
-
-    Built inside `explaining(model)` it uses that guard; built outside one it holds its own guard from build to
-    `close()` (so the model is in explaining state in between: close it, or use it as a context manager).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        model: nn.Module,
-        factory: Factory,
-        *,
-        spec: ModelSpec,
-        resolution: int,
-        cfg: ExplainabilityConfig,
-        options: Any,
-        min_cam_size: int,
-    ) -> None:
-        self.name = name
-        self.model = model
-        self.resolution = resolution
-        self.options = options
-        self._own_guard = None if active_guard(model) is not None else ModelGuard(model).enter()
-        try:
-            with torch.enable_grad():
-                self.impl = factory(
-                    model, spec=spec, resolution=resolution, cfg=cfg, options=options, min_cam_size=min_cam_size
-                )
-        except BaseException:
-            if self._own_guard is not None:
-                self._own_guard.exit()
-            raise
-        self._closed = False
-
-    def __call__(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        if self._closed:
-            raise ExplainError(f"explainer {self.name} is closed; build it again")
-        if active_guard(self.model) is None:
-            raise ExplainError(f"explainer {self.name}: its model's guard was exited before the explainer was closed")
-        with torch.enable_grad():
-            targets = check_inputs(self.model, images, targets, self.resolution)
-            x = images.detach().clone().float().requires_grad_(True)
-            out = self.impl.explain(x, targets)
-        maps = torch.as_tensor(out).detach().to("cpu", torch.float32)
-        if maps.shape != (images.shape[0], self.resolution, self.resolution):
-            raise ExplainError(
-                f"{self.name} returned {list(maps.shape)}, expected [B, {self.resolution}, {self.resolution}]"
-            )
-        return torch.nan_to_num(maps, nan=0.0, posinf=0.0, neginf=0.0)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.impl.close()
-        finally:
-            if self._own_guard is not None:
-                self._own_guard.exit()
-
-    def __enter__(self) -> BuiltExplainer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def build_explainer(
     name: str,
     model: nn.Module,
@@ -423,70 +260,60 @@ def build_explainer(
     cfg: ExplainabilityConfig,
     min_cam_size: int = 4,
     options: Any = None,
-) -> BuiltExplainer:
-    """Build method `name` for this model at this resolution; `options` defaults to `cfg`'s options of the method.
-    Unknown names raise UnknownNameError listing the methods."""
-    key = EXPLAINERS.resolve(name)
-    if options is None:
-        options = explainer_options(cfg, key)
-    return BuiltExplainer(
-        key,
-        model,
-        EXPLAINERS.get(key),
-        spec=spec,
-        resolution=resolution,
-        cfg=cfg,
-        options=options,
-        min_cam_size=min_cam_size,
-    )
+    factory: Factory | None = None,
+) -> Explainer:
+    """Build method `name` for this model at this resolution (the factory of every explainer); `options` defaults
+    to `cfg`'s options of the method. Unknown names raise UnknownNameError listing the methods. `factory` builds an
+    unregistered method under `name` instead (`guarded`). Built outside any guard, the explainer holds its own
+    until closed; it is built with grad enabled."""
+    if factory is None:
+        name = EXPLAINERS.resolve(name)
+        factory = EXPLAINERS.get(name)
+        options = explainer_options(cfg, name) if options is None else options
+    own_guard = None if active_guard(model) is not None else ModelGuard(model).enter()
+    try:
+        with torch.enable_grad():
+            explainer = factory(
+                model, spec=spec, resolution=resolution, cfg=cfg, options=options, min_cam_size=min_cam_size
+            )
+    except BaseException:
+        if own_guard is not None:
+            own_guard.exit()
+        raise
+    explainer.name, explainer._own_guard = name, own_guard
+    return explainer
 
 
-class OneShot:
-    """The old one-call form: `fn(model, images, targets, *, spec, resolution, cfg, min_cam_size=4, options=None)`
-    builds the explainer, explains one batch and closes it (used by `get_explainer`, `guarded`, sanity checks)."""
-
-    def __init__(self, name: str, factory: Factory | None = None) -> None:
-        self.name = name
-        self.factory = factory
-        self.__name__ = name
-
-    def build(self, model: nn.Module, **kw: Any) -> BuiltExplainer:
-        if self.factory is None:
-            return build_explainer(self.name, model, **kw)
-        kw.setdefault("min_cam_size", 4)
-        options = kw.pop("options", None)
-        return BuiltExplainer(self.name, model, self.factory, options=options, **kw)
-
-    def __call__(
-        self,
-        model: nn.Module,
-        images: torch.Tensor,
-        targets: torch.Tensor,
-        *,
-        spec: ModelSpec,
-        resolution: int,
-        cfg: ExplainabilityConfig,
-        min_cam_size: int = 4,
-        options: Any = None,
-    ) -> torch.Tensor:
-        kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size, options=options)
-        with explaining(model), self.build(model, **kw) as explainer:
-            return explainer(images, targets)
-
-    def __repr__(self) -> str:
-        return f"<explainer {self.name}>"
+def explain_once(
+    name: str,
+    factory: Factory | None,
+    model: nn.Module,
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    spec: ModelSpec,
+    resolution: int,
+    cfg: ExplainabilityConfig,
+    min_cam_size: int = 4,
+    options: Any = None,
+) -> torch.Tensor:
+    """Build method `name` (or `factory`), explain one batch and close it, inside the guard."""
+    kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size, options=options)
+    with explaining(model), build_explainer(name, model, factory=factory, **kw) as explainer:
+        return explainer(images, targets)
 
 
-def get_explainer(name: str) -> OneShot:
-    """A one-shot callable of method `name` (build, explain one batch, close); unknown names raise
-    UnknownNameError listing the methods. To explain several batches, use `build_explainer`."""
-    return OneShot(EXPLAINERS.resolve(name))
+def get_explainer(name: str) -> Callable[..., torch.Tensor]:
+    """The one-call form of method `name`: `fn(model, images, targets, *, spec, resolution, cfg, min_cam_size=4,
+    options=None)` builds it, explains one batch and closes it; unknown names raise UnknownNameError listing the
+    methods. To explain several batches, use `build_explainer`."""
+    return functools.partial(explain_once, EXPLAINERS.resolve(name), None)
 
 
-def guarded(fn: Callable[..., Any]) -> OneShot:
-    """A plain explain function as a one-shot explainer: checked inputs, run inside the guard, float32 [B,r,r]
-    maps on the CPU (what registered functions get)."""
-    return OneShot(getattr(fn, "__name__", "explainer"), functools.partial(FunctionExplainer, fn))
+def guarded(fn: Callable[..., Any]) -> Callable[..., torch.Tensor]:
+    """A plain explain function in the one-call form of `get_explainer`: checked inputs, run inside the guard,
+    float32 [B,r,r] maps on the CPU (what registered functions get)."""
+    return functools.partial(explain_once, getattr(fn, "__name__", "explainer"), functools.partial(Explainer, fn=fn))
 
 
 def reduce_channels(attr: torch.Tensor) -> torch.Tensor:

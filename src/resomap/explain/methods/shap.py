@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from resomap.explain.methods.registry import BaseExplainer, reduce_channels, register_explainer
+from resomap.explain.methods.registry import Explainer, reduce_channels, register_explainer
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class ShapOptions:
 
 
 @register_explainer("shap", options=ShapOptions, needs_spatial_layer=False, slow=True)
-class ShapExplainer(BaseExplainer):
+class ShapExplainer(Explainer):
     """shap.GradientExplainer (expected gradients), background zeros + noisy copies, `samples` per image."""
 
     options: ShapOptions
@@ -69,5 +69,5 @@ class ShapExplainer(BaseExplainer):
             maps.append(reduce_channels(torch.from_numpy(values.astype(np.float32)))[0])
         return torch.stack(maps)
 
-    def close(self) -> None:
+    def release(self) -> None:
         self.explainers.clear()
