@@ -74,12 +74,22 @@ def test_resomap_cli_explain(sweep, tmp_path):
     assert maps["saliency"].shape == (1, 32, 32)
 
 
-def test_explain_target_class_is_used(sweep, tmp_path):
+def test_explain_target_class_is_used(sweep, tmp_path, capsys):
+    """--target goes through explain_trial as a sweep's trial does: the common CAM layer, the sanity check and each
+    method's cost come with the maps of the class asked for."""
     out = tmp_path / "target"
     argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 32)), "--method", "saliency", "--target", "1"]
-    assert cli.main([*argv, "--num-samples", "2", "--output-dir", str(out)]) == 0
+    checked = ["explainability.sanity_methods=[saliency]", "explainability.sanity_seeds=2"]
+    assert cli.main([*argv, "--num-samples", "2", "--output-dir", str(out), *checked]) == 0
     maps, meta = load_maps(out / "explanations.npz")
     assert meta["targets"] == [1, 1] and maps["saliency"].shape == (2, 32, 32)
+    assert meta["cam_layer"] and meta["cam_layer_policy"] and "saliency" in meta["sanity"]
+    assert meta["costs"]["saliency"]["seconds"] > 0 and meta["quality_per_image"]["saliency"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["cam_layer"] == meta["cam_layer"]
+    scores = metrics["quality"]["saliency"]
+    assert scores["seconds"] > 0 and scores["sanity_seeds"] == 2 and "sanity_passed" in scores
+    assert f"CAM layer {meta['cam_layer']}" in capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from resomap.explain.methods.probe import (
     probe_indices,
     save_maps,
 )
-from resomap.explain.methods.targets import classes_and_regions, region_mean
+from resomap.explain.methods.targets import classes_and_regions, region_mean, region_targets
 from resomap.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -61,17 +61,25 @@ def _probe_idx(bundle: Any, size: int, seed: int) -> np.ndarray:
 
 
 def probe_batch(
-    bundle: Any, size: int, seed: int, device: torch.device, task: Any = None
+    bundle: Any, size: int, seed: int, device: torch.device, task: Any = None, target: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(normalised images, targets, object masks or None) of the probe set at the bundle's resolution; the task
     (resomap.tasks, default classification) says what is explained: a class (targets [N]) or a class over a
-    region (targets [N, r, r], resomap.explain.methods.targets)."""
+    region (targets [N, r, r], resomap.explain.methods.targets). `target`: that class for every image instead."""
     from resomap.tasks import get_task
 
     idx = _probe_idx(bundle, size, seed)
     images = bundle.normalize(bundle.images("test")[idx].to(device))
     targets, masks = (task or get_task()).probe_targets(bundle, idx, device)
-    return images, targets, masks
+    return images, (targets if target is None else one_target(targets, target)), masks
+
+
+def one_target(targets: torch.Tensor, target: int) -> torch.Tensor:
+    """Class `target` for every probe image, in the form of `targets` (region targets: over the whole image)."""
+    same = torch.full((len(targets),), int(target), dtype=torch.int64)
+    if targets.dim() == 3:
+        same = region_targets(same, torch.ones(targets.shape, dtype=torch.bool))
+    return same.to(targets.device)
 
 
 def budget_seconds(ec: Any, train_seconds: float | None) -> tuple[float | None, str]:
@@ -97,8 +105,10 @@ def explain_trial(
     out_dir: Path,
     device: torch.device,
     train_seconds: float | None = None,
+    target: int | None = None,
 ) -> ExplainOutcome:
-    """Maps of every configured method for the probe set, their quality metrics, and an npz of the raw maps.
+    """Maps of every configured method for the probe set (of class `target` for every image, when given: resomap
+    explain --target), their quality metrics, and an npz of the raw maps.
 
     Per method: `explain/<method>/seconds` and `peak_memory_mb` (its maps of the probe set) and `quality_seconds`
     (scoring them, sanity check included). With explainability.budget_share and `train_seconds`, a method whose
@@ -112,15 +122,13 @@ def explain_trial(
     from resomap.tasks import task_of
 
     spec = sweep_cam_spec(spec, cfg, model)  # models.cam_layer_policy: by default one CAM layer at every resolution
-    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg))
+    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg), target)
     probe_local = _probe_idx(bundle, ec.probe_size, seed)  # positions in the test split
     splits = getattr(bundle, "splits", None) or {}
     raw = np.asarray(splits["test"])[probe_local] if "test" in splits else probe_local  # raw dataset indices
     kw = {"spec": spec, "resolution": bundle.resolution, "cfg": ec, "min_cam_size": cfg.models.min_cam_size}
     cam_layer = _cam_layer_name(model, spec, bundle.resolution, cfg.models.min_cam_size)
-    checked = set(ec.sanity_methods)
-    extra = 1.0 if masks is not None else 0.0  # the random-weights maps of localisation
-    factor = {m: 1.0 + (ec.sanity_seeds if m in checked else extra) for m in ec.methods}
+    factor = _cost_factor(ec, masks)
     found = explain_probe_costed(
         model, images, targets, ec.methods, budget_s=budget_s, always=ec.always, cost_factor=factor, **kw
     )
@@ -147,6 +155,13 @@ def explain_trial(
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
     path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
     return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))
+
+
+def _cost_factor(ec: Any, masks: Any) -> dict[str, float]:
+    """Per method, the explainer runs its scoring adds to its maps (for the budget's predicted cost): the sanity
+    check's seeds, or the random-weights maps of localisation when there are object masks."""
+    extra = 1.0 if masks is not None else 0.0
+    return {m: 1.0 + (ec.sanity_seeds if m in set(ec.sanity_methods) else extra) for m in ec.methods}
 
 
 def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int, name: str) -> dict:
