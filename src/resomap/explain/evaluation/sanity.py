@@ -309,20 +309,11 @@ def _randomised(
 
 
 def random_weight_maps(
-    method: str,
-    model: nn.Module,
-    images: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    spec: ModelSpec,
-    resolution: int,
-    cfg: ExplainabilityConfig,
-    min_cam_size: int = 4,
-    seed: int = 0,
+    method: str, model: nn.Module, images: torch.Tensor, targets: torch.Tensor, *, seed: int = 0, **settings: Any
 ) -> np.ndarray:
-    """Maps of `method` on the model with every weight re-drawn (`randomised_copy(model, seed)`)."""
-    kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size)
-    maps, failed = explain_probe_set(randomised_copy(model, seed), images, targets, [method], **kw)
+    """Maps of `method` on the model with every weight re-drawn (`randomised_copy(model, seed)`); `settings`: the
+    explainer's (spec, resolution, cfg, min_cam_size), as explain_probe_set takes them."""
+    maps, failed = explain_probe_set(randomised_copy(model, seed), images, targets, [method], **settings)
     if method not in maps:
         raise ExplainError(f"{method} on the randomised model: {failed.get(method, 'failed')}")
     return maps[method]

@@ -285,21 +285,11 @@ def build_explainer(
 
 
 def explain_once(
-    name: str,
-    factory: Factory | None,
-    model: nn.Module,
-    images: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    spec: ModelSpec,
-    resolution: int,
-    cfg: ExplainabilityConfig,
-    min_cam_size: int = 4,
-    options: Any = None,
+    name: str, factory: Factory | None, model: nn.Module, images: torch.Tensor, targets: torch.Tensor, **settings: Any
 ) -> torch.Tensor:
-    """Build method `name` (or `factory`), explain one batch and close it, inside the guard."""
-    kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size, options=options)
-    with explaining(model), build_explainer(name, model, factory=factory, **kw) as explainer:
+    """Build method `name` (or `factory`) with `settings` (build_explainer's: spec, resolution, cfg, and
+    min_cam_size and options when given), explain one batch and close it, inside the guard."""
+    with explaining(model), build_explainer(name, model, factory=factory, **settings) as explainer:
         return explainer(images, targets)
 
 
