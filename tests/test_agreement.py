@@ -421,6 +421,6 @@ def test_gradcam_explainer_hooks_the_common_layer():
     with explaining(model):
         for res in (32, 128):
             with build_explainer("gradcam", model, spec=spec, resolution=res, cfg=CFG) as explainer:
-                names.append(explainer.impl.layer.name)
+                names.append(explainer.layer.name)
                 assert explainer(torch.rand(1, 1, res, res), torch.tensor([0])).shape == (1, res, res)
     assert names[0] == names[1]

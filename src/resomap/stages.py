@@ -306,7 +306,7 @@ def explain_stage(
 ) -> ExplainSummary:
     """explain_trial on the probe set: maps saved to out_dir/explanations.npz, scored, each method's cost kept;
     `train_seconds` (the trial's training time) is what explainability.budget_share is a share of. The captioned
-    probe images tracking logs are drawn from those maps by the caller (reports.explain_figures.trial_probe_images)."""
+    probe images tracking logs are drawn from those maps by the caller (reports.probe_images.trial_probe_images)."""
     from resomap.explain.run import explain_trial
 
     outcome = explain_trial(model, spec, bundle, cfg, seed, out_dir, device, train_seconds=train_seconds)

@@ -17,7 +17,7 @@ from resomap.errors import CheckpointError, ResoMapError
 from resomap.layout import trial_part
 from resomap.reports import build_summary, sweep_figures
 from resomap.reports.explain_comparison import draw_comparison
-from resomap.reports.explain_figures import trial_probe_images
+from resomap.reports.probe_images import trial_probe_images
 from resomap.reports.rows import SummaryRow
 from resomap.runtime import machine_record
 from resomap.stages import Comparison, compare_stage, evaluate_trained

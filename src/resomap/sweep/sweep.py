@@ -526,7 +526,7 @@ def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
 
 def _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock) -> None:
     from resomap.explain.run import MAPS_FILE
-    from resomap.reports.explain_figures import sweep_probe_images
+    from resomap.reports.probe_images import sweep_probe_images
     from resomap.tracking.publish import publish_sweep
 
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid

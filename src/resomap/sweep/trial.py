@@ -556,7 +556,7 @@ def _fit_with_oom_retry(trial: Trial, prepared: _Prepared, device: Any, live: tu
 
 def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tuple, result: TrialResult, fresh):
     """Fit (checkpoints, early stopping, live MLflow epochs), then the stages on the best checkpoint."""
-    from resomap.reports.explain_figures import trial_probe_images
+    from resomap.reports.probe_images import trial_probe_images
     from resomap.stages import evaluate_trained
     from resomap.training import Trainer, distributed, load_checkpoint
     from resomap.training.threads import environment_fields
