@@ -191,6 +191,8 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
         assert (out / "models" / MODEL / str(res) / "seed42" / entry["predictions"]).read_text() == (
             trial_summary(sweep, MODEL, res) / "predictions.csv"
         ).read_text()  # the same per-image records as the trial's
+        pictures = out / "models" / MODEL / str(res) / "seed42" / "probe_images"  # drawn by analyze, not the stage
+        assert {p.parent.name for p in pictures.glob("*/*.png")} == {"saliency", "gradcam"}
     matrix = report["agreement"]["matrices"][f"{MODEL}/gradcam"]
     assert matrix["resolutions"] == list(RESOLUTIONS)
     assert np.allclose(np.diag(matrix["spearman"]), 1.0) and np.asarray(matrix["spearman"]).shape == (2, 2)
