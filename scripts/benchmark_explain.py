@@ -11,8 +11,8 @@ import json
 import torch
 
 from resomap.config.schema import ExplainabilityConfig, ModelsConfig
-from resomap.explain.attribution import IntegratedGradientsOptions
 from resomap.explain.bench import gradcam_batched_vs_loop, ig_peak_memory
+from resomap.explain.methods.captum import IntegratedGradientsOptions
 from resomap.models import build_model
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from resomap.config.schema import Config, ExplainabilityConfig, ModelsConfig, SweepConfig
-from resomap.explain.compare import study, verdict
-from resomap.explain.measures import METRICS, pair_matrix, rescale, score_pair, top_mask, topk_iou
-from resomap.explain.probe import save_maps
+from resomap.explain.evaluation.compare import study, verdict
+from resomap.explain.evaluation.measures import METRICS, pair_matrix, rescale, score_pair, top_mask, topk_iou
+from resomap.explain.methods.probe import save_maps
 from resomap.stats import relabel_test
 
 CFG = ExplainabilityConfig(common_grid=16, top_k_percent=10.0)
@@ -172,7 +172,7 @@ def test_resolution_independent_model_free_maps_are_not_an_effect():
     """An explainer-like map that needs no model and does not depend on the resolution: the gradient magnitude of
     the probe image content on a fixed 8x8 lattice, block-repeated to each resolution. Identical for every seed
     and resolution: agreement 1 everywhere, no effect."""
-    from resomap.explain.measures import edge_maps, resample
+    from resomap.explain.evaluation.measures import edge_maps, resample
 
     lattice = resample(edge_maps(_images(64)), 8)
     found = study(*_sweep(lambda s, r: _up(lattice, r), (1, 2, 3), (32, 64, 128)), CFG)
@@ -278,7 +278,7 @@ def _raw_maps(side: int = 16, n: int = N) -> np.ndarray:
 def test_an_upsampled_copy_gets_the_same_display_scale_and_agreement_one_on_every_grid(tmp_path):
     """A saliency map at 32 px and the same attribution at 64 px (each pixel split over the 4 pixels that cover
     its area: per-pixel values a quarter as large) are the same map up to resolution."""
-    from resomap.explain import figures
+    from resomap.reports import explain_figures as figures
 
     m32 = _raw_maps(32)
     m64 = np.kron(m32, np.ones((2, 2), dtype=np.float32)) / 4
@@ -347,10 +347,10 @@ def test_all_zero_maps_are_counted_and_reported_not_dropped_silently():
 
 
 def test_compare_stage_rows_matrices_floors_and_metrics(tmp_path, monkeypatch):
-    from resomap.explain import crossres
+    from resomap.reports import explain_comparison
     from resomap.stages import compare_stage, compared_trials
 
-    monkeypatch.setattr(crossres, "_probe_figures", lambda *a, **k: [])  # unchanged here; slow to draw
+    monkeypatch.setattr(explain_comparison, "_probe_figures", lambda *a, **k: [])  # unchanged here; slow to draw
 
     results = []
     for seed in (1, 2):
@@ -378,7 +378,10 @@ def test_compare_stage_rows_matrices_floors_and_metrics(tmp_path, monkeypatch):
     agree = comp.agreement
     assert {"agreement/m/x/spearman", "agreement_floor/m/x/spearman", "agreement_chance/m/x/spearman"} <= set(agree)
     assert (tmp_path / "out" / "agreement.txt").read_text().strip() == comp.statements[0]
+    assert not (tmp_path / "out" / "agreement").exists()  # the stage draws nothing: its caller draws (reports)
+    drawn = explain_comparison.draw_comparison(comp)
     assert (tmp_path / "out" / "agreement" / "m_x_spearman.png").exists()
+    assert set(drawn) <= set(comp.files) and comp.figure_data is None
 
 
 # ------------------------------------------------------------------------------------------------ CAM layer
@@ -386,7 +389,7 @@ def test_compare_stage_rows_matrices_floors_and_metrics(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("name", "per_res"), [("resnet18", ["layer2", "layer3", "layer4"]), ("simple_cnn", None)])
 def test_cam_layer_is_common_across_the_sweep_by_default(name, per_res):
-    from resomap.explain.cam import sweep_cam_spec
+    from resomap.explain.methods.cam import sweep_cam_spec
     from resomap.models import build_model
 
     torch.manual_seed(0)
@@ -408,7 +411,7 @@ def test_cam_layer_is_common_across_the_sweep_by_default(name, per_res):
 
 def test_gradcam_explainer_hooks_the_common_layer():
     from resomap.explain import build_explainer, explaining
-    from resomap.explain.cam import sweep_cam_spec
+    from resomap.explain.methods.cam import sweep_cam_spec
     from resomap.models import build_model
 
     torch.manual_seed(0)
@@ -418,6 +421,6 @@ def test_gradcam_explainer_hooks_the_common_layer():
     with explaining(model):
         for res in (32, 128):
             with build_explainer("gradcam", model, spec=spec, resolution=res, cfg=CFG) as explainer:
-                names.append(explainer.impl.layer.name)
+                names.append(explainer.layer.name)
                 assert explainer(torch.rand(1, 1, res, res), torch.tensor([0])).shape == (1, res, res)
     assert names[0] == names[1]

@@ -18,7 +18,7 @@ from resomap.analysis import best_checkpoint, find_checkpoints
 from resomap.analysis.checkpoints import CheckpointSource
 from resomap.analysis.explain_one import load_bundle
 from resomap.errors import CheckpointError
-from resomap.explain.probe import load_maps, probe_indices
+from resomap.explain.methods.probe import load_maps, probe_indices
 from resomap.explain.run import PROBE_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,12 +74,22 @@ def test_resomap_cli_explain(sweep, tmp_path):
     assert maps["saliency"].shape == (1, 32, 32)
 
 
-def test_explain_target_class_is_used(sweep, tmp_path):
+def test_explain_target_class_is_used(sweep, tmp_path, capsys):
+    """--target goes through explain_trial as a sweep's trial does: the common CAM layer, the sanity check and each
+    method's cost come with the maps of the class asked for."""
     out = tmp_path / "target"
     argv = ["-q", "explain", "--checkpoint", str(_ckpt(sweep, 32)), "--method", "saliency", "--target", "1"]
-    assert cli.main([*argv, "--num-samples", "2", "--output-dir", str(out)]) == 0
+    checked = ["explainability.sanity_methods=[saliency]", "explainability.sanity_seeds=2"]
+    assert cli.main([*argv, "--num-samples", "2", "--output-dir", str(out), *checked]) == 0
     maps, meta = load_maps(out / "explanations.npz")
     assert meta["targets"] == [1, 1] and maps["saliency"].shape == (2, 32, 32)
+    assert meta["cam_layer"] and meta["cam_layer_policy"] and "saliency" in meta["sanity"]
+    assert meta["costs"]["saliency"]["seconds"] > 0 and meta["quality_per_image"]["saliency"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["cam_layer"] == meta["cam_layer"]
+    scores = metrics["quality"]["saliency"]
+    assert scores["seconds"] > 0 and scores["sanity_seeds"] == 2 and "sanity_passed" in scores
+    assert f"CAM layer {meta['cam_layer']}" in capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +191,8 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
         assert (out / "models" / MODEL / str(res) / "seed42" / entry["predictions"]).read_text() == (
             trial_summary(sweep, MODEL, res) / "predictions.csv"
         ).read_text()  # the same per-image records as the trial's
+        pictures = out / "models" / MODEL / str(res) / "seed42" / "probe_images"  # drawn by analyze, not the stage
+        assert {p.parent.name for p in pictures.glob("*/*.png")} == {"saliency", "gradcam"}
     matrix = report["agreement"]["matrices"][f"{MODEL}/gradcam"]
     assert matrix["resolutions"] == list(RESOLUTIONS)
     assert np.allclose(np.diag(matrix["spearman"]), 1.0) and np.asarray(matrix["spearman"]).shape == (2, 2)

@@ -25,14 +25,15 @@ from resomap.explain import (
     list_explainers,
     register_explainer,
 )
-from resomap.explain.attribution import GradientShapOptions, IntegratedGradientsOptions, OcclusionOptions
-from resomap.explain.compare import compare_all, compare_resolutions
-from resomap.explain.measures import resample
-from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
-from resomap.explain.quality import deletion_insertion, energy_in_mask, pointing_game, road
-from resomap.explain.registry import ModelGuard
-from resomap.explain.sampling import LimeOptions, ShapOptions
-from resomap.explain.sanity import sanity_check
+from resomap.explain.evaluation.compare import compare_all, compare_resolutions
+from resomap.explain.evaluation.measures import resample
+from resomap.explain.evaluation.quality import deletion_insertion, energy_in_mask, pointing_game, road
+from resomap.explain.evaluation.sanity import sanity_check
+from resomap.explain.methods.captum import GradientShapOptions, IntegratedGradientsOptions, OcclusionOptions
+from resomap.explain.methods.guard import ModelGuard
+from resomap.explain.methods.lime import LimeOptions
+from resomap.explain.methods.probe import explain_probe_set, load_maps, probe_indices, save_maps
+from resomap.explain.methods.shap import ShapOptions
 from resomap.models import ModelSpec, build_model
 
 OPTIONS = {  # small settings of each method's own options, for speed
@@ -220,7 +221,7 @@ def test_failed_method_is_reset_before_the_next(tiny):
 def test_plain_function_and_class_explainers_register_and_run(tiny):
     from dataclasses import dataclass
 
-    from resomap.explain import BaseExplainer
+    from resomap.explain import Explainer
 
     model, spec = tiny
 
@@ -236,7 +237,7 @@ def test_plain_function_and_class_explainers_register_and_run(tiny):
     built = []
 
     @register_explainer("_test_cls", options=ScaleOptions, needs_spatial_layer=False, slow=False)
-    class Scaled(BaseExplainer):
+    class Scaled(Explainer):
         def __init__(self, model, **kw):
             super().__init__(model, **kw)
             built.append(self.options)
@@ -259,9 +260,28 @@ def test_plain_function_and_class_explainers_register_and_run(tiny):
         assert not failed and built == [ScaleOptions(scale=3.0)]  # built once for 3 batches
         assert np.allclose(maps["_test_cls"], 3 * x[:, 0].abs().numpy())
         assert maps["_test_fn"].shape == (5, 32, 32)
+        with build_explainer("_test_fn", model, spec=spec, resolution=32, cfg=CFG) as fn_built:
+            assert isinstance(fn_built, Explainer) and fn_built.name == "_test_fn"  # one type for both forms
     finally:
         EXPLAINERS.unregister("_test_fn")
         EXPLAINERS.unregister("_test_cls")
+
+
+def test_an_explainer_class_is_an_explainer_subclass_that_releases_in_release():
+    from resomap.explain import Explainer
+
+    class NotOne:
+        def explain(self, images, targets):
+            return images[:, 0]
+
+    with pytest.raises(TypeError, match=r"must subclass resomap\.explain\.Explainer"):
+        register_explainer("_test_not_one")(NotOne)
+    assert "_test_not_one" not in list_explainers()
+    with pytest.raises(TypeError, match=r"override release\(\), not close"):
+
+        class Closing(Explainer):  # close() also exits the guard the explainer may hold: release() is the hook
+            def close(self):
+                pass
 
 
 def test_standalone_built_explainer_holds_its_own_guard(tiny):
@@ -454,7 +474,7 @@ def _quality_rows():
 def test_quality_figure_draws_each_methods_interval_and_the_random_map_baseline():
     from matplotlib.container import ErrorbarContainer
 
-    from resomap.explain.figures import quality_vs_resolution
+    from resomap.reports.explain_figures import quality_vs_resolution
 
     fig = quality_vs_resolution(_quality_rows(), "tiny_cnn", [32, 64])
     (ax,) = fig.axes
@@ -478,7 +498,7 @@ def test_quality_figure_draws_each_methods_interval_and_the_random_map_baseline(
 
 
 def test_figures_write_png_and_pdf(tmp_path):
-    from resomap.explain.figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
+    from resomap.reports.explain_figures import agreement_matrix, probe_grid, quality_vs_resolution, save_figure
 
     imgs = {32: np.random.rand(1, 32, 32), 64: np.random.rand(1, 64, 64)}
     maps = {"gradcam": {32: _blob(32, 0.5, 0.5)[0], 64: _blob(64, 0.5, 0.5)[0]}, "saliency": {32: np.zeros((32, 32))}}

@@ -12,7 +12,7 @@ import torch
 
 from resomap.config.schema import ModelsConfig
 from resomap.errors import ConfigError
-from resomap.explain.probe import load_maps
+from resomap.explain.methods.probe import load_maps
 from resomap.models import build_model
 
 

@@ -1,6 +1,7 @@
 """The import layers hold (docs/DESIGN.md, "Layers"; the contracts in pyproject.toml [tool.importlinter], run by
 `lint-imports` in .ci/run): the package as it is keeps every contract, and an upward import added on purpose to a
-copy of it, at module level or inside a function, breaks the layers contract, which names it."""
+copy of it, at module level or inside a function, breaks the layers contract, which names it; likewise an attribution
+method importing the explanation evaluation, or the evaluation drawing, breaks the explain contracts."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_an_upward_import_breaks_the_layers_contract(tree: Path):
     pkg = tree / "src" / "resomap"
     _append(pkg / "errors.py", "\nfrom resomap.stats import __name__ as _upward\n")  # errors sits below stats
     _append(pkg / "config" / "groups.py", _function("from resomap.sweep import plan"))
-    _append(pkg / "tracking" / "publish.py", _function("from resomap.explain import figures"))
+    _append(pkg / "tracking" / "publish.py", _function("from resomap.reports import explain_figures as figures"))
     proc = _lint(tree)
     out = proc.stdout + proc.stderr
     flat = " ".join(out.split())  # long lines may wrap
@@ -61,4 +62,23 @@ def test_an_upward_import_breaks_the_layers_contract(tree: Path):
     assert f"{LAYERS} BROKEN" in flat, out
     assert "resomap.errors -> resomap.stats" in flat, out  # a module-level import within the bottom layer
     assert "resomap.config.groups -> resomap.sweep" in flat, out  # an import inside a function counts too
-    assert "resomap.tracking.publish -> resomap.explain.figures" in flat, out  # tracking renders nothing
+    assert "resomap.tracking.publish -> resomap.reports.explain_figures" in flat, out  # tracking renders nothing
+
+
+METHODS = "the attribution methods import no explanation evaluation"
+EVALUATION = "explanation evaluation draws nothing: no matplotlib, no plot style, no figures module"
+
+
+def test_methods_importing_evaluation_and_evaluation_drawing_break_the_explain_contracts(tree: Path):
+    explain = tree / "src" / "resomap" / "explain"
+    _append(explain / "methods" / "cam.py", _function("from resomap.explain.evaluation import quality"))
+    _append(explain / "evaluation" / "compare.py", _function("import matplotlib.pyplot"))
+    _append(explain / "evaluation" / "sanity.py", "\nfrom resomap import plotstyle as _drawn\n")
+    proc = _lint(tree)
+    out = proc.stdout + proc.stderr
+    flat = " ".join(out.split())
+    assert proc.returncode != 0, out
+    assert f"{METHODS} BROKEN" in flat and f"{EVALUATION} BROKEN" in flat, out
+    assert "resomap.explain.methods.cam -> resomap.explain.evaluation.quality" in flat, out
+    assert "resomap.explain.evaluation.compare -> matplotlib" in flat, out  # a library, inside a function
+    assert "resomap.explain.evaluation.sanity -> resomap.plotstyle" in flat, out

@@ -16,7 +16,7 @@ from PIL import Image
 from conftest import trial_summary
 from resomap.cli import main
 from resomap.config import load
-from resomap.explain.figures import PARENT_PROBES, PROBE_IMAGE_SIZE
+from resomap.reports.probe_images import PARENT_PROBES, PROBE_IMAGE_SIZE
 from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
 from resomap.tracking.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG

@@ -1,4 +1,4 @@
-"""explain.quality: baselines of faithfulness and localisation, tie-safe pointing game, baseline-image choice,
+"""evaluation.quality: baselines of faithfulness and localisation, tie-safe pointing game, baseline-image choice,
 and the sanity check's reference threshold, on hand-built models and maps."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig, ModelsConfig
 from resomap.explain import get_explainer, guarded
-from resomap.explain.measures import centre_maps
-from resomap.explain.probe import load_maps
-from resomap.explain.quality import (
+from resomap.explain.evaluation.measures import centre_maps
+from resomap.explain.evaluation.quality import (
     choose_baseline,
     dilate,
     pointing_game,
@@ -20,7 +19,8 @@ from resomap.explain.quality import (
     random_maps,
     tolerance_px,
 )
-from resomap.explain.sanity import SANITY_MIDPOINT, SanityResult, sanity_check, unrelated_similarity
+from resomap.explain.evaluation.sanity import SANITY_MIDPOINT, SanityResult, sanity_check, unrelated_similarity
+from resomap.explain.methods.probe import load_maps
 from resomap.models import ModelSpec, build_model
 
 CFG = ExplainabilityConfig(batch_size=8, faithfulness_steps=8, baseline_draws=2, sanity_seeds=3)
@@ -252,7 +252,7 @@ def test_sanity_with_one_image_is_inconclusive_not_passed():
 
 
 def test_localisation_references_are_corrected_by_their_own_chance_level():
-    from resomap.explain.intervals import chance_corrected, own_chance
+    from resomap.explain.evaluation.intervals import chance_corrected, own_chance
 
     side, n = 32, 12
     rng = np.random.default_rng(0)
@@ -269,8 +269,8 @@ def test_localisation_references_are_corrected_by_their_own_chance_level():
 
 
 def test_quality_scores_come_with_intervals_over_the_probe_images():
-    from resomap.explain.intervals import PER_IMAGE, interval_metrics
-    from resomap.explain.quality import quality_scores
+    from resomap.explain.evaluation.intervals import PER_IMAGE, interval_metrics
+    from resomap.explain.evaluation.quality import quality_scores
 
     side, n = 16, 12
     x = torch.randn(n, 1, side, side, generator=torch.Generator().manual_seed(5))

@@ -241,8 +241,8 @@ def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
 
 
 def test_probe_overlays_say_what_the_model_did(sweep_dir: Path):
-    from resomap.explain.figures import probe_overlays, shared_scales
-    from resomap.explain.probe import load_maps
+    from resomap.explain.methods.probe import load_maps
+    from resomap.reports.explain_figures import probe_overlays, shared_scales
 
     folder = trial_summary(sweep_dir.parents[2], "tiny_cnn", RESOLUTIONS[0], experiment=NAME).parents[1]
     paths = sorted(folder.glob("*/seed*/explanations.npz"))

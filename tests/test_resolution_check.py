@@ -45,7 +45,7 @@ def test_smallest_side_and_the_sides_a_model_takes():
 
 def test_common_cam_layer_leaves_out_the_sides_the_model_cannot_take():
     from resomap.config import load
-    from resomap.explain.cam import sweep_cam_spec
+    from resomap.explain.methods.cam import sweep_cam_spec
     from resomap.models import build_model
 
     cfg = load(str(REPO / "configs"), "smoke", [*SIMPLE, "sweep.skip_invalid_resolutions=true"])

@@ -135,7 +135,7 @@ def test_probe_set_is_the_same_for_every_trial_seed(project: Path):
 
 def test_predictions_and_environment_of_a_trial(project: Path):
     from resomap import data
-    from resomap.explain.probe import load_maps
+    from resomap.explain.methods.probe import load_maps
     from resomap.explain.run import PROBE_MASKS_KEY
 
     on = ["explainability.enabled=true", "explainability.methods=[saliency]", "explainability.sanity_methods=[]"]

@@ -487,7 +487,7 @@ def test_bench_command_of_a_segmenter_at_two_resolutions(tmp_path, monkeypatch, 
 
 def test_segmentation_sweep_end_to_end(tmp_path, monkeypatch):
     """Two seeds x two resolutions: the segmenter's maps go through the same explanation path as a classifier's
-    (explain_trial, quality beside its baselines, explain.crossres) and get the same cross-seed floor, chance level,
+    (explain_trial, quality beside its baselines, evaluation.crossres) and get the same cross-seed floor, chance level,
     references and MLflow by_resolution agreement metrics."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     args = [

@@ -182,7 +182,7 @@ def test_explanation_comparison_on_constant_maps_never_crashes(seeds, n, kind, s
     """Constant maps (a model that explains nothing), one probe image, one seed: the comparison of explanations
     across resolutions returns rows and sentences, never an exception."""
     from resomap.config.schema import ExplainabilityConfig
-    from resomap.explain.compare import study
+    from resomap.explain.evaluation.compare import study
 
     rng = np.random.default_rng(seed)
 

@@ -53,8 +53,8 @@ def test_the_step_of_each_task_follows_its_outputs():
 def test_region_targets_explain_the_region_sum_of_a_class_logit():
     """A captum explainer on region targets attributes the class's logits summed over the region: here a model
     whose logit map is the input itself, so saliency is 1 inside the region and 0 outside."""
-    from resomap.explain.registry import build_explainer, explaining
-    from resomap.explain.targets import region_targets
+    from resomap.explain import build_explainer, explaining
+    from resomap.explain.methods.targets import region_targets
     from resomap.models import ModelSpec
 
     class Identity(torch.nn.Module):

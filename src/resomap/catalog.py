@@ -30,7 +30,7 @@ CATALOG_FILE = Path(__file__).with_name("catalog.json")
 LIVE = {
     "models": ("resomap.models.registry", "MODELS"),
     "datasets": ("resomap.data.registry", "DATASETS"),
-    "explainers": ("resomap.explain.registry", "EXPLAINERS"),
+    "explainers": ("resomap.explain.methods.registry", "EXPLAINERS"),
     "executors": ("resomap.sweep.executors", "EXECUTORS"),
     "tasks": ("resomap.tasks", "TASKS"),
     "losses": ("resomap.tasks.losses", "LOSSES"),

@@ -36,7 +36,7 @@ PREDICTIONS_FILE = "predictions.csv"
 FINDINGS_FILE = "findings.txt"  # explanations/: the short finding per model x method (report, MLflow)
 SEG_RECORDS_FILE = "seg_predictions.csv"  # a segmentation trial's per-image scores (resomap.tasks.segmentation)
 SEG_OVERLAYS_FILE = "seg_overlays.png"  # a segmentation trial's true and predicted masks of a few test images
-# beside it, <method>/<nn>.png: each probe image's map, captioned (explain stage), the trial run's MLflow images
+# beside it, <method>/<nn>.png: each probe image's map, captioned (reports.probe_images), the trial run's MLflow images
 PROBE_IMAGES_DIR = "probe_images"
 # the distributions whose versions every result records (read from installed metadata: nothing is imported)
 LIBRARIES = ("torch", "torchvision", "timm", "captum", "grad-cam", "numpy", "mlflow")

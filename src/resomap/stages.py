@@ -153,12 +153,14 @@ class Comparison:
     floors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # '<model>/<method>/<metric>'
     statements: list[str] = dataclasses.field(default_factory=list)
     findings: list[str] = dataclasses.field(default_factory=list)  # the statements in short (findings.txt)
+    # what its figures are drawn from (crossres.ComparisonData) until reports.explain_comparison draws them
+    figure_data: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def agreement(self) -> dict[str, float]:
         """Mean agreement across resolutions per model, method and metric, and its floor, chance level and
         model-free reference (MLflow metric names: agreement/..., agreement_floor/..., ...)."""
-        from resomap.explain.crossres import mean_agreement
+        from resomap.explain.evaluation.crossres import mean_agreement
 
         return mean_agreement(self.rows)
 
@@ -304,14 +306,11 @@ def explain_stage(
     train_seconds: float | None = None,
 ) -> ExplainSummary:
     """explain_trial on the probe set: maps saved to out_dir/explanations.npz, scored, each method's cost kept;
-    `train_seconds` (the trial's training time) is what explainability.budget_share is a share of."""
-    from resomap.explain.figures import write_probe_images
+    `train_seconds` (the trial's training time) is what explainability.budget_share is a share of. The captioned
+    probe images tracking logs are drawn from those maps by the caller (reports.probe_images.trial_probe_images)."""
     from resomap.explain.run import explain_trial
-    from resomap.records import PROBE_IMAGES_DIR
 
     outcome = explain_trial(model, spec, bundle, cfg, seed, out_dir, device, train_seconds=train_seconds)
-    if outcome.maps_path is not None:  # what tracking logs as the run's probe images
-        write_probe_images(outcome.maps_path, out_dir / PROBE_IMAGES_DIR)
     return ExplainSummary.from_outcome(outcome)
 
 
@@ -390,21 +389,22 @@ def compare_stage(
     results: Iterable[Any], ec: Any, out_dir: Path, stats: Any = None, deterministic: Mapping[str, int] | None = None
 ) -> Comparison:
     """Agreement of the trials' maps across resolutions, seeds and methods with their references (chance,
-    model-free, centre prior, random, cross-seed floor) at the main and a second grid: figures, agreement.csv,
-    matrices, floors and one sentence per model x method (also written to agreement.txt, and in short to
-    findings.txt); and the quality scores
-    with intervals over probe images and seeds (quality.csv/.txt, at `stats`: cfg.stats). ``deterministic``: model
-    -> seed count of the models whose seeds are one fit (the summary's ``deterministic_models()``): compared as one
-    replicate, with no cross-seed floor and no relabelling test."""
+    model-free, centre prior, random, cross-seed floor) at the main and a second grid: agreement.csv, matrices,
+    floors and one sentence per model x method (also written to agreement.txt, and in short to findings.txt); and
+    the quality scores with intervals over probe images and seeds (quality.csv/.txt, at `stats`: cfg.stats).
+    ``deterministic``: model -> seed count of the models whose seeds are one fit (the summary's
+    ``deterministic_models()``): compared as one replicate, with no cross-seed floor and no relabelling test. Its
+    figures are drawn by the caller (reports.explain_comparison.draw_comparison)."""
     chosen = compared_trials(results)
     if not chosen or ec is None:
         return Comparison()
     from resomap.atomic import write_text
-    from resomap.explain.crossres import compare_sweep, write_rows
+    from resomap.explain.evaluation.crossres import compare_sweep, write_rows
     from resomap.records import FINDINGS_FILE
 
     entries = [(r.model, r.resolution, r.seed, Path(r.explain.maps)) for r in chosen]
-    files, found = compare_sweep(entries, ec, out_dir, stats=stats, deterministic=deterministic)
+    files, data = compare_sweep(entries, ec, out_dir, stats=stats, deterministic=deterministic)
+    found = data.study
     if found.rows:
         files.append(write_rows(found.rows, out_dir / "agreement.csv"))
     if found.statements:
@@ -412,7 +412,8 @@ def compare_stage(
         files.append(write_text(out_dir / FINDINGS_FILE, "\n".join(found.findings) + "\n"))
         for line in found.statements:
             log.info("%s", line)
-    return Comparison(files, found.rows, _matrices(found.rows), found.floors, found.statements, found.findings)
+    matrices = _matrices(found.rows)
+    return Comparison(files, found.rows, matrices, found.floors, found.statements, found.findings, data)
 
 
 def _finite(values: list[float]) -> bool:

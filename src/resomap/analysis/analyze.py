@@ -16,6 +16,8 @@ from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
 from resomap.layout import trial_part
 from resomap.reports import build_summary, sweep_figures
+from resomap.reports.explain_comparison import draw_comparison
+from resomap.reports.probe_images import trial_probe_images
 from resomap.reports.rows import SummaryRow
 from resomap.runtime import machine_record
 from resomap.stages import Comparison, compare_stage, evaluate_trained
@@ -82,6 +84,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings
     figures = sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
     comparison = compare_stage(results, ec, out / "explanations", stats, summary.deterministic_models())
+    draw_comparison(comparison)
     report_path, summary_path = write_report(out, models, summary, comparison, failed)
     rows = summary.rows
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)
@@ -145,6 +148,7 @@ def _analyze_one(trained: TrainedModel, req: AnalyzeRequest, methods: list[str] 
         profile_warmup=req.profile_warmup,
         profile_iters=req.profile_iters,
     )
+    trial_probe_images(found, summary_dir)
     key = str(trained.meta.get("config_hash") or "")
     result = TrialResult(key, name, trained.name, trained.family, trained.resolution, trained.seed, "FINISHED")
     result.best_checkpoint = str(trained.path)

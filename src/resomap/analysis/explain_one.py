@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from resomap import data as data_pkg
 from resomap.analysis.checkpoints import CheckpointSource, TrainedModel
@@ -20,11 +19,9 @@ from resomap.analysis.figures import method_overlays
 from resomap.config import Config, with_overrides
 from resomap.errors import CheckpointError, ExplainError
 from resomap.explain import EXPLAINERS
-from resomap.explain.figures import save_figure
-from resomap.explain.intervals import interval_metrics
-from resomap.explain.probe import explain_probe_set, load_maps, probe_indices, save_maps
-from resomap.explain.quality import quality_scores
-from resomap.explain.run import MAPS_FILE, PROBE_KEY, ExplainOutcome, explain_trial, probe_batch
+from resomap.explain.methods.probe import load_maps
+from resomap.explain.run import PROBE_KEY, explain_trial
+from resomap.reports.explain_figures import save_figure
 from resomap.training import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -94,7 +91,9 @@ def explain_checkpoint(req: ExplainRequest) -> ExplainReport:
     cfg = explain_config(trained.cfg, methods, req.num_samples)
     bundle = load_bundle(trained, cfg)
     out_dir = req.output_dir or DEFAULT_ROOT / f"{trained.name}_{trained.resolution}"
-    outcome = run_explainers(trained, cfg, bundle, out_dir, req.target)
+    outcome = explain_trial(
+        trained.model, trained.spec, bundle, cfg, trained.seed, out_dir, trained.device, target=req.target
+    )
     if outcome.maps_path is None:
         reasons = "; ".join(f"{m}: {r}" for m, r in outcome.failed.items())
         raise ExplainError(f"every method failed on {trained.name} at {trained.resolution} px ({reasons})")
@@ -141,36 +140,6 @@ def load_bundle(trained: TrainedModel, cfg: Config) -> Any:
             f"checkpoint {trained.num_classes} / {trained.meta['in_channels']}; use the trial's data config"
         )
     return bundle
-
-
-def run_explainers(
-    trained: TrainedModel, cfg: Config, bundle: Any, out_dir: Path, target: int | None = None
-) -> ExplainOutcome:
-    """explain_trial (each image's true class), or the same steps with one target class for every image."""
-    if target is None:
-        return explain_trial(trained.model, trained.spec, bundle, cfg, trained.seed, out_dir, trained.device)
-    ec = cfg.explainability
-    from resomap.tasks import task_of
-    from resomap.tasks.targets import region_targets
-
-    images, own, masks = probe_batch(bundle, ec.probe_size, trained.seed, trained.device, task_of(cfg))
-    targets = torch.full((len(images),), target, dtype=torch.int64)
-    if own.dim() == 3:  # region targets (a class per pixel): the class over the whole image
-        targets = region_targets(targets, torch.ones(own.shape, dtype=torch.bool))
-    kw = {"spec": trained.spec, "resolution": trained.resolution, "cfg": ec, "min_cam_size": cfg.models.min_cam_size}
-    maps, failed = explain_probe_set(trained.model, images, targets, ec.methods, **kw)
-    metrics: dict[str, float] = {}
-    for method, method_maps in maps.items():
-        scores, per_image = quality_scores(trained.model, images, targets.to(trained.device), method_maps, ec, masks)
-        scores.update(interval_metrics(per_image, level=cfg.stats.level, resamples=cfg.stats.resamples))
-        metrics.update({f"explain/{method}/{k}": float(v) for k, v in scores.items()})
-    meta = {"model": trained.name, "resolution": trained.resolution, "seed": trained.seed, "cam_layer": None}
-    meta.update({"targets": [int(target)] * len(images), "failed": failed, "methods": list(maps)})
-    labels = bundle.labels("test").cpu().numpy()
-    idx = probe_indices(labels, min(ec.probe_size, len(labels)), bundle.data_seed)  # the images probe_batch took
-    probe = bundle.images("test")[idx].numpy()
-    path = save_maps(out_dir / MAPS_FILE, dict(maps, **{PROBE_KEY: probe}), meta) if maps else None
-    return ExplainOutcome(path, metrics, failed, None, 0.0)
 
 
 def method_figures(maps_path: Path, trained: TrainedModel, class_names: list[str], out_dir: Path) -> list[Path]:

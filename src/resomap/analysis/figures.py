@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from resomap.explain.figures import MAP_CMAP, OVERLAY_ALPHA, STYLE, plt
+from resomap.reports.explain_figures import MAP_CMAP, OVERLAY_ALPHA, STYLE, plt
 
 
 def _unit(a: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_explainers(args: argparse.Namespace) -> int:
-    from resomap.explain.registry import EXPLAINERS
+    from resomap.explain.methods.registry import EXPLAINERS
 
     for name in EXPLAINERS.names():
         meta = EXPLAINERS.meta(name)

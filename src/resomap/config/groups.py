@@ -7,7 +7,7 @@ that dataclass, fills the defaults of every selected entry, and the value is rea
 (or `group_options(section, name)`, which also gives the defaults of an entry that is not selected).
 
 The config layer imports nothing of resomap above it: each registry pushes itself here when its package is imported
-(`register_group("data", DATASETS)` in resomap.data.registry, likewise resomap.explain.registry and
+(`register_group("data", DATASETS)` in resomap.data.registry, likewise resomap.explain.methods.registry and
 resomap.sweep.executors), so whoever loads a config imports the registering packages first
 (resomap.sweep.builtins.register_builtins() does it in one call, without heavy libraries). Adding a dataset, an
 explainer or an executor still needs its decorated function and nothing else.

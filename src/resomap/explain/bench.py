@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
-from resomap.explain.attribution import IntegratedGradientsOptions
-from resomap.explain.registry import build_explainer, explainer_options, explaining
+from resomap.explain.methods.captum import IntegratedGradientsOptions
+from resomap.explain.methods.guard import explaining
+from resomap.explain.methods.registry import build_explainer, explainer_options
 from resomap.models import ModelSpec
 from resomap.profiling.memory import MB, RssPeakSampler
 

@@ -18,17 +18,21 @@ from torch import nn
 
 from resomap.config import Config
 from resomap.errors import ConfigError
-from resomap.explain.intervals import interval_metrics
-from resomap.explain.probe import explain_probe_costed, probe_indices, save_maps
-from resomap.explain.quality import quality_context, quality_scores
-from resomap.explain.sanity import random_weight_maps, sanity_check
-from resomap.explain.targets import classes_and_regions, region_mean
+from resomap.explain.evaluation.intervals import interval_metrics
+from resomap.explain.evaluation.quality import quality_context, quality_scores
+from resomap.explain.evaluation.sanity import random_weight_maps, sanity_check
+from resomap.explain.methods.probe import (
+    MAPS_FILE,
+    PROBE_KEY,
+    PROBE_MASKS_KEY,
+    explain_probe_costed,
+    probe_indices,
+    save_maps,
+)
+from resomap.explain.methods.targets import classes_and_regions, region_mean, region_targets
 from resomap.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
-MAPS_FILE = "explanations.npz"
-PROBE_KEY = "_probe_images"  # uint8 [N,C,r,r] probe images stored beside the maps, for overlays
-PROBE_MASKS_KEY = "_probe_masks"  # bool [N,r,r] their object masks, when the dataset has masks
 
 
 @dataclasses.dataclass
@@ -57,17 +61,25 @@ def _probe_idx(bundle: Any, size: int, seed: int) -> np.ndarray:
 
 
 def probe_batch(
-    bundle: Any, size: int, seed: int, device: torch.device, task: Any = None
+    bundle: Any, size: int, seed: int, device: torch.device, task: Any = None, target: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, Any]:
     """(normalised images, targets, object masks or None) of the probe set at the bundle's resolution; the task
     (resomap.tasks, default classification) says what is explained: a class (targets [N]) or a class over a
-    region (targets [N, r, r], resomap.explain.targets)."""
+    region (targets [N, r, r], resomap.explain.methods.targets). `target`: that class for every image instead."""
     from resomap.tasks import get_task
 
     idx = _probe_idx(bundle, size, seed)
     images = bundle.normalize(bundle.images("test")[idx].to(device))
     targets, masks = (task or get_task()).probe_targets(bundle, idx, device)
-    return images, targets, masks
+    return images, (targets if target is None else one_target(targets, target)), masks
+
+
+def one_target(targets: torch.Tensor, target: int) -> torch.Tensor:
+    """Class `target` for every probe image, in the form of `targets` (region targets: over the whole image)."""
+    same = torch.full((len(targets),), int(target), dtype=torch.int64)
+    if targets.dim() == 3:
+        same = region_targets(same, torch.ones(targets.shape, dtype=torch.bool))
+    return same.to(targets.device)
 
 
 def budget_seconds(ec: Any, train_seconds: float | None) -> tuple[float | None, str]:
@@ -93,8 +105,10 @@ def explain_trial(
     out_dir: Path,
     device: torch.device,
     train_seconds: float | None = None,
+    target: int | None = None,
 ) -> ExplainOutcome:
-    """Maps of every configured method for the probe set, their quality metrics, and an npz of the raw maps.
+    """Maps of every configured method for the probe set (of class `target` for every image, when given: resomap
+    explain --target), their quality metrics, and an npz of the raw maps.
 
     Per method: `explain/<method>/seconds` and `peak_memory_mb` (its maps of the probe set) and `quality_seconds`
     (scoring them, sanity check included). With explainability.budget_share and `train_seconds`, a method whose
@@ -104,19 +118,17 @@ def explain_trial(
     ec = cfg.explainability
     start = time.perf_counter()
     budget_s, budget_words = budget_seconds(ec, train_seconds)
-    from resomap.explain.cam import sweep_cam_spec
+    from resomap.explain.methods.cam import sweep_cam_spec
     from resomap.tasks import task_of
 
     spec = sweep_cam_spec(spec, cfg, model)  # models.cam_layer_policy: by default one CAM layer at every resolution
-    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg))
+    images, targets, masks = probe_batch(bundle, ec.probe_size, seed, device, task_of(cfg), target)
     probe_local = _probe_idx(bundle, ec.probe_size, seed)  # positions in the test split
     splits = getattr(bundle, "splits", None) or {}
     raw = np.asarray(splits["test"])[probe_local] if "test" in splits else probe_local  # raw dataset indices
     kw = {"spec": spec, "resolution": bundle.resolution, "cfg": ec, "min_cam_size": cfg.models.min_cam_size}
     cam_layer = _cam_layer_name(model, spec, bundle.resolution, cfg.models.min_cam_size)
-    checked = set(ec.sanity_methods)
-    extra = 1.0 if masks is not None else 0.0  # the random-weights maps of localisation
-    factor = {m: 1.0 + (ec.sanity_seeds if m in checked else extra) for m in ec.methods}
+    factor = _cost_factor(ec, masks)
     found = explain_probe_costed(
         model, images, targets, ec.methods, budget_s=budget_s, always=ec.always, cost_factor=factor, **kw
     )
@@ -145,6 +157,13 @@ def explain_trial(
     return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))
 
 
+def _cost_factor(ec: Any, masks: Any) -> dict[str, float]:
+    """Per method, the explainer runs its scoring adds to its maps (for the budget's predicted cost): the sanity
+    check's seeds, or the random-weights maps of localisation when there are object masks."""
+    extra = 1.0 if masks is not None else 0.0
+    return {m: 1.0 + (ec.sanity_seeds if m in set(ec.sanity_methods) else extra) for m in ec.methods}
+
+
 def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int, name: str) -> dict:
     try:
         return probe_predictions(model, images, targets, batch_size)
@@ -156,7 +175,7 @@ def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, 
 def _outcome_meta(found: Any, budget_words: str, context: Any, scored: Any) -> dict[str, Any]:
     """What the npz meta says of the run itself: failures, skips and the budget, each method's cost, the methods
     with maps, the quality context's baseline choice, the per-image scores behind the intervals
-    (`quality_per_image`, explain.intervals) and each sanity check's verdict in words (`sanity`)."""
+    (`quality_per_image`, explain.evaluation.intervals) and each sanity check's verdict in words (`sanity`)."""
     return {
         "failed": found.failed,
         "skipped": found.skipped,
@@ -172,7 +191,7 @@ def _outcome_meta(found: Any, budget_words: str, context: Any, scored: Any) -> d
 def _map_counts(maps: dict[str, np.ndarray], model: str, resolution: int) -> dict[str, float]:
     """explain/<method>/maps_constant and maps_nonfinite: the maps every agreement measure has to leave out
     (all zero or constant: no ranking; NaN or infinite), counted per trial and warned about, never dropped silently."""
-    from resomap.explain.measures import unusable
+    from resomap.explain.evaluation.measures import unusable
 
     out = {}
     for method, method_maps in maps.items():
@@ -252,7 +271,7 @@ def _sanity_kw(ivs: dict[str, Any]) -> dict[str, Any]:
 def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
     """What the model said about each probe image: `pred` (class), `prob` (its softmax probability) and
     `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report).
-    For region targets (resomap.explain.targets) each is over the region: the class with the highest mean
+    For region targets (resomap.explain.methods.targets) each is over the region: the class with the highest mean
     probability there, that probability, and the explained class's mean probability."""
     was_training = model.training
     model.eval()

@@ -15,8 +15,8 @@ and the figures each task's trials write for the report (resomap.tasks `report_f
 true and predicted masks) are shown per model and resolution.
 
 Written by hand: no report library does "data: URIs + a range slider per strip" without a server or a JS
-framework; the figures themselves come from the existing matplotlib code (reports.figures, explain.figures) and
-the probe overlays from explain.figures.probe_overlays. The page's pieces (style, script, escaping, PNG data: URIs
+framework; the figures themselves come from the existing matplotlib code (reports.figures, reports.explain_figures) and
+the probe overlays from explain_figures.probe_overlays. The page's pieces (style, script, escaping, PNG data: URIs
 with Pillow) are reports.html_parts; the probe maps and agreement sections are reports.html_explain.
 """
 

@@ -33,7 +33,7 @@ def _maps_path(sweep_dir: Path, trial: dict) -> Path | None:
 
 
 def probe_section(sweep_dir: Path, trials: list[dict]) -> str:
-    from resomap.explain.figures import probe_overlays, scale_words, shared_scales
+    from resomap.reports.explain_figures import probe_overlays, scale_words, shared_scales
 
     by_model: dict[str, dict[int, Path]] = defaultdict(dict)
     seed_of: dict[str, int] = {}

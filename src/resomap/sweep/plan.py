@@ -83,7 +83,7 @@ def check_plan(cfg: Config) -> None:
     """The explainer names of the config exist, and every pair of the grid is at or above its model's smallest input
     side (check_grid). Apart from plan() because it imports every explainer's library and builds every model (a
     sweep with nothing left to run skips it: its results were made with these settings)."""
-    from resomap.explain.registry import get_explainer
+    from resomap.explain.methods.registry import get_explainer
 
     if cfg.explainability.enabled:
         for method in [*cfg.explainability.methods, *cfg.explainability.sanity_methods]:

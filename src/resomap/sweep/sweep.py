@@ -494,6 +494,7 @@ def _in_place(path: str | None, staging: Path, out_dir: Path) -> Path:
 
 def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict, clock: _Clock) -> tuple:
     from resomap.reports import build_summary, sweep_figures, write_summary
+    from resomap.reports.explain_comparison import draw_comparison
     from resomap.stages import compare_stage
 
     with clock("statistics"):
@@ -506,6 +507,7 @@ def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folde
     with clock("explanations"):
         deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
         comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
+        draw_comparison(comparison)
     with clock("report"):
         page = _report(out_dir)
     return summary, tables, figures, comparison, page
@@ -523,8 +525,8 @@ def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
 
 
 def _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock) -> None:
-    from resomap.explain.figures import sweep_probe_images
     from resomap.explain.run import MAPS_FILE
+    from resomap.reports.probe_images import sweep_probe_images
     from resomap.tracking.publish import publish_sweep
 
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid

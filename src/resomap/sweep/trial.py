@@ -579,6 +579,7 @@ def _fit_with_oom_retry(trial: Trial, prepared: _Prepared, device: Any, live: tu
 
 def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tuple, result: TrialResult, fresh):
     """Fit (checkpoints, early stopping, live MLflow epochs), then the stages on the best checkpoint."""
+    from resomap.reports.probe_images import trial_probe_images
     from resomap.stages import evaluate_trained
     from resomap.training import Trainer, distributed, load_checkpoint
     from resomap.training.threads import environment_fields
@@ -629,6 +630,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
         out_dir=trial.summary_dir,
         trainer=trainer,
     )
+    trial_probe_images(found, trial.summary_dir)  # what tracking logs as the run's probe images
     result.apply(found)
 
 

@@ -410,7 +410,7 @@ def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, s
     (key probe/<model>/<method>/<n>), so the image grid's step slider moves one model's maps across resolutions,
     and at step 0 the overview (MLflow's image card opens at step 0: it shows the overview, never an empty card).
     `images`: (model, method, probe position) -> {resolution, or 0 for the overview: RGB uint8 array}, drawn by
-    the sweep (resomap.explain.figures.sweep_probe_images: one colour scale per model across its resolutions).
+    the sweep (resomap.reports.probe_images.sweep_probe_images: one colour scale per model across its resolutions).
     Each (key, step) is logged once: an overview logged before resolutions were added stays as it was (its
     captions say which resolutions it shows); the per-resolution steps are complete."""
     from PIL import Image

@@ -21,7 +21,7 @@ from torch import nn
 
 from resomap.config.schema import Config
 from resomap.errors import ExplainError, ModelError
-from resomap.explain.registry import BaseExplainer, register_explainer
+from resomap.explain.methods.registry import Explainer, register_explainer
 from resomap.models import CamLayer, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def cam_layer(model: nn.Module, spec: ModelSpec, resolution: int, min_cam_size: 
     return layer
 
 
-class CamExplainer(BaseExplainer):
+class CamExplainer(Explainer):
     """A pytorch-grad-cam method on the spec's CAM layer ([0,1]-scaled per image); `cam_class` names its class."""
 
     cam_class: ClassVar[str]
@@ -84,7 +84,7 @@ class CamExplainer(BaseExplainer):
             self.cam.batch_size = self.cfg.batch_size  # ScoreCAM: masked images per forward
 
     def explain(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        from resomap.explain.targets import cam_targets
+        from resomap.explain.methods.targets import cam_targets
 
         try:  # grad-cam's own targets: a class logit, or a class's logits summed over a region
             maps = self.cam(input_tensor=images, targets=cam_targets(targets))
@@ -93,7 +93,7 @@ class CamExplainer(BaseExplainer):
             self.cam.outputs = None
         return torch.from_numpy(maps)
 
-    def close(self) -> None:
+    def release(self) -> None:
         # BaseCAM.__exit__ would also swallow (and print) an IndexError: release the hooks directly
         self.cam.activations_and_grads.release()
 

@@ -17,7 +17,7 @@ Maps are resampled to a common grid (area interpolation) and compared image by i
 
 Each measure comes with its chance level (image i against image j != i) and its random level (pixel-shuffled maps):
 `score_pair`. Model-free reference maps of the images: `edge_maps`. The comparison across resolutions and seeds
-with its noise floor is `explain.compare`.
+with its noise floor is `explain.evaluation.compare`.
 """
 
 from __future__ import annotations
@@ -245,3 +245,10 @@ def edge_maps(images: np.ndarray) -> np.ndarray:
     gx = ndimage.sobel(gray, axis=1, mode="nearest")
     gy = ndimage.sobel(gray, axis=2, mode="nearest")
     return np.hypot(gx, gy).astype(np.float32)
+
+
+def per_area(m: np.ndarray) -> np.ndarray:
+    """A map [.., H, W] as attribution per unit image area: times its pixel count H x W (the image's area is 1), so
+    maps of the same image at different resolutions are on one scale (explain.evaluation.compare uses it too)."""
+    m = np.asarray(m, dtype=np.float64)
+    return m * (m.shape[-1] * m.shape[-2])

@@ -1,7 +1,7 @@
-"""The pieces of the agreement study (`explain.compare.study`) that keep it fair across resolutions and calibrated:
+"""The pieces of the agreement study (`compare.study`) that keep it fair across resolutions and calibrated:
 
 - `comparable`: gradient maps on a common scale before any comparison (attribution per unit image area,
-  `explain.figures.per_area`; grad-cam's CAMs are normalised per map by the library and left as they are);
+  `measures.per_area`; grad-cam's CAMs are normalised per map by the library and left as they are);
 - `reference_maps`: the model-free references of the probe images on a grid: the edge map (gradient magnitude of
   the grey-level image) and the centre prior (one centred Gaussian for every image: it ignores model and image);
   each is scored against its OWN chance level (its maps of different images), as the model's maps are, so that
@@ -20,7 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from resomap.explain.measures import Prepared, centre_maps, edge_maps, nanmean, resample, unusable
+from resomap.explain.evaluation.measures import (
+    Prepared,
+    centre_maps,
+    edge_maps,
+    nanmean,
+    per_area,
+    resample,
+    unusable,
+)
+from resomap.explain.methods.registry import per_map_scaled
 
 PRIMARY = "spearman"  # the metric the sentences speak of
 REFERENCES = ("model_free", "centre")  # map sets of the probe images that need no model (kinds of agreement.csv)
@@ -29,9 +38,7 @@ REFERENCE_WORDS = {"model_free": "model-free edge map", "centre": "centre prior"
 
 def comparable(maps: np.ndarray, method: str) -> np.ndarray:
     """`method`'s maps [N,H,W] on the scale they are compared on across resolutions: attribution per unit image
-    area for raw-magnitude methods, as drawn (`explain.figures`); per-map scaled CAMs unchanged."""
-    from resomap.explain.figures import per_area, per_map_scaled
-
+    area for raw-magnitude methods, as drawn (resomap.reports.explain_figures); per-map scaled CAMs unchanged."""
     return np.asarray(maps, dtype=np.float32) if per_map_scaled(method) else per_area(maps).astype(np.float32)
 
 

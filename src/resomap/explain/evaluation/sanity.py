@@ -33,8 +33,9 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.probe import explain_probe_set
-from resomap.explain.registry import ExplainFn, build_explainer, explaining
+from resomap.explain.methods.guard import explaining
+from resomap.explain.methods.probe import explain_probe_set
+from resomap.explain.methods.registry import build_explainer
 from resomap.models import ModelSpec
 from resomap.stats import bootstrap_scores
 
@@ -211,7 +212,7 @@ class SanityResult:
 
 
 def sanity_check(
-    explainer: str | ExplainFn,
+    explainer: str | Callable[..., torch.Tensor],
     model: nn.Module,
     images: torch.Tensor,
     targets: torch.Tensor,
@@ -264,7 +265,7 @@ def sanity_check(
 class _Bound:
     """`explainer` bound to the images, targets and options: ``with bound(model) as explain: maps = explain()``."""
 
-    explainer: str | ExplainFn
+    explainer: str | Callable[..., torch.Tensor]
     images: torch.Tensor
     targets: torch.Tensor
     kw: dict[str, Any]
@@ -308,20 +309,11 @@ def _randomised(
 
 
 def random_weight_maps(
-    method: str,
-    model: nn.Module,
-    images: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    spec: ModelSpec,
-    resolution: int,
-    cfg: ExplainabilityConfig,
-    min_cam_size: int = 4,
-    seed: int = 0,
+    method: str, model: nn.Module, images: torch.Tensor, targets: torch.Tensor, *, seed: int = 0, **settings: Any
 ) -> np.ndarray:
-    """Maps of `method` on the model with every weight re-drawn (`randomised_copy(model, seed)`)."""
-    kw = dict(spec=spec, resolution=resolution, cfg=cfg, min_cam_size=min_cam_size)
-    maps, failed = explain_probe_set(randomised_copy(model, seed), images, targets, [method], **kw)
+    """Maps of `method` on the model with every weight re-drawn (`randomised_copy(model, seed)`); `settings`: the
+    explainer's (spec, resolution, cfg, min_cam_size), as explain_probe_set takes them."""
+    maps, failed = explain_probe_set(randomised_copy(model, seed), images, targets, [method], **settings)
     if method not in maps:
         raise ExplainError(f"{method} on the randomised model: {failed.get(method, 'failed')}")
     return maps[method]

@@ -1,5 +1,5 @@
 """Quality of explanation maps: faithfulness (deletion/insertion AUC, ROAD) and localisation against ground-truth
-masks (pointing game, energy in mask); the weight-randomisation sanity check is `explain.sanity`.
+masks (pointing game, energy in mask); the weight-randomisation sanity check is `explain.evaluation.sanity`.
 
 Every score is reported beside baselines, so that "faithful" or "localises" means better than chance:
 - `<metric>_random`: the same metric for random maps of the same images (uniform noise smoothed at side/32,
@@ -12,8 +12,8 @@ Every score is reported beside baselines, so that "faithful" or "localises" mean
   the model with every weight re-drawn, the sanity check's randomised model) and `_vs_random_weights`; and the
   method and every reference (`<metric>[_<reference>]`) beside its OWN chance level, `_chance` (its maps scored
   against the masks of other probe images) and `_corrected` (score - that chance): a map that ignores the image,
-  like the centre prior, is corrected to 0 (`explain.intervals`);
-- `quality_scores` also gives the per-image excesses behind the bootstrap intervals (`explain.intervals`).
+  like the centre prior, is corrected to 0 (`explain.evaluation.intervals`);
+- `quality_scores` also gives the per-image excesses behind the bootstrap intervals (`explain.evaluation.intervals`).
 Deletion/insertion move pixels to a baseline image that the model should not read as evidence for a class: the
 candidates (mean colour, zeros, blur, noise) are checked on the model and the one whose softmax is closest to
 uniform (lowest mean largest probability, `baseline_max_prob`) is used unless `faithfulness_baseline` fixes one.
@@ -38,10 +38,10 @@ from torch import nn
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.intervals import chance_corrected
-from resomap.explain.measures import centre_maps
-from resomap.explain.registry import explaining
-from resomap.explain.targets import cam_targets, target_probs
+from resomap.explain.evaluation.intervals import chance_corrected
+from resomap.explain.evaluation.measures import centre_maps
+from resomap.explain.methods.guard import explaining
+from resomap.explain.methods.targets import cam_targets, target_probs
 
 log = logging.getLogger(__name__)
 
@@ -374,7 +374,7 @@ def quality_scores(
     context: QualityContext | None = None,
     random_weight_maps: np.ndarray | None = None,
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """(quality_metrics' means, the per-image scores behind the intervals: `explain.intervals.PER_IMAGE`)."""
+    """(quality_metrics' means, the per-image scores behind the intervals: `explain.evaluation.intervals.PER_IMAGE`)."""
     targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
     ctx = context or _cached_context(model, images, targets, cfg, masks)
     scores = faithfulness(
@@ -396,7 +396,7 @@ def quality_scores(
 
 def _localisation_scores(maps, masks, ctx: QualityContext, random_weight_maps, per_image) -> dict[str, float]:
     """Pointing game and energy in mask beside the references, each reference and the method with its own chance
-    level and chance-corrected (`explain.intervals.chance_corrected`); per-image scores into `per_image`."""
+    level and chance-corrected (`explain.evaluation.intervals.chance_corrected`); per-image scores into `per_image`."""
     loc = localisation(maps, masks, ctx.tolerance)
     rw = localisation(random_weight_maps, masks, ctx.tolerance) if random_weight_maps is not None else None
     out: dict[str, float] = {}

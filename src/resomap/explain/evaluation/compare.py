@@ -1,6 +1,6 @@
 """Agreement of explanation maps across resolutions, seeds and methods, each number with its references.
 
-Maps are resampled to a common grid and compared image by image with the measures of `explain.measures`
+Maps are resampled to a common grid and compared image by image with the measures of `explain.evaluation.measures`
 (spearman, tie-safe top-k% IoU, mass rescaled against its random level), then averaged.
 
 References (`study`) beside every number:
@@ -32,8 +32,8 @@ import numpy as np
 
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.measures import METRICS, PairScore, Prepared, nanmean, resample, score_pair, second_grid
-from resomap.explain.references import (
+from resomap.explain.evaluation.measures import METRICS, PairScore, Prepared, nanmean, resample, score_pair, second_grid
+from resomap.explain.evaluation.references import (
     REFERENCES,
     comparable,
     fmt,

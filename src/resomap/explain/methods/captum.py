@@ -3,7 +3,7 @@
 integrated_gradients, saliency, input_x_gradient, gradient_shap, occlusion, guided_backprop. Each returns the
 sum of |attribution| over input channels ([B,C,H,W] -> [B,H,W], see `reduce_channels`), raw magnitudes kept.
 Each captum object is made once per built explainer; captum itself is imported only then. Region targets
-(resomap.explain.targets: a class's logits summed over a region, for dense outputs) run the same captum method on
+(explain.methods.targets: a class's logits summed over a region, for dense outputs) run the same captum method on
 `RegionLogits(model)` with the regions as captum's additional_forward_args (expanded by captum with the inputs).
 """
 
@@ -16,14 +16,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from resomap.explain.registry import BaseExplainer, reduce_channels, register_explainer
-from resomap.explain.targets import RegionLogits, classes_and_regions
+from resomap.explain.methods.registry import Explainer, reduce_channels, register_explainer
+from resomap.explain.methods.targets import RegionLogits, classes_and_regions
 
 BOTH = ("class", "region")  # every captum method takes region targets through RegionLogits
 NOISE_STD = 0.1  # gradient_shap: std of the noisy baselines (inputs are normalised, so unit scale)
 
 
-class CaptumExplainer(BaseExplainer):
+class CaptumExplainer(Explainer):
     """A captum attribution method made once for the model; `attribute` runs it on one batch."""
 
     captum_class: ClassVar[str]

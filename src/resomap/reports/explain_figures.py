@@ -1,5 +1,5 @@
 """Explanation figures (PNG + PDF, paper-size fonts), from plain arrays and dicts, and the probe overlays of
-the HTML report and MLflow (`probe_overlays`: RGB arrays, no figure).
+the HTML report and MLflow (`probe_overlays`: RGB arrays, no figure; reports.probe_images captions them as PNGs).
 
 Conventions: attribution maps use MAP_CMAP over the grayscale image. Colour scale: a method whose maps are raw
 magnitudes (the captum methods) gets one scale per probe image across resolutions, on the attribution per unit
@@ -19,26 +19,23 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from resomap.explain.evaluation.measures import per_area
+from resomap.explain.methods.registry import per_map_scaled
+
 __all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, save_figure, plt
     "OVERLAY_ALPHA",
-    "PROBE_IMAGE_SIZE",
     "ProbeOverlay",
     "agreement_matrix",
-    "captioned",
     "probe_grid",
     "probe_overlays",
     "quality_vs_resolution",
     "shared_scales",
-    "side_by_side",
-    "sweep_probe_images",
-    "write_probe_images",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,16 +64,6 @@ def _plt() -> Any:
     return plt
 
 
-def per_map_scaled(method: str) -> bool:
-    """True for a method whose maps are each scaled to [0, 1] (the CAM methods): not comparable across maps."""
-    from resomap.explain.registry import EXPLAINERS
-
-    try:
-        return bool(EXPLAINERS.meta(method).get("needs_spatial_layer", False))
-    except Exception:  # a method no longer registered: treat its maps as per-map
-        return True
-
-
 SHARED_SCALE = "attribution per unit image area (map x pixel count)"  # what a shared colour scale measures
 
 
@@ -84,13 +71,6 @@ def scale_words(method: str, shared: bool) -> str:
     if shared:
         return f"{method}: one colour scale across resolutions ({SHARED_SCALE}, 0 to the {SCALE_PERCENTILE:g}th pct)"
     return f"{method}: each map scaled to its own [min, max] (CAM maps are normalised per image)"
-
-
-def per_area(m: np.ndarray) -> np.ndarray:
-    """A map [.., H, W] as attribution per unit image area: times its pixel count H x W (the image's area is 1), so
-    maps of the same image at different resolutions are on one scale (explain.compare uses it too)."""
-    m = np.asarray(m, dtype=np.float64)
-    return m * (m.shape[-1] * m.shape[-2])
 
 
 def _gray(image: np.ndarray) -> np.ndarray:
@@ -310,7 +290,7 @@ def shared_scales(paths: Iterable[str | Path]) -> dict[str, list[float]]:
     """The shared colour scale of every raw-magnitude method (not the per-map CAMs) over several explanations.npz
     of one model (its resolutions, one seed): method -> per probe position the 99th percentile of the maps at
     every resolution. Pass it to `probe_overlays(..., scales=)`."""
-    from resomap.explain.probe import load_maps
+    from resomap.explain.methods.probe import load_maps
 
     found: dict[str, dict[int, list[np.ndarray]]] = {}
     for path in paths:
@@ -355,8 +335,7 @@ def probe_overlays(
     model said in the caption. `scales` (method -> the top of its colour scale, one value or one per probe
     position; `shared_scales` of the model's resolutions) puts a method's maps on one scale across resolutions;
     without it, or for a CAM method, each map is scaled to its own [min, max]. The caption says which."""
-    from resomap.explain.probe import load_maps
-    from resomap.explain.run import PROBE_KEY
+    from resomap.explain.methods.probe import PROBE_KEY, load_maps
 
     arrays, meta = load_maps(maps_path)
     images = arrays.get(PROBE_KEY)
@@ -404,100 +383,3 @@ def probe_overlays(
 
 
 # ---------------------------------------------------------------- captioned probe maps (what MLflow shows)
-
-PROBE_IMAGE_SIZE = 256  # px of the captioned probe maps logged as MLflow images (any trial resolution, one size)
-PARENT_PROBES = 4  # probe images per model and method in the parent run's image grid (all: report.html, trial runs)
-
-
-def _caption_font(width: int) -> Any:
-    """A caption font about 1/22 of the image wide (FreeType's default font), else PIL's small bitmap font."""
-    from PIL import ImageFont
-
-    try:
-        return ImageFont.load_default(size=max(11, width // 22))
-    except (TypeError, OSError):  # Pillow < 10.1, or no FreeType
-        return ImageFont.load_default()
-
-
-def captioned(overlay: ProbeOverlay) -> np.ndarray:
-    """uint8 [H, W, 3]: the overlay with its caption (truth, prediction, probability, right or wrong) in a strip
-    below it."""
-
-    from PIL import Image, ImageDraw
-
-    image = Image.fromarray(overlay.image)
-    width, height = image.size
-    font = _caption_font(width)
-    size = getattr(font, "size", 11)
-    step = int(size * 1.2)
-    lines = textwrap.wrap(str(overlay.caption), max(8, int(width / (0.55 * size)))) or [""]
-    canvas = Image.new("RGB", (width, height + step * len(lines) + 4), "white")
-    canvas.paste(image, (0, 0))
-    draw = ImageDraw.Draw(canvas)
-    colour = (0, 110, 0) if overlay.correct else (180, 0, 0)
-    for i, line in enumerate(lines):
-        draw.text((2, height + 2 + step * i), line, fill=colour, font=font)
-    return np.asarray(canvas)
-
-
-def side_by_side(pictures: Sequence[np.ndarray], gap: int = 6) -> np.ndarray:
-    """uint8 [H, W, 3]: captioned pictures in a row, top-aligned on white (the parent run's step-0 overview of a
-    probe map at every resolution)."""
-    height = max(p.shape[0] for p in pictures)
-    width = sum(p.shape[1] for p in pictures) + gap * (len(pictures) - 1)
-    row = np.full((height, width, 3), 255, dtype=np.uint8)
-    x = 0
-    for p in pictures:
-        row[: p.shape[0], x : x + p.shape[1]] = p
-        x += p.shape[1] + gap
-    return row
-
-
-def write_probe_images(maps_path: str | Path, folder: str | Path, size: int = PROBE_IMAGE_SIZE) -> list[Path]:
-    """Each probe image x method of one explanations.npz, captioned, as `folder/<method>/<position:02d>.png`
-    (written atomically): what resomap.tracking logs as the trial run's MLflow images `probe/<method>/<nn>`.
-    Unreadable maps are logged as a warning and give no file (the figures and the npz still hold them)."""
-    from PIL import Image
-
-    from resomap.atomic import write_atomic
-
-    try:
-        overlays = probe_overlays(maps_path, size=size)
-    except Exception as exc:
-        log.warning("probe images of %s not written: %s", maps_path, exc)
-        return []
-    written = []
-    for overlay in overlays:
-        picture = Image.fromarray(captioned(overlay))
-        path = Path(folder) / overlay.method / f"{overlay.position:02d}.png"
-        written.append(write_atomic(path, lambda f, picture=picture: picture.save(f, format="PNG")))
-    return written
-
-
-def sweep_probe_images(
-    maps: Mapping[tuple[str, int], str | Path], size: int = PROBE_IMAGE_SIZE, limit: int = PARENT_PROBES
-) -> dict[tuple[str, str, int], dict[int, np.ndarray]]:
-    """For a sweep's parent run: (model, method, probe position) -> {resolution: captioned map, and 0: the maps
-    of every resolution side by side (the image card's step-0 overview)}, the first `limit` probe positions, from
-    `maps` ((model, resolution) -> the explanations.npz shown; missing files are left out). A model's
-    raw-magnitude maps share one colour scale across its resolutions (`shared_scales`; grad-cam's CAMs are each on
-    their own [0, 1]). A model whose maps cannot be read is logged as a warning and left out."""
-    by_model: dict[str, dict[int, Path]] = {}
-    for (model, resolution), path in maps.items():
-        if Path(path).is_file():
-            by_model.setdefault(model, {})[int(resolution)] = Path(path)
-    out: dict[tuple[str, str, int], dict[int, np.ndarray]] = {}
-    for model, paths in sorted(by_model.items()):
-        try:
-            scales = shared_scales(paths.values())
-            overlays = {res: probe_overlays(path, size=size, scales=scales) for res, path in paths.items()}
-        except Exception as exc:  # unreadable maps: the figures and npz artifacts still hold them
-            log.warning("probe images of %s not drawn: %s", model, exc)
-            continue
-        for resolution, found in sorted(overlays.items()):
-            for overlay in found:
-                if overlay.position < limit:
-                    out.setdefault((model, overlay.method, overlay.position), {})[resolution] = captioned(overlay)
-    for by_res in out.values():
-        by_res[0] = side_by_side([by_res[r] for r in sorted(by_res)])
-    return out

@@ -18,12 +18,16 @@ from torch import nn
 from resomap.atomic import write_atomic
 from resomap.config.schema import ExplainabilityConfig
 from resomap.errors import ExplainError
-from resomap.explain.registry import EXPLAINERS, build_explainer, explaining
+from resomap.explain.methods.guard import explaining
+from resomap.explain.methods.registry import EXPLAINERS, build_explainer
 from resomap.models import ModelSpec
 
 log = logging.getLogger(__name__)
 
 META_KEY = "__meta__"
+MAPS_FILE = "explanations.npz"
+PROBE_KEY = "_probe_images"  # uint8 [N,C,r,r] probe images stored beside the maps, for overlays
+PROBE_MASKS_KEY = "_probe_masks"  # bool [N,r,r] their object masks, when the dataset has masks
 
 
 def probe_indices(labels: np.ndarray, size: int, seed: int) -> np.ndarray:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from resomap.config import register_check
-from resomap.explain.registry import EXPLAINERS
+from resomap.explain.methods.registry import EXPLAINERS
 
 
 def check_task_targets(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:

@@ -1,0 +1,120 @@
+"""The figures of a sweep's explanation comparison (resomap.explain.evaluation.crossres.compare_sweep gives what
+they are drawn from): agreement matrices across resolutions and across methods, probe grids (methods x
+resolutions per probe image, models x resolutions per method) and explanation quality against resolution."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from resomap.explain.evaluation.compare import NO_FLOOR, fmt_value
+from resomap.explain.evaluation.measures import METRICS
+from resomap.explain.methods.registry import per_map_scaled
+from resomap.reports.explain_figures import (
+    QUALITY_SCORES,
+    Verdict,
+    agreement_matrix,
+    probe_grid,
+    quality_vs_resolution,
+    save_figure,
+)
+
+__all__ = ["PROBE_FORMATS", "draw_comparison", "verdicts_of"]
+
+
+def draw_comparison(comparison: Any, max_probe_figures: int = 4) -> list[Path]:
+    """Draw the figures of a comparison (resomap.stages.Comparison, whose `figure_data` is crossres's
+    ComparisonData) under its folder: agreement/, probes/ (the first `max_probe_figures` probe images) and
+    quality/; adds them to `comparison.files` and returns them. A comparison with nothing compared draws nothing."""
+    data = getattr(comparison, "figure_data", None)
+    if data is None:
+        return []
+    out_dir = data.out_dir
+    files = _agreement_figures(data.study, out_dir / "agreement")
+    images = defaultdict(dict, data.images)
+    files += _probe_figures(data.maps, images, out_dir / "probes", max_probe_figures, data.metas)
+    files += _quality_figures(data.quality_rows, out_dir / "quality")
+    comparison.files.extend(files)
+    comparison.figure_data = None  # the maps are not kept once drawn
+    return files
+
+
+def _agreement_figures(found: Any, out_dir: Path) -> list[Path]:
+    """Per model x method x metric the matrix across resolutions (the cross-seed floor on its diagonal), and per
+    model x resolution the Spearman matrix across methods."""
+    files: list[Path] = []
+    for (model, method), entry in sorted(found.matrices.items()):
+        floor = entry["floor_on_diagonal"]
+        no_floor = NO_FLOOR if entry.get("deterministic") else "one seed: no noise floor"
+        for metric in METRICS:
+            note = (
+                f"diagonal: cross-seed floor; chance {fmt_value(entry['chance'][metric])}"
+                if floor
+                else f"{no_floor} (diagonal = 1, self); chance {fmt_value(entry['chance'][metric])}"
+            )
+            title = f"{model} / {method}: {metric} across resolutions (grid {found.grid})\n{note}"
+            fig = agreement_matrix(entry[metric], entry["resolutions"], metric, title, floor_diagonal=floor)
+            files += save_figure(fig, out_dir, f"{model}_{method}_{metric}")
+    for (model, res), agg in sorted(found.method_matrices.items()):
+        fig = agreement_matrix(agg.matrices["spearman"], agg.labels, "spearman", f"{model} @ {res}px: methods")
+        files += save_figure(fig, out_dir, f"{model}_{res}_methods_spearman")
+    return files
+
+
+def verdicts_of(meta_by_res: dict, i: int) -> dict[int, Verdict]:
+    """resolution -> what the model said about probe image i (from the npz metas; absent in older files)."""
+    out = {}
+    for res, meta in meta_by_res.items():
+        names, targets, preds, probs = (meta.get(k) or [] for k in ("class_names", "targets", "pred", "prob"))
+        if i < len(preds) and i < len(targets) and i < len(probs):
+            true, pred = (str(names[c]) if 0 <= c < len(names) else str(c) for c in (int(targets[i]), int(preds[i])))
+            out[res] = Verdict(true, pred, float(probs[i]))
+    return out
+
+
+PROBE_FORMATS = ("png",)  # grids of images and maps: a PDF would embed the same pixels, slower to write and read
+
+
+def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None = None) -> list[Path]:
+    files: list[Path] = []
+    metas = metas or {}
+    for model, per_res in sorted(maps.items()):
+        count = min((len(v) for v in images[model].values()), default=0)
+        methods = sorted({m for pm in per_res.values() for m in pm})
+        shared = [m for m in methods if not per_map_scaled(m)]
+        for i in range(min(count, limit)):  # per probe image: methods x resolutions
+            imgs = {r: images[model][r][i] for r in images[model]}
+            grid = {m: {r: per_res[r][m][i] for r in per_res if m in per_res[r]} for m in methods}
+            said = verdicts_of(metas.get(model, {}), i)
+            verdicts = {m: said for m in methods}
+            fig = probe_grid(imgs, grid, f"{model}: probe image {i}", verdicts=verdicts, shared=shared)
+            files += save_figure(fig, out_dir, f"{model}_probe{i}", formats=PROBE_FORMATS)
+    models = sorted(maps)
+    for method in sorted({m for pr in maps.values() for pm in pr.values() for m in pm}):
+        for i in range(min(limit, 2)):  # per method: models x resolutions (rows are models)
+            rows = {mo: {r: maps[mo][r][method][i] for r in maps[mo] if method in maps[mo][r]} for mo in models}
+            imgs = next((dict((r, images[mo][r][i]) for r in images[mo]) for mo in models if images[mo]), {})
+            all_res = sorted({r for mo in models for r in maps[mo]})
+            if imgs and set(all_res) <= set(imgs):
+                verdicts = {mo: verdicts_of(metas.get(mo, {}), i) for mo in models}
+                shared = [] if per_map_scaled(method) else models
+                title = f"{method}: models x resolutions, probe image {i}"
+                fig = probe_grid(imgs, rows, title, verdicts=verdicts, shared=shared)
+                files += save_figure(fig, out_dir, f"{method}_models_probe{i}", formats=PROBE_FORMATS)
+    return files
+
+
+def _quality_figures(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Per model, its explanation quality against resolution with intervals and the random-map baseline."""
+    files: list[Path] = []
+    resolutions = sorted({int(r["resolution"]) for r in rows})
+    for model in sorted({str(r["model"]) for r in rows}):
+        mine = [r for r in rows if r["model"] == model and r["score"] in QUALITY_SCORES]
+        if mine:
+            seeds = max(int(r["seeds"]) for r in mine)
+            images = max(int(r["images"]) for r in mine)
+            title = f"{model}: explanation quality ({images} probe images x {seeds} seeds)"
+            fig = quality_vs_resolution(mine, title, resolutions)
+            files += save_figure(fig, out_dir, f"{model}_quality")
+    return files
