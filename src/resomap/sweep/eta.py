@@ -231,14 +231,16 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
 
 
 def _explain_seconds(trial: Any, prepared: Any, device: Any, train_s: float, warm: bool) -> float:
-    """The trial's explanation stage for its probe set (0 with explainability off), from that stage run on one
-    probe image (in a folder thrown away): the image's seconds without the explainers' one-time set-up
+    """The trial's explanation stage and its probe images for its probe set (0 with explainability off), from
+    both run on one probe image (in a folder thrown away): the image's seconds without the explainers' one-time set-up
     (build_seconds), x the probe images. `warm`: first an untimed run, so the first pair does not pay the
     libraries' imports. The stage is given the predicted training seconds, so explainability.budget_share skips
     what the trial would skip."""
     import tempfile
     from pathlib import Path
 
+    from resomap.records import PROBE_IMAGES_DIR
+    from resomap.reports.probe_images import write_probe_images
     from resomap.stages import explain_stage
 
     cfg = trial.cfg
@@ -250,6 +252,8 @@ def _explain_seconds(trial: Any, prepared: Any, device: Any, train_s: float, war
             t0 = time.perf_counter()
             found = explain_stage(prepared.model, prepared.spec, prepared.bundle, one, trial.seed, Path(folder),
                                   device, train_seconds=train_s)  # fmt: skip
+            if found.maps:  # the trial draws its probe images after the stage (sweep.trial), so time it too
+                write_probe_images(found.maps, Path(folder) / PROBE_IMAGES_DIR)
             seconds = time.perf_counter() - t0
         if not untimed:
             build = sum(v for k, v in found.metrics.items() if k.endswith("/build_seconds"))
