@@ -19,7 +19,7 @@ built in, a plugin (the `resomap.plugins` entry point) or any imported module ad
   recommendation read (the first is the headline score), as resomap.records.ScoreTable per test resolution, and
   `words` for the summary's columns;
 - `probe_targets(bundle, rows, device)`: what an explanation of a probe image explains, in one of the forms of
-  resomap.explain.targets (`target_form`: "class" logit or a class's logits summed over a "region"), and the
+  resomap.explain.methods.targets (`target_form`: "class" logit or a class's logits summed over a "region"), and the
   object masks its localisation scores use;
 - `step_targets(out, cfg)`: random labels and the loss of a timed training step (profiling: the trial's task and
   its configured loss).
@@ -115,7 +115,7 @@ class Task:
     """The strategy of one task; subclasses override what differs (see the module doc)."""
 
     name: ClassVar[str] = ""
-    target_form: ClassVar[str] = "class"  # the explanation target form (resomap.explain.targets)
+    target_form: ClassVar[str] = "class"  # the explanation target form (resomap.explain.methods.targets)
     headline: ClassVar[tuple[str, ...]] = ("accuracy", "macro_f1")  # metric names a summary reads first
     section: ClassVar[str | None] = None  # the config section holding this task's settings, if any
     output_rank: ClassVar[int] = 2  # rank of the model's output: logits [B, K] (2) or [B, K, r, r] (4)
