@@ -154,7 +154,7 @@ def model_revision(model: str) -> int:
     from resomap.catalog import registry
     from resomap.errors import UnknownNameError
 
-    reg = registry("models")
+    reg = registry("model")
     if reg is None:  # no catalog: the live registry
         from resomap.models.registry import MODELS as reg
     try:
