@@ -425,26 +425,11 @@ def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
 
 
 def publish_record(cfg: Config, outcome: SweepOutcome, record: dict[str, Any], files: list[Any]) -> None:
-    """The record on the last round's MLflow parent run: how it stopped (tag), trials used against the full grid
-    (metrics), each model's look and alpha (tags), and the rewritten summary files and report. Soft, like every
-    tracking call: an unreachable store never fails the sweep."""
+    """The record on the last round's MLflow parent run (resomap.tracking.parent.publish_adaptive). Soft, like
+    every tracking call: an unreachable store never fails the sweep."""
     if outcome.parent_run_id is None or not cfg.mlflow.enabled:
         return
     from resomap.tracking import make_tracker
-    from resomap.tracking.publish import log_changed, mlflow_name
+    from resomap.tracking.parent import publish_adaptive
 
-    tracker = make_tracker(cfg)
-    parent = outcome.parent_run_id
-    metrics = {
-        "adaptive/trials_used": record["trials_used"],
-        "adaptive/full_grid_trials": record["full_grid_trials"],
-        "adaptive/rounds": len(record["rounds"]),
-    }
-    tags = {"resomap.adaptive": f"{record['stopped']} ({record['spending']}, {record['planned_looks']} looks)"}
-    for model, m in record["models"].items():
-        at = f"look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
-        stop = f"; {m['stopped']} (look {m['stopped_at']})" if m.get("stopped") else ""
-        tags[f"resomap.adaptive.{mlflow_name(model)}"] = f"{at}; seeds {m['seeds']}{stop}"
-    log_changed(tracker, parent, metrics, tags)
-    for path in files:
-        tracker.log_artifact(parent, path, None if path.name == "report.html" else "summary")
+    publish_adaptive(make_tracker(cfg), outcome.parent_run_id, record, files)

@@ -285,9 +285,7 @@ def run_trial(
             raise
     finally:
         result.finished_at = time.time()
-        result.tracked = False  # until publish has logged everything
-        saved = _save(trial, result)
-        _publish(trial, result, tracker, parent_run_id, prepared, saved)
+        _save_and_publish(trial, result, tracker, parent_run_id, prepared)
     return result
 
 
@@ -312,11 +310,24 @@ def _failed(trial: Trial, result: TrialResult, exc: BaseException) -> None:
         log.debug("%s: failure.txt not written: %s", trial.name, err)
 
 
-def _save(trial: Trial, result: TrialResult) -> bool:
-    """The result saved (TrialResult.save: summary.txt, then result.json); False when the disk is full: the trial
-    then fails for it, with no new result on disk, and the next run of the sweep runs it again."""
+def _save_and_publish(
+    trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any
+) -> None:
+    """summary.txt, then the trial's MLflow run (its live run: result.run_id), then result.json, written once and
+    last: it says whether publish logged everything (`tracked`, else `resomap sync` logs it later) and the run id.
+    A full disk fails the trial for it (DISK_FULL): with no new result on disk the next run of the sweep runs it
+    again."""
+    result.tracked = False  # until publish has logged everything
+    _saved(trial, result, TrialResult.save_summary)
+    _publish(trial, result, tracker, parent_run_id, prepared)
+    if not _saved(trial, result, TrialResult.save_result):
+        result.tracked = False
+
+
+def _saved(trial: Trial, result: TrialResult, save: Any) -> bool:
+    """`save(result, folder)` done; False when the disk is full: the trial then fails for it."""
     try:
-        result.save(trial.summary_dir)
+        save(result, trial.summary_dir)
         return True
     except OSError as exc:
         full = disk_full(exc)
@@ -381,11 +392,8 @@ def augmentation_record(bundle: Any) -> dict[str, Any]:
     return augment.describe() if augment is not None else {"enabled": False, "recipe": "no augmentation"}
 
 
-def _publish(
-    trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any, saved: bool = True
-) -> None:
-    """The trial's MLflow run made to hold its result; result.json then says `tracked` (unless it could not be
-    saved: `saved`)."""
+def _publish(trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any) -> None:
+    """The trial's MLflow run made to hold its result; the result then says `tracked` and the run id."""
     from resomap.models import unwrap
     from resomap.tracking.publish import publish
 
@@ -394,15 +402,8 @@ def _publish(
         model, bundle = unwrap(prepared.model), prepared.bundle
         example = bundle.normalize(bundle.images("test")[:2]).cpu().numpy()
     run_id = publish(result, trial, tracker, parent_run_id, model=model, example=example)
-    if run_id is not None and saved:
+    if run_id is not None:
         result.run_id, result.tracked = run_id, True
-        try:
-            result.save(trial.summary_dir)
-        except OSError as exc:  # the result on disk stays untracked: `resomap sync` finds the run again
-            if disk_full(exc) is None:
-                raise
-            result.tracked = False
-            log.info("trial %s: result not marked tracked: %s", trial.name, exc)
 
 
 def _open_live_run(tracker: Any, trial: Trial, result: TrialResult, parent_run_id: str | None):

@@ -7,13 +7,15 @@ key and re-tagged. The grid of the latest round is in the parent's `resomap.grid
 Its params are the few settings a reader compares sweeps by (`PARENT_PARAMS`); the whole resolved config is the
 artifact config/sweep_config.yaml (a long param list fills every image card of the MLflow UI). `close_parent` tags
 the children, moves under the parent any child of a planned trial that an earlier round put
-elsewhere, and closes it once every planned trial has a result.
+elsewhere, and closes it once every planned trial has a result. `publish_adaptive` puts an adaptive sweep's record
+on it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from resomap.config import Config, dump_yaml, flatten
@@ -104,3 +106,24 @@ def adopt_children(tracker: Any, parent: str, run_ids: set[str]) -> None:
     for run in runs:
         if run.info.run_id in run_ids and run.data.tags.get("mlflow.parentRunId") != parent:
             tracker.set_tags(run.info.run_id, {"mlflow.parentRunId": parent})
+
+
+def publish_adaptive(tracker: Any, parent: str, record: dict[str, Any], files: Iterable[Path]) -> None:
+    """An adaptive sweep's record (resomap.sweep.adaptive) on its parent run: how it stopped (tag), trials used
+    against the full grid (metrics), each model's look and alpha (tags), and the rewritten summary files and
+    report (artifacts)."""
+    from resomap.tracking.publish import log_changed, mlflow_name
+
+    metrics = {
+        "adaptive/trials_used": record["trials_used"],
+        "adaptive/full_grid_trials": record["full_grid_trials"],
+        "adaptive/rounds": len(record["rounds"]),
+    }
+    tags = {"resomap.adaptive": f"{record['stopped']} ({record['spending']}, {record['planned_looks']} looks)"}
+    for model, m in record["models"].items():
+        at = f"look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
+        stop = f"; {m['stopped']} (look {m['stopped_at']})" if m.get("stopped") else ""
+        tags[f"resomap.adaptive.{mlflow_name(model)}"] = f"{at}; seeds {m['seeds']}{stop}"
+    log_changed(tracker, parent, metrics, tags)
+    for path in files:
+        tracker.log_artifact(parent, path, None if path.name == "report.html" else "summary")

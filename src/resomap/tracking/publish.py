@@ -116,6 +116,8 @@ def publish(
 ) -> str | None:
     """Make the trial's run hold everything of `result` and its summary folder, closed with its status.
 
+    The run is the result's own `run_id` (the live run the trial trained in, or the one `resomap sync` found);
+    only a result without one (trained while the store was unreachable) looks its run up by the trial-key tag.
     Returns the run id when every call succeeded (the result may then say `tracked: true`), else None (the
     reason is the tracker's last failure). `model` (+ `example` input) is logged when mlflow.log_model; without
     it, `load_model(result)` gives them (the caller rebuilds the model from the best checkpoint), else no model
@@ -125,7 +127,7 @@ def publish(
     data = dict(result) if isinstance(result, Mapping) else result.to_dict()
     before = len(tracker.failures)
     try:
-        run_id = open_run(tracker, trial, data, parent_run_id, reopen=False)
+        run_id = data.get("run_id") or open_run(tracker, trial, data, parent_run_id, reopen=False)
         run = tracker.get_run(run_id)
         _log_content(tracker, run, trial, data, parent_run_id)
         if trial.cfg.mlflow.log_model and data.get("status") == "FINISHED" and not tracker.has_logged_model(run_id):
