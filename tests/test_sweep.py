@@ -135,7 +135,7 @@ def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys,
 
 
 def test_trial_key_is_computed_once_per_trial(project: Path, monkeypatch: pytest.MonkeyPatch):
-    from resomap.sweep import trial as trial_mod
+    from resomap.sweep import identity as trial_mod
 
     real, calls = trial_mod.trial_key, []
     monkeypatch.setattr(trial_mod, "trial_key", lambda *a: calls.append(a) or real(*a))

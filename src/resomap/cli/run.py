@@ -70,8 +70,8 @@ def _check_data(args: argparse.Namespace, trial: Any, device: Any) -> None:
 
 
 def _pinned(cfg: Any) -> tuple[Any, str]:
-    """The config with system.precision=auto resolved (sweep.trial.pin_precision), and why that precision."""
-    from resomap.sweep.trial import pin_precision, precision_choice
+    """The config with system.precision=auto resolved (sweep.identity.pin_precision), and why that precision."""
+    from resomap.sweep.identity import pin_precision, precision_choice
 
     _, why = precision_choice(cfg)
     return pin_precision(cfg), why
@@ -135,7 +135,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for trial, state in states:
             print(f"  {trial.name:<28} key {trial.key}  {state}")
         seeds = cfg.sweep.seeds
-        for model, res, smallest in skipped:  # named as the trials are (sweep.trial.Trial.name)
+        for model, res, smallest in skipped:  # named as the trials are (sweep.identity.Trial.name)
             for seed in seeds:
                 name = f"{model}@{res}" + (f"/seed{seed}" if len(seeds) > 1 else "")
                 print(f"  {name:<28} skipped: {model} needs inputs of at least {smallest} px")

@@ -13,7 +13,8 @@ from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.layout import Layout
 from resomap.models import get_spec
-from resomap.sweep.trial import Trial, TrialResult, checkpoint_key, pin_precision
+from resomap.sweep.identity import Trial, checkpoint_key, pin_precision
+from resomap.sweep.trial import TrialResult
 from resomap.trial_result import DISK_FULL, RETRIED_FAILURES
 
 log = logging.getLogger(__name__)

@@ -45,6 +45,7 @@ from resomap.layout import Layout
 from resomap.locks import hold
 from resomap.records import machine_of, machines, machines_warning
 from resomap.sweep.cluster import check_reachable, placed
+from resomap.sweep.identity import Trial, pin_precision, sweep_identity
 from resomap.sweep.migrate import migrate_trials
 from resomap.sweep.plan import (
     check_memory,
@@ -56,7 +57,7 @@ from resomap.sweep.plan import (
     sweep_key,
     unreadable_result,
 )
-from resomap.sweep.trial import Trial, TrialResult, pin_precision, sweep_identity
+from resomap.sweep.trial import TrialResult
 from resomap.tracking import default_tracking_uri, make_tracker
 from resomap.tracking.parent import close_parent, open_parent
 

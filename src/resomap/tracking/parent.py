@@ -1,7 +1,7 @@
 """The sweep's parent run: one per sweep identity, whatever its grid.
 
 `open_parent` finds it by its sweep-identity tag (the hash of what the sweep computes apart from its models,
-resolutions and seeds: `resomap.sweep.trial.sweep_identity`), so adding seeds, resolutions or models to a finished
+resolutions and seeds: `resomap.sweep.identity.sweep_identity`), so adding seeds, resolutions or models to a finished
 sweep reuses its parent; a parent made before identities (tagged with the hash of its trial keys) is found by that
 key and re-tagged. The grid of the latest round is in the parent's `resomap.grid.*` tags (params cannot change).
 Its params are the few settings a reader compares sweeps by (`PARENT_PARAMS`); the whole resolved config is the
@@ -33,7 +33,7 @@ PARENT_PARAMS = (
     "training.batch_size",
     "training.optimizer.lr",
     "stats.margin",
-    "system.precision",  # pinned once for every trial (sweep.trial.pin_precision)
+    "system.precision",  # pinned once for every trial (sweep.identity.pin_precision)
     "system.channels_last",
 )
 CONFIG_ARTIFACT = "config/sweep_config.yaml"
