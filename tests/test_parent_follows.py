@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from resomap.config import load
-from resomap.sweep import sweep as sweep_module
+from resomap.sweep import summarise as summarise_module
 from resomap.sweep.adaptive import run_adaptive
 from resomap.sweep.sweep import run_sweep, summary_folder
 from test_adaptive import _fake_executor, _two_models
@@ -148,7 +148,7 @@ def test_the_eta_lines_of_a_run_killed_in_its_summary_phase_reach_the_next_summa
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as a kill would: nothing after this point runs
 
-    monkeypatch.setattr(sweep_module, "_build_summary", killed)
+    monkeypatch.setattr(summarise_module, "_build_summary", killed)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(cfg, executor=_fake_executor([], []), report=lambda _: None)
     assert not (summary_folder(cfg) / "eta.csv").exists()

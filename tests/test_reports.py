@@ -25,8 +25,8 @@ from resomap.layout import Layout
 from resomap.records import Predictions, write_predictions
 from resomap.reports import SummaryRow, build_summary, sweep_figures, write_summary
 from resomap.reports.convergence import RECORD_KEYS
-from resomap.sweep.plan import plan
-from resomap.sweep.sweep import _summarise, summary_folder, trial_folders
+from resomap.sweep.plan import plan, summary_folder
+from resomap.sweep.summarise import _summarise, trial_folders
 from resomap.tracking import NullTracker
 from resomap.trial_result import TrialResult
 

@@ -42,7 +42,8 @@ from resomap.errors import ConfigError
 from resomap.stats.decide import MAX_SEEDS
 from resomap.sweep.looks import CANNOT, PLAN, look_step
 from resomap.sweep.plan import plan, summary_folder
-from resomap.sweep.sweep import SweepOutcome, finished_outcome, run_sweep, trial_folders
+from resomap.sweep.summarise import trial_folders
+from resomap.sweep.sweep import SweepOutcome, finished_outcome, run_sweep
 from resomap.sweep.trial import TrialResult
 
 log = logging.getLogger(__name__)
