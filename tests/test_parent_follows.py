@@ -161,7 +161,7 @@ def test_the_eta_lines_of_a_run_killed_in_its_summary_phase_reach_the_next_summa
 
 def test_log_metric_points_rewrites_a_changed_point_and_removes_what_the_summary_lacks(tmp_path):
     from resomap.tracking import make_tracker
-    from resomap.tracking.publish import log_metric_points
+    from resomap.tracking.sweep_run import log_metric_points
 
     tracker = make_tracker(_cfg(tmp_path))
     run_id = tracker.start_run("parent")

@@ -722,7 +722,7 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
     from resomap.reports import uncertainty
     from resomap.reports.figures import quality_figure
     from resomap.reports.html import write_report
-    from resomap.tracking.publish import publish_sweep
+    from resomap.tracking.sweep_run import publish_sweep
 
     trials = fake[1]
     dicts = [json.loads((t.summary_dir / "result.json").read_text()) for t in trials]

@@ -1,6 +1,6 @@
 """The sweep's summary phase: the summary folder built from the trials' results in a staging folder and swapped in
 whole, its state.json (what it was made from: a sweep with nothing new to do and a current summary stops there),
-and its publication on the parent run (resomap.tracking.publish)."""
+and its publication on the parent run (resomap.tracking.sweep_run)."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
 def _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock) -> None:
     from resomap.explain.figures import sweep_probe_images
     from resomap.explain.run import MAPS_FILE
-    from resomap.tracking.publish import publish_sweep
+    from resomap.tracking.sweep_run import publish_sweep
 
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid
     for (model, resolution, _seed), folder in sorted(folders.items()):

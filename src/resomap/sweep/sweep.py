@@ -311,7 +311,7 @@ def _estimates(progress: Progress) -> str | None:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- MLflow: sync (the parent run: tracking.publish)
+# ---------------------------------------------------------------- MLflow: sync (the parent run: tracking.sweep_run)
 
 
 def _needs_sync(trials: list[Trial]) -> bool:

@@ -112,7 +112,7 @@ def publish_adaptive(tracker: Any, parent: str, record: dict[str, Any], files: I
     """An adaptive sweep's record (resomap.sweep.adaptive) on its parent run: how it stopped (tag), trials used
     against the full grid (metrics), each model's look and alpha (tags), and the rewritten summary files and
     report (artifacts)."""
-    from resomap.tracking.publish import log_changed, mlflow_name
+    from resomap.tracking.sweep_run import log_changed, mlflow_name
 
     metrics = {
         "adaptive/trials_used": record["trials_used"],
