@@ -19,10 +19,10 @@ from resomap.config import load
 from resomap.explain.figures import PARENT_PROBES, PROBE_IMAGE_SIZE
 from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
-from resomap.tracking.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
 from resomap.tracking.parent import CONFIG_ARTIFACT, PARENT_PARAMS
 from resomap.tracking.publish import _held_images
 from resomap.tracking.sweep_run import resolution_points
+from resomap.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS, RESOLUTIONS = ("tiny_cnn",), (16, 24)
