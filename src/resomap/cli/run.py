@@ -119,7 +119,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = load_config(args, extra, inputs="sweep.resolutions")  # config mistakes end here, most before torch loads
     from resomap.runtime import describe_device, resolve_device
     from resomap.sweep import describe_plan, plan, run_sweep
-    from resomap.sweep.plan import STATES, check_grid, power_lines
+    from resomap.sweep.plan import STATES, check_grid
+    from resomap.sweep.power import power_lines
     from resomap.trial_result import DISK_FULL
 
     cfg, why = _pinned(cfg)
