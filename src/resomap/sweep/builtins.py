@@ -94,10 +94,12 @@ def live_registries() -> list[tuple[str, Any]]:
         if not name.startswith("resomap.") or module is None:
             continue
         for attr, value in vars(module).items():
-            if isinstance(value, Registry) and value.home == name:
-                if found.get(value.kind, (attr, value))[1] is not value:
-                    raise ValueError(f"two registries of kind '{value.kind}': each needs its own kind")
-                found[value.kind] = (attr, value)
+            if not isinstance(value, Registry) or value.home != name:
+                continue  # not a registry, or one imported from the module that made it
+            held = found.get(value.kind)
+            if held is not None and held[1] is not value:  # catalog.json is keyed by kind
+                raise ValueError(f"two registries of kind '{value.kind}': each needs its own kind")
+            found[value.kind] = (attr, value)
     return [found[kind] for kind in sorted(found)]
 
 
