@@ -30,7 +30,7 @@ from resomap.config import load
 from resomap.data import build as build_data
 from resomap.models import build_model
 from resomap.stats import ratio_interval
-from resomap.sweep.trial import pin_precision
+from resomap.sweep.identity import pin_precision
 from resomap.training import Trainer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before a config is loaded)
 from resomap.config import load
-from resomap.sweep.plan import plan, sweep_key
-from resomap.sweep.sweep import _results, _summarise, summary_folder, summary_line
+from resomap.sweep.plan import plan, summary_folder, sweep_key
+from resomap.sweep.summarise import _results, _summarise, summary_line
 from resomap.tracking import make_tracker
 from resomap.tracking.parent import open_parent
 

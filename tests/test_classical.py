@@ -167,7 +167,7 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
     decision sentence says once that the 2 seeds are one replicate (summary, report, MLflow description), its maps
     are compared with no seed floor and no relabelling test; tiny_cnn's seeds differ and keep theirs."""
     from resomap.sweep.sweep import run_sweep
-    from resomap.tracking.publish import parent_note
+    from resomap.tracking.sweep_run import parent_note
 
     cfg = tiny_sweep_config(tmp_path, ["tiny_cnn", "pixel_logreg"], [16, 24], ["saliency"], 2, "sweep.seeds=[42,43]")
     outcome = run_sweep(cfg)

@@ -177,7 +177,7 @@ def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observe
     import json
 
     from resomap.config import load
-    from resomap.sweep.plan import observed_discordance, power_lines
+    from resomap.sweep.power import observed_discordance, power_lines
     from resomap.sweep.sweep import summary_folder
 
     cfg = load("configs", "quickstart", [f"experiment.output_dir={tmp_path}"])

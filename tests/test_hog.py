@@ -181,7 +181,7 @@ def test_a_cell_too_small_for_the_sweep_is_refused_at_load_in_one_line(capsys, t
 
 
 def test_hog_options_are_in_hog_svms_trial_keys_only():
-    from resomap.sweep.trial import sweep_identity, trial_key
+    from resomap.sweep.identity import sweep_identity, trial_key
 
     cfg = load(None, "smoke")
     other = with_overrides(cfg, {"models.hog.cells_per_side": 4})

@@ -19,9 +19,10 @@ from resomap.config import load
 from resomap.reports.probe_images import PARENT_PROBES, PROBE_IMAGE_SIZE
 from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
-from resomap.tracking.mlflow_store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
 from resomap.tracking.parent import CONFIG_ARTIFACT, PARENT_PARAMS
-from resomap.tracking.publish import _held_images, resolution_points
+from resomap.tracking.publish import _held_images
+from resomap.tracking.sweep_run import resolution_points
+from resomap.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS, RESOLUTIONS = ("tiny_cnn",), (16, 24)
@@ -285,7 +286,7 @@ def test_a_model_not_in_memory_is_logged_from_what_the_caller_rebuilds(project: 
 def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
     from types import SimpleNamespace
 
-    from resomap.tracking.publish import NOTE_LIMIT, parent_note
+    from resomap.tracking.sweep_run import NOTE_LIMIT, parent_note
 
     recs = [{"sentence": f"model{i}: " + "x" * 300} for i in range(40)]
     note = parent_note(SimpleNamespace(recommendations=recs), ["a finding"], Path("/tmp/report.html"), [])

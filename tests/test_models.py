@@ -327,7 +327,7 @@ def test_vgg_cam_layers_are_the_stage_ends_of_torchvision_layouts() -> None:
 
 def test_a_models_revision_is_part_of_its_trial_key_from_2_on() -> None:
     from resomap.config import build
-    from resomap.sweep.trial import _hash, _key_tree, model_revision, trial_key
+    from resomap.sweep.identity import _hash, _key_tree, model_revision, trial_key
 
     cfg = build({})
 

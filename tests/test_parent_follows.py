@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from resomap.config import load
-from resomap.sweep import sweep as sweep_module
+from resomap.sweep import summarise as summarise_module
 from resomap.sweep.adaptive import run_adaptive
 from resomap.sweep.sweep import run_sweep, summary_folder
 from test_adaptive import _fake_executor, _two_models
@@ -148,7 +148,7 @@ def test_the_eta_lines_of_a_run_killed_in_its_summary_phase_reach_the_next_summa
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # as a kill would: nothing after this point runs
 
-    monkeypatch.setattr(sweep_module, "_build_summary", killed)
+    monkeypatch.setattr(summarise_module, "_build_summary", killed)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(cfg, executor=_fake_executor([], []), report=lambda _: None)
     assert not (summary_folder(cfg) / "eta.csv").exists()
@@ -161,7 +161,7 @@ def test_the_eta_lines_of_a_run_killed_in_its_summary_phase_reach_the_next_summa
 
 def test_log_metric_points_rewrites_a_changed_point_and_removes_what_the_summary_lacks(tmp_path):
     from resomap.tracking import make_tracker
-    from resomap.tracking.publish import log_metric_points
+    from resomap.tracking.sweep_run import log_metric_points
 
     tracker = make_tracker(_cfg(tmp_path))
     run_id = tracker.start_run("parent")

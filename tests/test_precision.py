@@ -15,7 +15,7 @@ from resomap import runtime
 from resomap.cli import main
 from resomap.config import load
 from resomap.sweep import Trial, plan
-from resomap.sweep.trial import pin_precision, trial_key
+from resomap.sweep.identity import pin_precision, trial_key
 
 
 def _cfg(*overrides: str):

@@ -25,8 +25,8 @@ from resomap.layout import Layout
 from resomap.records import Predictions, write_predictions
 from resomap.reports import SummaryRow, build_summary, sweep_figures, write_summary
 from resomap.reports.convergence import RECORD_KEYS
-from resomap.sweep.plan import plan
-from resomap.sweep.sweep import _summarise, summary_folder, trial_folders
+from resomap.sweep.plan import plan, summary_folder
+from resomap.sweep.summarise import _summarise, trial_folders
 from resomap.tracking import NullTracker
 from resomap.trial_result import TrialResult
 
@@ -722,7 +722,7 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
     from resomap.reports import uncertainty
     from resomap.reports.figures import quality_figure
     from resomap.reports.html import write_report
-    from resomap.tracking.publish import publish_sweep
+    from resomap.tracking.sweep_run import publish_sweep
 
     trials = fake[1]
     dicts = [json.loads((t.summary_dir / "result.json").read_text()) for t in trials]

@@ -115,9 +115,33 @@ def test_help_imports_no_torch(tmp_path):
 
 
 def test_the_names_catalog_is_current():
-    """resomap/catalog.json lists what the live registries hold (regenerate: resomap config --doc --write ...)."""
+    """resomap/catalog.json lists what the live registries hold, every entry with its option keys (regenerate:
+    `resomap config --doc --write docs/config.md` or `python -m resomap.sweep.builtins`)."""
     from resomap.catalog import CATALOG_FILE
     from resomap.sweep.builtins import catalog
 
     stored = json.loads(CATALOG_FILE.read_text(encoding="utf-8"))
-    assert stored == catalog(), f"{CATALOG_FILE} is stale: run `resomap config --doc --write docs/config.md`"
+    assert stored == catalog(), f"{CATALOG_FILE} is stale: run `python -m resomap.sweep.builtins`"
+
+
+def test_the_names_catalog_covers_every_registry():
+    """Every Registry a module of resomap makes (read from the source, so a new registry whose package nothing
+    imports is seen too) is in catalog.json, at the module and attribute that hold it."""
+    import ast
+
+    from resomap.catalog import load
+
+    root = REPO / "src" / "resomap"
+    made = set()
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            value = getattr(node, "value", None)
+            call = isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(value, ast.Call)
+            if call and isinstance(value.func, ast.Name) and value.func.id == "Registry":
+                target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                made.add((module, target.id))
+    catalogued = {(data["module"], data["attribute"]) for data in load().values()}
+    assert made, "no Registry found in the source"
+    assert made == catalogued, "catalog.json misses a registry: run `python -m resomap.sweep.builtins`"

@@ -135,7 +135,7 @@ def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys,
 
 
 def test_trial_key_is_computed_once_per_trial(project: Path, monkeypatch: pytest.MonkeyPatch):
-    from resomap.sweep import trial as trial_mod
+    from resomap.sweep import identity as trial_mod
 
     real, calls = trial_mod.trial_key, []
     monkeypatch.setattr(trial_mod, "trial_key", lambda *a: calls.append(a) or real(*a))
@@ -300,6 +300,29 @@ def test_sync_into_a_partly_logged_run_adds_only_missing_points(project: Path):
     assert json.loads((trial.summary_dir / "result.json").read_text())["tracked"] is True
     assert sync_mod.sync_results([trial], tracker, None).already == [trial.name]
     assert len(tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{trial.key}'")) == 1
+
+
+def test_a_trial_looks_its_run_up_once_and_writes_its_result_once(project: Path, capsys, monkeypatch):
+    """The live run's id goes on to publish (one trial-key search per trial, the live run's), and result.json is
+    written once, after publishing, saying `tracked` with that run id."""
+    from resomap import trial_result
+
+    searches, writes = [], []
+    find, write = Tracker.find_runs, trial_result.write_text
+    monkeypatch.setattr(Tracker, "find_runs", lambda self, f: searches.append(f) or find(self, f))
+    monkeypatch.setattr(trial_result, "write_text", lambda path, text: writes.append(Path(path)) or write(path, text))
+    code, out, _ = run_cli(["sweep", *FAST, "sweep.resolutions=[16,24]", "training.epochs=1"], capsys)
+    assert code == 0, out
+    assert len([f for f in searches if f.startswith(f"tags.`{TRIAL_KEY_TAG}` = ")]) == 2, searches
+    folders = [trial_summary(project, "tiny_cnn", r) for r in (16, 24)]
+    written = sorted(p.resolve() for p in writes if p.name == "result.json")
+    assert written == sorted((f / "result.json").resolve() for f in folders)
+    client, _ = _client(project)
+    for resolution in (16, 24):
+        res = _result(project, "tiny_cnn", resolution)
+        assert res["tracked"] is True
+        run = client.get_run(res["run_id"])
+        assert run.data.tags[TRIAL_KEY_TAG] == res["key"] and run.info.status == "FINISHED"
 
 
 def test_one_trial_key_tag_defined_in_tracking_publish():

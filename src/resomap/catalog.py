@@ -1,10 +1,12 @@
 """The names of ResoMap's built-in registry entries, known without importing their modules (and so without torch).
 
-`catalog.json` beside this file lists, per registry (models, datasets, explainers, executors, tasks, loss terms,
-benchmark options), the registry's `kind` and list command, where the live registry lives, and each built-in
-entry with the metadata a config check reads (its options' keys, its task, ...). It is generated from the live
-registries (`python -m resomap.sweep.builtins`; tests/test_startup.py fails when it is stale), so a new entry
-still needs only its decorated function, then the regenerated file.
+`catalog.json` beside this file lists, per registry (keyed by the registry's `kind`: model, dataset, explainer,
+executor, task, loss term, benchmark option), its list command, where the live registry lives (module and
+attribute), the config section it selects entries for (when it is a config group), and each built-in entry with
+the metadata a config check reads (its options' keys, its task, ...). The file is generated from the live
+registries, never edited by hand: `resomap config --doc --write docs/config.md` (or `python -m
+resomap.sweep.builtins`) rewrites it, and tests/test_startup.py fails when it is stale. A new entry is its
+decorated function, then the regenerated file.
 
 `registry(kind)` answers like the live Registry (names, resolve with the same "did you mean" message, meta,
 options): it *is* the live one when its module has been imported already, else a stand-in built from the
@@ -26,18 +28,6 @@ from typing import Any
 from resomap.errors import UnknownNameError
 
 CATALOG_FILE = Path(__file__).with_name("catalog.json")
-# registry kind -> (module, attribute) of the live Registry
-LIVE = {
-    "models": ("resomap.models.registry", "MODELS"),
-    "datasets": ("resomap.data.registry", "DATASETS"),
-    "explainers": ("resomap.explain.methods.registry", "EXPLAINERS"),
-    "executors": ("resomap.sweep.executors", "EXECUTORS"),
-    "tasks": ("resomap.tasks", "TASKS"),
-    "losses": ("resomap.tasks.losses", "LOSSES"),
-    "bench_options": ("resomap.profiling.options", "OPTIONS"),
-}
-# config section -> kind
-GROUPS = {"data": "datasets", "explainability": "explainers", "sweep": "executors", "task": "tasks", "loss": "losses"}
 
 
 @functools.cache
@@ -62,8 +52,8 @@ class CatalogRegistry:
     when its module is loaded (entries registered in this process), with the same names, suggestions and
     error messages."""
 
-    def __init__(self, data: dict[str, Any], live: Any = None):
-        self.kind = data["kind"]
+    def __init__(self, kind: str, data: dict[str, Any], live: Any = None):
+        self.kind = kind
         self.list_command = data["list_command"]
         self.entries: dict[str, dict[str, Any]] = dict(data["entries"])
         self.live = live
@@ -112,12 +102,12 @@ def registry(kind: str) -> CatalogRegistry | None:
     data = load().get(kind)
     if not data:
         return None
-    module, attr = LIVE[kind]
-    live = getattr(sys.modules[module], attr, None) if module in sys.modules else None
-    return CatalogRegistry(data, live)
+    live = getattr(sys.modules.get(data["module"]), data["attribute"], None)
+    return CatalogRegistry(kind, data, live)
 
 
 def group_registries() -> dict[str, Any] | None:
-    """{config section: registry} for the config groups, or None when one of them is not catalogued."""
-    found = {section: registry(kind) for section, kind in GROUPS.items()}
-    return None if any(r is None for r in found.values()) else found
+    """{config section: registry} for the config groups (the catalogued registries that select a section's
+    entries), or None when there is no catalog."""
+    found = {data["section"]: registry(kind) for kind, data in load().items() if data.get("section")}
+    return found or None

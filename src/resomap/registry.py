@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -46,6 +47,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str, list_command: str):
         self.kind = kind
         self.list_command = list_command
+        self.home = sys._getframe(1).f_globals.get("__name__", "")  # the module that made it (resomap.catalog)
         self._items: dict[str, T] = {}
         self._meta: dict[str, dict[str, Any]] = {}
 

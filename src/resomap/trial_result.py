@@ -117,11 +117,18 @@ class TrialResult:
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines) + "\n"
 
+    def save_summary(self, folder: Path) -> Path:
+        """summary.txt (atomically), written before the result is published (its run holds the file)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        return write_text(folder / "summary.txt", self.summary_text())
+
     def save(self, folder: Path) -> Path:
         """summary.txt, then result.json (atomically, each): result.json is written last, so a write that fails
         (a full disk) leaves no new result saying more than its folder holds."""
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "result.json"
-        write_text(folder / "summary.txt", self.summary_text())
-        write_text(path, self.to_json())
-        return path
+        self.save_summary(folder)
+        return self.save_result(folder)
+
+    def save_result(self, folder: Path) -> Path:
+        """result.json (atomically). A trial writes it once, after publishing (resomap.sweep.trial): its `tracked`
+        and `run_id` then say what the MLflow run holds."""
+        return write_text(folder / "result.json", self.to_json())

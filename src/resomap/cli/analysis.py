@@ -28,7 +28,7 @@ def _source(args: argparse.Namespace) -> Any:
 def cmd_explain(args: argparse.Namespace) -> int:
     from resomap.cli import preflight
 
-    preflight.check_names("explainers", args.method)  # before torch loads
+    preflight.check_names("explainer", args.method)  # before torch loads
     preflight.check_file(args.checkpoint, "checkpoint")
     from resomap.analysis import ExplainRequest, explain_checkpoint, quality_table
 
@@ -56,7 +56,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from resomap.cli import preflight
 
-    preflight.check_names("explainers", args.methods or ())  # before torch loads
+    preflight.check_names("explainer", args.methods or ())  # before torch loads
     preflight.check_file(args.checkpoint_dir, "folder")
     from resomap.analysis import AnalyzeRequest, analyze_checkpoints
 

@@ -198,7 +198,7 @@ def _runs(values: list[float]) -> str:
 def add_commands(sub: Any) -> None:
     from resomap import catalog  # the options' names without importing torch (resomap.profiling)
 
-    found = catalog.registry("bench_options")
+    found = catalog.registry("benchmark option")
     all_options = found.names() if found is not None else []
     p = sub.add_parser("profile", help="params, MACs/FLOPs, latency, throughput and memory of one model")
     _model_args(p)

@@ -112,7 +112,7 @@ def _check_task(cfg: Any, where: Any) -> None:
     from resomap import catalog
     from resomap.config.checks import check_dataset_fit, failing
 
-    tasks, models, datasets = catalog.registry("tasks"), catalog.registry("models"), catalog.registry("datasets")
+    tasks, models, datasets = catalog.registry("task"), catalog.registry("model"), catalog.registry("dataset")
     if tasks is None or models is None or datasets is None:
         return
     task = cfg.experiment.task
@@ -145,7 +145,7 @@ def check_model(name: str) -> None:
     """An unknown model name raises UnknownNameError with the registry's suggestions (timm: names pass)."""
     from resomap import catalog
 
-    models = catalog.registry("models")
+    models = catalog.registry("model")
     if models is None or str(name).lower().startswith(TIMM_PREFIX) or catalog.plugins_installed():
         return
     models.resolve(name)
@@ -155,7 +155,7 @@ def dataset_channels(name: str) -> int:
     """The input channels a dataset is known to give (catalog), else 1: the fewest any dataset gives."""
     from resomap import catalog
 
-    datasets = catalog.registry("datasets")
+    datasets = catalog.registry("dataset")
     try:
         return int((datasets.meta(name) if datasets is not None else {}).get("channels") or 1)
     except UnknownNameError:

@@ -70,8 +70,8 @@ def _check_data(args: argparse.Namespace, trial: Any, device: Any) -> None:
 
 
 def _pinned(cfg: Any) -> tuple[Any, str]:
-    """The config with system.precision=auto resolved (sweep.trial.pin_precision), and why that precision."""
-    from resomap.sweep.trial import pin_precision, precision_choice
+    """The config with system.precision=auto resolved (sweep.identity.pin_precision), and why that precision."""
+    from resomap.sweep.identity import pin_precision, precision_choice
 
     _, why = precision_choice(cfg)
     return pin_precision(cfg), why
@@ -118,8 +118,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     extra = {"sweep.executor": args.executor} if args.executor else None
     cfg = load_config(args, extra, inputs="sweep.resolutions")  # config mistakes end here, most before torch loads
     from resomap.runtime import describe_device, resolve_device
-    from resomap.sweep import describe_plan, plan, run_sweep
-    from resomap.sweep.plan import STATES, check_grid, power_lines
+    from resomap.sweep import run_sweep
+    from resomap.sweep.plan import check_grid
+    from resomap.sweep.power import power_lines
     from resomap.trial_result import DISK_FULL
 
     cfg, why = _pinned(cfg)
@@ -128,27 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = placed(cfg)  # sweep.ray.storage: where the sweep's files are
     skipped = check_grid(cfg)  # pairs below their model's smallest input side: refused here, or left out
     if args.dry_run:
-        trials = plan(cfg)
-        states = describe_plan(trials)
-        print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
-        print(f"precision: {cfg.system.precision} ({why})")
-        for trial, state in states:
-            print(f"  {trial.name:<28} key {trial.key}  {state}")
-        seeds = cfg.sweep.seeds
-        for model, res, smallest in skipped:  # named as the trials are (sweep.trial.Trial.name)
-            for seed in seeds:
-                name = f"{model}@{res}" + (f"/seed{seed}" if len(seeds) > 1 else "")
-                print(f"  {name:<28} skipped: {model} needs inputs of at least {smallest} px")
-        counts = {s: sum(1 for _, st in states if st == s) for s in STATES}
-        counts["skipped"] = len(skipped) * len(seeds)
-        shown = [f"{n} {s}" for s, n in counts.items() if n or s not in ("unreadable", "skipped")]
-        print("  " + ", ".join(shown))
-        print("\n".join(power_lines(cfg)))
-        if cfg.sweep.adaptive.enabled:
-            from resomap.sweep.adaptive import plan_lines
-
-            print("\n".join(plan_lines(cfg)))
-        return 0
+        return _dry_run(cfg, why, skipped)
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
 
@@ -181,6 +162,36 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         print(f"MLflow: parent run {outcome.parent_run_id} in {default_tracking_uri(cfg)}; browse with: resomap ui")
     return 1 if outcome.failed else 0
+
+
+def _dry_run(cfg: Any, why: str, skipped: list[tuple[str, int, int]]) -> int:
+    """`resomap sweep --dry-run`: each planned trial with its key and state, the pairs left out, the counts, the
+    power plan (and the adaptive plan); nothing is run."""
+    from resomap.sweep import describe_plan, plan
+    from resomap.sweep.plan import STATES
+    from resomap.sweep.power import power_lines
+
+    trials = plan(cfg)
+    states = describe_plan(trials)
+    print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
+    print(f"precision: {cfg.system.precision} ({why})")
+    for trial, state in states:
+        print(f"  {trial.name:<28} key {trial.key}  {state}")
+    seeds = cfg.sweep.seeds
+    for model, res, smallest in skipped:  # named as the trials are (sweep.identity.Trial.name)
+        for seed in seeds:
+            name = f"{model}@{res}" + (f"/seed{seed}" if len(seeds) > 1 else "")
+            print(f"  {name:<28} skipped: {model} needs inputs of at least {smallest} px")
+    counts = {s: sum(1 for _, st in states if st == s) for s in STATES}
+    counts["skipped"] = len(skipped) * len(seeds)
+    shown = [f"{n} {s}" for s, n in counts.items() if n or s not in ("unreadable", "skipped")]
+    print("  " + ", ".join(shown))
+    print("\n".join(power_lines(cfg)))
+    if cfg.sweep.adaptive.enabled:
+        from resomap.sweep.adaptive import plan_lines
+
+        print("\n".join(plan_lines(cfg)))
+    return 0
 
 
 def _said_first(lines: Callable[[], list[str]]) -> Callable[[str], None]:

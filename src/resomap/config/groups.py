@@ -27,6 +27,11 @@ def register_group(section: str, registry: Any) -> None:
     _REGISTRIES[section] = registry
 
 
+def registered_groups() -> dict[str, Any]:
+    """{config section: the Registry pushed for it} (resomap.sweep.builtins writes them into resomap/catalog.json)."""
+    return dict(_REGISTRIES)
+
+
 def registry_of(section: str) -> Any:
     """The Registry pushed for config `section`; a ConfigError when its package has not been imported."""
     found = _REGISTRIES.get(section)

@@ -42,7 +42,8 @@ from resomap.errors import ConfigError
 from resomap.stats.decide import MAX_SEEDS
 from resomap.sweep.looks import CANNOT, PLAN, look_step
 from resomap.sweep.plan import plan, summary_folder
-from resomap.sweep.sweep import SweepOutcome, finished_outcome, run_sweep, trial_folders
+from resomap.sweep.summarise import trial_folders
+from resomap.sweep.sweep import SweepOutcome, finished_outcome, run_sweep
 from resomap.sweep.trial import TrialResult
 
 log = logging.getLogger(__name__)
@@ -134,15 +135,7 @@ def run_adaptive(
         report(f"[adaptive] nothing to do: {finished.record['stopped']}, and the summary is current")
         return finished
     ad, alphas = cfg.sweep.adaptive, look_alphas(cfg)
-    grid: dict[str, list[int]] = {}
-    for t in plan(cfg):
-        grid.setdefault(t.model, [])
-        if t.resolution not in grid[t.model]:
-            grid[t.model].append(t.resolution)
-    states = {m: ModelState(m, sorted(rs), list(cfg.sweep.seeds)) for m, rs in grid.items()}
-    first = sum(len(s.wanted()) for s in states.values())
-    if ad.budget is not None and ad.budget < first:
-        raise ConfigError(f"sweep.adaptive.budget {ad.budget} is below the first round's {first} trials")
+    states = _first_states(cfg)
     used: set[TrialId] = set()
     rounds: list[dict[str, Any]] = []
     clock = _Clock(ad.budget_hours)
@@ -183,6 +176,22 @@ def run_adaptive(
         _save_finished(cfg, outcome, overrides, used)
     report(f"[adaptive] {stopped}: {record['trials_used']} trials used, the full grid is {record['full_grid_trials']}")
     return AdaptiveOutcome(outcome, record)
+
+
+def _first_states(cfg: Config) -> dict[str, ModelState]:
+    """Each planned model's state before the first round (its resolutions, the configured seeds); a budget below
+    the first round's trials is a ConfigError."""
+    grid: dict[str, list[int]] = {}
+    for t in plan(cfg):
+        grid.setdefault(t.model, [])
+        if t.resolution not in grid[t.model]:
+            grid[t.model].append(t.resolution)
+    states = {m: ModelState(m, sorted(rs), list(cfg.sweep.seeds)) for m, rs in grid.items()}
+    first = sum(len(s.wanted()) for s in states.values())
+    budget = cfg.sweep.adaptive.budget
+    if budget is not None and budget < first:
+        raise ConfigError(f"sweep.adaptive.budget {budget} is below the first round's {first} trials")
+    return states
 
 
 FINISHED_FILE = "adaptive_state.json"  # in the summary folder: a finished adaptive sweep, for a rerun to find
@@ -294,6 +303,15 @@ def _look(look: int, alpha: float, wanted: set[TrialId], used: set[TrialId], ope
 # ---------------------------------------------------------------- reading each model's decision
 
 
+def _recommendations(outcome: SweepOutcome) -> dict[str, dict[str, Any]]:
+    """{model: its recommendation row} from the round's summary.json."""
+    try:
+        payload = json.loads((outcome.summary_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"adaptive sweep: the round's summary.json cannot be read ({exc})") from None
+    return {r["model"]: r for r in payload.get("recommendations") or []}
+
+
 def _decide(
     outcome: SweepOutcome,
     cfg: Config,
@@ -305,11 +323,7 @@ def _decide(
     """Each open model's look (looks.look_step on its scores of the round): decided, the resolutions to drop, the
     seeds of the next round (the trials left shared out in name order) or out of reach; the sentence from the
     round's summary.json. Returns {model: {"seeds_needed", "add"}} of the models given seeds."""
-    try:
-        payload = json.loads((outcome.summary_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"adaptive sweep: the round's summary.json cannot be read ({exc})") from None
-    recs = {r["model"]: r for r in payload.get("recommendations") or []}
+    recs = _recommendations(outcome)
     ad = cfg.sweep.adaptive
     scores = _scores(outcome, cfg, {s.model: s.active() for s in open_models})
     added: dict[str, dict[str, int | None]] = {}
@@ -425,26 +439,11 @@ def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
 
 
 def publish_record(cfg: Config, outcome: SweepOutcome, record: dict[str, Any], files: list[Any]) -> None:
-    """The record on the last round's MLflow parent run: how it stopped (tag), trials used against the full grid
-    (metrics), each model's look and alpha (tags), and the rewritten summary files and report. Soft, like every
-    tracking call: an unreachable store never fails the sweep."""
+    """The record on the last round's MLflow parent run (resomap.tracking.parent.publish_adaptive). Soft, like
+    every tracking call: an unreachable store never fails the sweep."""
     if outcome.parent_run_id is None or not cfg.mlflow.enabled:
         return
     from resomap.tracking import make_tracker
-    from resomap.tracking.publish import log_changed, mlflow_name
+    from resomap.tracking.parent import publish_adaptive
 
-    tracker = make_tracker(cfg)
-    parent = outcome.parent_run_id
-    metrics = {
-        "adaptive/trials_used": record["trials_used"],
-        "adaptive/full_grid_trials": record["full_grid_trials"],
-        "adaptive/rounds": len(record["rounds"]),
-    }
-    tags = {"resomap.adaptive": f"{record['stopped']} ({record['spending']}, {record['planned_looks']} looks)"}
-    for model, m in record["models"].items():
-        at = f"look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
-        stop = f"; {m['stopped']} (look {m['stopped_at']})" if m.get("stopped") else ""
-        tags[f"resomap.adaptive.{mlflow_name(model)}"] = f"{at}; seeds {m['seeds']}{stop}"
-    log_changed(tracker, parent, metrics, tags)
-    for path in files:
-        tracker.log_artifact(parent, path, None if path.name == "report.html" else "summary")
+    publish_adaptive(make_tracker(cfg), outcome.parent_run_id, record, files)

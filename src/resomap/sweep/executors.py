@@ -23,7 +23,8 @@ from resomap.config.groups import group_options, register_group
 from resomap.errors import ConfigError
 from resomap.registry import Registry
 from resomap.sweep.cluster import check_address, check_cluster
-from resomap.sweep.trial import Trial, TrialResult, run_trial
+from resomap.sweep.identity import Trial
+from resomap.sweep.trial import TrialResult, run_trial
 from resomap.tracking import make_tracker
 
 log = logging.getLogger(__name__)

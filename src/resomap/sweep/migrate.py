@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from resomap.atomic import move_to, write_text
-from resomap.sweep.trial import Trial, checkpoint_key, result_key, trial_key
+from resomap.sweep.identity import Trial, checkpoint_key, result_key, trial_key
 
 log = logging.getLogger(__name__)
 PATH_FIELDS = (("best_checkpoint",), ("explain", "maps"))  # result.json's paths into the trial's folders

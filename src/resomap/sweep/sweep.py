@@ -29,22 +29,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from resomap.atomic import discard_staging, disk_full, disk_full_error, replace_dir, staging_dir, write_text
-from resomap.config import Config, to_dict
+from resomap.atomic import discard_staging, write_text
+from resomap.config import Config
 from resomap.errors import DataError
 from resomap.layout import Layout
 from resomap.locks import hold
 from resomap.records import machine_of, machines, machines_warning
 from resomap.sweep.cluster import check_reachable, placed
+from resomap.sweep.identity import Trial, pin_precision, sweep_identity
 from resomap.sweep.migrate import migrate_trials
 from resomap.sweep.plan import (
     check_memory,
@@ -56,12 +54,12 @@ from resomap.sweep.plan import (
     sweep_key,
     unreadable_result,
 )
-from resomap.sweep.trial import Trial, TrialResult, pin_precision, sweep_identity
+from resomap.sweep.summarise import _results, _save_state, _summarise, _unchanged, summary_line
+from resomap.sweep.trial import TrialResult
 from resomap.tracking import default_tracking_uri, make_tracker
 from resomap.tracking.parent import close_parent, open_parent
 
 log = logging.getLogger(__name__)
-STATE_FILE = "state.json"
 
 
 @dataclasses.dataclass
@@ -298,16 +296,6 @@ def _channels(cfg: Config) -> int:
     return int(DATASETS.meta(cfg.data.dataset).get("channels") or 1)
 
 
-def _results(trials: list[Trial], new: list[TrialResult] = ()) -> list[TrialResult]:
-    """The planned trials' results on disk, else the one an executor returned (a worker that wrote none)."""
-    by_key = {r.key: r for r in new}
-    results = [r for r in (load_result(t) or by_key.get(t.key) for t in trials) if r is not None]
-    return sorted(results, key=lambda r: (r.model, r.resolution, r.seed))
-
-
-ESTIMATES_FILE = "eta.csv"
-
-
 def _estimates(progress: Progress) -> str | None:
     """eta.csv's text: per finished trial of this run, the ETA the progress line gave and the seconds the remaining
     trials then took (how good the estimate was; scripts/benchmark_eta.py reads it); None when no trial ran."""
@@ -323,64 +311,7 @@ def _estimates(progress: Progress) -> str | None:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- nothing to do
-
-
-def results_digest(trials: list[Trial]) -> str:
-    """A hash of every planned trial's key, folder (summary.json records it) and result.json bytes (a missing file
-    counts as empty)."""
-    h = hashlib.sha256()
-    for trial in trials:
-        path = trial.summary_dir / "result.json"
-        h.update(trial.key.encode())
-        h.update(trial.summary_dir.as_posix().encode())
-        h.update(path.read_bytes() if path.is_file() else b"")
-    return h.hexdigest()
-
-
-def summary_inputs(cfg: Config) -> dict[str, Any]:
-    """What the summary depends on besides the result files: the stats settings and a hash of the statistics and
-    report code (resomap.stats, resomap.reports), read from the source files, nothing imported."""
-    h = hashlib.sha256()
-    package = Path(__file__).resolve().parents[1]
-    for path in sorted([*(package / "stats").glob("*.py"), *(package / "reports").glob("*.py")]):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return {"stats": to_dict(cfg)["stats"], "code": h.hexdigest()[:16]}
-
-
-def _unchanged(cfg: Config, trials: list[Trial], out_dir: Path) -> tuple[list[TrialResult], str | None] | None:
-    """(results, parent run id) when the summary was made from exactly these result files and settings and, with
-    MLflow on, the store named now holds everything; else None."""
-    try:
-        state = json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if state.get("digest") != results_digest(trials) or not (out_dir / "summary.csv").is_file():
-        return None
-    if state.get("inputs") != summary_inputs(cfg):
-        return None
-    if cfg.mlflow.enabled and not (state.get("published") and state.get("tracking_uri") == default_tracking_uri(cfg)):
-        return None
-    return _results(trials), state.get("parent_run_id")
-
-
-def _state(cfg: Config, trials: list[Trial], parent: str | None, published: bool) -> str:
-    state = {
-        "digest": results_digest(trials),
-        "inputs": summary_inputs(cfg),
-        "parent_run_id": parent,
-        "published": published,
-        "tracking_uri": default_tracking_uri(cfg) if cfg.mlflow.enabled else None,
-    }
-    return json.dumps(state, indent=2)
-
-
-def _save_state(cfg: Config, trials: list[Trial], out_dir: Path, parent: str | None, published: bool) -> None:
-    write_text(out_dir / STATE_FILE, _state(cfg, trials, parent, published))
-
-
-# ---------------------------------------------------------------- MLflow: sync (the parent run: tracking.publish)
+# ---------------------------------------------------------------- MLflow: sync (the parent run: tracking.sweep_run)
 
 
 def _needs_sync(trials: list[Trial]) -> bool:
@@ -425,150 +356,3 @@ def _sync_locked(cfg: Config, trials: list[Trial], tracker: Any):
         outcome.failed["sweep run"] = tracker.failures[-1].splitlines()[0]
     outcome.parent_run_id = parent
     return outcome
-
-
-# ---------------------------------------------------------------- summary
-
-
-def trial_folders(trials: list[Trial]) -> dict[tuple[str, int, int], Path]:
-    """{(model, resolution, seed): the trial's summary folder} (where result.json and predictions.csv are)."""
-    return {(t.model, t.resolution, t.seed): t.summary_dir for t in trials}
-
-
-def _summarise(
-    results: list[TrialResult],
-    cfg: Config,
-    out_dir: Path,
-    tracker: Any,
-    parent: str | None,
-    trials: list[Trial] | None = None,
-    seconds: dict[str, float] | None = None,
-    estimates: str | None = None,
-) -> list[Path]:
-    """summary.csv/json, paired_tests.csv, recommendation.csv, summary.md/txt, the sweep figures, the
-    cross-resolution comparison of explanations, report.html and state.json, built in a staging folder and swapped
-    in whole; then all logged to the parent run (only what it lacks or what changed, so publishing again is
-    harmless). ``trials`` locate each result's folder (default: the sweep's plan); ``seconds`` (when given)
-    receives how long each part took; ``estimates``, this run's eta.csv (else the lines of a run killed before its
-    summary, `Layout.pending_estimates`, else the summary's earlier one is kept: part of the folder, swapped in
-    with it)."""
-    clock = _Clock(seconds if seconds is not None else {})
-    trials = trials if trials is not None else plan(cfg, check=False)
-    folders = trial_folders(trials)
-    staging = staging_dir(out_dir)
-    try:
-        built = _build_summary(results, cfg, staging, folders, clock)
-        pending = Layout.of_sweep_folder(out_dir).pending_estimates()
-        if estimates is None and pending.is_file():  # a run killed in its summary phase: its lines
-            estimates = pending.read_text(encoding="utf-8")
-        if estimates is not None:
-            write_text(staging / ESTIMATES_FILE, estimates)
-        elif (out_dir / ESTIMATES_FILE).is_file():
-            shutil.copy2(out_dir / ESTIMATES_FILE, staging / ESTIMATES_FILE)
-        write_text(staging / STATE_FILE, _state(cfg, trials, parent, published=False))
-        replace_dir(staging, out_dir)
-        pending.unlink(missing_ok=True)
-    except Exception as exc:  # a full disk: said in one line naming the summary's file; the old summary stays
-        full = disk_full(exc)
-        if full is None:
-            raise
-        raise disk_full_error(_in_place(full.filename, staging, out_dir)) from exc
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        with contextlib.suppress(OSError):  # its staging root, when nothing else is built there
-            staging.parent.rmdir()
-    summary, tables, figures, comparison, page = _moved(built, staging, out_dir)
-    if parent is not None:
-        _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock)
-    return figures + ([page] if page else []) + comparison.files
-
-
-def _in_place(path: str | None, staging: Path, out_dir: Path) -> Path:
-    """Where `path`, written in the staging folder, goes in the summary folder (the summary folder itself for a
-    path outside it, or none)."""
-    try:
-        return out_dir / Path(path).relative_to(staging) if path else out_dir
-    except ValueError:
-        return Path(path)
-
-
-def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict, clock: _Clock) -> tuple:
-    from resomap.reports import build_summary, sweep_figures, write_summary
-    from resomap.reports.explain_comparison import draw_comparison
-    from resomap.stages import compare_stage
-
-    with clock("statistics"):
-        summary = build_summary(results, folders, cfg.stats)
-        tables = write_summary(summary, out_dir)
-    with clock("figures"):
-        figures = sweep_figures(
-            summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations, summary.trials
-        )
-    with clock("explanations"):
-        deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
-        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
-        draw_comparison(comparison)
-    with clock("report"):
-        page = _report(out_dir)
-    return summary, tables, figures, comparison, page
-
-
-def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
-    """The paths of what `_build_summary` wrote in `staging`, now under `out_dir`."""
-    summary, tables, figures, comparison, page = built
-
-    def move(path: Path) -> Path:
-        return out_dir / Path(path).relative_to(staging)
-
-    comparison = dataclasses.replace(comparison, files=[move(p) for p in comparison.files])
-    return summary, [move(p) for p in tables], [move(p) for p in figures], comparison, page and move(page)
-
-
-def _publish_summary(tracker, parent, summary, tables, figures, comparison, page, folders, clock) -> None:
-    from resomap.explain.run import MAPS_FILE
-    from resomap.reports.probe_images import sweep_probe_images
-    from resomap.tracking.publish import publish_sweep
-
-    shown = {}  # the first seed of each (model, resolution) in the parent's image grid
-    for (model, resolution, _seed), folder in sorted(folders.items()):
-        shown.setdefault((model, resolution), folder / MAPS_FILE)
-    with clock("probe images"):
-        images = sweep_probe_images(shown)
-    with clock("MLflow"):
-        publish_sweep(
-            tracker, parent, summary, tables=tables, figures=figures, page=page, comparison=comparison, images=images
-        )
-
-
-class _Clock:
-    """`with clock(name):` adds the block's wall time to `seconds[name]`."""
-
-    def __init__(self, seconds: dict[str, float]):
-        self.seconds = seconds
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-
-
-def summary_line(seconds: dict[str, float]) -> str:
-    """'[sweep] summary in 12.3 s (statistics 1.0 s, figures 4.1 s, ...)': where the summary phase's time went."""
-    parts = ", ".join(f"{name} {value:.1f} s" for name, value in seconds.items())
-    return f"[sweep] summary in {sum(seconds.values()):.1f} s ({parts})"
-
-
-def _report(out_dir: Path) -> Path | None:
-    """The sweep's one-page HTML report (report.html beside the summary); a failure is logged, never fatal."""
-    try:
-        from resomap.reports.html import write_report
-
-        return write_report(out_dir)
-    except Exception as exc:
-        if disk_full(exc) is not None:  # the rest of the summary cannot be written either
-            raise
-        log.warning("HTML report not written: %s: %s", type(exc).__name__, exc)
-        return None

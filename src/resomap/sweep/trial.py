@@ -1,14 +1,12 @@
-"""One trial: a model at one resolution and seed (Trial), what it found (TrialResult, from resomap.trial_result),
-and run_trial: data -> model -> Trainer -> the stages of resomap.stages -> summary files -> publish to MLflow."""
+"""One trial run: a model at one resolution and seed (Trial, from resomap.sweep.identity), what it found
+(TrialResult, from resomap.trial_result), and run_trial: data -> model -> Trainer -> the stages of resomap.stages
+-> summary files -> publish to MLflow."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import logging
-import re
 import shutil
 import time
 import traceback
@@ -16,240 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from resomap.atomic import disk_full, write_text
-from resomap.config import Config, save_resolved, to_dict, with_overrides
+from resomap.config import Config, with_overrides
 from resomap.errors import ConfigError, ResoMapError
-from resomap.layout import Layout
-from resomap.tasks import other_task_sections
+from resomap.sweep.identity import _SEED_FOLDER, Trial, _checkpoint_key, save_trial_config, trial_key
+from resomap.sweep.trial_records import data_record, recipe_record
 from resomap.trial_result import DISK_FULL, TrialResult  # below sweep and analysis; kept importable from here
 
 log = logging.getLogger(__name__)
-
-# Settings that change how a trial is run or logged but not what it computes: left out of its key.
-_KEY_EXCLUDE = ("sweep", "mlflow", "stats", "training.progress", "system.num_workers", "system.persistent_workers")
-_SEED_FOLDER = re.compile(r"seed\d+")
-
-
-@dataclasses.dataclass(frozen=True)
-class Trial:
-    """A model at one resolution and seed. Its folders are its experiment's (resomap.layout:
-    model_summaries/<experiment>/<model>/<res>/seed<S>/, checkpoints/<experiment>/<family>/<model>/<res>/seed<S>/)
-    and always end in `seed<S>`, whatever the number of seeds, so adding seeds to a finished sweep moves nothing and
-    experiments sharing an output folder never meet. Its folders of the seed layout without an experiment level are
-    moved into these by `resomap.sweep.migrate` (the sweep, under its lock). A trial of the older single-seed layout
-    (the folder `<res>/` itself holding its result.json or last.pt) is found and used in place: `legacy` says which
-    layout (None: look on disk; run_trial pins it once, so a run never switches folders half-way)."""
-
-    model: str
-    resolution: int
-    seed: int
-    cfg: Config
-    legacy: bool | None = dataclasses.field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cfg", pin_precision(self.cfg))  # its key and records name the precision it runs
-
-    @functools.cached_property
-    def key(self) -> str:
-        """trial_key of this trial, computed on first use (the fields are frozen, so it never changes)."""
-        return trial_key(self.cfg, self.model, self.resolution, self.seed)
-
-    @functools.cached_property
-    def family(self) -> str:
-        """The model's family (its checkpoint folders are grouped by it)."""
-        from resomap.models import get_spec
-
-        return get_spec(self.model).family
-
-    @property
-    def layout(self) -> Layout:
-        return Layout.of(self.cfg)
-
-    @property
-    def name(self) -> str:
-        """`<model>@<resolution>`, plus `/seed<S>` when the sweep has several seeds."""
-        base = f"{self.model}@{self.resolution}"
-        return base if len(self.cfg.sweep.seeds) <= 1 else f"{base}/seed{self.seed}"
-
-    def checkpoint_dir(self, family: str | None = None) -> Path:
-        family = family or self.family
-        if self._in_legacy_folder():
-            return self.layout.single_seed_checkpoints(family, self.model, self.resolution)
-        return self.layout.trial_checkpoints(family, self.model, self.resolution, self.seed)
-
-    @property
-    def summary_dir(self) -> Path:
-        if self._in_legacy_folder():
-            return self.layout.single_seed_summary(self.model, self.resolution)
-        return self.layout.trial_summary(self.model, self.resolution, self.seed)
-
-    def lr_find_file(self, family: str | None = None) -> Path:
-        """lr_find.json, shared by the seeds of this model x resolution: beside their folders (in a single-seed
-        folder, inside it)."""
-        folder = self.checkpoint_dir(family)
-        return (folder if self._in_legacy_folder() else folder.parent) / "lr_find.json"
-
-    def seed_layout_dirs(self) -> tuple[Path, Path]:
-        """(summary, checkpoint folder) this trial had in the seed layout without an experiment level."""
-        lay = self.layout
-        return (
-            lay.seed_layout_summary(self.model, self.resolution, self.seed),
-            lay.seed_layout_checkpoints(self.family, self.model, self.resolution, self.seed),
-        )
-
-    def pinned(self) -> Trial:
-        """This trial with its layout decided now (see `legacy`)."""
-        pinned = dataclasses.replace(self, legacy=self._in_legacy_folder())
-        pinned.__dict__["key"] = self.key  # the same trial (legacy is no part of the key): its key carries over
-        return pinned
-
-    def _in_legacy_folder(self) -> bool:
-        """The trial lives in a folder of the single-seed layout: it has no folder of its experiment's layout nor
-        one of the seed layout to be moved there, and `<res>/` holds its result.json (this key) or its last.pt /
-        last.json (this config hash)."""
-        if self.legacy is not None:
-            return self.legacy
-        lay = self.layout
-        if lay.trial_summary(self.model, self.resolution, self.seed).exists():
-            return False
-        if lay.trial_checkpoints(self.family, self.model, self.resolution, self.seed).exists():
-            return False
-        old_summary, old_checkpoints = self.seed_layout_dirs()
-        if result_key(old_summary) == self.key or checkpoint_key(old_checkpoints) == self.key:
-            return False  # moved into the experiment's folders by the sweep (resomap.sweep.migrate)
-        summary = lay.single_seed_summary(self.model, self.resolution)
-        if result_key(summary) == self.key:
-            return True
-        return checkpoint_key(lay.single_seed_checkpoints(self.family, self.model, self.resolution)) == self.key
-
-
-def result_key(folder: Path) -> str | None:
-    """The trial key of the result.json in `folder` (None: none, unreadable or torn)."""
-    try:
-        key = json.loads((folder / "result.json").read_text(encoding="utf-8")).get("key")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return key if isinstance(key, str) else None
-
-
-def checkpoint_key(folder: Path) -> str | None:
-    """The config hash of the last.pt in `folder` (None: no last.pt / last.json there)."""
-    if (folder / "last.json").is_file() or (folder / "last.pt").is_file():
-        return _checkpoint_key(folder)
-    return None
-
-
-def trial_key(cfg: Config, model: str, resolution: int, seed: int) -> str:
-    """A stable hash of everything that decides what the trial computes."""
-    tree = _key_tree(cfg, model)
-    tree["trial"] = {"model": model.lower(), "resolution": resolution, "seed": seed}
-    revision = model_revision(model)
-    if revision > 1:  # the model's architecture changed: results of its earlier revision belong to another trial
-        tree["trial"]["revision"] = revision
-    return _hash(tree)
-
-
-def model_revision(model: str) -> int:
-    """The registered revision of a model's architecture (register_model(revision=...); 1 for timm models, plugins
-    and the first revision of every built-in), read from the catalog without importing torch when it can."""
-    from resomap.catalog import registry
-    from resomap.errors import UnknownNameError
-
-    reg = registry("models")
-    if reg is None:  # no catalog: the live registry
-        from resomap.models.registry import MODELS as reg
-    try:
-        return int(reg.meta(model).get("revision", 1))
-    except (UnknownNameError, KeyError):  # timm:<name>, or a name the trial itself rejects
-        return 1
-
-
-def sweep_identity(cfg: Config) -> str:
-    """A stable hash of what a sweep computes apart from its grid (sweep.* is in no key): adding models,
-    resolutions or seeds keeps it, so the sweep keeps its MLflow parent run."""
-    return _hash({**_key_tree(cfg), "sweep": "identity"})
-
-
-def _key_tree(cfg: Config, model: str | None = None) -> dict[str, Any]:
-    """The config as a tree without the settings that do not change what a trial computes: the `models.*` sections
-    that named models read (ModelsConfig.MODEL_SECTIONS: models.hog) only in those models' trees (`model`), so
-    adding such a section kept every other key."""
-    tree = to_dict(cfg)
-    for section, readers in type(cfg.models).MODEL_SECTIONS.items():
-        if model is None or model.lower() not in readers:
-            tree["models"].pop(section, None)
-    for dotted in _KEY_EXCLUDE:
-        node = tree
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node[part]
-        node.pop(leaf, None)
-    task = tree["experiment"].pop("task", "classification")
-    for section in other_task_sections(task):  # another task's settings do not change what this trial computes
-        tree.pop(section, None)
-    _moved_back(cfg, tree)
-    for section in ("task", "loss"):  # option groups left empty: the keys stay what they were before these groups
-        if not tree.get(section):
-            tree.pop(section, None)
-    if task != "classification":  # classification keys stay what they were before the task axis
-        tree["experiment"]["task"] = task
-    return tree
-
-
-def _moved_back(cfg: Config, tree: dict[str, Any]) -> None:
-    """Keys that moved (config.schema.MOVED_KEYS: segmentation.tversky_* -> loss.focal_tversky.*) put back where they
-    were in the key tree, set or not, so the trial keys of sweeps from before the move stay the same."""
-    from resomap.config.groups import group_options
-    from resomap.config.schema import MOVED_KEYS
-
-    for old, new in MOVED_KEYS.items():
-        section, leaf = old.split(".")
-        if section not in tree:  # another task's section: out of this key
-            continue
-        group, entry, field = new.split(".")
-        tree[section][leaf] = getattr(group_options(getattr(cfg, group), entry), field)
-        moved = tree.get(group, {}).get(entry)
-        if moved is not None:
-            moved.pop(field, None)
-            if not moved:
-                tree[group].pop(entry)
-
-
-def _hash(tree: dict[str, Any]) -> str:
-    text = json.dumps(tree, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def precision_choice(cfg: Config) -> tuple[str, str]:
-    """(precision, why) that `system.precision` means on the device this config resolves to (auto: bf16 where
-    the hardware computes it natively, else fp32; runtime.resolve_precision)."""
-    from resomap.runtime import resolve_device, resolve_precision
-
-    if cfg.system.precision != "auto":
-        return cfg.system.precision, "set in the config"
-    return resolve_precision("auto", resolve_device(cfg.system))
-
-
-def pin_precision(cfg: Config) -> Config:
-    """The config with `system.precision: auto` replaced by what it resolves to here, and `system.channels_last:
-    auto` by what goes with that precision (runtime.resolve_channels_last), once per sweep: every trial then runs,
-    records and is keyed by the same settings (a trial's key hashes its config, so trials of one precision are
-    never taken for those of another, and auto resolving to fp32 keeps the keys of the fp32 runs before auto)."""
-    from resomap.runtime import resolve_channels_last
-
-    sysc = cfg.system
-    if sysc.precision != "auto" and isinstance(sysc.channels_last, bool):
-        return cfg
-    precision, _ = precision_choice(cfg)
-    pinned = {
-        "system.precision": precision,
-        "system.channels_last": resolve_channels_last(sysc.channels_last, precision),
-    }
-    return with_overrides(cfg, pinned, "system auto settings")
-
-
-def save_trial_config(cfg: Config, folder: Path) -> Path:
-    """config.yaml of the config a trial runs with (after an out-of-memory retry: the halved batch that ran)."""
-    return save_resolved(cfg, folder / "config.yaml")
 
 
 # ---------------------------------------------------------------- running a trial
@@ -308,9 +79,7 @@ def run_trial(
             raise
     finally:
         result.finished_at = time.time()
-        result.tracked = False  # until publish has logged everything
-        saved = _save(trial, result)
-        _publish(trial, result, tracker, parent_run_id, prepared, saved)
+        _save_and_publish(trial, result, tracker, parent_run_id, prepared)
     return result
 
 
@@ -335,11 +104,24 @@ def _failed(trial: Trial, result: TrialResult, exc: BaseException) -> None:
         log.debug("%s: failure.txt not written: %s", trial.name, err)
 
 
-def _save(trial: Trial, result: TrialResult) -> bool:
-    """The result saved (TrialResult.save: summary.txt, then result.json); False when the disk is full: the trial
-    then fails for it, with no new result on disk, and the next run of the sweep runs it again."""
+def _save_and_publish(
+    trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any
+) -> None:
+    """summary.txt, then the trial's MLflow run (its live run: result.run_id), then result.json, written once and
+    last: it says whether publish logged everything (`tracked`, else `resomap sync` logs it later) and the run id.
+    A full disk fails the trial for it (DISK_FULL): with no new result on disk the next run of the sweep runs it
+    again."""
+    result.tracked = False  # until publish has logged everything
+    _saved(trial, result, TrialResult.save_summary)
+    _publish(trial, result, tracker, parent_run_id, prepared)
+    if not _saved(trial, result, TrialResult.save_result):
+        result.tracked = False
+
+
+def _saved(trial: Trial, result: TrialResult, save: Any) -> bool:
+    """`save(result, folder)` done; False when the disk is full: the trial then fails for it."""
     try:
-        result.save(trial.summary_dir)
+        save(result, trial.summary_dir)
         return True
     except OSError as exc:
         full = disk_full(exc)
@@ -351,64 +133,8 @@ def _save(trial: Trial, result: TrialResult) -> bool:
         return False
 
 
-def data_record(bundle: Any) -> dict[str, Any]:
-    """What a trial trained on, for result.json and MLflow's dataset inputs: the dataset and its options, a digest
-    of the classes and of the raw-image indices of each split (same digest = same images in the same splits, at
-    any resolution), and the split sizes."""
-    import numpy as np
-
-    h = hashlib.sha256(json.dumps([bundle.dataset, bundle.variant, list(bundle.class_names)]).encode())
-    for split in sorted(bundle.splits):
-        h.update(split.encode())
-        h.update(np.asarray(bundle.splits[split], dtype=np.int64).tobytes())
-    return {
-        "name": bundle.dataset,
-        "options": bundle.variant,
-        "digest": h.hexdigest()[:12],
-        "splits": {split: len(bundle.splits[split]) for split in sorted(bundle.splits)},
-        "classes": list(bundle.class_names),
-        "channels": int(bundle.channels),
-        "data_seed": int(bundle.data_seed),
-        "augmentation": augmentation_record(bundle),
-    }
-
-
-def recipe_record(cfg: Config) -> dict[str, str]:
-    """How the trial was trained, in words, for result.json and the summary's "Training recipe" line: the class
-    imbalance treatment, the learning rate, the weights evaluated, the stopping rule and test-time augmentation."""
-    tc = cfg.training
-    imbalance = {"balanced": "the loss weighted by inverse class frequency", "none": "none"}[tc.class_weights]
-    if tc.sample_weights == "confidence":
-        imbalance += ", each image also weighted by its label's confidence"
-    es = tc.early_stopping
-    stop = f"at most {tc.epochs} epochs"
-    if es.enabled:
-        smooth = f" (smoothed, weight {es.smoothing:g})" if es.smoothing < 1 else ""
-        stop += f"; early stopping when {es.monitor}{smooth} did not improve for {es.patience} epochs"
-        stop += f", not before epoch {es.min_epochs}" if es.min_epochs else ""
-    if tc.max_minutes is not None:
-        stop += f"; at most {tc.max_minutes:g} minutes"
-    return {
-        "class_imbalance": imbalance,
-        "learning_rate": "the LR range test's (training.lr_find)" if tc.lr_find.enabled else f"{tc.optimizer.lr:g}",
-        "schedule": tc.scheduler.name,
-        "weights_evaluated": f"EMA (decay {tc.ema.decay:g})" if tc.ema.enabled else "the trained weights",
-        "stopping": stop,
-        "tta": ", ".join(tc.tta) if tc.tta else "none",
-    }
-
-
-def augmentation_record(bundle: Any) -> dict[str, Any]:
-    """The augmentation recipe the trial trained with (BatchAugment.describe), or that there was none."""
-    augment = getattr(getattr(bundle, "train", None), "augment", None)
-    return augment.describe() if augment is not None else {"enabled": False, "recipe": "no augmentation"}
-
-
-def _publish(
-    trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any, saved: bool = True
-) -> None:
-    """The trial's MLflow run made to hold its result; result.json then says `tracked` (unless it could not be
-    saved: `saved`)."""
+def _publish(trial: Trial, result: TrialResult, tracker: Any, parent_run_id: str | None, prepared: Any) -> None:
+    """The trial's MLflow run made to hold its result; the result then says `tracked` and the run id."""
     from resomap.models import unwrap
     from resomap.tracking.publish import publish
 
@@ -417,15 +143,8 @@ def _publish(
         model, bundle = unwrap(prepared.model), prepared.bundle
         example = bundle.normalize(bundle.images("test")[:2]).cpu().numpy()
     run_id = publish(result, trial, tracker, parent_run_id, model=model, example=example)
-    if run_id is not None and saved:
+    if run_id is not None:
         result.run_id, result.tracked = run_id, True
-        try:
-            result.save(trial.summary_dir)
-        except OSError as exc:  # the result on disk stays untracked: `resomap sync` finds the run again
-            if disk_full(exc) is None:
-                raise
-            result.tracked = False
-            log.info("trial %s: result not marked tracked: %s", trial.name, exc)
 
 
 def _open_live_run(tracker: Any, trial: Trial, result: TrialResult, parent_run_id: str | None):
@@ -470,21 +189,6 @@ def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
         elif not _SEED_FOLDER.fullmatch(path.name):  # another seed's folder inside an old-layout folder is kept
             shutil.rmtree(path)
     return None
-
-
-def _checkpoint_key(folder: Path) -> str | None:
-    """The config hash last.pt was written for: from last.json, or from last.pt itself when a kill came between
-    the two writes."""
-    from resomap.training import load_checkpoint
-
-    try:
-        return json.loads((folder / "last.json").read_text(encoding="utf-8")).get("config_hash")
-    except (OSError, ValueError):
-        pass
-    try:
-        return load_checkpoint(folder / "last.pt").get("meta", {}).get("config_hash")
-    except ResoMapError:  # a torn or foreign file: start afresh
-        return None
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """Segmentation: logits [B, K, r, r], a class per pixel, the configured sum of loss terms (resomap.tasks.losses),
 metrics at a reference resolution with per-image IoU/Dice/pixel accuracy/boundary F1 (resomap.tasks.seg_metrics),
-and explanations of a class's logits summed over its region (resomap.explain.methods.targets). The summary reads the per-image
-mIoU and boundary F1 (seg_predictions.csv); torch is imported where it is used."""
+and explanations of a class's logits summed over its region (resomap.explain.methods.targets). The summary reads
+the per-image mIoU and boundary F1 (seg_predictions.csv); torch is imported where it is used."""
 
 from __future__ import annotations
 

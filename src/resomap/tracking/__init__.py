@@ -1,7 +1,7 @@
 """MLflow tracking: runs by explicit id, retries, per-epoch callback, and publishing a trial's results."""
 
+from resomap.tracking.live import MlflowCallback
 from resomap.tracking.mlflow_store import (
-    MlflowCallback,
     NullTracker,
     Tracker,
     artifact_root,

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from resomap.atomic import disk_full
 from resomap.config.schema import Config
+from resomap.tracking.views import experiment_tags
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,32 +41,6 @@ HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT
 PERMANENT_ERRORS = frozenset(
     {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "BAD_REQUEST"}
 )
-# MLflow 3's UI opens an experiment on its GenAI overview unless this tag names the kind; "custom_model_development"
-# is the value its UI uses for model training (the runs table with the chart view).
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"
-# The runs table's columns a resolution study reads first, as an MLflow shared view (the UI's own mechanism: an
-# experiment tag mlflow.sharedViewState.<key> opened with ?viewStateShareKey=<key>); `resomap ui` prints its link.
-VIEW_KEY = "resomap"
-VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-VIEW_COLUMNS = (
-    "params.`model`",
-    "params.`resolution`",
-    "params.`seed`",
-    "params.`dataset`",
-    "metrics.`test/accuracy`",
-    "metrics.`test/macro_f1`",
-    "metrics.`profile/latency_p50_ms`",
-    "metrics.`profile/peak_memory_mb`",
-)
-
-
-def experiment_tags() -> dict[str, str]:
-    """The tags every experiment ResoMap logs to carries: its kind (model training) and the runs-table view."""
-    import json
-
-    view = {"selectedColumns": list(VIEW_COLUMNS), "orderByKey": "attributes.start_time", "orderByAsc": False}
-    return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG: json.dumps(view)}
 
 
 class TrackingUnavailable(RuntimeError):
@@ -501,35 +476,3 @@ def is_number(value: Any) -> bool:
 def _param_text(value: Any) -> str:
     text = str(value)
     return text if len(text) <= MAX_PARAM_LEN else text[: MAX_PARAM_LEN - 3] + "..."
-
-
-class MlflowCallback:
-    """Trainer callback: per-epoch metrics into one run, logged in batches with the epoch as step.
-
-    An epoch the run already holds is not logged again (as `publish` logs only what a run lacks): the run of a
-    trial is reused by its next attempt (`--rerun-failed`, a resume), and an attempt that trains an epoch again
-    would add a second point at its step. A gradient fit resumes after its last.pt's epoch, but a closed-form
-    model (resomap.models.classical) refits every penalty from the start, with the same seed and the same scores."""
-
-    def __init__(self, tracker: Tracker, run_id: str):
-        self.tracker = tracker
-        self.run_id = run_id
-        self._pending: dict[str, float] = {}
-        self._logged: set[int] = set()
-
-    def on_fit_start(self, trainer: Any) -> None:
-        try:  # the epochs an earlier attempt logged (every history row has "epoch")
-            self._logged = {int(m.step) for m in self.tracker.metric_history(self.run_id, "epoch")}
-        except Exception:  # the store went away: log as usual (publish and sync repeat nothing)
-            self._logged = set()
-
-    def on_train_epoch_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
-        self._pending.update(metrics)
-
-    def on_validation_end(self, trainer: Any, metrics: Mapping[str, float]) -> None:
-        self._pending.update(metrics)
-        step = int(trainer.epoch)
-        if step not in self._logged:
-            self.tracker.log_metrics(self.run_id, self._pending, step=step)
-            self._logged.add(step)
-        self._pending = {}

@@ -1,19 +1,21 @@
 """The sweep's parent run: one per sweep identity, whatever its grid.
 
 `open_parent` finds it by its sweep-identity tag (the hash of what the sweep computes apart from its models,
-resolutions and seeds: `resomap.sweep.trial.sweep_identity`), so adding seeds, resolutions or models to a finished
+resolutions and seeds: `resomap.sweep.identity.sweep_identity`), so adding seeds, resolutions or models to a finished
 sweep reuses its parent; a parent made before identities (tagged with the hash of its trial keys) is found by that
 key and re-tagged. The grid of the latest round is in the parent's `resomap.grid.*` tags (params cannot change).
 Its params are the few settings a reader compares sweeps by (`PARENT_PARAMS`); the whole resolved config is the
 artifact config/sweep_config.yaml (a long param list fills every image card of the MLflow UI). `close_parent` tags
 the children, moves under the parent any child of a planned trial that an earlier round put
-elsewhere, and closes it once every planned trial has a result.
+elsewhere, and closes it once every planned trial has a result. `publish_adaptive` puts an adaptive sweep's record
+on it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from resomap.config import Config, dump_yaml, flatten
@@ -31,7 +33,7 @@ PARENT_PARAMS = (
     "training.batch_size",
     "training.optimizer.lr",
     "stats.margin",
-    "system.precision",  # pinned once for every trial (sweep.trial.pin_precision)
+    "system.precision",  # pinned once for every trial (sweep.identity.pin_precision)
     "system.channels_last",
 )
 CONFIG_ARTIFACT = "config/sweep_config.yaml"
@@ -104,3 +106,24 @@ def adopt_children(tracker: Any, parent: str, run_ids: set[str]) -> None:
     for run in runs:
         if run.info.run_id in run_ids and run.data.tags.get("mlflow.parentRunId") != parent:
             tracker.set_tags(run.info.run_id, {"mlflow.parentRunId": parent})
+
+
+def publish_adaptive(tracker: Any, parent: str, record: dict[str, Any], files: Iterable[Path]) -> None:
+    """An adaptive sweep's record (resomap.sweep.adaptive) on its parent run: how it stopped (tag), trials used
+    against the full grid (metrics), each model's look and alpha (tags), and the rewritten summary files and
+    report (artifacts)."""
+    from resomap.tracking.sweep_run import log_changed, mlflow_name
+
+    metrics = {
+        "adaptive/trials_used": record["trials_used"],
+        "adaptive/full_grid_trials": record["full_grid_trials"],
+        "adaptive/rounds": len(record["rounds"]),
+    }
+    tags = {"resomap.adaptive": f"{record['stopped']} ({record['spending']}, {record['planned_looks']} looks)"}
+    for model, m in record["models"].items():
+        at = f"look {m['decided_at']} (alpha {m['alpha']:.4g})" if m["decided_at"] else "undecided"
+        stop = f"; {m['stopped']} (look {m['stopped_at']})" if m.get("stopped") else ""
+        tags[f"resomap.adaptive.{mlflow_name(model)}"] = f"{at}; seeds {m['seeds']}{stop}"
+    log_changed(tracker, parent, metrics, tags)
+    for path in files:
+        tracker.log_artifact(parent, path, None if path.name == "report.html" else "summary")

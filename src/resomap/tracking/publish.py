@@ -1,11 +1,11 @@
 """Log one trial to MLflow from its result and its summary folder: `publish`, used after every trial and by
 `resomap sync`.
 
-The trial's run is found by its trial-key tag (else created, under the sweep's parent run when there is one), so
-no run is ever made twice. Then: params, tags (trial key, model, family, resolution, seed, CAM layer, failed
-explainers, failure, undertrained, stop reason, augmentation recipe), the per-epoch history (step = epoch), test,
-`test_at_<res>/accuracy`, profile, `convergence/*` and explanation metrics, the summary folder's files, the best
-checkpoint (mlflow.log_checkpoint), the model
+The trial's run is the result's `run_id`; a result without one finds it by its trial-key tag (else creates it,
+under the sweep's parent run when there is one), so no run is ever made twice. Then: params, tags (trial key,
+model, family, resolution, seed, CAM layer, failed explainers, failure, undertrained, stop reason, augmentation
+recipe), the per-epoch history (step = epoch), test, `test_at_<res>/accuracy`, profile, `convergence/*` and
+explanation metrics, the summary folder's files, the best checkpoint (mlflow.log_checkpoint), the model
 (mlflow.log_model), and the run is closed with the trial's status. Only what the run does not hold yet is logged
 (metric points by key and step, params by key, files by path; result.json and the small text files are always
 refreshed), so publishing again changes nothing, and the points MlflowCallback logged live are not repeated.
@@ -15,16 +15,16 @@ It knows runs and result files, not sweeps: `trial` is anything with key, name, 
 produced and builds nothing: the probe maps come as the explain stage's captioned PNGs (probe_images/), the
 parent's as arrays drawn by the sweep, a model not in memory through the caller's `load_model`.
 
-What the sweep's parent run holds is published here too (second half): the summary's tables, figures, report,
-headline metrics and tags, the per-resolution points and probe images (`publish_sweep`); the parent itself is
-found or made, and closed, by `resomap.tracking.parent`.
+What the sweep's parent run holds is published by `resomap.tracking.sweep_run` (`publish_sweep`: the summary's
+tables, figures, report, headline metrics and tags, the per-resolution points and probe images); the parent
+itself is found or made, and closed, by `resomap.tracking.parent`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 
 TRIAL_KEY_TAG = "resomap.trial_key"
 GROUP_TAG = "model_resolution"  # <model>@<resolution>: MLflow's group-by over seeds
-NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
-NOTE_LIMIT = 8000  # characters of a tag value MLflow stores
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
 ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
@@ -116,6 +114,8 @@ def publish(
 ) -> str | None:
     """Make the trial's run hold everything of `result` and its summary folder, closed with its status.
 
+    The run is the result's own `run_id` (the live run the trial trained in, or the one `resomap sync` found);
+    only a result without one (trained while the store was unreachable) looks its run up by the trial-key tag.
     Returns the run id when every call succeeded (the result may then say `tracked: true`), else None (the
     reason is the tracker's last failure). `model` (+ `example` input) is logged when mlflow.log_model; without
     it, `load_model(result)` gives them (the caller rebuilds the model from the best checkpoint), else no model
@@ -125,7 +125,7 @@ def publish(
     data = dict(result) if isinstance(result, Mapping) else result.to_dict()
     before = len(tracker.failures)
     try:
-        run_id = open_run(tracker, trial, data, parent_run_id, reopen=False)
+        run_id = data.get("run_id") or open_run(tracker, trial, data, parent_run_id, reopen=False)
         run = tracker.get_run(run_id)
         _log_content(tracker, run, trial, data, parent_run_id)
         if trial.cfg.mlflow.log_model and data.get("status") == "FINISHED" and not tracker.has_logged_model(run_id):
@@ -336,251 +336,3 @@ def _log_model(
 
 
 # ---------------------------------------------------------------- the sweep's parent run
-
-
-BY_RESOLUTION = "by_resolution/"  # the parent's metrics drawn against resolution (step = resolution)
-
-
-def resolution_points(rows: list[Any], matrices: Mapping[str, Mapping[str, Any]]) -> dict:
-    """key -> {resolution: value} for the parent run, so that MLflow's chart view draws each model's results
-    against resolution (step = resolution): the summary rows' columns marked for it (`rows`: SummaryRows, read
-    through their `by_resolution()`: accuracy with its interval, macro-F1, latency, memory, GMACs, training time,
-    explanation seconds per method), and per method the mean Spearman agreement of the maps at a resolution with
-    those at the sweep's other resolutions (main grid of the comparison)."""
-    points: dict[str, dict[int, float]] = {}
-
-    def add(model: str, name: str, resolution: Any, value: Any) -> None:
-        if is_number(value) and value == value:  # not NaN
-            points.setdefault(f"{BY_RESOLUTION}{mlflow_name(model)}/{name}", {})[int(resolution)] = float(value)
-
-    for row in rows:
-        for name, value in row.by_resolution().items():
-            add(row.model, name, row.resolution, value)
-    for name, entry in matrices.items():
-        model, method = name.rsplit("/", 1)
-        matrix, labels = entry.get("spearman"), entry.get("resolutions") or []
-        for i, resolution in enumerate(labels if matrix else []):
-            others = [v for j, v in enumerate(matrix[i]) if j != i and v is not None]
-            if others:
-                add(model, f"agreement_{method}", resolution, sum(others) / len(others))
-    return points
-
-
-def log_metric_points(
-    tracker: Any, run_id: str, points: dict[str, dict[int, float]], namespace: str | None = None
-) -> None:
-    """Make the run's points of each key those of ``points`` (key -> {step: value}): missing points are logged,
-    and a key whose logged points differ (a value changed, a step gone, a step logged twice) is rewritten
-    (Tracker.replace_metrics), so that the run follows its summary with one point per (key, step). With
-    ``namespace``, the run's keys under it that ``points`` lacks are removed. A store that cannot rewrite gets the
-    missing points only, and one warning."""
-    try:
-        run = tracker.get_run(run_id)
-    except Exception as exc:  # the calls below are soft; without the run, nothing is known to be there
-        log.log(warn_level(tracker), "MLflow: run %s not read (%s)", run_id, exc)
-        return
-    held = set(run.data.metrics)
-    stale: dict[str, dict[int, float]] = {}
-    missing: dict[str, dict[int, float]] = {}
-    for key, steps in points.items():
-        history = [(m.step, m.value) for m in tracker.metric_history(run_id, key)] if key in held else []
-        if sorted(history) == sorted(steps.items()):
-            continue
-        steps_held = [step for step, _ in history]
-        if len(set(steps_held)) < len(steps_held) or any(steps.get(step) != value for step, value in history):
-            stale[key] = steps  # a point changed, gone from the summary, or logged twice: only a rewrite mends it
-        missing[key] = {step: value for step, value in steps.items() if step not in dict(history)}
-    if namespace:
-        stale.update({key: {} for key in held if key.startswith(namespace) and key not in points})
-    if stale and tracker.replace_metrics(run_id, stale):
-        missing = {key: steps for key, steps in missing.items() if key not in stale}
-    elif stale:
-        log.warning(
-            "MLflow: %s cannot rewrite a logged metric; %d chart(s) of run %s keep earlier values where the summary "
-            "changed (summary.csv is current)",
-            tracker.uri,
-            len(stale),
-            run_id,
-        )
-    log_points(tracker, run_id, missing)
-
-
-def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, str, int], Mapping[int, Any]]) -> None:
-    """In the parent run, each model's probe maps at every resolution as MLflow images at step = resolution
-    (key probe/<model>/<method>/<n>), so the image grid's step slider moves one model's maps across resolutions,
-    and at step 0 the overview (MLflow's image card opens at step 0: it shows the overview, never an empty card).
-    `images`: (model, method, probe position) -> {resolution, or 0 for the overview: RGB uint8 array}, drawn by
-    the sweep (resomap.reports.probe_images.sweep_probe_images: one colour scale per model across its resolutions).
-    Each (key, step) is logged once: an overview logged before resolutions were added stays as it was (its
-    captions say which resolutions it shows); the per-resolution steps are complete."""
-    from PIL import Image
-
-    try:
-        held = _held_images(tracker.artifact_paths(run_id))
-    except Exception as exc:
-        log.log(warn_level(tracker), "MLflow: images of run %s not listed (%s)", run_id, exc)
-        return
-    for (model, method, position), by_step in sorted(images.items()):
-        key = f"probe/{mlflow_name(model)}/{method}/{position:02d}"
-        for step, array in sorted(by_step.items()):
-            if (key, int(step)) not in held:
-                tracker.log_image(run_id, Image.fromarray(array), key=key, step=int(step))
-
-
-def publish_sweep(
-    tracker: Any,
-    parent: str,
-    summary: Any,
-    *,
-    tables: Iterable[Path] = (),
-    figures: Iterable[Path] = (),
-    page: Path | None = None,
-    comparison: Any = None,
-    images: Mapping[tuple[str, str, int], Mapping[int, Any]] | None = None,
-) -> None:
-    """Log what the sweep's summary produced to its parent run, only what the run lacks or what changed (so
-    publishing again is harmless): report.html, the tables under summary/, the figures under figures/, the
-    comparison's files under explanations/<kind>/, headline metrics and the recommendation tags, the
-    per-resolution points (`resolution_points`) and the probe images (`publish_sweep_images`). `summary`: a
-    resomap.reports SweepSummary (rows, recommendations); `comparison`: a resomap.stages Comparison (files,
-    agreement, matrices) or None."""
-    figures = list(figures)
-    if page:
-        tracker.log_artifact(parent, page)
-    for path in tables:
-        tracker.log_artifact(parent, path, "summary")
-    for path in figures:
-        tracker.log_artifact(parent, path, "figures")
-    files = comparison.files if comparison is not None else []
-    for path in files:
-        tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
-    metrics = dict(comparison.agreement) if comparison is not None else {}
-    tags = headline(summary)
-    findings = comparison.findings if comparison is not None else []
-    tags[NOTE_TAG] = parent_note(summary, findings, page, figures)
-    from resomap.tasks import get_task, of_result
-
-    # descriptive: the highest test score of the sweep, by its task's headline per-image score (classification:
-    # best_test_accuracy; segmentation: best_test_miou), the seeds' mean of test/<score>
-    score = (of_result(summary.trials[0]) if summary.trials else get_task()).scores[0].name
-    column = f"test_{score}"  # a SummaryRow field (test_accuracy) or one of its task_metrics (test_miou)
-    found = [getattr(r, column) if hasattr(r, column) else r.task_metrics.get(column) for r in summary.rows]
-    if any(value is not None for value in found):
-        metrics[f"best_test_{score}"] = max(value for value in found if value is not None)
-    best = best_recommended(summary)
-    if best is not None:
-        tags[BEST_TAG] = best
-    unrecommended = []
-    for rec in summary.recommendations:
-        if rec["resolution"] is not None and rec.get("recommended"):  # only with the evidence (the summary's rule)
-            metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
-        else:
-            unrecommended.append(f"recommended_resolution/{mlflow_name(rec['model'])}")
-        if rec["resolution"] is not None:
-            metrics[f"reference_resolution/{mlflow_name(rec['model'])}"] = rec["reference"]
-    for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
-        where = f"{mlflow_name(row.model)}/{row.resolution}"
-        metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
-    drop = () if best is not None else (BEST_TAG,)
-    log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=unrecommended)
-    matrices = comparison.matrices if comparison is not None else {}
-    log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
-    publish_sweep_images(tracker, parent, images or {})
-
-
-BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
-
-
-def best_recommended(summary: Any) -> str | None:
-    """'<model>@<res>' of the most accurate resolution the summary recommends (a recommendation row's
-    `recommended`: reports.uncertainty.recommendation, not recomputed here); None when it recommends none."""
-    chosen = {(r["model"], r["resolution"]) for r in summary.recommendations if r.get("recommended")}
-    rows = [r for r in summary.rows if (r.model, r.resolution) in chosen]
-    best = max(rows, key=lambda r: r.test_accuracy or 0.0, default=None)
-    return f"{best.model}@{best.resolution}" if best is not None else None
-
-
-def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path]) -> str:
-    """The parent run's description (markdown, shown above its details in the MLflow UI): the decision per model
-    with its recommendation or 'no recommendation: <reason>' (and a line saying so when no model is recommended),
-    the undertrained model x resolutions, the explanation finding per model x method, and where the report and the
-    figures are."""
-    lines = ["**Decisions** (each resolution against the reference at the stated margin)", ""]
-    lines += [f"- {r['sentence']}" for r in summary.recommendations if r.get("sentence")] or ["- no finished trial"]
-    if summary.recommendations and not any(r.get("recommended") for r in summary.recommendations):
-        lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
-    lines += training_lines(getattr(summary, "rows", ()))
-    statements = [s for s in statements if s.strip()]
-    if statements:
-        lines += ["", "**Explanations** (agreement across resolutions against the cross-seed floor)", ""]
-        lines += [f"- {s}" for s in statements]
-    files = [f"- report: artifact `{page.name}` (one self-contained page; on disk `{page}`)"] if page else []
-    files += [f"- figure: artifact `figures/{p.name}`" for p in figures if Path(p).suffix == ".png"]
-    if files:
-        lines += ["", "**Files**", "", *files]
-    text = "\n".join(lines)
-    if len(text) > NOTE_LIMIT:  # MLflow's tag value limit
-        text = text[: NOTE_LIMIT - 40].rsplit("\n", 1)[0] + "\n- ... (the rest: summary/summary.md)"
-    return text
-
-
-def training_lines(rows: Iterable[Any]) -> list[str]:
-    """The parent description's training part: each model x resolution with an undertrained seed and why (the
-    summary rows' convergence fields, reports.rows.SummaryRow); [] when no row has a convergence record."""
-    checked = [r for r in rows if getattr(r, "undertrained", None) is not None]
-    if not checked:
-        return []
-    flagged = [f"- {r.model}@{r.resolution}: {r.undertrained_reason}" for r in checked if r.undertrained]
-    head = "**Training** (convergence records; learning curves: `figures/learning_curves_<model>.png`)"
-    return ["", head, "", *(flagged or ["- no seed flagged undertrained"])]
-
-
-def headline(summary: Any) -> dict[str, str]:
-    """Tags of the parent run: the decision per model in words, and each resolution's verdict with its margin and
-    the margin the design could detect (`resomap.verdict.<model>.<resolution>`)."""
-    tags = {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
-    for row in summary.rows:
-        if row.verdict:
-            text = f"{row.verdict} (margin {row.margin:g}"
-            if row.detectable_margin is not None:
-                text += f"; detectable {row.detectable_margin:.3f}"
-            tags[f"resomap.verdict.{mlflow_name(row.model)}.{row.resolution}"] = text + ")"
-    return tags
-
-
-def log_changed(
-    tracker: Any,
-    run_id: str,
-    metrics: dict[str, float],
-    tags: dict[str, str],
-    drop: Iterable[str] = (),
-    drop_metrics: Iterable[str] = (),
-) -> None:
-    """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing): a
-    metric the run holds with another value is rewritten at step 0 (Tracker.replace_metrics: one point, the
-    current value; a store that cannot rewrite gets a second point); delete the tags in ``drop`` and the metrics
-    in ``drop_metrics`` that the run holds (an earlier summary's `resomap.best` once nothing is recommended)."""
-    try:
-        run = tracker.get_run(run_id)
-    except Exception:  # unreachable: log everything (the calls themselves are soft)
-        run = None
-    have_m = dict(run.data.metrics) if run is not None else {}
-    have_t = dict(run.data.tags) if run is not None else {}
-    metrics = {k: float(v) for k, v in metrics.items() if have_m.get(k) != float(v)}
-    tags = {k: str(v) for k, v in tags.items() if have_t.get(k) != str(v)}
-    changed = {k: {0: v} for k, v in metrics.items() if k in have_m}
-    changed.update({k: {} for k in drop_metrics if k in have_m and k not in metrics})
-    if changed and tracker.replace_metrics(run_id, changed):
-        metrics = {k: v for k, v in metrics.items() if k not in changed}
-    if metrics:
-        tracker.log_metrics(run_id, metrics)
-    if tags:
-        tracker.set_tags(run_id, tags)
-    for key in drop:
-        if key in have_t and key not in tags:
-            tracker.delete_tag(run_id, key)
-
-
-def mlflow_name(text: str) -> str:
-    """A name usable in an MLflow metric, tag or image key (letters, digits, _ - . / and space)."""
-    return "".join(c if c.isalnum() or c in "_-. /" else "_" for c in str(text))

@@ -1,8 +1,9 @@
 """`resomap sync`: publish the trial results MLflow does not hold yet (written while the store was unreachable).
 
 A trial whose result.json says `tracked: false`, or whose run is missing or was left open, is published
-(resomap.tracking.publish: its run found by its trial-key tag or created under the parent, everything logged once,
-closed with its status); then result.json is rewritten with `tracked: true` and the run id (temp file + rename).
+(resomap.tracking.publish: its run is the one the experiment holds for its trial key, found in one search for all
+trials, else a new one under the parent; everything logged once, closed with its status); then result.json is
+rewritten with `tracked: true` and the run id (temp file + rename).
 Publishing logs only what a run lacks, so sync can run any number of times.
 
 This module knows runs and result files, not sweeps: the sweep layer (`resomap.sweep.sweep.sync_sweep`) plans
@@ -88,6 +89,7 @@ def sync_results(
         elif data.get("tracked") and _closed_once(runs.get(trial.key, [])):
             report.already.append(trial.name)
         else:
+            data["run_id"] = _held_run(data, runs.get(trial.key, []))
             run_id = publish(data, trial, tracker, parent_run_id, load_model=load_model)
             if run_id is None:
                 error = (tracker.failures[-1] if tracker.failures else "not published").splitlines()[0]
@@ -105,6 +107,13 @@ def _trial_runs(tracker: Any) -> dict[str, list[Any]]:
     for run in tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` != ''"):
         runs.setdefault(run.data.tags.get(TRIAL_KEY_TAG, ""), []).append(run)
     return runs
+
+
+def _held_run(data: Mapping[str, Any], runs: list[Any]) -> str | None:
+    """The run of the store that publish fills: the result's own when the store holds it, else the first run with
+    the trial's key (as the tag lookup finds it), else None (publish then makes one)."""
+    held = [run.info.run_id for run in runs]
+    return data.get("run_id") if data.get("run_id") in held else (held[0] if held else None)
 
 
 def _closed_once(runs: list[Any]) -> bool:

@@ -249,7 +249,7 @@ def experiment_links(cfg: Config, base: str) -> dict[str, str]:
     import json
     import urllib.parse
 
-    from resomap.tracking.mlflow_store import VIEW_KEY, VIEW_TAG
+    from resomap.tracking.views import VIEW_KEY, VIEW_TAG
 
     query = urllib.parse.urlencode({"max_results": 100, "order_by": "last_update_time DESC"})
     try:

@@ -1,0 +1,198 @@
+"""What a planned sweep can decide, said before training (`resomap sweep --dry-run` and the sweep's first lines): the
+power of its design from the planned test-set size, seeds and margin (stats.decide.plan_power), what it would need
+to show the margin, the power from its finished trials' observed discordance, and whether the explanation
+relabelling test can decide at all."""
+
+from __future__ import annotations
+
+import json
+
+from resomap.config import Config
+from resomap.errors import ConfigError, ResoMapError
+from resomap.sweep.plan import check_grid, plan, summary_folder
+
+
+def power_lines(cfg: Config) -> list[str]:
+    """Before training: what the planned design can decide (stats.decide.plan_power) from the planned test-set
+    size, the seeds and the margin, and whether the explanation relabelling test can reach p < alpha at all."""
+    seeds = len(cfg.sweep.seeds)
+    resolutions = sorted(set(cfg.sweep.resolutions) | {pair[1] for pair in cfg.sweep.include})
+    if cfg.sweep.skip_invalid_resolutions:  # a resolution left out for every model of it is not planned
+        left = {r for _, r, _ in check_grid(cfg)} - {t.resolution for t in plan(cfg, check=False)}
+        resolutions = [r for r in resolutions if r not in left]
+    try:
+        n_test, metric_words, unit = _planned_test(cfg)
+    except (ResoMapError, OSError) as exc:
+        return [f"power: not planned ({exc})"]
+    lines = _design_lines(cfg, n_test, seeds, resolutions, metric_words, unit) if n_test >= 2 else []
+    if cfg.explainability.enabled and len(resolutions) > 1:
+        lines.append(_explanation_line(seeds, len(resolutions), 1 - cfg.stats.level))
+    return lines
+
+
+def _planned_test(cfg: Config) -> tuple[int, str, str]:
+    """planned_images for the configured dataset's planned test split (opened, not loaded)."""
+    import math
+
+    from resomap.data.bundle import data_seed
+    from resomap.data.registry import open_dataset
+
+    raw = open_dataset(cfg.data, seed=data_seed(cfg, cfg.experiment.seed))
+    n = len(raw) if cfg.data.limit is None else min(cfg.data.limit, len(raw))
+    predefined = getattr(raw, "predefined_splits", None)
+    n_test = int((predefined == "test").sum()) if predefined is not None else math.ceil(cfg.data.split.test * n)
+    return planned_images(cfg.stats.metric, raw, n_test)
+
+
+def _design_lines(
+    cfg: Config, n_test: int, seeds: int, resolutions: list[int], metric_words: str, unit: str
+) -> list[str]:
+    """The power of the design at the assumed discordance, per step, what it would need, and again at the
+    discordance this sweep's finished trials observed."""
+    import functools
+    import math
+
+    from resomap.stats import plan_power
+    from resomap.stats.scope import SCOPE_WORDS
+
+    st, alpha = cfg.stats, 1 - cfg.stats.level
+    settings = {
+        "margin": st.margin,
+        "level": st.level,
+        "power": st.power,
+        "seed_correlation": st.seed_correlation,
+        "seed_sd": st.seed_sd,
+        "scope": st.scope,
+    }
+    plan_at = functools.partial(plan_power, n_test, seeds, **settings)  # at a discordance: assumed, or observed
+    found = plan_at(discordance=st.discordance)
+    where = SCOPE_WORDS[st.scope]
+    seed_words = f", seed sd {st.seed_sd:g} (stats.seed_sd)" if st.scope == "model" else ""
+    detect = (
+        "no margin: one seed says nothing of seed-to-seed variation"
+        if math.isinf(found["detectable"])
+        else f"margins of {found['detectable']:.3f} and larger"
+    )
+    lines = [f"decided on {metric_words}"] if metric_words else []
+    lines.append(
+        f"power: about {n_test} {unit} x {seeds} seed(s), decided {where}: a resolution can be shown "
+        f"non-inferior to the reference at {detect} with power {st.power:g} (one-sided, "
+        f"alpha {alpha:.2g}); at the configured margin {st.margin:g} the power is {found['power_at_margin']:.2f} "
+        f"(assumed: {st.discordance:g} of images change outcome between resolutions, seed correlation "
+        f"{st.seed_correlation:g}{seed_words}; stats.discordance, stats.seed_correlation)"
+    )
+    lines.append(_steps_line(resolutions, st.reference, found, st.margin))
+    lines.append(_needs_line(found, st.margin, st.power, n_test, seeds, unit))
+    observed = observed_discordance(cfg)
+    if observed is not None and observed[0] == 0:
+        lines.append(
+            f"power from this sweep's finished trials ({observed[1]}): no image changed outcome against the "
+            "reference, too few to estimate the discordance from: the assumption above stands"
+        )
+    elif observed is not None:
+        again = plan_at(discordance=observed[0])
+        lines.append(
+            f"power from this sweep's finished trials ({observed[1]}): discordance {observed[0]:.3f} observed, "
+            f"so margins of {again['detectable']:.3f} and larger are shown with power {st.power:g}; at the "
+            f"margin {st.margin:g} the power is {again['power_at_margin']:.2f}"
+        )
+    return lines
+
+
+def planned_images(metric: str | None, raw: object, n_test: int) -> tuple[int, str, str]:
+    """(the test images the power plan counts for the decision metric, the metric and that count in words ("" for
+    the headline score), what the count counts). A class's recall counts that class's test images; balanced
+    accuracy the effective number 1 / sum_k 1 / (K^2 n_k) of its stratified variance (each class's images
+    changing outcome at the assumed discordance); macro-F1 and AUROC, which no discordance describes, are planned
+    as balanced accuracy: a rough guide (the summary plans on the variance it observes). The classes' test counts
+    are the data's class shares of the test split (the split is stratified)."""
+    import numpy as np
+
+    from resomap.stats.per_image import class_index, parse_metric
+
+    if not metric or metric == "accuracy" or not hasattr(raw, "labels"):
+        return n_test, "", "test images"
+    try:
+        parsed = parse_metric(metric)
+    except ConfigError:
+        return n_test, "", "test images"  # a task's own per-image score (segmentation): planned on its test images
+    labels = np.asarray(raw.labels, dtype=np.int64)
+    counts = np.bincount(labels, minlength=len(raw.class_names)).astype(float)
+    share = n_test * counts / max(counts.sum(), 1.0)
+    if parsed.name == "recall":
+        k = class_index(parsed.cls, list(raw.class_names))
+        n = max(round(share[k]), 2)
+        return n, f"{parsed.words}: {n} test images of {parsed.cls}", f"test images of {parsed.cls}"
+    present = share[share > 0]
+    n = max(int(1 / np.sum(1 / (len(present) ** 2 * present))), 2)
+    rough = "" if parsed.name == "balanced_accuracy" else "; planned as balanced accuracy, a rough guide"
+    words = f"{parsed.words}: the power counts {n} effective test images (classes stratified{rough})"
+    return n, words, "effective test images"
+
+
+def _steps_line(resolutions: list[int], reference: int | None, found: dict, margin: float) -> str:
+    """The chance to pass each step of the fixed sequence (from the reference down) when no resolution truly
+    differs: the power of one step to the k-th (the steps share the reference: a lower bound)."""
+    ref = max(resolutions) if reference is None else reference
+    below = sorted((r for r in resolutions if r < ref), reverse=True)
+    if not below:
+        return f"power per step: no resolution below the reference {ref} px to test"
+    steps = found["steps"]
+    parts = [f"{r} px {steps[min(k, len(steps) - 1)]:.2f}" for k, r in enumerate(below)]
+    return (
+        f"power per step (the chance the fixed sequence reaches and passes it at margin {margin:g} when no "
+        f"resolution truly differs, at least): {', '.join(parts)}"
+    )
+
+
+def _needs_line(found: dict, margin: float, power: float, n_test: int, seeds: int, unit: str = "test images") -> str:
+    """What the design would need to show the configured margin with the configured power; ``unit``: what the
+    plan counts (test images; a class's test images for its recall)."""
+    head = f"to show the margin {margin:g} with power {power:g}:"
+    if found["power_at_margin"] >= power:
+        return f"{head} this design ({n_test} {unit} x {seeds} seed(s)) suffices"
+    options = []
+    if found["seeds_needed"] is not None:
+        options.append(f"{found['seeds_needed']} seeds on these {n_test} {unit}")
+    if found["images_needed"] is not None:
+        options.append(f"about {found['images_needed']} {unit} at {seeds} seed(s)")
+    if not options and found["joint_needed"] is not None:
+        k, n = found["joint_needed"]
+        options.append(f"about {n} {unit} x {k} seeds (neither more seeds nor more images alone suffice)")
+    return f"{head} {' or '.join(options)}" if options else f"{head} no design up to 64 seeds"
+
+
+def observed_discordance(cfg: Config) -> tuple[float, str] | None:
+    """(share of image-seed pairs whose outcome differs between a resolution and the reference, pooled over the
+    models' paired tests, where from) from this sweep's last summary.json; None when there is none. A better
+    planning value than the pilot-free stats.discordance once trials of this design have finished."""
+    path = summary_folder(cfg) / "summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    refs = {r["model"]: r.get("reference") for r in data.get("recommendations") or []}
+    pairs = discordant = 0
+    for row in data.get("paired_tests") or []:
+        binary = row.get("metric") in (None, "accuracy")  # outcomes that are right or wrong: discordance applies
+        if not binary or row.get("resolution_b") != refs.get(row.get("model")) or not row.get("n_images"):
+            continue
+        pairs += int(row["n_images"]) * int(row.get("n_seeds") or 1)
+        discordant += int(row.get("b01") or 0) + int(row.get("b10") or 0)
+    if not pairs:
+        return None
+    return discordant / pairs, f"{pairs} image-seed pairs against the reference in {path}"
+
+
+def _explanation_line(seeds: int, n_res: int, alpha: float) -> str:
+    """Whether the explanation test (resolution labels relabelled within seeds) can decide with these seeds."""
+    from resomap.stats import relabel_min_p, relabel_seeds_needed
+
+    min_p, needed = relabel_min_p(seeds, n_res), relabel_seeds_needed(n_res, alpha)
+    head = f"explanations: with {seeds} seed(s) x {n_res} resolutions the relabelling test's smallest p is {min_p:.3g}"
+    if min_p <= alpha:
+        return (
+            f"{head}: it can decide at alpha {alpha:.2g} (the summary states the smallest agreement drop these seeds "
+            "could show beside each 'not shown')"
+        )
+    return f"{head}: it cannot reach p <= {alpha:.2g}, so no decision on maps: needs >= {needed} seeds (sweep.seeds)"

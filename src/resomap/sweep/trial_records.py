@@ -1,0 +1,63 @@
+"""What a trial records about its data and recipe (result.json `data`, MLflow tags): the split, the classes, the
+augmentation and the training recipe."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from resomap.config import Config
+
+
+def data_record(bundle: Any) -> dict[str, Any]:
+    """What a trial trained on, for result.json and MLflow's dataset inputs: the dataset and its options, a digest
+    of the classes and of the raw-image indices of each split (same digest = same images in the same splits, at
+    any resolution), and the split sizes."""
+    import numpy as np
+
+    h = hashlib.sha256(json.dumps([bundle.dataset, bundle.variant, list(bundle.class_names)]).encode())
+    for split in sorted(bundle.splits):
+        h.update(split.encode())
+        h.update(np.asarray(bundle.splits[split], dtype=np.int64).tobytes())
+    return {
+        "name": bundle.dataset,
+        "options": bundle.variant,
+        "digest": h.hexdigest()[:12],
+        "splits": {split: len(bundle.splits[split]) for split in sorted(bundle.splits)},
+        "classes": list(bundle.class_names),
+        "channels": int(bundle.channels),
+        "data_seed": int(bundle.data_seed),
+        "augmentation": augmentation_record(bundle),
+    }
+
+
+def recipe_record(cfg: Config) -> dict[str, str]:
+    """How the trial was trained, in words, for result.json and the summary's "Training recipe" line: the class
+    imbalance treatment, the learning rate, the weights evaluated, the stopping rule and test-time augmentation."""
+    tc = cfg.training
+    imbalance = {"balanced": "the loss weighted by inverse class frequency", "none": "none"}[tc.class_weights]
+    if tc.sample_weights == "confidence":
+        imbalance += ", each image also weighted by its label's confidence"
+    es = tc.early_stopping
+    stop = f"at most {tc.epochs} epochs"
+    if es.enabled:
+        smooth = f" (smoothed, weight {es.smoothing:g})" if es.smoothing < 1 else ""
+        stop += f"; early stopping when {es.monitor}{smooth} did not improve for {es.patience} epochs"
+        stop += f", not before epoch {es.min_epochs}" if es.min_epochs else ""
+    if tc.max_minutes is not None:
+        stop += f"; at most {tc.max_minutes:g} minutes"
+    return {
+        "class_imbalance": imbalance,
+        "learning_rate": "the LR range test's (training.lr_find)" if tc.lr_find.enabled else f"{tc.optimizer.lr:g}",
+        "schedule": tc.scheduler.name,
+        "weights_evaluated": f"EMA (decay {tc.ema.decay:g})" if tc.ema.enabled else "the trained weights",
+        "stopping": stop,
+        "tta": ", ".join(tc.tta) if tc.tta else "none",
+    }
+
+
+def augmentation_record(bundle: Any) -> dict[str, Any]:
+    """The augmentation recipe the trial trained with (BatchAugment.describe), or that there was none."""
+    augment = getattr(getattr(bundle, "train", None), "augment", None)
+    return augment.describe() if augment is not None else {"enabled": False, "recipe": "no augmentation"}
