@@ -173,6 +173,11 @@ def test_figures_written_by_worker_processes_are_the_ones_written_here(tmp_path)
         assert np.array_equal(np.asarray(Image.open(png)), np.asarray(Image.open(here[0])))
         assert round(Image.open(png).info["dpi"][0]) == STYLE["savefig.dpi"]
         assert pdf.read_bytes().split(b"MediaBox")[1][:60] == here[1].read_bytes().split(b"MediaBox")[1][:60]
+    with parallel_saves(workers=2):  # a figure that cannot be pickled is written in this process
+        fig = figure()
+        fig.axes[0].xaxis.set_major_formatter(lambda x, pos: f"{x:.0f} px")
+        (unpicklable,) = save_figure(fig, tmp_path / "here", "lambda", formats=("png",))
+    assert round(Image.open(unpicklable).info["dpi"][0]) == STYLE["savefig.dpi"]
     with pytest.raises(ValueError, match="frac"), parallel_saves(workers=2):
         fig = figure()
         fig.axes[0].set_title(r"$\frac{$")  # fails when drawn: in a worker

@@ -80,13 +80,24 @@ def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str, formats: Iterab
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{suffix}" for suffix in formats]
     plt.close(fig)  # before pickling: a worker's copy is not registered with pyplot
-    if _SAVER:
+    data = _pickled(fig) if _SAVER else None
+    if data is not None:
         pool, pending = _SAVER[-1]
-        pending.append(pool.submit(_write, pickle.dumps(fig), paths))
+        pending.append(pool.submit(_write, data, paths))
     else:
         _write(fig, paths)
         log.debug("figure written: %s", paths[0])
     return paths
+
+
+def _pickled(fig: plt.Figure) -> bytes | None:
+    """The figure for a worker process; None when some artist of it cannot be pickled (a lambda formatter): then
+    it is written here."""
+    try:
+        return pickle.dumps(fig)
+    except Exception as exc:
+        log.debug("figure written in this process (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 def _write(fig: plt.Figure | bytes, paths: list[Path]) -> None:
