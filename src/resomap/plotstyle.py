@@ -90,6 +90,33 @@ def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str, formats: Iterab
     return paths
 
 
+def save_drawn(
+    draw: Callable[..., plt.Figure],
+    args: tuple,
+    out_dir: str | Path,
+    stem: str,
+    formats: Iterable[str] = ("png", "pdf"),
+    **kwargs: Any,
+) -> list[Path]:
+    """`save_figure(draw(*args, **kwargs), out_dir, stem, formats)`; inside `parallel_saves` the figure is drawn by
+    a worker process too (`draw`, a module-level function, and its arguments are pickled), so this process only
+    computes what the figures show."""
+    if not _SAVER:
+        return save_figure(draw(*args, **kwargs), out_dir, stem, formats)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.{suffix}" for suffix in formats]
+    pool, pending = _SAVER[-1]
+    pending.append(pool.submit(_draw_and_write, draw, args, kwargs, paths))
+    return paths
+
+
+def _draw_and_write(draw: Callable[..., plt.Figure], args: tuple, kwargs: dict, paths: list[Path]) -> None:
+    fig = draw(*args, **kwargs)
+    plt.close(fig)
+    _write(fig, paths)
+
+
 def _pickled(fig: plt.Figure) -> bytes | None:
     """The figure for a worker process; None when some artist of it cannot be pickled (a lambda formatter): then
     it is written here."""
