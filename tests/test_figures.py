@@ -90,6 +90,7 @@ def drawn(figures_root) -> dict[str, dict]:
 
     mp = pytest.MonkeyPatch()
     mp.setattr(Figure, "savefig", checked)
+    mp.setattr("resomap.plotstyle.SAVE_WORKERS", 1)  # saved in this process, where savefig is wrapped
     try:
         outcome = run_sweep(cfg)
     finally:
@@ -144,6 +145,43 @@ def test_figures_are_saved_at_the_styles_dpi(tmp_path):
     assert pdf.stat().st_size > 0
     dpi = Image.open(png).info.get("dpi")
     assert dpi is not None and round(dpi[0]) == STYLE["savefig.dpi"]
+
+
+def test_figures_written_by_worker_processes_are_the_ones_written_here(tmp_path):
+    """Inside parallel_saves (the sweep's summary) forked processes write the figures: the same pixels at the
+    style's dpi and the same PDF page as a save in this process, all written when the block ends; a figure that
+    cannot be written raises there."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
+
+    from resomap.plotstyle import STYLE, parallel_saves, save_figure
+
+    def figure():
+        with plt.rc_context(STYLE):
+            fig, ax = plt.subplots(figsize=(2.5, 2))
+            image = ax.imshow(np.arange(16.0).reshape(4, 4))
+            fig.colorbar(image, ax=ax, label="value")
+            fig.suptitle("a title long enough to be laid out")
+        return fig
+
+    here = save_figure(figure(), tmp_path / "here", "f")
+    with parallel_saves(workers=2) as wait:
+        there = [save_figure(figure(), tmp_path / "there", f"f{i}") for i in range(3)]
+        wait()
+    for png, pdf in there:
+        assert np.array_equal(np.asarray(Image.open(png)), np.asarray(Image.open(here[0])))
+        assert round(Image.open(png).info["dpi"][0]) == STYLE["savefig.dpi"]
+        assert pdf.read_bytes().split(b"MediaBox")[1][:60] == here[1].read_bytes().split(b"MediaBox")[1][:60]
+    with parallel_saves(workers=2):  # a figure that cannot be pickled is written in this process
+        fig = figure()
+        fig.axes[0].xaxis.set_major_formatter(lambda x, pos: f"{x:.0f} px")
+        (unpicklable,) = save_figure(fig, tmp_path / "here", "lambda", formats=("png",))
+    assert round(Image.open(unpicklable).info["dpi"][0]) == STYLE["savefig.dpi"]
+    with pytest.raises(ValueError, match="frac"), parallel_saves(workers=2):
+        fig = figure()
+        fig.axes[0].set_title(r"$\frac{$")  # fails when drawn: in a worker
+        save_figure(fig, tmp_path / "bad", "bad")
 
 
 def test_every_png_the_sweep_wrote_is_at_the_styles_dpi(drawn, figures_root):

@@ -719,7 +719,7 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
     same sweep at checkpoint scope gets none of them, and an earlier resomap.best is taken off the parent."""
     from matplotlib.lines import Line2D
 
-    from resomap.reports import uncertainty
+    from resomap.reports import decision
     from resomap.reports.figures import quality_figure
     from resomap.reports.html import write_report
     from resomap.tracking.sweep_run import publish_sweep
@@ -730,13 +730,13 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
         d["convergence"] = {**d["convergence"], "undertrained": False, "undertrained_reason": None}
     cfg = StatsConfig(resamples=400, margin=0.04, scope="checkpoint")  # 64 px decided non-inferior to 128 px
     at_checkpoints = build_summary(dicts, trial_folders(trials), cfg)
-    decide = uncertainty.compare_model
+    decide = decision.compare_model
 
     def model_scope(*args, **kwargs):  # what a model-scope decision would say, same numbers
         rows, rec = decide(*args, **kwargs)
         return rows, {**rec, "scope": "model"}
 
-    monkeypatch.setattr(uncertainty, "compare_model", model_scope)
+    monkeypatch.setattr(decision, "compare_model", model_scope)
     at_model = build_summary(dicts, trial_folders(trials), cfg)
     (rec,) = at_model.recommendations
     assert (rec["resolution"], rec["recommended"]) == (64, True)
@@ -923,7 +923,7 @@ def _borderline_records() -> list:
     under both seeds and 1 under one seed, and wrong on 11 majority images under both: +0.064 above both, the
     bootstrap interval's lower bound near 0 (its sign depends on the resampling seed)."""
     from resomap.records import ScoreTable
-    from resomap.reports.uncertainty import TrialRecord
+    from resomap.reports.aligned import TrialRecord
     from resomap.tasks import get_task
 
     task = get_task("classification")
@@ -949,9 +949,10 @@ def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
     borderline case the resampling seed decided it. Now the one-sided exact sign-flip test of the per-image
     differences decides (p <= (1 - level) / 2, the one-sided share of the two-sided interval); the interval stays
     beside it, descriptive, and the row says both."""
+    from resomap.reports.aligned import group_records
     from resomap.reports.summary import baseline_caveat
     from resomap.reports.text import above_baseline, above_trivial
-    from resomap.reports.uncertainty import baseline_columns, group_records, interval_columns
+    from resomap.reports.uncertainty import baseline_columns, interval_columns
 
     groups = group_records(_borderline_records())
     lows, verdicts, cells = set(), set(), set()
@@ -988,7 +989,7 @@ def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
 
 def _records(predictions: dict[int, dict[int, np.ndarray]], labels: np.ndarray, own: int = 32) -> list:
     """TrialRecords of one model at `own` px: {seed: {test resolution: predictions}} against `labels`."""
-    from resomap.reports.uncertainty import TrialRecord
+    from resomap.reports.aligned import TrialRecord
     from resomap.tasks import of_result
 
     index = np.arange(len(labels), dtype=np.int64)
@@ -1001,7 +1002,7 @@ def _records(predictions: dict[int, dict[int, np.ndarray]], labels: np.ndarray, 
 
 
 def test_seeds_are_one_fit_only_when_every_prediction_agrees_and_is_not_one_class():
-    from resomap.reports.uncertainty import deterministic, identical_seeds
+    from resomap.reports.aligned import deterministic, identical_seeds
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 3, 40)
@@ -1056,7 +1057,7 @@ def test_a_model_whose_seeds_differ_is_not_deterministic(fake):
 
 def test_segmentation_seeds_are_one_fit_on_equal_scores_unless_they_score_as_all_background():
     from resomap.records import ScoreTable
-    from resomap.reports.uncertainty import TrialRecord, identical_seeds
+    from resomap.reports.aligned import TrialRecord, identical_seeds
     from resomap.tasks import get_task
 
     task = get_task("segmentation")

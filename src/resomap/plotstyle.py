@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+import multiprocessing
+import os
+import pickle
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -68,13 +73,112 @@ def resolution_axis(ax: plt.Axes, resolutions: Iterable[int], label: str = "inpu
 
 def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str, formats: Iterable[str] = ("png", "pdf")) -> list[Path]:
     """Write `stem`.png and `stem`.pdf (or the ``formats`` given: a picture of images gains nothing as a vector
-    file) under out_dir (atomically: resomap.atomic) and close the figure."""
+    file) under out_dir (atomically: resomap.atomic) at the style's dpi and close the figure. The layout and the
+    tight bounding box are worked out once and every format is written from them (savefig would redo both per
+    file). Inside `parallel_saves` the files are written by its worker processes (done when it ends)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{suffix}" for suffix in formats]
-    for path in paths:
-        # the style's dpi given here: rc_context's savefig.dpi ends with the block that drew the figure
-        save_atomic(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", dpi=STYLE["savefig.dpi"]))
-    plt.close(fig)
-    log.debug("figure written: %s", paths[0])
+    plt.close(fig)  # before pickling: a worker's copy is not registered with pyplot
+    data = _pickled(fig) if _SAVER else None
+    if data is not None:
+        pool, pending = _SAVER[-1]
+        pending.append(pool.submit(_write, data, paths))
+    else:
+        _write(fig, paths)
+        log.debug("figure written: %s", paths[0])
     return paths
+
+
+def save_drawn(
+    draw: Callable[..., plt.Figure],
+    args: tuple,
+    out_dir: str | Path,
+    stem: str,
+    formats: Iterable[str] = ("png", "pdf"),
+    **kwargs: Any,
+) -> list[Path]:
+    """`save_figure(draw(*args, **kwargs), out_dir, stem, formats)`; inside `parallel_saves` the figure is drawn by
+    a worker process too (`draw`, a module-level function, and its arguments are pickled), so this process only
+    computes what the figures show."""
+    if not _SAVER:
+        return save_figure(draw(*args, **kwargs), out_dir, stem, formats)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.{suffix}" for suffix in formats]
+    pool, pending = _SAVER[-1]
+    pending.append(pool.submit(_draw_and_write, draw, args, kwargs, paths))
+    return paths
+
+
+def _draw_and_write(draw: Callable[..., plt.Figure], args: tuple, kwargs: dict, paths: list[Path]) -> None:
+    fig = draw(*args, **kwargs)
+    plt.close(fig)
+    _write(fig, paths)
+
+
+def _pickled(fig: plt.Figure) -> bytes | None:
+    """The figure for a worker process; None when some artist of it cannot be pickled (a lambda formatter): then
+    it is written here."""
+    try:
+        return pickle.dumps(fig)
+    except Exception as exc:
+        log.debug("figure written in this process (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def _write(fig: plt.Figure | bytes, paths: list[Path]) -> None:
+    """Lay out `fig` (or its pickle) once and write it to each path at the style's dpi."""
+    fig = pickle.loads(fig) if isinstance(fig, bytes) else fig
+    # the style's dpi given here: rc_context's savefig.dpi ends with the block that drew the figure
+    dpi = STYLE["savefig.dpi"]
+    bbox = _laid_out(fig, dpi)
+    for path in paths:
+        save_atomic(path, lambda tmp: fig.savefig(tmp, bbox_inches=bbox, dpi=dpi))
+
+
+def _laid_out(fig: plt.Figure, dpi: float) -> Any:
+    """Run the figure's layout engine once at `dpi` (as savefig does) and fix its result: the engine is taken off,
+    the axes stay where it put them. Returns the tight bounding box in inches, padded by savefig.pad_inches (what
+    bbox_inches="tight" gives)."""
+    fig.set_dpi(dpi)
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+    bbox = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
+    with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)  # with both off: no engine, so savefig neither lays out nor draws twice
+    return bbox
+
+
+SAVE_WORKERS = 2  # processes that write figures inside `parallel_saves` (1: in this process)
+_SAVER: list[tuple[Any, list[Any]]] = []  # the open `parallel_saves`: (its process pool, its pending writes)
+
+
+@contextlib.contextmanager
+def parallel_saves(workers: int | None = None) -> Iterator[Callable[[], None]]:
+    """Inside the block, `save_figure` hands each figure (pickled) to `workers` (default SAVE_WORKERS) forked
+    processes and returns at once, so figures are drawn while the next is built; yields `wait`, which returns when
+    every file is written (and raises the first error); leaving the block waits too. Serial (as without it) with
+    one worker, on one core or where processes cannot be forked."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(SAVE_WORKERS if workers is None else workers, cores)
+    if _SAVER or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        yield lambda: None
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    pending: list[Any] = []
+
+    def wait() -> None:
+        while pending:
+            pending.pop(0).result()
+
+    _SAVER.append((pool, pending))
+    try:
+        yield wait
+        wait()
+    finally:
+        _SAVER.pop()
+        pool.shutdown(wait=True, cancel_futures=True)

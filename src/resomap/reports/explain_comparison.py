@@ -11,13 +11,13 @@ from typing import Any
 from resomap.explain.evaluation.compare import NO_FLOOR, fmt_value
 from resomap.explain.evaluation.measures import METRICS
 from resomap.explain.methods.registry import per_map_scaled
+from resomap.plotstyle import save_drawn
 from resomap.reports.explain_figures import (
     QUALITY_SCORES,
     Verdict,
     agreement_matrix,
     probe_grid,
     quality_vs_resolution,
-    save_figure,
 )
 
 __all__ = ["PROBE_FORMATS", "draw_comparison", "verdicts_of"]
@@ -54,11 +54,11 @@ def _agreement_figures(found: Any, out_dir: Path) -> list[Path]:
                 else f"{no_floor} (diagonal = 1, self); chance {fmt_value(entry['chance'][metric])}"
             )
             title = f"{model} / {method}: {metric} across resolutions (grid {found.grid})\n{note}"
-            fig = agreement_matrix(entry[metric], entry["resolutions"], metric, title, floor_diagonal=floor)
-            files += save_figure(fig, out_dir, f"{model}_{method}_{metric}")
+            args = (entry[metric], entry["resolutions"], metric, title)
+            files += save_drawn(agreement_matrix, args, out_dir, f"{model}_{method}_{metric}", floor_diagonal=floor)
     for (model, res), agg in sorted(found.method_matrices.items()):
-        fig = agreement_matrix(agg.matrices["spearman"], agg.labels, "spearman", f"{model} @ {res}px: methods")
-        files += save_figure(fig, out_dir, f"{model}_{res}_methods_spearman")
+        args = (agg.matrices["spearman"], agg.labels, "spearman", f"{model} @ {res}px: methods")
+        files += save_drawn(agreement_matrix, args, out_dir, f"{model}_{res}_methods_spearman")
     return files
 
 
@@ -88,8 +88,9 @@ def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None =
             grid = {m: {r: per_res[r][m][i] for r in per_res if m in per_res[r]} for m in methods}
             said = verdicts_of(metas.get(model, {}), i)
             verdicts = {m: said for m in methods}
-            fig = probe_grid(imgs, grid, f"{model}: probe image {i}", verdicts=verdicts, shared=shared)
-            files += save_figure(fig, out_dir, f"{model}_probe{i}", formats=PROBE_FORMATS)
+            args = (imgs, grid, f"{model}: probe image {i}")
+            files += save_drawn(probe_grid, args, out_dir, f"{model}_probe{i}", PROBE_FORMATS, verdicts=verdicts,
+                                shared=shared)  # fmt: skip
     models = sorted(maps)
     for method in sorted({m for pr in maps.values() for pm in pr.values() for m in pm}):
         for i in range(min(limit, 2)):  # per method: models x resolutions (rows are models)
@@ -100,8 +101,8 @@ def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None =
                 verdicts = {mo: verdicts_of(metas.get(mo, {}), i) for mo in models}
                 shared = [] if per_map_scaled(method) else models
                 title = f"{method}: models x resolutions, probe image {i}"
-                fig = probe_grid(imgs, rows, title, verdicts=verdicts, shared=shared)
-                files += save_figure(fig, out_dir, f"{method}_models_probe{i}", formats=PROBE_FORMATS)
+                files += save_drawn(probe_grid, (imgs, rows, title), out_dir, f"{method}_models_probe{i}",
+                                    PROBE_FORMATS, verdicts=verdicts, shared=shared)  # fmt: skip
     return files
 
 
@@ -115,6 +116,5 @@ def _quality_figures(rows: list[dict], out_dir: Path) -> list[Path]:
             seeds = max(int(r["seeds"]) for r in mine)
             images = max(int(r["images"]) for r in mine)
             title = f"{model}: explanation quality ({images} probe images x {seeds} seeds)"
-            fig = quality_vs_resolution(mine, title, resolutions)
-            files += save_figure(fig, out_dir, f"{model}_quality")
+            files += save_drawn(quality_vs_resolution, (mine, title, resolutions), out_dir, f"{model}_quality")
     return files

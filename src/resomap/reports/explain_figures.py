@@ -133,6 +133,9 @@ def probe_grid(
     panel, green when correct, red when not; rows named in `shared` get one colour scale across resolutions
     (raw magnitudes), the others a scale per map; the figure's foot says which."""
     plt = _plt()
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
     from resomap.plotstyle import MAP_CMAP, STYLE, fit_text
 
     resolutions = sorted(images)
@@ -143,15 +146,18 @@ def probe_grid(
         fig, axes = plt.subplots(
             len(rows), len(resolutions), figsize=(1.5 * len(resolutions) + 0.9, 1.75 * len(rows)), squeeze=False
         )
-        im = None
+        drawn = False
         for i, row in enumerate(rows):
             top = _top(maps[row].values()) if row in shared and maps[row] else None
             for j, res in enumerate(resolutions):
                 ax = axes[i, j]
-                ax.imshow(_gray(images[res]), cmap="gray", interpolation="nearest")
-                if res in maps[row]:
-                    shown = _scaled(maps[row][res], top)
-                    im = ax.imshow(shown, cmap=MAP_CMAP, alpha=OVERLAY_ALPHA, vmin=0, vmax=1, interpolation="nearest")
+                if res in maps[row]:  # the map over the image, blended here: one picture per panel to draw
+                    heat = _scaled(maps[row][res], top)
+                    size = max(heat.shape[-1], np.shape(images[res])[-1])
+                    ax.imshow(overlay_rgb(images[res], heat, size), interpolation="nearest")
+                    drawn = True
+                else:
+                    ax.imshow(_gray(images[res]), cmap="gray", interpolation="nearest")
                 ax.set_xticks([])
                 ax.set_yticks([])
                 verdict = verdicts.get(row, {}).get(res)
@@ -161,8 +167,9 @@ def probe_grid(
                     ax.set_title(f"{res} px")
                 if j == 0:
                     ax.set_ylabel(str(row))
-        if im is not None:
-            bar = fig.colorbar(im, ax=axes, fraction=0.03, ticks=[0, 1])
+        if drawn:
+            scale = ScalarMappable(Normalize(0, 1), MAP_CMAP)
+            bar = fig.colorbar(scale, ax=axes, fraction=0.03, ticks=[0, 1], alpha=OVERLAY_ALPHA)
             bar.ax.set_yticklabels(["low", "high"])
         true = next((v.true for per in verdicts.values() for v in per.values()), None)
         width = fig.get_figwidth() - 0.2

@@ -129,7 +129,7 @@ class SummaryRow:
     # >= 3 seeds, and none for a deterministic fit)
     twoway_ci_low: float | None = statistic(parent=True)
     twoway_ci_high: float | None = statistic(parent=True)
-    # the seeds gave identical per-image predictions (reports.uncertainty.identical_seeds: a closed-form fit the seed
+    # the seeds gave identical per-image predictions (reports.aligned.identical_seeds: a closed-form fit the seed
     # does not change): they are one replicate, their variance exactly zero
     deterministic: bool = False
     recommended: bool = False

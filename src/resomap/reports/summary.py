@@ -23,20 +23,12 @@ import numpy as np
 from resomap.atomic import write_text
 from resomap.config.schema import StatsConfig
 from resomap.records import machines, machines_warning
+from resomap.reports.aligned import TrialId, TrialRecord, group_records, one_replicate
+from resomap.reports.aligned import load_records as _load_records
 from resomap.reports.convergence import convergence_columns
+from resomap.reports.decision import compare_models
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
-from resomap.reports.uncertainty import (
-    NO_RECOMMENDATION,
-    TrialId,
-    TrialRecord,
-    baseline_columns,
-    compare_models,
-    group_records,
-    interval_columns,
-    one_replicate,
-    recommendation,
-)
-from resomap.reports.uncertainty import load_records as _load_records
+from resomap.reports.uncertainty import NO_RECOMMENDATION, baseline_columns, interval_columns, recommendation
 from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -62,7 +54,7 @@ class SweepSummary:
 
     def deterministic_models(self) -> dict[str, int]:
         """model -> its seed count, for each model whose seeds are one fit (its recommendation row's
-        ``deterministic``, reports.uncertainty.identical_seeds at every resolution): one replicate, no cross-seed
+        ``deterministic``, reports.aligned.identical_seeds at every resolution): one replicate, no cross-seed
         floor or relabelling test of its explanations."""
         seeds: dict[str, int] = {}
         for row in self.rows:

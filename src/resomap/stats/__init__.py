@@ -21,8 +21,9 @@ is the bottom layer (settings come in as plain values).
 - :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted: descriptive) and
   :func:`smallest_sufficient_resolution` (the "not significantly below the best" reading, kept for comparison).
 - :mod:`~resomap.stats.decide`: :func:`noninferiority` (the summary's decision: each resolution against a fixed
-  reference at a stated margin, fixed-sequence, with the detectable margin), :func:`plan_power` (before training),
-  :func:`design_needs` (what an observed design would need at another alpha), :func:`relabel_min_p`.
+  reference at a stated margin, fixed-sequence, with the detectable margin).
+- :mod:`~resomap.stats.design`: what a design can show: :func:`plan_power` (before training), :func:`design_needs`
+  (what an observed design would need at another alpha), :func:`relabel_min_p`, :func:`relabel_seeds_needed`.
 - :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`.
 - :mod:`~resomap.stats.median`: :func:`median_interval`, :class:`MedianInterval`, :func:`ratio_interval` (timings).
 
@@ -46,16 +47,8 @@ from resomap.stats.bootstrap import (
     pooled_macro_f1,
     twoway_bootstrap,
 )
-from resomap.stats.decide import (
-    VERDICTS,
-    Decision,
-    Verdict,
-    design_needs,
-    noninferiority,
-    plan_power,
-    relabel_min_p,
-    relabel_seeds_needed,
-)
+from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority
+from resomap.stats.design import design_needs, plan_power, relabel_min_p, relabel_seeds_needed
 from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval
 from resomap.stats.median import MedianInterval, median_interval, ratio_interval
 from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from resomap.errors import ConfigError
+from resomap.stats.scope import SCOPES
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -98,3 +99,36 @@ def as_scores(values: Any, name: str) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise ConfigError(f"{name} holds NaN or infinite scores")
     return arr
+
+
+def check_margin(margin: Any) -> float:
+    if isinstance(margin, bool) or not isinstance(margin, (int, float, np.number)) or not (0 < margin < 1):
+        raise ConfigError(f"margin must be a difference in (0, 1) on the score's scale (e.g. 0.02), got {margin!r}")
+    return float(margin)
+
+
+def check_power(power: Any) -> float:
+    if isinstance(power, bool) or not isinstance(power, (int, float, np.number)) or not (0 < power < 1):
+        raise ConfigError(f"power must be a probability in (0, 1) (e.g. 0.8), got {power!r}")
+    return float(power)
+
+
+def check_scope(scope: Any) -> str:
+    if scope not in SCOPES:
+        raise ConfigError(f"stats.scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    return str(scope)
+
+
+def check_seed_sd(seed_sd: Any) -> float:
+    if isinstance(seed_sd, bool) or not isinstance(seed_sd, (int, float, np.number)) or not 0 <= seed_sd < 1:
+        raise ConfigError(
+            f"stats.seed_sd must be a standard deviation of accuracy across training seeds in [0, 1) "
+            f"(e.g. 0.02), got {seed_sd!r}"
+        )
+    return float(seed_sd)
+
+
+def check_alpha(alpha: Any) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1:
+        raise ConfigError(f"alpha must be a one-sided alpha in (0, 1), got {alpha!r}")
+    return float(alpha)

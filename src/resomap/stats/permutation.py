@@ -310,12 +310,17 @@ def relabel_test(
         exact, count = False, draws + 1
     null = np.sort(np.asarray(stats, dtype=float))
     p = float(np.mean(null >= observed - 1e-12))
-    critical = detectable = float("nan")
-    if min_p <= alpha:
-        # p(x) = share of relabellings >= x; the smallest null value v with p(v) <= alpha is the critical value
-        share_at_or_above = 1.0 - np.searchsorted(null, null - 1e-12, side="left") / null.size
-        reaching = null[share_at_or_above <= alpha + 1e-12]
-        if reaching.size:  # none when ties fill the top of the distribution (constant agreements): left NaN
-            critical = float(reaching.min())
-            detectable = max(0.0, critical - float(np.quantile(null, 1 - power)))
+    critical, detectable = _critical(null, alpha, power) if min_p <= alpha else (float("nan"), float("nan"))
     return RelabelTest(float(observed), p, count, min_p, exact, critical, detectable, alpha, power)
+
+
+def _critical(null: np.ndarray, alpha: float, power: float) -> tuple[float, float]:
+    """(the smallest statistic that reaches p <= alpha, the shift shown with probability `power`) from the sorted
+    relabelling distribution `null`; NaN where ties fill its top (constant agreements)."""
+    # p(x) = share of relabellings >= x; the smallest null value v with p(v) <= alpha is the critical value
+    share_at_or_above = 1.0 - np.searchsorted(null, null - 1e-12, side="left") / null.size
+    reaching = null[share_at_or_above <= alpha + 1e-12]
+    if not reaching.size:
+        return float("nan"), float("nan")
+    critical = float(reaching.min())
+    return critical, max(0.0, critical - float(np.quantile(null, 1 - power)))

@@ -39,7 +39,7 @@ from typing import Any
 from resomap.atomic import write_text
 from resomap.config import Config, config_hash, with_overrides
 from resomap.errors import ConfigError
-from resomap.stats.decide import MAX_SEEDS
+from resomap.stats.design import MAX_SEEDS
 from resomap.sweep.looks import CANNOT, PLAN, look_step
 from resomap.sweep.plan import plan, summary_folder
 from resomap.sweep.summarise import trial_folders
@@ -373,9 +373,10 @@ def _decide(
 
 
 def _scores(outcome: SweepOutcome, cfg: Config, active: dict[str, list[int]]) -> dict[str, Any]:
-    """{model: the decision metric (stats.metric) on its ``active`` resolutions (reports.uncertainty.MetricScores),
+    """{model: the decision metric (stats.metric) on its ``active`` resolutions (reports.decision.MetricScores),
     or a reason} of the round's results, as the summary's decision reads them."""
-    from resomap.reports.uncertainty import group_records, load_records, metric_scores
+    from resomap.reports.aligned import group_records, load_records
+    from resomap.reports.decision import metric_scores
 
     folders = trial_folders(plan(cfg, check=False))
     records = load_records([r.to_dict() for r in outcome.results], folders)

@@ -1,5 +1,5 @@
 """What a planned sweep can decide, said before training (`resomap sweep --dry-run` and the sweep's first lines): the
-power of its design from the planned test-set size, seeds and margin (stats.decide.plan_power), what it would need
+power of its design from the planned test-set size, seeds and margin (stats.design.plan_power), what it would need
 to show the margin, the power from its finished trials' observed discordance, and whether the explanation
 relabelling test can decide at all."""
 
@@ -13,7 +13,7 @@ from resomap.sweep.plan import check_grid, plan, summary_folder
 
 
 def power_lines(cfg: Config) -> list[str]:
-    """Before training: what the planned design can decide (stats.decide.plan_power) from the planned test-set
+    """Before training: what the planned design can decide (stats.design.plan_power) from the planned test-set
     size, the seeds and the margin, and whether the explanation relabelling test can reach p < alpha at all."""
     seeds = len(cfg.sweep.seeds)
     resolutions = sorted(set(cfg.sweep.resolutions) | {pair[1] for pair in cfg.sweep.include})

@@ -154,6 +154,7 @@ def _in_place(path: str | None, staging: Path, out_dir: Path) -> Path:
 
 
 def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict, clock: _Clock) -> tuple:
+    from resomap.plotstyle import parallel_saves
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.reports.explain_comparison import draw_comparison
     from resomap.stages import compare_stage
@@ -161,14 +162,17 @@ def _build_summary(results: list[TrialResult], cfg: Config, out_dir: Path, folde
     with clock("statistics"):
         summary = build_summary(results, folders, cfg.stats)
         tables = write_summary(summary, out_dir)
-    with clock("figures"):
-        figures = sweep_figures(
-            summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations, summary.trials
-        )
-    with clock("explanations"):
-        deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
-        comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
-        draw_comparison(comparison)
+    with parallel_saves() as written:  # figures drawn in worker processes while the next are built
+        with clock("figures"):
+            figures = sweep_figures(
+                summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations, summary.trials
+            )
+        with clock("explanations"):
+            deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
+            comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
+            draw_comparison(comparison)
+        with clock("figure files"):  # the drawing still under way
+            written()
     with clock("report"):
         page = _report(out_dir)
     return summary, tables, figures, comparison, page
