@@ -96,13 +96,16 @@ def plan_parts(
     if not binary or margin is None:
         return parts
     seeds = d.shape[0]
-    counts, values = scopes.lattice_counts(d.mean(0)[None], seeds)
-    floor = float(scopes.restricted_variance(counts, values, -margin)[0])
     image, resid, seed = parts
     # only where the observed variance says nothing (no image differs): a floor everywhere made the plan
     # conservative on real data (it asked 8 seeds where 6 decide; the score test's power has the restricted
-    # variance in its critical value only, the observed one in its spread)
-    return (floor - resid / seeds if image + resid / seeds <= 0 else image), resid, seed
+    # variance in its critical value only, the observed one in its spread). Computed only then: the restricted
+    # fit is most of a decision's time (detectable_margin asks for it at each of its 40 bisection steps)
+    if image + resid / seeds > 0:
+        return image, resid, seed
+    counts, values = scopes.lattice_counts(d.mean(0)[None], seeds)
+    floor = float(scopes.restricted_variance(counts, values, -margin)[0])
+    return floor - resid / seeds, resid, seed
 
 
 def detectable_margin(d: np.ndarray, alpha: float, power_q: float, scope: str, seed_sd: float, binary: bool) -> float:
