@@ -76,9 +76,7 @@ def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str, formats: Iterab
     file) under out_dir (atomically: resomap.atomic) at the style's dpi and close the figure. The layout and the
     tight bounding box are worked out once and every format is written from them (savefig would redo both per
     file). Inside `parallel_saves` the files are written by its worker processes (done when it ends)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.{suffix}" for suffix in formats]
+    paths = _targets(out_dir, stem, formats)
     plt.close(fig)  # before pickling: a worker's copy is not registered with pyplot
     data = _pickled(fig) if _SAVER else None
     if data is not None:
@@ -88,6 +86,13 @@ def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str, formats: Iterab
         _write(fig, paths)
         log.debug("figure written: %s", paths[0])
     return paths
+
+
+def _targets(out_dir: str | Path, stem: str, formats: Iterable[str]) -> list[Path]:
+    """out_dir/stem.<format> for each format, out_dir made."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return [out / f"{stem}.{suffix}" for suffix in formats]
 
 
 def save_drawn(
@@ -103,9 +108,7 @@ def save_drawn(
     computes what the figures show."""
     if not _SAVER:
         return save_figure(draw(*args, **kwargs), out_dir, stem, formats)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{stem}.{suffix}" for suffix in formats]
+    paths = _targets(out_dir, stem, formats)
     pool, pending = _SAVER[-1]
     pending.append(pool.submit(_draw_and_write, draw, args, kwargs, paths))
     return paths
