@@ -19,7 +19,10 @@ if ! command -v uv >/dev/null 2>&1; then
 fi
 if command -v uv >/dev/null 2>&1; then
   [ -x .venv/bin/python ] || uv venv --quiet --python "$py" .venv
-  uv pip install --quiet --python .venv/bin/python -c requirements.lock -e ".${extras}"
+  # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set nothing ever does:
+  # then every process compiles what it imports (torch 3.1 s -> 1.4 s, mlflow + matplotlib + scipy 5.3 s -> 2.0 s
+  # here with the .pyc files; compiling them once takes ~25 s on 2 cores)
+  uv pip install --quiet --compile-bytecode --python .venv/bin/python -c requirements.lock -e ".${extras}"
 else
   echo "setup: uv not available, using pip (slower)"
   [ -x .venv/bin/python ] || "$py" -m venv .venv

@@ -380,7 +380,7 @@ def test_compare_stage_rows_matrices_floors_and_metrics(tmp_path, monkeypatch):
     assert (tmp_path / "out" / "agreement.txt").read_text().strip() == comp.statements[0]
     assert not (tmp_path / "out" / "agreement").exists()  # the stage draws nothing: its caller draws (reports)
     drawn = explain_comparison.draw_comparison(comp)
-    assert (tmp_path / "out" / "agreement" / "m_x_spearman.png").exists()
+    assert (tmp_path / "out" / "agreement" / "m_x_agreement.png").exists()
     assert set(drawn) <= set(comp.files) and comp.figure_data is None
 
 

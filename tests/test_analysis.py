@@ -198,7 +198,7 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
     assert np.allclose(np.diag(matrix["spearman"]), 1.0) and np.asarray(matrix["spearman"]).shape == (2, 2)
     assert (out / "summary.txt").read_text().count(MODEL) >= 2
     assert (out / "figures" / "accuracy_vs_resolution.png").exists()
-    assert (out / "explanations" / "agreement" / f"{MODEL}_gradcam_spearman.png").exists()
+    assert (out / "explanations" / "agreement" / f"{MODEL}_gradcam_agreement.png").exists()
     assert "report:" in capsys.readouterr().out
 
 

@@ -111,7 +111,8 @@ def test_every_figure_type_is_drawn(drawn):
     for model in MODELS:
         assert f"train_test_resolution_{model}" in stems
         assert f"learning_curves_{model}" in stems  # loss and validation score by epoch, seeds overlaid
-        assert f"{model}_gradcam_spearman" in stems  # agreement across resolutions
+        assert f"{model}_gradcam_agreement" in stems  # agreement across resolutions, every measure side by side
+        assert f"{model}_methods_spearman" in stems  # agreement between methods, each resolution side by side
         assert any(s.startswith(f"{model}_probe") for s in stems)  # probe grids
         assert f"{model}_quality" in stems, sorted(stems)  # explanation quality with intervals and baseline
 

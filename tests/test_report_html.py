@@ -136,7 +136,10 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
     between = text[text.index('id="agreement"') : text.index('id="quality"')]
     for model in MODELS:
         for method in METHODS:
-            assert f"<figcaption>{model} / {method}: spearman agreement across resolutions</figcaption>" in between
+            caption = f"{model} / {method}: Spearman, top-k IoU and mass agreement across resolutions"
+            assert f"<figcaption>{caption}</figcaption>" in between
+        caption = f"{model}: Spearman agreement between methods at each resolution"
+        assert f"<figcaption>{caption}</figcaption>" in between
     quality = text[text.index('id="quality"') :]
     for model in MODELS:
         assert f"<figcaption>{model}: explanation quality against resolution</figcaption>" in quality

@@ -15,7 +15,7 @@ from resomap.plotstyle import save_drawn
 from resomap.reports.explain_figures import (
     QUALITY_SCORES,
     Verdict,
-    agreement_matrix,
+    agreement_matrices,
     probe_grid,
     quality_vs_resolution,
 )
@@ -41,24 +41,30 @@ def draw_comparison(comparison: Any, max_probe_figures: int = 4) -> list[Path]:
 
 
 def _agreement_figures(found: Any, out_dir: Path) -> list[Path]:
-    """Per model x method x metric the matrix across resolutions (the cross-seed floor on its diagonal), and per
-    model x resolution the Spearman matrix across methods."""
+    """Per model x method its measures' matrices across resolutions, side by side (the cross-seed floor on their
+    diagonals): <model>_<method>_agreement; per model the Spearman matrix across methods at each resolution:
+    <model>_methods_spearman."""
     files: list[Path] = []
     for (model, method), entry in sorted(found.matrices.items()):
         floor = entry["floor_on_diagonal"]
         no_floor = NO_FLOOR if entry.get("deterministic") else "one seed: no noise floor"
-        for metric in METRICS:
-            note = (
-                f"diagonal: cross-seed floor; chance {fmt_value(entry['chance'][metric])}"
-                if floor
-                else f"{no_floor} (diagonal = 1, self); chance {fmt_value(entry['chance'][metric])}"
-            )
-            title = f"{model} / {method}: {metric} across resolutions (grid {found.grid})\n{note}"
-            args = (entry[metric], entry["resolutions"], metric, title)
-            files += save_drawn(agreement_matrix, args, out_dir, f"{model}_{method}_{metric}", floor_diagonal=floor)
-    for (model, res), agg in sorted(found.method_matrices.items()):
-        args = (agg.matrices["spearman"], agg.labels, "spearman", f"{model} @ {res}px: methods")
-        files += save_drawn(agreement_matrix, args, out_dir, f"{model}_{res}_methods_spearman")
+        note = "diagonal: cross-seed floor" if floor else f"{no_floor} (diagonal = 1, self)"
+        panels = [(entry[m], m, f"{m} (chance {fmt_value(entry['chance'][m])})") for m in METRICS]
+        args = (entry["resolutions"], panels, f"{model} / {method} across resolutions (grid {found.grid}); {note}")
+        files += save_drawn(agreement_matrices, args, out_dir, f"{model}_{method}_agreement", floor_diagonal=floor)
+    by_model: dict[str, dict[int, Any]] = defaultdict(dict)
+    for (model, res), agg in found.method_matrices.items():
+        by_model[model][int(res)] = agg
+    for model, at in sorted(by_model.items()):
+        labels = [list(agg.labels) for agg in at.values()]
+        if all(found_labels == labels[0] for found_labels in labels):  # the same methods at every resolution
+            panels = [(at[res].matrices["spearman"], "spearman", f"at {res} px") for res in sorted(at)]
+            args = (labels[0], panels, f"{model}: Spearman agreement between methods")
+            files += save_drawn(agreement_matrices, args, out_dir, f"{model}_methods_spearman")
+            continue
+        for res in sorted(at):  # a method missing at some resolution: one figure each
+            args = (at[res].labels, [(at[res].matrices["spearman"], "spearman", "")], f"{model} @ {res}px: methods")
+            files += save_drawn(agreement_matrices, args, out_dir, f"{model}_{res}_methods_spearman")
     return files
 
 

@@ -31,6 +31,7 @@ from resomap.explain.methods.registry import per_map_scaled
 __all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, save_figure, plt
     "OVERLAY_ALPHA",
     "ProbeOverlay",
+    "agreement_matrices",
     "agreement_matrix",
     "probe_grid",
     "probe_overlays",
@@ -183,37 +184,58 @@ def probe_grid(
 def agreement_matrix(
     matrix: np.ndarray, labels: Sequence, metric: str, title: str = "", *, floor_diagonal: bool = False
 ) -> Any:
-    """A labels x labels agreement heatmap (resolutions or methods) with values in the cells (nan: 'n.a.').
+    """One labels x labels agreement heatmap (`agreement_matrices` with one panel)."""
+    return agreement_matrices(labels, [(matrix, metric, "")], title or metric, floor_diagonal=floor_diagonal)
 
-    `floor_diagonal`: the diagonal holds the cross-seed agreement at each resolution (the noise floor), not 1.0;
-    its cells are outlined and the figure says so under the title.
+
+def agreement_matrices(
+    labels: Sequence, panels: Sequence[tuple[np.ndarray, str, str]], title: str, *, floor_diagonal: bool = False
+) -> Any:
+    """Labels x labels agreement heatmaps (resolutions or methods) side by side, values in the cells (nan: 'n.a.'):
+    `panels` = (matrix, metric, panel title) each, every panel with its metric's colour scale (spearman from -1,
+    the others from 0, to 1). One figure for what is read together (a method's measures across resolutions, or a
+    model's methods at each resolution): also one layout and one file to write instead of one per panel.
+
+    `floor_diagonal`: each diagonal holds the cross-seed agreement at each resolution (the noise floor), not 1.0;
+    its cells are outlined and the figure says so under the panels.
     """
     from matplotlib.patches import Rectangle
 
     from resomap.plotstyle import MATRIX_CMAP, STYLE, fit_text
 
     plt = _plt()
-    matrix = np.asarray(matrix, dtype=np.float64)
-    vmin = -1.0 if metric == "spearman" else 0.0
+    n = len(labels)
+    what = "resolution (px)" if all(isinstance(x, (int, np.integer)) for x in labels) else "method"
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(0.5 * len(labels) + 2.4, 0.5 * len(labels) + 1.8))
-        im = ax.imshow(np.ma.masked_invalid(matrix), cmap=MATRIX_CMAP, vmin=vmin, vmax=1.0)
-        ax.set_xticks(range(len(labels)), [str(x) for x in labels], rotation=45)
-        ax.set_yticks(range(len(labels)), [str(x) for x in labels])
-        what = "resolution (px)" if all(isinstance(x, (int, np.integer)) for x in labels) else "method"
-        ax.set_xlabel(what)
-        ax.set_ylabel(what)
-        for (i, j), v in np.ndenumerate(matrix):
-            text = f"{v:.2f}" if np.isfinite(v) else "n.a."
-            colour = "w" if np.isfinite(v) and v < (vmin + 1) / 2 else "k"
-            ax.text(j, i, text, ha="center", va="center", color=colour, fontsize=7)
+        size = (len(panels) * (0.5 * n + 1.9) + 0.5, 0.5 * n + 1.9 + (0.2 if any(p[2] for p in panels) else 0.0))
+        fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False)
+        one_scale = len({metric for _, metric, _ in panels}) == 1  # then one colour bar, the labels on the left only
+        for k, (ax, (matrix, metric, panel_title)) in enumerate(zip(axes[0], panels)):
+            matrix = np.asarray(matrix, dtype=np.float64)
+            vmin = -1.0 if metric == "spearman" else 0.0
+            im = ax.imshow(np.ma.masked_invalid(matrix), cmap=MATRIX_CMAP, vmin=vmin, vmax=1.0)
+            ax.set_xticks(range(n), [str(x) for x in labels], rotation=45)
+            ax.set_yticks(range(n), [str(x) for x in labels] if k == 0 or not one_scale else [])
+            ax.set_xlabel(what)
+            if k == 0 or not one_scale:
+                ax.set_ylabel(what)
+            for (i, j), v in np.ndenumerate(matrix):
+                text = f"{v:.2f}" if np.isfinite(v) else "n.a."
+                colour = "w" if np.isfinite(v) and v < (vmin + 1) / 2 else "k"
+                ax.text(j, i, text, ha="center", va="center", color=colour, fontsize=7)
+            if floor_diagonal:
+                for i in range(n):
+                    ax.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="k", linewidth=1.2))
+            if panel_title:
+                ax.set_title(fit_text(panel_title, size[0] / len(panels) - 0.3, 8), fontsize=8)
+            if not one_scale:
+                fig.colorbar(im, ax=ax, fraction=0.046, label=metric)
+        if one_scale:
+            fig.colorbar(im, ax=axes[0].tolist(), fraction=0.046 / len(panels), label=panels[0][1])
         if floor_diagonal:
-            for i in range(len(labels)):
-                ax.add_patch(Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="k", linewidth=1.2))
             note = "outlined diagonal: agreement of two seeds at the same resolution (the noise floor)"
             fig.supxlabel(fit_text(note, fig.get_figwidth() - 0.2, 7), fontsize=7)
-        fig.colorbar(im, ax=ax, fraction=0.046, label=metric)
-        fig.suptitle(fit_text(title or metric, fig.get_figwidth() - 0.2, 8), fontsize=8)
+        fig.suptitle(fit_text(title, fig.get_figwidth() - 0.2, 8), fontsize=8)
     return fig
 
 

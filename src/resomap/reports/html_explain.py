@@ -115,18 +115,19 @@ def agreement_section(sweep_dir: Path) -> str:
     statements = explanation_statements(sweep_dir)
     if statements:  # the findings are on the first screen; here each in full, with its references and grids
         parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in statements) + "</ul>")
-    mats = sorted((folder / "agreement").glob("*_spearman.png")) if (folder / "agreement").is_dir() else []
-    across = [p for p in mats if not p.stem.endswith("_methods_spearman")]
-    between = [p for p in mats if p.stem.endswith("_methods_spearman")]
+    drawn = (folder / "agreement").is_dir()
+    across = sorted((folder / "agreement").glob("*_agreement.png")) if drawn else []
+    between = sorted((folder / "agreement").glob("*_methods_spearman.png")) if drawn else []
     pairs = _pairs(folder)
 
     def figs(paths: list[Path]) -> str:
-        return "".join(_figure(p, _agreement_caption(p.stem, pairs), 700, 340) for p in paths)
+        return "".join(_figure(p, _agreement_caption(p.stem, pairs), 1100, 720) for p in paths)
 
     if across:
         parts.append(
-            '<p class="small muted">Spearman rank agreement of each method\'s maps across resolutions (common grid);'
-            " on the diagonal the cross-seed noise floor when the sweep has several seeds. All metrics and their"
+            '<p class="small muted">Agreement of each method\'s maps across resolutions (common grid): Spearman rank,'
+            " top-k IoU and mass, each against its chance level; on the diagonal the cross-seed noise floor when the"
+            " sweep has several seeds. All metrics and their"
             f' references: explanations/agreement.csv.</p><div class="figs">{figs(across)}</div>'
         )
     if between:
@@ -145,11 +146,14 @@ def _agreement_caption(stem: str, pairs: set[tuple[str, str]]) -> str:
     """The caption in words of an agreement matrix (explanations/agreement/<stem>.png); `pairs`: the (model,
     method) pairs of agreement.csv, which tell where a name with underscores ends."""
     if stem.endswith("_methods_spearman"):
-        head, res = stem.removesuffix("_methods_spearman").rsplit("_", 1)
-        return f"{head} at {res} px: Spearman agreement between methods"
+        head = stem.removesuffix("_methods_spearman")
+        model, _, res = head.rpartition("_")
+        if res.isdigit():  # one figure per resolution (a method missing at some)
+            return f"{model} at {res} px: Spearman agreement between methods"
+        return f"{head}: Spearman agreement between methods at each resolution"
     for model, method in sorted(pairs, key=lambda p: -len(p[0] + p[1])):
-        if stem.startswith(f"{model}_{method}_"):
-            return f"{model} / {method}: {stem.removeprefix(f'{model}_{method}_')} agreement across resolutions"
+        if stem == f"{model}_{method}_agreement":
+            return f"{model} / {method}: Spearman, top-k IoU and mass agreement across resolutions"
     return stem.replace("_", " ")
 
 

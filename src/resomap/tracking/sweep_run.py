@@ -114,12 +114,11 @@ def publish_sweep(
     figures: Iterable[Path] = (),
     page: Path | None = None,
     comparison: Any = None,
-    images: Mapping[tuple[str, str, int], Mapping[int, Any]] | None = None,
 ) -> None:
     """Log what the sweep's summary produced to its parent run, only what the run lacks or what changed (so
     publishing again is harmless): report.html, the tables under summary/, the figures under figures/, the
     comparison's files under explanations/<kind>/, headline metrics and the recommendation tags, the
-    per-resolution points (`resolution_points`) and the probe images (`publish_sweep_images`). `summary`: a
+    per-resolution points (`resolution_points`); the probe images are `publish_sweep_images`'s. `summary`: a
     resomap.reports SweepSummary (rows, recommendations); `comparison`: a resomap.stages Comparison (files,
     agreement, matrices) or None."""
     figures = list(figures)
@@ -163,7 +162,6 @@ def publish_sweep(
     log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=unrecommended)
     matrices = comparison.matrices if comparison is not None else {}
     log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
-    publish_sweep_images(tracker, parent, images or {})
 
 
 BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
