@@ -64,6 +64,21 @@ def resolution_axes(fig) -> list[tuple[str, set[int]]]:
     return out
 
 
+def marks(fig) -> dict:
+    """What a figure marks: its point labels' drawn extents (annotations other than the '*' of a significant
+    difference), its legends' entries, and per axes the y values of its dashed lines."""
+    from matplotlib.text import Annotation, Text
+
+    renderer = fig.canvas.get_renderer()  # drawn by text_problems
+    found = [a for a in fig.findobj(Annotation) if a.get_text() != "*"]
+    labels = [(a.get_text(), Text.get_window_extent(a, renderer)) for a in found]  # the text, without its leader
+    legends = [t.get_text() for leg in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+               for t in leg.get_texts()]  # fmt: skip
+    dashed = [[list(map(float, line.get_ydata())) for line in ax.get_lines() if line.get_linestyle() == "--"]
+              for ax in fig.axes]  # fmt: skip
+    return {"labels": labels, "legends": legends, "dashed": dashed}
+
+
 @pytest.fixture(scope="module")
 def figures_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("figures")
@@ -86,6 +101,7 @@ def drawn(figures_root) -> dict[str, dict]:
         stem = Path(str(fname)).stem
         if str(fname).endswith(".png") and stem not in seen:
             seen[stem] = {"problems": text_problems(self), "axes": resolution_axes(self), "dpi": kwargs.get("dpi")}
+            seen[stem].update(marks(self))
         return original(self, fname, *args, **kwargs)
 
     mp = pytest.MonkeyPatch()
@@ -208,3 +224,54 @@ def test_probe_grids_are_png_only_and_the_vector_figures_keep_their_pdf(drawn, f
     assert any(p.suffix == ".png" for p in grids) and not [p for p in grids if p.suffix == ".pdf"], grids
     for stem in ("accuracy_vs_resolution", "cost_vs_resolution"):
         assert len(list(figures_root.rglob(f"{stem}.pdf"))) == 1, stem
+
+
+def test_no_two_point_labels_overlap(drawn):
+    """The Pareto figure labels every point by its resolution; with two models at close latencies the labels
+    crowd: none may cover another (their drawn extents, after the layout)."""
+    labels = drawn["pareto_accuracy_latency"]["labels"]
+    assert len(labels) == len(MODELS) * len(RESOLUTIONS)
+    for i, (text, box) in enumerate(labels):
+        for other, obox in labels[i + 1 :]:
+            assert not box.overlaps(obox), f"labels {text!r} and {other!r} overlap"
+
+
+def test_the_accuracy_figure_draws_the_majority_class(drawn, figures_root: Path):
+    """The headline panel has the majority-class predictor's score as a dashed line, named with its value in the
+    legend, at the trivial score summary.json holds for the same test images."""
+    import json
+
+    summary = next(figures_root.rglob("summary.json"))
+    rows = json.loads(summary.read_text())["rows"]
+    trivial = {round(r["trivial_score"], 6) for r in rows}
+    assert len(trivial) == 1  # one test set for every model and resolution
+    score = trivial.pop()
+    found = drawn["accuracy_vs_resolution"]
+    assert f"the majority class ({score:.3f})" in found["legends"]
+    headline = found["dashed"][0]  # the first panel: the headline score
+    assert [round(v, 6) for v in headline[0]] == [score] * len(RESOLUTIONS)
+
+
+def test_labels_of_crowded_points_do_not_overlap():
+    """Points closer than a label's size (two models at almost the same latency and accuracy at each resolution,
+    as a classical baseline and a small CNN can be): each label goes where it covers no other, after the layout."""
+    from resomap.plotstyle import STYLE, _laid_out
+    from resomap.reports.figures import pareto_figure
+    from resomap.reports.rows import SummaryRow
+
+    cluster = [(m, res, 0.80 + 0.004 * k + 0.002 * i, 1.0 + 0.02 * k + 0.01 * i) for i, m in enumerate("ab")
+               for k, res in enumerate((32, 48, 64))]  # fmt: skip
+    far = [("far", res, 0.60 + 0.01 * k, 3.0 + k) for k, res in enumerate((32, 48, 64))]  # stretches the axes
+    rows = [SummaryRow(m, "cnn", res, 1, test_accuracy=acc, latency_ms=ms) for m, res, acc, ms in cluster + far]
+    fig = pareto_figure(rows)
+    _laid_out(fig, STYLE["savefig.dpi"])
+    found = marks_after_draw(fig)["labels"]
+    assert len(found) == len(rows)
+    for i, (text, box) in enumerate(found):
+        for other, obox in found[i + 1 :]:
+            assert not box.overlaps(obox), f"labels {text!r} and {other!r} overlap"
+
+
+def marks_after_draw(fig) -> dict:
+    text_problems(fig)  # draws the figure
+    return marks(fig)

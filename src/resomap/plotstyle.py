@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -69,6 +70,57 @@ def resolution_axis(ax: plt.Axes, resolutions: Iterable[int], label: str = "inpu
     else:
         ax.set_xlim(ticks[0] / 2**0.25, ticks[-1] * 2**0.25)
     ax.set_xlabel(label)
+
+
+LABEL_SIZE = 7  # pt, the point labels of `label_points`
+_NEAR = ((4, 3, "left"), (4, -10, "left"), (-4, 3, "right"), (-4, -10, "right"), (0, 7, "center"), (0, -14, "center"))
+_FAR = tuple((2.6 * dx + (3 if dx == 0 else 0), 2.2 * dy, ha) for dx, dy, ha in _NEAR)  # with a leader line
+_PLACES = _NEAR + _FAR
+
+
+def label_points(ax: plt.Axes, labels: Iterable[tuple[str, float, float, str]]) -> list[Any]:
+    """Label each point (text, x, y, colour) beside it where the label overlaps no other label: the first of a few
+    places around the point (right above, right below, left above, ...; then the same further out, with a leader
+    line to the point) that is free and inside the axes, else free, else the least crowded.
+    Placed where the layout puts the axes (it is run first, and the labels are left out of it so that they do not
+    move the axes), in 7 pt type (a character about 0.62 of it wide). Hand-made (a greedy search over six places):
+    matplotlib places no annotation by itself. Call it once the axes' limits and scale are final."""
+    taken: list[tuple[float, float, float, float]] = []
+    drawn = []
+    ax.figure.draw_without_rendering()  # the layout engine's axes positions
+    pt = ax.figure.dpi / 72  # display units per point
+    for text, x, y, colour in labels:
+        if not (math.isfinite(x) and math.isfinite(y)):
+            continue
+        px, py = ax.transData.transform((x, y))
+        size = ((0.62 * len(text) * LABEL_SIZE + 2) * pt, (LABEL_SIZE + 2) * pt)
+        boxes = [_label_box(px, py, place, size, pt) for place in _PLACES]
+        inside = ax.bbox.extents
+        crowd = [sum(_overlap(b, other) for other in taken) for b in boxes]
+        out = [_area(b) - _overlap(b, inside) for b in boxes]  # how much of the label leaves the axes
+        best = min(range(len(_PLACES)), key=lambda i: (crowd[i] > 0, out[i] > 0, crowd[i], out[i], i))
+        taken.append(boxes[best])
+        dx, dy, ha = _PLACES[best]
+        leader = {"arrowstyle": "-", "lw": 0.5, "color": colour, "shrinkA": 0, "shrinkB": 2}
+        drawn.append(ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va="bottom",
+                                 fontsize=LABEL_SIZE, color=colour, in_layout=False,
+                                 arrowprops=leader if best >= len(_NEAR) else None))  # fmt: skip
+    return drawn
+
+
+def _label_box(px: float, py: float, place: tuple, size: tuple[float, float], pt: float) -> tuple:
+    """(left, bottom, right, top) of a label at `place` (dx, dy in points, ha) from the point (px, py)."""
+    dx, dy, ha = place
+    left = px + dx * pt - {"left": 0.0, "right": size[0], "center": size[0] / 2}[ha]
+    return left, py + dy * pt, left + size[0], py + dy * pt + size[1]
+
+
+def _area(a: tuple) -> float:
+    return (a[2] - a[0]) * (a[3] - a[1])
+
+
+def _overlap(a: tuple, b: tuple) -> float:
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
 
 
 def save_figure(fig: plt.Figure, out_dir: str | Path, stem: str, formats: Iterable[str] = ("png", "pdf")) -> list[Path]:

@@ -22,9 +22,10 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from resomap.plotstyle import MATRIX_CMAP, fit_text, method_colour, resolution_axis, save_figure
+from resomap.plotstyle import MATRIX_CMAP, fit_text, label_points, method_colour, resolution_axis, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
 from resomap.reports.rows import SummaryRow
+from resomap.reports.text import trivial_words
 from resomap.stats import pareto_front
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,8 @@ def quality_figure(
         fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.0), squeeze=False)
         for ax, (col, label) in zip(axes[0], panels):
             _quality_panel(ax, col, _by_model(rows), colours, marks, col == rows[0].headline)
+            if col == rows[0].headline:
+                marks.trivial = _trivial_line(ax, rows)
             _resolution_axis(ax, rows)
             ax.set_ylabel(label)
             lo, hi = ax.get_ylim()
@@ -181,6 +184,27 @@ class _Marks:
     any_ci: bool = False
     any_band: bool = False
     any_ring: bool = False
+    trivial: str = ""  # the trivial predictor's line, as the legend names it ("" when none is drawn)
+
+
+def _trivial_line(ax: plt.Axes, rows: list[SummaryRow]) -> str:
+    """The task's trivial predictor (the majority class) on the headline panel: a dashed line through its score at
+    each resolution (the same test images at every resolution: a flat line; test sets that differ by model: the
+    lowest and highest of them, each a line). Returns the legend's words, "" when no row has its score."""
+    words = trivial_words(rows)
+    by_res: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        if math.isfinite(_f(r.trivial_score)):
+            by_res[r.resolution].append(_f(r.trivial_score))
+    if words is None or not by_res:
+        return ""
+    x = np.array(sorted(by_res), dtype=float)
+    low, high = (np.array([f(by_res[int(v)]) for v in x]) for f in (min, max))
+    for y in {tuple(low), tuple(high)}:
+        ax.plot(x, y, color="0.35", ls="--", lw=1, zorder=2)
+    scores = sorted({round(v, 3) for v in (*low, *high)})
+    said = f"{scores[0]:.3f}" if len(scores) == 1 else f"{scores[0]:.3f}-{scores[-1]:.3f}"
+    return f"{words} ({said})"
 
 
 def _quality_panel(
@@ -225,6 +249,8 @@ def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin
         handles.append(Patch(color="grey", alpha=0.3, lw=0, label="± 1 std across seeds"))
     if marks.any_ring:
         handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
+    if marks.trivial:
+        handles.append(Line2D([], [], color="0.35", ls="--", lw=1, label=marks.trivial))
     if any(marks.significant.values()):
         sig_label = f"shown more than {margin:g} below the reference (one-sided, α = {1 - level:.2g})"
         handles.append(Line2D([], [], ls="none", marker="$*$", ms=8, color="black", label=sig_label))
@@ -242,7 +268,7 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
     front = pareto_front([(f"{r.model}@{r.resolution}", _f(r.score(r.headline)[0]), _f(r.latency_ms)) for r in pts])
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.6, 3.4))
-        any_ci, any_std = _pareto_points(ax, pts, _colours(rows))
+        any_ci, any_std, points = _pareto_points(ax, pts, _colours(rows))
         if front:
             fx = [p.cost for p in front]
             fy = [p.accuracy for p in front]
@@ -265,12 +291,14 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
         fig.legend(handles, labels, loc="outside right center", frameon=False)  # level with the data, not the title
         if caption:
             fig.supxlabel("\n".join(caption), fontsize=7, x=0.02, ha="left")
+        label_points(ax, points)  # last, where the layout puts the axes: no two labels overlap
     return fig
 
 
-def _pareto_points(ax: plt.Axes, pts: list[SummaryRow], colours: dict[str, str]) -> tuple[bool, bool]:
-    """Each model's points with their error bars, noisy ones circled, labelled by resolution; returns (any
-    accuracy interval drawn, any latency spread drawn)."""
+def _pareto_points(ax: plt.Axes, pts: list[SummaryRow], colours: dict[str, str]) -> tuple[bool, bool, list]:
+    """Each model's points with their error bars, noisy ones circled; returns (any accuracy interval drawn, any
+    latency spread drawn, the points' labels (text, x, y, colour): the resolution)."""
+    labels = []
     any_ci = any_std = False
     for model, rs in _by_model(pts).items():
         x = _column(rs, "latency_ms")
@@ -286,10 +314,8 @@ def _pareto_points(ax: plt.Axes, pts: list[SummaryRow], colours: dict[str, str])
         noisy = np.array([bool(r.profile_noisy) for r in rs])
         if noisy.any():  # disturbed latency: an open marker around the point
             ax.scatter(x[noisy], y[noisy], s=90, facecolors="none", edgecolors=colour, lw=1, ls=":")
-        for r, xi, yi in zip(rs, x, y):
-            label = f"{r.resolution}{'?' if r.profile_noisy else ''}"
-            ax.annotate(label, (xi, yi), fontsize=7, xytext=(4, 3), textcoords="offset points", color=colour)
-    return any_ci, any_std
+        labels += [(f"{r.resolution}{'?' if r.profile_noisy else ''}", xi, yi, colour) for r, xi, yi in zip(rs, x, y)]
+    return any_ci, any_std, labels
 
 
 def cross_resolution_heatmap(model: str, rows: list[SummaryRow]) -> plt.Figure | None:
