@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import multiprocessing
@@ -223,6 +224,9 @@ def parallel_saves(workers: int | None = None) -> Iterator[Callable[[], None]]:
         return
     from concurrent.futures import ProcessPoolExecutor
 
+    # what this process holds now is left out of the workers' garbage collections (Python's advice before a fork:
+    # a collection would touch, and so copy, every page of a heap that holds a trained sweep's objects)
+    gc.freeze()
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     pending: list[Any] = []
 
@@ -237,3 +241,4 @@ def parallel_saves(workers: int | None = None) -> Iterator[Callable[[], None]]:
     finally:
         _SAVER.pop()
         pool.shutdown(wait=True, cancel_futures=True)
+        gc.unfreeze()
