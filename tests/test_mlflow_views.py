@@ -141,6 +141,11 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
     sentences = [r["sentence"] for r in recs]
     assert note.startswith("**Decisions**") and sentences and all(f"- {s}" in note for s in sentences)
+    # under each decision, how the model trained and where it stands against the majority class (reports.standing)
+    for model in {r["model"] for r in recs}:
+        said = note[note.index(f"- {next(r['sentence'] for r in recs if r['model'] == model)}") :]
+        assert said.split("\n")[1].startswith("  - training: ") and "undertrained" in said.split("\n")[1]
+        assert said.split("\n")[2].startswith("  - baselines: ") and "the majority class (" in said.split("\n")[2]
     # one epoch, checkpoint-scope decisions: no recommendation, said with its reason, and no resomap.best tag nor
     # recommended resolution on the parent
     assert recs and not any(r["recommended"] for r in recs)

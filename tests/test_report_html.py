@@ -146,6 +146,44 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
     assert "excess over random maps" in quality and "explanations/quality.txt" in quality
 
 
+def test_the_first_screen_says_how_each_model_trained_and_where_it_stands(sweep_dir: Path):
+    """Under each model's decision (report, summary.md): whether it is undertrained and at which resolutions, its
+    best epochs, and whether it is shown above the majority class (its score) at each resolution, as the rows say;
+    each explanation finding with its chance level. The tables fit the page (the costs in a table of their own)."""
+    from resomap.reports.html import write_report
+    from resomap.reports.rows import SummaryRow
+    from resomap.reports.standing import standing
+
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    rows = [SummaryRow.from_dict(r) for r in data["rows"]]
+    lines = standing(rows)
+    assert set(lines) == set(MODELS)
+    text, _ = _parse(write_report(sweep_dir))
+    decisions = text[text.index("<h3>Decisions</h3>") : text.index("<h3>Explanations</h3>")]
+    md = (sweep_dir / "summary.md").read_text()
+    for model in MODELS:
+        mine = [r for r in rows if r.model == model]
+        training, baselines = lines[model]
+        flagged = sorted(r.resolution for r in mine if r.undertrained)
+        if flagged:
+            assert training.startswith(f"training: undertrained at {flagged[0]}")
+        else:
+            assert training.startswith("training: not flagged undertrained at any resolution")
+        assert "best epoch " in training
+        above = sorted(r.resolution for r in mine if r.shown_above())
+        trivial = f"{mine[0].trivial_score:.3f}"
+        if above:
+            assert f"shown above the majority class ({trivial}) at {above[0]}" in baselines
+        for line in (training, baselines):
+            assert f"<li>{html.escape(line, quote=True)}</li>" in decisions
+            assert f"  - {line}" in md
+    findings = (sweep_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
+    assert findings and all("(chance " in f for f in findings)
+    summary = text[text.index('id="summary"') : text.index('id="training"')]
+    head = summary[summary.index("<table") : summary.index("</tr>")]
+    assert "latency ms" not in head and "latency ms" in summary[summary.index("<h3>Cost</h3>") :]
+
+
 def test_the_summary_keeps_each_methods_cost(sweep_dir: Path):
     data = json.loads((sweep_dir / "summary.json").read_text())
     assert {(r["model"], r["resolution"]) for r in data["rows"]} == {(m, r) for m in MODELS for r in RESOLUTIONS}

@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -42,6 +43,7 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow, baseline_names
+from resomap.reports.standing import standing
 from resomap.reports.text import (
     ABOVE_P,
     above_baseline,
@@ -152,9 +154,12 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     if not rows:
         return '<p class="muted">No finished trial.</p>'
     recs = [r for r in data.get("recommendations") or [] if r.get("sentence")]
-    parts = (
-        ["<h3>Decisions</h3><ul>" + "".join(f"<li>{_e(r['sentence'])}</li>" for r in recs) + "</ul>"] if recs else []
-    )
+    beside = standing(rows)  # how each model trained and where it stands against the baselines, under its decision
+    items = [
+        f"<li>{_e(r['sentence'])}<ul>{''.join(f'<li>{_e(x)}</li>' for x in beside.get(str(r['model']), []))}</ul></li>"
+        for r in recs
+    ]
+    parts = ["<h3>Decisions</h3><ul>" + "".join(items) + "</ul>"] if recs else []
     if statements:
         items = "".join(f"<li>{_e(x)}</li>" for x in statements)
         parts.append(f"<h3>Explanations</h3><ul>{items}</ul>")
@@ -168,31 +173,25 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     baselines = baseline_names(rows)
     ci = f" [{_num(level, '{:.0%}')} CI]" if level else ""
     heads += [f"above {name}{ci} (its score; {ABOVE_P})" for name in baselines]
-    head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "latency ms", "peak MB", "train s"]
-    head += ["undertrained"]
-    head += [f"explain {m} s" for m in methods]
+    head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "undertrained"]
+    cost_head = ["model", "px", "latency ms", "peak MB", "train s", *(f"explain {m} s" for m in methods)]
     # recommended: as the summary's recommendation rows say (reports.uncertainty.recommendation); a summary written
     # before they said it (no `recommended` key) has no star
     chosen = {(c["model"], c["resolution"]) for c in data.get("recommendations") or [] if c.get("recommended")}
-    lines = []
+    lines, costs = [], []
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
         starred = (r.model, r.resolution) in chosen
         vals = (
             [_score_cell(r, c) for c in scores]
             + ([above_trivial(r)] if trivial else [])
             + [above_baseline(r, name) for name in baselines]
-            + [
-                r.verdict or "-",
-                _num(r.detectable_margin),
-                _num(r.latency_ms, "{:.2f}"),
-                _num(r.peak_memory_mb, "{:.3g}"),
-                _num(r.train_time_s, "{:.1f}"),
-                undertrained_cell(r.undertrained),
-            ]
+            + [r.verdict or "-", _num(r.detectable_margin), undertrained_cell(r.undertrained)]
         )
-        vals += [_num(r.explain_seconds.get(m), "{:.3g}") for m in methods]
         name = f"{r.model}{' ★' if starred else ''}"
         lines.append(([name, str(r.resolution), str(r.n_seeds), *vals], starred))
+        cost = [_num(r.latency_ms, "{:.2f}"), _num(r.peak_memory_mb, "{:.3g}"), _num(r.train_time_s, "{:.1f}")]
+        costs.append(([name, str(r.resolution), *cost, *(_num(r.explain_seconds.get(m), "{:.3g}") for m in methods)],
+                      starred))  # fmt: skip
     notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.note or "").split(";")))
     margin = next((r.margin for r in rows if r.margin is not None), None)
     foot = '<p class="small muted">' + _recommended_words(bool(chosen), trivial, baselines)
@@ -201,7 +200,9 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
         " detectable: the smallest margin this design shows at the stated power (undecided is not the same)."
     )
     foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
-    return "".join(parts) + _table(head, lines) + foot + _paired_part(data.get("paired_tests") or [], first)
+    cost = '<h3>Cost</h3><p class="small muted">Means over seeds: inference latency at batch 1, peak memory,'
+    cost += " training time, and each explanation method's seconds per image.</p>" + _table(cost_head, costs)
+    return "".join(parts) + _table(head, lines) + foot + cost + _paired_part(data.get("paired_tests") or [], first)
 
 
 def _recommended_words(starred: bool, trivial: str | None, baselines: list[str]) -> str:
@@ -385,11 +386,21 @@ def _table(head: list[str], lines: list[tuple[list[str], bool]], shade: str = "r
     top = "".join(f'<th class="{"l" if i == 0 else ""}">{_e(h)}</th>' for i, h in enumerate(head))
     body = "".join(
         (f'<tr class="{shade}">' if mark else "<tr>")
-        + "".join(f'<td class="l">{_e(c)}</td>' if i == 0 else f"<td>{_e(c)}</td>" for i, c in enumerate(cells))
+        + "".join(f'<td class="l">{_cell(c)}</td>' if i == 0 else f"<td>{_cell(c)}</td>" for i, c in enumerate(cells))
         + "</tr>"
         for cells, mark in lines
     )
     return f"<table><tr>{top}</tr>{body}</table>"
+
+
+_INTERVAL = re.compile(r"(\S+ \[[^\]]*\])")
+
+
+def _cell(text: str) -> str:
+    """A table cell: an estimate with its interval ('0.799 [0.767, 0.828]') kept on one line, and what follows it
+    in brackets ('(0.688; p <0.001)': the compared score and p) on a smaller line under it."""
+    html = _INTERVAL.sub(r'<span class="nw">\1</span>', _e(text))
+    return re.sub(r"</span> \((.*)\)$", r'</span><br><span class="sub">\1</span>', html)
 
 
 def _outputs_section(sweep_dir: Path, trials: list[dict]) -> str:

@@ -19,6 +19,7 @@ h3{font-size:15px;margin:18px 0 6px}.muted{color:#59636e}.small{font-size:12px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 8px;border-bottom:1px solid #e5e7eb;
 text-align:right}th{background:#f6f8fa;position:sticky;top:0}td.l,th.l{text-align:left}tr.rec td{background:#eefbf1}
 tr.warn td{background:#fff4e0}
+.nw{white-space:nowrap}.sub{color:#57606a;font-size:11px;white-space:nowrap}
 .figs{display:flex;flex-wrap:wrap;gap:12px}.figs figure{margin:0;max-width:100%}.figs img{max-width:560px;width:100%}
 .figs figure.wide img{max-width:1100px}
 figcaption{font-size:12px;color:#59636e}nav a{margin-right:12px}

@@ -52,6 +52,12 @@ class SweepSummary:
     machines: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     machines_warning: str = ""
 
+    def standing(self) -> dict[str, list[str]]:
+        """model -> its training and baselines lines (reports.standing), shown beside its decision."""
+        from resomap.reports.standing import standing
+
+        return standing(self.rows)
+
     def deterministic_models(self) -> dict[str, int]:
         """model -> its seed count, for each model whose seeds are one fit (its recommendation row's
         ``deterministic``, reports.aligned.identical_seeds at every resolution): one replicate, no cross-seed

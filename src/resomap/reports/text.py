@@ -225,14 +225,18 @@ RECOMMENDED_RULE = (
 )
 
 
-def recommendation_lines(recommendations: list[Mapping[str, Any]], verdicts: bool = False) -> list[str]:
-    """Each model's decision in words; with ``verdicts``, each tested resolution's verdict after it."""
+def recommendation_lines(
+    recommendations: list[Mapping[str, Any]], verdicts: bool = False, standing: Mapping[str, list[str]] | None = None
+) -> list[str]:
+    """Each model's decision in words; after it (indented) its `standing` lines (how it trained, where it stands
+    against the baselines: reports.standing) and, with ``verdicts``, each tested resolution's verdict."""
     lines = []
     for rec in recommendations:
         line = str(rec.get("sentence") or f"{rec['model']}: {rec.get('reason', '')}")
         if rec.get("note"):
             line += f" [{rec['note']}]"
         lines.append(line)
+        lines += [f"  {x}" for x in (standing or {}).get(str(rec["model"]), [])]
         if verdicts:
             lines += [f"  {v['reason']}" for v in rec.get("verdicts") or [] if v.get("p_value") is not None]
     return lines
@@ -359,7 +363,7 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
         out += gap + training_note(summary.rows) + "\n" + gap
     out += h("Decision per model (non-inferiority to the reference)") + "".join(
         f"{bullet}{x}\n" if not x.startswith("  ") else f"  {bullet}{x.strip()}\n"
-        for x in recommendation_lines(summary.recommendations, verdicts=True)
+        for x in recommendation_lines(summary.recommendations, verdicts=True, standing=_standing(summary))
     )
     if summary.recommendations:
         out += gap + RECOMMENDED_RULE + "\n"
@@ -380,6 +384,10 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
         if warning:
             out += gap + f"Warning: {warning}.\n"
     return out
+
+
+def _standing(summary: Any) -> dict[str, list[str]]:
+    return summary.standing() if hasattr(summary, "standing") else {}
 
 
 ADAPTIVE_SECTION = "## Adaptive sweep"

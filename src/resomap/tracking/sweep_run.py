@@ -182,7 +182,11 @@ def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figu
     the undertrained model x resolutions, the explanation finding per model x method, and where the report and the
     figures are."""
     lines = ["**Decisions** (each resolution against the reference at the stated margin)", ""]
-    lines += [f"- {r['sentence']}" for r in summary.recommendations if r.get("sentence")] or ["- no finished trial"]
+    standing = summary.standing() if hasattr(summary, "standing") else {}  # reports.standing: training, baselines
+    decided = [r for r in summary.recommendations if r.get("sentence")]
+    for r in decided:
+        lines += [f"- {r['sentence']}", *(f"  - {x}" for x in standing.get(str(r.get("model")), []))]
+    lines += [] if decided else ["- no finished trial"]
     if summary.recommendations and not any(r.get("recommended") for r in summary.recommendations):
         lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
     lines += training_lines(getattr(summary, "rows", ()))
