@@ -419,10 +419,8 @@ def _sentence(
         f"{head} cross-resolution agreement {fmt_value(cross)} vs cross-seed floor {fmt_value(floor)}"
         f" (ratio {fmt_value(ratio)}; {refs}; {len(complete)} seeds)"
     )
-    short = (
-        f"{head} agreement across resolutions {fmt_value(cross)} vs cross-seed floor {fmt_value(floor)}"
-        f" (chance {fmt_value(chance)})"
-    )
+    short = f"{head} agreement across resolutions {fmt_value(cross)} vs cross-seed floor {fmt_value(floor)}"
+    short += f" (chance {fmt_value(chance)})"
     answer = verdict(test, len(complete))
     if answer == "yes":
         said = f"a resolution effect beyond seed noise shown (relabelling test p = {test.p_value:.3f})."
