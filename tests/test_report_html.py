@@ -444,3 +444,36 @@ def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: 
         assert driver.save_screenshot(str(folder / "report.png"))
     finally:
         driver.quit()
+
+
+@pytest.fixture(scope="module")
+def single_dir(tmp_path_factory) -> Path:
+    """A finished sweep of one model at one resolution with one seed (MLflow off): its summary folder."""
+    from resomap.sweep.sweep import run_sweep
+
+    root = tmp_path_factory.mktemp("single")
+    cfg = tiny_sweep_config(root, MODELS[:1], RESOLUTIONS[:1], METHODS, PROBES, "experiment.name=single")
+    outcome = run_sweep(cfg)
+    assert [r.status for r in outcome.results] == ["FINISHED"]
+    return outcome.summary_dir
+
+
+def test_one_model_one_resolution_one_seed_renders_every_section_and_says_what_is_missing(single_dir: Path):
+    """Every section of the report is there and says in words what one model, one resolution and one seed cannot
+    give: no comparison between resolutions (the decision, the explanations), no interval over seeds; no agreement
+    figure across resolutions is drawn (one cell says nothing); summary.md says the same."""
+    from resomap.reports.html import write_report
+
+    text, page = _parse(write_report(single_dir))
+    for key in ("summary", "training", "figures", "matrix", "probes", "agreement", "quality"):
+        assert f'<section id="{key}">' in text, key
+    model, res = MODELS[0], RESOLUTIONS[0]
+    assert f"only {res} px has per-image predictions: nothing to compare it with" in text
+    assert f"{model} / {METHODS[0]} (spearman, grid" in text and "one resolution: nothing compared across" in text
+    assert "interval over test images and training seeds not available: needs &gt;= 3 seeds" in text
+    assert "training: " in text and "baselines: " in text
+    assert not list((single_dir / "explanations" / "agreement").glob("*_agreement.png"))
+    assert (single_dir / "explanations" / "agreement" / f"{model}_methods_spearman.png").is_file()
+    assert page.images and all(img.get("src", "").startswith("data:image/png;base64,") for img in page.images)
+    md = (single_dir / "summary.md").read_text()
+    assert f"only {res} px has per-image predictions" in md and "  - training: " in md

@@ -135,6 +135,9 @@ def learning_curves(model: str, per_resolution: Mapping[int, list[Mapping[str, A
             column[0].set_title(_title(res, per_resolution[res]))
             for ax in column:
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+                low, high = ax.get_xlim()
+                if high - low < 1:  # one epoch: an axis a whole epoch wide, ticked at it
+                    ax.set_xlim(round(low) - 0.5, round(high) + 0.5)
             column[1].set_xlabel("epoch (from 0)")
         axes[0][0].set_ylabel("loss")
         axes[1][0].set_ylabel(curves.score or "no validation score")

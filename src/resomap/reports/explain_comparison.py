@@ -46,6 +46,8 @@ def _agreement_figures(found: Any, out_dir: Path) -> list[Path]:
     <model>_methods_spearman."""
     files: list[Path] = []
     for (model, method), entry in sorted(found.matrices.items()):
+        if len(entry["resolutions"]) < 2:  # one resolution: nothing across resolutions (agreement.txt says so)
+            continue
         floor = entry["floor_on_diagonal"]
         no_floor = NO_FLOOR if entry.get("deterministic") else "one seed: no noise floor"
         note = "diagonal: cross-seed floor" if floor else f"{no_floor} (diagonal = 1, self)"
