@@ -275,3 +275,20 @@ def test_labels_of_crowded_points_do_not_overlap():
 def marks_after_draw(fig) -> dict:
     text_problems(fig)  # draws the figure
     return marks(fig)
+
+
+def test_a_cost_that_spans_decades_is_drawn_on_a_log_axis():
+    """Latency and throughput of a classical model and a CNN differ a hundredfold: their panels are log-scaled (and
+    say so), so neither model is squashed against the axis; a panel within one decade stays linear."""
+    from resomap.reports.figures import metric_vs_resolution
+    from resomap.reports.rows import SummaryRow
+
+    rows = [
+        SummaryRow(m, "", res, 1, latency_ms=ms * res / 32, peak_memory_mb=5.0 + res / 64)
+        for m, ms in (("logreg", 0.03), ("cnn", 2.0))
+        for res in (32, 64, 128)
+    ]
+    fig = metric_vs_resolution(rows, [("latency_ms", "latency (ms)"), ("peak_memory_mb", "peak memory (MB)")], "cost")
+    latency, memory = fig.axes[:2]
+    assert latency.get_yscale() == "log" and latency.get_ylabel() == "latency (ms) (log scale)"
+    assert memory.get_yscale() == "linear" and memory.get_ylabel() == "peak memory (MB)"

@@ -96,6 +96,11 @@ def metric_vs_resolution(rows: list[SummaryRow], panels: list[tuple[str, str]], 
                 if any(_seeds(r) > 1 for r in rs):
                     ax.fill_between(x, y - err, y + err, alpha=0.2, color=colour, lw=0)
             _resolution_axis(ax, rows)
+            values = _column(rows, col)
+            values = values[np.isfinite(values)]
+            if values.size and values.min() > 0 and values.max() / values.min() > 20:  # spans decades: log scale
+                ax.set_yscale("log")
+                label += " (log scale)"
             ax.set_ylabel(label)
         handles, labels = axes[0][0].get_legend_handles_labels()
         if any(_seeds(r) > 1 for r in rows):

@@ -40,6 +40,7 @@ from resomap.reports.html_explain import agreement_section, explanation_statemen
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
 from resomap.reports.html_parts import escape as _e
+from resomap.reports.html_parts import figure_img
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.rows import SummaryRow, baseline_names
@@ -283,9 +284,7 @@ def _figures_from(folder: Path) -> str:
     if not order:
         return '<p class="muted">No figure (no finished trial with metrics).</p>'
     figs = "".join(
-        f'<figure><img alt="{_e(s)}" src="{_file_uri(pngs[s])}"><figcaption>{_e(s.replace("_", " "))}</figcaption>'
-        "</figure>"
-        for s in order
+        f"<figure>{figure_img(pngs[s], s)}<figcaption>{_e(s.replace('_', ' '))}</figcaption></figure>" for s in order
     )
     return f'<div class="figs">{figs}</div>'
 
@@ -324,7 +323,7 @@ def _curve_html(pngs: list[Path]) -> str:
         return '<p class="muted">No learning curve (no trial with a per-epoch history).</p>'
     caption = "learning curves: loss and validation score by epoch, seeds overlaid, each seed's best epoch starred"
     figs = "".join(
-        f'<figure class="wide"><img alt="{_e(p.stem)}" src="{_file_uri(p)}"><figcaption>'
+        f'<figure class="wide">{figure_img(p, p.stem)}<figcaption>'
         f"{_e(p.stem.removeprefix(CURVES_STEM + '_'))}: {_e(caption)}</figcaption></figure>"
         for p in pngs
     )

@@ -12,7 +12,7 @@ from typing import Any
 from resomap.records import FINDINGS_FILE
 from resomap.reports.html_parts import array_uri as _array_uri
 from resomap.reports.html_parts import escape as _e
-from resomap.reports.html_parts import file_uri as _file_uri
+from resomap.reports.html_parts import figure_img
 from resomap.reports.html_parts import num as _num
 
 PROBE_PX = 96  # probe overlays: drawn at min(resolution, this), shown at 128 px (pixelated): keeps the file small
@@ -121,7 +121,7 @@ def agreement_section(sweep_dir: Path) -> str:
     pairs = _pairs(folder)
 
     def figs(paths: list[Path]) -> str:
-        return "".join(_figure(p, _agreement_caption(p.stem, pairs), 1100, 720) for p in paths)
+        return "".join(_figure(p, _agreement_caption(p.stem, pairs)) for p in paths)
 
     if across:
         parts.append(
@@ -135,11 +135,8 @@ def agreement_section(sweep_dir: Path) -> str:
     return "".join(parts) or '<p class="muted">No agreement results (fewer than two resolutions with maps).</p>'
 
 
-def _figure(path: Path, caption: str, width: int, shown: int) -> str:
-    return (
-        f'<figure><img alt="{_e(caption)}" src="{_file_uri(path, width)}" style="max-width:{shown}px">'
-        f"<figcaption>{_e(caption)}</figcaption></figure>"
-    )
+def _figure(path: Path, caption: str) -> str:
+    return f"<figure>{figure_img(path, caption)}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
 def _agreement_caption(stem: str, pairs: set[tuple[str, str]]) -> str:
@@ -175,8 +172,7 @@ def quality_section(sweep_dir: Path) -> str:
     if not paths:
         return '<p class="muted">No explanation-quality scores (no explanations, or no finished trial).</p>'
     cards = "".join(
-        _figure(p, f"{p.stem.removesuffix('_quality')}: explanation quality against resolution", 1100, 760)
-        for p in paths
+        _figure(p, f"{p.stem.removesuffix('_quality')}: explanation quality against resolution") for p in paths
     )
     return (
         '<p class="small muted">Each score is the excess over random maps of the same images (above the dashed line at'

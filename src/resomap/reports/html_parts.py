@@ -65,6 +65,18 @@ def array_uri(rgb: Any) -> str:
     return png_uri(buf.getvalue())
 
 
+def figure_img(path: Path, alt: str, max_width: int = 2200) -> str:
+    """<img> of a figure's PNG at its natural size: 100 CSS px per inch of the figure (the PNG's dpi, 200 by
+    default), so its text reads at the size it was set in (9 pt type about 12 px) whatever the figure's width,
+    never wider than the page; embedded as `file_uri` (downscaled to max_width px when wider)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        dpi = float((img.info.get("dpi") or (200, 200))[0]) or 200.0
+        width = round(img.width * 100 / dpi)
+    return f'<img alt="{escape(alt)}" src="{file_uri(path, max_width)}" style="width:{width}px;max-width:100%">'
+
+
 def file_uri(path: Path, max_width: int = 1100) -> str:
     """A PNG on disk as a data: URI, downscaled to max_width px when wider (the sweep draws at 200 dpi)."""
     from PIL import Image
