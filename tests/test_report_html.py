@@ -436,8 +436,31 @@ def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: 
         assert after[0] == str(min(RESOLUTIONS)) and after[1] != before[1]
         caption = driver.execute_script(shown, strip)[0].find_element(By.TAG_NAME, "figcaption").text
         assert caption.startswith(f"{min(RESOLUTIONS)} px") and "%" in caption
+        # read as on screen at 1400 px: no caption cut (a wrong prediction keeps its mark), every table inside the
+        # page's panel, and the first screen says how each model trained and where it stands
+        cut = "return Array.from(document.querySelectorAll('figcaption')).filter(c => c.offsetParent !== null"
+        cut += " && c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"
+        assert driver.execute_script(cut) == []
+        longest = "128 px: functional 95% ✗"  # ELPV's class names: a caption as long as the quickstart's
+        driver.execute_script(
+            "document.querySelector('.strip figure:not([hidden]) figcaption').textContent = arguments[0]", longest
+        )
+        assert driver.execute_script(cut) == []  # it wraps, its mark kept
+        wide = "var m = document.querySelector('main').getBoundingClientRect(); return Array.from(document"
+        wide += ".querySelectorAll('main table')).filter(t => t.getBoundingClientRect().right > m.right + 1).length"
+        assert driver.execute_script(wide) == 0
+        wrong = "return Array.from(document.querySelectorAll('.strip figure.wrong figcaption'))"
+        wrong += ".filter(c => c.offsetParent !== null).map(c => c.textContent)"
+        assert all("✗" in caption for caption in driver.execute_script(wrong))
+        first = driver.find_element(By.CSS_SELECTOR, "#summary ul").text
+        for model in MODELS:
+            assert f"{model}:" in first
+        assert first.count("training: ") == first.count("baselines: ") == len(MODELS)
+        assert "undertrained" in first and "the majority class (" in first
         folder = Path(os.environ.get("RESOMAP_SCREENSHOTS") or REPO / ".ci" / "screenshots")
         folder.mkdir(parents=True, exist_ok=True)
+        driver.execute_script("document.getElementById('summary').scrollIntoView()")
+        assert driver.save_screenshot(str(folder / "report_first_screen.png"))
         height = driver.execute_script("return document.body.scrollHeight")
         driver.set_window_size(1400, min(int(height) + 80, 6000))
         driver.execute_script("window.scrollTo(0, 0)")

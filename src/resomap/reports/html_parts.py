@@ -28,7 +28,7 @@ figcaption{font-size:12px;color:#59636e}nav a{margin-right:12px}
 .probe .said-all{font-size:12px;margin:2px 0 6px}.ok{color:#1a7f37}.bad{color:#c62828}
 .strips{display:flex;flex-wrap:wrap;gap:14px}.strip{min-width:134px}
 .strip .frames{display:flex;gap:6px}.strip figure{margin:0;width:132px}
-.strip figcaption{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;font-size:11px}
+.strip figcaption{font-size:11px;overflow-wrap:anywhere}
 .strip img{width:128px;height:128px;image-rendering:pixelated;border:2px solid #1a7f37;border-radius:3px}
 .strip figure.wrong img{border-color:#c62828}.strip figure.wrong .said{color:#c62828}.said{color:#1a7f37}
 .strip input{width:128px;display:block}.strip .res{font-size:12px;font-weight:600}
