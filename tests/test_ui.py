@@ -420,7 +420,8 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     browser.get(link)
     parent_row = page.visible(By.CSS_SELECTOR, f"[role='row'][row-id='{parent}']")
     headers = lambda d: [h.text.replace("\n", " ") for h in d.find_elements(By.CSS_SELECTOR, "[role='columnheader']")]  # noqa: E731
-    page.wait.until(lambda d: {"resolution", "test/accuracy"} <= set(headers(d)), "columns missing")
+    wanted = {"resolution", "test/accuracy", "convergence/undertrained"}
+    page.wait.until(lambda d: wanted <= set(headers(d)), "columns missing")
     assert PARENT in parent_row.text
     child_rows = f"[role='row'][row-id='{child.info.run_id}']"
     assert not browser.find_elements(By.CSS_SELECTOR, child_rows), "children shown before expanding the parent"
@@ -540,7 +541,11 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     fold = browser.execute_script("return window.innerHeight")
     items = decisions.find_elements(By.XPATH, "following-sibling::ul[1]/li")
     sentences = [r["sentence"] for r in data["recommendations"] if r.get("sentence")]
-    assert sentences and [li.text for li in items] == sentences
+    assert sentences and [li.text.split("\n")[0] for li in items] == sentences
+    for li in items:  # under each decision: how the model trained, where it stands against the majority class
+        below = li.text.split("\n")[1:]
+        assert below[0].startswith("training: ") and "undertrained" in below[0], li.text
+        assert below[1].startswith("baselines: ") and "the majority class (" in below[1], li.text
     assert all(li.rect["y"] + li.rect["height"] <= fold for li in items), "a decision below the first screen"
     findings = (summary_dir / "explanations" / "findings.txt").read_text().split("\n")
     shown = page.visible(By.XPATH, "//section[@id='summary']/h3[normalize-space()='Explanations']")

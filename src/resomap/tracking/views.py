@@ -20,6 +20,7 @@ VIEW_COLUMNS = (
     "params.`dataset`",
     "metrics.`test/accuracy`",
     "metrics.`test/macro_f1`",
+    "metrics.`convergence/undertrained`",  # 1: the trial's convergence record flags it (its tag says why)
     "metrics.`profile/latency_p50_ms`",
     "metrics.`profile/peak_memory_mb`",
 )
