@@ -35,6 +35,10 @@ ARGS = [
     "training.epochs=3",
 ]
 
+# the sweep whose worker node is killed, and its reference: long enough that a trial is still training for seconds
+# after its first last.pt (4 epochs took about 1 s once imports were compiled: the trial finished before the kill)
+LONG = ["training.epochs=16", "training.early_stopping.enabled=false"]
+
 pytestmark = pytest.mark.slow
 
 
@@ -147,7 +151,7 @@ def test_a_sweep_that_loses_its_worker_node_runs_the_trial_again_from_its_checkp
         driver, storage = _folder(tmp_path / "driver"), tmp_path / "storage"
         uri = _server(procs, _folder(tmp_path / "server"))
         cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, f"sweep.ray.address={made.address}"]
-        cmd += ["explainability.enabled=false", "profiling.enabled=false", "training.epochs=4"]
+        cmd += ["explainability.enabled=false", "profiling.enabled=false", *LONG]
         cmd += [f"sweep.ray.storage={storage}", f"mlflow.tracking_uri={uri}"]
         proc = start_logged(procs, cmd, driver, "sweep.log")
 
@@ -177,7 +181,7 @@ def test_a_sweep_that_loses_its_worker_node_runs_the_trial_again_from_its_checkp
     # the same sweep uninterrupted, on one local Ray: equal results
     reference = _folder(tmp_path / "reference")
     cmd = [sys.executable, "-m", "resomap.cli", "sweep", *ARGS, "explainability.enabled=false"]
-    cmd += ["profiling.enabled=false", "training.epochs=4", f"sweep.ray.storage={reference / 'out'}"]
+    cmd += ["profiling.enabled=false", *LONG, f"sweep.ray.storage={reference / 'out'}"]
     proc = start_logged(procs, cmd, reference, "sweep.log")
     assert proc.wait(timeout=600) == 0, (reference / "sweep.log").read_text()[-3000:]
     for res, seed in TRIALS:
