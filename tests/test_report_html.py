@@ -500,3 +500,20 @@ def test_one_model_one_resolution_one_seed_renders_every_section_and_says_what_i
     assert page.images and all(img.get("src", "").startswith("data:image/png;base64,") for img in page.images)
     md = (single_dir / "summary.md").read_text()
     assert f"only {res} px has per-image predictions" in md and "  - training: " in md
+
+
+def test_agreement_captions_read_model_names_that_end_in_digits():
+    """A timm name such as mobilenetv3_large_100 ends in digits: its between-methods figure is the model's (every
+    resolution side by side), not mobilenetv3_large's at 100 px; a per-resolution figure still reads its px."""
+    from resomap.reports.html_explain import _agreement_caption
+
+    pairs = {("mobilenetv3_large_100", "gradcam"), ("tiny_cnn", "saliency")}
+    assert _agreement_caption("mobilenetv3_large_100_methods_spearman", pairs) == (
+        "mobilenetv3_large_100: Spearman agreement between methods at each resolution"
+    )
+    assert _agreement_caption("tiny_cnn_32_methods_spearman", pairs) == (
+        "tiny_cnn at 32 px: Spearman agreement between methods"
+    )
+    assert _agreement_caption("mobilenetv3_large_100_gradcam_agreement", pairs) == (
+        "mobilenetv3_large_100 / gradcam: Spearman, top-k IoU and mass agreement across resolutions"
+    )

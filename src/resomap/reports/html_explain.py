@@ -145,8 +145,8 @@ def _agreement_caption(stem: str, pairs: set[tuple[str, str]]) -> str:
     if stem.endswith("_methods_spearman"):
         head = stem.removesuffix("_methods_spearman")
         model, _, res = head.rpartition("_")
-        if res.isdigit():  # one figure per resolution (a method missing at some)
-            return f"{model} at {res} px: Spearman agreement between methods"
+        if head not in {m for m, _ in pairs} and res.isdigit():  # one figure per resolution (a method missing at
+            return f"{model} at {res} px: Spearman agreement between methods"  # some); a name may end in digits
         return f"{head}: Spearman agreement between methods at each resolution"
     for model, method in sorted(pairs, key=lambda p: -len(p[0] + p[1])):
         if stem == f"{model}_{method}_agreement":
