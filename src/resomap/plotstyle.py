@@ -84,19 +84,19 @@ def label_points(ax: plt.Axes, labels: Iterable[tuple[str, float, float, str]]) 
     places around the point (right above, right below, left above, ...; then the same further out, with a leader
     line to the point) that is free and inside the axes, else free, else the least crowded.
     Placed where the layout puts the axes (it is run first, and the labels are left out of it so that they do not
-    move the axes), in 7 pt type (a character about 0.62 of it wide). Hand-made (a greedy search over six places):
-    matplotlib places no annotation by itself. Call it once the axes' limits and scale are final."""
+    move the axes), in 7 pt type (a character about 0.62 of it wide). Hand-made (a greedy search over twelve
+    places): matplotlib places no annotation by itself. Call it once the axes' limits and scale are final."""
     taken: list[tuple[float, float, float, float]] = []
     drawn = []
     ax.figure.draw_without_rendering()  # the layout engine's axes positions
     pt = ax.figure.dpi / 72  # display units per point
+    inside = ax.bbox.extents
     for text, x, y, colour in labels:
         if not (math.isfinite(x) and math.isfinite(y)):
             continue
         px, py = ax.transData.transform((x, y))
         size = ((0.62 * len(text) * LABEL_SIZE + 2) * pt, (LABEL_SIZE + 2) * pt)
         boxes = [_label_box(px, py, place, size, pt) for place in _PLACES]
-        inside = ax.bbox.extents
         crowd = [sum(_overlap(b, other) for other in taken) for b in boxes]
         out = [_area(b) - _overlap(b, inside) for b in boxes]  # how much of the label leaves the axes
         best = min(range(len(_PLACES)), key=lambda i: (crowd[i] > 0, out[i] > 0, crowd[i], out[i], i))

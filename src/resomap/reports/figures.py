@@ -25,7 +25,7 @@ from matplotlib.patches import Patch
 from resomap.plotstyle import MATRIX_CMAP, fit_text, label_points, method_colour, resolution_axis, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
 from resomap.reports.rows import SummaryRow
-from resomap.reports.text import trivial_words
+from resomap.reports.text import trivial_label
 from resomap.stats import pareto_front
 
 log = logging.getLogger(__name__)
@@ -196,20 +196,18 @@ def _trivial_line(ax: plt.Axes, rows: list[SummaryRow]) -> str:
     """The task's trivial predictor (the majority class) on the headline panel: a dashed line through its score at
     each resolution (the same test images at every resolution: a flat line; test sets that differ by model: the
     lowest and highest of them, each a line). Returns the legend's words, "" when no row has its score."""
-    words = trivial_words(rows)
+    label = trivial_label(rows)
     by_res: dict[int, list[float]] = defaultdict(list)
     for r in rows:
         if math.isfinite(_f(r.trivial_score)):
             by_res[r.resolution].append(_f(r.trivial_score))
-    if words is None or not by_res:
+    if label is None or not by_res:
         return ""
     x = np.array(sorted(by_res), dtype=float)
     low, high = (np.array([f(by_res[int(v)]) for v in x]) for f in (min, max))
     for y in {tuple(low), tuple(high)}:
         ax.plot(x, y, color="0.35", ls="--", lw=1, zorder=2)
-    scores = sorted({round(v, 3) for v in (*low, *high)})
-    said = f"{scores[0]:.3f}" if len(scores) == 1 else f"{scores[0]:.3f}-{scores[-1]:.3f}"
-    return f"{words} ({said})"
+    return label
 
 
 def _quality_panel(

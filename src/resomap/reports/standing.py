@@ -9,6 +9,7 @@ import re
 from collections import defaultdict
 
 from resomap.reports.rows import SummaryRow, baseline_names
+from resomap.reports.text import trivial_label
 
 __all__ = ["baseline_words", "standing", "training_words"]
 
@@ -64,12 +65,9 @@ def baseline_words(mine: list[SummaryRow], rows: list[SummaryRow]) -> str:
     (`rows`) at each resolution: 'shown above the majority class (0.688) at 32, 64 and 128 px; not shown above
     pixel_logreg at 32 px'. A classical model is not compared with the baselines."""
     parts = []
-    trivial = next((r for r in mine if r.trivial_score is not None), None)
+    trivial = trivial_label(mine)
     if trivial is not None:
-        name = trivial.words.get("trivial", "the trivial predictor")
-        scores = sorted({round(float(r.trivial_score), 3) for r in mine if r.trivial_score is not None})
-        said = f"{scores[0]:.3f}" if len(scores) == 1 else f"{scores[0]:.3f}-{scores[-1]:.3f}"
-        parts.append(_shown(f"{name} ({said})", mine, None))
+        parts.append(_shown(trivial, mine, None))
     for name in baseline_names(rows):
         if name != mine[0].model and any(name in r.compared_baselines() for r in mine):
             parts.append(_shown(name, mine, name))

@@ -59,6 +59,16 @@ def trivial_words(rows: list[SummaryRow]) -> str | None:
     return None if found is None else found.words.get("trivial", "the trivial predictor")
 
 
+def trivial_label(rows: list[SummaryRow]) -> str | None:
+    """'the majority class (0.688)': the trivial predictor with its score on the rows' test images (a range where
+    they differ: '0.650-0.688'), as the accuracy figure's legend and the first screen name it; None without one."""
+    words = trivial_words(rows)
+    scores = sorted({round(float(r.trivial_score), 3) for r in rows if _ok(r.trivial_score)})
+    if words is None or not scores:
+        return None
+    return f"{words} ({scores[0]:.3f})" if len(scores) == 1 else f"{words} ({scores[0]:.3f}-{scores[-1]:.3f})"
+
+
 def above_baseline(r: SummaryRow, name: str | None = None) -> str:
     """The headline score above the classical baseline `name` at this resolution (default: the first by name), the
     baseline's score and the one-sided p; '-' for a classical model itself or where there is none."""

@@ -187,16 +187,6 @@ def _build_summary(
     return summary, tables, figures, comparison, page
 
 
-def _shown_maps(folders: dict) -> dict[tuple[str, int], Path]:
-    """(model, resolution) -> the maps of its first seed: what the parent run's image grid shows."""
-    from resomap.explain.run import MAPS_FILE
-
-    shown: dict[tuple[str, int], Path] = {}
-    for (model, resolution, _seed), folder in sorted(folders.items()):
-        shown.setdefault((model, resolution), folder / MAPS_FILE)
-    return shown
-
-
 def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
     """The paths of what `_build_summary` wrote in `staging`, now under `out_dir`."""
     summary, tables, figures, comparison, page = built
@@ -210,10 +200,13 @@ def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
 
 def _publish_probe_images(tracker: Any, parent: str, folders: dict, clock: _Clock) -> None:
     """The parent run's probe images (MLflow's image grid) from the trials' maps (`sweep_probe_images`)."""
+    from resomap.explain.run import MAPS_FILE
     from resomap.reports.probe_images import sweep_probe_images
     from resomap.tracking.sweep_run import publish_sweep_images
 
-    shown = _shown_maps(folders)
+    shown = {}  # the first seed of each (model, resolution) in the parent's image grid
+    for (model, resolution, _seed), folder in sorted(folders.items()):
+        shown.setdefault((model, resolution), folder / MAPS_FILE)
     with clock("probe images"):
         images = sweep_probe_images(shown)
     with clock("MLflow"):
