@@ -19,10 +19,18 @@ from resomap.config import load
 from resomap.reports.probe_images import PARENT_PROBES, PROBE_IMAGE_SIZE
 from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
-from resomap.tracking.parent import CONFIG_ARTIFACT, PARENT_PARAMS
+from resomap.tracking.parent import CONFIG_ARTIFACT, PARENT_SETTINGS, SETTING_TAG
 from resomap.tracking.publish import _held_images
 from resomap.tracking.sweep_run import resolution_points
-from resomap.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, VIEW_COLUMNS, VIEW_TAG
+from resomap.tracking.views import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    INTERVAL_TAG,
+    LATENCY_TAG,
+    SCORE_TAG,
+    VIEW_COLUMNS,
+    VIEW_TAG,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS, RESOLUTIONS = ("tiny_cnn",), (16, 24)
@@ -45,7 +53,7 @@ def test_experiments_are_tagged_model_training_with_the_runs_view(project: Path)
         assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
         view = json.loads(tags[VIEW_TAG])
         assert view["selectedColumns"] == list(VIEW_COLUMNS)
-        assert {"params.`resolution`", "metrics.`test/accuracy`"} <= set(view["selectedColumns"])
+        assert {"params.`resolution`", "tags.`score`", "tags.`score interval`"} <= set(view["selectedColumns"])
 
 
 def test_resolution_points_put_each_model_against_resolution():
@@ -91,6 +99,8 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     parent = runs.pop("sweep resomap-smoke")
     probes = load("configs", "smoke", []).explainability.probe_size
     counts = {}
+    summary_dir = project / "model_summaries" / "_sweep" / "resomap-smoke"
+    summary_rows = json.loads((summary_dir / "summary.json").read_text())["rows"]
     for res in RESOLUTIONS:
         run = runs[f"tiny_cnn@{res}"]
         assert run.data.params["resolution"] == str(res) and run.data.params["dataset"] == "synthetic"
@@ -107,6 +117,14 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         images = _held_images({a.path for a in client.list_artifacts(run.info.run_id, "images")})
         assert images == {(f"probe/{m}/{p:02d}", res) for m in ("saliency", "gradcam") for p in range(probes)}
         counts[run.info.run_id] = len(client.list_artifacts(run.info.run_id, "images"))
+        # the runs table's rounded columns: the trial's score, the pooled interval of its row, its latency
+        row = next(r for r in summary_rows if r["resolution"] == res)
+        assert run.data.tags[SCORE_TAG] == f"{run.data.metrics['test/accuracy']:.3f}"
+        low, high = row["test_accuracy_ci_low"], row["test_accuracy_ci_high"]
+        assert run.data.tags[INTERVAL_TAG] == f"[{low:.3f}, {high:.3f}] over 1 seed"
+        assert run.data.tags[LATENCY_TAG] == f"{result['profile']['latency_median_ms']:.2f}"
+    best = max(summary_rows, key=lambda r: r["test_accuracy"])
+    assert parent.data.tags[SCORE_TAG] == f"best {best['test_accuracy']:.3f}: tiny_cnn@{best['resolution']}"
     history = client.get_metric_history(parent.info.run_id, "by_resolution/tiny_cnn/test_accuracy")
     assert sorted(m.step for m in history) == list(RESOLUTIONS)
     parent_paths = {a.path for a in client.list_artifacts(parent.info.run_id, "images")}
@@ -131,8 +149,10 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert "figures/learning_curves_tiny_cnn.png" in {
         a.path for a in client.list_artifacts(parent.info.run_id, "figures")
     }
-    # a few params on the parent (image cards stay readable), the whole config as an artifact
-    assert set(parent.data.params) <= set(PARENT_PARAMS) and parent.data.params["training.epochs"] == "1"
+    # no params on the parent (MLflow's image cards print them above the image): a few settings as tags, the whole
+    # config as an artifact
+    assert parent.data.params == {} and parent.data.tags[SETTING_TAG + "training.epochs"] == "1"
+    assert {k for k in parent.data.tags if k.startswith(SETTING_TAG)} == {SETTING_TAG + k for k in PARENT_SETTINGS}
     saved = client.download_artifacts(parent.info.run_id, CONFIG_ARTIFACT, str(project))
     assert yaml.safe_load(Path(saved).read_text())["training"]["epochs"] == 1
     # the parent's description: the decisions, the explanation finding and where the report and figures are
@@ -161,6 +181,23 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert (
         "- report: artifact `report.html`" in note and "- figure: artifact `figures/accuracy_vs_resolution.png`" in note
     )
+    # the headline figures drawn in the description (its Overview): a copy no wider than the page holds, each a link
+    # to the full-size file; the copies are the parent's artifacts, resampled from the summary's own figures
+    from resomap.tracking.sweep_run import NOTE_FIGURE_WIDTH, figure_link
+
+    pid = parent.info.run_id
+    names = ("accuracy_vs_resolution.png", "cost_vs_resolution.png", "pareto_accuracy_latency.png")
+    for name in names:
+        image, full = figure_link(pid, f"figures/overview/{name}"), figure_link(pid, f"figures/{name}")
+        link = next(line for line in note.splitlines() if image in line)
+        assert link.startswith("[![") and link.endswith(f"]({image})]({full})"), link
+        copy_path = client.download_artifacts(pid, f"figures/overview/{name}", str(project))
+        with Image.open(copy_path) as copy, Image.open(summary_dir / "figures" / name) as original:
+            assert copy.width == min(NOTE_FIGURE_WIDTH, original.width)
+            assert abs(copy.height / copy.width - original.height / original.width) < 0.01
+    at = [note.index(figure_link(pid, f"figures/overview/{name}")) for name in names]
+    assert at == sorted(at)  # the score first
+    assert note.index("**Figures**") < note.index("**Training**") < note.index("**Files**")
     flagged = "- tiny_cnn@16: seed 42: the epoch budget ended it while val/loss was still improving"
     assert "**Training**" in note and flagged in note
     counts[parent.info.run_id] = len(client.list_artifacts(parent.info.run_id, "images"))

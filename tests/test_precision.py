@@ -118,6 +118,8 @@ def test_a_sweep_logs_its_precision_to_mlflow(project: Path, capsys, cpu_with_bf
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     exp = client.get_experiment_by_name("resomap-smoke").experiment_id
     (parent,) = client.search_runs([exp], "tags.`resomap.kind` = 'sweep'")
-    assert parent.data.params["system.precision"] == "bf16" and parent.data.params["system.channels_last"] == "True"
+    setting = parent.data.tags  # the parent's settings are tags (resomap.tracking.parent.SETTING_TAG)
+    assert setting["resomap.setting.system.precision"] == "bf16"
+    assert setting["resomap.setting.system.channels_last"] == "True"
     (child,) = client.search_runs([exp], "tags.`resomap.kind` != 'sweep'")
     assert child.data.tags["resomap.env.precision"] == "bf16" and child.data.params["system.precision"] == "bf16"

@@ -420,7 +420,7 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     browser.get(link)
     parent_row = page.visible(By.CSS_SELECTOR, f"[role='row'][row-id='{parent}']")
     headers = lambda d: [h.text.replace("\n", " ") for h in d.find_elements(By.CSS_SELECTOR, "[role='columnheader']")]  # noqa: E731
-    wanted = {"resolution", "test/accuracy", "convergence/undertrained"}
+    wanted = {"model", "resolution", "seed", "score", "score interval", "convergence/undertrained", "latency ms"}
     page.wait.until(lambda d: wanted <= set(headers(d)), "columns missing")
     assert PARENT in parent_row.text
     child_rows = f"[role='row'][row-id='{child.info.run_id}']"
@@ -439,8 +439,12 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
         row = browser.find_element(By.CSS_SELECTOR, f"[role='row'][row-id='{run_id}']")
         assert parent_index < int(row.get_attribute("row-index")) <= parent_index + len(CHILDREN)
     row_text = " ".join(part.text for part in browser.find_elements(By.CSS_SELECTOR, child_rows))  # pinned + centre
-    accuracy = f"{child.data.metrics['test/accuracy']:.3g}"[:4]
-    assert accuracy in row_text and "32" in row_text.split(), row_text  # the resolution and accuracy columns filled
+    # the resolution and the rounded score, interval and latency columns filled
+    assert f"{child.data.metrics['test/accuracy']:.3f}" == child.data.tags["score"] and "32" in row_text.split()
+    for tag in ("score", "score interval", "latency ms"):
+        assert child.data.tags[tag] in row_text, (tag, row_text)
+    parent_text = " ".join(p.text for p in browser.find_elements(By.CSS_SELECTOR, f"[role='row'][row-id='{parent}']"))
+    assert runs[PARENT].data.tags["score"].startswith("best ") and runs[PARENT].data.tags["score"] in parent_text
     page.shot("runs_nested")
 
     # the children's image grid (the experiment's chart view): its step slider moves a probe map across resolutions,
@@ -496,6 +500,15 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     assert card.find_element(By.CSS_SELECTOR, "[role='slider']").get_attribute("aria-valuenow") == "0"
     assert "step%2B0%2B" in opened[0] or "step+0+" in opened[0], opened[0]
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
+    # the card opens on the image: the run's name above it and no params (the parent has none), the whole image
+    # inside the card's box
+    assert runs[PARENT].data.params == {}
+    within = (
+        "const c = arguments[0].getBoundingClientRect();"
+        "const i = [...arguments[0].querySelectorAll('img')].find(i => i.naturalWidth > 0).getBoundingClientRect();"
+        "return i.height > 50 && i.top >= c.top && i.bottom <= c.bottom && i.left >= c.left && i.right <= c.right"
+    )
+    assert page.wait.until(lambda d: d.execute_script(within, card), "the image is not whole in its card")
     page.shot("parent_probe_map_opened")
     sources = {0: opened[0]}
     for res in RESOLUTIONS:
@@ -505,6 +518,26 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
         page.shot(f"parent_probe_map_step{res}")
     assert len(set(sources.values())) == len(RESOLUTIONS) + 1
+
+    # the parent's overview: its description shows the decisions and, drawn in place, the accuracy figure with its
+    # intervals (MLflow's own charts above read "Step"): a copy of the run's artifact, in view without a scroll
+    # sideways, linking to the full-size file
+    browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}")
+    page.visible(By.XPATH, "//*[normalize-space(text())='Decisions']")
+    more = browser.find_elements(By.XPATH, "//*[normalize-space(text())='Show more']")  # MLflow folds long ones
+    if more:
+        more[0].click()
+    img = page.visible(By.CSS_SELECTOR, "img[src*='figures%2Foverview%2Faccuracy_vs_resolution.png']")
+    loaded = "return arguments[0].complete && arguments[0].naturalWidth"
+    figure = Path(runs[PARENT].info.artifact_uri.removeprefix("file://")) / "figures" / "accuracy_vs_resolution.png"
+    full_width = Image.open(figure).width
+    assert page.wait.until(lambda d: d.execute_script(loaded, img), "the figure is not loaded") == min(720, full_width)
+    href = img.find_element(By.XPATH, "ancestor::a[1]").get_attribute("href")
+    assert "get-artifact?path=figures%2Faccuracy_vs_resolution.png" in href and parent in href
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", img)
+    box = browser.execute_script("const r = arguments[0].getBoundingClientRect(); return [r.left, r.right]", img)
+    assert box[0] >= 0 and box[1] <= browser.execute_script("return window.innerWidth"), box
+    page.shot("parent_overview_figure")
 
     # the parent's artifacts: the sweep's HTML report, whose slider changes the shown map
     browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}/artifacts")

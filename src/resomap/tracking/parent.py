@@ -4,8 +4,9 @@
 resolutions and seeds: `resomap.sweep.identity.sweep_identity`), so adding seeds, resolutions or models to a finished
 sweep reuses its parent; a parent made before identities (tagged with the hash of its trial keys) is found by that
 key and re-tagged. The grid of the latest round is in the parent's `resomap.grid.*` tags (params cannot change).
-Its params are the few settings a reader compares sweeps by (`PARENT_PARAMS`); the whole resolved config is the
-artifact config/sweep_config.yaml (a long param list fills every image card of the MLflow UI). `close_parent` tags
+It has no params: the few settings a reader compares sweeps by (`PARENT_SETTINGS`) are its `resomap.setting.*` tags
+and the whole resolved config is the artifact config/sweep_config.yaml, because MLflow's image cards print a run's
+params above its image (eight of them pushed the parent's probe maps out of their cards). `close_parent` tags
 the children, moves under the parent any child of a planned trial that an earlier round put
 elsewhere, and closes it once every planned trial has a result. `publish_adaptive` puts an adaptive sweep's record
 on it.
@@ -25,7 +26,8 @@ log = logging.getLogger(__name__)
 
 SWEEP_KEY_TAG = "resomap.sweep_key"
 GRID_KEYS = ("sweep.models", "sweep.resolutions", "sweep.seeds", "sweep.include", "sweep.exclude")
-PARENT_PARAMS = (
+SETTING_TAG = "resomap.setting."
+PARENT_SETTINGS = (
     "experiment.task",
     "data.dataset",
     "data.limit",
@@ -66,7 +68,7 @@ def open_parent(
             exc,
         )
         return None
-    tracker.log_params(run_id, {k: flat[k] for k in PARENT_PARAMS if k in flat})
+    tracker.set_tags(run_id, {SETTING_TAG + k: flat[k] for k in PARENT_SETTINGS if k in flat})
     tracker.log_text(run_id, dump_yaml(cfg), CONFIG_ARTIFACT)
     return run_id
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
 from resomap.tracking.publish import _held_images
+from resomap.tracking.views import INTERVAL_TAG, LATENCY_TAG, SCORE_TAG
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +129,14 @@ def publish_sweep(
         tracker.log_artifact(parent, path, "summary")
     for path in figures:
         tracker.log_artifact(parent, path, "figures")
+    log_note_figures(tracker, parent, figures)
     files = comparison.files if comparison is not None else []
     for path in files:
         tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
     metrics = dict(comparison.agreement) if comparison is not None else {}
     tags = headline(summary)
     findings = comparison.findings if comparison is not None else []
-    tags[NOTE_TAG] = parent_note(summary, findings, page, figures)
+    tags[NOTE_TAG] = parent_note(summary, findings, page, figures, run_id=parent)
     from resomap.tasks import get_task, of_result
 
     # descriptive: the highest test score of the sweep, by its task's headline per-image score (classification:
@@ -147,21 +149,76 @@ def publish_sweep(
     best = best_recommended(summary)
     if best is not None:
         tags[BEST_TAG] = best
+    unrecommended = recommendation_metrics(summary, metrics)
+    for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
+        where = f"{mlflow_name(row.model)}/{row.resolution}"
+        metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
+    drop = () if best is not None else (BEST_TAG,)
+    shown = table_tags(summary, score, parent)
+    tags.update(shown.pop(parent, {}))
+    log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=unrecommended)
+    tag_children(tracker, parent, shown)
+    matrices = comparison.matrices if comparison is not None else {}
+    log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
+
+
+def recommendation_metrics(summary: Any, metrics: dict[str, float]) -> list[str]:
+    """Add to `metrics` each model's `recommended_resolution/<model>` (only a recommended one: the summary's rule,
+    with its evidence) and `reference_resolution/<model>`; the recommended_resolution keys of the models with no
+    recommendation, which the parent must not hold."""
     unrecommended = []
     for rec in summary.recommendations:
-        if rec["resolution"] is not None and rec.get("recommended"):  # only with the evidence (the summary's rule)
+        if rec["resolution"] is not None and rec.get("recommended"):
             metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
         else:
             unrecommended.append(f"recommended_resolution/{mlflow_name(rec['model'])}")
         if rec["resolution"] is not None:
             metrics[f"reference_resolution/{mlflow_name(rec['model'])}"] = rec["reference"]
-    for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
-        where = f"{mlflow_name(row.model)}/{row.resolution}"
-        metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
-    drop = () if best is not None else (BEST_TAG,)
-    log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=unrecommended)
-    matrices = comparison.matrices if comparison is not None else {}
-    log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
+    return unrecommended
+
+
+def table_tags(summary: Any, score: str, parent: str) -> dict[str, dict[str, str]]:
+    """run id -> its rounded runs-table tags: per trial its test `score` (3 decimals), the interval of its model @
+    resolution's score pooled over the seeds (the summary row's, reports.rows.SummaryRow.score) and its median
+    latency; for the `parent` the sweep's best score (the seeds' mean of a model @ resolution) and where."""
+    rows = {(r.model, r.resolution): r for r in summary.rows}
+    out: dict[str, dict[str, str]] = {}
+    means = [(r.value(f"test_{score}"), r) for r in summary.rows if is_number(r.value(f"test_{score}"))]
+    if means:
+        value, row = max(means, key=lambda pair: pair[0])
+        out[parent] = {SCORE_TAG: f"best {value:.3f}: {row.model}@{row.resolution}"}
+    for trial in summary.trials:  # result.json trees (resomap.trial_result.TrialResult.to_dict)
+        if not trial.get("run_id"):
+            continue
+        tags = {}
+        value = (trial.get("test") or {}).get(f"test/{score}")
+        if is_number(value):
+            tags[SCORE_TAG] = f"{value:.3f}"
+        row = rows.get((trial.get("model"), trial.get("resolution")))
+        _, low, high = row.score(row.headline) if row is not None else (None, None, None)
+        if low is not None and high is not None:
+            seeds = f"{row.n_seeds} seed{'s' if row.n_seeds != 1 else ''}"  # the run's name says model@resolution
+            tags[INTERVAL_TAG] = f"[{low:.3f}, {high:.3f}] over {seeds}"
+        latency = (trial.get("profile") or {}).get("latency_median_ms")
+        if is_number(latency):
+            tags[LATENCY_TAG] = f"{latency:.2f}"
+        out[trial["run_id"]] = tags
+    return out
+
+
+def tag_children(tracker: Any, parent: str, tags: Mapping[str, Mapping[str, str]]) -> None:
+    """Set each child run's tags (run id -> tags) where it does not hold that value yet: one search for the
+    parent's children, then only the runs with a change are written (a repeated summary writes nothing)."""
+    if not tags:
+        return
+    try:
+        have = {r.info.run_id: r.data.tags for r in tracker.find_runs(f"tags.`mlflow.parentRunId` = '{parent}'")}
+    except Exception:  # unreachable: the calls below are soft
+        have = {}
+    for run_id, wanted in tags.items():
+        changed = {k: v for k, v in wanted.items() if have.get(run_id, {}).get(k) != v}
+        if changed:
+            tracker.set_tags(run_id, changed)
 
 
 BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
@@ -176,10 +233,55 @@ def best_recommended(summary: Any) -> str | None:
     return f"{best.model}@{best.resolution}" if best is not None else None
 
 
-def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path]) -> str:
+# the figures the parent's description shows (its Overview in the MLflow UI), in this order, with their alt text:
+# the evidence against resolution with intervals, which MLflow's own charts draw against "Step" without them
+NOTE_FIGURES = {
+    "accuracy_vs_resolution.png": "test score against resolution, with intervals",
+    "cost_vs_resolution.png": "inference cost against resolution",
+    "pareto_accuracy_latency.png": "score against latency",
+}
+
+
+NOTE_FIGURE_DIR = "figures/overview"  # where the description's copies of NOTE_FIGURES are logged
+NOTE_FIGURE_WIDTH = 720  # px: MLflow's description keeps an image's own width (it strips width attributes), and a
+# wider one widens the whole run page past a 1400 px window; the figures are written at 200 dpi, up to 2200 px
+
+
+def log_note_figures(tracker: Any, run_id: str, figures: Iterable[Path]) -> None:
+    """Log to `run_id` under NOTE_FIGURE_DIR a copy of each NOTE_FIGURES file among `figures`, no wider than
+    NOTE_FIGURE_WIDTH (Lanczos-resampled; the full-size file stays under figures/)."""
+    import tempfile
+
+    from PIL import Image
+
+    chosen = [Path(p) for p in figures if Path(p).name in NOTE_FIGURES]
+    if not chosen:
+        return
+    with tempfile.TemporaryDirectory(prefix="resomap-note-") as tmp:
+        for path in chosen:
+            with Image.open(path) as image:
+                if image.width > NOTE_FIGURE_WIDTH:
+                    height = round(image.height * NOTE_FIGURE_WIDTH / image.width)
+                    image = image.resize((NOTE_FIGURE_WIDTH, height), Image.Resampling.LANCZOS)
+                image.save(Path(tmp) / path.name, optimize=False)
+            tracker.log_artifact(run_id, Path(tmp) / path.name, NOTE_FIGURE_DIR)
+
+
+def figure_link(run_id: str, artifact: str) -> str:
+    """The address of a run's artifact as MLflow's server answers it, relative to its UI's page (so it holds under
+    a --static-prefix too): the server's get-artifact route, the one its own artifact viewer uses."""
+    from urllib.parse import quote
+
+    return f"get-artifact?path={quote(artifact, safe='')}&run_uuid={quote(run_id, safe='')}"
+
+
+def parent_note(
+    summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path], run_id: str | None = None
+) -> str:
     """The parent run's description (markdown, shown above its details in the MLflow UI): the decision per model
     with its recommendation or 'no recommendation: <reason>' (and a line saying so when no model is recommended),
-    the undertrained model x resolutions, the explanation finding per model x method, and where the report and the
+    the undertrained model x resolutions, the explanation finding per model x method, the NOTE_FIGURES among
+    `figures` drawn in place (with `run_id`, the run that holds them under figures/), and where the report and the
     figures are."""
     lines = ["**Decisions** (each resolution against the reference at the stated margin)", ""]
     standing = summary.standing() if hasattr(summary, "standing") else {}  # reports.standing: training, baselines
@@ -189,13 +291,20 @@ def parent_note(summary: Any, statements: Iterable[str], page: Path | None, figu
     lines += [] if decided else ["- no finished trial"]
     if summary.recommendations and not any(r.get("recommended") for r in summary.recommendations):
         lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
+    pngs = [Path(p).name for p in figures if Path(p).suffix == ".png"]
+    shown = [name for name in NOTE_FIGURES if name in pngs] if run_id else []
+    lines += ["", "**Figures** (the report's; every figure is under Files)", ""] if shown else []
+    for name in shown:  # a paragraph each: images in one paragraph sit side by side, each too small to read
+        link = figure_link(run_id or "", f"{NOTE_FIGURE_DIR}/{name}")
+        full = figure_link(run_id or "", f"figures/{name}")  # the copy links to the full-size file
+        lines += [f"*{NOTE_FIGURES[name]}* (click for full size)", "", f"[![{NOTE_FIGURES[name]}]({link})]({full})", ""]
     lines += training_lines(getattr(summary, "rows", ()))
     statements = [s for s in statements if s.strip()]
     if statements:
         lines += ["", "**Explanations** (agreement across resolutions against the cross-seed floor)", ""]
         lines += [f"- {s}" for s in statements]
     files = [f"- report: artifact `{page.name}` (one self-contained page; on disk `{page}`)"] if page else []
-    files += [f"- figure: artifact `figures/{p.name}`" for p in figures if Path(p).suffix == ".png"]
+    files += [f"- figure: artifact `figures/{name}`" for name in pngs]
     if files:
         lines += ["", "**Files**", "", *files]
     text = "\n".join(lines)
