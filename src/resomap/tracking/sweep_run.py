@@ -208,15 +208,17 @@ def table_tags(summary: Any, score: str, parent: str) -> dict[str, dict[str, str
 
 def tag_children(tracker: Any, parent: str, tags: Mapping[str, Mapping[str, str]]) -> None:
     """Set each child run's tags (run id -> tags) where it does not hold that value yet: one search for the
-    parent's children, then only the runs with a change are written (a repeated summary writes nothing)."""
+    parent's children, then only the runs found with a change are written (a repeated summary writes nothing; a
+    trial whose run this store lacks, or a store that cannot be searched, is left: the tags are a view)."""
     if not tags:
         return
     try:
         have = {r.info.run_id: r.data.tags for r in tracker.find_runs(f"tags.`mlflow.parentRunId` = '{parent}'")}
-    except Exception:  # unreachable: the calls below are soft
-        have = {}
+    except Exception as exc:
+        log.log(warn_level(tracker), "MLflow: the children of %s not tagged (%s)", parent, exc)
+        return
     for run_id, wanted in tags.items():
-        changed = {k: v for k, v in wanted.items() if have.get(run_id, {}).get(k) != v}
+        changed = {k: v for k, v in wanted.items() if run_id in have and have[run_id].get(k) != v}
         if changed:
             tracker.set_tags(run_id, changed)
 
