@@ -10,6 +10,7 @@ Example::
     own = sweep.predictions.query("test_resolution == resolution")  # each trial at its own resolution
     own.groupby(["model", "resolution", "seed"])["correct"].mean()   # per-trial test accuracy
     sweep.paired_tests.query("significant")
+    sweep.class_decisions[["model", "class", "n_images", "resolution", "reason"]]  # per class, minority first
 
 Nothing is recomputed: the tables are the files the sweep wrote (summary.json, paired_tests, recommendation,
 explanations/agreement.csv) and each trial's per-image table (its task's: predictions.csv, seg_predictions.csv),
@@ -77,6 +78,32 @@ RECOMMENDATION_COLUMNS = (
     "note",
 )
 
+# summary.json's class_decisions (resomap.reports.per_class): one row per classification model x class, the
+# minority class first; `verdicts` each resolution's verdict with its bounds (a list of dicts)
+CLASS_DECISION_COLUMNS = (
+    "model",
+    "class",
+    "rank",  # 1: the class with the fewest test images
+    "n_images",  # the class's test images compared
+    "n_seeds",
+    "metric",  # recall:<class>
+    "n_classes",
+    "correction",  # "Bonferroni over K classes"
+    "alpha",  # the one-sided alpha of this class's decision: the model's alpha / K
+    "level",
+    "scope",
+    "margin",
+    "reference",
+    "resolution",  # the decided resolution (the reference when none below it is shown non-inferior)
+    "decided",
+    "available",
+    "recall",
+    "reference_recall",
+    "reason",  # the decision in words, or "not decided: <why>"
+    "sentence",
+    "verdicts",
+)
+
 
 @dataclasses.dataclass
 class SweepResults:
@@ -91,6 +118,9 @@ class SweepResults:
     agreement: Any  # explanations/agreement.csv as written (empty when the sweep explained nothing)
     trials: Any  # one row per trial: model, resolution, seed, status, name, key, folder, has_predictions
     stats: dict[str, Any]  # the settings the statistics used (config `stats`)
+    # one row per classification model x class: the decision on the class's recall (CLASS_DECISION_COLUMNS; empty
+    # for a summary written before per-class decisions, or a task without classes)
+    class_decisions: Any = None
 
 
 def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
@@ -196,4 +226,5 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         agreement=agreement,
         trials=pd.DataFrame(trials),
         stats=dict(data.get("stats") or {}),
+        class_decisions=pd.DataFrame(data.get("class_decisions") or [], columns=list(CLASS_DECISION_COLUMNS)),
     )

@@ -37,7 +37,7 @@ class Compared:
     common: np.ndarray
 
 
-def _scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -> Compared | str:
+def scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -> Compared | str:
     """The resolutions' scores on the seeds and images every compared resolution has (Compared); or a reason."""
     notes: list[str] = []
     usable = {r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}
@@ -183,16 +183,15 @@ def compare_model(
     headline = task.scores[0]
     rec_row = _empty_recommendation(model, cfg.metric or headline.name, cfg)
     rec_row["deterministic"] = deterministic(by_res)  # its seeds are one fit: their variance is exactly zero
-    dropped = sorted(r for r in cfg.dropped.get(model, []) if r in by_res)
-    by_res = {r: ms for r, ms in by_res.items() if r not in dropped}  # fewer seeds: left out of the comparisons
+    by_res, dropped = kept_resolutions(model, by_res, cfg)
     if dropped:
-        rec_row["verdicts"] = [_dropped_verdict(r, cfg) for r in dropped]
+        rec_row["verdicts"] = [dropped_verdict(r, cfg) for r in dropped]
     if not by_res:
         rec_row.update(
             reason="every resolution was dropped", sentence=f"{model}: no decision: every resolution dropped"
         )
         return [], rec_row
-    found = _scores_by_resolution(by_res, task)
+    found = scores_by_resolution(by_res, task)
     if isinstance(found, str):
         rec_row["reason"] = found
         rec_row["sentence"] = f"{model}: no recommendation: {found}"
@@ -213,6 +212,21 @@ def compare_model(
     return rows, rec_row
 
 
+def kept_resolutions(
+    model: str, by_res: Mapping[int, list[TrialRecord]], cfg: StatsConfig
+) -> tuple[dict[int, list[TrialRecord]], list[int]]:
+    """(the resolutions compared, those an adaptive sweep dropped: stats.dropped, fewer seeds, left out of the
+    comparisons)."""
+    dropped = sorted(r for r in cfg.dropped.get(model, []) if r in by_res)
+    return {r: ms for r, ms in by_res.items() if r not in dropped}, dropped
+
+
+def decision_alpha(model: str, cfg: StatsConfig) -> float | None:
+    """The one-sided alpha of a model's decision: an adaptive sweep's alpha of this look (stats.spending); None:
+    1 - level."""
+    return cfg.look_alpha.get(model)
+
+
 def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig, rec_row: dict[str, Any]) -> bool:
     """The decision on the decision metric's scores (`chosen`) into ``rec_row``, True; or why there is none, False."""
     scores, notes = chosen.scores, "; ".join(found.notes)
@@ -223,7 +237,7 @@ def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig
     decision = decide(
         scores,
         cfg,
-        alpha=cfg.look_alpha.get(model),  # an adaptive sweep's alpha of this look (stats.spending); else 1 - level
+        alpha=decision_alpha(model, cfg),
         binary=chosen.binary,
         words=chosen.words,
         images=chosen.images,
@@ -248,7 +262,7 @@ def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig
     return True
 
 
-def _dropped_verdict(resolution: int, cfg: StatsConfig) -> dict[str, Any]:
+def dropped_verdict(resolution: int, cfg: StatsConfig) -> dict[str, Any]:
     """The verdict of a resolution an adaptive sweep showed inferior at an earlier look (its summary.md section
     says when and with which bounds); not tested again on the later seeds, which it does not have."""
     return {
@@ -299,7 +313,7 @@ def metric_scores(by_res: Mapping[int, list[TrialRecord]], metric: str | None = 
     """The decision metric (stats.metric; None: the task's headline score) of a model's resolutions as the decision
     compares them; or the reason why not."""
     task = next(iter(by_res.values()))[0].task
-    found = _scores_by_resolution(by_res, task)
+    found = scores_by_resolution(by_res, task)
     if isinstance(found, str):
         return found
     return decision_scores(found, task, metric, class_names(by_res))
@@ -322,12 +336,17 @@ def _detectable(decision: stats.Decision) -> float | None:
 
 def compare_models(records: Iterable[TrialRecord], cfg: StatsConfig) -> tuple[list[dict], list[dict]]:
     """(every model's paired test rows, one recommendation per model)."""
-    by_model: dict[str, dict[int, list[TrialRecord]]] = defaultdict(dict)
-    for (model, res), members in group_records(records).items():
-        by_model[model][res] = members
     paired, recs = [], []
-    for model, by_res in sorted(by_model.items()):
+    for model, by_res in by_model(records).items():
         rows, rec = compare_model(model, by_res, cfg)
         paired += rows
         recs.append(rec)
     return paired, recs
+
+
+def by_model(records: Iterable[TrialRecord]) -> dict[str, dict[int, list[TrialRecord]]]:
+    """{model: {resolution: its trials}}, models by name."""
+    out: dict[str, dict[int, list[TrialRecord]]] = defaultdict(dict)
+    for (model, res), members in group_records(records).items():
+        out[model][res] = members
+    return dict(sorted(out.items()))

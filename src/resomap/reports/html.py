@@ -43,6 +43,7 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import figure_img
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
+from resomap.reports.per_class import class_cells, class_note
 from resomap.reports.rows import SummaryRow, baseline_names
 from resomap.reports.standing import standing
 from resomap.reports.text import (
@@ -113,6 +114,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
     sections = [
         ("summary", "Summary", _summary_section(data, rows, explanation_statements(sweep_dir, short=True))),
+        *([("per-class", "Per class", _class_section(data["class_decisions"]))] if data.get("class_decisions") else []),
         ("training", "Training", _training_section(sweep_dir, rows, trials)),
         *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
         ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
@@ -216,6 +218,14 @@ def _recommended_words(starred: bool, trivial: str | None, baselines: list[str])
         f"★ recommended: the decided resolution of a decision about the model (model scope), shown above {above} at"
         " that resolution, no trial undertrained."
     )
+
+
+def _class_section(found: list[dict]) -> str:
+    """Each classification model's decision per class (reports.per_class), the minority class first: a compact
+    table, undecided and not-decided rows shaded, and what it says in words."""
+    head, body = class_cells(found)
+    lines = [(cells, not r.get("decided")) for cells, r in zip(body, found, strict=True)]
+    return _table(head, lines, "warn") + f'<p class="small muted">{_e(class_note(found))}</p>'
 
 
 def _adaptive_section(record: dict) -> str:

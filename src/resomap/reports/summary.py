@@ -27,6 +27,7 @@ from resomap.reports.aligned import TrialId, TrialRecord, group_records, one_rep
 from resomap.reports.aligned import load_records as _load_records
 from resomap.reports.convergence import convergence_columns
 from resomap.reports.decision import compare_models
+from resomap.reports.per_class import class_decisions
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
 from resomap.reports.uncertainty import NO_RECOMMENDATION, baseline_columns, interval_columns, recommendation
 from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
@@ -51,6 +52,9 @@ class SweepSummary:
     # GPU, trial count) and, when more than one, the warning that their bf16 results are not comparable exactly
     machines: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     machines_warning: str = ""
+    # per classification model and class, the minority class first: the decision on the class's recall at the
+    # Bonferroni alpha over the model's classes (reports.per_class; results.CLASS_DECISION_COLUMNS)
+    class_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def standing(self) -> dict[str, list[str]]:
         """model -> its training and baselines lines (reports.standing), shown beside its decision."""
@@ -279,7 +283,16 @@ def build_summary(
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
         trials.append({**result, "folder": str(folder) if folder is not None else None})
     ran_on = machines(d.get("environment") for d in dicts if d.get("status") == "FINISHED")
-    return SweepSummary(rows, paired, recs, trials, dataclasses.asdict(cfg), ran_on, machines_warning(ran_on))
+    return SweepSummary(
+        rows,
+        paired,
+        recs,
+        trials,
+        dataclasses.asdict(cfg),
+        ran_on,
+        machines_warning(ran_on),
+        class_decisions(records, cfg),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ files

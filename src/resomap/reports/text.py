@@ -9,6 +9,7 @@ from typing import Any
 
 from resomap.records import machine_lines
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
+from resomap.reports.per_class import class_cells, class_note
 from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_names
 from resomap.stats import TWOWAY_MIN_SEEDS
 
@@ -357,8 +358,8 @@ def recipe_line(trials: list[Mapping[str, Any]]) -> str:
 
 def summary_document(summary: Any, markdown: bool = False) -> str:
     """summary.md (markdown=True) / summary.txt: the results table, how each seed trained (convergence), the
-    recommendation per model in words, the paired tests, and the notes saying which numbers are not available and
-    why."""
+    recommendation per model in words, the per-class decisions (reports.per_class), the paired tests, and the
+    notes saying which numbers are not available and why."""
     h = (lambda t: f"## {t}\n\n") if markdown else (lambda t: f"{t}\n{'-' * len(t)}\n")
     bullet = "- " if markdown else ""
     gap = "\n"
@@ -377,6 +378,10 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     )
     if summary.recommendations:
         out += gap + RECOMMENDED_RULE + "\n"
+    per_class = getattr(summary, "class_decisions", None) or []
+    if per_class:
+        out += gap + h("Per class (recall of each class, the minority class first)")
+        out += table(*class_cells(per_class), markdown) + gap + class_note(per_class) + "\n"
     if summary.paired_tests:
         metrics = {p.get("metric") for p in summary.paired_tests}
         first = summary.rows[0] if summary.rows else None
