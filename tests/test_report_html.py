@@ -239,6 +239,56 @@ def test_training_quality_is_in_every_summary_and_the_report(sweep_dir: Path):
     assert "learning_curves" not in figures  # shown once, in the Training section
 
 
+def test_per_class_decisions_in_the_summary_the_report_and_load_sweep(sweep_dir: Path):
+    """summary.json's class_decisions: every model x class, the fewest test images first, each the decision the
+    statistics give on that class's 0/1 recalls (read back from the trials' predictions.csv) at alpha / K; summary.md
+    and report.html show them, load_sweep gives them as a DataFrame."""
+    from resomap import stats
+    from resomap.reports.html import write_report
+    from resomap.results import CLASS_DECISION_COLUMNS, load_sweep
+
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    found, st = data["class_decisions"], data["stats"]
+    classes = data["trials"][0]["data"]["classes"]
+    assert {(r["model"], r["class"]) for r in found} == {(m, c) for m in MODELS for c in classes}
+    assert any(r["available"] for r in found)  # decisions made, not only reasons
+    sweep = load_sweep(sweep_dir)
+    own = sweep.predictions.query("test_resolution == resolution")
+    for model in MODELS:
+        mine = [r for r in found if r["model"] == model]
+        assert [r["rank"] for r in mine] == list(range(1, len(classes) + 1))
+        assert [r["n_images"] for r in mine] == sorted(r["n_images"] for r in mine)  # the minority class first
+        for row in mine:
+            assert row["alpha"] == pytest.approx((1 - st["level"]) / len(classes))
+            assert row["correction"] == f"Bonferroni over {len(classes)} classes"
+            of_class = own[(own.model == model) & (own.label == classes.index(row["class"]))]
+            assert row["n_images"] == of_class["index"].nunique()
+            if row["n_images"] < 2:
+                assert row["reason"].startswith("not decided: ") and not row["available"]
+                continue
+            scores = {
+                res: np.stack([g.sort_values("index")["correct"].to_numpy() for _, g in by_res.groupby("seed")])
+                for res, by_res in of_class.groupby("resolution")
+            }
+            settings = {k: st[k] for k in ("margin", "reference", "level", "power", "scope", "seed_sd")}
+            want = stats.noninferiority(scores, alpha=row["alpha"], binary=True, **settings)
+            assert (row["resolution"], row["decided"]) == (want.resolution, want.decided)
+            got = [(v["resolution"], v["verdict"], v["low"], v["p_value"]) for v in row["verdicts"]]
+            assert got == [(v.resolution, v.verdict, v.low, v.p_value) for v in want.verdicts]
+    assert list(sweep.class_decisions.columns) == list(CLASS_DECISION_COLUMNS)
+    assert sweep.class_decisions[["model", "class", "n_images"]].to_dict("records") == [
+        {"model": r["model"], "class": r["class"], "n_images": r["n_images"]} for r in found
+    ]
+    md = (sweep_dir / "summary.md").read_text()
+    assert "## Per class (recall of each class, the minority class first)" in md
+    text, _ = _parse(write_report(sweep_dir))
+    assert text.index('id="summary"') < text.index('id="per-class"') < text.index('id="training"')
+    section = text[text.index('id="per-class"') : text.index('id="training"')]
+    assert "<h2>Per class</h2>" in section and "Bonferroni over K classes" in section
+    for row in found:
+        assert f"<td>{html.escape(row['class'])} ({row['n_images']})</td>" in section
+
+
 def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
     """The tiny sweep's models (one epoch, checkpoint-scope decisions) lack the evidence a recommendation needs:
     recommendation.csv/json keep each decided resolution, not recommended, with the rule's reason; summary.md's
