@@ -84,7 +84,7 @@ def test_a_class_with_one_test_image_is_not_decided_and_counts_in_the_family():
     c = rows[0]
     assert not c["available"] and not c["decided"] and c["resolution"] is None and c["verdicts"] == []
     assert c["reason"] == "not decided: recall of c: 1 test image(s) of that class; needs >= 2"
-    assert c["sentence"] == f"m, recall of c (1 test images): {c['reason']}"
+    assert c["sentence"] == f"m, recall of c (1 test image): {c['reason']}"
     assert [r["alpha"] for r in rows] == pytest.approx([0.05 / 3] * 3)  # three classes, three shares of alpha
     assert rows[2]["decided"] and rows[2]["resolution"] == SMALL  # a still shown non-inferior at 0.05 / 3
     assert class_cells(rows)[1][0][3] == c["reason"]

@@ -133,9 +133,13 @@ def _not_decided(row: dict[str, Any], why: str) -> dict[str, Any]:
         "recall": None,
         "reference_recall": None,
         "reason": reason,
-        "sentence": f"{row['model']}, recall of {row['class']} ({row['n_images']} test images): {reason}",
+        "sentence": f"{row['model']}, recall of {row['class']} ({_images(row['n_images'])}): {reason}",
         "verdicts": [],
     }
+
+
+def _images(n: int | None) -> str:
+    return "test images unknown" if n is None else f"{n} test image{'' if n == 1 else 's'}"
 
 
 # ------------------------------------------------------------------------------------------------ in words
