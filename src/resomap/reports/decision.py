@@ -37,7 +37,7 @@ class Compared:
     common: np.ndarray
 
 
-def _scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -> Compared | str:
+def scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -> Compared | str:
     """The resolutions' scores on the seeds and images every compared resolution has (Compared); or a reason."""
     notes: list[str] = []
     usable = {r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}
@@ -192,7 +192,7 @@ def compare_model(
             reason="every resolution was dropped", sentence=f"{model}: no decision: every resolution dropped"
         )
         return [], rec_row
-    found = _scores_by_resolution(by_res, task)
+    found = scores_by_resolution(by_res, task)
     if isinstance(found, str):
         rec_row["reason"] = found
         rec_row["sentence"] = f"{model}: no recommendation: {found}"
@@ -299,7 +299,7 @@ def metric_scores(by_res: Mapping[int, list[TrialRecord]], metric: str | None = 
     """The decision metric (stats.metric; None: the task's headline score) of a model's resolutions as the decision
     compares them; or the reason why not."""
     task = next(iter(by_res.values()))[0].task
-    found = _scores_by_resolution(by_res, task)
+    found = scores_by_resolution(by_res, task)
     if isinstance(found, str):
         return found
     return decision_scores(found, task, metric, class_names(by_res))
