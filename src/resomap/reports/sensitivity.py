@@ -164,7 +164,7 @@ DEFINITIONS = (
 )
 
 
-def _count(row: Mapping[str, Any], name: str) -> str:
+def count_words(row: Mapping[str, Any], name: str) -> str:
     """'6 (0.150 [0.071, 0.290])': a count with its share and interval."""
     count, share, low, high = (row.get(k) for k in (name, f"{name}_share", f"{name}_low", f"{name}_high"))
     if count is None:
@@ -181,9 +181,9 @@ def sensitivity_line(row: Mapping[str, Any]) -> str:
         return f"{head}: not counted: {row.get('reason') or 'no per-image records'}"
     level = f"{float(row.get('level') or 0.95):.0%}"
     text = (
-        f"{head}: lost {_count(row, 'lost')}, gained {_count(row, 'gained')} of {row['n_images']} test images"
+        f"{head}: lost {count_words(row, 'lost')}, gained {count_words(row, 'gained')} of {row['n_images']} test images"
         f" ({level} Wilson intervals, {row['n_seeds']} seed{'s' if row['n_seeds'] != 1 else ''})"
     )
     if row.get("seed_dependent") is not None:
-        text += f"; seed-dependent (the noise to compare with) {_count(row, 'seed_dependent')}"
+        text += f"; seed-dependent (the noise to compare with) {count_words(row, 'seed_dependent')}"
     return text + (f"; {row['reason']}" if row.get("reason") else "")
