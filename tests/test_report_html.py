@@ -357,6 +357,8 @@ def test_images_that_need_the_pixels_are_counted_written_loaded_and_shown(sweep_
     assert sweep.sensitivity[["model", "lost", "gained"]].values.tolist() == [
         [r["model"], r["lost"], r["gained"]] for r in data["sensitivity"]
     ]
+    md = (sweep_dir / "summary.md").read_text()
+    assert "## Images that need the pixels" in md and f"{MODELS[0]} 16 px against 24 px: lost " in md
     text = write_report(sweep_dir).read_text(encoding="utf-8")
     section = text[text.index('<section id="sensitive">') : text.index('<section id="probes">')]
     assert "<h2>Images that need the pixels</h2>" in section and "seed-dependent (noise)" in section
