@@ -39,6 +39,8 @@ def sensitivity_section(sweep_dir: Path, data: dict, trials: list[dict]) -> str:
             seed = f" (maps of seed {seed_of[model]})" if model in seed_of else ""
             parts.append(f'<p class="small muted">The most sensitive lost images, up to {SHOWN}{_e(seed)}:</p>')
             parts.append(_images(model, lost, maps.get(model, {})))
+        elif any(r.get("available") for r in mine):
+            parts.append('<p class="small muted">No test image is lost against the reference.</p>')
     return "".join(parts)
 
 
