@@ -377,6 +377,68 @@ def test_text_is_escaped(sweep_dir: Path, tmp_path: Path):
     assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
 
 
+def test_images_that_need_the_pixels_are_counted_written_loaded_and_shown(sweep_dir: Path, tmp_path: Path):
+    """summary.json `sensitivity` and sensitive_images.csv hold what the trials' predictions.csv give (one seed: the
+    caveat in the row), load_sweep exposes both, and the report's section shows the counts; an image listed as lost
+    that is in the probe set is shown with each method's map at every resolution side by side, one that is not is
+    named and said to have no map."""
+    from resomap.explain.methods.probe import load_maps
+    from resomap.reports.html import write_report
+    from resomap.reports.sensitivity import ONE_SEED
+    from resomap.results import load_sweep
+
+    data, sweep = json.loads((sweep_dir / "summary.json").read_text()), load_sweep(sweep_dir)
+    assert (sweep_dir / "sensitive_images.csv").is_file()
+    own = sweep.predictions.query("test_resolution == resolution")
+    expected = []
+    for model in MODELS:
+        (row,) = [r for r in data["sensitivity"] if r["model"] == model]
+        assert (row["resolution"], row["reference"], row["n_seeds"], row["reason"]) == (16, 24, 1, ONE_SEED)
+        right = own[own.model == model].pivot_table(index="index", columns="resolution", values="correct")
+        lost, gained = (
+            right.index[(right[24] == 1) & (right[16] == 0)],
+            right.index[(right[24] == 0) & (right[16] == 1)],
+        )
+        assert (row["lost"], row["gained"], row["n_images"]) == (len(lost), len(gained), len(right))
+        assert row["seed_dependent"] is None and row["lost_low"] <= row["lost_share"] <= row["lost_high"]
+        expected += [(model, int(i), "lost") for i in lost] + [(model, int(i), "gained") for i in gained]
+    found = sweep.sensitive_images
+    assert sorted(zip(found.model, found["index"], found.status, strict=True)) == sorted(expected)
+    assert sweep.sensitivity[["model", "lost", "gained"]].values.tolist() == [
+        [r["model"], r["lost"], r["gained"]] for r in data["sensitivity"]
+    ]
+    md = (sweep_dir / "summary.md").read_text()
+    assert "## Images that need the pixels" in md and f"{MODELS[0]} 16 px against 24 px: lost " in md
+    text = write_report(sweep_dir).read_text(encoding="utf-8")
+    section = text[text.index('<section id="sensitive">') : text.index('<section id="probes">')]
+    assert "<h2>Images that need the pixels</h2>" in section and "seed-dependent (noise)" in section
+    assert all(f"<h3>{model}</h3>" in section for model in MODELS)
+    # the maps: a copy whose csv lists a probe image and an image outside the probe set as lost at 16 px
+    copy = tmp_path / "listed"
+    shutil.copytree(sweep_dir, copy, ignore=shutil.ignore_patterns("report.html"))
+    for trial in data["trials"]:  # the copy's trial folders: the originals'
+        trial["folder"] = str((sweep_dir / trial["folder"]).resolve())
+    (copy / "summary.json").write_text(json.dumps(data))
+    model = MODELS[0]
+    folder = next(Path(t["folder"]) for t in data["trials"] if t["model"] == model and t["resolution"] == 16)
+    probe = int(load_maps(folder / "explanations.npz")[1]["index"][0])
+    outside = max(int(i) for i in own["index"]) + 1000
+    with (copy / "sensitive_images.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["model", "resolution", "reference", "index", "label", "class_name", "status"])
+        writer.writerows([[model, 16, 24, probe, 0, "c0", "lost"], [model, 16, 24, outside, 1, "c1", "lost"]])
+    text, page = _parse(write_report(copy))
+    section = text[text.index('<section id="sensitive">') : text.index('<section id="probes">')]
+    assert f"image #{probe}</b>" in section and f"image #{outside}</b>" in section
+    assert section.count('<div class="sbs"') == len(METHODS)  # one row per method, every resolution side by side
+    for method in METHODS:
+        row = section[section.index(f'data-label="{model} {method} probe #{probe}"') :]
+        row = row[: row.index("</div></div>")]
+        assert all(f"{res} px" in row for res in RESOLUTIONS) and row.count("<img") == len(RESOLUTIONS)
+    assert "not in the probe set: no map" in section.split(f"image #{outside}</b>")[1]
+    assert len(page.strips) == len(MODELS) * PROBES * len(METHODS)  # the probe section's sliders, no more
+
+
 def test_cli_report_and_its_errors(sweep_dir: Path, tmp_path: Path, capsys):
     root = sweep_dir.parent.parent
     assert main(["report", "--summaries", str(root), "--sweep", "nope"]) == 2

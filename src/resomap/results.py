@@ -11,10 +11,12 @@ Example::
     own.groupby(["model", "resolution", "seed"])["correct"].mean()   # per-trial test accuracy
     sweep.paired_tests.query("significant")
     sweep.class_decisions[["model", "class", "n_images", "resolution", "reason"]]  # per class, minority first
+    sweep.sensitivity[["model", "resolution", "lost", "lost_low", "lost_high", "seed_dependent"]]
+    sweep.sensitive_images.query("status == 'lost'")  # the images each model needs the pixels for
 
 Nothing is recomputed: the tables are the files the sweep wrote (summary.json, paired_tests, recommendation,
-explanations/agreement.csv) and each trial's per-image table (its task's: predictions.csv, seg_predictions.csv),
-found through the folders recorded in summary.json.
+explanations/agreement.csv, sensitive_images.csv) and each trial's per-image table (its task's: predictions.csv,
+seg_predictions.csv), found through the folders recorded in summary.json.
 pandas is imported when a sweep is loaded.
 """
 
@@ -104,6 +106,45 @@ CLASS_DECISION_COLUMNS = (
     "verdicts",
 )
 
+# resolution-sensitive test images (resomap.reports.sensitivity): summary.json's `sensitivity` rows (one per model x
+# resolution below its reference) and the per-image rows of sensitive_images.csv in the summary folder
+SENSITIVE_IMAGES_FILE = "sensitive_images.csv"
+SENSITIVITY_COLUMNS = (
+    "model",
+    "resolution",
+    "reference",
+    "metric",
+    "n_seeds",
+    "n_images",  # the test images both resolutions have under every compared seed: the shares' denominator
+    "lost",  # right at the reference in every seed, wrong at this resolution in every seed
+    "lost_share",
+    "lost_low",
+    "lost_high",
+    "gained",  # the reverse
+    "gained_share",
+    "gained_low",
+    "gained_high",
+    "seed_dependent",  # right in some seeds and wrong in others at either resolution: the noise to compare with
+    "seed_dependent_share",
+    "seed_dependent_low",
+    "seed_dependent_high",
+    "level",  # of the Wilson intervals
+    "available",
+    "reason",  # why nothing is counted, or what to read the counts with (one seed, a deterministic fit)
+)
+SENSITIVE_IMAGE_COLUMNS = (
+    "model",
+    "resolution",
+    "reference",
+    "index",  # the image's index in the raw dataset (predictions.csv, the probe set's explanations.npz)
+    "label",
+    "class_name",
+    "status",  # lost | gained
+    "seeds_right_reference",
+    "seeds_right",  # at this resolution
+    "n_seeds",
+)
+
 
 @dataclasses.dataclass
 class SweepResults:
@@ -121,6 +162,9 @@ class SweepResults:
     # one row per classification model x class: the decision on the class's recall (CLASS_DECISION_COLUMNS; empty
     # for a summary written before per-class decisions, or a task without classes)
     class_decisions: Any = None
+    # per model x resolution below its reference: the images lost, gained and seed-dependent, with Wilson intervals
+    sensitivity: Any = None  # SENSITIVITY_COLUMNS (summary.json `sensitivity`; empty for a summary from before it)
+    sensitive_images: Any = None  # one row per lost or gained image (sensitive_images.csv; SENSITIVE_IMAGE_COLUMNS)
 
 
 def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
@@ -216,6 +260,8 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
     predictions = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     agreement_csv = folder / "explanations" / "agreement.csv"
     agreement = pd.read_csv(agreement_csv) if agreement_csv.is_file() else pd.DataFrame()
+    sensitive_csv = folder / SENSITIVE_IMAGES_FILE
+    sensitive = pd.read_csv(sensitive_csv) if sensitive_csv.is_file() else pd.DataFrame()
     return SweepResults(
         name=folder.name,
         folder=folder,
@@ -227,4 +273,6 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         trials=pd.DataFrame(trials),
         stats=dict(data.get("stats") or {}),
         class_decisions=pd.DataFrame(data.get("class_decisions") or [], columns=list(CLASS_DECISION_COLUMNS)),
+        sensitivity=pd.DataFrame(data.get("sensitivity") or [], columns=list(SENSITIVITY_COLUMNS)),
+        sensitive_images=sensitive.reindex(columns=list(SENSITIVE_IMAGE_COLUMNS)),
     )

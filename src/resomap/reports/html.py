@@ -17,7 +17,8 @@ true and predicted masks) are shown per model and resolution.
 Written by hand: no report library does "data: URIs + a range slider per strip" without a server or a JS
 framework; the figures themselves come from the existing matplotlib code (reports.figures, reports.explain_figures) and
 the probe overlays from explain_figures.probe_overlays. The page's pieces (style, script, escaping, PNG data: URIs
-with Pillow) are reports.html_parts; the probe maps and agreement sections are reports.html_explain.
+with Pillow) are reports.html_parts; the probe maps and agreement sections are reports.html_explain; the images that
+need the pixels (lost against the reference, with their maps side by side) reports.html_sensitivity.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import figure_img
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
+from resomap.reports.html_sensitivity import sensitivity_section
 from resomap.reports.per_class import class_cells, class_note
 from resomap.reports.rows import SummaryRow, baseline_names
+from resomap.reports.sensitivity import SECTION_TITLE
 from resomap.reports.standing import standing
 from resomap.reports.text import (
     ABOVE_P,
@@ -119,6 +122,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
         *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
         ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
         ("matrix", "Train x test resolution", _matrix_section(rows)),
+        ("sensitive", SECTION_TITLE, sensitivity_section(sweep_dir, data, trials)),
     ]
     outputs = _outputs_section(sweep_dir, trials)
     if outputs:

@@ -32,9 +32,9 @@ def _maps_path(sweep_dir: Path, trial: dict) -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def probe_section(sweep_dir: Path, trials: list[dict]) -> str:
-    from resomap.reports.explain_figures import probe_overlays, scale_words, shared_scales
-
+def shown_maps(sweep_dir: Path, trials: list[dict]) -> tuple[dict[str, dict[int, Path]], dict[str, int]]:
+    """(model -> {resolution: explanations.npz}, model -> its seed): the maps the report shows, the lowest seed of
+    each model (the probe section and the sensitive images' maps)."""
     by_model: dict[str, dict[int, Path]] = defaultdict(dict)
     seed_of: dict[str, int] = {}
     for t in sorted(trials, key=lambda t: int(t.get("seed") or 0)):
@@ -45,6 +45,13 @@ def probe_section(sweep_dir: Path, trials: list[dict]) -> str:
         if path is None or seed_of.setdefault(model, seed) != seed:  # the lowest seed of each model
             continue
         by_model[model][int(t["resolution"])] = path
+    return dict(by_model), seed_of
+
+
+def probe_section(sweep_dir: Path, trials: list[dict]) -> str:
+    from resomap.reports.explain_figures import probe_overlays, scale_words, shared_scales
+
+    by_model, seed_of = shown_maps(sweep_dir, trials)
     if not by_model:
         return '<p class="muted">No explanations were saved (explainability.enabled off, or every method failed).</p>'
     parts = [
@@ -73,7 +80,7 @@ def probe_section(sweep_dir: Path, trials: list[dict]) -> str:
                 f" {_e(_num(o.prob, '{:.0%}'))}{'' if o.correct else ' ✗'}</span>"
                 for o in sorted(one, key=lambda o: o.resolution)
             )
-            strips = "".join(_strip(model, m, frames[(pos, m)]) for m in methods if frames.get((pos, m)))
+            strips = "".join(strip(model, m, frames[(pos, m)]) for m in methods if frames.get((pos, m)))
             cards.append(
                 f'<div class="probe"><div><b>image #{_e(first.index)}</b> · true class <b>{_e(first.true)}</b></div>'
                 f'<div class="said-all">{said}</div><div class="strips">{strips}</div></div>'
@@ -82,19 +89,22 @@ def probe_section(sweep_dir: Path, trials: list[dict]) -> str:
     return "".join(parts)
 
 
-def _strip(model: str, method: str, overlays: list[Any]) -> str:
+def strip(model: str, method: str, overlays: list[Any], slider: bool = True) -> str:
+    """One method's maps of one probe image at every resolution: a strip the page's script turns into a slider, or
+    with `slider` False all of them side by side (class sbs, which the script leaves alone)."""
     label = f"{model} {method} probe #{overlays[0].index}"
     figs = []
     for ov in sorted(overlays, key=lambda o: o.resolution):
         cls = "" if ov.correct else ' class="wrong"'
         said = f"{ov.pred} {_num(ov.prob, '{:.0%}')}" + ("" if ov.correct else " ✗")
+        res = f' data-res="{ov.resolution}"' if slider else ""
         figs.append(
-            f'<figure{cls} data-res="{ov.resolution}"><img alt="{_e(ov.caption)}" title="{_e(ov.caption)}"'
+            f'<figure{cls}{res}><img alt="{_e(ov.caption)}" title="{_e(ov.caption)}"'
             f' src="{_array_uri(ov.image)}"><figcaption><span class="res">{ov.resolution} px</span>'
             f' <span class="said">{_e(said)}</span></figcaption></figure>'
         )
     return (
-        f'<div class="strip" data-label="{_e(label)}"><div class="method">{_e(method)}</div>'
+        f'<div class="{"strip" if slider else "sbs"}" data-label="{_e(label)}"><div class="method">{_e(method)}</div>'
         f'<div class="frames">{"".join(figs)}</div></div>'
     )
 

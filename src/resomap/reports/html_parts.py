@@ -31,6 +31,9 @@ figcaption{font-size:12px;color:#59636e}nav a{margin-right:12px}
 .strip figcaption{font-size:11px;overflow-wrap:anywhere}
 .strip img{width:128px;height:128px;image-rendering:pixelated;border:2px solid #1a7f37;border-radius:3px}
 .strip figure.wrong img{border-color:#c62828}.strip figure.wrong .said{color:#c62828}.said{color:#1a7f37}
+.sbs .frames{display:flex;gap:6px}.sbs figure{margin:0;width:132px}.sbs figcaption{font-size:11px}
+.sbs img{width:128px;height:128px;image-rendering:pixelated;border:2px solid #1a7f37;border-radius:3px}
+.sbs figure.wrong img{border-color:#c62828}.sbs figure.wrong .said{color:#c62828}
 .strip input{width:128px;display:block}.strip .res{font-size:12px;font-weight:600}
 .method{font-weight:600;font-size:13px}.mat td{text-align:center;min-width:52px}
 """

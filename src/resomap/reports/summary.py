@@ -1,6 +1,7 @@
 """Sweep summary: one row per model x resolution with intervals on its headline numbers, the paired tests between
 resolutions and the decision per model (recommended only with the evidence: reports.uncertainty.recommendation);
-written as summary.csv / summary.json / paired_tests.csv / recommendation.csv / summary.md / summary.txt.
+written as summary.csv / summary.json / paired_tests.csv / recommendation.csv / sensitive_images.csv / summary.md /
+summary.txt; per model the test images whose correctness changes with the resolution (reports.sensitivity).
 
 Takes TrialResults (anything with to_dict()) or their dicts, and optionally where each trial's folder is (its
 per-image records, read by the trial's task, give the intervals and tests: classification's predictions.csv,
@@ -29,8 +30,14 @@ from resomap.reports.convergence import convergence_columns
 from resomap.reports.decision import compare_models
 from resomap.reports.per_class import class_decisions
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
+from resomap.reports.sensitivity import sensitivity
 from resomap.reports.uncertainty import NO_RECOMMENDATION, baseline_columns, interval_columns, recommendation
-from resomap.results import PAIRED_COLUMNS, RECOMMENDATION_COLUMNS
+from resomap.results import (
+    PAIRED_COLUMNS,
+    RECOMMENDATION_COLUMNS,
+    SENSITIVE_IMAGE_COLUMNS,
+    SENSITIVE_IMAGES_FILE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,11 @@ class SweepSummary:
     # per classification model and class, the minority class first: the decision on the class's recall at the
     # Bonferroni alpha over the model's classes (reports.per_class; results.CLASS_DECISION_COLUMNS)
     class_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # per model x resolution below its reference: the images lost, gained and seed-dependent with Wilson intervals
+    # (reports.sensitivity; results.SENSITIVITY_COLUMNS); the lost and gained images are `sensitive_images`, written
+    # to sensitive_images.csv rather than summary.json
+    sensitivity: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    sensitive_images: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def standing(self) -> dict[str, list[str]]:
         """model -> its training and baselines lines (reports.standing), shown beside its decision."""
@@ -72,7 +84,7 @@ class SweepSummary:
         return {r["model"]: seeds.get(r["model"], 0) for r in self.recommendations if r.get("deterministic")}
 
     def to_dict(self) -> dict[str, Any]:
-        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sensitive_images"}
         return json_safe({**plain, "rows": [row.to_dict() for row in self.rows]})
 
 
@@ -283,6 +295,7 @@ def build_summary(
         folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
         trials.append({**result, "folder": str(folder) if folder is not None else None})
     ran_on = machines(d.get("environment") for d in dicts if d.get("status") == "FINISHED")
+    found = sensitivity(records, recs, cfg)
     return SweepSummary(
         rows,
         paired,
@@ -292,6 +305,8 @@ def build_summary(
         ran_on,
         machines_warning(ran_on),
         class_decisions(records, cfg),
+        found.rows,
+        found.images,
     )
 
 
@@ -336,7 +351,8 @@ def _relative(folder: str | None, out_dir: Path) -> str | None:
 
 def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     """summary.csv (a line per model x resolution), summary.json (everything, each trial's folder relative to
-    out_dir), paired_tests.csv, recommendation.csv, summary.md and summary.txt, each written atomically."""
+    out_dir), paired_tests.csv, recommendation.csv, sensitive_images.csv (the lost and gained images,
+    reports.sensitivity), summary.md and summary.txt, each written atomically."""
     from resomap.reports.text import summary_document
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -349,6 +365,7 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
         SUMMARY_JSON: json.dumps(payload, indent=2, allow_nan=False, default=str),
         PAIRED_CSV: _csv(summary.paired_tests, PAIRED_COLUMNS),
         RECOMMENDATION_CSV: _csv(summary.recommendations, RECOMMENDATION_COLUMNS),
+        SENSITIVE_IMAGES_FILE: _csv(summary.sensitive_images, SENSITIVE_IMAGE_COLUMNS),
         SUMMARY_MD: summary_document(summary, markdown=True),
         SUMMARY_TXT: summary_document(summary, markdown=False),
     }

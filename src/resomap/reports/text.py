@@ -358,8 +358,9 @@ def recipe_line(trials: list[Mapping[str, Any]]) -> str:
 
 def summary_document(summary: Any, markdown: bool = False) -> str:
     """summary.md (markdown=True) / summary.txt: the results table, how each seed trained (convergence), the
-    recommendation per model in words, the per-class decisions (reports.per_class), the paired tests, and the
-    notes saying which numbers are not available and why."""
+    recommendation per model in words, the per-class decisions (reports.per_class), the paired tests, the images
+    lost and gained against the reference (reports.sensitivity), and the notes saying which numbers are not
+    available and why."""
     h = (lambda t: f"## {t}\n\n") if markdown else (lambda t: f"{t}\n{'-' * len(t)}\n")
     bullet = "- " if markdown else ""
     gap = "\n"
@@ -388,6 +389,12 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
         what = f"{first.say(first.headline)} difference" if first and len(metrics) == 1 else "difference per metric"
         out += gap + h(f"Paired tests between resolutions (B - A: {what})")
         out += paired_table(summary.paired_tests, markdown)
+    found = getattr(summary, "sensitivity", None) or []
+    if found:
+        from resomap.reports.sensitivity import DEFINITIONS, SECTION_TITLE, sensitivity_line
+
+        out += gap + h(f"{SECTION_TITLE} (test images lost or gained against the reference)")
+        out += "".join(f"{bullet}{sensitivity_line(r)}\n" for r in found) + gap + DEFINITIONS + "\n"
     notes = notes_lines(summary.rows)
     if notes:
         out += gap + h("Notes") + "".join(f"{bullet}{x}\n" for x in notes)

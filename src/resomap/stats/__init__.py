@@ -11,7 +11,8 @@ is the bottom layer (settings come in as plain values).
   :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``);
   :func:`twoway_bootstrap`: the grand mean over test images and training seeds, both resampled (>= 3 seeds).
 - :mod:`~resomap.stats.intervals`: :class:`Interval`; :func:`seed_interval` (mean, std and Student-t interval across
-  seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random).
+  seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random), :func:`wilson_interval` (a
+  count of images as a share of them, statsmodels' Wilson interval).
 - :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, clustered over images
   with several seeds, or a paired bootstrap
   with a sign-flip p-value), :func:`paired_score_test` (any per-image score), :func:`holm`.
@@ -49,7 +50,7 @@ from resomap.stats.bootstrap import (
 )
 from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority
 from resomap.stats.design import design_needs, plan_power, relabel_min_p, relabel_seeds_needed
-from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval
+from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval, wilson_interval
 from resomap.stats.median import MedianInterval, median_interval, ratio_interval
 from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test
 from resomap.stats.pareto import ParetoPoint, pareto_front, pareto_indices
@@ -104,4 +105,5 @@ __all__ = [
     "sign_flip_test",
     "smallest_sufficient_resolution",
     "t_interval",
+    "wilson_interval",
 ]

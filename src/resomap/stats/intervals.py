@@ -99,3 +99,15 @@ def crossed_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, fl
     df = (ms_s + ms_i) ** 2 / (ms_s**2 / (s - 1) + ms_i**2 / (n - 1))
     half = float(stats.t.ppf(0.5 + level / 2, df=df)) * math.sqrt(var)
     return mean, mean - half, mean + half
+
+
+def wilson_interval(count: int, n: int, level: float = 0.95) -> Interval:
+    """The share ``count / n`` with its Wilson score interval at ``level`` (statsmodels' proportion_confint,
+    method "wilson": right at 0 and n, where the normal interval collapses); no images: unavailable."""
+    check_level(level)
+    if n <= 0:
+        return unavailable_interval(None, level, "wilson", 0, "no images")
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = proportion_confint(int(count), int(n), alpha=1 - level, method="wilson")
+    return Interval(count / n, float(low), float(high), level, "wilson", int(n))

@@ -1,0 +1,104 @@
+"""The report's section "Images that need the pixels" (reports.html): per model, each resolution below its reference
+with the test images lost and gained against it and the seed-dependent ones beside them (summary.json
+`sensitivity`, reports.sensitivity), and its most sensitive lost images (sensitive_images.csv), each with every
+method's probe map at every resolution side by side where the image is in the probe set (the maps the probe section
+shows: the model's lowest seed), else named by index and class."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from resomap.reports.html_explain import shown_maps, strip
+from resomap.reports.html_parts import escape as _e
+from resomap.reports.sensitivity import DEFINITIONS, count_words, most_sensitive
+from resomap.results import SENSITIVE_IMAGES_FILE
+
+SHOWN = 4  # lost images per model
+MAP_PX = 96  # as the probe section: drawn at min(resolution, this), shown at 128 px
+
+
+def sensitivity_section(sweep_dir: Path, data: dict, trials: list[dict]) -> str:
+    rows = data.get("sensitivity")
+    if rows is None:
+        return '<p class="muted">Not counted: a summary from before resolution-sensitive images were counted.</p>'
+    if not rows:
+        return '<p class="muted">No model has a resolution below its reference: nothing to compare.</p>'
+    ranked = most_sensitive(_read_images(Path(sweep_dir) / SENSITIVE_IMAGES_FILE), SHOWN)
+    maps, seed_of = shown_maps(Path(sweep_dir), trials)
+    by_model: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_model[str(row["model"])].append(row)
+    parts = [f'<p class="small muted">{_e(DEFINITIONS)}</p>']
+    for model, mine in sorted(by_model.items()):
+        parts.append(f"<h3>{_e(model)}</h3>{_table(mine)}")
+        lost = ranked.get(model, [])
+        if lost:
+            seed = f" (maps of seed {seed_of[model]})" if model in seed_of else ""
+            parts.append(f'<p class="small muted">The most sensitive lost images, up to {SHOWN}{_e(seed)}:</p>')
+            parts.append(_images(model, lost, maps.get(model, {})))
+        elif any(r.get("available") for r in mine):
+            parts.append('<p class="small muted">No test image is lost against the reference.</p>')
+    return "".join(parts)
+
+
+def _read_images(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _table(rows: list[dict]) -> str:
+    head = ["px", "against", "images", "seeds", "lost", "gained", "seed-dependent (noise)", "note"]
+    top = "".join(f'<th class="{"l" if h == "note" else ""}">{_e(h)}</th>' for h in head)
+    lines = []
+    for r in sorted(rows, key=lambda r: -int(r["resolution"])):
+        if not r.get("available"):
+            cells = [str(r["resolution"]), str(r["reference"]), "-", "-", "-", "-", "-"]
+        else:
+            counts = [count_words(r, k) for k in ("lost", "gained", "seed_dependent")]
+            cells = [str(r["resolution"]), str(r["reference"]), str(r["n_images"]), str(r["n_seeds"]), *counts]
+        tds = "".join(f'<td><span class="nw">{_e(c)}</span></td>' for c in cells)
+        lines.append(f'<tr>{tds}<td class="l small">{_e(r.get("reason") or "")}</td></tr>')
+    level = next((r.get("level") for r in rows if r.get("level")), 0.95)
+    caption = f"count (share [{float(level):.0%} Wilson interval])"
+    return f'<table><tr>{top}</tr>{"".join(lines)}</table><p class="small muted">{_e(caption)}</p>'
+
+
+def _images(model: str, lost: list[dict], maps: dict[int, Path]) -> str:
+    """Each lost image: its maps at every resolution side by side, or why there are none."""
+    overlays = _overlays(maps, {int(im["index"]) for im in lost})
+    cards = []
+    for im in lost:
+        index, name = int(im["index"]), im.get("class_name") or im.get("label") or "?"
+        at = ", ".join(f"{r} px" for r in im["lost_at"])
+        head = f"<div><b>image #{index}</b> · true class <b>{_e(name)}</b> · lost at {_e(at)}</div>"
+        found = overlays.get(index, {})
+        if found:
+            body = '<div class="strips">' + "".join(strip(model, m, found[m], slider=False) for m in sorted(found))
+            body += "</div>"
+        else:
+            why = "not in the probe set: no map" if maps else "no map: the model's trials saved no explanations"
+            body = f'<div class="said-all muted">{_e(why)}</div>'
+        cards.append(f'<div class="probe">{head}{body}</div>')
+    return f'<div class="probes">{"".join(cards)}</div>'
+
+
+def _overlays(maps: dict[int, Path], wanted: set[int]) -> dict[int, dict[str, list[Any]]]:
+    """index -> method -> its overlay at every resolution, for the wanted images in the probe set (nothing is
+    drawn when none is)."""
+    from resomap.explain.methods.probe import load_maps
+    from resomap.reports.explain_figures import probe_overlays, shared_scales
+
+    if not any(wanted & {int(i) for i in (load_maps(p)[1].get("index") or [])} for p in maps.values()):
+        return {}
+    scales = shared_scales(maps.values())
+    out: dict[int, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for res, path in sorted(maps.items()):
+        for ov in probe_overlays(path, size=min(res, MAP_PX), scales=scales):
+            if ov.index in wanted:
+                out[ov.index][ov.method].append(ov)
+    return out
