@@ -199,6 +199,11 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
     assert (out / "summary.txt").read_text().count(MODEL) >= 2
     assert (out / "figures" / "accuracy_vs_resolution.png").exists()
     assert (out / "explanations" / "agreement" / f"{MODEL}_gradcam_agreement.png").exists()
+    (front,) = report["front3"]  # the three-way trade-off: one model, each checkpoint's resolution
+    assert front["model"] == MODEL and [p["resolution"] for p in front["points"]] == list(RESOLUTIONS)
+    assert [a["name"] for a in front["axes"]] == ["score", "cost", "quality"]
+    assert front["axes"][2]["method"] == "gradcam"  # the first method by name
+    assert (out / "figures" / "tradeoff_score_cost_quality.png").exists()
     assert "report:" in capsys.readouterr().out
 
 

@@ -292,3 +292,47 @@ def test_a_cost_that_spans_decades_is_drawn_on_a_log_axis():
     latency, memory = fig.axes[:2]
     assert latency.get_yscale() == "log" and latency.get_ylabel() == "latency (ms) (log scale)"
     assert memory.get_yscale() == "linear" and memory.get_ylabel() == "peak memory (MB)"
+
+
+def _tradeoff_rows():
+    """Model a at three resolutions: 32 px shown below 64 px on accuracy (intervals apart) with overlapping cost and
+    quality (dropped); 128 px as accurate as 64 px but slower and with better maps (on the front); 3 seeds each."""
+    from resomap.reports.rows import SummaryRow
+
+    def row(res, acc, ms):
+        scores = {"test_accuracy_pooled": acc, "test_accuracy_ci_low": acc - 0.03, "test_accuracy_ci_high": acc + 0.03}
+        return SummaryRow("a", "cnn", res, 3, latency_ms=ms, latency_ms_std=0.05, ci_level=0.95, image_scores=scores)
+
+    rows = [row(32, 0.70, 1.0), row(64, 0.90, 1.05), row(128, 0.91, 4.0)]
+    quality = [
+        {"model": "a", "resolution": res, "method": "gradcam", "score": "insertion_auc_vs_random", "estimate": q,
+         "low": q - 0.02, "high": q + 0.02, "level": 0.95}
+        for res, q in ((32, 0.10), (64, 0.12), (128, 0.30))
+    ]  # fmt: skip
+    return rows, quality
+
+
+def test_the_tradeoff_figure_fills_the_front_and_leaves_dropped_points_hollow():
+    from matplotlib.collections import PathCollection
+
+    from resomap.reports.tradeoff import tradeoff_figure, tradeoffs
+
+    rows, quality = _tradeoff_rows()
+    fig = tradeoff_figure(tradeoffs(rows, quality))
+    assert text_problems(fig) == []
+    ax = fig.axes[0]
+    drawn = {gid: [c for c in ax.findobj(PathCollection) if c.get_gid() == gid] for gid in ("front", "dropped")}
+    assert len(drawn["front"]) == 2 and len(drawn["dropped"]) == 1  # 64 and 128 px on the front; 32 px dropped
+    hollow = drawn["dropped"][0]
+    assert tuple(hollow.get_offsets()[0]) == pytest.approx((1.0, 0.70))
+    assert hollow.get_facecolors()[0][3] == 0.0 and hollow.get_edgecolors()[0][3] == 1.0  # no fill, a coloured rim
+    assert all(c.get_facecolors()[0][3] == 1.0 for c in drawn["front"])
+    # the quality is the colour: 128 px (the best maps) is the top of the scale, 64 px below it
+    top, low = (next(c for c in drawn["front"] if c.get_offsets()[0][0] == x) for x in (4.0, 1.05))
+    assert top.get_edgecolors()[0][1] > low.get_edgecolors()[0][1]  # viridis: green rises with the value
+    bar = fig.axes[1]  # the quality's colour bar says what it is
+    said = bar.get_ylabel().replace("\n", " ")
+    assert "insertion AUC, method - random maps" in said and "gradcam" in said
+    assert len([line for line in ax.get_children() if type(line).__name__ == "LineCollection"]) == 6  # x and y bars
+    legend = marks(fig)["legends"]
+    assert "on the front" in legend and any(t.startswith("dropped: shown worse") for t in legend)

@@ -197,6 +197,56 @@ def test_the_summary_keeps_each_methods_cost(sweep_dir: Path):
     assert (sweep_dir / "figures" / "explain_cost_vs_resolution.png").is_file()
 
 
+def _shown_better(q: list, p: list, higher: bool) -> bool:
+    """The rule read off summary.json's [estimate, low, high]: intervals apart, else the estimates."""
+    if None not in q[1:] and None not in p[1:]:
+        return q[1] > p[2] if higher else q[2] < p[1]
+    return q[0] > p[0] if higher else q[0] < p[0]
+
+
+def test_the_three_way_front_is_in_the_summary_the_report_and_its_figure(sweep_dir: Path):
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    front3 = {e["model"]: e for e in data["front3"]}
+    assert set(front3) == set(MODELS)
+    rows = {(r["model"], r["resolution"]): r for r in data["rows"]}
+    with open(sweep_dir / "explanations" / "quality.csv", newline="") as f:
+        quality = {(r["model"], int(r["resolution"]), r["method"], r["score"]): float(r["estimate"])
+                   for r in csv.DictReader(f)}  # fmt: skip
+    for model, entry in front3.items():
+        axes = {a["name"]: a for a in entry["axes"]}
+        assert set(axes) == {"score", "cost", "quality"}  # every trial profiled and explained
+        assert axes["cost"]["column"] == "latency_ms" and axes["quality"]["method"] == "gradcam"  # first by name
+        assert [p["resolution"] for p in entry["points"]] == list(RESOLUTIONS)
+        for p in entry["points"]:  # each coordinate is the summary's own number
+            row = rows[(model, p["resolution"])]
+            assert p["score"][0] == pytest.approx(row["test_accuracy_pooled"])
+            assert p["cost"][0] == pytest.approx(row["latency_ms"])
+            score = axes["quality"]["score"]
+            expected = quality[(model, p["resolution"], "gradcam", score)]  # quality.csv keeps 6 significant digits
+            assert p["quality"][0] == pytest.approx(expected, rel=1e-5, abs=1e-9)
+        assert any(p["on_front"] for p in entry["points"])
+        for p in entry["points"]:  # a drop names a resolution shown better on its axes and worse on none
+            if p["on_front"]:
+                assert p["standing"] == "on the front" and p["dropped_by"] is None
+                continue
+            q = next(x for x in entry["points"] if x["resolution"] == p["dropped_by"])
+            higher = {"score": True, "cost": False, "quality": True}
+            assert p["better_on"] and all(_shown_better(q[a], p[a], higher[a]) for a in p["better_on"])
+            assert not any(_shown_better(p[a], q[a], higher[a]) for a in higher)
+            assert p["standing"].startswith(f"dropped: {q['resolution']} px is shown better on")
+    page = (sweep_dir / "report.html").read_text(encoding="utf-8")
+    assert '<section id="tradeoff">' in page and "Score x cost x explanation quality" in page
+    for entry in front3.values():
+        for p in entry["points"]:
+            assert html.escape(p["standing"]) in page
+    assert "A resolution is dropped from a model&#x27;s front only when" in page
+    md = (sweep_dir / "summary.md").read_text(encoding="utf-8")
+    assert "## Score x cost x explanation quality (the front per model)" in md
+    assert all(f"- {m}: on the front" in md for m in MODELS)
+    assert (sweep_dir / "figures" / "tradeoff_score_cost_quality.png").is_file()
+    assert 'alt="tradeoff_score_cost_quality"' in page  # among the figures
+
+
 def test_training_quality_is_in_every_summary_and_the_report(sweep_dir: Path):
     """Each row holds its trials' convergence records as their result.json has them (summary.json whole,
     summary.csv per key), summary.md shows them, each model's learning curves are a valid image, and the report's

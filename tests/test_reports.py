@@ -1077,3 +1077,44 @@ def test_segmentation_seeds_are_one_fit_on_equal_scores_unless_they_score_as_all
     assert identical_seeds(records(fit, fit.copy()))
     assert not identical_seeds(records(fit, fit + 1e-9))
     assert not identical_seeds(records(background.copy(), background.copy()))  # all background under both seeds
+
+
+# ------------------------------------------------------------------------------------------------ three-way front
+
+
+def _front_row(model: str, res: int, acc: float, **costs) -> SummaryRow:
+    scores = {"test_accuracy_pooled": acc, "test_accuracy_ci_low": acc - 0.02, "test_accuracy_ci_high": acc + 0.02}
+    return SummaryRow(model, "cnn", res, 1, ci_level=0.95, image_scores=scores, **costs)
+
+
+def test_the_tradeoff_takes_gmacs_without_a_latency_and_says_which_axes_it_left_out():
+    from resomap.reports.tradeoff import tradeoff_cells, tradeoffs
+
+    # a: latency missing at 64 px, so GMACs (a count, no interval: the estimates decide); 32 px is shown below
+    # 64 px on accuracy but costs fewer GMACs: both stay. b: no quality and one seed: score and latency by estimate
+    rows = [
+        _front_row("a", 32, 0.70, latency_ms=1.0, gmacs=0.1),
+        _front_row("a", 64, 0.90, gmacs=0.4),
+        _front_row("b", 32, 0.70, latency_ms=2.0),
+        _front_row("b", 64, 0.90, latency_ms=1.0),  # better and cheaper: 32 px is dropped
+    ]
+    quality = [
+        {"model": "a", "resolution": r, "method": m, "score": "deletion_auc_vs_random", "estimate": 0.1}
+        for r, m in ((32, "saliency"), (64, "saliency"), (32, "gradcam"))  # gradcam lacks 64 px: saliency is used
+    ]
+    front3 = {e["model"]: e for e in tradeoffs(rows, quality)}
+    a, b = front3["a"], front3["b"]
+    assert [x["name"] for x in a["axes"]] == ["score", "cost", "quality"]
+    assert a["axes"][1]["column"] == "gmacs" and "GMACs instead" in a["note"]
+    assert a["axes"][2]["method"] == "saliency" and "quality of saliency" in a["note"]
+    assert [p["on_front"] for p in a["points"]] == [True, True]
+    assert [x["name"] for x in b["axes"]] == ["score", "cost"] and "quality left out" in b["note"]
+    dropped = b["points"][0]
+    assert (dropped["on_front"], dropped["dropped_by"], dropped["better_on"]) == (False, 64, ["score", "cost"])
+    assert dropped["by_estimate"] == ["cost"]  # accuracy had intervals on both sides; latency of one seed none
+    assert dropped["standing"] == (
+        "dropped: 64 px is shown better on accuracy and latency, batch 1 (ms) (estimates: no interval)"
+        " and worse on none"
+    )
+    _, body = tradeoff_cells(list(front3.values()))
+    assert body[2][0][:3] == ["b", "32", "0.700 [0.680, 0.720]"] and body[2][0][4] == "-" and body[2][1] is False

@@ -19,6 +19,7 @@ from resomap.reports import build_summary, sweep_figures
 from resomap.reports.explain_comparison import draw_comparison
 from resomap.reports.probe_images import trial_probe_images
 from resomap.reports.rows import SummaryRow
+from resomap.reports.tradeoff import tradeoff_files, tradeoffs
 from resomap.runtime import machine_record
 from resomap.stages import Comparison, compare_stage, evaluate_trained
 from resomap.trial_result import TrialResult
@@ -84,7 +85,10 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings
     figures = sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
     comparison = compare_stage(results, ec, out / "explanations", stats, summary.deterministic_models())
+    quality = comparison.figure_data.quality_rows if comparison.figure_data is not None else []
     draw_comparison(comparison)
+    summary.front3 = tradeoffs(summary.rows, quality)  # score x cost x explanation quality per model
+    figures += tradeoff_files(summary.front3, out / "figures")
     report_path, summary_path = write_report(out, models, summary, comparison, failed)
     rows = summary.rows
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)

@@ -111,6 +111,7 @@ def write_report(
         "paired_tests": summary.paired_tests,
         "recommendations": summary.recommendations,
         "stats": summary.stats,
+        "front3": getattr(summary, "front3", []),  # reports.tradeoff: the three-way front per model
         "agreement": {
             "mean": agreement,
             "statements": comparison.statements,

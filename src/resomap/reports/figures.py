@@ -2,7 +2,7 @@
 image for segmentation) and macro-F1 against resolution with their intervals, the significant differences and a
 recommended resolution (where the summary recommends one) marked; costs against resolution; the accuracy-latency
 Pareto front with error bars; the train x test resolution heatmap per model; the learning curves per model
-(reports.curves)."""
+(reports.curves); the score x cost x explanation quality trade-off per model (reports.tradeoff)."""
 
 from __future__ import annotations
 
@@ -393,11 +393,15 @@ def sweep_figures(
     paired: list[Mapping[str, Any]] = (),
     recommendations: list[Mapping[str, Any]] = (),
     trials: Iterable[Mapping[str, Any]] = (),
+    front3: list[Mapping[str, Any]] = (),
 ) -> list[Path]:
     """Every summary figure that the rows have data for; returns the written files. ``paired`` and
     ``recommendations`` (a SweepSummary's) add the significance marks and the ring of a recommended resolution;
-    ``trials`` (its result.json trees) the learning curves per model (reports.curves)."""
+    ``trials`` (its result.json trees) the learning curves per model (reports.curves); ``front3`` (its
+    three-way trade-off, known once the explanations are compared: the sweep draws it then) the trade-off figure
+    (reports.tradeoff)."""
     from resomap.reports.curves import learning_curve_figures
+    from resomap.reports.tradeoff import tradeoff_files
 
     written: list[Path] = []
     cost = [
@@ -417,4 +421,4 @@ def sweep_figures(
         fig = cross_resolution_heatmap(model, rows)
         if fig is not None:
             written += save(fig, out_dir, f"train_test_resolution_{model}")
-    return written + learning_curve_figures(trials, out_dir)
+    return written + tradeoff_files(front3, out_dir) + learning_curve_figures(trials, out_dir)

@@ -58,6 +58,7 @@ from resomap.reports.text import (
     training_note,
     trivial_words,
 )
+from resomap.reports.tradeoff import tradeoff_cells, tradeoff_lines
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ FIGURE_ORDER = (
     "cost_vs_resolution",
     "explain_cost_vs_resolution",
     "pareto_accuracy_latency",
+    "tradeoff_score_cost_quality",
 )
 
 # ------------------------------------------------------------------------------------------------ finding sweeps
@@ -124,6 +126,8 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
         ("matrix", "Train x test resolution", _matrix_section(rows)),
         ("sensitive", SECTION_TITLE, sensitivity_section(sweep_dir, data, trials)),
     ]
+    if data.get("front3"):
+        sections.insert(-1, ("tradeoff", "Score x cost x explanation quality", _tradeoff_section(data["front3"])))
     outputs = _outputs_section(sweep_dir, trials)
     if outputs:
         sections.append(("outputs", "Test outputs", outputs))
@@ -212,6 +216,14 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     return "".join(parts) + _table(head, lines) + foot + cost + _paired_part(data.get("paired_tests") or [], first)
 
 
+def _tradeoff_section(front3: list[dict]) -> str:
+    """Per model its resolutions on the three-way front or dropped, and why (reports.tradeoff); rows on the front
+    shaded; the rule and each model's axes in words under the table (the figure is with the others above)."""
+    head, body = tradeoff_cells(front3)
+    notes = "".join(f"<li>{_e(line)}</li>" for line in tradeoff_lines(front3))
+    return _table(head, body) + f'<ul class="small muted">{notes}</ul>'
+
+
 def _recommended_words(starred: bool, trivial: str | None, baselines: list[str]) -> str:
     """What the star means, where a row has one (the summary's rule, reports.uncertainty.recommendation); else that
     no resolution is recommended and where the reasons are."""
@@ -287,7 +299,8 @@ def _figures_section(sweep_dir: Path, rows: list[SummaryRow], data: dict) -> str
     from resomap.reports.figures import sweep_figures
 
     with tempfile.TemporaryDirectory(prefix="resomap-report-") as tmp:  # a summary without its figures/: draw them
-        sweep_figures(rows, Path(tmp), data.get("paired_tests") or [], data.get("recommendations") or [])
+        paired, recs = data.get("paired_tests") or [], data.get("recommendations") or []
+        sweep_figures(rows, Path(tmp), paired, recs, front3=data.get("front3") or [])
         return _figures_from(Path(tmp))
 
 

@@ -67,6 +67,10 @@ class SweepSummary:
     # to sensitive_images.csv rather than summary.json
     sensitivity: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     sensitive_images: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # the three-way trade-off per model (reports.tradeoff.tradeoffs: score x cost x explanation quality, each with
+    # its interval; a resolution dropped only when another is shown better on one axis and worse on none); set
+    # once the explanation quality is known (after the comparison of the sweep's maps)
+    front3: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def standing(self) -> dict[str, list[str]]:
         """model -> its training and baselines lines (reports.standing), shown beside its decision."""

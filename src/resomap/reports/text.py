@@ -11,6 +11,7 @@ from resomap.records import machine_lines
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
 from resomap.reports.per_class import class_cells, class_note
 from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_names
+from resomap.reports.tradeoff import tradeoff_cells, tradeoff_lines
 from resomap.stats import TWOWAY_MIN_SEEDS
 
 COST_COLUMNS = (
@@ -383,6 +384,11 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     if per_class:
         out += gap + h("Per class (recall of each class, the minority class first)")
         out += table(*class_cells(per_class), markdown) + gap + class_note(per_class) + "\n"
+    front3 = getattr(summary, "front3", None) or []
+    if front3:
+        out += gap + h("Score x cost x explanation quality (the front per model)")
+        out += table(*_plain(tradeoff_cells(front3)), markdown)
+        out += gap + "".join(f"{bullet}{x}\n" for x in tradeoff_lines(front3))
     if summary.paired_tests:
         metrics = {p.get("metric") for p in summary.paired_tests}
         first = summary.rows[0] if summary.rows else None
@@ -406,6 +412,11 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
         if warning:
             out += gap + f"Warning: {warning}.\n"
     return out
+
+
+def _plain(cells: tuple[list[str], list[tuple[list[str], bool]]]) -> tuple[list[str], list[list[str]]]:
+    """A table's (header, [(cells, shaded)]) without the shading."""
+    return cells[0], [line for line, _ in cells[1]]
 
 
 def _standing(summary: Any) -> dict[str, list[str]]:

@@ -11,8 +11,9 @@ is the bottom layer (settings come in as plain values).
   :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``);
   :func:`twoway_bootstrap`: the grand mean over test images and training seeds, both resampled (>= 3 seeds).
 - :mod:`~resomap.stats.intervals`: :class:`Interval`; :func:`seed_interval` (mean, std and Student-t interval across
-  seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random), :func:`wilson_interval` (a
-  count of images as a share of them, statsmodels' Wilson interval).
+  seeds), :func:`spread_interval` (the same from a kept mean, std and count), :func:`t_interval`,
+  :func:`crossed_interval` (seeds x images, both random), :func:`wilson_interval` (a count of images as a share of
+  them, statsmodels' Wilson interval).
 - :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, clustered over images
   with several seeds, or a paired bootstrap
   with a sign-flip p-value), :func:`paired_score_test` (any per-image score), :func:`holm`.
@@ -25,7 +26,8 @@ is the bottom layer (settings come in as plain values).
   reference at a stated margin, fixed-sequence, with the detectable margin).
 - :mod:`~resomap.stats.design`: what a design can show: :func:`plan_power` (before training), :func:`design_needs`
   (what an observed design would need at another alpha), :func:`relabel_min_p`, :func:`relabel_seeds_needed`.
-- :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`.
+- :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`; :func:`uncertain_front` (points with
+  intervals on any axes: dropped only when shown worse on one and better on none), :func:`shown_better`.
 - :mod:`~resomap.stats.median`: :func:`median_interval`, :class:`MedianInterval`, :func:`ratio_interval` (timings).
 
 A bad setting (confidence level outside (0, 1), resamples < 1, arrays of mismatched shapes or non-0/1 values) raises
@@ -50,10 +52,26 @@ from resomap.stats.bootstrap import (
 )
 from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority
 from resomap.stats.design import design_needs, plan_power, relabel_min_p, relabel_seeds_needed
-from resomap.stats.intervals import Interval, crossed_interval, seed_interval, t_interval, wilson_interval
+from resomap.stats.intervals import (
+    Interval,
+    crossed_interval,
+    seed_interval,
+    spread_interval,
+    t_interval,
+    wilson_interval,
+)
 from resomap.stats.median import MedianInterval, median_interval, ratio_interval
 from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_test, paired_test
-from resomap.stats.pareto import ParetoPoint, pareto_front, pareto_indices
+from resomap.stats.pareto import (
+    Axis,
+    Coordinate,
+    ParetoPoint,
+    Standing,
+    pareto_front,
+    pareto_indices,
+    shown_better,
+    uncertain_front,
+)
 from resomap.stats.permutation import RelabelTest, SignFlip, relabel_test, sign_flip, sign_flip_test
 from resomap.stats.recommend import (
     PairComparison,
@@ -80,7 +98,10 @@ __all__ = [
     "MedianInterval",
     "PairComparison",
     "PairedTest",
+    "Axis",
+    "Coordinate",
     "ParetoPoint",
+    "Standing",
     "Recommendation",
     "RelabelTest",
     "SignFlip",
@@ -96,6 +117,9 @@ __all__ = [
     "paired_test",
     "pareto_front",
     "pareto_indices",
+    "shown_better",
+    "spread_interval",
+    "uncertain_front",
     "pooled_macro_f1",
     "ratio_interval",
     "relabel_test",

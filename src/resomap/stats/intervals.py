@@ -68,6 +68,19 @@ def seed_interval(values: Any, level: float = 0.95) -> Interval:
     return Interval(mean, mean - half, mean + half, level, method, s, std=std)
 
 
+def spread_interval(
+    mean: float | None, std: float | None, n: int | None, level: float = 0.95
+) -> tuple[float | None, float | None]:
+    """(low, high) of the Student-t interval of a mean kept as its mean, std (ddof=1) and count (a summary row's
+    column and its `_std`), as `seed_interval` gives it from the values; (None, None) without a finite mean and
+    std or with fewer than 2 values."""
+    values = (mean, std)
+    if n is None or n < 2 or not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+        return None, None
+    half = _t_half_width(float(std), int(n), check_level(level), int(n) - 1)
+    return float(mean) - half, float(mean) + half
+
+
 def t_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): Student-t interval of the mean; (mean, nan, nan) for fewer than 2 values (a plain tuple
     for the explanation sanity check, which compares it with thresholds; NaN here means "no interval")."""

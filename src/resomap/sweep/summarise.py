@@ -163,12 +163,12 @@ def _build_summary(
     from resomap.plotstyle import parallel_saves
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.reports.explain_comparison import draw_comparison
+    from resomap.reports.tradeoff import tradeoff_files, tradeoffs
     from resomap.stages import compare_stage
 
     tracker, parent = run
     with clock("statistics"):
         summary = build_summary(results, folders, cfg.stats)
-        tables = write_summary(summary, out_dir)
     with parallel_saves() as written:  # figures drawn in worker processes while the next are built
         with clock("figures"):
             figures = sweep_figures(
@@ -177,7 +177,12 @@ def _build_summary(
         with clock("explanations"):
             deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
             comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
+            quality = comparison.figure_data.quality_rows if comparison.figure_data is not None else []
             draw_comparison(comparison)
+        with clock("statistics"):  # the trade-off needs the explanation quality the comparison pooled over seeds
+            summary.front3 = tradeoffs(summary.rows, quality)
+            tables = write_summary(summary, out_dir)
+            figures += tradeoff_files(summary.front3, out_dir / "figures")
         if parent is not None:
             _publish_probe_images(tracker, parent, folders, clock)
         with clock("figure files"):  # the drawing still under way
