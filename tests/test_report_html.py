@@ -33,7 +33,12 @@ def sweep_dir(tmp_path_factory) -> Path:
     from resomap.sweep.sweep import run_sweep
 
     root = tmp_path_factory.mktemp("sweep")
-    extra = (f"experiment.name={NAME}", "explainability.faithfulness_steps=2", "explainability.baseline_draws=1")
+    extra = (
+        f"experiment.name={NAME}",
+        "explainability.faithfulness_steps=2",
+        "explainability.baseline_draws=1",
+        "data.synthetic.coarse_share=0.5",  # the group `detail` (fine / coarse) of the per-group decisions
+    )
     cfg = tiny_sweep_config(root, MODELS, RESOLUTIONS, METHODS, PROBES, *extra)
     outcome = run_sweep(cfg)
     assert all(r.status == "FINISHED" for r in outcome.results)
@@ -337,6 +342,46 @@ def test_per_class_decisions_in_the_summary_the_report_and_load_sweep(sweep_dir:
     assert "<h2>Per class</h2>" in section and "Bonferroni over K classes" in section
     for row in found:
         assert f"<td>{html.escape(row['class'])} ({row['n_images']})</td>" in section
+
+
+def test_per_group_decisions_in_the_trials_the_summary_the_report_and_load_sweep(sweep_dir: Path):
+    """Every trial records its test images' group codes (data.groups); summary.json's group_decisions hold each
+    model x value of the synthetic set's `detail` group with its score at every resolution, read back from the
+    trials' predictions.csv on that value's images; summary.md and report.html show them; load_sweep gives the
+    per-group table."""
+    from resomap.reports.html import write_report
+    from resomap.results import GROUP_COLUMNS, group_table, load_sweep
+
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    found, st = data["group_decisions"], data["stats"]
+    recorded = data["trials"][0]["data"]["groups"]["detail"]
+    assert recorded["names"] == ["fine", "coarse"] and len(recorded["index"]) == len(recorded["code"]) > 0
+    code = dict(zip(recorded["index"], recorded["code"], strict=True))
+    assert {(r["model"], r["group"], r["value"]) for r in found} == {
+        (m, "detail", v) for m in MODELS for v in ("fine", "coarse")
+    }
+    sweep = load_sweep(sweep_dir)
+    own = sweep.predictions.query("test_resolution == resolution")
+    for row in found:
+        assert row["alpha"] == pytest.approx((1 - st["level"]) / 2)
+        mine = own[(own.model == row["model"]) & (own["index"].map(code) == ["fine", "coarse"].index(row["value"]))]
+        assert row["n_images"] == mine["index"].nunique()
+        if not row["available"]:
+            assert row["reason"].startswith("not decided: n too small")
+            continue
+        for res, by_res in mine.groupby("resolution"):
+            assert row["scores"][str(res)]["estimate"] == pytest.approx(by_res["correct"].mean())
+    assert list(sweep.groups.columns) == list(GROUP_COLUMNS)
+    keys = ["model", "group", "value", "resolution", "verdict", "decided"]
+    assert sweep.groups[keys].to_dict("records") == [{k: t[k] for k in keys} for t in group_table(found)]
+    assert len(sweep.groups) > 0
+    md = (sweep_dir / "summary.md").read_text()
+    assert "## Per group (each group value's test images decided on their own)" in md
+    text, _ = _parse(write_report(sweep_dir))
+    section = text[text.index('id="per-group"') : text.index('id="training"')]
+    assert "<h2>Per group</h2>" in section and "Bonferroni" in section
+    for row in found:
+        assert f"<td>detail = {row['value']} ({row['n_images']})</td>" in section
 
 
 def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):

@@ -11,6 +11,7 @@ Example::
     own.groupby(["model", "resolution", "seed"])["correct"].mean()   # per-trial test accuracy
     sweep.paired_tests.query("significant")
     sweep.class_decisions[["model", "class", "n_images", "resolution", "reason"]]  # per class, minority first
+    sweep.groups.query("group == 'cell_type'")  # per group value and resolution: the score, its interval, the decision
     sweep.sensitivity[["model", "resolution", "lost", "lost_low", "lost_high", "seed_dependent"]]
     sweep.sensitive_images.query("status == 'lost'")  # the images each model needs the pixels for
 
@@ -79,6 +80,59 @@ RECOMMENDATION_COLUMNS = (
     "sentence",
     "note",
 )
+
+# the per-group table (summary.json's group_decisions, resomap.reports.groups), one row per model x group x value x
+# resolution: the score there with its interval, and the value's decision (repeated on its resolutions' rows)
+GROUP_COLUMNS = (
+    "model",
+    "group",
+    "value",
+    "n_images",  # the value's test images compared
+    "resolution",
+    "score",  # the headline score on those images, pooled over seeds
+    "score_low",
+    "score_high",
+    "verdict",  # this resolution's verdict against the reference (the value's decision)
+    "decided_resolution",  # the value's decided resolution; None: not decided
+    "decided",
+    "alpha",  # one-sided: the model's alpha / the group's number of values (Bonferroni)
+    "correction",
+    "reason",  # the decision in words, or "not decided: <why>"
+)
+
+
+def group_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """summary.json's group_decisions as GROUP_COLUMNS rows (a value that was not decided: one row, no resolution)."""
+    out = []
+    for r in rows:
+        verdicts = {int(v["resolution"]): v.get("verdict") for v in r.get("verdicts") or []}
+        head = {
+            "model": r["model"],
+            "group": r["group"],
+            "value": r["value"],
+            "n_images": r.get("n_images"),
+            "decided_resolution": r.get("resolution") if r.get("decided") else None,
+            "decided": bool(r.get("decided")),
+            "alpha": r.get("alpha"),
+            "correction": r.get("correction"),
+            "reason": r.get("reason"),
+        }
+        scores = r.get("scores") or {}
+        for res, sc in sorted(scores.items(), key=lambda kv: int(kv[0])):
+            out.append(
+                {
+                    **head,
+                    "resolution": int(res),
+                    "score": sc.get("estimate"),
+                    "score_low": sc.get("low"),
+                    "score_high": sc.get("high"),
+                    "verdict": verdicts.get(int(res), "reference" if int(res) == r.get("reference") else None),
+                }
+            )
+        if not scores:
+            out.append({**head, "resolution": None, "score": None, "score_low": None, "score_high": None})
+    return out
+
 
 # summary.json's class_decisions (resomap.reports.per_class): one row per classification model x class, the
 # minority class first; `verdicts` each resolution's verdict with its bounds (a list of dicts)
@@ -162,6 +216,9 @@ class SweepResults:
     # one row per classification model x class: the decision on the class's recall (CLASS_DECISION_COLUMNS; empty
     # for a summary written before per-class decisions, or a task without classes)
     class_decisions: Any = None
+    # one row per model x group x value x resolution (GROUP_COLUMNS: stats.groups, e.g. ELPV's cell_type); empty for
+    # a summary written before per-group decisions or data without groups
+    groups: Any = None
     # per model x resolution below its reference: the images lost, gained and seed-dependent, with Wilson intervals
     sensitivity: Any = None  # SENSITIVITY_COLUMNS (summary.json `sensitivity`; empty for a summary from before it)
     sensitive_images: Any = None  # one row per lost or gained image (sensitive_images.csv; SENSITIVE_IMAGE_COLUMNS)
@@ -273,6 +330,7 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         trials=pd.DataFrame(trials),
         stats=dict(data.get("stats") or {}),
         class_decisions=pd.DataFrame(data.get("class_decisions") or [], columns=list(CLASS_DECISION_COLUMNS)),
+        groups=pd.DataFrame(group_table(data.get("group_decisions") or []), columns=list(GROUP_COLUMNS)),
         sensitivity=pd.DataFrame(data.get("sensitivity") or [], columns=list(SENSITIVITY_COLUMNS)),
         sensitive_images=sensitive.reindex(columns=list(SENSITIVE_IMAGE_COLUMNS)),
     )

@@ -47,6 +47,9 @@ class DataBundle:
     reference_resolution: int | None = None  # segmentation: side of the val/test masks the metrics use
     train_pixel_counts: np.ndarray | None = None  # segmentation: pixels per class in the training masks
     _targets: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # uint8 masks per split
+    # the groups the dataset declares (ELPV: cell_type, defect_probability): name -> (a code per raw-dataset image,
+    # the codes' names); the trial records its test images' codes (sweep.trial_records.data_record)
+    groups: dict[str, tuple[np.ndarray, list[str]]] = field(default_factory=dict)
 
     def targets(self, split: str) -> torch.Tensor | None:
         """Segmentation: uint8 class-index masks [N, R, R] (train at the trial's resolution, val/test at the
@@ -292,6 +295,9 @@ def build(
         _entry=entry,
         _positions=positions,
         _labels=split_labels,
+        groups={
+            k: (np.asarray(c, dtype=np.int64), list(n)) for k, (c, n) in (getattr(raw, "groups", None) or {}).items()
+        },
     )
     if seg:  # a class per pixel: the masks and what their metrics need
         bundle.task, bundle.reference_resolution = seg["task"], seg["reference_resolution"]

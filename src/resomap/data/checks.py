@@ -46,6 +46,33 @@ def known_classes(cfg: Any) -> list[str] | None:
     return None if found is None else [str(c) for c in found]
 
 
+def known_groups(cfg: Any) -> list[str] | None:
+    """The groups the data section's dataset declares (its registry entry's `groups` meta: a list, or a function of
+    the dataset's options), [] when it declares none; None for an unknown dataset."""
+    from resomap.config.groups import group_options
+    from resomap.errors import UnknownNameError
+
+    dc = cfg.data
+    try:
+        found = DATASETS.meta(dc.dataset).get("groups") or []
+    except UnknownNameError:
+        return None
+    if callable(found):
+        found = found(group_options(dc, dc.dataset))
+    return [str(g) for g in found]
+
+
+def check_groups(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    """fail on a stats.groups name the dataset does not declare."""
+    wanted, known = cfg.stats.groups, known_groups(cfg)
+    if wanted is None or known is None:
+        return
+    unknown = [g for g in wanted if g not in known]
+    if unknown:
+        said = ", ".join(known) if known else f"none: {cfg.data.dataset} declares no groups"
+        fail("stats.groups", f"groups the dataset declares ({said}), null (all) or []", unknown[0])
+
+
 def test_images(n: int, test: float) -> int:
     """The test split's size for n images: scikit-learn's train_test_split takes ceil(test x n)."""
     return math.ceil(test * n)
@@ -82,6 +109,7 @@ def check_data(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
 
 
 register_check(check_data)  # run by the config loader on every load
+register_check(check_groups)
 
 
 def split_sizes(n: int, val: float, test: float) -> dict[str, int]:

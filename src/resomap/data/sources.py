@@ -92,6 +92,11 @@ class ElpvDataset:
             poly = (types == "poly").astype(np.int64)
             names = [f"{p} {t}" for p in PROBABILITY_NAMES for t in ("mono", "poly")]
             self.strata = (level * 2 + poly, names)
+        # the groups a summary decides each model on separately (stats.groups): cell type and defect probability
+        self.groups = {
+            "cell_type": ((types == "poly").astype(np.int64), ["mono", "poly"]),
+            "defect_probability": (level, list(PROBABILITY_NAMES)),
+        }
         self.class_names = list(TASK_CLASSES[task])
         self.task = task
         self.fingerprint = "elpv-" + digest([path.read_bytes()])
@@ -124,6 +129,7 @@ class ElpvOptions:
     classes=lambda o: TASK_CLASSES.get(o.task),
     native=NATIVE_SIZE,
     confidence=True,
+    groups=["cell_type", "defect_probability"],
     symmetries=("hflip", "vflip", "rot90"),  # square cells: flips and quarter turns keep a defect (Deitsch et al.)
 )
 def elpv(cfg: DataConfig, options: ElpvOptions) -> ElpvDataset:

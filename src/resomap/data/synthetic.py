@@ -24,6 +24,8 @@ CLASS_NAMES = ["plain", "textured"]
 TEXTURE_AMPLITUDE = 55.0  # +- around the object level; the class signal
 BACKGROUND_AMPLITUDE = TEXTURE_AMPLITUDE  # +- per random background cell: the same contrast as the class detail
 NOISE_STD = 12.0  # per-pixel Gaussian noise on the whole image (both classes)
+COARSE_FACTOR = 4  # a coarse image's cells are this many times detail_size: its class survives 4x smaller images
+DETAIL_GROUP = "detail"  # the group the dataset declares when some images are coarse: fine or coarse
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,11 @@ class SyntheticDataset:
     has_masks = True
     class_names = CLASS_NAMES
 
-    def __init__(self, num_images: int, size: int, detail_size: int, seed: int = 0):
-        if num_images < 2 or size < 8 or detail_size < 1:
+    def __init__(self, num_images: int, size: int, detail_size: int, seed: int = 0, coarse_share: float = 0.0):
+        if num_images < 2 or size < 8 or detail_size < 1 or not 0.0 <= coarse_share <= 1.0:
             raise DataError(
-                "data.synthetic needs num_images >= 2, size >= 8 and detail_size >= 1; "
-                f"got {num_images}, {size}, {detail_size}"
+                "data.synthetic needs num_images >= 2, size >= 8, detail_size >= 1 and 0 <= coarse_share <= 1; "
+                f"got {num_images}, {size}, {detail_size}, {coarse_share}"
             )
         self.size = size
         self.detail_size = detail_size
@@ -56,6 +58,13 @@ class SyntheticDataset:
         labels = np.arange(num_images, dtype=np.int64) % 2  # balanced
         self.labels = np.random.default_rng([seed, 7]).permutation(labels)
         self.fingerprint = f"synthetic-n{num_images}-s{size}-d{detail_size}-seed{seed}-v2"
+        # a share of the images (either class) drawn with COARSE_FACTOR x larger cells: a group whose answer
+        # survives resolutions at which the fine images' does not (the group test's known answer)
+        self.coarse = np.random.default_rng([seed, 11]).random(num_images) < coarse_share
+        self.groups: dict[str, tuple[np.ndarray, list[str]]] = {}
+        if coarse_share > 0:
+            self.fingerprint += f"-coarse{coarse_share:g}"
+            self.groups[DETAIL_GROUP] = (self.coarse.astype(np.int64), ["fine", "coarse"])
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -80,7 +89,7 @@ class SyntheticDataset:
     def load(self, i: int) -> np.ndarray:
         shape = self._shape(i)
         mask = self._mask(shape)
-        d = self.detail_size
+        d = self.detail_size * (COARSE_FACTOR if self.coarse[i] else 1)
         yy, xx = np.mgrid[: self.size, : self.size]
         cell_y, cell_x = (yy + shape.phase_y) // d, (xx + shape.phase_x) // d
         rng = np.random.default_rng([self.seed, i, 3])
@@ -103,6 +112,7 @@ class SyntheticOptions:
     num_images: int = 600  # images generated
     size: int = 128  # side of the generated images in pixels
     detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
+    coarse_share: float = 0.0  # share of images whose detail is 4x coarser (the group `detail`: fine / coarse)
 
 
 @register_dataset(
@@ -112,7 +122,10 @@ class SyntheticOptions:
     masks=True,
     images=lambda o: o.num_images,
     classes=CLASS_NAMES,
+    groups=lambda o: [DETAIL_GROUP] if o.coarse_share > 0 else [],
     symmetries=("hflip", "vflip", "rot90"),  # a checkerboard detail or none: flips and quarter turns keep the class
 )
 def synthetic(cfg: DataConfig, options: SyntheticOptions, seed: int = 0) -> SyntheticDataset:
-    return SyntheticDataset(options.num_images, options.size, options.detail_size, seed=seed)
+    return SyntheticDataset(
+        options.num_images, options.size, options.detail_size, seed=seed, coarse_share=options.coarse_share
+    )

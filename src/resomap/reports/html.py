@@ -37,6 +37,7 @@ from typing import Any
 from resomap.atomic import write_text
 from resomap.errors import DataError
 from resomap.reports.convergence import CURVES_STEM, undertrained_cell
+from resomap.reports.groups import group_cells, group_note
 from resomap.reports.html_explain import agreement_section, explanation_statements, probe_section, quality_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
@@ -120,6 +121,7 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     sections = [
         ("summary", "Summary", _summary_section(data, rows, explanation_statements(sweep_dir, short=True))),
         *([("per-class", "Per class", _class_section(data["class_decisions"]))] if data.get("class_decisions") else []),
+        *([("per-group", "Per group", _group_section(data))] if data.get("group_decisions") else []),
         ("training", "Training", _training_section(sweep_dir, rows, trials)),
         *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
         ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
@@ -234,6 +236,17 @@ def _recommended_words(starred: bool, trivial: str | None, baselines: list[str])
         f"★ recommended: the decided resolution of a decision about the model (model scope), shown above {above} at"
         " that resolution, no trial undertrained."
     )
+
+
+def _group_section(data: dict) -> str:
+    """Each model decided within each group value the dataset declares (reports.groups): the score at every
+    resolution with its interval and verdict, undecided and not-decided rows shaded, and what it says in words
+    (with a sentence where a group's values were decided apart)."""
+    found = data["group_decisions"]
+    head, body = group_cells(found)
+    lines = [(cells, not r.get("decided")) for cells, r in zip(body, found, strict=True)]
+    note = group_note(found, data.get("group_differ") or [])
+    return _table(head, lines, "warn") + f'<p class="small muted">{_e(note)}</p>'
 
 
 def _class_section(found: list[dict]) -> str:

@@ -28,6 +28,7 @@ from resomap.reports.aligned import TrialId, TrialRecord, group_records, one_rep
 from resomap.reports.aligned import load_records as _load_records
 from resomap.reports.convergence import convergence_columns
 from resomap.reports.decision import compare_models
+from resomap.reports.groups import group_decisions
 from resomap.reports.per_class import class_decisions
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
 from resomap.reports.sensitivity import sensitivity
@@ -71,6 +72,11 @@ class SweepSummary:
     # its interval; a resolution dropped only when another is shown better on one axis and worse on none); set
     # once the explanation quality is known (after the comparison of the sweep's maps)
     front3: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # per model x group the dataset declares (stats.groups) x value: the score at every resolution with its interval
+    # and the decision on that value's images at the Bonferroni alpha over the group's values (reports.groups;
+    # results.GROUP_DECISION_COLUMNS); `group_differ`: a sentence per model x group whose values were decided apart
+    group_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    group_differ: list[str] = dataclasses.field(default_factory=list)
 
     def standing(self) -> dict[str, list[str]]:
         """model -> its training and baselines lines (reports.standing), shown beside its decision."""
@@ -300,6 +306,7 @@ def build_summary(
         trials.append({**result, "folder": str(folder) if folder is not None else None})
     ran_on = machines(d.get("environment") for d in dicts if d.get("status") == "FINISHED")
     found = sensitivity(records, recs, cfg)
+    grouped = group_decisions(records, cfg)
     return SweepSummary(
         rows,
         paired,
@@ -311,6 +318,8 @@ def build_summary(
         class_decisions(records, cfg),
         found.rows,
         found.images,
+        group_decisions=grouped.rows,
+        group_differ=grouped.differ,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from resomap.records import machine_lines
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
+from resomap.reports.groups import group_cells, group_note
 from resomap.reports.per_class import class_cells, class_note
 from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_names
 from resomap.reports.tradeoff import tradeoff_cells, tradeoff_lines
@@ -384,6 +385,11 @@ def summary_document(summary: Any, markdown: bool = False) -> str:
     if per_class:
         out += gap + h("Per class (recall of each class, the minority class first)")
         out += table(*class_cells(per_class), markdown) + gap + class_note(per_class) + "\n"
+    grouped = getattr(summary, "group_decisions", None) or []
+    if grouped:
+        out += gap + h("Per group (each group value's test images decided on their own)")
+        out += table(*group_cells(grouped), markdown) + gap
+        out += group_note(grouped, getattr(summary, "group_differ", None) or []) + "\n"
     front3 = getattr(summary, "front3", None) or []
     if front3:
         out += gap + h("Score x cost x explanation quality (the front per model)")

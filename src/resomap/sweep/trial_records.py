@@ -29,6 +29,17 @@ def data_record(bundle: Any) -> dict[str, Any]:
         "channels": int(bundle.channels),
         "data_seed": int(bundle.data_seed),
         "augmentation": augmentation_record(bundle),
+        "groups": groups_record(bundle),
+    }
+
+
+def groups_record(bundle: Any) -> dict[str, dict[str, list]]:
+    """The groups the dataset declares, for the test images: name -> {"names": the codes' names, "index": the test
+    images' raw-dataset indices, "code": each one's code}; what the summary decides each group on (reports.groups)."""
+    test = [int(i) for i in bundle.splits.get("test", [])]
+    return {
+        name: {"names": list(names), "index": test, "code": [int(codes[i]) for i in test]}
+        for name, (codes, names) in (getattr(bundle, "groups", None) or {}).items()
     }
 
 

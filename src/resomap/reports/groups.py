@@ -1,0 +1,200 @@
+"""Each model decided within each group of test images the dataset declares (stats.groups; ELPV: cell_type,
+defect_probability): per group value, the headline score at every resolution with its interval (pooled over seeds,
+the image bootstrap of the summary's rows: stats.bootstrap_scores) and the non-inferiority decision on that value's
+images through the summary's own decision (reports.decision: ``scores_by_resolution``, ``decide``: the same tests,
+scope, margin and reference; no statistics of its own).
+
+A group's G values are one family: each value is decided at one-sided alpha / G (Bonferroni; alpha the model
+decision's, 1 - level or an adaptive look's), and every row says so. A value with fewer than 2 test images is a row
+"not decided: n too small". When the decided resolutions of a group's values differ, a sentence says so
+(``GroupDecisions.differ``). The group codes of the test images come from the trials' result.json
+(``data.groups``: sweep.trial_records.groups_record); trials from before it have none: no rows.
+
+Rows are plain dicts of JSON-safe values (results.GROUP_DECISION_COLUMNS, plus ``scores``: each resolution's
+estimate and interval, and ``verdicts``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from resomap import stats
+from resomap.config.schema import StatsConfig
+from resomap.reports.aligned import TrialRecord
+from resomap.reports.decision import by_model, decide, decision_alpha, kept_resolutions, scores_by_resolution
+
+NOT_DECIDED = "not decided"
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupDecisions:
+    rows: list[dict[str, Any]]
+    differ: list[str]  # per model x group whose values' decided resolutions differ: a sentence
+
+
+def group_codes(by_res: Mapping[int, list[TrialRecord]]) -> dict[str, tuple[dict[int, int], list[str]]]:
+    """name -> ({test image index: its code}, the codes' names), from the first trial that recorded groups."""
+    for members in by_res.values():
+        for m in members:
+            found = (m.result.get("data") or {}).get("groups") or {}
+            if found:
+                return {
+                    name: (dict(zip(map(int, g["index"]), map(int, g["code"]), strict=True)), list(g["names"]))
+                    for name, g in found.items()
+                }
+    return {}
+
+
+def group_decisions(records: Iterable[TrialRecord], cfg: StatsConfig) -> GroupDecisions:
+    """Every model's per-group rows (module doc), models by name, groups in the order asked (stats.groups; null:
+    the dataset's order), values in the dataset's order."""
+    rows: list[dict[str, Any]] = []
+    differ: list[str] = []
+    for model, by_res in by_model(records).items():
+        codes = group_codes(by_res)
+        names = [g for g in (cfg.groups if cfg.groups is not None else list(codes)) if g in codes]
+        if not names:
+            continue
+        kept, _ = kept_resolutions(model, by_res, cfg)
+        task = next(iter(by_res.values()))[0].task
+        found = scores_by_resolution(kept, task) if kept else "every resolution was dropped"
+        for name in names:
+            mine = model_group_rows(model, name, codes[name], found, task, cfg)
+            rows += mine
+            differ += _differ(model, name, mine)
+    return GroupDecisions(rows, differ)
+
+
+def model_group_rows(
+    model: str, name: str, group: tuple[dict[int, int], list[str]], found: Any, task: Any, cfg: StatsConfig
+) -> list[dict[str, Any]]:
+    """One row per value of group `name` for one model (module doc); `found`: the model's Compared or a reason."""
+    by_index, values = group
+    whole = decision_alpha(model, cfg)
+    alpha = (1 - cfg.level if whole is None else whole) / len(values)
+    headline = task.scores[0]
+    base = {
+        "model": model,
+        "group": name,
+        "n_values": len(values),
+        "alpha": alpha,
+        "correction": f"Bonferroni over the {len(values)} values of {name}",
+        "scope": cfg.scope,
+        "margin": cfg.margin,
+        "metric": headline.name,
+    }
+    if isinstance(found, str):
+        return [_not_decided({**base, "value": v, "n_images": None}, found) for v in values]
+    code = np.array([by_index.get(int(i), -1) for i in found.common], dtype=np.int64)
+    arrays = found.arrays[headline.name]
+    rows = []
+    for k, value in enumerate(values):
+        chosen = code == k
+        row = {**base, "value": value, "n_images": int(chosen.sum())}
+        if chosen.sum() < 2:
+            rows.append(_not_decided(row, f"n too small: {int(chosen.sum())} test image(s) of {name} = {value}"))
+            continue
+        scores = {r: np.asarray(a, dtype=float)[:, chosen] for r, a in arrays.items()}
+        rows.append(_decided(row, scores, headline, len(found.seeds), cfg))
+    return rows
+
+
+def _decided(row: dict[str, Any], scores: dict[int, np.ndarray], headline: Any, n_seeds: int, cfg: StatsConfig):
+    """The value's decision at the row's Bonferroni alpha, and its score at every resolution with its interval."""
+    images = f"test images of {row['group']} = {row['value']}"
+    decision = decide(scores, cfg, alpha=row["alpha"], binary=headline.binary, words=headline.words, images=images)
+    settings = {"level": cfg.level, "resamples": cfg.resamples, "seed": cfg.seed}
+    found = {r: stats.bootstrap_scores(v, **settings) for r, v in sorted(scores.items())}
+    said = (
+        f"{row['model']}, {headline.words} on {row['n_images']} {images} ({row['correction']}, one-sided alpha "
+        f"{row['alpha']:.3g}): {decision.reason}"
+    )
+    return {
+        **row,
+        "n_seeds": n_seeds,
+        "reference": decision.reference,
+        "resolution": decision.resolution,
+        "decided": bool(decision.decided),
+        "available": True,
+        "reason": decision.reason,
+        "sentence": said,
+        "scores": {str(r): {"estimate": iv.estimate, "low": iv.low, "high": iv.high} for r, iv in found.items()},
+        "verdicts": [v.to_dict() for v in decision.verdicts],
+    }
+
+
+def _not_decided(row: dict[str, Any], why: str) -> dict[str, Any]:
+    reason = f"{NOT_DECIDED}: {why}"
+    return {
+        **row,
+        "n_seeds": None,
+        "reference": None,
+        "resolution": None,
+        "decided": False,
+        "available": False,
+        "reason": reason,
+        "sentence": f"{row['model']}, {row['group']} = {row['value']}: {reason}",
+        "scores": {},
+        "verdicts": [],
+    }
+
+
+def _differ(model: str, name: str, rows: list[dict[str, Any]]) -> list[str]:
+    """A sentence when the values of a group got different decisions (a decided resolution, or none)."""
+    said = {r["value"]: (f"{r['resolution']} px" if r["decided"] else "undecided") for r in rows if r["available"]}
+    if len(set(said.values())) < 2:
+        return []
+    parts = ", ".join(f"{v}: {d}" for v, d in said.items())
+    return [f"{model}: the decision differs between the values of {name} ({parts}); read the decision per group"]
+
+
+def group_cells(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(header, body) of the per-group table (summary.md/txt and report.html): model, group = value (its test
+    images), the one-sided alpha, the decided resolution ("undecided", or "not decided: <why>") and each
+    resolution's score with its interval and verdict, largest resolution first."""
+    resolutions = sorted({int(k) for r in rows for k in (r.get("scores") or {})}, reverse=True)
+    header = [
+        "model",
+        "group = value (test images)",
+        "one-sided alpha",
+        "decided",
+        *(f"{res} px" for res in resolutions),
+    ]
+    body = []
+    for r in rows:
+        verdicts = {int(v["resolution"]): v.get("verdict") for v in r.get("verdicts") or []}
+        scores = {int(k): v for k, v in (r.get("scores") or {}).items()}
+        n = r.get("n_images")
+        if not r.get("available"):
+            decided = str(r.get("reason") or NOT_DECIDED)
+        else:
+            decided = f"{r['resolution']} px" if r.get("decided") else "undecided"
+        cells = [str(r["model"]), f"{r['group']} = {r['value']} ({'-' if n is None else n})", f"{r['alpha']:.3g}"]
+        body.append([*cells, decided, *(_score_cell(scores.get(res), verdicts.get(res)) for res in resolutions)])
+    return header, body
+
+
+def _score_cell(score: Mapping[str, Any] | None, verdict: str | None) -> str:
+    """'0.812 [0.771, 0.850] non-inferior': the score, its interval and the resolution's verdict."""
+    if not score or score.get("estimate") is None:
+        return "-"
+    low, high = score.get("low"), score.get("high")
+    shown = f"{score['estimate']:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else "")
+    return f"{shown} {verdict}" if verdict else shown
+
+
+def group_note(rows: list[Mapping[str, Any]], differ: list[str]) -> str:
+    """What the per-group table says, in words, with the sentences of the groups whose values were decided apart."""
+    margin = next((r["margin"] for r in rows if r.get("margin") is not None), None)
+    at = f" at margin {margin:g}" if margin is not None else ""
+    said = (
+        f"Each group value's test images decided on their own against the reference{at}, by the model's own decision "
+        "(the same tests, scope and reference); a group's values are one family, each decided at one-sided alpha / "
+        "(its number of values) (Bonferroni), the groups themselves separate families. Cells: the score on those "
+        "images pooled over seeds with its interval (image bootstrap), and the resolution's verdict; 'undecided' is "
+        "not 'the same', and a value with too few images is not decided."
+    )
+    return " ".join([said, *differ])
