@@ -241,6 +241,12 @@ def _splitter(
     return split
 
 
+def declared_groups(raw: Any) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """The groups a raw dataset declares (its `groups`: name -> (a code per image, the codes' names)), {} if none."""
+    found = getattr(raw, "groups", None) or {}
+    return {name: (np.asarray(codes, dtype=np.int64), list(names)) for name, (codes, names) in found.items()}
+
+
 def build(
     cfg: Config,
     resolution: int,
@@ -279,9 +285,7 @@ def build(
     weights = _train_weights(cfg, raw, subset, positions["train"])
     loaders = _loaders(cfg, entry.images, positions, loader_labels, normalizer, resolution, seed, device, weights)
     bundle = DataBundle(
-        train=loaders["train"],
-        val=loaders["val"],
-        test=loaders["test"],
+        **{split: loaders[split] for split in ("train", "val", "test")},
         class_names=class_names,
         channels=raw.channels,
         resolution=resolution,
@@ -295,9 +299,7 @@ def build(
         _entry=entry,
         _positions=positions,
         _labels=split_labels,
-        groups={
-            k: (np.asarray(c, dtype=np.int64), list(n)) for k, (c, n) in (getattr(raw, "groups", None) or {}).items()
-        },
+        groups=declared_groups(raw),
     )
     if seg:  # a class per pixel: the masks and what their metrics need
         bundle.task, bundle.reference_resolution = seg["task"], seg["reference_resolution"]

@@ -27,8 +27,8 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.reports.aligned import TrialRecord, group_records
-from resomap.reports.decision import Compared, class_names, scores_by_resolution
+from resomap.reports.aligned import TrialRecord
+from resomap.reports.decision import Compared, by_model, class_names, scores_by_resolution
 from resomap.results import SENSITIVITY_COLUMNS
 
 ONE_SEED = (
@@ -50,13 +50,10 @@ def sensitivity(
 ) -> Sensitivity:
     """Every model's lost, gained and seed-dependent images at each resolution below its reference (the
     recommendation row's `reference`; without a decision stats.reference, else the model's largest resolution)."""
-    by_model: dict[str, dict[int, list[TrialRecord]]] = defaultdict(dict)
-    for (model, res), members in group_records(records).items():
-        by_model[model][res] = members
     recs = {str(r["model"]): r for r in recommendations}
     rows: list[dict[str, Any]] = []
     images: list[dict[str, Any]] = []
-    for model, by_res in sorted(by_model.items()):
+    for model, by_res in by_model(records).items():
         rec = recs.get(model) or {}
         reference = rec.get("reference") or cfg.reference
         reference = int(reference) if reference in by_res else max(by_res)
