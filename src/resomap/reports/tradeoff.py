@@ -267,9 +267,8 @@ def _tradeoff_panel(ax: Any, entry: Mapping[str, Any], fig: Any, fit_text: Any) 
 
 def tradeoff_files(front3: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
     """figures/tradeoff_score_cost_quality.png/.pdf (plotstyle.save_figure); nothing when no model has a front."""
-    fig = tradeoff_figure(front3)
-    if fig is None:
+    if not any(p.get("cost") for e in front3 for p in e["points"]):  # tradeoff_figure's None
         return []
-    from resomap.plotstyle import save_figure
+    from resomap.plotstyle import save_drawn
 
-    return save_figure(fig, out_dir, FIGURE_STEM)
+    return save_drawn(tradeoff_figure, (list(front3),), out_dir, FIGURE_STEM)  # drawn by a worker when in parallel
