@@ -96,7 +96,7 @@ def test_a_group_value_that_loses_its_images_is_decided_apart_from_one_that_keep
         ref["estimate"] == pytest.approx(1 - (1 + 2 + 3) / (3 * N_LOSE)) and ref["low"] < ref["estimate"] <= ref["high"]
     )
     assert found.differ == [
-        "m: the decision differs between the values of kind (keeps: 16 px, loses: 32 px); read the decision per group"
+        "m: the decision differs between the values of kind (keeps: 16 px, loses: 32 px); read the decision per group."
     ]
     header, body = group_cells(found.rows)
     assert header[:4] == ["model", "group = value (test images)", "one-sided alpha", "decided"]

@@ -148,7 +148,7 @@ def _differ(model: str, name: str, rows: list[dict[str, Any]]) -> list[str]:
     if len(set(said.values())) < 2:
         return []
     parts = ", ".join(f"{v}: {d}" for v, d in said.items())
-    return [f"{model}: the decision differs between the values of {name} ({parts}); read the decision per group"]
+    return [f"{model}: the decision differs between the values of {name} ({parts}); read the decision per group."]
 
 
 def group_cells(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
