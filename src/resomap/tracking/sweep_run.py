@@ -142,10 +142,9 @@ def publish_sweep(
     # descriptive: the highest test score of the sweep, by its task's headline per-image score (classification:
     # best_test_accuracy; segmentation: best_test_miou), the seeds' mean of test/<score>
     score = (of_result(summary.trials[0]) if summary.trials else get_task()).scores[0].name
-    column = f"test_{score}"  # a SummaryRow field (test_accuracy) or one of its task_metrics (test_miou)
-    found = [getattr(r, column) if hasattr(r, column) else r.task_metrics.get(column) for r in summary.rows]
-    if any(value is not None for value in found):
-        metrics[f"best_test_{score}"] = max(value for value in found if value is not None)
+    top = best_row(summary.rows, score)
+    if top is not None:
+        metrics[f"best_test_{score}"] = top[0]
     best = best_recommended(summary)
     if best is not None:
         tags[BEST_TAG] = best
@@ -154,7 +153,7 @@ def publish_sweep(
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
     drop = () if best is not None else (BEST_TAG,)
-    shown = table_tags(summary, score, parent)
+    shown = table_tags(summary, score, parent, top)
     tags.update(shown.pop(parent, {}))
     log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=unrecommended)
     tag_children(tracker, parent, shown)
@@ -177,15 +176,23 @@ def recommendation_metrics(summary: Any, metrics: dict[str, float]) -> list[str]
     return unrecommended
 
 
-def table_tags(summary: Any, score: str, parent: str) -> dict[str, dict[str, str]]:
+def best_row(rows: Iterable[Any], score: str) -> tuple[float, Any] | None:
+    """(the highest seeds' mean of test/<score>, its summary row) over the rows, None when no row has it: the
+    column is a SummaryRow field (test_accuracy) or one of its task_metrics (test_miou)."""
+    column = f"test_{score}"
+    found = [(getattr(r, column) if hasattr(r, column) else r.task_metrics.get(column), r) for r in rows]
+    found = [(value, r) for value, r in found if value is not None]
+    return max(found, key=lambda pair: pair[0]) if found else None
+
+
+def table_tags(summary: Any, score: str, parent: str, top: tuple[float, Any] | None) -> dict[str, dict[str, str]]:
     """run id -> its rounded runs-table tags: per trial its test `score` (3 decimals), the interval of its model @
     resolution's score pooled over the seeds (the summary row's, reports.rows.SummaryRow.score) and its median
-    latency; for the `parent` the sweep's best score (the seeds' mean of a model @ resolution) and where."""
+    latency; for the `parent` the sweep's best score (`top`: best_row's) and where."""
     rows = {(r.model, r.resolution): r for r in summary.rows}
     out: dict[str, dict[str, str]] = {}
-    means = [(r.value(f"test_{score}"), r) for r in summary.rows if is_number(r.value(f"test_{score}"))]
-    if means:
-        value, row = max(means, key=lambda pair: pair[0])
+    if top is not None:
+        value, row = top
         out[parent] = {SCORE_TAG: f"best {value:.3f}: {row.model}@{row.resolution}"}
     for trial in summary.trials:  # result.json trees (resomap.trial_result.TrialResult.to_dict)
         if not trial.get("run_id"):
