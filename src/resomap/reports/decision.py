@@ -227,6 +227,52 @@ def decision_alpha(model: str, cfg: StatsConfig) -> float | None:
     return cfg.look_alpha.get(model)
 
 
+# a model's decisions on subsets of its test images (reports.per_class: each class; reports.groups: each group
+# value), one family per model: what their rows share
+
+NOT_DECIDED = "not decided"
+
+
+def family_alpha(model: str, cfg: StatsConfig, members: int) -> float:
+    """The one-sided alpha of each of a model's `members` decisions in one family (Bonferroni): the model
+    decision's alpha (decision_alpha, else 1 - level) / members."""
+    whole = decision_alpha(model, cfg)
+    return (1 - cfg.level if whole is None else whole) / members
+
+
+def decided_fields(decision: stats.Decision, n_seeds: int) -> dict[str, Any]:
+    """A subset decision's row fields: its seeds, reference, decided resolution, reason and verdicts."""
+    return {
+        "n_seeds": n_seeds,
+        "reference": decision.reference,
+        "resolution": decision.resolution,
+        "decided": bool(decision.decided),
+        "available": True,
+        "reason": decision.reason,
+        "verdicts": [v.to_dict() for v in decision.verdicts],
+    }
+
+
+def not_decided_fields(why: str) -> dict[str, Any]:
+    """The same fields for a subset without a decision: the reason "not decided: <why>"."""
+    return {
+        "n_seeds": None,
+        "reference": None,
+        "resolution": None,
+        "decided": False,
+        "available": False,
+        "reason": f"{NOT_DECIDED}: {why}",
+        "verdicts": [],
+    }
+
+
+def decided_cell(row: Mapping[str, Any]) -> str:
+    """A subset row's decision in a table cell: the decided resolution, "undecided", or "not decided: <why>"."""
+    if not row.get("available"):
+        return str(row.get("reason") or NOT_DECIDED)
+    return f"{row['resolution']} px" if row.get("decided") else "undecided"
+
+
 def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig, rec_row: dict[str, Any]) -> bool:
     """The decision on the decision metric's scores (`chosen`) into ``rec_row``, True; or why there is none, False."""
     scores, notes = chosen.scores, "; ".join(found.notes)

@@ -24,9 +24,16 @@ import numpy as np
 from resomap import stats
 from resomap.config.schema import StatsConfig
 from resomap.reports.aligned import TrialRecord
-from resomap.reports.decision import by_model, decide, decision_alpha, kept_resolutions, scores_by_resolution
-
-NOT_DECIDED = "not decided"
+from resomap.reports.decision import (
+    by_model,
+    decide,
+    decided_cell,
+    decided_fields,
+    family_alpha,
+    kept_resolutions,
+    not_decided_fields,
+    scores_by_resolution,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +80,7 @@ def model_group_rows(
 ) -> list[dict[str, Any]]:
     """One row per value of group `name` for one model (module doc); `found`: the model's Compared or a reason."""
     by_index, values = group
-    whole = decision_alpha(model, cfg)
-    alpha = (1 - cfg.level if whole is None else whole) / len(values)
+    alpha = family_alpha(model, cfg, len(values))
     headline = task.scores[0]
     base = {
         "model": model,
@@ -112,34 +118,14 @@ def _decided(row: dict[str, Any], scores: dict[int, np.ndarray], headline: Any, 
         f"{row['model']}, {headline.words} on {row['n_images']} {images} ({row['correction']}, one-sided alpha "
         f"{row['alpha']:.3g}): {decision.reason}"
     )
-    return {
-        **row,
-        "n_seeds": n_seeds,
-        "reference": decision.reference,
-        "resolution": decision.resolution,
-        "decided": bool(decision.decided),
-        "available": True,
-        "reason": decision.reason,
-        "sentence": said,
-        "scores": {str(r): {"estimate": iv.estimate, "low": iv.low, "high": iv.high} for r, iv in found.items()},
-        "verdicts": [v.to_dict() for v in decision.verdicts],
-    }
+    scored = {str(r): {"estimate": iv.estimate, "low": iv.low, "high": iv.high} for r, iv in found.items()}
+    return {**row, **decided_fields(decision, n_seeds), "sentence": said, "scores": scored}
 
 
 def _not_decided(row: dict[str, Any], why: str) -> dict[str, Any]:
-    reason = f"{NOT_DECIDED}: {why}"
-    return {
-        **row,
-        "n_seeds": None,
-        "reference": None,
-        "resolution": None,
-        "decided": False,
-        "available": False,
-        "reason": reason,
-        "sentence": f"{row['model']}, {row['group']} = {row['value']}: {reason}",
-        "scores": {},
-        "verdicts": [],
-    }
+    fields = not_decided_fields(why)
+    said = f"{row['model']}, {row['group']} = {row['value']}: {fields['reason']}"
+    return {**row, **fields, "sentence": said, "scores": {}}
 
 
 def _differ(model: str, name: str, rows: list[dict[str, Any]]) -> list[str]:
@@ -168,12 +154,10 @@ def group_cells(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str
         verdicts = {int(v["resolution"]): v.get("verdict") for v in r.get("verdicts") or []}
         scores = {int(k): v for k, v in (r.get("scores") or {}).items()}
         n = r.get("n_images")
-        if not r.get("available"):
-            decided = str(r.get("reason") or NOT_DECIDED)
-        else:
-            decided = f"{r['resolution']} px" if r.get("decided") else "undecided"
         cells = [str(r["model"]), f"{r['group']} = {r['value']} ({'-' if n is None else n})", f"{r['alpha']:.3g}"]
-        body.append([*cells, decided, *(_score_cell(scores.get(res), verdicts.get(res)) for res in resolutions)])
+        body.append(
+            [*cells, decided_cell(r), *(_score_cell(scores.get(res), verdicts.get(res)) for res in resolutions)]
+        )
     return header, body
 
 

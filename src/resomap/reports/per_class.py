@@ -24,14 +24,15 @@ from resomap.reports.decision import (
     by_model,
     class_names,
     decide,
-    decision_alpha,
+    decided_cell,
+    decided_fields,
     decision_scores,
     dropped_verdict,
+    family_alpha,
     kept_resolutions,
+    not_decided_fields,
     scores_by_resolution,
 )
-
-NOT_DECIDED = "not decided"
 
 
 def class_decisions(records: Iterable[TrialRecord], cfg: StatsConfig) -> list[dict[str, Any]]:
@@ -67,8 +68,7 @@ def model_class_decisions(
         labels = first.label[np.searchsorted(first.index, found.common)]
     counts = {cls: int((labels == k).sum()) for k, cls in enumerate(names)}
     k = len(names)
-    whole = decision_alpha(model, cfg)
-    alpha = (1 - cfg.level if whole is None else whole) / k
+    alpha = family_alpha(model, cfg, k)
     base = {
         "model": model,
         "n_classes": k,
@@ -107,35 +107,18 @@ def _decided_row(row: dict[str, Any], chosen: Any, n_seeds: int, cfg: StatsConfi
     )
     return {
         **row,
-        "n_seeds": n_seeds,
-        "reference": decision.reference,
-        "resolution": decision.resolution,
-        "decided": bool(decision.decided),
-        "available": True,
+        **decided_fields(decision, n_seeds),
         "recall": means[decision.resolution],
         "reference_recall": means[decision.reference],
-        "reason": decision.reason,
         "sentence": said,
-        "verdicts": [v.to_dict() for v in decision.verdicts],
     }
 
 
 def _not_decided(row: dict[str, Any], why: str) -> dict[str, Any]:
     """A class without a decision: the row says why ("not decided: <why>")."""
-    reason = f"{NOT_DECIDED}: {why}"
-    return {
-        **row,
-        "n_seeds": None,
-        "reference": None,
-        "resolution": None,
-        "decided": False,
-        "available": False,
-        "recall": None,
-        "reference_recall": None,
-        "reason": reason,
-        "sentence": f"{row['model']}, recall of {row['class']} ({_images(row['n_images'])}): {reason}",
-        "verdicts": [],
-    }
+    fields = not_decided_fields(why)
+    said = f"{row['model']}, recall of {row['class']} ({_images(row['n_images'])}): {fields['reason']}"
+    return {**row, **fields, "recall": None, "reference_recall": None, "sentence": said}
 
 
 def _images(n: int | None) -> str:
@@ -159,17 +142,11 @@ def class_cells(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str
                 str(r["model"]),
                 f"{r['class']} ({r['n_images'] if r.get('n_images') is not None else '-'})",
                 f"{r['alpha']:.3g}",
-                _decided_cell(r),
+                decided_cell(r),
                 *(_verdict_cell(by_res.get(res)) for res in resolutions),
             ]
         )
     return header, body
-
-
-def _decided_cell(row: Mapping[str, Any]) -> str:
-    if not row.get("available"):
-        return str(row.get("reason") or NOT_DECIDED)
-    return f"{row['resolution']} px" if row.get("decided") else "undecided"
 
 
 def _verdict_cell(verdict: Mapping[str, Any] | None) -> str:
