@@ -1099,9 +1099,10 @@ def test_the_tradeoff_takes_gmacs_without_a_latency_and_says_which_axes_it_left_
         _front_row("b", 64, 0.90, latency_ms=1.0),  # better and cheaper: 32 px is dropped
     ]
     quality = [
-        {"model": "a", "resolution": r, "method": m, "score": "deletion_auc_vs_random", "estimate": 0.1}
+        {"model": "a", "resolution": r, "method": m, "score": "deletion_auc_vs_random", "estimate": 0.1, "low": 0.05,
+         "high": 0.15}
         for r, m in ((32, "saliency"), (64, "saliency"), (32, "gradcam"))  # gradcam lacks 64 px: saliency is used
-    ]
+    ]  # fmt: skip
     front3 = {e["model"]: e for e in tradeoffs(rows, quality)}
     a, b = front3["a"], front3["b"]
     assert [x["name"] for x in a["axes"]] == ["score", "cost", "quality"]
@@ -1118,3 +1119,26 @@ def test_the_tradeoff_takes_gmacs_without_a_latency_and_says_which_axes_it_left_
     )
     _, body = tradeoff_cells(list(front3.values()))
     assert body[2][0][:3] == ["b", "32", "0.700 [0.680, 0.720]"] and body[2][0][4] == "-" and body[2][1] is False
+
+
+def test_a_quality_score_without_an_interval_is_left_out_not_compared_by_its_estimate():
+    """Too few probe images to bootstrap: the quality's bare estimates (noise) must not drop a resolution."""
+    from resomap.reports.tradeoff import tradeoffs
+
+    rows = [_front_row("c", 32, 0.88, gmacs=0.1), _front_row("c", 64, 0.90, gmacs=0.4)]  # the same score, 64 dearer
+    why = "only 8 test images: a bootstrap interval needs at least 10"
+    bare = [
+        {"model": "c", "resolution": 32, "method": "saliency", "score": "deletion_auc_vs_random", "estimate": 0.01,
+         "reason": why},
+        {"model": "c", "resolution": 64, "method": "saliency", "score": "deletion_auc_vs_random", "estimate": 0.05,
+         "reason": why},
+    ]  # fmt: skip
+    (c,) = tradeoffs(rows, bare)
+    assert [x["name"] for x in c["axes"]] == ["score", "cost"], c
+    assert f"deletion AUC, random maps - method (saliency) has no interval ({why}): quality left out" in c["note"]
+    assert [p["on_front"] for p in c["points"]] == [True, False]  # 32 px: the same score for fewer GMACs
+    # with intervals that overlap, the quality is an axis and still shows nothing
+    with_bars = [{**q, "low": q["estimate"] - 0.1, "high": q["estimate"] + 0.1} for q in bare]
+    (c,) = tradeoffs(rows, with_bars)
+    assert [x["name"] for x in c["axes"]] == ["score", "cost", "quality"]
+    assert [p["on_front"] for p in c["points"]] == [True, False]

@@ -14,6 +14,7 @@ Example::
     sweep.groups.query("group == 'cell_type'")  # per group value and resolution: the score, its interval, the decision
     sweep.sensitivity[["model", "resolution", "lost", "lost_low", "lost_high", "seed_dependent"]]
     sweep.sensitive_images.query("status == 'lost'")  # the images each model needs the pixels for
+    sweep.front3.query("on_front")  # per model the resolutions on the score x cost x explanation-quality front
 
 Nothing is recomputed: the tables are the files the sweep wrote (summary.json, paired_tests, recommendation,
 explanations/agreement.csv, sensitive_images.csv) and each trial's per-image table (its task's: predictions.csv,
@@ -199,6 +200,36 @@ SENSITIVE_IMAGE_COLUMNS = (
     "n_seeds",
 )
 
+# the three-way trade-off (resomap.reports.tradeoff): summary.json's `front3`, one row per model x resolution; each
+# axis an estimate with its interval (None where the axis has none or the model lacks it: its note says why)
+FRONT_AXES = ("score", "cost", "quality")
+FRONT_COLUMNS = (
+    "model",
+    "resolution",
+    "on_front",
+    "standing",  # "on the front" or "dropped: <r> px is shown better on ... and worse on none"
+    "dropped_by",
+    *(f"{axis}{part}" for axis in FRONT_AXES for part in ("", "_low", "_high", "_words")),
+    "level",
+    "note",  # the axes left out for this model and why
+)
+
+
+def front_table(front3: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """summary.json's ``front3`` (one entry per model, its points per resolution) as FRONT_COLUMNS rows."""
+    rows = []
+    for model in front3:
+        words = {a.get("name"): a.get("words") for a in model.get("axes") or []}
+        for point in model.get("points") or []:
+            row = {k: model.get(k) for k in ("model", "level", "note")}
+            row.update({k: point.get(k) for k in ("resolution", "on_front", "standing", "dropped_by")})
+            for axis in FRONT_AXES:
+                value = [*(point.get(axis) or ()), None, None, None]
+                row.update(dict(zip((axis, f"{axis}_low", f"{axis}_high"), value[:3], strict=True)))
+                row[f"{axis}_words"] = words.get(axis)
+            rows.append(row)
+    return rows
+
 
 @dataclasses.dataclass
 class SweepResults:
@@ -222,6 +253,7 @@ class SweepResults:
     # per model x resolution below its reference: the images lost, gained and seed-dependent, with Wilson intervals
     sensitivity: Any = None  # SENSITIVITY_COLUMNS (summary.json `sensitivity`; empty for a summary from before it)
     sensitive_images: Any = None  # one row per lost or gained image (sensitive_images.csv; SENSITIVE_IMAGE_COLUMNS)
+    front3: Any = None  # one row per model x resolution of the three-way trade-off (FRONT_COLUMNS; summary.json front3)
 
 
 def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
@@ -333,4 +365,5 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         groups=pd.DataFrame(group_table(data.get("group_decisions") or []), columns=list(GROUP_COLUMNS)),
         sensitivity=pd.DataFrame(data.get("sensitivity") or [], columns=list(SENSITIVITY_COLUMNS)),
         sensitive_images=sensitive.reindex(columns=list(SENSITIVE_IMAGE_COLUMNS)),
+        front3=pd.DataFrame(front_table(data.get("front3") or []), columns=list(FRONT_COLUMNS)),
     )

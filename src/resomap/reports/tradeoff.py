@@ -11,7 +11,8 @@ The axes of a model, each from what the summary already holds:
   interval); lower is better;
 - quality: an explanation score's excess over random maps (explanations/quality.csv: pooled over seeds with its
   bootstrap interval over the probe images; > 0 = better than random maps) of the first method (by name) that has
-  one at every resolution of the model, the first score of QUALITY_SCORES it has; higher is better.
+  one with its interval at every resolution of the model, the first score of QUALITY_SCORES it has; higher is
+  better. Without an interval (fewer than 10 probe images) the axis is left out, not compared by its estimates.
 
 An axis that a resolution of the model lacks is left out, and the model's note says so. The result (`tradeoffs`)
 is plain JSON, summary.json's ``front3``; the table (`tradeoff_cells`), the words (`tradeoff_lines`) and the figure
@@ -85,23 +86,34 @@ def _cost_axis(rs: list[SummaryRow], level: float) -> tuple[dict[str, Any], dict
 def _quality_axis(
     model: str, resolutions: list[int], quality_rows: Iterable[Mapping[str, Any]]
 ) -> tuple[dict[str, Any], dict[int, Coordinate]] | str:
-    """The excess over random maps of the first method (by name) that has a score of QUALITY_SCORES at every
-    resolution (its first such score); the reason when none has."""
+    """The excess over random maps of the first method (by name) that has a score of QUALITY_SCORES with its
+    interval at every resolution (its first such score); the reason when none has. A quality score without an
+    interval (too few probe images to bootstrap) is left out rather than compared by its estimate: unlike a count
+    of MACs it is a noisy measurement, and comparing its bare estimates would drop resolutions on noise."""
     found: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = defaultdict(dict)
     for row in quality_rows:
         if row.get("model") == model and row.get("score") in QUALITY_SCORES and _finite(row.get("estimate")):
             found[(str(row["method"]), str(row["score"]))][int(row["resolution"])] = row
+    no_interval = None
     for method in sorted({m for m, _ in found}):
         for score in QUALITY_SCORES:
             at = found.get((method, score), {})
-            if set(resolutions) <= set(at):
-                coords = {r: _coordinate(at[r]["estimate"], at[r].get("low"), at[r].get("high")) for r in resolutions}
-                bars = any(c.has_interval for c in coords.values())
-                axis = {"name": "quality", "words": f"{QUALITY_SCORES[score]} ({method})", "method": method}
-                axis |= {"score": score, "interval": "interval over probe images and seeds" if bars else "no interval"}
-                return axis | {"why": f"quality of {method}: the first method with one at every resolution"}, coords
+            if not set(resolutions) <= set(at):
+                continue
+            coords = {r: _coordinate(at[r]["estimate"], at[r].get("low"), at[r].get("high")) for r in resolutions}
+            if not all(c.has_interval for c in coords.values()):
+                why = next((str(at[r].get("reason")) for r in resolutions if at[r].get("reason")), "")
+                no_interval = no_interval or f"{QUALITY_SCORES[score]} ({method}) has no interval" + (
+                    f" ({why})" if why else ""
+                )
+                continue
+            axis = {"name": "quality", "words": f"{QUALITY_SCORES[score]} ({method})", "method": method}
+            axis |= {"score": score, "interval": "interval over probe images and seeds"}
+            return axis | {"why": f"quality of {method}: the first method with one at every resolution"}, coords
     if not found:
         return "no explanation quality for this model"
+    if no_interval:
+        return f"explanation quality not compared: {no_interval}"
     return "no explanation method has a quality score at every resolution of this model"
 
 
