@@ -215,27 +215,29 @@ def test_the_three_way_front_is_in_the_summary_the_report_and_its_figure(sweep_d
     assert set(front3) == set(MODELS)
     rows = {(r["model"], r["resolution"]): r for r in data["rows"]}
     with open(sweep_dir / "explanations" / "quality.csv", newline="") as f:
-        quality = {(r["model"], int(r["resolution"]), r["method"], r["score"]): float(r["estimate"])
-                   for r in csv.DictReader(f)}  # fmt: skip
+        quality = {(r["model"], int(r["resolution"]), r["method"], r["score"]): r for r in csv.DictReader(f)}
     for model, entry in front3.items():
         axes = {a["name"]: a for a in entry["axes"]}
-        assert set(axes) == {"score", "cost", "quality"}  # every trial profiled and explained
-        assert axes["cost"]["column"] == "latency_ms" and axes["quality"]["method"] == "gradcam"  # first by name
+        # every trial profiled and explained, but PROBES (3) probe images are too few for an interval on the
+        # explanation quality: the axis is left out and said (tests/test_where_resolution_matters.py has it)
+        assert set(axes) == {"score", "cost"}, entry
+        first = quality[(model, RESOLUTIONS[0], "gradcam", "deletion_auc_vs_random")]  # gradcam: first by name
+        assert first["low"] == "" and first["reason"].startswith(f"only {PROBES} test images")
+        assert f"(gradcam) has no interval ({first['reason']}): quality left out" in entry["note"]
+        assert axes["cost"]["column"] == "latency_ms"
         assert [p["resolution"] for p in entry["points"]] == list(RESOLUTIONS)
         for p in entry["points"]:  # each coordinate is the summary's own number
             row = rows[(model, p["resolution"])]
             assert p["score"][0] == pytest.approx(row["test_accuracy_pooled"])
             assert p["cost"][0] == pytest.approx(row["latency_ms"])
-            score = axes["quality"]["score"]
-            expected = quality[(model, p["resolution"], "gradcam", score)]  # quality.csv keeps 6 significant digits
-            assert p["quality"][0] == pytest.approx(expected, rel=1e-5, abs=1e-9)
+            assert p["quality"] is None
         assert any(p["on_front"] for p in entry["points"])
         for p in entry["points"]:  # a drop names a resolution shown better on its axes and worse on none
             if p["on_front"]:
                 assert p["standing"] == "on the front" and p["dropped_by"] is None
                 continue
             q = next(x for x in entry["points"] if x["resolution"] == p["dropped_by"])
-            higher = {"score": True, "cost": False, "quality": True}
+            higher = {"score": True, "cost": False}
             assert p["better_on"] and all(_shown_better(q[a], p[a], higher[a]) for a in p["better_on"])
             assert not any(_shown_better(p[a], q[a], higher[a]) for a in higher)
             assert p["standing"].startswith(f"dropped: {q['resolution']} px is shown better on")
