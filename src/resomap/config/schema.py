@@ -320,8 +320,9 @@ class StatsConfig:
     scope: Literal["model", "checkpoint"] = "model"  # model: seeds as replicates; checkpoint: these trained checkpoints
     seed_sd: float = 0.02  # planning assumption: sd of a model's accuracy across training seeds (model scope)
     # the groups of test images each model is also decided on, one group value at a time (the summary's "Per group"):
-    # names the dataset declares (ELPV: cell_type, defect_probability; synthetic with coarse_share > 0: detail);
-    # null: every group it declares; []: none. A group's values are one family (Bonferroni over them)
+    # names the dataset declares (ELPV: cell_type, defect_probability; synthetic with coarse_share > 0: detail; csv and
+    # imagefolder: data.<dataset>.groups); null: every group it declares; []: none. A group's values are one family
+    # (Bonferroni over them)
     groups: list[str] | None = None
     # per model: the one-sided alpha of its non-inferiority decision in place of 1 - level; set by an adaptive
     # sweep at each look from its spending rule (leave empty)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import csv
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from resomap.config import register_check
 from resomap.config.schema import DataConfig
 from resomap.data.registry import digest, register_dataset
 from resomap.errors import DataError
@@ -54,6 +57,8 @@ class FileDataset:
         self.fingerprint = f"{kind}-" + digest(_stat_parts(paths) + class_names + [self.channels])
         # the user's own train/val/test assignment per image (None: ResoMap splits)
         self.predefined_splits = None if split_of is None else np.asarray(split_of)
+        # the groups the summary also decides each model on (stats.groups): name -> (a code per image, the names)
+        self.groups: dict[str, tuple[np.ndarray, list[str]]] = {}
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -83,8 +88,40 @@ def _stat_parts(paths: list[Path]) -> list[object]:
     return parts
 
 
-def _images_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+def _images_in(folder: Path, levels: int = 0) -> list[Path]:
+    """The images `levels` folders below `folder` (0: directly in it; root/<class>/<site>/<image> is 1 below the
+    class folder), sorted. An image at another depth, with levels > 0, is a DataError naming it."""
+    if levels == 0:
+        return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    found = []
+    for p in sorted(folder.rglob("*")):
+        if not (p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES) or any(
+            part.startswith(".") for part in p.relative_to(folder).parts
+        ):
+            continue
+        depth = len(p.relative_to(folder).parts) - 1
+        if depth != levels:
+            raise DataError(
+                f"data.imagefolder.groups names {levels} folder level(s) below each class folder, but {p} is "
+                f"{depth} below {folder}; put every image at <class>/{'/'.join(['<group>'] * levels)}/<image>"
+            )
+        found.append(p)
+    return found
+
+
+def group_codes(values: list[tuple[str, ...]], names: list[str]) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """name -> (a code per image, the group's values in sorted order), from each image's value of every group (an
+    empty value is its own value, "(empty)")."""
+    out = {}
+    for k, name in enumerate(names):
+        column = [v[k] or EMPTY_VALUE for v in values]
+        levels = sorted(set(column))
+        index = {v: i for i, v in enumerate(levels)}
+        out[name] = (np.asarray([index[v] for v in column], dtype=np.int64), levels)
+    return out
+
+
+EMPTY_VALUE = "(empty)"
 
 
 @dataclass(frozen=True)
@@ -92,20 +129,23 @@ class ImageFolderOptions:
     root: str | None = None  # folder of class folders (root/<class>/<image>)
     # transforms that keep every image's label (hflip, vflip, rot90): what training.tta may average over
     symmetries: list[str] = field(default_factory=list)
+    # names of the folder levels between each class folder and its images, each a group the summary also decides
+    # each model on (stats.groups): [site] reads root/<class>/<site>/<image>; [] (default): images in the class folder
+    groups: list[str] = field(default_factory=list)
 
 
 PREDEFINED = ("train", "val", "test")
 _SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 
 
-def _class_folders(root: Path) -> tuple[list[str], list[Path], list[int]]:
+def _class_folders(root: Path, levels: int = 0) -> tuple[list[str], list[Path], list[int]]:
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise DataError(f"data.imagefolder.root {root} has no class folders; put images under {root}/<class name>/")
     paths: list[Path] = []
     labels: list[int] = []
     for k, name in enumerate(classes):
-        files = _images_in(root / name)
+        files = _images_in(root / name, levels)
         if not files:
             raise DataError(
                 f"class folder {root / name} has no images ({', '.join(IMAGE_SUFFIXES)}); add images or remove it"
@@ -125,8 +165,8 @@ def _split_folders(root: Path) -> dict[str, Path] | None:
     return None
 
 
-def _predefined(root: Path, folders: dict[str, Path]) -> FileDataset:
-    per_split = {split: _class_folders(folder) for split, folder in folders.items()}
+def _predefined(root: Path, folders: dict[str, Path], levels: int = 0) -> FileDataset:
+    per_split = {split: _class_folders(folder, levels) for split, folder in folders.items()}
     classes = sorted({c for names, _, _ in per_split.values() for c in names})
     index = {name: k for k, name in enumerate(classes)}
     paths: list[Path] = []
@@ -170,7 +210,16 @@ def manifest_classes(options: CsvOptions) -> list[str] | None:
         return None
 
 
-@register_dataset("imagefolder", options=ImageFolderOptions, masks=False, classes=folder_classes)
+def _with_folder_groups(found: FileDataset, names: list[str]) -> FileDataset:
+    """The dataset with the groups named by the folder levels below each image's class folder."""
+    if names:
+        found.groups = group_codes([p.parts[-1 - len(names) : -1] for p in found.paths], names)
+    return found
+
+
+@register_dataset(
+    "imagefolder", options=ImageFolderOptions, masks=False, classes=folder_classes, groups=lambda o: list(o.groups)
+)
 def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
     if not options.root:
         raise DataError(
@@ -182,12 +231,12 @@ def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
         raise DataError(
             f"data.imagefolder.root {root} does not exist or is not a folder; point it at a folder of class folders"
         )
-    folders = _split_folders(root)
+    folders, levels = _split_folders(root), len(options.groups)
     if folders is not None:
-        return _predefined(root, folders)
-    classes, paths, labels = _class_folders(root)
+        return _with_folder_groups(_predefined(root, folders, levels), options.groups)
+    classes, paths, labels = _class_folders(root, levels)
     log.info("imagefolder %s: %d images in %d classes", root, len(paths), len(classes))
-    return FileDataset(paths, labels, classes, "imagefolder")
+    return _with_folder_groups(FileDataset(paths, labels, classes, "imagefolder"), options.groups)
 
 
 @dataclass(frozen=True)
@@ -195,9 +244,12 @@ class CsvOptions:
     manifest: str | None = None  # file with path,label[,split] rows (paths relative to the file; split: train/val/test)
     # transforms that keep every image's label (hflip, vflip, rot90): what training.tta may average over
     symmetries: list[str] = field(default_factory=list)
+    # manifest columns whose values group the images, each a group the summary also decides each model on
+    # (stats.groups): [site] reads a column `site`; an empty cell is the value "(empty)"
+    groups: list[str] = field(default_factory=list)
 
 
-@register_dataset("csv", options=CsvOptions, masks=False, classes=manifest_classes)
+@register_dataset("csv", options=CsvOptions, masks=False, classes=manifest_classes, groups=lambda o: list(o.groups))
 def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
     if not options.manifest:
         raise DataError(
@@ -214,6 +266,12 @@ def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
             raise DataError(
                 f"data.csv.manifest {manifest}: missing column(s) {', '.join(missing)}; the header must be path,label "
                 f"(got {','.join(fields) or 'no header'})"
+            )
+        absent = [g for g in options.groups if g not in fields]
+        if absent:
+            raise DataError(
+                f"data.csv.groups names column {absent[0]!r} that data.csv.manifest {manifest} does not have; "
+                f"its columns: {', '.join(fields)}"
             )
         rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
     rows = [r for r in rows if r.get("path")]
@@ -234,4 +292,55 @@ def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
         if "train" not in split_of:
             raise DataError(f"data.csv.manifest {manifest}: no row has split 'train'; add training images")
     log.info("csv %s: %d images in %d classes", manifest, len(paths), len(classes))
-    return FileDataset(paths, labels, classes, "csv", split_of)
+    found = FileDataset(paths, labels, classes, "csv", split_of)
+    if options.groups:
+        found.groups = group_codes([tuple(r.get(g, "") for g in options.groups) for r in rows], options.groups)
+    return found
+
+
+def _manifest_columns(manifest: Path) -> list[str] | None:
+    try:
+        with manifest.open(newline="", encoding="utf-8") as fh:
+            return [f.strip() for f in csv.DictReader(fh).fieldnames or []]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None  # the dataset's own checks say why
+
+
+def _too_shallow_or_deep(root: Path, levels: int) -> str | None:
+    """The first image not `levels` folders below its class folder (DataError's words), None when all are."""
+    folders = _split_folders(root)
+    try:
+        for top in folders.values() if folders is not None else [root]:
+            _class_folders(top, levels)
+    except DataError as exc:
+        return str(exc) if "data.imagefolder.groups" in str(exc) else None
+    return None
+
+
+def check_file_groups(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
+    """At load: fail on a data.csv.groups column the manifest lacks, or data.imagefolder.groups naming more or fewer
+    folder levels than an image sits below its class folder (a missing manifest or root: the dataset says why)."""
+    from resomap.config.groups import group_options
+
+    dc = cfg.data
+    if dc.dataset not in ("csv", "imagefolder"):
+        return
+    options = group_options(dc, dc.dataset)
+    key = f"data.{dc.dataset}.groups"
+    if len(set(options.groups)) < len(options.groups):
+        fail(key, "distinct names", options.groups)
+    if dc.dataset == "csv" and options.groups and options.manifest:
+        manifest = Path(options.manifest).expanduser()
+        fields = _manifest_columns(manifest) if manifest.is_file() else None
+        absent = [g for g in options.groups if fields is not None and g not in fields]
+        if absent:
+            fail(key, f"columns of {manifest} ({', '.join(fields or [])})", absent[0])
+    if dc.dataset == "imagefolder" and options.groups and options.root:
+        root = Path(options.root).expanduser()
+        said = _too_shallow_or_deep(root, len(options.groups)) if root.is_dir() else None
+        if said:
+            where = said.split(", but ", 1)[1].split(";")[0]
+            fail(key, f"{len(options.groups)} folder level(s) between each class folder and its images", where)
+
+
+register_check(check_file_groups)
