@@ -91,6 +91,23 @@ def test_the_bundle_keeps_the_groups_for_the_trials(tmp_path):
     assert [names[c] for c in codes] == sites  # a code per raw image: the trial records the test images' own
 
 
+def test_groups_left_empty_keep_the_trial_key_of_before_the_option(tmp_path):
+    """`groups: []` is out of the trial key (csv and imagefolder sweeps from before the option keep their trials);
+    set groups are in it (a trial records its test images' codes, so one run without them is run again)."""
+    from resomap.config import build as build_config
+    from resomap.sweep.identity import _key_tree, trial_key
+
+    manifest, _ = _manifest(tmp_path, n=6)
+    plain, grouped = (
+        build_config({"data": {"dataset": "csv", "csv": {"manifest": str(manifest), "groups": g}}})
+        for g in ([], ["site"])
+    )
+    assert "groups" not in _key_tree(plain)["data"]["csv"] and _key_tree(grouped)["data"]["csv"]["groups"] == ["site"]
+    assert trial_key(plain, "tiny_cnn", 16, 0) != trial_key(grouped, "tiny_cnn", 16, 0)
+    folder = build_config({"data": {"dataset": "imagefolder", "imagefolder": {"root": str(tmp_path)}}})
+    assert "groups" not in _key_tree(folder)["data"]["imagefolder"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [

@@ -18,6 +18,9 @@ from resomap.tasks import other_task_sections
 
 # Settings that change how a trial is run or logged but not what it computes: left out of its key.
 _KEY_EXCLUDE = ("sweep", "mlflow", "stats", "training.progress", "system.num_workers", "system.persistent_workers")
+# Datasets whose `groups` option came after their sweeps: left empty, it is out of the key. Set, it is in it: each
+# trial records its test images' group codes (result.json data.groups), so trials run without them are run again.
+_GROUPS_ADDED = ("csv", "imagefolder")
 
 
 _SEED_FOLDER = re.compile(r"seed\d+")
@@ -184,6 +187,10 @@ def _key_tree(cfg: Config, model: str | None = None) -> dict[str, Any]:
     for section in ("task", "loss"):  # option groups left empty: the keys stay what they were before these groups
         if not tree.get(section):
             tree.pop(section, None)
+    for dataset in _GROUPS_ADDED:  # no groups: the keys stay what they were before data.<dataset>.groups
+        options = tree["data"].get(dataset)
+        if isinstance(options, dict) and options.get("groups") == []:
+            options.pop("groups")
     if task != "classification":  # classification keys stay what they were before the task axis
         tree["experiment"]["task"] = task
     return tree
