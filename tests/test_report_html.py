@@ -719,6 +719,23 @@ def test_a_missing_checkpoint_is_said_for_that_image(on_demand: dict, tmp_path: 
     assert card.count('<div class="sbs"') == len(METHODS) and card.count("<img") == len(METHODS)  # 16 px only
 
 
+def test_a_checkpoint_that_cannot_be_loaded_is_said_and_the_other_resolution_still_explained(on_demand: dict, tmp_path):
+    from resomap.explain.on_demand import load_on_demand, maps_on_demand
+    from resomap.reports.sensitive_maps import map_requests
+
+    torn = tmp_path / "epoch=0-torn.pt"
+    torn.write_bytes(b"not a checkpoint")
+    trials = [dict(t) for t in on_demand["data"]["trials"]]
+    for t in trials:
+        if t["model"] == MODELS[0] and t["resolution"] == 16:
+            t["best_checkpoint"] = str(torn)
+    requests = map_requests(on_demand["copy"], on_demand["rows"], trials)
+    path = maps_on_demand(requests, on_demand["cfg"], tmp_path / "sensitive_maps.npz")
+    by_res = {int(m["resolution"]): (a, m) for a, m in load_on_demand(path)}
+    assert not by_res[16][0] and "corrupt or not a checkpoint" in by_res[16][1]["unavailable"]
+    assert str(torn) in by_res[16][1]["unavailable"] and set(METHODS) <= set(by_res[24][0])
+
+
 def test_the_summary_phase_explained_the_sweeps_own_lost_images_outside_the_probe_set(sweep_dir: Path):
     """What the sweep's own summary did: each request reports.sensitive_maps makes of the summary is an entry of
     its sensitive_maps.npz with maps; a figure for every model with a lost image."""

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from resomap.atomic import disk_full
 from resomap.config import Config, to_dict
 from resomap.errors import ResoMapError
 from resomap.explain.methods.probe import load_maps, save_maps
@@ -134,8 +135,12 @@ def _explained(req: MapRequest, wanted: dict[str, Any], cfg: Config, device: Any
         return {}, meta
     try:
         arrays, explained = _explain(req, cfg, device)
-    except ResoMapError as exc:  # a checkpoint that cannot be loaded, data that changed: said, not fatal
-        meta["unavailable"] = f"seed {req.seed} at {req.resolution} px: {str(exc).splitlines()[0]}"
+    except Exception as exc:  # a checkpoint that cannot be loaded, data that changed: said, the others still made
+        if disk_full(exc) is not None:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        why = first if isinstance(exc, ResoMapError) else f"{type(exc).__name__}: {first}"
+        meta["unavailable"] = f"seed {req.seed} at {req.resolution} px: {why}"
         log.warning("%s: no maps on demand: %s", req.model, meta["unavailable"])
         return {}, meta
     return arrays, {**explained, **meta}
