@@ -19,6 +19,7 @@ from resomap.analysis.checkpoints import CheckpointSource
 from resomap.analysis.explain_one import load_bundle
 from resomap.errors import CheckpointError
 from resomap.explain.methods.probe import load_maps, probe_indices
+from resomap.explain.on_demand import load_on_demand
 from resomap.explain.run import PROBE_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,6 +205,11 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
     assert [a["name"] for a in front["axes"]] == ["score", "cost", "quality"]
     assert front["axes"][2]["method"] == "gradcam"  # the first method by name
     assert (out / "figures" / "tradeoff_score_cost_quality.png").exists()
+    # the most sensitive lost images outside the probe set, explained from the checkpoints (reports.sensitive_maps)
+    probe = set(load_maps(out / "models" / MODEL / str(RESOLUTIONS[0]) / "seed42" / "explanations.npz")[1]["index"])
+    for arrays, meta in load_on_demand(out / "explanations" / "sensitive_maps.npz"):
+        assert {"saliency", "gradcam"} <= set(arrays) and not probe & set(meta["index"])
+        assert meta["checkpoint"] == got[(MODEL, meta["resolution"])]["checkpoint"]
     assert "report:" in capsys.readouterr().out
 
 

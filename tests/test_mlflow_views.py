@@ -82,7 +82,26 @@ def test_held_images_reads_mlflow_image_names():
     assert _held_images(have) == {("probe/gradcam/00", 32), ("probe/a/saliency/03", 128)}
 
 
-def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project: Path, capsys):
+def _one_probe_image_lost(monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
+    """The summary's sensitive images with tiny_cnn's first probe image listed as lost at 16 px (the counts
+    themselves are tested in test_sensitivity and test_report_html), so that the sweep draws and logs its figure."""
+    import resomap.reports.summary as summary_module
+    from resomap.explain.methods.probe import load_meta
+
+    counted = summary_module.sensitivity
+
+    def with_one_lost(records, recommendations, cfg):
+        found = counted(records, recommendations, cfg)
+        index = load_meta(trial_summary(project, "tiny_cnn", 16) / "explanations.npz")["index"][0]
+        row = {"model": "tiny_cnn", "resolution": 16, "reference": 24, "index": index, "status": "lost"}
+        found.images[:] = [r for r in found.images if r["index"] != index] + [row]
+        return found
+
+    monkeypatch.setattr(summary_module, "sensitivity", with_one_lost)
+
+
+def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project: Path, capsys, monkeypatch):
+    _one_probe_image_lost(monkeypatch, project)
     args = [
         "sweep", "--preset", "smoke", f"sweep.models=[{','.join(MODELS)}]",
         f"sweep.resolutions=[{','.join(map(str, RESOLUTIONS))}]", "explainability.sanity_methods=[]",
@@ -146,9 +165,11 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
             assert picture.width == width and picture.height > PROBE_IMAGE_SIZE  # the map, its caption below
     assert "report.html" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     # the learning curves beside the other summary figures, and which model x resolution is undertrained
-    assert "figures/learning_curves_tiny_cnn.png" in {
-        a.path for a in client.list_artifacts(parent.info.run_id, "figures")
-    }
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
+    assert "figures/learning_curves_tiny_cnn.png" in logged
+    # the most sensitive lost images with their maps at each resolution (reports.sensitive_maps)
+    sensitive = "sensitive_images_tiny_cnn.png"
+    assert (summary_dir / "figures" / sensitive).is_file() and f"figures/{sensitive}" in logged
     # no params on the parent (MLflow's image cards print them above the image): a few settings as tags, the whole
     # config as an artifact
     assert parent.data.params == {} and parent.data.tags[SETTING_TAG + "training.epochs"] == "1"
@@ -181,6 +202,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert (
         "- report: artifact `report.html`" in note and "- figure: artifact `figures/accuracy_vs_resolution.png`" in note
     )
+    assert f"- figure: artifact `figures/{sensitive}`" in note
     # the headline figures drawn in the description (its Overview): a copy no wider than the page holds, each a link
     # to the full-size file; the copies are the parent's artifacts, resampled from the summary's own figures
     from resomap.tracking.sweep_run import NOTE_FIGURE_WIDTH, figure_link

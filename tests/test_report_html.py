@@ -536,6 +536,225 @@ def test_images_that_need_the_pixels_are_counted_written_loaded_and_shown(sweep_
     assert len(page.strips) == len(MODELS) * PROBES * len(METHODS)  # the probe section's sliders, no more
 
 
+# ------------------------------------------------------------------------------------------------ maps on demand
+
+
+def _listed_copy(sweep_dir: Path, folder: Path, lost: list[int], model: str = MODELS[0]) -> tuple[dict, list[dict]]:
+    """A copy of the sweep's summary folder (no report, no maps on demand, no sensitive-image figures) whose
+    sensitive_images.csv lists `lost` as lost at 16 px; (its summary.json with the trials' folders made absolute,
+    the csv's rows)."""
+    skip = shutil.ignore_patterns("report.html", "sensitive_maps.npz", "sensitive_images_*")
+    shutil.copytree(sweep_dir, folder, ignore=skip)
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    for trial in data["trials"]:
+        trial["folder"] = str((sweep_dir / trial["folder"]).resolve())
+    (folder / "summary.json").write_text(json.dumps(data))
+    head = ["model", "resolution", "reference", "index", "label", "class_name", "status"]
+    rows = [dict(zip(head, [model, 16, 24, i, 0, "c0", "lost"], strict=True)) for i in lost]
+    with (folder / "sensitive_images.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, head)
+        writer.writeheader()
+        writer.writerows(rows)
+    return data, rows
+
+
+def _outside_and_probe(sweep_dir: Path, model: str) -> tuple[list[int], int]:
+    """(test images of `model` outside its probe set, one probe image), by raw dataset index."""
+    from resomap.explain.methods.probe import load_maps
+    from resomap.results import load_sweep
+
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    folder = next(Path(sweep_dir / t["folder"]) for t in data["trials"] if t["model"] == model)
+    probe = [int(i) for i in load_maps(folder / "explanations.npz")[1]["index"]]
+    own = load_sweep(sweep_dir).predictions.query("test_resolution == resolution and model == @model")
+    return sorted({int(i) for i in own["index"]} - set(probe)), probe[0]
+
+
+@pytest.fixture(scope="module")
+def on_demand(sweep_dir: Path, tmp_path_factory) -> dict:
+    """A copy listing two images outside the probe set and one in it as lost, its maps on demand made by the
+    summary's step (sweep.sensitive.sensitive_maps) with the figure drawing recorded."""
+    from types import SimpleNamespace
+
+    from resomap.config import load
+    from resomap.plotstyle import save_drawn
+    from resomap.sweep.sensitive import sensitive_maps
+
+    outside, probe = _outside_and_probe(sweep_dir, MODELS[0])
+    copy = tmp_path_factory.mktemp("on_demand") / "listed"
+    data, rows = _listed_copy(sweep_dir, copy, [*outside[:2], probe])
+    drawn = []
+    mp = pytest.MonkeyPatch()
+
+    def recorded(draw, args, *a, **kw):
+        drawn.append(draw(*args))
+        return save_drawn(draw, args, *a, **kw)
+
+    mp.setattr("resomap.plotstyle.save_drawn", recorded)
+    checkpoint = next(t["best_checkpoint"] for t in data["trials"])
+    cfg = load(Path(checkpoint).parent, None, ())  # the trial's config: the sweep's explainability settings
+    try:
+        summary = SimpleNamespace(sensitive_images=rows, trials=data["trials"])
+        figures = sensitive_maps(summary, cfg, copy)
+    finally:
+        mp.undo()
+    return {"copy": copy, "data": data, "rows": rows, "cfg": cfg, "outside": outside[:2], "probe": probe,
+            "figures": figures, "drawn": drawn, "summary": summary}  # fmt: skip
+
+
+def test_lost_images_outside_the_probe_set_get_maps_from_the_checkpoints_at_every_resolution(on_demand: dict):
+    """explanations/sensitive_maps.npz: per resolution of the model's lowest seed an entry naming the model,
+    resolution, seed, images and checkpoint, with every configured method's map of each image (finite, at the
+    resolution), equal to what the explain API gives for that checkpoint and image; the probe image is not in it."""
+    from resomap.analysis import load_trained
+    from resomap.explain.methods.cam import sweep_cam_spec
+    from resomap.explain.methods.probe import explain_probe_set
+    from resomap.explain.on_demand import load_on_demand
+    from resomap.training.restore import load_bundle
+
+    model, outside = MODELS[0], on_demand["outside"]
+    entries = load_on_demand(on_demand["copy"] / "explanations" / "sensitive_maps.npz")
+    assert sorted(int(m["resolution"]) for _, m in entries) == list(RESOLUTIONS)
+    trials = {int(t["resolution"]): t for t in on_demand["data"]["trials"] if t["model"] == model}
+    for arrays, meta in entries:
+        res = int(meta["resolution"])
+        assert (meta["model"], meta["seed"], meta["index"]) == (model, 42, outside)
+        assert meta["checkpoint"] == trials[res]["best_checkpoint"] and not meta.get("unavailable")
+        assert sorted(meta["methods"]) == sorted(METHODS) and not meta["failed"]
+        assert len(meta["pred"]) == len(outside) and arrays["_probe_images"].shape[-2:] == (res, res)
+        trained = load_trained(meta["checkpoint"])  # independently: the checkpoint through the public explain API
+        bundle = load_bundle(trained, trained.cfg)
+        rows = [int(np.flatnonzero(bundle.splits["test"] == i)[0]) for i in outside]
+        images = bundle.normalize(bundle.images("test")[rows])
+        labels = bundle.labels("test")[rows]
+        spec = sweep_cam_spec(trained.spec, trained.cfg, trained.model)
+        kw = {"spec": spec, "resolution": res, "cfg": on_demand["cfg"].explainability, "min_cam_size": 4}
+        expected, failed = explain_probe_set(trained.model, images, labels, list(METHODS), **kw)
+        assert not failed
+        for method in METHODS:
+            assert arrays[method].shape == (len(outside), res, res) and np.isfinite(arrays[method]).all()
+            assert np.allclose(arrays[method], expected[method], atol=1e-6), (method, res)
+
+
+def test_the_report_shows_the_maps_on_demand_like_the_probe_maps(on_demand: dict):
+    """Each lost image outside the probe set: every method's map at every resolution side by side, captioned as
+    computed after the sweep; no 'not in the probe set: no map' for it any more."""
+    from resomap.reports.html import write_report
+
+    model = MODELS[0]
+    text, page = _parse(write_report(on_demand["copy"]))
+    section = text[text.index('<section id="sensitive">') : text.index('<section id="probes">')]
+    assert "not in the probe set: no map" not in section
+    assert section.count('<div class="sbs"') == len(METHODS) * (len(on_demand["outside"]) + 1)
+    for index in on_demand["outside"]:
+        card = section.split(f"image #{index}</b>")[1].split('<div class="probe">')[0]
+        assert "computed after the sweep from the trial&#x27;s saved best checkpoint" in card
+        for method in METHODS:
+            row = card[card.index(f'data-label="{model} {method} probe #{index}"') :]
+            row = row[: row.index("</div></div>")]
+            assert all(f"{res} px" in row for res in RESOLUTIONS) and row.count("<img") == len(RESOLUTIONS)
+    probe_card = section.split(f"image #{on_demand['probe']}</b>")[1].split('<div class="probe">')[0]
+    assert "computed after the sweep" not in probe_card and probe_card.count('<div class="sbs"') == len(METHODS)
+    assert len(page.strips) == len(MODELS) * PROBES * len(METHODS)  # the probe section's sliders, no more
+
+
+def test_the_sensitive_images_figure_has_a_row_per_image_and_a_column_per_resolution(on_demand: dict):
+    from PIL import Image
+
+    from resomap.plotstyle import STYLE
+
+    model = MODELS[0]
+    path = on_demand["copy"] / "figures" / f"sensitive_images_{model}.png"
+    assert on_demand["figures"] == [path]
+    with Image.open(path) as image:
+        assert image.format == "PNG" and round(image.info["dpi"][0]) == STYLE["savefig.dpi"]
+        assert image.width > 200 * len(RESOLUTIONS) and image.height > 200 * 3  # 3 rows of panels, 2 columns
+    (fig,) = on_demand["drawn"]
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 3 * len(RESOLUTIONS)  # every image has its first method's map at every resolution
+    titles = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+    assert [t.split()[0] for t in titles] == [f"#{i}" for i in [*on_demand["outside"], on_demand["probe"]]]
+    assert all("lost at 16 px" in t for t in titles) and all("*" in t for t in titles[:2]) and "*" not in titles[2]
+    assert f"{METHODS[0]} map" in fig._suptitle.get_text()
+
+
+def test_a_rerun_reuses_the_maps_and_recomputes_only_what_changed(on_demand: dict, tmp_path: Path, monkeypatch):
+    """The summary made again (in a new folder, the earlier one beside it) keeps the file as it was (same bytes,
+    same modification time), explaining nothing; another set of images is explained again."""
+    import resomap.explain.on_demand as od
+    from resomap.sweep.sensitive import sensitive_maps
+
+    calls = []
+    original = od._explain
+    monkeypatch.setattr(od, "_explain", lambda *a: calls.append(a) or original(*a))
+    old = on_demand["copy"] / "explanations" / "sensitive_maps.npz"
+    again = tmp_path / "again"  # the summary folder being built; the earlier one is on_demand["copy"]
+    sensitive_maps(on_demand["summary"], on_demand["cfg"], again, previous_dir=on_demand["copy"])
+    new = again / "explanations" / "sensitive_maps.npz"
+    assert calls == [] and new.read_bytes() == old.read_bytes()
+    assert new.stat().st_mtime_ns == old.stat().st_mtime_ns
+    fewer = [r for r in on_demand["rows"] if int(r["index"]) != on_demand["outside"][1]]
+    changed = type(on_demand["summary"])(sensitive_images=fewer, trials=on_demand["data"]["trials"])
+    sensitive_maps(changed, on_demand["cfg"], again, previous_dir=on_demand["copy"])
+    assert len(calls) == len(RESOLUTIONS)  # the one image left outside the probe set, at each resolution
+
+
+def test_a_missing_checkpoint_is_said_for_that_image(on_demand: dict, tmp_path: Path):
+    """The trial at 24 px without its checkpoint (gone since): its maps are said to be missing with the path, the
+    other resolution's maps still shown, nothing fails."""
+    from resomap.reports.html import write_report
+    from resomap.sweep.sensitive import sensitive_maps
+
+    folder = tmp_path / "gone"
+    data, rows = _listed_copy(on_demand["copy"].parent / "listed", folder, on_demand["outside"][:1])
+    trials = [dict(t) for t in data["trials"]]
+    gone = str(tmp_path / "deleted" / "epoch=0.pt")
+    for t in trials:
+        if t["model"] == MODELS[0] and t["resolution"] == 24:
+            t["best_checkpoint"] = gone
+    summary = type(on_demand["summary"])(sensitive_images=rows, trials=trials)
+    figure = folder / "figures" / f"sensitive_images_{MODELS[0]}.png"
+    assert sensitive_maps(summary, on_demand["cfg"], folder) == [figure]
+    text = write_report(folder).read_text(encoding="utf-8")
+    card = text.split(f"image #{on_demand['outside'][0]}</b>")[1].split('<div class="probe">')[0]
+    assert f"no map at 24 px: the checkpoint of seed 42 at 24 px is missing ({gone})" in html.unescape(card)
+    assert card.count('<div class="sbs"') == len(METHODS) and card.count("<img") == len(METHODS)  # 16 px only
+
+
+def test_a_checkpoint_that_cannot_be_loaded_is_said_and_the_other_resolution_still_explained(on_demand: dict, tmp_path):
+    from resomap.explain.on_demand import load_on_demand, maps_on_demand
+    from resomap.reports.sensitive_maps import map_requests
+
+    torn = tmp_path / "epoch=0-torn.pt"
+    torn.write_bytes(b"not a checkpoint")
+    trials = [dict(t) for t in on_demand["data"]["trials"]]
+    for t in trials:
+        if t["model"] == MODELS[0] and t["resolution"] == 16:
+            t["best_checkpoint"] = str(torn)
+    requests = map_requests(on_demand["copy"], on_demand["rows"], trials)
+    path = maps_on_demand(requests, on_demand["cfg"], tmp_path / "sensitive_maps.npz")
+    by_res = {int(m["resolution"]): (a, m) for a, m in load_on_demand(path)}
+    assert not by_res[16][0] and "corrupt or not a checkpoint" in by_res[16][1]["unavailable"]
+    assert str(torn) in by_res[16][1]["unavailable"] and set(METHODS) <= set(by_res[24][0])
+
+
+def test_the_summary_phase_explained_the_sweeps_own_lost_images_outside_the_probe_set(sweep_dir: Path):
+    """What the sweep's own summary did: each request reports.sensitive_maps makes of the summary is an entry of
+    its sensitive_maps.npz with maps; a figure for every model with a lost image."""
+    from resomap.explain.on_demand import load_on_demand
+    from resomap.reports.sensitive_maps import map_requests
+
+    data = json.loads((sweep_dir / "summary.json").read_text())
+    with (sweep_dir / "sensitive_images.csv").open(newline="") as fh:
+        images = list(csv.DictReader(fh))
+    wanted = {(r.model, r.resolution, r.index) for r in map_requests(sweep_dir, images, data["trials"])}
+    entries = load_on_demand(sweep_dir / "explanations" / "sensitive_maps.npz")
+    found = {(m["model"], m["resolution"], tuple(m["index"])) for a, m in entries if set(METHODS) <= set(a)}
+    assert found == wanted
+    lost = {r["model"] for r in images if r["status"] == "lost"}
+    assert {p.stem.removeprefix("sensitive_images_") for p in (sweep_dir / "figures").glob("sensitive_*.png")} == lost
+
+
 def test_cli_report_and_its_errors(sweep_dir: Path, tmp_path: Path, capsys):
     root = sweep_dir.parent.parent
     assert main(["report", "--summaries", str(root), "--sweep", "nope"]) == 2

@@ -22,6 +22,7 @@ from resomap.reports.rows import SummaryRow
 from resomap.reports.tradeoff import tradeoff_files, tradeoffs
 from resomap.runtime import machine_record
 from resomap.stages import Comparison, compare_stage, evaluate_trained
+from resomap.sweep.sensitive import sensitive_maps
 from resomap.trial_result import TrialResult
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     resolutions = _resolutions_by_model(paths)
     results: list[TrialResult] = []
     extra: dict[str, dict[str, Any]] = {}  # name -> what report.json adds to the result (checkpoint, epoch)
-    failed, ec, stats = {}, None, None
+    failed, first = {}, None
     for path in paths:
         try:
             trained = req.source.load(path)
@@ -74,14 +75,14 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
             continue
         results.append(result)
         extra[result.name] = {"checkpoint": str(trained.path), "epoch": trained.meta.get("epoch")}
-        ec = ec or cfg.explainability
-        stats = stats or cfg.stats
+        first = first or cfg  # the first trial's explainability and stats settings
     if not results:
         first, more = next(iter(failed.values())), len(failed) - 1
         also = f" (and {more} more, each named in the log)" if more else ""
         raise CheckpointError(f"{req.checkpoint_dir}: no checkpoint could be analysed: {first}{also}")
     out = req.output_dir
     models = [r.to_dict() | extra[r.name] for r in results]
+    ec, stats = first.explainability, first.stats
     summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings
     figures = sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
     comparison = compare_stage(results, ec, out / "explanations", stats, summary.deterministic_models())
@@ -89,6 +90,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     draw_comparison(comparison)
     summary.front3 = tradeoffs(summary.rows, quality)  # score x cost x explanation quality per model
     figures += tradeoff_files(summary.front3, out / "figures")
+    figures += sensitive_maps(summary, first, out, out)  # the most sensitive images outside the probe set
     report_path, summary_path = write_report(out, models, summary, comparison, failed)
     rows = summary.rows
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)

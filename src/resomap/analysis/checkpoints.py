@@ -8,7 +8,7 @@ sweeps: without {experiment}/, or without seed{S}/) holds the best-k files
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -16,64 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from resomap import models as models_pkg
 from resomap.config import Config, load
 from resomap.errors import CheckpointError
-from resomap.models import ModelSpec
-from resomap.runtime import resolve_device
-from resomap.training import load_checkpoint
+from resomap.training.restore import CONFIG_FILE, TrainedModel, peek_meta, restore_checkpoint
+from resomap.training.restore import read_json as _json
+
+__all__ = ["CONFIG_FILE", "CheckpointSource", "TrainedModel", "best_checkpoint", "find_checkpoints", "load_trained",
+           "peek_meta"]  # fmt: skip
 
 log = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.yaml"
-_META_KEYS = ("model", "family", "resolution", "num_classes", "in_channels", "class_names", "seed", "config_hash")
-
-
-@dataclasses.dataclass
-class TrainedModel:
-    """A checkpoint loaded into its rebuilt model (eval mode, on `device`), with what the checkpoint says of it."""
-
-    path: Path
-    meta: dict[str, Any]
-    cfg: Config
-    model: nn.Module
-    spec: ModelSpec
-    device: torch.device
-
-    @property
-    def name(self) -> str:
-        return str(self.meta["model"])
-
-    @property
-    def resolution(self) -> int:
-        return int(self.meta["resolution"])
-
-    @property
-    def seed(self) -> int:
-        return int(self.meta.get("seed", self.cfg.experiment.seed))
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.meta["num_classes"])
-
-    @property
-    def family(self) -> str:
-        return str(self.meta.get("family") or self.spec.family)
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def peek_meta(path: str | Path) -> dict[str, Any]:
-    """The metadata JSON beside a checkpoint ({} when absent); nothing is loaded or checked."""
-    return _json(Path(path).with_suffix(".json"))
 
 
 def best_checkpoint(folder: str | Path) -> Path | None:
@@ -122,19 +74,6 @@ def _trial_config(path: Path, config_dir: str | Path | None, preset: str | None,
     return load(config_dir, preset, overrides)
 
 
-def _merged_meta(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload's meta, completed by the metadata JSON beside the file."""
-    meta = dict(payload.get("meta") or {})
-    for key, value in _json(path.with_suffix(".json")).items():
-        meta.setdefault(key, value)
-    missing = [k for k in ("model", "resolution", "num_classes", "in_channels") if meta.get(k) is None]
-    if missing:
-        raise CheckpointError(
-            f"{path}: checkpoint metadata lacks {', '.join(missing)}; use a checkpoint written by resomap train/sweep"
-        )
-    return {k: meta[k] for k in _META_KEYS if k in meta} | {"epoch": meta.get("epoch")}
-
-
 @dataclasses.dataclass(frozen=True)
 class CheckpointSource:
     """How `resomap explain` / `resomap analyze` load checkpoints: the config for checkpoints without a
@@ -164,29 +103,10 @@ def load_trained(
 
     The device defaults to the trial config's `system.device`; `overrides` (key=value) apply on top of that config.
     """
-    path = Path(path)
     expect: dict[str, Any] = {}
     if model is not None:
         expect["model"] = model.lower()
     if resolution is not None:
         expect["resolution"] = resolution
-    payload = load_checkpoint(path, expect=expect or None)
-    meta = _merged_meta(path, payload)
-    cfg = _trial_config(path, config_dir, preset, overrides)
-    net, spec = models_pkg.build_model(
-        str(meta["model"]), int(meta["num_classes"]), int(meta["in_channels"]), cfg.models
-    )
-    state = payload.get("model")
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: checkpoint holds no model state_dict; use a checkpoint written by resomap")
-    try:
-        net.load_state_dict(state)
-    except RuntimeError as exc:
-        first = str(exc).splitlines()[0]
-        raise CheckpointError(
-            f"{path}: weights do not fit {meta['model']} ({first}); retrain or pick another"
-        ) from None
-    device = torch.device(device) if device is not None else resolve_device(cfg.system)
-    net.to(device).eval()
-    log.info("loaded %s (%s at %s px, epoch %s)", path, meta["model"], meta["resolution"], meta.get("epoch"))
-    return TrainedModel(path, meta, cfg, net, spec, device)
+    trial_config = functools.partial(_trial_config, Path(path), config_dir, preset, overrides)
+    return restore_checkpoint(path, trial_config, expect=expect, device=device)

@@ -13,16 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from resomap import data as data_pkg
 from resomap.analysis.checkpoints import CheckpointSource, TrainedModel
 from resomap.analysis.figures import method_overlays
 from resomap.config import Config, with_overrides
-from resomap.errors import CheckpointError, ExplainError
+from resomap.errors import ExplainError
 from resomap.explain import EXPLAINERS
 from resomap.explain.methods.probe import load_maps
 from resomap.explain.run import PROBE_KEY, explain_trial
 from resomap.reports.explain_figures import save_figure
 from resomap.training import write_json_atomic
+from resomap.training.restore import load_bundle
 
 log = logging.getLogger(__name__)
 DEFAULT_ROOT = Path("analysis_results") / "explain"
@@ -129,17 +129,6 @@ def explain_checkpoint(req: ExplainRequest) -> ExplainReport:
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
-
-
-def load_bundle(trained: TrainedModel, cfg: Config) -> Any:
-    """The trial's data at the checkpoint's resolution and seed (same splits as in training)."""
-    bundle = data_pkg.build(cfg, trained.resolution, trained.seed, trained.device)
-    if bundle.num_classes != trained.num_classes or bundle.channels != int(trained.meta["in_channels"]):
-        raise CheckpointError(
-            f"{trained.path}: the data now has {bundle.num_classes} classes / {bundle.channels} channels, the "
-            f"checkpoint {trained.num_classes} / {trained.meta['in_channels']}; use the trial's data config"
-        )
-    return bundle
 
 
 def method_figures(maps_path: Path, trained: TrainedModel, class_names: list[str], out_dir: Path) -> list[Path]:

@@ -21,6 +21,7 @@ from resomap.errors import ConfigError
 from resomap.explain.evaluation.intervals import interval_metrics
 from resomap.explain.evaluation.quality import quality_context, quality_scores
 from resomap.explain.evaluation.sanity import random_weight_maps, sanity_check
+from resomap.explain.images import cam_layer_name, maps_meta, said_of, test_batch
 from resomap.explain.methods.probe import (
     MAPS_FILE,
     PROBE_KEY,
@@ -29,7 +30,7 @@ from resomap.explain.methods.probe import (
     probe_indices,
     save_maps,
 )
-from resomap.explain.methods.targets import classes_and_regions, region_mean, region_targets
+from resomap.explain.methods.targets import region_targets
 from resomap.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,7 @@ def probe_batch(
     """(normalised images, targets, object masks or None) of the probe set at the bundle's resolution; the task
     (resomap.tasks, default classification) says what is explained: a class (targets [N]) or a class over a
     region (targets [N, r, r], resomap.explain.methods.targets). `target`: that class for every image instead."""
-    from resomap.tasks import get_task
-
-    idx = _probe_idx(bundle, size, seed)
-    images = bundle.normalize(bundle.images("test")[idx].to(device))
-    targets, masks = (task or get_task()).probe_targets(bundle, idx, device)
+    images, targets, masks = test_batch(bundle, _probe_idx(bundle, size, seed), device, task)
     return images, (targets if target is None else one_target(targets, target)), masks
 
 
@@ -127,7 +124,7 @@ def explain_trial(
     splits = getattr(bundle, "splits", None) or {}
     raw = np.asarray(splits["test"])[probe_local] if "test" in splits else probe_local  # raw dataset indices
     kw = {"spec": spec, "resolution": bundle.resolution, "cfg": ec, "min_cam_size": cfg.models.min_cam_size}
-    cam_layer = _cam_layer_name(model, spec, bundle.resolution, cfg.models.min_cam_size)
+    cam_layer = cam_layer_name(model, spec, bundle.resolution, cfg.models.min_cam_size)
     factor = _cost_factor(ec, masks)
     found = explain_probe_costed(
         model, images, targets, ec.methods, budget_s=budget_s, always=ec.always, cost_factor=factor, **kw
@@ -136,18 +133,11 @@ def explain_trial(
     metrics = {k: v for method, cost in found.costs.items() for k, v in cost.metrics(method).items()}
     metrics.update({f"explain/{m}/skipped": 1.0 for m in found.skipped})
     metrics.update(_map_counts(maps, spec.name, bundle.resolution))
-    predictions = _predictions(model, images, targets, ec.batch_size, spec.name)
+    predictions = said_of(model, images, targets, ec.batch_size, spec.name)
     scored = _Scored(metrics, failed, getattr(cfg, "stats", None))
     context = _score_maps(model, images, targets.to(device), maps, masks, ec, kw, scored)
     meta = {
-        "model": spec.name,
-        "resolution": bundle.resolution,
-        "seed": seed,
-        "cam_layer": cam_layer,
-        "cam_layer_policy": spec.cam_layer_policy,
-        "targets": _target_classes(targets),
-        "index": [int(i) for i in raw],
-        "class_names": [str(c) for c in bundle.class_names],
+        **maps_meta(spec, bundle, seed, cam_layer, targets, raw),
         **predictions,
         **_outcome_meta(found, budget_words, context, scored),
     }
@@ -162,14 +152,6 @@ def _cost_factor(ec: Any, masks: Any) -> dict[str, float]:
     check's seeds, or the random-weights maps of localisation when there are object masks."""
     extra = 1.0 if masks is not None else 0.0
     return {m: 1.0 + (ec.sanity_seeds if m in set(ec.sanity_methods) else extra) for m in ec.methods}
-
-
-def _predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int, name: str) -> dict:
-    try:
-        return probe_predictions(model, images, targets, batch_size)
-    except Exception as exc:  # e.g. a model whose output is neither form: the maps are still worth keeping
-        log.warning("probe predictions of %s not recorded: %s", name, exc)
-        return {}
 
 
 def _outcome_meta(found: Any, budget_words: str, context: Any, scored: Any) -> dict[str, Any]:
@@ -266,41 +248,3 @@ def _score_maps(
 
 def _sanity_kw(ivs: dict[str, Any]) -> dict[str, Any]:
     return {k: ivs[k] for k in ("level", "resamples") if k in ivs}
-
-
-def probe_predictions(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, batch_size: int) -> dict:
-    """What the model said about each probe image: `pred` (class), `prob` (its softmax probability) and
-    `true_prob` (the probability of the true class), as lists for the npz meta (figures and the HTML report).
-    For region targets (resomap.explain.methods.targets) each is over the region: the class with the highest mean
-    probability there, that probability, and the explained class's mean probability."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            logits = torch.cat([model(images[i : i + batch_size]).float() for i in range(0, len(images), batch_size)])
-    finally:
-        model.train(was_training)
-    probs = torch.softmax(logits, dim=1).cpu()
-    true, region = classes_and_regions(targets.cpu())
-    if region is not None:  # mean probability of each class over the region: [N, K]
-        probs = region_mean(probs, region[:, None])
-    pred = probs.argmax(dim=1)
-    return {
-        "pred": pred.tolist(),
-        "prob": [float(p) for p in probs.gather(1, pred[:, None])[:, 0]],
-        "true_prob": [float(p) for p in probs.gather(1, true[:, None])[:, 0]],
-    }
-
-
-def _target_classes(targets: torch.Tensor) -> list[int]:
-    """The explained class of each probe image (region targets: the class over its region)."""
-    return [int(c) for c in classes_and_regions(targets.cpu())[0]]
-
-
-def _cam_layer_name(model: nn.Module, spec: ModelSpec, resolution: int, min_size: int) -> str | None:
-    try:
-        layer = spec.cam_layer(model, resolution, min_size)
-    except Exception:  # a model with no spatial layer: the CAM methods report their own error
-        return None
-    log.info("CAM target layer of %s at %d px: %s (%s)", spec.name, resolution, layer.name, layer.feature_size)
-    return layer.name

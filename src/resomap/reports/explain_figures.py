@@ -315,15 +315,25 @@ class ProbeOverlay:
     shared_scale: bool = False
 
 
-def shared_scales(paths: Iterable[str | Path]) -> dict[str, list[float]]:
-    """The shared colour scale of every raw-magnitude method (not the per-map CAMs) over several explanations.npz
-    of one model (its resolutions, one seed): method -> per probe position the 99th percentile of the maps at
-    every resolution. Pass it to `probe_overlays(..., scales=)`."""
+MapsSource = str | Path | tuple[Mapping[str, np.ndarray], Mapping[str, Any]]  # an explanations.npz, or its contents
+
+
+def _contents(source: MapsSource) -> tuple[Mapping[str, np.ndarray], Mapping[str, Any]]:
+    """(arrays, meta) of an explanations.npz, or of maps in its form already loaded (explain.on_demand's)."""
+    if isinstance(source, tuple):
+        return source
     from resomap.explain.methods.probe import load_maps
 
+    return load_maps(source)
+
+
+def shared_scales(paths: Iterable[MapsSource]) -> dict[str, list[float]]:
+    """The shared colour scale of every raw-magnitude method (not the per-map CAMs) over several explanations.npz
+    (or their loaded contents) of one model (its resolutions, one seed): method -> per probe position the 99th
+    percentile of the maps at every resolution. Pass it to `probe_overlays(..., scales=)`."""
     found: dict[str, dict[int, list[np.ndarray]]] = {}
     for path in paths:
-        arrays, meta = load_maps(path)
+        arrays, meta = _contents(path)
         for method in meta.get("methods", []):
             if method in arrays and not per_map_scaled(method):
                 for pos, m in enumerate(arrays[method]):
@@ -358,15 +368,16 @@ def _name(names: Sequence[str], label: Any) -> str:
 
 
 def probe_overlays(
-    maps_path: str | Path, size: int = 128, scales: Mapping[str, float | Sequence[float]] | None = None
+    maps_path: MapsSource, size: int = 128, scales: Mapping[str, float | Sequence[float]] | None = None
 ) -> list[ProbeOverlay]:
-    """Every probe image x method of one explanations.npz as a map over its image, `size` px a side, with what the
-    model said in the caption. `scales` (method -> the top of its colour scale, one value or one per probe
-    position; `shared_scales` of the model's resolutions) puts a method's maps on one scale across resolutions;
-    without it, or for a CAM method, each map is scaled to its own [min, max]. The caption says which."""
-    from resomap.explain.methods.probe import PROBE_KEY, load_maps
+    """Every probe image x method of one explanations.npz (or its loaded contents: maps on demand) as a map over
+    its image, `size` px a side, with what the model said in the caption. `scales` (method -> the top of its colour
+    scale, one value or one per probe position; `shared_scales` of the model's resolutions) puts a method's maps on
+    one scale across resolutions; without it, or for a CAM method, each map is scaled to its own [min, max]. The
+    caption says which."""
+    from resomap.explain.methods.probe import PROBE_KEY
 
-    arrays, meta = load_maps(maps_path)
+    arrays, meta = _contents(maps_path)
     images = arrays.get(PROBE_KEY)
     if images is None:
         return []

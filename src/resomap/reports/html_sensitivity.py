@@ -1,8 +1,10 @@
 """The report's section "Images that need the pixels" (reports.html): per model, each resolution below its reference
 with the test images lost and gained against it and the seed-dependent ones beside them (summary.json
 `sensitivity`, reports.sensitivity), and its most sensitive lost images (sensitive_images.csv), each with every
-method's probe map at every resolution side by side where the image is in the probe set (the maps the probe section
-shows: the model's lowest seed), else named by index and class."""
+method's map at every resolution side by side: its probe maps where the image is in the probe set (the maps the
+probe section shows: the model's lowest seed), else the maps the summary computed on demand from that seed's
+checkpoints (explanations/sensitive_maps.npz, reports.sensitive_maps), said so in a caption; a resolution whose
+checkpoint was missing is named with the reason."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from resomap.explain.on_demand import load_on_demand
 from resomap.reports.html_explain import shown_maps, strip
 from resomap.reports.html_parts import escape as _e
+from resomap.reports.sensitive_maps import ON_DEMAND, SHOWN, ImageMaps, image_maps, on_demand_file
 from resomap.reports.sensitivity import DEFINITIONS, count_words, most_sensitive
 from resomap.results import SENSITIVE_IMAGES_FILE
 
-SHOWN = 4  # lost images per model
 MAP_PX = 96  # as the probe section: drawn at min(resolution, this), shown at 128 px
 
 
@@ -28,6 +31,7 @@ def sensitivity_section(sweep_dir: Path, data: dict, trials: list[dict]) -> str:
         return '<p class="muted">No model has a resolution below its reference: nothing to compare.</p>'
     ranked = most_sensitive(_read_images(Path(sweep_dir) / SENSITIVE_IMAGES_FILE), SHOWN)
     maps, seed_of = shown_maps(Path(sweep_dir), trials)
+    demand = load_on_demand(on_demand_file(sweep_dir))
     by_model: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_model[str(row["model"])].append(row)
@@ -38,7 +42,7 @@ def sensitivity_section(sweep_dir: Path, data: dict, trials: list[dict]) -> str:
         if lost:
             seed = f" (maps of seed {seed_of[model]})" if model in seed_of else ""
             parts.append(f'<p class="small muted">The most sensitive lost images, up to {SHOWN}{_e(seed)}:</p>')
-            parts.append(_images(model, lost, maps.get(model, {})))
+            parts.append(_images(model, lost, maps.get(model, {}), demand))
         elif any(r.get("available") for r in mine):
             parts.append('<p class="small muted">No test image is lost against the reference.</p>')
     return "".join(parts)
@@ -68,37 +72,29 @@ def _table(rows: list[dict]) -> str:
     return f'<table><tr>{top}</tr>{"".join(lines)}</table><p class="small muted">{_e(caption)}</p>'
 
 
-def _images(model: str, lost: list[dict], maps: dict[int, Path]) -> str:
+def _images(model: str, lost: list[dict], maps: dict[int, Path], demand: list[tuple[dict, dict]]) -> str:
     """Each lost image: its maps at every resolution side by side, or why there are none."""
-    overlays = _overlays(maps, {int(im["index"]) for im in lost})
+    found = image_maps(model, [int(im["index"]) for im in lost], maps, demand, MAP_PX)
     cards = []
     for im in lost:
         index, name = int(im["index"]), im.get("class_name") or im.get("label") or "?"
         at = ", ".join(f"{r} px" for r in im["lost_at"])
         head = f"<div><b>image #{index}</b> · true class <b>{_e(name)}</b> · lost at {_e(at)}</div>"
-        found = overlays.get(index, {})
-        if found:
-            body = '<div class="strips">' + "".join(strip(model, m, found[m], slider=False) for m in sorted(found))
-            body += "</div>"
-        else:
-            why = "not in the probe set: no map" if maps else "no map: the model's trials saved no explanations"
-            body = f'<div class="said-all muted">{_e(why)}</div>'
-        cards.append(f'<div class="probe">{head}{body}</div>')
+        cards.append(f'<div class="probe">{head}{_maps_of(model, found.get(index), bool(maps))}</div>')
     return f'<div class="probes">{"".join(cards)}</div>'
 
 
-def _overlays(maps: dict[int, Path], wanted: set[int]) -> dict[int, dict[str, list[Any]]]:
-    """index -> method -> its overlay at every resolution, for the wanted images in the probe set (nothing is
-    drawn when none is)."""
-    from resomap.explain.methods.probe import load_maps
-    from resomap.reports.explain_figures import probe_overlays, shared_scales
-
-    if not any(wanted & {int(i) for i in (load_maps(p)[1].get("index") or [])} for p in maps.values()):
-        return {}
-    scales = shared_scales(maps.values())
-    out: dict[int, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    for res, path in sorted(maps.items()):
-        for ov in probe_overlays(path, size=min(res, MAP_PX), scales=scales):
-            if ov.index in wanted:
-                out[ov.index][ov.method].append(ov)
-    return out
+def _maps_of(model: str, found: ImageMaps | None, probed: bool) -> str:
+    """One image's strips (a caption first when they are maps on demand) and the resolutions without a map."""
+    if found is None:
+        why = "not in the probe set: no map" if probed else "no map: the model's trials saved no explanations"
+        return f'<div class="said-all muted">{_e(why)}</div>'
+    body = ""
+    if found.on_demand and found.overlays:
+        body += f'<div class="small muted">Maps {_e(ON_DEMAND)}.</div>'
+    if found.overlays:
+        strips = "".join(strip(model, m, found.overlays[m], slider=False) for m in sorted(found.overlays))
+        body += f'<div class="strips">{strips}</div>'
+    for res, why in sorted(found.unavailable.items()):
+        body += f'<div class="said-all muted">{_e(f"no map at {res} px: {why}")}</div>'
+    return body

@@ -118,7 +118,7 @@ def _summarise(
     folders = trial_folders(trials)
     staging = staging_dir(out_dir)
     try:
-        built = _build_summary(results, cfg, staging, folders, clock, (tracker, parent))
+        built = _build_summary(results, cfg, (staging, out_dir), folders, clock, (tracker, parent))
         pending = Layout.of_sweep_folder(out_dir).pending_estimates()
         if estimates is None and pending.is_file():  # a run killed in its summary phase: its lines
             estimates = pending.read_text(encoding="utf-8")
@@ -154,19 +154,21 @@ def _in_place(path: str | None, staging: Path, out_dir: Path) -> Path:
 
 
 def _build_summary(
-    results: list[TrialResult], cfg: Config, out_dir: Path, folders: dict, clock: _Clock, run: tuple[Any, str | None]
+    results: list[TrialResult], cfg: Config, dirs: tuple[Path, Path], folders: dict, clock: _Clock, run: tuple
 ) -> tuple:
-    """The summary's files in `out_dir`. Worker processes draw the figures while this one computes the next; once
-    all are handed over, the parent run's probe images (they need no summary file) are drawn and logged to `run`
-    = (tracker, parent run or None) while the workers finish. (Forking the workers before the statistics, to draw
-    these images on the idle core, measured 1.3 s slower: the workers then import what the figures need.)"""
+    """The summary's files in `dirs` = (the staging folder, the summary folder it replaces, whose maps on demand
+    are reused). Worker processes draw the figures while this one computes the next; once all are handed over,
+    the parent run's probe images (they need no summary file) are drawn and logged to `run` = (tracker, parent run
+    or None) while the workers finish. (Forking the workers before the statistics, to draw these images on the idle
+    core, measured 1.3 s slower: the workers then import what the figures need.)"""
     from resomap.plotstyle import parallel_saves
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.reports.explain_comparison import draw_comparison
     from resomap.reports.tradeoff import tradeoff_files, tradeoffs
     from resomap.stages import compare_stage
+    from resomap.sweep.sensitive import sensitive_maps
 
-    tracker, parent = run
+    (out_dir, previous), (tracker, parent) = dirs, run
     with clock("statistics"):
         summary = build_summary(results, folders, cfg.stats)
     with parallel_saves() as written:  # figures drawn in worker processes while the next are built
@@ -183,6 +185,8 @@ def _build_summary(
             summary.front3 = tradeoffs(summary.rows, quality)
             tables = write_summary(summary, out_dir)
             figures += tradeoff_files(summary.front3, out_dir / "figures")
+        with clock("sensitive maps"):  # the most sensitive images outside the probe set, explained on demand
+            figures += sensitive_maps(summary, cfg, out_dir, previous)
         if parent is not None:
             _publish_probe_images(tracker, parent, folders, clock)
         with clock("figure files"):  # the drawing still under way

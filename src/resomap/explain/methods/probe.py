@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -100,8 +101,9 @@ def explain_probe_set(
     methods: Sequence[str],
     **kw: Any,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """(maps, failed) of explain_probe_costed (no budget): maps method -> float32 [N,r,r], failed method -> reason."""
-    found = explain_probe_costed(model, images, targets, methods, **kw)
+    """(maps, failed) of explain_probe_costed (no budget, no memory measured: no cost is returned): maps method ->
+    float32 [N,r,r], failed method -> reason."""
+    found = explain_probe_costed(model, images, targets, methods, measure_memory=False, **kw)
     return found.maps, found.failed
 
 
@@ -120,6 +122,7 @@ def explain_probe_costed(
     budget_s: float | None = None,
     always: Sequence[str] = (),
     cost_factor: Mapping[str, float] | None = None,
+    measure_memory: bool = True,
 ) -> ProbeExplanations:
     """Explain float (normalised) images [N,C,r,r] with each method in batches, timing each.
 
@@ -130,12 +133,13 @@ def explain_probe_costed(
     Budget: with `budget_s`, a method not in `always` is first timed on one image; its predicted cost is that
     time x N x cost_factor[method] (default 1: e.g. the sanity check's extra runs), and a method predicted over
     `budget_s` is skipped with the reason (its map of one image is thrown away; the one-image call includes the
-    method's first-call overhead and runs unbatched, so the prediction errs on the high side).
+    method's first-call overhead and runs unbatched, so the prediction errs on the high side). Without
+    `measure_memory` the peak memory is not measured (NaN; on CPU its measurement starts with a garbage collection).
     """
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     targets = torch.as_tensor(np.asarray(targets), dtype=torch.int64)
-    probe = _Probe(images, targets, device, batch_size or cfg.batch_size)
+    probe = _Probe(images, targets, device, batch_size or cfg.batch_size, measure_memory)
     always_keys = {EXPLAINERS.resolve(m) for m in always}
     found = ProbeExplanations({}, {}, {}, {})
     with explaining(model) as guard:
@@ -160,12 +164,14 @@ def explain_probe_costed(
 
 @dataclasses.dataclass(frozen=True)
 class _Probe:
-    """The probe set as explain_probe_costed runs it: images, int64 targets, the model's device, the batch size."""
+    """The probe set as explain_probe_costed runs it: images, int64 targets, the model's device, the batch size,
+    whether the peak memory is measured."""
 
     images: torch.Tensor
     targets: torch.Tensor
     device: torch.device
     batch_size: int
+    measure_memory: bool = True
 
     def batch(self, start: int, size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(images, targets) from `start`, `size` of them (default: the batch size), on the device."""
@@ -190,11 +196,12 @@ def _explain_method(
     """Build the explainer `key` once and explain the probe set in batches into found.maps[method], its cost into
     found.costs[method]; under a budget (seconds, cost factor) it is timed on one image first and, predicted over
     the budget, put in found.skipped instead."""
-    from resomap.profiling.memory import MB, peak_increase
+    from resomap.profiling.memory import MB, PeakReading, peak_increase
 
     cost = found.costs[method]
     start = time.perf_counter()
-    with peak_increase(probe.device) as peak, build_explainer(key, model, **kw) as explainer:
+    meter = peak_increase(probe.device) if probe.measure_memory else contextlib.nullcontext(PeakReading(-1))
+    with meter as peak, build_explainer(key, model, **kw) as explainer:
         cost.build_seconds = time.perf_counter() - start
         if budget is not None:
             skip = _over_budget(explainer, probe, *budget, cost)
@@ -205,7 +212,7 @@ def _explain_method(
         parts = [explainer(*probe.batch(i)) for i in range(0, len(probe.images), probe.batch_size)]
         probe.sync()
         cost.seconds = time.perf_counter() - run
-    cost.peak_memory_mb = peak.bytes / MB
+    cost.peak_memory_mb = peak.bytes / MB if peak.bytes >= 0 else math.nan
     found.maps[method] = torch.cat(parts).numpy().astype(np.float32)
 
 
@@ -240,3 +247,9 @@ def load_maps(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         maps = {k: data[k] for k in data.files if k != META_KEY}
         meta = json.loads(str(data[META_KEY])) if META_KEY in data.files else {}
     return maps, meta
+
+
+def load_meta(path: str | Path) -> dict[str, Any]:
+    """The JSON metadata of an .npz written by save_maps, without reading its arrays."""
+    with np.load(path, allow_pickle=False) as data:
+        return json.loads(str(data[META_KEY])) if META_KEY in data.files else {}
