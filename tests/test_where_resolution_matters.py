@@ -104,6 +104,17 @@ def test_the_images_lost_at_the_low_resolution_are_fine_images(sweep):
     by_group = lost["index"].map(codes).value_counts().to_dict()
     assert by_group.get("fine", 0) >= 5 and by_group.get("coarse", 0) <= 1, by_group
     assert (lost.seeds_right == 0).all() and (lost.seeds_right_reference == 3).all()
+    # the most sensitive of them are shown with their maps at every resolution, explained on demand from the
+    # checkpoints where the probe set lacks them (explanations/sensitive_maps.npz, the report, the figure)
+    from resomap.explain.on_demand import SENSITIVE_MAPS_FILE, load_on_demand
+
+    page = (sweep.folder / "report.html").read_text()
+    assert "Images that need the pixels" in page and "not in the probe set: no map" not in page
+    entries = load_on_demand(sweep.folder / "explanations" / SENSITIVE_MAPS_FILE)
+    explained = {int(i) for arrays, meta in entries for i in meta.get("index", [])}
+    assert explained and explained <= set(lost["index"]), (explained, sorted(lost["index"]))
+    assert {meta["resolution"] for _, meta in entries} == {LOW, MID, HIGH}
+    assert (sweep.folder / "figures" / "sensitive_images_tiny_cnn.png").is_file()
 
 
 @pytest.mark.slow
