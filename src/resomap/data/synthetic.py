@@ -115,7 +115,8 @@ class SyntheticOptions:
     num_images: int = 600  # images generated
     size: int = 128  # side of the generated images in pixels
     detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
-    coarse_share: float = 0.0  # share of images whose detail is 4x coarser (the group `detail`: fine / coarse)
+    # share of images whose detail is 4x coarser on a 2x larger object (the group `detail`: fine / coarse)
+    coarse_share: float = 0.0
 
 
 @register_dataset(
