@@ -154,6 +154,21 @@ def test_explanations_flow_through_the_gradient_magnitudes(method):
     maps = get_explainer(method)(model, images, torch.tensor([0, 1]), spec=spec, resolution=32, cfg=cfg)
     assert maps.shape == (2, 32, 32) and torch.isfinite(maps).all()
     assert maps[0].abs().sum() > 0
+    assert maps[1].abs().sum() == 0  # a flat image has empty cell histograms: nothing to weigh
+
+
+def test_gradcam_weighs_the_cell_histograms_since_the_pixels_carry_no_channel_weight():
+    """Every HOG feature is a difference of pixels, so shifting all pixels together changes no logit: the mean
+    gradient over the image (Grad-CAM's one weight on the `pixels` layer) is zero but for rounding, and a map made
+    from it is rounding noise (zero or not by CPU). Grad-CAM's layer is the cells' histograms."""
+    x, y = _stripes(80, 32, seed=5)
+    model, spec = build_model("hog_svm", 2, 1, ModelsConfig())
+    model.prepare_fit(32)
+    model.fit_arrays(x.reshape(len(x), -1), y, penalty=0.1)
+    assert spec.cam_layers[0] == "cells"
+    image = torch.from_numpy(x[:1]).clone().requires_grad_(True)
+    model(image)[0, 1].backward()
+    assert abs(image.grad.mean().item()) < 1e-6 * image.grad.abs().mean().item()
 
 
 def _run(args: list[str], capsys) -> tuple[int, str]:

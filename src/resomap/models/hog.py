@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -46,9 +47,15 @@ FEATURE_BATCH = 256  # images per batch when the training images' features are c
 SOLVER_GROWTH = 3.5
 
 
-def hog_features(grey: torch.Tensor, pixels_per_cell: int, orientations: int) -> torch.Tensor:
+def hog_features(
+    grey: torch.Tensor,
+    pixels_per_cell: int,
+    orientations: int,
+    cells: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """HOG features [B, F] of grey images [B, H, W], as skimage.feature.hog computes them (module docstring):
-    F = (H // p - 1) x (W // p - 1) x 2 x 2 x orientations, ordered as skimage's feature vector."""
+    F = (H // p - 1) x (W // p - 1) x 2 x 2 x orientations, ordered as skimage's feature vector. `cells` (a module)
+    sees the cell histograms as a feature map [B, orientations, rows, cols]: the layer Grad-CAM weighs."""
     p = pixels_per_cell
     g_row = F.pad(grey[:, 2:, :] - grey[:, :-2, :], (0, 0, 1, 1))  # central differences, zero on the border
     g_col = F.pad(grey[:, :, 2:] - grey[:, :, :-2], (1, 1, 0, 0))
@@ -58,10 +65,15 @@ def hog_features(grey: torch.Tensor, pixels_per_cell: int, orientations: int) ->
     moving = square > 0  # sqrt's gradient is infinite at 0: a flat pixel gets magnitude 0 and no gradient
     magnitude = torch.where(moving, torch.where(moving, square, 1.0).sqrt(), 0.0)
     bins = _orientation_bins(g_row, g_col, orientations)
-    cells = [
-        (magnitude * (bins == i)).reshape(-1, rows, p, cols, p).sum(dim=(2, 4)) / (p * p) for i in range(orientations)
-    ]
-    hist = torch.stack(cells, dim=-1)  # [B, rows, cols, orientations]
+    cells_layer, cells = (
+        cells,
+        [
+            (magnitude * (bins == i)).reshape(-1, rows, p, cols, p).sum(dim=(2, 4)) / (p * p)
+            for i in range(orientations)
+        ],
+    )
+    hist = torch.stack(cells, dim=1)  # [B, orientations, rows, cols]
+    hist = (hist if cells_layer is None else cells_layer(hist)).permute(0, 2, 3, 1)  # [B, rows, cols, orientations]
     b = CELLS_PER_BLOCK
     blocks = torch.stack(
         [torch.stack([hist[:, i : rows - b + 1 + i, j : cols - b + 1 + j] for j in range(b)], 3) for i in range(b)], 3
@@ -94,6 +106,10 @@ class HogSvm(nn.Module):
         self.in_channels, self.num_classes = in_channels, num_classes
         self.cells_per_side, self.orientations = cells_per_side, orientations
         self.pixels = nn.Identity()
+        # the cell histograms [B, orientations, rows, cols]: Grad-CAM's layer. On `pixels` Grad-CAM's one channel
+        # weight, the mean gradient over the image, is zero up to rounding (every feature is a difference of pixels,
+        # unchanged when all pixels shift together), so its map was rounding noise
+        self.cells = nn.Identity()
         self.register_buffer("geometry", torch.zeros(3, dtype=torch.int64))  # side, pixels per cell, orientations
         self._cached: tuple[weakref.ref, np.ndarray] | None = None  # the features of the arrays being fitted
         self.prepare_fit(max(UNFITTED_SIDE, 2 * cells_per_side))
@@ -125,7 +141,7 @@ class HogSvm(nn.Module):
             x = x if x.dtype == torch.float64 else x.float()
             if x.shape[-2:] != (side, side):
                 x = F.interpolate(x, size=(side, side), mode="bilinear", antialias=True, align_corners=False)
-            return hog_features(self.pixels(x).mean(dim=1), self.pixels_per_cell, self.orientations)
+            return hog_features(self.pixels(x).mean(dim=1), self.pixels_per_cell, self.orientations, self.cells)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(self.features(x))
@@ -189,7 +205,7 @@ class HogSvm(nn.Module):
         }
 
 
-@register_model("hog_svm", family="classical", cam_layers=("pixels",))
+@register_model("hog_svm", family="classical", cam_layers=("cells", "pixels"), revision=2)  # 2: Grad-CAM on cells
 def hog_svm(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
     """A linear SVM on standardised HOG features (scikit-image's HOG in torch, scikit-learn's LinearSVC)."""
     return HogSvm(in_channels, num_classes, cfg.hog.cells_per_side, cfg.hog.orientations)
