@@ -202,8 +202,10 @@ def test_analyze_reports_every_checkpoint(sweep, tmp_path, capsys):
     assert (out / "explanations" / "agreement" / f"{MODEL}_gradcam_agreement.png").exists()
     (front,) = report["front3"]  # the three-way trade-off: one model, each checkpoint's resolution
     assert front["model"] == MODEL and [p["resolution"] for p in front["points"]] == list(RESOLUTIONS)
-    assert [a["name"] for a in front["axes"]] == ["score", "cost", "quality"]
-    assert front["axes"][2]["method"] == "gradcam"  # the first method by name
+    # 3 probe images are too few for an interval on the explanation quality: that axis is left out and said (the
+    # first method by name, gradcam); tests/test_where_resolution_matters.py has a front with it
+    assert [a["name"] for a in front["axes"]] == ["score", "cost"]
+    assert "(gradcam) has no interval (only 3 test images" in front["note"], front["note"]
     assert (out / "figures" / "tradeoff_score_cost_quality.png").exists()
     # the most sensitive lost images outside the probe set, explained from the checkpoints (reports.sensitive_maps)
     probe = set(load_maps(out / "models" / MODEL / str(RESOLUTIONS[0]) / "seed42" / "explanations.npz")[1]["index"])
