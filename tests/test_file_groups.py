@@ -115,8 +115,9 @@ def test_groups_left_empty_keep_the_trial_key_of_before_the_option(tmp_path):
         (["data.csv.groups=[site,site]"], "data.csv.groups: expected distinct names, got ['site', 'site']"),
         (["data.csv.groups=[site]", "stats.groups=[camera]"], "stats.groups: expected groups the dataset declares "),
         (["data.csv.groups=[]", "stats.groups=[site]"], "declares no groups"),
+        (["stats.metric=recall:zebra"], "stats.metric: expected recall of a class of the data: recall:plain or"),
     ],
-    ids=["missing-column", "twice", "undeclared", "none-declared"],
+    ids=["missing-column", "twice", "undeclared", "none-declared", "unknown-class"],
 )
 def test_a_csv_group_that_does_not_exist_is_one_line_at_load(project: Path, capsys, overrides, line):
     manifest, _ = _manifest(project, n=6)
