@@ -93,20 +93,28 @@ def _images_in(folder: Path, levels: int = 0) -> list[Path]:
     class folder), sorted. An image at another depth, with levels > 0, is a DataError naming it."""
     if levels == 0:
         return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    found = _nested_images(folder)
+    wrong = next(((p, depth) for p, depth in found if depth != levels), None)
+    if wrong is not None:
+        raise DataError(
+            f"data.imagefolder.groups names {levels} folder level(s) below each class folder, but "
+            f"{_misplaced_words(folder, *wrong)}; put every image at <class>/{'/'.join(['<group>'] * levels)}/<image>"
+        )
+    return [p for p, _ in found]
+
+
+def _nested_images(folder: Path) -> list[tuple[Path, int]]:
+    """Every image below `folder` outside hidden folders, sorted, with its depth (0: directly in it)."""
     found = []
     for p in sorted(folder.rglob("*")):
-        if not (p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES) or any(
-            part.startswith(".") for part in p.relative_to(folder).parts
-        ):
-            continue
-        depth = len(p.relative_to(folder).parts) - 1
-        if depth != levels:
-            raise DataError(
-                f"data.imagefolder.groups names {levels} folder level(s) below each class folder, but {p} is "
-                f"{depth} below {folder}; put every image at <class>/{'/'.join(['<group>'] * levels)}/<image>"
-            )
-        found.append(p)
+        parts = p.relative_to(folder).parts
+        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not any(part.startswith(".") for part in parts):
+            found.append((p, len(parts) - 1))
     return found
+
+
+def _misplaced_words(folder: Path, path: Path, depth: int) -> str:
+    return f"{path} is {depth} below {folder}"
 
 
 def group_codes(values: list[tuple[str, ...]], names: list[str]) -> dict[str, tuple[np.ndarray, list[str]]]:
@@ -306,14 +314,14 @@ def _manifest_columns(manifest: Path) -> list[str] | None:
         return None  # the dataset's own checks say why
 
 
-def _too_shallow_or_deep(root: Path, levels: int) -> str | None:
-    """The first image not `levels` folders below its class folder (DataError's words), None when all are."""
+def _misplaced(root: Path, levels: int) -> str | None:
+    """The first image not `levels` folders below its class folder, in words; None when every image is."""
     folders = _split_folders(root)
-    try:
-        for top in folders.values() if folders is not None else [root]:
-            _class_folders(top, levels)
-    except DataError as exc:
-        return str(exc) if "data.imagefolder.groups" in str(exc) else None
+    for top in folders.values() if folders is not None else [root]:
+        for folder in sorted(p for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            wrong = next(((p, depth) for p, depth in _nested_images(folder) if depth != levels), None)
+            if wrong is not None:
+                return _misplaced_words(folder, *wrong)
     return None
 
 
@@ -337,9 +345,8 @@ def check_file_groups(cfg: Any, fail: Callable[[str, str, Any], None]) -> None:
             fail(key, f"columns of {manifest} ({', '.join(fields or [])})", absent[0])
     if dc.dataset == "imagefolder" and options.groups and options.root:
         root = Path(options.root).expanduser()
-        said = _too_shallow_or_deep(root, len(options.groups)) if root.is_dir() else None
-        if said:
-            where = said.split(", but ", 1)[1].split(";")[0]
+        where = _misplaced(root, len(options.groups)) if root.is_dir() else None
+        if where:
             fail(key, f"{len(options.groups)} folder level(s) between each class folder and its images", where)
 
 
