@@ -5,13 +5,15 @@
 #  1. gpu_tests        pytest -m gpu (CUDA loader, profile with CUDA events, interleaved options; the
 #                      out-of-memory retry runs as check 2)
 #  2. oom_retry        a CUDA out-of-memory error provoked on purpose in a smoke sweep: retried with half the batch
-#  3. profile_resnet50 resomap profile resnet50 @ 224 on CUDA
-#  4. bench_resnet50   resomap bench resnet50 @ 224: every --compare-opts option, --batch-sizes 1 8 32 64
-#  5. devices_small    resomap bench tiny_cnn @ 64, --devices cpu,cuda at batch 1..256: where the GPU pays off
-#  6. devices_large    resomap bench resnet50 @ 224, --devices cpu,cuda at batch 1, 4, 16
-#  7. presets          gpu_optimized preset against the default, short fits through the real data path
-#  8. trainer_vs_bare  the Trainer against a bare loop on CUDA (target >= 0.97)
-#  9. data_path        one epoch from the uint8 cache with augmentation / in-memory tensors on CUDA (<= 1.05)
+#  3. lite0_finetune   lite0_finetune (ImageNet EfficientNet-Lite0) fine-tuned end to end on the ELPV cells at
+#                      224 px on CUDA (elpv_paper protocol, 8 epochs, one seed): its test accuracy and times
+#  4. profile_resnet50 resomap profile resnet50 @ 224 on CUDA
+#  5. bench_resnet50   resomap bench resnet50 @ 224: every --compare-opts option, --batch-sizes 1 8 32 64
+#  6. devices_small    resomap bench tiny_cnn @ 64, --devices cpu,cuda at batch 1..256: where the GPU pays off
+#  7. devices_large    resomap bench resnet50 @ 224, --devices cpu,cuda at batch 1, 4, 16
+#  8. presets          gpu_optimized preset against the default, short fits through the real data path
+#  9. trainer_vs_bare  the Trainer against a bare loop on CUDA (target >= 0.97)
+# 10. data_path        one epoch from the uint8 cache with augmentation / in-memory tensors on CUDA (<= 1.05)
 #
 # Writes RESULTS_DIR/gpu_check.json and RESULTS_DIR/gpu_check.md (one row per check: status, seconds, the target
 # and result lines it printed, the batch size where the GPU starts to pay off) and each check's log; exits 1
@@ -54,6 +56,32 @@ check() { # check NAME BUDGET_SECONDS COMMAND...
 RESOMAP=("$PY" -m resomap.cli)
 check gpu_tests 150 "$PY" -m pytest -q -x -m gpu tests -k "not out_of_memory" -p no:cacheprovider
 check oom_retry 90 "$PY" -m pytest -q -x -m gpu tests/test_gpu_perf.py -k out_of_memory -p no:cacheprovider
+check lite0_finetune 150 "${RESOMAP[@]}" sweep --preset elpv_paper 'sweep.models=[lite0_finetune]' \
+    'sweep.resolutions=[224]' 'sweep.seeds=[42]' 'sweep.include=[]' training.epochs=8 \
+    experiment.name=gpu-lite0-finetune system.device=cuda "experiment.output_dir=$OUT/lite0_finetune"
+"$PY" - "$OUT/lite0_finetune" "$TSV" <<'EOF' | tee -a "$OUT/lite0_finetune.log"
+"""The fine-tuning check's test accuracy and times (its trial's result.json, checks.tsv), one line in its log."""
+import json
+import sys
+from pathlib import Path
+
+nan = float("nan")
+found = sorted(Path(sys.argv[1]).glob("model_summaries/*/lite0_finetune/224/seed42/result.json"))
+rows = [line.split("\t") for line in Path(sys.argv[2]).read_text().splitlines()]
+wall = next((row[2] for row in rows if row[0] == "lite0_finetune"), "?")
+if not found:
+    print(f"lite0_finetune@224 on cuda: no result.json after {wall} s (see its log above)")
+    sys.exit(0)
+r = json.loads(found[0].read_text())
+test, prof = r.get("test") or {}, r.get("profile") or {}
+print(
+    f"lite0_finetune@224 on cuda: test accuracy {test.get('test/accuracy', nan):.3f}, macro-F1 "
+    f"{test.get('test/macro_f1', nan):.3f} ({r.get('status')}); {r.get('epochs_run')} epochs trained in "
+    f"{r.get('train_time_s') or nan:.1f} s, the sweep {wall} s; profile: training "
+    f"{prof.get('throughput_train_ips') or nan:.0f} img/s, inference "
+    f"{prof.get('throughput_inference_ips') or nan:.0f} img/s"
+)
+EOF
 check profile_resnet50 45 "${RESOMAP[@]}" profile --model resnet50 --resolution 224 --device cuda \
     --output-dir "$OUT/profile_resnet50"
 check bench_resnet50 150 "${RESOMAP[@]}" bench --model resnet50 --resolution 224 --compare-opts \
@@ -81,7 +109,8 @@ rows = []
 for line in (out / "checks.tsv").read_text().splitlines():
     name, rc, seconds, log = line.split("\t")
     text = Path(log).read_text(errors="replace") if Path(log).exists() else ""
-    keep = [ln.strip() for ln in text.splitlines() if re.search(r"\b(PASS|MISS|FAILED)\b|passed|failed|ratio", ln)]
+    found = r"\b(PASS|MISS|FAILED)\b|passed|failed|ratio|test accuracy"
+    keep = [ln.strip() for ln in text.splitlines() if re.search(found, ln)]
     keep = list(dict.fromkeys(keep))  # the scripts repeat their result lines in a closing block
     row = {"check": name, "status": "ok" if rc == "0" else ("out of time" if rc in ("time", "124", "137") else
            f"failed (exit {rc})"), "seconds": int(seconds), "log": log, "lines": keep[-6:]}

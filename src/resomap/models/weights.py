@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from resomap.errors import CheckpointError, ModelError
+from resomap.models.backbones import efficientnet_pytorch_to_timm, is_efficientnet_pytorch
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,11 @@ def load_pretrained(model: nn.Module, path: str | Path, num_classes: int, input_
 
     state = read_state_dict(path)
     own = model.state_dict()
+    if is_efficientnet_pytorch(state) and isinstance(getattr(model, "blocks", None), nn.Sequential):
+        # EfficientNet-PyTorch's layout (the Lite weight packages') onto timm's EfficientNet
+        state = efficientnet_pytorch_to_timm(state, [len(stage) for stage in model.blocks])
+        if not any(k.startswith("classifier.") for k in own):  # a backbone without a classifier
+            state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
     head = head_prefix(model, num_classes)
     conv_key = f"{input_conv}.weight" if input_conv else None
     skipped, bad = [], []

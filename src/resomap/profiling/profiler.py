@@ -187,6 +187,8 @@ def _train_step(
     """A full training step on a deep copy (the caller's weights and optimizer state are untouched), or None
     when the model has nothing to train."""
     trainee = copy.deepcopy(model).train()
+    for module in _frozen(trainee):  # a frozen backbone whose weights keep requires_grad for the explainers
+        module.requires_grad_(False)
     if not any(p.requires_grad for p in trainee.parameters()):
         log.warning("model has no trainable parameters; training throughput not measured")
         return None
@@ -248,7 +250,7 @@ def profile(
         channels_last=channels_last,
         torch_version=torch.__version__,
         memory=memory,
-        **_size_fields(list(model.parameters()), counts),  # requires_grad flags as restored by preserved_state
+        **_size_fields(model, counts),  # requires_grad flags as restored by preserved_state
         **_timing_fields(timed, device, batch_size, train_bs if train is not None else None),
     )
     _log_profile(result, timed)
@@ -317,11 +319,19 @@ def _time_steps(
     return timed
 
 
-def _size_fields(params: list[nn.Parameter], counts: OpCounts) -> dict[str, Any]:
+def _frozen(model: nn.Module) -> list[nn.Module]:
+    """The modules training leaves as they are (a model's own `frozen()`: a pretrained backbone), else none."""
+    frozen = getattr(getattr(model, "_orig_mod", model), "frozen", None)  # torch.compile wraps
+    return list(frozen()) if callable(frozen) else []
+
+
+def _size_fields(model: nn.Module, counts: OpCounts) -> dict[str, Any]:
     """ModelProfile's parameter counts and per-image MACs/FLOPs."""
+    params = list(model.parameters())
+    kept = {id(p) for module in _frozen(model) for p in module.parameters()}
     return {
         "params_total": sum(p.numel() for p in params),
-        "params_trainable": sum(p.numel() for p in params if p.requires_grad),
+        "params_trainable": sum(p.numel() for p in params if p.requires_grad and id(p) not in kept),
         "macs": counts.macs,
         "flops": counts.flops,
         "flops_to_2macs": counts.ratio,

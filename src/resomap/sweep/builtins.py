@@ -16,6 +16,7 @@ from typing import Any
 import resomap.data  # datasets: data.*
 import resomap.explain  # explainers: explainability.*, and the check that they take the task's targets
 import resomap.tasks  # noqa: F401  (the task check: models, dataset and loss fit experiment.task)
+from resomap.config.checks import MODEL_FIT_KEYS
 
 
 def register_builtins() -> None:
@@ -54,7 +55,7 @@ def catalog() -> dict:
             meta, entry = reg._meta[name], {}
             if meta.get("options") is not None:
                 entry["options"] = [f.name for f in dataclasses.fields(meta["options"])]
-            for key in ("task", "channels", "targets", "native", "confidence", "revision"):
+            for key in ("task", "channels", "targets", "native", "confidence", "revision", *MODEL_FIT_KEYS):
                 if key in meta:
                     entry[key] = list(meta[key]) if isinstance(meta[key], tuple) else meta[key]
             entries[name] = entry

@@ -12,12 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from resomap.config import Config, save_resolved, to_dict, with_overrides
-from resomap.errors import ResoMapError
+from resomap.errors import ResoMapError, UnknownNameError
 from resomap.layout import Layout
 from resomap.tasks import other_task_sections
 
 # Settings that change how a trial is run or logged but not what it computes: left out of its key.
-_KEY_EXCLUDE = ("sweep", "mlflow", "stats", "training.progress", "system.num_workers", "system.persistent_workers")
+_KEY_EXCLUDE = (
+    "sweep",
+    "mlflow",
+    "stats",
+    "training.progress",
+    "system.num_workers",
+    "system.persistent_workers",
+    "system.resolved_from_auto",
+)
 # Datasets whose `groups` option came after their sweeps: left empty, it is out of the key. Set, it is in it: each
 # trial records its test images' group codes (result.json data.groups), so trials run without them are run again.
 _GROUPS_ADDED = ("csv", "imagefolder")
@@ -43,7 +51,8 @@ class Trial:
     legacy: bool | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cfg", pin_precision(self.cfg))  # its key and records name the precision it runs
+        # its key and records name the precision it runs: the sweep's, or its model's own fast path where auto
+        object.__setattr__(self, "cfg", model_fast_path(pin_precision(self.cfg), self.model))
 
     @functools.cached_property
     def key(self) -> str:
@@ -245,7 +254,30 @@ def pin_precision(cfg: Config) -> Config:
         "system.precision": precision,
         "system.channels_last": resolve_channels_last(sysc.channels_last, precision),
     }
+    was_auto = [key for key in ("precision", "channels_last") if getattr(sysc, key) == "auto"]
+    pinned["system.resolved_from_auto"] = sorted({*sysc.resolved_from_auto, *was_auto})
     return with_overrides(cfg, pinned, "system auto settings")
+
+
+def model_fast_path(cfg: Config, model: str) -> Config:
+    """The config a trial of `model` runs with: where the model declares a faster path of its own on the CPU
+    (registry metadata `cpu_fast_path`, e.g. fp32 and channels_last for depthwise convolutions, where bf16 autocast
+    is several times slower) and the sweep resolved those keys from auto for a CPU, its values instead. Settings
+    given in the config are kept."""
+    from resomap.models.registry import MODELS, is_timm_name
+    from resomap.runtime import resolve_device
+
+    if is_timm_name(model) or not cfg.system.resolved_from_auto:
+        return cfg
+    try:
+        fast = MODELS.meta(model).get("cpu_fast_path") or {}
+    except UnknownNameError:
+        return cfg
+    wanted = {f"system.{k}": v for k, v in fast.items() if k in cfg.system.resolved_from_auto}
+    wanted = {k: v for k, v in wanted.items() if getattr(cfg.system, k.split(".")[1]) != v}
+    if not wanted or resolve_device(cfg.system).type != "cpu":
+        return cfg
+    return with_overrides(cfg, wanted, f"{model}'s fast path on the CPU")
 
 
 def save_trial_config(cfg: Config, folder: Path) -> Path:

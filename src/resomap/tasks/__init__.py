@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from resomap.config import register_check
-from resomap.config.checks import check_dataset_fit
+from resomap.config.checks import check_dataset_fit, check_model_fit
 from resomap.config.groups import register_group
 from resomap.errors import ConfigError, UnknownNameError
 from resomap.filecheck import check_table
@@ -326,6 +326,18 @@ def dataset_task(name: str) -> str:
     return str(DATASETS.meta(name).get("task", DEFAULT_TASK))
 
 
+def _model_meta(name: str) -> dict[str, Any]:
+    """The model's registry metadata ({} for timm: names and unknown names, reported where models resolve)."""
+    from resomap.models.registry import MODELS, is_timm_name
+
+    if is_timm_name(name):
+        return {}
+    try:
+        return MODELS.meta(name)
+    except UnknownNameError:
+        return {}
+
+
 def check(cfg: Config, fail: Fail) -> None:
     """fail(path, expected, got) on the first key that does not fit cfg.experiment.task."""
     from resomap.models.registry import model_task
@@ -358,6 +370,7 @@ def check(cfg: Config, fail: Fail) -> None:
     except UnknownNameError:
         meta = {}
     check_dataset_fit(cfg, meta, fail)
+    check_model_fit(cfg, _model_meta, fail)
     check_options(cfg, name, fail)
     task.check(cfg, fail)
     metric = cfg.stats.metric

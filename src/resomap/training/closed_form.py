@@ -73,12 +73,15 @@ def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
 
 
 def train_arrays(trainer: Trainer, data: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The unaugmented training images flattened [N, D], their labels [N] and per-image weights (the loader's
+    """The unaugmented training images flattened [N, D] (or what the model's `fit_inputs` makes of them), their
+    labels [N] and per-image weights (the loader's
     sample weights times the loss's class weights; None when neither applies), for a closed-form fit."""
     xs, ys, ws = [], [], []
+    inputs = getattr(trainer.model, "fit_inputs", None)  # what the model fits on (pooled features), else the pixels
     with torch.no_grad():
         for x, y, *w in data.train.plain():  # w: the images' loss weights (training.sample_weights)
-            xs.append(x.float().flatten(1).cpu().numpy())
+            rows = inputs(trainer._inputs(x)) if inputs is not None else x
+            xs.append(rows.float().flatten(1).cpu().numpy())
             ys.append(y.cpu().numpy())
             ws.extend(t.cpu().numpy() for t in w)
     x, y = np.concatenate(xs), np.concatenate(ys)

@@ -19,8 +19,9 @@ STEP, EPOCH, NEVER = "step", "epoch", "never"
 def build_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: OptimizerConfig, device: torch.device
 ) -> torch.optim.Optimizer:
-    """AdamW (fused: auto = CUDA only; on = try, fall back with a warning) or SGD (momentum, no Nesterov)."""
-    params = [p for p in params if p.requires_grad]
+    """AdamW (fused: auto = CUDA only; on = try, fall back with a warning) or SGD (momentum, no Nesterov).
+    `params`: parameters, or parameter groups (dicts) whose `lr_scale` multiplies cfg.lr; frozen ones are left out."""
+    params = _trainable(params, cfg.lr)
     if cfg.name == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     fused = cfg.fused == "on" or (cfg.fused == "auto" and device.type == "cuda")
@@ -30,6 +31,19 @@ def build_optimizer(
         except (RuntimeError, ValueError, TypeError) as exc:
             log.warning("fused AdamW is not supported here (%s); using the default kernel", exc)
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def _trainable(params: Iterable, lr: float) -> list:
+    items = list(params)
+    if not items or not isinstance(items[0], dict):
+        return [p for p in items if p.requires_grad]
+    groups = []
+    for group in items:
+        found = [p for p in group["params"] if p.requires_grad]
+        if found:
+            rest = {k: v for k, v in group.items() if k not in ("params", "lr_scale")}
+            groups.append({**rest, "params": found, "lr": lr * float(group.get("lr_scale", 1.0))})
+    return groups
 
 
 def _cosine_lambda(warmup: int, total: int, floor: float):

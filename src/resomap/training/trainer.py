@@ -145,6 +145,9 @@ class Trainer:
     def _setup(self, model: nn.Module, data: Any) -> None:
         cfg, sysc = self.cfg, self.cfg.system
         apply_system(sysc, self.device)
+        adopt = getattr(model, "adopt_input_stats", None)  # a pretrained backbone: the data's normalisation
+        if adopt is not None and getattr(data, "mean", None) is not None:
+            adopt(data.mean, data.std)
         model = model.to(self.device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -160,7 +163,9 @@ class Trainer:
         if getattr(data, "resolution", None) is not None:
             self.meta["resolution"] = int(data.resolution)
         self._criterion = self.task.criterion(cfg, data, self.device)  # the task's loss (resomap.tasks)
-        self.optimizer = build_optimizer(model.parameters(), cfg.training.optimizer, self.device)
+        groups = getattr(model, "param_groups", None)  # a fine-tuned backbone: its own learning-rate scale
+        params = groups() if callable(groups) else model.parameters()
+        self.optimizer = build_optimizer(params, cfg.training.optimizer, self.device)
         steps = math.ceil(len(data.train) / cfg.training.grad_accum_steps)
         self.scheduler, self._sched_when = build_scheduler(self.optimizer, cfg.training, steps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
@@ -317,13 +322,15 @@ class Trainer:
                 times.append((time.perf_counter() - t0) / max(y.shape[0], 1))
         per_image = float(np.median(times)) if times else 0.0
         if closed:
-            x, y, weights = train_arrays(self, data)
+            t0 = time.perf_counter()
+            x, y, weights = train_arrays(self, data)  # a frozen backbone's features: most of such a fit's time
+            arrays = time.perf_counter() - t0
             fits = len(model.penalties)
             if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
-                return float(model.probe_fit_seconds(x, y, weights)), per_image, fits
+                return arrays + float(model.probe_fit_seconds(x, y, weights)), per_image, fits
             t0 = time.perf_counter()
             model.fit_arrays(x, y, model.penalties[fits // 2], weights)
-            return (time.perf_counter() - t0) * fits, per_image, fits
+            return arrays + (time.perf_counter() - t0) * fits, per_image, fits
         epoch = per_image * (data.train.num_samples + data.val.num_samples / 3)
         return epoch * self.cfg.training.epochs, per_image, self.cfg.training.epochs
 

