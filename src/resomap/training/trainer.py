@@ -297,7 +297,8 @@ class Trainer:
         the step, at the thread count a fit would choose now (system.threads 0 on the CPU: beside a busy process
         torch's default count runs many times slower than the one thread the trial then takes). A gradient model's
         training is those steps scaled to every batch of every epoch, plus a validation pass per epoch (a forward:
-        about a third of a step); a closed-form model (resomap.models.classical) predicts its fits with its
+        about a third of a step); a closed-form model (resomap.models.classical) takes no step: its pass over the
+        training images (a frozen backbone's features: most of such a fit) is timed, and its fits predicted with its
         `probe_fit_seconds` (else one fit at its middle penalty x the number of penalties). `model` is trained in
         place: pass one that is thrown away. The sweep's ETA weighs trials by these (resomap.sweep.eta)."""
         closed = getattr(model, "closed_form", False)
@@ -309,7 +310,7 @@ class Trainer:
         self.model.train()
         data.train.set_epoch(0)
         batches, times = iter(data.train), []
-        for i in range(steps + 1):
+        for i in range(0 if closed else steps + 1):  # a closed-form fit takes no gradient step: its data pass is timed
             t0 = time.perf_counter()
             try:
                 x, y, *w = next(batches)
@@ -325,6 +326,7 @@ class Trainer:
             t0 = time.perf_counter()
             x, y, weights = train_arrays(self, data)  # a frozen backbone's features: most of such a fit's time
             arrays = time.perf_counter() - t0
+            per_image = arrays / max(len(y), 1)  # seconds per training image of the fit's pass over them
             fits = len(model.penalties)
             if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
                 return arrays + float(model.probe_fit_seconds(x, y, weights)), per_image, fits
