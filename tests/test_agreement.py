@@ -251,7 +251,8 @@ def test_a_deterministic_model_has_no_seed_floor_and_no_relabelling_test():
     where = {32: (0.3, 0.3), 64: (0.5, 0.6), 128: (0.7, 0.4)}
     sweep = _sweep(lambda s, r: _up(_blobs(16, [where[r]] * N), r), (1, 2, 3), (32, 64, 128))
     plain = study(*sweep, CFG)
-    assert plain.floors["m/x/spearman"] == {"32": 1.0, "64": 1.0, "128": 1.0}  # identical maps: a floor of 1.00
+    # identical maps: a floor of 1.00 (to rounding: on an AVX2 AMD EPYC the Spearman of identical maps is 1 +- 1e-15)
+    assert plain.floors["m/x/spearman"] == pytest.approx({"32": 1.0, "64": 1.0, "128": 1.0}, abs=1e-12)
     assert "a resolution effect beyond seed noise shown" in plain.statements[0]
     found = study(*sweep, CFG, deterministic={"m": 3})
     assert not found.floors and not [r for r in found.rows if r["kind"] == "seed"]

@@ -33,8 +33,9 @@ from resomap.models.registry import register_model
 TAPS = (2, 3, 4, 5, 6)  # the stages whose outputs the linear head reads besides the head convolution's
 STAGES = 7  # stages of every EfficientNet-Lite (timm's `blocks`)
 PIXEL_BUDGET = 8 * 128 * 128  # images per inference chunk: about this many pixels (measured fastest on the CPU)
-# depthwise convolutions: on a 2-core CPU bf16 autocast ran Lite0's inference 4-10x slower than fp32, and channels_last
-# 1.4-1.9x faster than NCHW in fp32 (scripts/benchmark_pretrained.py); trials take these where the config leaves
+# depthwise convolutions: on a 2-core AMD EPYC without native bf16, bf16 autocast ran Lite0's inference 4-10x slower
+# than fp32, and channels_last was x1.27 / x1.09 / x0.98 of NCHW's images/s at 64 / 128 / 224 px
+# (scripts/benchmark_pretrained.py, docs/performance.md); trials take these where the config leaves
 # system.precision / channels_last on auto (resomap.sweep.identity.model_fast_path)
 CPU_FAST_PATH = {"precision": "fp32", "channels_last": True}
 CAM_LAYERS = ("backbone.bn2", "backbone.blocks.5", "backbone.blocks.4", "backbone.blocks.3", "backbone.blocks.2")
@@ -96,7 +97,7 @@ class PretrainedBase(nn.Module):
 
     def chunked(self, fn, x: torch.Tensor) -> torch.Tensor:
         """fn over chunks of about PIXEL_BUDGET pixels when no gradient is asked for: the depthwise layers run
-        2-3x faster on small batches on the CPU than on one batch of 64 or 128 (caches); one call otherwise."""
+        1.3-1.8x faster on a 2-core CPU in batches of 4-8 than of 32-64 at 128-224 px (caches); one call otherwise."""
         size = max(1, PIXEL_BUDGET // max(1, x.shape[-1] * x.shape[-2]))
         if torch.is_grad_enabled() or x.shape[0] <= size or x.device.type != "cpu":
             return fn(x)
