@@ -207,3 +207,41 @@ def test_a_sweep_fits_the_frozen_model_and_trains_the_fine_tuned_one(tmp_path):
     for key in ("blocks.0.0.conv_dw.weight", "blocks.1.0.bn1.running_mean", "conv_stem.weight"):
         assert torch.equal(tuned_state[f"backbone.{key}"], fresh[key]), key
     assert not torch.equal(tuned_state["backbone.blocks.2.0.conv_pw.weight"], fresh["blocks.2.0.conv_pw.weight"])
+
+
+def test_the_cost_probe_of_the_frozen_model_reads_a_few_batches_and_prices_all(monkeypatch):
+    """The probe takes no gradient step and computes the frozen features of PROBE_FEATURE_BATCHES batches only;
+    its prediction covers every training image (the per-image cost times all of them, plus the fits)."""
+    from resomap.sweep import plan
+    from resomap.sweep.trial import prepare_trial
+    from resomap.training import Trainer, closed_form
+    from resomap.training.trainer import PROBE_FEATURE_BATCHES
+
+    cfg = load(
+        str(REPO / "configs"),
+        "smoke",
+        [
+            "sweep.models=[lite0_linear]",
+            "sweep.resolutions=[32]",
+            "data.synthetic.num_images=120",
+            "training.batch_size=8",
+            "mlflow.enabled=false",
+        ],
+    )
+    trial = plan(cfg)[0]
+    prepared = prepare_trial(trial, trial.cfg, torch.device("cpu"))
+    seen, real = [], closed_form.train_arrays
+
+    def counted(trainer, data, batches=None):
+        out = real(trainer, data, batches)
+        seen.append(len(out[1]))
+        return out
+
+    monkeypatch.setattr("resomap.training.trainer.train_arrays", counted)
+    steps = []
+    monkeypatch.setattr(Trainer, "_train_step", lambda self, *a, **k: steps.append(1))
+    seconds, per_image, fits = Trainer(trial.cfg, "cpu").probe_seconds(prepared.model, prepared.bundle)
+    n_train = prepared.bundle.train.num_samples
+    assert not steps and fits == len(FrozenLinear.penalties)
+    assert seen == [PROBE_FEATURE_BATCHES * 8] and n_train > seen[0]
+    assert seconds >= per_image * n_train > 0

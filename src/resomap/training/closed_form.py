@@ -72,14 +72,18 @@ def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
     return fit
 
 
-def train_arrays(trainer: Trainer, data: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def train_arrays(
+    trainer: Trainer, data: Any, batches: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The unaugmented training images flattened [N, D] (or what the model's `fit_inputs` makes of them), their
-    labels [N] and per-image weights (the loader's
-    sample weights times the loss's class weights; None when neither applies), for a closed-form fit."""
+    labels [N] and per-image weights (the loader's sample weights times the loss's class weights; None when neither
+    applies), for a closed-form fit; `batches`: only the loader's first so many batches (the cost probe)."""
     xs, ys, ws = [], [], []
     inputs = getattr(trainer.model, "fit_inputs", None)  # what the model fits on (pooled features), else the pixels
     with torch.no_grad():
-        for x, y, *w in data.train.plain():  # w: the images' loss weights (training.sample_weights)
+        for i, (x, y, *w) in enumerate(data.train.plain()):  # w: the images' loss weights (training.sample_weights)
+            if batches is not None and i >= batches:
+                break
             rows = inputs(trainer._inputs(x)) if inputs is not None else x
             xs.append(rows.float().flatten(1).cpu().numpy())
             ys.append(y.cpu().numpy())

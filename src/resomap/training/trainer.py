@@ -28,6 +28,7 @@ from resomap.training.progress import Progress
 
 log = logging.getLogger(__name__)
 
+PROBE_FEATURE_BATCHES = 4  # the cost probe's batches of a frozen backbone's features (the rest priced per image)
 _NAN_CHECK_EVERY = 32  # optimiser-side host syncs: one per this many batches, to fail early on NaN
 
 
@@ -298,8 +299,9 @@ class Trainer:
         torch's default count runs many times slower than the one thread the trial then takes). A gradient model's
         training is those steps scaled to every batch of every epoch, plus a validation pass per epoch (a forward:
         about a third of a step); a closed-form model (resomap.models.classical) takes no step: its pass over the
-        training images (a frozen backbone's features: most of such a fit) is timed, and its fits predicted with its
-        `probe_fit_seconds` (else one fit at its middle penalty x the number of penalties). `model` is trained in
+        training images is timed (a frozen backbone's features, most of such a fit: on PROBE_FEATURE_BATCHES
+        batches, priced per image for all) and its fits predicted with its `probe_fit_seconds` (else one fit at its
+        middle penalty x the number of penalties), on those rows scaled to all. `model` is trained in
         place: pass one that is thrown away. The sweep's ETA weighs trials by these (resomap.sweep.eta)."""
         closed = getattr(model, "closed_form", False)
         if closed:
@@ -323,16 +325,20 @@ class Trainer:
                 times.append((time.perf_counter() - t0) / max(y.shape[0], 1))
         per_image = float(np.median(times)) if times else 0.0
         if closed:
+            # a frozen backbone's features (fit_inputs) are most of such a fit's time: timed on a few batches and
+            # priced per image, the fits on those rows scaled to all (lbfgs' cost grows about linearly with rows)
+            few = PROBE_FEATURE_BATCHES if hasattr(model, "fit_inputs") else None
             t0 = time.perf_counter()
-            x, y, weights = train_arrays(self, data)  # a frozen backbone's features: most of such a fit's time
-            arrays = time.perf_counter() - t0
-            per_image = arrays / max(len(y), 1)  # seconds per training image of the fit's pass over them
+            x, y, weights = train_arrays(self, data, few)
+            per_image = (time.perf_counter() - t0) / max(len(y), 1)  # seconds per training image of the data pass
+            scale = max(1.0, data.train.num_samples / max(len(y), 1))
+            arrays = per_image * len(y) * scale
             fits = len(model.penalties)
             if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
-                return arrays + float(model.probe_fit_seconds(x, y, weights)), per_image, fits
+                return arrays + scale * float(model.probe_fit_seconds(x, y, weights)), per_image, fits
             t0 = time.perf_counter()
             model.fit_arrays(x, y, model.penalties[fits // 2], weights)
-            return arrays + (time.perf_counter() - t0) * fits, per_image, fits
+            return arrays + scale * (time.perf_counter() - t0) * fits, per_image, fits
         epoch = per_image * (data.train.num_samples + data.val.num_samples / 3)
         return epoch * self.cfg.training.epochs, per_image, self.cfg.training.epochs
 
