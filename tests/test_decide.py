@@ -158,7 +158,7 @@ def test_dry_run_of_the_quickstart_states_the_detectable_margin_and_what_the_exp
     assert f"margins of {plan['detectable']:.3f} and larger" in power
     assert f"the power is {plan['power_at_margin']:.2f}" in power and "seed sd 0.02" in power
     steps = next(ln for ln in text.splitlines() if ln.startswith("power per step"))
-    assert f"64 px {plan['steps'][0]:.2f}, 32 px {plan['steps'][1]:.2f}" in steps
+    assert f"96 px {plan['steps'][0]:.2f}, 64 px {plan['steps'][1]:.2f}" in steps  # the quickstart's 64 / 96 / 128 px
     needs = next(ln for ln in text.splitlines() if ln.startswith("to show the margin 0.02 with power 0.8:"))
     seeds, images = plan["joint_needed"]
     assert f"about {images} test images x {seeds} seeds" in needs

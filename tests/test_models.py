@@ -71,10 +71,14 @@ def test_forward_backward_and_cam_layer(name: str, res: int) -> None:
     assert torch.isfinite(logits).all()
 
     hooks = _hook_count(model)
+    modes = [m.training for m in model.modules()]
     cam = spec.cam_layer(model, res, CFG.min_cam_size)
     assert cam.name in spec.cam_layers
     assert model.get_submodule(cam.name) is cam.module
-    assert model.training and all(m.training for m in model.modules())
+    # every module's mode as before; all in training but what the model keeps frozen (a pretrained backbone's eval)
+    kept = {id(m) for part in getattr(model, "frozen", list)() for m in part.modules()}
+    assert model.training and [m.training for m in model.modules()] == modes
+    assert all(m.training for m in model.modules() if id(m) not in kept)
     assert _hook_count(model) == hooks
     largest = spec.cam_layer(model, res, 10**6).feature_size  # the fallback: the candidate with the largest side
     assert cam.feature_size >= min(CFG.min_cam_size, largest)
