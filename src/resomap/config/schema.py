@@ -236,7 +236,7 @@ class HogConfig:
 @dataclass(frozen=True)
 class FinetuneConfig:
     # lite<N>_finetune (resomap.models.pretrained): which of the pretrained backbone's 7 stages train, and how fast
-    freeze_blocks: int = 0  # the stem and the first K stages stay frozen (0: end to end; 7: only the head conv trains)
+    freeze_blocks: int = 0  # the stem and the first K stages stay frozen (0: end to end; 7: head conv + classifier)
     backbone_lr_scale: float = 0.1  # the backbone's learning rate: this times training.optimizer.lr (head: 1x)
 
 

@@ -29,6 +29,7 @@ from resomap.errors import ModelError
 from resomap.models.backbones import BACKBONES, Backbone, efficientnet_pytorch_to_timm, weights_file
 from resomap.models.classical import PENALTIES, PixelLogistic
 from resomap.models.registry import register_model
+from resomap.models.weights import adapt_input_conv_
 
 TAPS = (2, 3, 4, 5, 6)  # the stages whose outputs the linear head reads besides the head convolution's
 STAGES = 7  # stages of every EfficientNet-Lite (timm's `blocks`)
@@ -45,7 +46,6 @@ def create_backbone(name: str, in_channels: int, weights: bool = True, imagenet_
     """timm's architecture of backbone `name` without its classifier (`imagenet_head`: with ImageNet's 1000-class
     one), the package's ImageNet weights loaded (weights_only) and mapped, the stem taking `in_channels` channels."""
     import timm
-    from timm.models import adapt_input_conv
 
     backbone = BACKBONES[name]
     net = timm.create_model(backbone.arch, pretrained=False, num_classes=1000 if imagenet_head else 0)
@@ -55,12 +55,7 @@ def create_backbone(name: str, in_channels: int, weights: bool = True, imagenet_
         if not imagenet_head:
             state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
         net.load_state_dict(state, strict=True)
-    if in_channels != 3:
-        with torch.no_grad():
-            weight = adapt_input_conv(in_channels, net.conv_stem.weight.detach().clone())
-        net.conv_stem.weight = nn.Parameter(weight)
-        net.conv_stem.in_channels = in_channels
-    return net
+    return adapt_input_conv_(net, in_channels, "conv_stem")
 
 
 def _own_stats(backbone: Backbone, in_channels: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,6 +86,16 @@ class PretrainedBase(nn.Module):
         with torch.no_grad():
             self.input_mean.copy_(torch.as_tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
             self.input_std.copy_(torch.as_tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def frozen(self) -> Iterator[nn.Module]:
+        """What training leaves as it is (none here; the variants say)."""
+        yield from ()
+
+    def train(self, mode: bool = True) -> PretrainedBase:
+        super().train(mode)
+        for module in self.frozen():
+            module.eval()  # frozen: its batch-norm statistics stay ImageNet's
+        return self
 
     def to_backbone(self, x: torch.Tensor) -> torch.Tensor:
         return (x * self.input_std + self.input_mean - self.net_mean) / self.net_std
@@ -128,11 +133,6 @@ class FrozenLinear(PretrainedBase):
         gradients at its layers (pytorch-grad-cam does not ask for the input's); the head is fitted in closed form,
         and the profiler's training step freezes these (resomap.profiling.profiler)."""
         yield self.backbone
-
-    def train(self, mode: bool = True) -> FrozenLinear:
-        super().train(mode)
-        self.backbone.eval()  # frozen: its batch-norm statistics are ImageNet's
-        return self
 
     def pooled(self, x: torch.Tensor) -> torch.Tensor:
         """[B, C, r, r] data-normalised images -> [B, feature_size]: mean and max over each tapped map."""
@@ -178,12 +178,6 @@ class Finetune(PretrainedBase):
         if self.freeze_blocks > 0:
             yield from (self.backbone.conv_stem, self.backbone.bn1)
             yield from self.backbone.blocks[: self.freeze_blocks]
-
-    def train(self, mode: bool = True) -> Finetune:
-        super().train(mode)
-        for module in self.frozen():
-            module.eval()  # frozen blocks keep their ImageNet batch-norm statistics
-        return self
 
     def param_groups(self) -> list[dict]:
         """The trained backbone at `backbone_lr_scale` times the learning rate, the classifier at the full one."""
