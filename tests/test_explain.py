@@ -515,7 +515,14 @@ def test_figures_write_png_and_pdf(tmp_path):
 
 @pytest.mark.slow
 def test_trained_model_localises_better_than_baselines(tmp_path):
-    """tiny_cnn trained on the synthetic shapes: Grad-CAM and IG point inside the object more than chance."""
+    """tiny_cnn trained on the synthetic shapes: Grad-CAM points inside the object more than a random map and the
+    centre prior; Integrated Gradients more than a random map.
+
+    IG is not held to the centre prior: on this data its pixel-level maxima sit on single checkerboard edges, and over
+    three training seeds x 8/12 epochs (2-core AMD EPYC, fp32) its pointing game on the 30 textured test images was
+    0.33-0.67 against the centre prior's 0.42 and its energy in the mask 0.11-0.12 against 0.17: not a property of
+    the method to test, and the earlier 12-image version of this check passed or failed with the CPU.
+    """
     from resomap.config import build as build_config
     from resomap.data import build
 
@@ -542,12 +549,12 @@ def test_trained_model_localises_better_than_baselines(tmp_path):
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
     model.eval()
-    idx = probe_indices(bundle.labels("test").numpy(), 24, seed=0)
-    x = bundle.normalize(bundle.images("test")[idx])
-    masks = bundle.masks("test")[idx].numpy()
-    y = bundle.labels("test")[idx]
+    # the whole test split (60 images, 30 textured): 12 probe images decided a 0.04 difference by one image
+    x = bundle.normalize(bundle.images("test"))
+    masks = bundle.masks("test").numpy()
+    y = bundle.labels("test")
     with torch.no_grad():
-        assert (model(x).argmax(1) == y).float().mean() > 0.75  # the model learned the texture
+        assert (model(x).argmax(1) == y).float().mean() > 0.9  # the model learned the texture
     maps, failed = explain_probe_set(
         model, x, y, ["gradcam", "integrated_gradients"], spec=spec, resolution=64, cfg=CFG, batch_size=8
     )
@@ -556,9 +563,13 @@ def test_trained_model_localises_better_than_baselines(tmp_path):
     # the background's mean, so "plain" is read from the absence of the checkerboard, not from a place)
     textured = (y == 1).numpy()
     masks = masks[textured]
+    assert len(masks) >= 25
     rng = np.random.default_rng(0)
     yy, xx = np.mgrid[:64, :64]
-    centre = np.broadcast_to(-((yy - 31.5) ** 2 + (xx - 31.5) ** 2), masks.shape)
-    chance = max(pointing_game(rng.random(masks.shape), masks).mean(), pointing_game(centre, masks).mean())
-    for method in ("gradcam", "integrated_gradients"):
-        assert pointing_game(maps[method][textured], masks).mean() > chance, method
+    noise = rng.random(masks.shape)
+    centre = np.broadcast_to(np.exp(-((yy - 31.5) ** 2 + (xx - 31.5) ** 2) / (2 * 12.0**2)), masks.shape)
+    for score in (pointing_game, energy_in_mask):
+        random_chance, centre_prior = score(noise, masks).mean(), score(centre, masks).mean()
+        assert centre_prior > random_chance  # the objects sit near the centre: the prior is a real competitor
+        assert score(maps["gradcam"][textured], masks).mean() > centre_prior, score.__name__
+        assert score(maps["integrated_gradients"][textured], masks).mean() > random_chance, score.__name__
