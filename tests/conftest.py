@@ -172,3 +172,49 @@ def start_logged(procs: list, cmd: list[str], cwd: Path, log_name: str) -> subpr
     log.close()
     procs.append(proc)
     return proc
+
+
+class _Calls:
+    """An object whose pickle calls `func(*args)` when it is unpickled (what a booby-trapped checkpoint holds)."""
+
+    def __init__(self, func: Callable, *args: object) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return (self.func, self.args)
+
+
+def bad_checkpoints(folder: Path) -> dict[str, tuple[Path, str]]:
+    """Files no checkpoint loader may load, by name: (the file, the words its one-line refusal must hold).
+
+    Pickled code (os.system, builtins.eval) inside a torch zip and as a bare pickle of protocol 2 and 4, each
+    creating `folder`/pwned if it ever ran; a real state_dict saved with torch.save and cut in half; a plain
+    pickle of protocol 4 (no checkpoint at all)."""
+    import pickle
+
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    marker = folder / "pwned"
+    calls = {
+        "os.system": _Calls(os.system, f"touch {marker}"),
+        "builtins.eval": _Calls(eval, f"open({str(marker)!r}, 'w')"),
+    }
+    files: dict[str, tuple[Path, str]] = {}
+    for name, payload in calls.items():
+        short = name.split(".")[1]
+        files[f"{short}-zip"] = (folder / f"{short}-zip.pt", f"calls {name} when loaded")
+        torch.save({"format": "resomap-ckpt-1", "model": {}, "x": payload}, files[f"{short}-zip"][0])
+        for protocol in (2, 4):
+            path = folder / f"{short}-p{protocol}.pt"
+            path.write_bytes(pickle.dumps({"model": {}, "x": payload}, protocol=protocol))
+            files[f"{short}-p{protocol}"] = (path, f"calls {name} when loaded")
+    whole = folder / "whole.pt"
+    torch.save(torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.Linear(16, 2)).state_dict(), whole)
+    data = whole.read_bytes()
+    (folder / "half.pt").write_bytes(data[: len(data) // 2])
+    whole.unlink()
+    files["half"] = (folder / "half.pt", "truncated or corrupt (cut short")
+    (folder / "plain-p4.pt").write_bytes(pickle.dumps({"weights": [0.5] * 8}, protocol=4))
+    files["plain-p4"] = (folder / "plain-p4.pt", "not a PyTorch checkpoint (a plain pickle of protocol 4")
+    return files

@@ -320,3 +320,21 @@ def test_an_adaptive_sweep_stops_before_a_round_that_would_pass_its_hours(tmp_pa
     assert "h of 1e-06 h used at" in record["stopped"] and record["budget_hours"] == 1e-06
     assert record["models"]["tiny_cnn"]["stopped"].startswith("cannot decide within the budget: ")
     assert record["rounds"][0]["seconds"] > 0
+
+
+def test_a_resumed_adaptive_sweep_says_which_trials_of_a_round_an_earlier_run_finished(tmp_path):
+    """(issue 49, item 6) The trials of round 1 finished by an earlier run (killed before its record): the round's
+    line says they are there and that none is new, and none is run again; run once more, it has nothing to do."""
+    from resomap.sweep.sweep import run_sweep
+
+    cfg = _two_models(tmp_path, "sweep.adaptive.max_rounds=1", "mlflow.enabled=false")
+    calls: list[set[tuple[str, int, int]]] = []
+    run_sweep(cfg, executor=_fake_executor(calls, []), report=lambda line: None)  # the earlier run's trials
+    said: list[str] = []
+    run_adaptive(cfg, executor=_fake_executor(calls, []), report=said.append)
+    assert len(calls) == 1  # the earlier run's only
+    (line,) = [ln for ln in said if ln.startswith("[adaptive] round")]
+    assert line == "[adaptive] round 1: 12 trial(s), 12 finished by an earlier run, 0 new, at one-sided alpha 0.05"
+    said.clear()  # the record it added to the summary is in state.json's sizes: finished, nothing rebuilt
+    run_adaptive(cfg, executor=_fake_executor(calls, []), report=said.append)
+    assert said[0].startswith("[adaptive] nothing to do: ") and len(calls) == 1, said

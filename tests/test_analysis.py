@@ -6,13 +6,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import trial_checkpoints, trial_summary
+from conftest import bad_checkpoints, trial_checkpoints, trial_summary
 from resomap import cli
 from resomap.analysis import best_checkpoint, find_checkpoints
 from resomap.analysis.checkpoints import CheckpointSource
@@ -172,6 +175,66 @@ def test_explain_bad_input_is_one_line_exit_2_nothing_written(sweep, tmp_path, c
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("resomap: error:") and expected in err[0], err
     assert not out.exists()
+
+
+BAD = ["system-zip", "system-p2", "system-p4", "eval-zip", "eval-p2", "eval-p4", "half", "plain-p4"]
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_explain_and_analyze_refuse_a_bad_checkpoint_in_one_line(tmp_path, capsys, kind):
+    """Pickled code (os.system, builtins.eval; torch zip, bare pickle of protocol 2 and 4), a state_dict cut in
+    half, a plain pickle: explain and analyze (the file as a trial's last.pt) end in one line naming the cause, exit
+    2, no warning, nothing written, no code run."""
+    path, words = bad_checkpoints(tmp_path / "files")[kind]
+    trial = tmp_path / "ck" / "trial"
+    trial.mkdir(parents=True)
+    shutil.copy(path, trial / "last.pt")
+    out = tmp_path / "out"
+    commands = {
+        "explain": ["explain", "--checkpoint", str(path), "--method", "saliency", "--output-dir", str(out)],
+        "analyze": ["analyze", "--checkpoint-dir", str(tmp_path / "ck"), "--output-dir", str(out)],
+    }
+    for name, argv in commands.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rc = cli.main(["-q", *argv])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and err[0].startswith("resomap: error:") and words in err[0], (name, err)
+        assert not caught, (name, [str(w.message) for w in caught])
+    assert "no checkpoint could be analysed" in err[0] and "trial/last.pt" in err[0]
+    assert not out.exists() and not (tmp_path / "files" / "pwned").exists()
+
+
+def test_the_refusals_come_before_torch_in_one_line_of_stderr(tmp_path):
+    """Through a fresh interpreter, default verbosity: explain on a protocol-4 pickle calling eval (torch's loader
+    warned twice and named no cause) and on a torch.save file cut in half, analyze on a folder of pickled os.system:
+    stderr is the one error line, and torch was never imported."""
+    files = bad_checkpoints(tmp_path / "files")
+    (tmp_path / "ck" / "a").mkdir(parents=True)
+    shutil.copy(files["system-p2"][0], tmp_path / "ck" / "a" / "last.pt")
+    runs = [
+        (["explain", "--checkpoint", str(files["eval-p4"][0]), "--method", "saliency"], files["eval-p4"][1]),
+        (["explain", "--checkpoint", str(files["half"][0]), "--method", "gradcam"], files["half"][1]),
+        (["analyze", "--checkpoint-dir", str(tmp_path / "ck"), "--output-dir", str(tmp_path / "out")], "os.system"),
+    ]
+    code = (
+        "import sys; from resomap.cli import main; rc = main(sys.argv[1:]); print('torch' in sys.modules); sys.exit(rc)"
+    )
+    for argv, words in runs:
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+        err = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and done.stdout.strip() == "False", (argv, done.stdout, done.stderr)
+        assert len(err) == 1 and err[0].startswith("resomap: error:") and words in err[0], (argv, err)
+    assert not (tmp_path / "files" / "pwned").exists()
+
+
+def test_a_sweeps_own_checkpoints_pass_the_checkpoint_scan(sweep):
+    """Every checkpoint the trainer wrote (best-k and last.pt: weights, optimizer, scheduler, RNG, meta) passes
+    resomap.checkpoint_files' scan: it refuses nothing torch.load(weights_only=True) reads."""
+    from resomap.checkpoint_files import refusal
+
+    paths = sorted((sweep / "checkpoints").rglob("*.pt"))
+    assert len(paths) >= 2 and [refusal(p) for p in paths] == [None] * len(paths)
 
 
 @pytest.mark.slow

@@ -484,6 +484,37 @@ def test_csv_missing_image_files_count_as_unreadable(tmp_path):
         )
 
 
+def test_the_data_check_reads_unchanged_files_once_and_a_changed_file_again(tmp_path, monkeypatch):
+    """data.bundle.check (the sweep's load-time check): its pass is recorded with the resolution cache, keyed on
+    the files' sizes and mtimes; unchanged files are not read again, a changed one is (and refused here)."""
+    from resomap.data.bundle import check
+    from resomap.data.folders import FileDataset
+
+    reads = {"n": 0}
+    original = FileDataset.load
+
+    def counting(self, i):
+        reads["n"] += 1
+        return original(self, i)
+
+    monkeypatch.setattr(FileDataset, "load", counting)
+    root = image_folder(tmp_path, per_class=10)
+    cfg = _folder_cfg(tmp_path, root)
+    check(cfg, 0, record=False)
+    assert reads["n"] == 20 and not (tmp_path / ".cache").exists()  # record=False (a dry run) writes nothing
+    check(cfg, 0)
+    assert reads["n"] == 40 and len(list((tmp_path / ".cache").rglob("checked-*.json"))) == 1
+    check(cfg, 0)
+    assert reads["n"] == 40  # recorded: not read again
+    (root / "cat" / "img003.png").write_bytes(b"\x89PNG truncated")  # another size and mtime: another key
+    (root / "dog" / "img104.png").write_bytes(b"\x89PNG truncated")
+    with pytest.raises(DataError, match=r"2 of 20 images could not be read \(.*img003\.png"):
+        check(cfg, 0)
+    assert reads["n"] == 60 and len(list((tmp_path / ".cache").rglob("checked-*.json"))) == 1
+    check(_folder_cfg(tmp_path, root, max_bad_fraction=0.2), 0)
+    assert reads["n"] == 80  # another setting the check reads: read again, and passed
+
+
 @pytest.mark.gpu
 def test_cuda_loader_matches_cpu(tmp_path):
     cfg = make_cfg(tmp_path, training={"batch_size": 8}, system={"pin_memory": "auto"})
@@ -620,6 +651,73 @@ def test_train_on_bad_data_says_one_line_and_leaves_nothing(project: Path, capsy
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("resomap: error: ") and message in err, (out, err)
     assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+
+
+def _missing_in_manifest(root: Path) -> list[str]:
+    """A manifest naming a file that does not exist: 1 of 10 images (over data.max_bad_fraction=0.05)."""
+    paths = write_images(root / "imgs", 9)
+    rows = [f"imgs/{p.name},{'ab'[i % 2]}" for i, p in enumerate(paths)] + ["imgs/gone.png,a"]
+    (root / "m.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    return ["data.dataset=csv", "data.csv.manifest=m.csv"]
+
+
+def _class_without_images(root: Path) -> list[str]:
+    write_images(root / "images" / "cat", 4)
+    (root / "images" / "dog").mkdir()
+    return ["data.dataset=imagefolder", "data.imagefolder.root=images"]
+
+
+def _fixed(root: Path) -> None:
+    """Each bad input above made whole: the corrupt and missing files written as images, the empty class filled."""
+    write_images(root / "images" / "dog", 4, start=10)
+    for name in ("cat", "dog"):
+        if (root / "images" / name / "img999.png").exists():
+            write_images(root / "images" / name, 1, start=999)
+    if (root / "imgs").exists():
+        Image.fromarray(np.zeros((24, 20), dtype=np.uint8), mode="L").save(root / "imgs" / "gone.png")
+
+
+SWEEP_BAD_DATA = [
+    (_corrupt_folder, "2 of 10 images could not be read (images/cat/img999.png, images/dog/img999.png)"),
+    (_missing_in_manifest, "1 of 10 images could not be read (imgs/gone.png)"),
+    (_class_without_images, "class folder images/dog has no images"),
+]
+
+
+@pytest.mark.parametrize(("setup", "message"), SWEEP_BAD_DATA, ids=["corrupt", "missing-file", "empty-class"])
+def test_sweep_on_bad_data_refuses_at_load_like_train(project: Path, capsys, setup, message):
+    """`resomap sweep` and its dry run run train's data checks at load: the one-line error alone, exit 2, nothing
+    created (no mlflow.db, summary, sweep folder or cache); once the data is fixed the plain sweep has its trial
+    pending (no --rerun-failed needed: the refusal recorded no failed trial)."""
+    from resomap.cli import main
+
+    args = ["sweep", "--preset", "smoke", "system.threads=1", "explainability.probe_size=1", *setup(project)]
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    for dry in (["--dry-run"], []):
+        assert main([*args, *dry]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith("resomap: error: ") and message in err, err
+        assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+    assert not (project / "mlflow.db").exists() and not (project / "model_summaries").exists()
+    _fixed(project)
+    assert main([*args, "--dry-run"]) == 0
+    assert "0 failed, 0 partial, 1 pending" in capsys.readouterr().out
+
+
+def test_a_sweep_refused_for_bad_data_runs_once_the_data_is_fixed(project: Path, capsys):
+    """The plain sweep after the fix trains (nothing of the refused one is in its way); the check's pass is
+    recorded beside the resolution cache."""
+    from resomap.cli import main
+
+    args = ["sweep", "--preset", "smoke", "system.threads=1", "explainability.probe_size=1", *_corrupt_folder(project)]
+    args += ["mlflow.enabled=false", "explainability.enabled=false", "profiling.enabled=false"]
+    assert main(args) == 2
+    capsys.readouterr()
+    _fixed(project)
+    assert main(args) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "1 done, 0 failed, 0 remaining" in out and "FAILED" not in out, out
+    assert list((project / ".cache").rglob("checked-*.json"))
 
 
 @pytest.mark.parametrize(

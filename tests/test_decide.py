@@ -206,6 +206,33 @@ def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observe
     assert "no image changed outcome against the reference" in line and "the assumption above stands" in line
 
 
+def test_a_design_that_detects_no_margin_says_so_in_words_not_inf(tmp_path):
+    """(issue 49, item 6) One seed at model scope plans an infinite detectable margin: the power lines, from the
+    assumed and from an observed discordance, say that no margin is detectable, never "margins of inf"."""
+    import json
+
+    from resomap.config import load
+    from resomap.sweep.power import power_lines
+    from resomap.sweep.sweep import summary_folder
+
+    cfg = load("configs", "quickstart", [f"experiment.output_dir={tmp_path}", "sweep.seeds=[42]"])
+    folder = summary_folder(cfg)
+    folder.mkdir(parents=True)
+    row = {"model": "m", "metric": "accuracy", "resolution_a": 64, "resolution_b": 128, "n_images": 180, "b01": 4}
+    summary = {"paired_tests": [row], "recommendations": [{"model": "m", "reference": 128}]}
+    (folder / "summary.json").write_text(json.dumps(summary))  # a discordance observed: the plan made again
+    lines = power_lines(cfg)
+    assert not any("inf" in line.split() for line in lines), lines
+    why = "one seed says nothing of seed-to-seed variation"
+    power = next(ln for ln in lines if ln.startswith("power:"))
+    assert (
+        "decided at model scope (training seeds as replicates): no margin is detectable with this design at " in power
+    )
+    assert f"power 0.8 (one-sided, alpha 0.05): {why}; at the configured margin 0.02 the power is" in power
+    observed = next(ln for ln in lines if ln.startswith("power from this sweep's finished trials"))
+    assert f"observed, so no margin is detectable with this design at power 0.8: {why}; at the margin" in observed
+
+
 def test_a_one_sided_bound_beyond_the_score_range_is_cut_there_and_said():
     """Few images that move far apart give a t bound beyond [-1, 1] (a difference of [0, 1] scores cannot): it is
     cut to the range and the reason says so; the verdict is the same as uncut."""

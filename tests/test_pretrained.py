@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from skimage import data as skdata
 
-from conftest import REPO, run_cli, tiny_sweep_config, trial_checkpoints, trial_summary
+from conftest import REPO, bad_checkpoints, run_cli, tiny_sweep_config, trial_checkpoints, trial_summary
 from resomap.config import load
 from resomap.config.schema import FinetuneConfig, ModelsConfig
 from resomap.errors import ConfigError, ModelError
@@ -136,6 +139,45 @@ def test_bad_input_is_one_line_at_load(capsys, tmp_path, overrides, needle):
     assert code == 2, (out, err)
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not any(tmp_path.iterdir())  # nothing created
+
+
+BAD = ["system-zip", "system-p2", "system-p4", "eval-zip", "eval-p2", "eval-p4", "half", "plain-p4"]
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_a_local_weights_file_that_is_cut_short_or_carries_code_is_refused_at_load(capsys, tmp_path, kind):
+    """models.pretrained naming a bad file: `sweep --dry-run` and `train` end at load in one line naming the file
+    and the cause, exit 2, no warning, nothing created, no code run."""
+    path, words = bad_checkpoints(tmp_path / "files")[kind]
+    out = tmp_path / "out"
+    config = ["--config-dir", str(REPO / "configs"), "--preset", "smoke", f"experiment.output_dir={out}"]
+    config += [f"models.pretrained.tiny_cnn={path}"]
+    commands = (["sweep", "--dry-run"], ["train", "--model", "tiny_cnn", "--resolution", "32"])
+    for argv in commands:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            code, _, err = run_cli([*argv, *config, "sweep.models=[tiny_cnn]"], capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+        assert f"pretrained weights {path}: " in err and words in err, (argv, err)
+        assert not caught, (argv, [str(w.message) for w in caught])
+    assert not out.exists() and not (tmp_path / "files" / "pwned").exists()
+
+
+def test_a_local_weights_file_is_refused_before_torch_in_one_line_of_stderr(tmp_path):
+    """`resomap train` in a fresh interpreter, default verbosity: the refusal is stderr's one line, before torch."""
+    files = bad_checkpoints(tmp_path / "files")
+    code = (
+        "import sys; from resomap.cli import main; rc = main(sys.argv[1:]); print('torch' in sys.modules); sys.exit(rc)"
+    )
+    for kind in ("eval-p4", "half"):
+        argv = ["train", "--model", "tiny_cnn", "--resolution", "32", "--config-dir", str(REPO / "configs")]
+        argv += ["--preset", "smoke", f"experiment.output_dir={tmp_path / 'out'}"]
+        argv += [f"models.pretrained.tiny_cnn={files[kind][0]}"]
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+        err = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and done.stdout.strip() == "False", (kind, done.stdout, done.stderr)
+        assert len(err) == 1 and files[kind][1] in err[0], (kind, err)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_missing_weights_package_names_what_to_install(monkeypatch, capsys, tmp_path):

@@ -137,6 +137,44 @@ def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path: Pa
             assert got["cross_resolution"][res] == pytest.approx(metrics, abs=1e-6), (model, res)
 
 
+def test_a_trial_killed_then_resumed_beside_busy_processes_keeps_its_threads_and_its_results(
+    tmp_path: Path, procs, monkeypatch
+):
+    """system.threads 0 (measured): the trial is killed once its count is measured, then run again while two
+    CPU-bound processes keep the cores busy (a new measurement would pick for that load); it keeps the count its
+    first attempt stored and ends with the numbers of an uninterrupted run at that count. (Two separate
+    measurements may pick different counts on their own: the reference is pinned to the one the trial chose.)"""
+    from conftest import trial_checkpoints
+
+    args = [a for a in ARGS if not a.startswith(("system.threads", "sweep.models", "sweep.resolutions"))]
+    args += ["system.threads=0", "sweep.models=[simple_cnn]", "sweep.resolutions=[24]"]
+    cmd = [sys.executable, "-m", "resomap.cli", "sweep", *args]
+    root = _project(tmp_path / "killed")
+    store = trial_checkpoints(root, "simple_cnn", 24) / "threads.json"
+    proc = start_logged(procs, cmd, root, "sweep.log")
+    wait_for("the trial's thread count is stored", store.exists, proc, timeout=240)
+    _kill(proc)
+    assert not (trial_summary(root, "simple_cnn", 24) / "result.json").exists()
+    chosen = json.loads(store.read_text())["record"]["chosen"]
+    busy = [start_logged(procs, [sys.executable, "-c", "while True: pass"], root, "busy.log") for _ in range(2)]
+    proc = start_logged(procs, cmd, root, "sweep.log")
+    assert proc.wait(timeout=600) == 0, (root / "sweep.log").read_text()[-3000:]
+    for p in busy:
+        _kill(p)
+    got = _result(root, "simple_cnn", 24)
+    assert got["environment"]["threads"] == str(chosen)
+
+    ref = _project(tmp_path / "reference")
+    monkeypatch.chdir(ref)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["-q", "sweep", *args, f"system.threads={chosen}"]) == 0
+    want = _result(ref, "simple_cnn", 24)
+    assert got["test"] == pytest.approx(want["test"], abs=1e-6)
+    assert got["best_val"] == pytest.approx(want["best_val"], abs=1e-6)
+    for res, metrics in want["cross_resolution"].items():
+        assert got["cross_resolution"][res] == pytest.approx(metrics, abs=1e-6), res
+
+
 def _start_server(procs: list, root: Path, port: int) -> subprocess.Popen:
     cmd = [str(MLFLOW), "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}"]
     cmd += ["--artifacts-destination", str(root / "server-artifacts"), "--host", "127.0.0.1", "--port", str(port)]

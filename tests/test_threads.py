@@ -174,6 +174,67 @@ def test_the_chosen_count_stays_set_after_fit_and_a_resume_keeps_it(tmp_path: Pa
     assert torch.get_num_threads() == 1
 
 
+def test_a_trial_measures_once_and_every_later_attempt_keeps_its_count(tmp_path: Path, monkeypatch):
+    """The stored record (threads.STORE) is written when the count is measured and read by a fit that has no
+    checkpoint to resume (a kill before the first one): the count does not follow the load of the later attempt."""
+    store = (tmp_path / threads.STORE, "key-a")
+    monkeypatch.setattr(threads, "choose_threads", fixed_choice(1))
+    first = Trainer(cfg_of(0), CPU)
+    first.threads_store = store
+    first.fit(tiny(), toy_data())
+    saved = json.loads(store[0].read_text())
+    assert saved["key"] == "key-a" and saved["record"]["chosen"] == 1 == first.meta["threads"]["chosen"]
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(threads, "choose_threads", never)
+    torch.set_num_threads(2)
+    again = Trainer(cfg_of(0), CPU)
+    again.threads_store = store
+    again.fit(tiny(), toy_data())
+    record = again.meta["threads"]
+    assert record["chosen"] == 1 and record["reason"] == "kept from the trial's first measurement (fake)"
+    assert torch.get_num_threads() == 1
+    assert json.loads(store[0].read_text()) == saved  # a kept record is not written again
+
+    # another trial's record, a cut-short file or a config count: not used
+    for key, text, count in [("key-b", None, 0), ("key-a", store[0].read_text()[:20], 0), ("key-a", None, 2)]:
+        if text is not None:
+            store[0].write_text(text)
+        monkeypatch.setattr(threads, "choose_threads", fixed_choice(2))
+        trainer = Trainer(cfg_of(count), CPU)
+        trainer.threads_store = (store[0], key)
+        trainer.fit(tiny(), toy_data())
+        assert trainer.meta["threads"]["chosen"] == 2, (key, text, count)
+        assert "kept" not in trainer.meta["threads"]["reason"]
+
+
+def test_a_rerun_of_a_trial_after_its_checkpoints_are_gone_keeps_the_measured_count(project: Path, capsys):
+    """Through the sweep: the trial's first attempt stores its count beside the checkpoints; a rerun (the
+    checkpoints and result removed, as after a kill before the first checkpoint) keeps it."""
+    from conftest import trial_checkpoints
+
+    args = ["sweep", "--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false"]
+    args += ["data.synthetic.num_images=48", "sweep.resolutions=[16]", "mlflow.enabled=false"]
+    assert run_cli(args, capsys)[0] == 0
+    folder, summary = trial_checkpoints(project, "tiny_cnn", 16), trial_summary(project, "tiny_cnn", 16)
+    stored = json.loads((folder / threads.STORE).read_text())
+    first = json.loads((summary / "result.json").read_text())
+    if len(threads.thread_candidates()) < 2:
+        pytest.skip("one usable core: nothing is measured")
+    assert str(stored["record"]["chosen"]) == first["environment"]["threads"]
+    other = 1 if stored["record"]["chosen"] != 1 else max(threads.thread_candidates())
+    stored["record"]["chosen"] = other  # what a first attempt under other load would have stored
+    (folder / threads.STORE).write_text(json.dumps(stored))
+    for path in folder.glob("*.pt"):
+        path.unlink()
+    (summary / "result.json").unlink()
+    assert run_cli(args, capsys)[0] == 0
+    again = json.loads((summary / "result.json").read_text())
+    assert again["environment"]["threads"] == str(other)
+
+
 def test_the_choice_is_in_result_json_and_the_mlflow_run(project: Path, capsys):
     from mlflow import MlflowClient
 

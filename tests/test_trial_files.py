@@ -5,7 +5,8 @@ hand) is done again on the next run of the sweep, with one warning line naming t
 summary is the uninterrupted run's, on the whole test set. A write that meets a full disk (ENOSPC) ends the trial
 with one line naming the file and no traceback, leaves no half-written file, and a plain rerun retries the trial;
 on the summary it ends the sweep in one line and leaves the old summary. MLflow stops at the first full-disk error.
-Every file checked here is one the real command wrote."""
+A file of the sweep's summary folder cut short is rebuilt on the next run, and what interrupted saves left is removed
+(issue 49). Every file checked here is one the real command wrote."""
 
 from __future__ import annotations
 
@@ -260,3 +261,129 @@ def test_mlflow_stops_at_the_first_full_disk_error_with_one_warning(project: Pat
     assert len(tracker.failures) == 2
     tracker._offline_until = 0.0
     assert tracker._call("ok", lambda: 7) == 7 and tracker.disk_full is None
+
+
+# ---------------------------------------------------------------- the sweep's summary folder
+
+SUMMARY_CASES = {  # a file of the summary folder cut in half: what the sweep's warning says of it
+    "explanations/sensitive_maps.npz": "truncated",
+    "summary.json": "not whole JSON",
+    "report.html": "no closing </html>",
+}
+
+
+def _one_image_outside_the_probe_set_lost(monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
+    """The summary lists one test image outside tiny_cnn's probe set as lost, so that it explains it from the
+    checkpoint into explanations/sensitive_maps.npz (which images are lost is tested in test_report_html)."""
+    import resomap.reports.summary as summary_module
+    from resomap.explain.methods.probe import load_meta
+
+    counted = summary_module.sensitivity
+
+    def with_one_lost(records, recommendations, cfg):
+        found = counted(records, recommendations, cfg)
+        probe = {int(i) for i in load_meta(project / TRIAL / "explanations.npz")["index"]}
+        with (project / TRIAL / "predictions.csv").open() as fh:
+            index = next(int(r["index"]) for r in csv.DictReader(fh) if int(r["index"]) not in probe)
+        found.images[:] = [{"model": "tiny_cnn", "resolution": 16, "reference": 16, "index": index, "status": "lost"}]
+        return found
+
+    monkeypatch.setattr(summary_module, "sensitivity", with_one_lost)
+
+
+def _summary_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and "rebuilds the summary" in r.getMessage()
+    ]
+
+
+def test_a_damaged_summary_file_is_rebuilt_with_one_warning_and_report_names_it(
+    project: Path, capsys, caplog, monkeypatch
+):
+    """(issue 49, item 4) A file of the summary folder cut in half: the next run of the sweep rebuilds the summary,
+    without training, in one warning line naming the file; before that, `resomap report` says which file and the
+    command that rebuilds it, in one line, exit 2. Every file the rebuilt summary wrote passes the check: a second
+    run has nothing to do. A temp file or folder an interrupted save left in the sweep's folders goes with the next
+    run (item 6), another experiment's stays."""
+    from resomap.filecheck import check_file
+    from resomap.summary_check import read_state
+
+    args = [*ARGS, *MAPS]
+    monkeypatch.setattr(sys, "argv", ["resomap", *args])  # the command state.json records
+    _one_image_outside_the_probe_set_lost(monkeypatch, project)
+    code, out, _ = run_cli(args, capsys)
+    assert code == 0, out
+    command = read_state(project / SUMMARY)["command"]
+    assert command.startswith("resomap sweep --preset smoke ") and "explainability.probe_size=2" in command
+    for name, what in SUMMARY_CASES.items():
+        path = project / SUMMARY / name
+        assert check_file(path) is None, name
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        if name != "report.html":  # `resomap report` writes that one again itself
+            code, out, err = run_cli(["report"], capsys)
+            lines = err.strip().splitlines()
+            assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+            assert lines[0].startswith(f"resomap: error: {SUMMARY / name}: ") and f"`{command}`" in lines[0], err
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="resomap"):
+            code, out, _ = run_cli(args, capsys)
+        assert code == 0 and "[sweep] 1 done, 0 failed, 0 remaining" in out and "nothing to do" not in out, out
+        (line,) = _summary_warnings(caplog)
+        assert line.startswith(f"{SUMMARY / name}: ") and what in line, line
+        assert check_file(path) is None, name  # rebuilt whole
+
+    leftovers = [  # as write_atomic and save_atomic name their temp files and folders
+        project / TRIAL / ".confusion_matrix.png.1a2b3c4d.tmp" / "confusion_matrix.png",
+        project / SUMMARY / ".summary.json.0badc0de.tmp",
+        project / CHECKPOINTS / ".last.pt.5e6f7a8b.tmp",
+        project / SUMMARY.parent / "..resomap-smoke.lock.owner.9c8d7e6f.tmp",  # its lock record's
+    ]
+    kept = [  # not a temp file of a save; another experiment's (which may be saving it now)
+        project / TRIAL / ".notes.tmp",
+        project / "model_summaries" / "other" / ".result.json.1a2b3c4d.tmp",
+        project / SUMMARY.parent / "..other.lock.owner.9c8d7e6f.tmp",
+    ]
+    for path in [*leftovers, *kept]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="resomap"):
+        code, out, _ = run_cli(args, capsys)
+    assert code == 0 and "nothing to do" in out, out  # whole: not rebuilt a second time
+    assert _summary_warnings(caplog) == []
+    first = TRIAL / ".confusion_matrix.png.1a2b3c4d.tmp"
+    assert f"[sweep] removed what interrupted saves left: {first} and 3 more" in out, out
+    assert not any(p.exists() for p in [*leftovers, leftovers[0].parent]) and all(p.exists() for p in kept)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="shutil copies through sendfile on Linux")
+def test_a_full_disk_met_by_a_copy_is_named_by_the_file_it_was_writing(project: Path, caplog, monkeypatch):
+    """(issue 49, item 6) MLflow logs an artifact by copying it (shutil: sendfile), whose ENOSPC names the source
+    first, a temp file on a disk with room, and the destination second: the warning names the destination."""
+    import shutil
+
+    from resomap.atomic import disk_full
+    from resomap.config import load
+    from resomap.tracking import Tracker
+
+    source, store = project / "tmp" / "figure.png", project / "mlartifacts" / "figure.png"
+    source.parent.mkdir()
+    store.parent.mkdir()
+    source.write_bytes(b"png" * 1000)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("os.sendfile", full)
+    with pytest.raises(OSError) as caught:
+        shutil.copyfile(source, store)
+    assert (caught.value.filename, caught.value.filename2) == (str(source), str(store))  # as shutil says it
+    assert disk_full(caught.value).filename == str(store)
+
+    tracker = Tracker(load(str(project / "configs"), "smoke", []), retries=1, backoff_s=0.01)
+    with caplog.at_level(logging.WARNING, logger="resomap.tracking"):
+        assert tracker._soft("log artifact", lambda: shutil.copyfile(source, store)) is None
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert f"disk full writing {store}: no space left on device" in line and str(source) not in line, line

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -158,16 +159,121 @@ def test_ui_on_every_interface_warns_once_and_prints_an_address_other_machines_c
     port = free_port()
     with _running_ui(project, port, args=("ui", "--host", "0.0.0.0")) as (_, server, before, line):
         warned = [x for x in before if "WARNING" in x]
-        assert len(warned) == 1 and len(before) == 1, before
+        assert len(warned) == 1 and len(before) == 2, before  # one warning, its second line the allowed hosts
         assert f"0.0.0.0:{port}" in warned[0] and "no authentication" in warned[0], warned
         assert "bind 127.0.0.1 or put it behind an authenticating proxy" in warned[0]
         address = line.split()[2]
         parts = urllib.parse.urlsplit(address)
         assert parts.scheme == "http" and parts.hostname not in ("0.0.0.0", None) and parts.port == port, line
+        assert before[1].startswith(f"  it answers requests addressed to {parts.hostname}, "), before
+        assert "any other host name is refused" in before[1]
         with urllib.request.urlopen(address + "/health", timeout=10) as resp:  # the printed address answers
             assert resp.status == 200
+        # the MLflow UI's API answers a request addressed to the printed address (sent over loopback) and refuses
+        # one addressed to another name
+        assert _api_status(port, parts.netloc) == 200
+        assert _api_status(port, f"evil.example:{port}") == 403
     _, alive = psutil.wait_procs(server, timeout=30)  # killed on leaving (a clean stop: the slow tests below)
     assert not alive, [p.cmdline() for p in alive]
+
+
+def _api_status(port: int, host_header: str) -> int:
+    """The status of an MLflow REST call sent to 127.0.0.1:`port` with `host_header` as its Host header (as a
+    client that was given that address would send it), whatever its answer."""
+    query = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1"
+    request = urllib.request.Request(query, headers={"Host": host_header})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_allowed_hosts_name_this_machine_beyond_loopback_only(project: Path, monkeypatch: pytest.MonkeyPatch):
+    """On 127.0.0.1 MLflow's default Host check is left as it is; beyond loopback (`resomap server` and `resomap
+    ui` alike) the address `resomap server` prints is allowed with and without the port, with the names of
+    --allowed-hosts, MLflow's own default (loopback, private addresses) and MLFLOW_SERVER_ALLOWED_HOSTS as written;
+    never "*"."""
+    from resomap.config import load
+    from resomap.tracking.ui import reachable_host, ui_command
+
+    monkeypatch.delenv("MLFLOW_SERVER_ALLOWED_HOSTS", raising=False)
+    cfg, port = load("configs", "smoke", []), free_port()
+    assert "--allowed-hosts" not in ui_command(cfg, "127.0.0.1", port, serve=True)
+    printed = reachable_host("0.0.0.0")
+    for serve in (True, False):
+        (project / "mlflow.db").touch()  # `resomap ui` needs a store
+        cmd = ui_command(cfg, "0.0.0.0", port, serve=serve, allowed=["mlflow.lab.example", "proxy.example:8443"])
+        hosts = cmd[cmd.index("--allowed-hosts") + 1].split(",")
+        for name in (printed, "mlflow.lab.example"):
+            assert name in hosts and f"{name}:{port}" in hosts, hosts
+        assert "proxy.example:8443" in hosts and "proxy.example" not in hosts  # a port given is kept as given
+        assert {"localhost:*", "127.0.0.1:*", "10.*", "192.168.*"} <= set(hosts)  # MLflow's default still holds
+        assert "*" not in hosts
+    monkeypatch.setenv("MLFLOW_SERVER_ALLOWED_HOSTS", "mine.example, fd00::7")
+    assert "--allowed-hosts" not in ui_command(cfg, "127.0.0.1", port)  # the variable alone: MLflow reads it
+    cmd = ui_command(cfg, "127.0.0.1", port, allowed=["proxy.example"])  # a local proxy in front of loopback
+    hosts = cmd[cmd.index("--allowed-hosts") + 1].split(",")
+    assert {"proxy.example", f"proxy.example:{port}", "mine.example", "fd00::7", "127.0.0.1:*"} <= set(hosts)
+
+
+@pytest.mark.parametrize("command", ["server", "ui"])
+@pytest.mark.parametrize("value", ["", "a.example,,b.example", "*", "http://mlflow.example", "mlflow.example:99999"])
+def test_a_malformed_allowed_host_is_a_one_line_error(project: Path, capsys, command: str, value: str):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--host", "0.0.0.0", "--allowed-hosts", value, "--port", str(free_port())])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"resomap {command}: error: argument --allowed-hosts: "), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow  # 25-50 s here: a server on a new store, and the MLflow client imported
+def test_server_on_every_interface_answers_the_address_it_prints(project: Path):
+    """`resomap server --host 0.0.0.0` prints mlflow.tracking_uri=http://<this machine>:PORT, and MLflow 3 refuses
+    a request whose Host header it does not allow (403). Traffic goes to 127.0.0.1 only, addressed (Host header) as
+    a client given the printed URI addresses it: the MLflow client logs a run, a metric and an artifact and reads
+    them back; a request addressed to the --allowed-hosts name is answered too, one to any other name is refused."""
+    import mlflow.tracking.request_header.registry as headers
+    from mlflow import MlflowClient
+    from mlflow.tracking.request_header.abstract_request_header_provider import RequestHeaderProvider
+
+    port = free_port()
+    args = ("server", "--host", "0.0.0.0", "--allowed-hosts", "mlflow.lab.example")
+    with _running_ui(project, port, args=args) as (proc, _, before, _):
+        uri = proc.stdout.readline().strip().rpartition("mlflow.tracking_uri=")[2]
+        printed = urllib.parse.urlsplit(uri)
+        assert printed.scheme == "http" and printed.port == port and printed.hostname != "0.0.0.0", uri
+        assert "mlflow.lab.example" in before[1] and "refused" in before[1], before
+
+        class AsPrinted(RequestHeaderProvider):  # every MLflow request addressed as to the printed URI
+            def in_context(self) -> bool:
+                return True
+
+            def request_headers(self) -> dict[str, str]:
+                return {"Host": printed.netloc}
+
+        headers._request_header_provider_registry.register(AsPrinted)
+        try:
+            client = MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
+            exp = client.create_experiment("hosts")
+            run = client.create_run(exp).info.run_id
+            client.log_metric(run, "val_acc", 0.5, step=1)
+            (project / "note.txt").write_text("logged")
+            client.log_artifact(run, str(project / "note.txt"))  # through the server (--serve-artifacts)
+            client.set_terminated(run)
+            got = client.get_run(run)
+            assert got.data.metrics == {"val_acc": 0.5} and got.info.status == "FINISHED"
+            assert [a.path for a in client.list_artifacts(run)] == ["note.txt"]
+            assert (project / "mlartifacts").is_dir()
+        finally:
+            found = headers._request_header_provider_registry._registry
+            found[:] = [p for p in found if not isinstance(p, AsPrinted)]
+        assert _api_status(port, f"mlflow.lab.example:{port}") == 200
+        assert _api_status(port, "mlflow.lab.example") == 200  # as a proxy on the scheme's port sends it
+        assert _api_status(port, f"{socket.gethostname()}:{port}") == 200
+        for foreign in (f"evil.example:{port}", "evil.example", f"mlflow.lab.example.evil.example:{port}"):
+            assert _api_status(port, foreign) == 403, foreign
 
 
 @pytest.mark.parametrize("host", ["999.1.1.1", "203.0.113.254", "no-such-host.invalid"])

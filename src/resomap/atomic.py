@@ -15,10 +15,11 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import secrets
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,8 +49,8 @@ class DiskFullError(OSError):
 
 def disk_full(exc: BaseException | None, path: str | os.PathLike | None = None) -> DiskFullError | None:
     """The full disk behind `exc` as a DiskFullError (itself when it is one), or None: an OSError with errno ENOSPC
-    or EDQUOT, or a library's words for it, anywhere in its chain (__cause__, __context__). It names the failing
-    file when the chain does, else `path`."""
+    or EDQUOT, or a library's words for it, anywhere in its chain (__cause__, __context__). It names the file being
+    written when the chain does (a copy's destination, not its source), else `path`."""
     seen: set[int] = set()
     found, filename = False, None
     while exc is not None and id(exc) not in seen:
@@ -57,7 +58,9 @@ def disk_full(exc: BaseException | None, path: str | os.PathLike | None = None) 
         if isinstance(exc, DiskFullError):
             return exc
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
-            found, filename = True, filename or exc.filename
+            # a copy names its source first and what it was writing second (shutil's sendfile copy, as MLflow's
+            # artifact upload uses): the source is on another disk, maybe one with room
+            found, filename = True, filename or exc.filename2 or exc.filename
         elif any(words in str(exc).lower() for words in _FULL_WORDS):
             found = True
         exc = exc.__cause__ or exc.__context__
@@ -187,6 +190,30 @@ def _create_temp_dir(path: Path) -> Path:
             return folder
         except FileExistsError:
             continue
+
+
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{8}\.tmp")  # what _create_temp and _create_temp_dir make
+
+
+def remove_leftovers(folder: str | os.PathLike, of: Collection[str] | None = None) -> list[Path]:
+    """Remove the temp files and folders of saves a kill interrupted (`.<name>.<8 hex digits>.tmp`, as made here)
+    under `folder`, or with `of` only those in `folder` itself of the files named there; nothing else, and no link
+    is followed. Only where no other process saves (under the lock of what writes there). Returns what went."""
+    folder, removed = Path(folder), []
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            found = _TEMP_NAME.fullmatch(name)
+            if found is None or (of is not None and found["name"] not in of):
+                continue
+            path = Path(root) / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            removed.append(path)
+        dirs[:] = [] if of is not None else [d for d in dirs if not _TEMP_NAME.fullmatch(d)]
+    return removed
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:

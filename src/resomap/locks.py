@@ -42,11 +42,12 @@ def hold(
         try:
             lock.acquire(timeout=0)
         except Timeout:
+            held_by = _holder_words(path)
             if wait is False:
-                busy = f"{what} is already running: {describe_owner(path)}" + (f"; {hint}" if hint else "")
+                busy = f"{what} is already running: {held_by}" + (f"; {hint}" if hint else "")
                 raise BusyError(busy) from None
             if on_wait is not None:
-                on_wait(f"waiting for {what}: {describe_owner(path)}")
+                on_wait(f"waiting for {what}: {held_by}")
             try:
                 lock.acquire(timeout=-1 if wait is True else float(wait))
             except Timeout:
@@ -78,6 +79,37 @@ def describe_owner(path: str | os.PathLike) -> str:
         return f"held by another process (lock {path})"
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(found.get("started", 0)))
     return f"pid {found.get('pid')} on {found.get('host')} since {since} (lock {path})"
+
+
+_RECORD_WAIT_S = 2.0  # how long a caller finding the lock taken waits for its holder's record
+
+
+def _holder_words(path: Path) -> str:
+    """describe_owner, once the holder has recorded itself: it does so just after taking the lock, so a caller that
+    finds the lock taken in that moment (two runs started together) waits up to _RECORD_WAIT_S for the record; a
+    record of a process no longer running on this host (a holder killed before) is not the holder's."""
+    deadline = time.monotonic() + _RECORD_WAIT_S
+    while True:
+        found = owner(path)
+        if found and _running(found):
+            return describe_owner(path)
+        if time.monotonic() >= deadline:
+            return f"held by another process (lock {path})"
+        time.sleep(0.05)
+
+
+def _running(record: dict[str, Any]) -> bool:
+    """False when `record` names a process of this host that is gone; True otherwise (another host's cannot be
+    asked)."""
+    if record.get("host") != socket.gethostname() or os.name != "posix":  # Windows: os.kill(pid, 0) would end it
+        return True
+    try:
+        os.kill(int(record.get("pid")), 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, TypeError, ValueError):  # another user's process (EPERM), or no pid recorded
+        return True
+    return True
 
 
 def _owner_file(path: Path) -> Path:

@@ -12,6 +12,7 @@ from typing import Any
 from resomap.analysis.checkpoints import CONFIG_FILE, CheckpointSource, TrainedModel, find_checkpoints, peek_meta
 from resomap.analysis.explain_one import check_methods, explain_config, load_bundle
 from resomap.analysis.report import analysis_folders, write_report
+from resomap.checkpoint_files import none_analysed
 from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
 from resomap.layout import trial_part
@@ -60,6 +61,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     training (test, test at every resolution, profile, explain), then the same summary and comparison."""
     methods = check_methods(req.methods) if req.methods else None
     paths = find_checkpoints(req.checkpoint_dir)
+    log.info("found %d trained checkpoint(s) under %s", len(paths), req.checkpoint_dir)
     _one_experiment(paths, req.checkpoint_dir)
     resolutions = _resolutions_by_model(paths)
     results: list[TrialResult] = []
@@ -77,9 +79,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
         extra[result.name] = {"checkpoint": str(trained.path), "epoch": trained.meta.get("epoch")}
         first = first or cfg  # the first trial's explainability and stats settings
     if not results:
-        first, more = next(iter(failed.values())), len(failed) - 1
-        also = f" (and {more} more, each named in the log)" if more else ""
-        raise CheckpointError(f"{req.checkpoint_dir}: no checkpoint could be analysed: {first}{also}")
+        raise CheckpointError(none_analysed(req.checkpoint_dir, list(failed.values())))
     out = req.output_dir
     models = [r.to_dict() | extra[r.name] for r in results]
     ec, stats = first.explainability, first.stats

@@ -30,6 +30,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     preflight.check_names("explainer", args.method)  # before torch loads
     preflight.check_file(args.checkpoint, "checkpoint")
+    from resomap import checkpoint_files
+
+    checkpoint_files.check(args.checkpoint)  # a truncated or unsafe file: refused before torch and the explainers
     from resomap.analysis import ExplainRequest, explain_checkpoint, quality_table
 
     req = ExplainRequest(
@@ -58,6 +61,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     preflight.check_names("explainer", args.methods or ())  # before torch loads
     preflight.check_file(args.checkpoint_dir, "folder")
+    _check_checkpoints(args.checkpoint_dir)
     from resomap.analysis import AnalyzeRequest, analyze_checkpoints
 
     req = AnalyzeRequest(
@@ -75,11 +79,30 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _check_checkpoints(root: str) -> None:
+    """The checkpoints `analyze` would load, read before torch and the explainers are imported: when none of them
+    may be loaded (truncated, pickled code, not a checkpoint), the command ends here, in one line. With one that may,
+    the others are refused one by one as the analysis reaches them (resomap.analysis.analyze)."""
+    import logging
+
+    from resomap import checkpoint_files
+    from resomap.errors import CheckpointError
+
+    paths = checkpoint_files.find_checkpoints(root)
+    reasons = [checkpoint_files.refusal(path) for path in paths]
+    if all(reasons):
+        for reason in reasons[1:]:  # the first is the error's line
+            logging.getLogger("resomap.analysis").warning("skipped %s", reason)
+        raise CheckpointError(checkpoint_files.none_analysed(root, [r for r in reasons if r]))
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from resomap.errors import DataError
     from resomap.reports.html import ReportNotWritable, find_sweep, write_report
+    from resomap.summary_check import check_summary
 
     folder = find_sweep(args.sweep, args.summaries)
+    check_summary(folder)  # a file cut short: named with the command that rebuilds it, not a traceback
     try:
         out = write_report(folder, Path(args.out) if args.out else None)
     except ReportNotWritable as exc:  # a sweep folder one may read but not write (a shared, read-only copy)

@@ -52,12 +52,14 @@ def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None, i
 
     Checked first without torch (resomap.cli.preflight: names from resomap.catalog); with `inputs` (the setting
     that gave the resolutions, for train and sweep) also whether one batch of input images fits in memory at
-    every resolution. Then the full check with the live registries."""
+    every resolution, and whether the models' pretrained weight files may be loaded at all. Then the full check
+    with the live registries."""
     from resomap.cli import preflight
 
     early = preflight.config(args, extra)
     if inputs is not None and early is not None:
         preflight.train_inputs_fit(early, inputs)
+        check_pretrained(early)
     from resomap.config import load
     from resomap.sweep.builtins import register_builtins
 
@@ -65,4 +67,17 @@ def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None, i
     cfg = load(args.config_dir, args.preset, args.overrides, extra)
     if inputs is not None and early is None:
         preflight.train_inputs_fit(cfg, inputs)
+        check_pretrained(cfg)
     return cfg
+
+
+def check_pretrained(cfg: Any) -> None:
+    """The models.pretrained files of the models the command trains, read as checkpoints before torch loads them
+    (resomap.checkpoint_files: truncated, pickled code or no checkpoint at all end the command in one line);
+    .safetensors files hold no code and are read by safetensors."""
+    from resomap import checkpoint_files
+
+    used = {str(m).lower() for m in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]}
+    for model, path in cfg.models.pretrained.items():
+        if str(model).lower() in used and not str(path).endswith(".safetensors"):
+            checkpoint_files.check(path, "pretrained weights")

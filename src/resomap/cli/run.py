@@ -129,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = placed(cfg)  # sweep.ray.storage: where the sweep's files are
     skipped = check_grid(cfg)  # pairs below their model's smallest input side: refused here, or left out
     if args.dry_run:
-        return _dry_run(cfg, why, skipped)
+        return _dry_run(cfg, why, skipped, args.rerun_failed)
     if not args.verbose:  # one line per trial (run_sweep's report); each trial's detail with -v
         logging.getLogger("resomap").setLevel(logging.WARNING)
 
@@ -143,7 +143,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     report = _said_first(preamble)  # after the sweep's checks and lock: a refusal is the only line
     if cfg.sweep.adaptive.enabled:  # rounds of run_sweep until every model is decided (sweep.adaptive)
         from resomap.sweep.adaptive import run_adaptive
+        from resomap.sweep.plan import check_data
 
+        todo = _todo(cfg, args.rerun_failed)
+        if todo:  # its first round's line comes before run_sweep's checks: bad data is refused before it
+            check_data(todo)
         outcome = run_adaptive(cfg, rerun_failed=args.rerun_failed or None, report=report, wait=args.wait).outcome
     else:
         outcome = run_sweep(cfg, rerun_failed=args.rerun_failed or None, report=report, wait=args.wait)
@@ -164,15 +168,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if outcome.failed else 0
 
 
-def _dry_run(cfg: Any, why: str, skipped: list[tuple[str, int, int]]) -> int:
+def _dry_run(cfg: Any, why: str, skipped: list[tuple[str, int, int]], rerun_failed: bool) -> int:
     """`resomap sweep --dry-run`: each planned trial with its key and state, the pairs left out, the counts, the
-    power plan (and the adaptive plan); nothing is run."""
+    power plan (and the adaptive plan); nothing is run or written. Data the sweep would refuse is refused here
+    the same way (exit 2)."""
     from resomap.sweep import describe_plan, plan
-    from resomap.sweep.plan import STATES
+    from resomap.sweep.plan import STATES, check_data
     from resomap.sweep.power import power_lines
 
     trials = plan(cfg)
     states = describe_plan(trials)
+    todo = _todo(cfg, rerun_failed, states)
+    if todo:
+        check_data(todo, record=False)
     print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
     print(f"precision: {cfg.system.precision} ({why})")
     for trial, state in states:
@@ -192,6 +200,15 @@ def _dry_run(cfg: Any, why: str, skipped: list[tuple[str, int, int]]) -> int:
 
         print("\n".join(plan_lines(cfg)))
     return 0
+
+
+def _todo(cfg: Any, rerun_failed: bool, states: list | None = None) -> list[Any]:
+    """The trials of the grid a run of the sweep would train (pending, interrupted, failed ones with a rerun)."""
+    from resomap.sweep import describe_plan, plan
+
+    rerun = rerun_failed or cfg.sweep.rerun_failed
+    states = describe_plan(plan(cfg, check=False)) if states is None else states
+    return [t for t, s in states if s in ("pending", "partial") or (s == "failed" and rerun)]
 
 
 def _said_first(lines: Callable[[], list[str]]) -> Callable[[str], None]:

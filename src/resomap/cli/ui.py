@@ -4,6 +4,8 @@ server that sweeps on several machines log to (it may start on an empty store an
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import re
 import signal
 from typing import Any
 
@@ -37,7 +39,8 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
     from resomap.tracking.ui import bound_address, experiment_links, reachable_host, start_ui, stop_ui, url
 
     try:
-        proc = start_ui(cfg, args.host, args.port, args.workers, serve=args.serve)  # stops it if interrupted
+        # stops it if interrupted
+        proc = start_ui(cfg, args.host, args.port, args.workers, args.serve, args.allowed_hosts)
     except KeyboardInterrupt:
         return 0
     try:
@@ -63,11 +66,51 @@ HOST_HELP = (
 )
 
 
+ALLOWED_HOSTS_HELP = (
+    "comma-separated host names or addresses (optionally :PORT, * as a wildcard) that requests may be addressed to"
+    " besides this machine's, e.g. a proxy's or a DNS name; any other Host header is refused (MLflow's DNS-rebinding"
+    " protection)"
+)
+
+# a host name (letters, digits, - _ . and * wildcards) or an IPv6 address in brackets, then an optional :PORT or :*
+_HOST_ENTRY = re.compile(
+    r"(?P<host>\[[0-9A-Fa-f:.*]+\]|[A-Za-z0-9_*](?:[A-Za-z0-9_.*-]*[A-Za-z0-9_*])?)(?::(?P<port>\d+|\*))?"
+)
+
+
+def allowed_host_list(text: str) -> list[str]:
+    """--allowed-hosts: its entries as Host headers carry them (an IPv6 address in brackets); an empty or malformed
+    entry, or "*" alone (every host: no protection), is refused in one line."""
+    hosts = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            raise argparse.ArgumentTypeError(f"an empty entry in {text!r}; give host names separated by commas")
+        if entry.strip("*:") == "":
+            raise argparse.ArgumentTypeError(
+                f"{entry!r} would allow every host and turn off MLflow's DNS-rebinding protection; name the hosts"
+            )
+        try:
+            if ipaddress.ip_address(entry).version == 6:  # a bare IPv6 address: bracket it, as a Host header does
+                entry = f"[{entry}]"
+        except ValueError:
+            pass
+        match = _HOST_ENTRY.fullmatch(entry)
+        if match is None or (match["port"] not in (None, "*") and not 0 < int(match["port"]) < 65536):
+            raise argparse.ArgumentTypeError(
+                f"{entry!r} is not a host name or address with an optional :PORT, e.g. mlflow.example.org or"
+                " 10.0.0.5:5000"
+            )
+        hosts.append(entry)
+    return hosts
+
+
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("ui", help="start the MLflow UI over the project's tracking store")
     p.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     p.add_argument("--port", type=port, default=5000, help="port (default 5000)")
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
+    p.add_argument("--allowed-hosts", type=allowed_host_list, default=[], metavar="HOSTS", help=ALLOWED_HOSTS_HELP)
     add_config_args(p)
     p.set_defaults(func=cmd_ui, serve=False)
     p = sub.add_parser(
@@ -78,5 +121,6 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     p.add_argument("--port", type=port, default=5000, help="port (default 5000)")
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
+    p.add_argument("--allowed-hosts", type=allowed_host_list, default=[], metavar="HOSTS", help=ALLOWED_HOSTS_HELP)
     add_config_args(p)
     p.set_defaults(func=cmd_ui, serve=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,9 +15,17 @@ import torch
 
 from resomap.config.schema import Config, SystemConfig
 from resomap.data.augment import BatchAugment
-from resomap.data.cache import CacheEntry, get_resized, has_dense_targets
+from resomap.data.cache import (
+    CacheEntry,
+    cache_key,
+    check_passed,
+    get_resized,
+    has_dense_targets,
+    read_all,
+    record_check,
+)
 from resomap.data.loader import BatchLoader, Normalizer
-from resomap.data.registry import RawDataset, open_dataset
+from resomap.data.registry import RawDataset, digest, open_dataset
 from resomap.data.split import SPLITS, limit_subset, predefined_positions, split_indices
 from resomap.errors import DataError
 
@@ -215,12 +224,12 @@ def _splitter(
     dc: Any,
     dseed: int,
     check: Callable[[dict[str, np.ndarray]], object] | None,
-) -> Callable[[CacheEntry], dict[str, np.ndarray]]:
-    """`split(entry)`: the positions of each split among the usable images of a cache entry (the dataset's own
-    split when it has one, else a stratified one), passed through the caller's `check` first."""
+) -> Callable[[np.ndarray, dict[int, str]], dict[str, np.ndarray]]:
+    """`split(bad, reasons)`: the positions of each split among the usable images (all but a cache entry's `bad`
+    ones; the dataset's own split when it has one, else a stratified one), passed through the caller's `check`."""
 
-    def split(entry: CacheEntry) -> dict[str, np.ndarray]:
-        ok = _usable(raw, subset, entry.bad, dc.max_bad_fraction, entry.reasons)
+    def split(bad: np.ndarray, reasons: dict[int, str]) -> dict[str, np.ndarray]:
+        ok = _usable(raw, subset, bad, dc.max_bad_fraction, reasons)
         rows = np.flatnonzero(ok)
         predefined = getattr(raw, "predefined_splits", None)
         if predefined is not None:  # the user's own train/val/test folders or split column
@@ -247,6 +256,58 @@ def declared_groups(raw: Any) -> dict[str, tuple[np.ndarray, list[str]]]:
     return {name: (np.asarray(codes, dtype=np.int64), list(names)) for name, (codes, names) in found.items()}
 
 
+def _subset(raw: RawDataset, dc: Any) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """The raw dataset's labels and class names, and its data.limit subset."""
+    labels, class_names = np.asarray(raw.labels, dtype=np.int64), list(raw.class_names)
+    if len(raw) == 0:
+        raise DataError(f"dataset '{dc.dataset}' has no images")
+    return labels, class_names, limit_subset(labels, dc.limit, class_names)
+
+
+def check(
+    cfg: Config,
+    seed: int,
+    check: Callable[[dict[str, np.ndarray]], object] | None = None,
+    *,
+    also: tuple = (),
+    record: bool = True,
+    files_only: bool = False,
+) -> None:
+    """build's checks of the data, without building it: the dataset opens, its images are read (unreadable ones
+    within data.max_bad_fraction), the split can be made and passes the caller's `check`; a DataError (or the
+    caller's error) otherwise. One read of every image, at its own size, kept nowhere (no resolution cache).
+
+    A pass is recorded beside the data's resolution cache (`record` and data.cache.disk), keyed like it on the
+    dataset's fingerprint (its files, their sizes and mtimes) plus the settings these checks read (the data
+    section, the labels, the data seed and `also`: what the caller's `check` reads): unchanged data is not read
+    again, a changed file is. `files_only`: only a dataset of the user's files (`user_files`) is read; generated
+    and packaged images are left to build."""
+    dc = cfg.data
+    dseed = data_seed(cfg, seed)
+    raw = open_dataset(dc, seed=dseed)  # a file dataset checks here that its files are listed (an empty class)
+    if files_only and not getattr(raw, "user_files", False):
+        return
+    labels, class_names, subset = _subset(raw, dc)
+    cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
+    predefined = getattr(raw, "predefined_splits", None)
+    settings = digest(
+        [
+            json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str),
+            labels[subset].tobytes(),
+            "" if predefined is None else "|".join(map(str, predefined[subset])),
+            dseed,
+            *also,
+        ]
+    )
+    key = cache_key(raw, subset)
+    if check_passed(cache_root, key, settings):
+        return
+    bad, reasons = read_all(raw, subset)
+    _splitter(raw, subset, labels, class_names, dc, dseed, check)(bad, reasons)
+    if record and dc.cache.disk:
+        record_check(cache_root, key, settings)
+
+
 def build(
     cfg: Config,
     resolution: int,
@@ -263,15 +324,16 @@ def build(
     dc, device = cfg.data, torch.device(device)
     dseed = data_seed(cfg, seed)
     raw = open_dataset(dc, seed=dseed)
-    labels, class_names = np.asarray(raw.labels, dtype=np.int64), list(raw.class_names)
-    if len(raw) == 0:
-        raise DataError(f"dataset '{dc.dataset}' has no images")
-    subset = limit_subset(labels, dc.limit, class_names)
+    labels, class_names, subset = _subset(raw, dc)
     cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
     split = _splitter(raw, subset, labels, class_names, dc, dseed, check)
     checked: list[dict[str, np.ndarray]] = []  # the split made while checking fresh images (not made twice)
-    entry = get_resized(raw, subset, resolution, dc.cache, cache_root, check=lambda e: checked.append(split(e)))
-    positions = checked[0] if checked else split(entry)
+
+    def keep(fresh: CacheEntry) -> None:
+        checked.append(split(fresh.bad, fresh.reasons))
+
+    entry = get_resized(raw, subset, resolution, dc.cache, cache_root, check=keep)
+    positions = checked[0] if checked else split(entry.bad, entry.reasons)
     split_labels = {s: labels[subset][p] for s, p in positions.items()}
     normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
     seg: dict[str, Any] = {}

@@ -2,7 +2,8 @@
 
 Level 1 is a per-process dict (LRU, up to data.cache.memory_budget_mb); level 2 is
 <output_dir>/<cache_dir>/<key>/<resolution>.npy (+ .masks.npy, + .json written last as the commit marker),
-written atomically and memory-mapped when an entry does not fit the memory budget.
+written atomically and memory-mapped when an entry does not fit the memory budget. The same folder holds
+checked-<settings>.json: the data passed its checks under those settings (data.bundle.check), not read again.
 """
 
 from __future__ import annotations
@@ -105,21 +106,62 @@ def _decode_all(raw: RawDataset, indices: np.ndarray, resolution: int):
     images = np.zeros((n, c, resolution, resolution), dtype=np.uint8)
     masks = np.zeros((n, resolution, resolution), dtype=bool) if raw.has_masks else None
     targets = np.zeros((n, resolution, resolution), dtype=np.uint8) if has_dense_targets(raw) else None
-    bad, reasons = [], {}
+    bad: list[int] = []
+    reasons: dict[int, str] = {}
     for pos, i in enumerate(indices.tolist()):
         try:
             images[pos] = resize_image(raw.load(i), resolution, c)
             if targets is not None:  # a mask that cannot be read or holds unknown classes: the pair is skipped
                 targets[pos] = resize_targets(raw.seg_mask(i), resolution)
         except Exception as exc:  # PIL raises many types (OSError, SyntaxError, ValueError...) for corrupt files
-            log.debug("cannot read %s: %s", raw.name(i), exc)
-            bad.append(pos)
-            if isinstance(exc, DataError):  # a readable file with wrong content (a mask's class index): says which
-                reasons[pos] = str(exc)
+            _unreadable(raw, i, pos, exc, bad, reasons)
             continue
         if masks is not None:
             masks[pos] = resize_mask(raw.mask(i), resolution) if targets is None else targets[pos] > 0
     return images, masks, bad, targets, reasons
+
+
+def _unreadable(raw: RawDataset, i: int, pos: int, exc: Exception, bad: list[int], reasons: dict[int, str]) -> None:
+    log.debug("cannot read %s: %s", raw.name(i), exc)
+    bad.append(pos)
+    if isinstance(exc, DataError):  # a readable file with wrong content (a mask's class index): says which
+        reasons[pos] = str(exc)
+
+
+def read_all(raw: RawDataset, indices: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
+    """Every image of `indices` read once as the cache reads them (with its class-index mask, for segmentation),
+    at its own size and kept nowhere: the `bad` positions and their `reasons`, as a CacheEntry holds them."""
+    dense = has_dense_targets(raw)
+    bad: list[int] = []
+    reasons: dict[int, str] = {}
+    for pos, i in enumerate(indices.tolist()):
+        try:
+            raw.load(i)
+            if dense:
+                raw.seg_mask(i)
+        except Exception as exc:  # as _decode_all: any error of a corrupt file marks it unreadable
+            _unreadable(raw, i, pos, exc, bad, reasons)
+    return np.asarray(bad, dtype=np.int64), reasons
+
+
+def _check_record(cache_root: Path, key: str, settings: str) -> Path:
+    return Path(cache_root) / key / f"checked-{settings}.json"
+
+
+def check_passed(cache_root: Path, key: str, settings: str) -> bool:
+    """Whether the data of cache key `key` passed its checks under `settings` (record_check)."""
+    return _check_record(cache_root, key, settings).is_file()
+
+
+def record_check(cache_root: Path, key: str, settings: str) -> None:
+    """Record that the data of `key` passed its checks under `settings` (a digest of what they read), beside that
+    data's resolution cache: the key changes with any file's size or mtime, so a changed file is read again."""
+    path = _check_record(cache_root, key, settings)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_save(path, json.dumps({"version": FORMAT_VERSION, "passed": True}).encode())
+    except OSError as exc:  # only a shortcut: the next check reads the files again
+        log.debug("data check not recorded in %s: %s", path, exc)
 
 
 def _atomic_save(path: Path, arr: np.ndarray | bytes) -> None:

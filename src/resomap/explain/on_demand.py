@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import shutil
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def load_on_demand(path: str | Path) -> list[tuple[dict[str, np.ndarray], dict[s
     checkpoint, and `unavailable`, the reason an entry has no maps); [] for a missing or unreadable file."""
     try:
         arrays, meta = load_maps(path)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
         if Path(path).is_file():
             log.warning("maps on demand in %s not read: %s", path, exc)
         return []

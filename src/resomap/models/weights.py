@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from resomap.checkpoint_files import check as check_file
 from resomap.errors import CheckpointError, ModelError
 from resomap.models.backbones import efficientnet_pytorch_to_timm, is_efficientnet_pytorch
 
@@ -62,6 +63,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"pretrained weights file {path} does not exist; fix models.pretrained")
+    if path.suffix != ".safetensors":  # its format and pickled globals first (resomap.checkpoint_files)
+        check_file(path, "pretrained weights")
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file

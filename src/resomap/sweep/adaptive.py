@@ -42,7 +42,7 @@ from resomap.errors import ConfigError
 from resomap.stats.design import MAX_SEEDS
 from resomap.sweep.looks import CANNOT, PLAN, look_step
 from resomap.sweep.plan import plan, summary_folder
-from resomap.sweep.summarise import trial_folders
+from resomap.sweep.summarise import record_files, trial_folders
 from resomap.sweep.sweep import SweepOutcome, finished_outcome, run_sweep
 from resomap.sweep.trial import TrialResult
 
@@ -146,18 +146,19 @@ def run_adaptive(
         if ad.budget is not None and len(used | wanted) > ad.budget:
             stopped = f"the budget of {ad.budget} trials would be exceeded by round {look}"
             break
-        over = clock.over(len(wanted - used))
+        overrides = _round_overrides(states, alphas[look - 1])
+        round_cfg = with_overrides(cfg, overrides, "adaptive round")
+        done = _done_before(round_cfg, wanted - used)  # a resumed sweep's: reused, not trained
+        over = clock.over(len(wanted - used - done))
         if over:
             stopped = f"round {look} would pass the budget of {ad.budget_hours:g} h ({over})"
             break
-        report(f"[adaptive] round {look}: {len(wanted - used)} new trial(s) at one-sided alpha {alphas[look - 1]:.4g}")
-        overrides = _round_overrides(states, alphas[look - 1])
-        round_cfg = with_overrides(cfg, overrides, "adaptive round")
+        report(_round_line(look, len(wanted - used), len(done), alphas[look - 1]))
         outcome = run_sweep(
             round_cfg, executor=executor, rerun_failed=rerun_failed, report=report, wait=wait, only=used | wanted
         )
         rounds.append(_look(look, alphas[look - 1], wanted, used, open_models))
-        rounds[-1]["seconds"] = clock.lap(len(wanted - used))
+        rounds[-1]["seconds"] = clock.lap(len(wanted - used - done))
         used |= wanted
         left = _trials_left(ad.budget, used, clock)
         rounds[-1]["added"] = _decide(outcome, round_cfg, open_models, look, alphas, left)
@@ -176,6 +177,24 @@ def run_adaptive(
         _save_finished(cfg, outcome, overrides, used)
     report(f"[adaptive] {stopped}: {record['trials_used']} trials used, the full grid is {record['full_grid_trials']}")
     return AdaptiveOutcome(outcome, record)
+
+
+def _done_before(cfg: Config, ids: set[TrialId]) -> set[TrialId]:
+    """The trials of `ids` an earlier run of this sweep finished (their results on disk for their keys)."""
+    from resomap.sweep.sweep import planned_states
+
+    return {(t.model, t.resolution, t.seed) for t, state in planned_states(cfg, ids) if state == "done"}
+
+
+def _round_line(look: int, trials: int, done: int, alpha: float) -> str:
+    """'[adaptive] round 2: 6 new trial(s) at ...', or with trials an earlier run finished: 'round 1: 8 trial(s),
+    8 finished by an earlier run, 0 new, at ...'."""
+    what = (
+        f"{trials} trial(s), {done} finished by an earlier run, {trials - done} new,"
+        if done
+        else f"{trials} new trial(s)"
+    )
+    return f"[adaptive] round {look}: {what} at one-sided alpha {alpha:.4g}"
 
 
 def _first_states(cfg: Config) -> dict[str, ModelState]:
@@ -207,6 +226,7 @@ def _save_finished(cfg: Config, outcome: SweepOutcome, last: dict[str, Any], use
         "trials": sorted(used),
     }
     write_text(outcome.summary_dir / FINISHED_FILE, json.dumps(state, indent=2))
+    record_files(outcome.summary_dir)  # the record and this file changed the folder: state.json's sizes follow
 
 
 def _finished(cfg: Config, rerun_failed: bool) -> AdaptiveOutcome | None:

@@ -208,6 +208,33 @@ def check_memory(trials: list[Trial], channels: int = 1) -> None:
         )
 
 
+def check_data(trials: list[Trial], record: bool = True) -> None:
+    """The data checks `resomap train` runs (sweep.trial.check_data: the dataset opens, its image files read,
+    unreadable ones within data.max_bad_fraction, the split, the probe set) for the trials to run, before anything
+    is created: a DataError (one line, exit 2) instead of every trial failing in turn. Once per data setting (the
+    data section and data seed: model overrides may change them), quietly: what the data says on the way (its size,
+    images skipped under the threshold) each trial says again. `record`: keep a pass with the resolution cache (a
+    dry run writes nothing)."""
+    from resomap.data.bundle import data_seed
+    from resomap.sweep.trial import check_data as check_trial_data
+
+    logger = logging.getLogger("resomap.data")
+    level = logger.level
+    if not logger.isEnabledFor(logging.DEBUG):  # -v shows them; else a refusal is the only line
+        logger.setLevel(logging.ERROR)
+    seen: set[str] = set()
+    try:
+        for t in trials:
+            ec = t.cfg.explainability
+            data = json.dumps(dataclasses.asdict(t.cfg.data), sort_keys=True, default=str)
+            same = repr((data, data_seed(t.cfg, t.seed), ec.enabled, ec.probe_size, t.cfg.experiment.output_dir))
+            if same not in seen:
+                seen.add(same)
+                check_trial_data(t, t.cfg, record=record)
+    finally:
+        logger.setLevel(level)
+
+
 def sweep_key(trials: list[Trial]) -> str:
     text = json.dumps(sorted(t.key for t in trials))
     return hashlib.sha256(text.encode()).hexdigest()[:12]

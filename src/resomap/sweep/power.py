@@ -68,16 +68,17 @@ def _design_lines(
     found = plan_at(discordance=st.discordance)
     where = SCOPE_WORDS[st.scope]
     seed_words = f", seed sd {st.seed_sd:g} (stats.seed_sd)" if st.scope == "model" else ""
-    detect = (
-        "no margin: one seed says nothing of seed-to-seed variation"
-        if math.isinf(found["detectable"])
-        else f"margins of {found['detectable']:.3f} and larger"
-    )
+    if math.isinf(found["detectable"]):
+        detect = _no_margin(seeds, st.scope, f" at power {st.power:g} (one-sided, alpha {alpha:.2g})")
+    else:
+        detect = (
+            f"a resolution can be shown non-inferior to the reference at margins of {found['detectable']:.3f} and "
+            f"larger with power {st.power:g} (one-sided, alpha {alpha:.2g})"
+        )
     lines = [f"decided on {metric_words}"] if metric_words else []
     lines.append(
-        f"power: about {n_test} {unit} x {seeds} seed(s), decided {where}: a resolution can be shown "
-        f"non-inferior to the reference at {detect} with power {st.power:g} (one-sided, "
-        f"alpha {alpha:.2g}); at the configured margin {st.margin:g} the power is {found['power_at_margin']:.2f} "
+        f"power: about {n_test} {unit} x {seeds} seed(s), decided {where}: {detect}; at the configured margin "
+        f"{st.margin:g} the power is {found['power_at_margin']:.2f} "
         f"(assumed: {st.discordance:g} of images change outcome between resolutions, seed correlation "
         f"{st.seed_correlation:g}{seed_words}; stats.discordance, stats.seed_correlation)"
     )
@@ -91,12 +92,22 @@ def _design_lines(
         )
     elif observed is not None:
         again = plan_at(discordance=observed[0])
+        shown = (
+            _no_margin(seeds, st.scope, f" at power {st.power:g}")
+            if math.isinf(again["detectable"])
+            else f"margins of {again['detectable']:.3f} and larger are shown with power {st.power:g}"
+        )
         lines.append(
             f"power from this sweep's finished trials ({observed[1]}): discordance {observed[0]:.3f} observed, "
-            f"so margins of {again['detectable']:.3f} and larger are shown with power {st.power:g}; at the "
-            f"margin {st.margin:g} the power is {again['power_at_margin']:.2f}"
+            f"so {shown}; at the margin {st.margin:g} the power is {again['power_at_margin']:.2f}"
         )
     return lines
+
+
+def _no_margin(seeds: int, scope: str, at: str) -> str:
+    """What an infinite detectable margin means, in words (`at`: the power it was planned at)."""
+    why = ": one seed says nothing of seed-to-seed variation" if seeds < 2 and scope == "model" else ""
+    return f"no margin is detectable with this design{at}{why}"
 
 
 def planned_images(metric: str | None, raw: object, n_test: int) -> tuple[int, str, str]:

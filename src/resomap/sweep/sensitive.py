@@ -13,6 +13,7 @@ from typing import Any
 
 from resomap.atomic import disk_full
 from resomap.config import Config
+from resomap.filecheck import check_zip
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ def sensitive_maps(summary: Any, cfg: Config, out_dir: Path, previous_dir: Path 
     try:
         requests = map_requests(out_dir, summary.sensitive_images, summary.trials)
         previous = on_demand_file(previous_dir) if previous_dir is not None else None
+        if previous is not None and Path(previous).is_file() and check_zip(previous) is not None:
+            previous = None  # cut short (the sweep named it): made again from the checkpoints, not read
         maps_on_demand(requests, cfg, on_demand_file(out_dir), previous)
         return sensitive_figures(out_dir, summary.sensitive_images, summary.trials, Path(out_dir) / "figures")
     except Exception as exc:

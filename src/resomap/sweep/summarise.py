@@ -17,14 +17,16 @@ from typing import Any
 
 from resomap.atomic import disk_full, disk_full_error, replace_dir, staging_dir, write_text
 from resomap.config import Config, to_dict
+from resomap.filecheck import check_file
 from resomap.layout import Layout
+from resomap.summary_check import STATE_FILE, damage_words, summary_damage, summary_files, sweep_command
 from resomap.sweep.identity import Trial
 from resomap.sweep.plan import load_result, plan
 from resomap.sweep.trial import TrialResult
 from resomap.tracking import default_tracking_uri
 
 log = logging.getLogger(__name__)
-STATE_FILE = "state.json"
+_WARNED: set[str] = set()
 
 
 def _results(trials: list[Trial], new: list[TrialResult] = ()) -> list[TrialResult]:
@@ -61,11 +63,15 @@ def summary_inputs(cfg: Config) -> dict[str, Any]:
 
 
 def _unchanged(cfg: Config, trials: list[Trial], out_dir: Path) -> tuple[list[TrialResult], str | None] | None:
-    """(results, parent run id) when the summary was made from exactly these result files and settings and, with
-    MLflow on, the store named now holds everything; else None."""
+    """(results, parent run id) when the summary was made from exactly these result files and settings, every
+    file of it is whole (summary_check: one damaged is named in one warning line) and, with MLflow on, the store
+    named now holds everything; else None."""
     try:
         state = json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        _warn_once(f"{out_dir / STATE_FILE}: does not read ({type(exc).__name__}); the sweep rebuilds the summary")
         return None
     if state.get("digest") != results_digest(trials) or not (out_dir / "summary.csv").is_file():
         return None
@@ -73,22 +79,47 @@ def _unchanged(cfg: Config, trials: list[Trial], out_dir: Path) -> tuple[list[Tr
         return None
     if cfg.mlflow.enabled and not (state.get("published") and state.get("tracking_uri") == default_tracking_uri(cfg)):
         return None
+    damage = summary_damage(out_dir, state)
+    if damage:  # cut short by a full disk, a copy or a hand: made again from the trials' results
+        _warn_once(f"{damage_words(damage)}; the sweep rebuilds the summary (no trial is trained again)")
+        return None
     return _results(trials), state.get("parent_run_id")
 
 
-def _state(cfg: Config, trials: list[Trial], parent: str | None, published: bool) -> str:
+def _warn_once(line: str) -> None:
+    """A warning logged once per process (a sweep may ask whether its summary is current more than once)."""
+    if line not in _WARNED:
+        _WARNED.add(line)
+        log.warning("%s", line)
+
+
+def _state(cfg: Config, trials: list[Trial], folder: Path, parent: str | None, published: bool) -> str:
+    """state.json of the summary in `folder`: what it was made from, its files' sizes, the command that ran it."""
     state = {
         "digest": results_digest(trials),
         "inputs": summary_inputs(cfg),
         "parent_run_id": parent,
         "published": published,
         "tracking_uri": default_tracking_uri(cfg) if cfg.mlflow.enabled else None,
+        "files": summary_files(folder),
+        "command": sweep_command(),
     }
     return json.dumps(state, indent=2)
 
 
 def _save_state(cfg: Config, trials: list[Trial], out_dir: Path, parent: str | None, published: bool) -> None:
-    write_text(out_dir / STATE_FILE, _state(cfg, trials, parent, published))
+    write_text(out_dir / STATE_FILE, _state(cfg, trials, out_dir, parent, published))
+
+
+def record_files(out_dir: Path) -> None:
+    """state.json's record of the summary's files brought up to date after a step that writes into the folder once
+    it is in place (an adaptive sweep's record)."""
+    try:
+        state = json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    state["files"] = summary_files(out_dir)
+    write_text(out_dir / STATE_FILE, json.dumps(state, indent=2))
 
 
 def trial_folders(trials: list[Trial]) -> dict[tuple[str, int, int], Path]:
@@ -124,9 +155,9 @@ def _summarise(
             estimates = pending.read_text(encoding="utf-8")
         if estimates is not None:
             write_text(staging / ESTIMATES_FILE, estimates)
-        elif (out_dir / ESTIMATES_FILE).is_file():
+        elif (out_dir / ESTIMATES_FILE).is_file() and check_file(out_dir / ESTIMATES_FILE) is None:  # not a torn one
             shutil.copy2(out_dir / ESTIMATES_FILE, staging / ESTIMATES_FILE)
-        write_text(staging / STATE_FILE, _state(cfg, trials, parent, published=False))
+        write_text(staging / STATE_FILE, _state(cfg, trials, staging, parent, published=False))
         replace_dir(staging, out_dir)
         pending.unlink(missing_ok=True)
     except Exception as exc:  # a full disk: said in one line naming the summary's file; the old summary stays

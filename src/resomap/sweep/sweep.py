@@ -43,8 +43,10 @@ from resomap.locks import hold
 from resomap.records import machine_of, machines, machines_warning
 from resomap.sweep.cluster import check_reachable, placed
 from resomap.sweep.identity import Trial, pin_precision, sweep_identity
+from resomap.sweep.leftovers import remove_interrupted_saves
 from resomap.sweep.migrate import migrate_trials
 from resomap.sweep.plan import (
+    check_data,
     check_memory,
     check_plan,
     describe_plan,
@@ -148,6 +150,7 @@ def run_sweep(
     if todo:  # bad input fails here, before anything is written (lock included)
         check_plan(cfg)  # explainer names and model input sides (imports and builds: only when something is to run)
         check_memory(todo, _channels(cfg))  # a resolution whose activations cannot fit in memory
+        check_data(todo)  # missing or corrupt image files, a split that cannot be made: `resomap train`'s checks
         check_reachable(cfg, default_tracking_uri(cfg))  # a Ray head or tracking server that does not answer
     with sweep_lock(cfg, wait=wait, report=report):
         return _run_sweep(cfg, trials, executor, rerun, report)
@@ -175,6 +178,11 @@ def finished_outcome(
     return None if unchanged is None else SweepOutcome(unchanged[0], unchanged[1], out_dir, [], len(trials))
 
 
+def planned_states(cfg: Config, only: set[tuple[str, int, int]] | None = None) -> list[tuple[Trial, str]]:
+    """Each trial this sweep plans (``only``: as run_sweep's) with its state on disk (plan.trial_state)."""
+    return describe_plan(_planned(cfg, only)[1])
+
+
 def _todo(states: list[tuple[Trial, str]], rerun: bool) -> list[Trial]:
     """The trials to run; a result.json this user cannot read stops the sweep (DataError)."""
     _check_readable(states)
@@ -187,6 +195,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     todo = _todo(states, rerun)
     out_dir = summary_folder(cfg)
     discard_staging(out_dir)  # a summary build or swap a kill interrupted
+    remove_interrupted_saves(cfg, report)  # hidden temp files of saves a kill interrupted, under the lock
     progress = Progress(len(trials), sum(1 for _, s in states if s == "done"), cfg.experiment.task, todo)
     progress.failed = sum(1 for t, s in states if s == "failed" and t not in todo)
     report(progress.line())

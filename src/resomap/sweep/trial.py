@@ -168,8 +168,10 @@ def _open_live_run(tracker: Any, trial: Trial, result: TrialResult, parent_run_i
 def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
     """last.pt of an interrupted (or finished) attempt at this exact trial, when every checkpoint in the folder is
     whole; checkpoints of another config, or with a damaged one among them (a resume could not restore it, nor
-    test the best one), are discarded and the trial trains from the start."""
+    test the best one), are discarded and the trial trains from the start (the thread count its first attempt
+    measured is kept unless `fresh`: resomap.training.threads.STORE)."""
     from resomap.filecheck import check_zip
+    from resomap.training.threads import STORE as THREADS_STORE
 
     last = folder / "last.pt"
     if folder.exists() and not fresh and last.exists():
@@ -184,6 +186,8 @@ def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
         else:
             log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
     for path in sorted(folder.iterdir()) if folder.exists() else []:
+        if path.name == THREADS_STORE and not fresh:  # the trial's measured thread count (it carries its key)
+            continue
         if not path.is_dir() or path.is_symlink():
             path.unlink()
         elif not _SEED_FOLDER.fullmatch(path.name):  # another seed's folder inside an old-layout folder is kept
@@ -204,6 +208,27 @@ def prepare_data(trial: Trial, cfg: Config, device: Any = "cpu") -> Any:
     images, the split, enough test images for the probe set): a ResoMapError before anything is written, the
     resolution cache included (`resomap train` runs it before printing anything)."""
     from resomap import data as data_pkg
+
+    _check_model_task(trial, cfg)
+    enough_probes = _probe_check(cfg)
+    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device, check=enough_probes)
+    enough_probes(bundle.splits)  # again after segmentation left out images with unusable masks
+    return bundle
+
+
+def check_data(trial: Trial, cfg: Config, *, record: bool = True) -> None:
+    """prepare_data's checks (the same functions, the same one-line errors) without building the data: what
+    `resomap sweep` (and its dry run) runs at load, before anything is created. The images are read once, only for
+    a dataset of the user's files, and a pass is recorded with the resolution cache (`record`) so that unchanged
+    data is not read again (resomap.data.bundle.check)."""
+    from resomap.data.bundle import check
+
+    _check_model_task(trial, cfg)
+    ec = cfg.explainability
+    check(cfg, trial.seed, _probe_check(cfg), also=(ec.enabled, ec.probe_size), record=record, files_only=True)
+
+
+def _check_model_task(trial: Trial, cfg: Config) -> None:
     from resomap import models as models_pkg
 
     found = models_pkg.model_task(models_pkg.canonical_name(trial.model))
@@ -212,9 +237,14 @@ def prepare_data(trial: Trial, cfg: Config, device: Any = "cpu") -> Any:
             f"{trial.model} is a {found} model but experiment.task is {cfg.experiment.task}; "
             f"pick a {cfg.experiment.task} model (resomap models) or set experiment.task={found}"
         )
+
+
+def _probe_check(cfg: Config) -> Any:
+    """`enough_probes(positions)`: a ConfigError when the test split holds fewer images than the probe set (for
+    datasets whose size the config load could not know)."""
     ec = cfg.explainability
 
-    def enough_probes(positions: dict) -> None:  # datasets whose size the config load could not know
+    def enough_probes(positions: dict) -> None:
         n_test = len(positions["test"])
         if ec.enabled and ec.probe_size > n_test:
             raise ConfigError(
@@ -222,9 +252,7 @@ def prepare_data(trial: Trial, cfg: Config, device: Any = "cpu") -> Any:
                 f"got {ec.probe_size}; lower it or add images"
             )
 
-    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device, check=enough_probes)
-    enough_probes(bundle.splits)  # again after segmentation left out images with unusable masks
-    return bundle
+    return enough_probes
 
 
 def prepare_trial(trial: Trial, cfg: Config, device: Any) -> _Prepared:
@@ -286,6 +314,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     from resomap.reports.probe_images import trial_probe_images
     from resomap.stages import evaluate_trained
     from resomap.training import Trainer, distributed, load_checkpoint
+    from resomap.training.threads import STORE as THREADS_STORE
     from resomap.training.threads import environment_fields
 
     cfg, bundle, model = prepared.cfg, prepared.bundle, prepared.model
@@ -305,7 +334,10 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
         "seed": trial.seed,
         "config_hash": trial.key,
     }
-    trainer = Trainer(cfg, device, callbacks=_callbacks(cfg, folder, meta, *live), run_name=trial.name)
+    callbacks = _callbacks(cfg, folder, meta, *live)
+    store = (folder / THREADS_STORE, trial.key)  # the count the first attempt measured, reused by every other
+    trainer = Trainer(cfg, device, callbacks=callbacks, run_name=trial.name)
+    trainer.threads_store = store
     start = time.perf_counter()
     fit = trainer.fit(model, bundle, resume_from=resume)
     if found_lr is not None and fit.convergence is not None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from resomap.config.schema import Config
@@ -71,13 +72,98 @@ def exposed(address: str) -> bool:
     return not ipaddress.ip_address(address).is_loopback
 
 
-def exposure_warning(address: str, port: int) -> str:
-    """The one line said when the unauthenticated MLflow store is bound beyond loopback."""
+def exposure_warning(address: str, port: int, names: Sequence[str] = ()) -> str:
+    """The two lines said when the unauthenticated MLflow store is bound beyond loopback: who can reach it, and
+    which host names (`names`, from `served_names`) requests may be addressed to."""
     where = f"{address}:{port}" + (" (every interface)" if ipaddress.ip_address(address).is_unspecified else "")
+    if "*" in names:
+        hosts = f"{ENV_ALLOWED_HOSTS} allows every host name (*), so MLflow's DNS-rebinding protection is off"
+    else:
+        hosts = (
+            f"it answers requests addressed to {', '.join([*names, 'localhost'])} or a private address;"
+            " any other host name is refused (HTTP 403; add one with --allowed-hosts)"
+        )
     return (
         f"the MLflow server on {where} is open to anyone who can reach this machine, with no authentication"
         " (runs, artifacts and deletions); to restrict it bind 127.0.0.1 or put it behind an authenticating proxy"
+        f"\n  {hosts}"
     )
+
+
+# MLflow 3 refuses a request whose Host header it does not allow (HTTP 403, against DNS rebinding); by default it
+# allows loopback and the private address ranges only, so a machine's public address or name printed by
+# `resomap server --host 0.0.0.0` was refused. Any list given to MLflow (its --allowed-hosts) replaces that default,
+# so the list names it again (as mlflow.server.security_utils.get_default_allowed_hosts makes it; written out, as
+# importing mlflow takes seconds): a server answers at least what it answered before.
+MLFLOW_DEFAULT_HOSTS = (
+    *("localhost", "127.0.0.1", "[::1]", "0.0.0.0"),
+    *("localhost:*", "127.0.0.1:*", "[[]::1]:*", "0.0.0.0:*"),  # "[[]": a literal "[" in MLflow's fnmatch patterns
+    *("192.168.*", "10.*", *(f"172.{i}.*" for i in range(16, 32)), "fc00:*", "fd00:*"),
+)
+ENV_ALLOWED_HOSTS = "MLFLOW_SERVER_ALLOWED_HOSTS"  # MLflow's own setting: its entries are kept, as written
+
+
+def host_header(name: str) -> str:
+    """`name` as a Host header carries it: an IPv6 address in brackets."""
+    return f"[{name}]" if ":" in name and _is_ip(name) else name
+
+
+def env_allowed_hosts() -> list[str]:
+    """The entries of MLFLOW_SERVER_ALLOWED_HOSTS, as written (MLflow's own setting, kept when ResoMap names hosts)."""
+    return [h.strip() for h in os.environ.get(ENV_ALLOWED_HOSTS, "").split(",") if h.strip()]
+
+
+def served_names(address: str, host: str, extra: Sequence[str] = (), env: bool = True) -> list[str]:
+    """The host names and addresses (as Host headers carry them) that requests to a server bound to `address`
+    (`--host host`) may be addressed to besides loopback and private addresses: beyond loopback this machine's
+    addresses (every one for a wildcard bind, else `address`) and names; then `extra` (--allowed-hosts) and, with
+    `env`, the entries of MLFLOW_SERVER_ALLOWED_HOSTS."""
+    names: list[str] = []
+    if exposed(address):
+        names.append(reachable_host(address))  # the address printed for other machines first
+        if ipaddress.ip_address(address).is_unspecified:
+            import psutil
+
+            for addrs in psutil.net_if_addrs().values():
+                names += [a.address for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)]
+        else:
+            names.append(address)
+        names += [host, socket.gethostname(), socket.getfqdn()]
+    names += extra
+    if env:
+        names += env_allowed_hosts()
+    out: list[str] = []
+    for name in map(host_header, names):
+        if name and name not in out and not _in_mlflow_default(name):
+            out.append(name)
+    return out
+
+
+def _in_mlflow_default(name: str) -> bool:
+    """Loopback and the wildcard addresses, which MLflow's default allows; also a link-local address with its
+    zone (fe80::1%eth0), which no Host header carries."""
+    if name == "localhost" or "%" in name:
+        return True
+    try:
+        ip = ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
+def allowed_hosts(address: str, host: str, port: int, extra: Sequence[str] = ()) -> list[str] | None:
+    """MLflow's --allowed-hosts for a server bound to `address` on `port`: None on loopback with no `extra` (MLflow's
+    default, as ever); else MLflow's default, every name of `served_names` with and without the port (a Host header
+    carries the port unless it is the scheme's default, as behind a proxy) and MLFLOW_SERVER_ALLOWED_HOSTS as
+    written. ResoMap itself never allows "*" (every host)."""
+    if not exposed(address) and not extra:
+        return None
+    hosts = list(MLFLOW_DEFAULT_HOSTS)
+    for name in served_names(address, host, extra, env=False):
+        has_port = re.search(r":(\d+|\*)$", name) is not None and not name.endswith("]")
+        hosts += [name] if has_port else [name, f"{name}:{port}"]
+    hosts += env_allowed_hosts()
+    return list(dict.fromkeys(hosts))
 
 
 def reachable_host(address: str) -> str:
@@ -118,11 +204,14 @@ def local_url(address: str, port: int) -> str:
     return url(address, port)
 
 
-def ui_command(cfg: Config, host: str, port: int, workers: int | None = None, serve: bool = False) -> list[str]:
+def ui_command(
+    cfg: Config, host: str, port: int, workers: int | None = None, serve: bool = False, allowed: Sequence[str] = ()
+) -> list[str]:
     """The `mlflow server` command line; one worker per 2 cores (at least 1) keeps small machines responsive.
     `serve` (`resomap server`): a tracking server for sweeps whose workers log over HTTP: the store may be new,
     and artifacts are taken in by the server (`--serve-artifacts`) into <output_dir>/mlartifacts, so no worker
-    needs the server's disk."""
+    needs the server's disk. `allowed`: host names requests may be addressed to besides this machine's
+    (`allowed_hosts`)."""
     uri = default_tracking_uri(cfg)
     if uri.startswith(("http://", "https://")):
         raise ResoMapError(f"mlflow.tracking_uri is the server {uri}; open it in a browser (nothing to start here)")
@@ -130,7 +219,7 @@ def ui_command(cfg: Config, host: str, port: int, workers: int | None = None, se
         db = Path(uri[len("sqlite:///") :])
         if not db.exists():
             raise ResoMapError(f"no MLflow store at {db}; run `resomap sweep` or `resomap train` first")
-    check_bind(host, port)
+    address = check_bind(host, port)
     n = workers or max(1, (os.cpu_count() or 2) // 2)
     exe = [sys.executable, "-m", "mlflow", "server"]
     cmd = [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
@@ -139,6 +228,9 @@ def ui_command(cfg: Config, host: str, port: int, workers: int | None = None, se
             Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         artifacts = (Path(cfg.experiment.output_dir) / "mlartifacts").resolve()
         cmd += ["--serve-artifacts", "--artifacts-destination", str(artifacts)]
+    hosts = allowed_hosts(address, host, port, allowed)
+    if hosts is not None:
+        cmd += ["--allowed-hosts", ",".join(hosts)]
     if _app_registered():
         cmd += ["--app-name", APP_NAME]
     else:
@@ -186,15 +278,21 @@ def ui_log_path(cfg: Config) -> Path:
 
 
 def start_ui(
-    cfg: Config, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None, serve: bool = False
+    cfg: Config,
+    host: str = "127.0.0.1",
+    port: int = 5000,
+    workers: int | None = None,
+    serve: bool = False,
+    allowed: Sequence[str] = (),
 ) -> subprocess.Popen:
     """Start the server in the background, in its own process group (mlflow server and the workers it starts), and
-    return its process; the caller stops it with `stop_ui`. `serve`: see `ui_command`. A host beyond loopback is
-    warned about in one line (anyone reaching the machine can read and delete runs) once every check passed."""
-    cmd = ui_command(cfg, host, port, workers, serve)  # every check first: an error is the only line said
+    return its process; the caller stops it with `stop_ui`. `serve`, `allowed`: see `ui_command`. A host beyond
+    loopback is warned about (anyone reaching the machine can read and delete runs; the host names it answers) once
+    every check passed."""
+    cmd = ui_command(cfg, host, port, workers, serve, allowed)  # every check first: an error is the only line said
     address = str(bound_address(host, port)[1][0])
     if exposed(address):
-        log.warning("%s", exposure_warning(address, port))
+        log.warning("%s", exposure_warning(address, port, served_names(address, host, allowed)))
     env = server_env()
     log_path = ui_log_path(cfg)
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from resomap.atomic import write_atomic
+from resomap.checkpoint_files import check as check_file
 from resomap.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,8 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found; check the path or train first")
-    try:
+    check_file(path)  # format and pickled globals read first (one line naming the cause, no torch warnings)
+    try:  # the safe loader stays the second line of defence
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         code = _forbidden_global(str(exc))

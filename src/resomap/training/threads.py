@@ -6,26 +6,36 @@ performance.md "Threads"), while on an idle machine more threads are faster. Whi
 at the time, so the Trainer times a few real training steps at each candidate count, interleaved, when a fit
 starts, and keeps the fastest. The record (`choose_threads`) goes into `trainer.meta['threads']`, the checkpoints
 and result.json; a resumed fit keeps the count of the run it resumes (same floating-point reduction order).
+
+A trial measures once: the record is also stored beside its checkpoints (STORE, with the trial's key) as soon as it
+is measured, so a trial killed before its first checkpoint, or run again after its checkpoints were discarded,
+trains at the count its first attempt chose, whatever the load is when it runs again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import logging
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from resomap.runtime import default_threads, usable_cpus
 
+log = logging.getLogger(__name__)
+
 ROUNDS = 3  # interleaved rounds at most (each: one timed step per candidate)
 BUDGET_S = 2.0  # no new round once the timed rounds took this long (one at least, if 2+ counts are left)
 MARGIN = 0.05  # a higher count must be this much faster per image: fewer threads degrade less when load comes
 DROP_RATIO, DROP_S = 3.0, 0.25  # a warm-up step this many times and seconds slower than the fastest: no rounds
+STORE = "threads.json"  # a trial's measured record, beside its checkpoints: {"key": trial key, "record": ...}
 
 
 def thread_candidates(cores: int | None = None, default: int | None = None, capped: bool | None = None) -> list[int]:
@@ -119,11 +129,14 @@ def fixed_record(threads: int, reason: str) -> dict[str, Any]:
     return {"chosen": int(threads), "candidates": {}, "reason": reason, "rounds": 0, "seconds": 0.0}
 
 
-def preset_record(system: Any, device: torch.device, resumed: Any = None) -> dict[str, Any] | None:
+def preset_record(
+    system: Any, device: torch.device, resumed: Any = None, store: tuple[Path, str] | None = None
+) -> dict[str, Any] | None:
     """The record when no measurement runs, else None: system.threads set (it wins), CUDA (the GPU does the
     work), torchrun (ranks must step together), torch.compile (compiled kernels may fix their count when
-    compiled), or a resumed fit whose checkpoint recorded its count (`resumed`: meta['threads'] of the checkpoint
-    the fit restored, None for a fresh fit)."""
+    compiled), a resumed fit whose checkpoint recorded its count (`resumed`: meta['threads'] of the checkpoint
+    the fit restored, None for a fresh fit), or the record stored for the trial (`store`: (file, trial key),
+    `stored_record`)."""
     from resomap.training import distributed
 
     if system.threads > 0:
@@ -139,7 +152,39 @@ def preset_record(system: Any, device: torch.device, resumed: Any = None) -> dic
         record, why = copy.deepcopy(kept), str(kept.get("reason", ""))
         record["reason"] = why if why.startswith("kept") else f"kept from the checkpoint resumed ({why})"
         return record
+    kept = stored_record(*store) if store is not None else None
+    if kept is not None:
+        record, why = copy.deepcopy(kept), str(kept.get("reason", ""))
+        record["reason"] = why if why.startswith("kept") else f"kept from the trial's first measurement ({why})"
+        return record
     return None
+
+
+def stored_record(path: Path, key: str) -> dict[str, Any] | None:
+    """The record `store_record` wrote at `path` for the trial `key`; None when there is none, it is unreadable
+    (a cut-short file: measure again) or it belongs to another config."""
+    try:
+        saved = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("key") != key:
+        return None
+    return _recorded(saved.get("record"))
+
+
+def store_record(store: tuple[Path, str] | None, record: dict[str, Any]) -> None:
+    """Keep a measured record at `store` = (file, trial key), atomically (a kill leaves the old file or the new
+    one); nothing without a store. Not written (a warning) when the disk refuses: the fit goes on, and a rerun
+    measures again."""
+    from resomap.atomic import write_text
+
+    if store is None:
+        return
+    path, key = store
+    try:
+        write_text(path, json.dumps({"key": key, "record": record}, indent=1, sort_keys=True))
+    except OSError as exc:
+        log.warning("%s not written (%s): a rerun of this trial measures its thread count again", path, exc)
 
 
 def _recorded(record: Any) -> dict[str, Any] | None:

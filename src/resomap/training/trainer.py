@@ -52,6 +52,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, device: torch.device, callbacks: list | tuple = (), run_name: str = ""):
         self.cfg, self.device, self.run_name = cfg, torch.device(device), run_name
+        self.threads_store: tuple[Path, str] | None = None  # (file, trial key): a trial's count, measured once
         self.callbacks = sorted(callbacks, key=lambda cb: getattr(cb, "order", 0))
         self.precision, _ = resolve_precision(cfg.system.precision, self.device)  # auto: what the hardware has
         self.amp_dtype = autocast_dtype(self.precision)
@@ -218,7 +219,7 @@ class Trainer:
         checkpoint it restored."""
         from resomap.training import threads
 
-        record = threads.preset_record(self.cfg.system, self.device, resumed)
+        record = threads.preset_record(self.cfg.system, self.device, resumed, self.threads_store)
         batch = threads.first_batch(data.train) if record is None else None
         if record is None and batch is None:
             record = threads.fixed_record(torch.get_num_threads(), "not measured: no training batch")
@@ -233,6 +234,7 @@ class Trainer:
             finally:
                 self._sched_when, self.ema, self._updates = when, ema, updates
             log.info("%s: %d torch thread(s), %s", self.run_name or "fit", record["chosen"], record["reason"])
+            threads.store_record(self.threads_store, record)  # every later attempt at the trial keeps it
         if self.device.type == "cpu" and torch.get_num_threads() != record["chosen"]:
             torch.set_num_threads(record["chosen"])
         self.meta["threads"] = record
