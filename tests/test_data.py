@@ -485,10 +485,10 @@ def test_csv_missing_image_files_count_as_unreadable(tmp_path):
 
 
 def test_the_data_check_reads_unchanged_files_once_and_a_changed_file_again(tmp_path, monkeypatch):
-    """data.bundle.check (the sweep's load-time check): its pass is recorded with the resolution cache, keyed on
+    """data.verify.check (the sweep's load-time check): its pass is recorded with the resolution cache, keyed on
     the files' sizes and mtimes; unchanged files are not read again, a changed one is (and refused here)."""
-    from resomap.data.bundle import check
     from resomap.data.folders import FileDataset
+    from resomap.data.verify import check
 
     reads = {"n": 0}
     original = FileDataset.load
@@ -702,6 +702,27 @@ def test_sweep_on_bad_data_refuses_at_load_like_train(project: Path, capsys, set
     _fixed(project)
     assert main([*args, "--dry-run"]) == 0
     assert "0 failed, 0 partial, 1 pending" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("setup", "message"), SWEEP_BAD_DATA, ids=["corrupt", "missing-file", "empty-class"])
+def test_a_sweep_refuses_bad_data_before_torch_is_imported(project: Path, setup, message):
+    """In a fresh interpreter (as a user runs it): the refusal comes before torch is imported (resomap.data.verify,
+    from resomap.cli.args), the dry run's and the real run's alike, stderr's one line."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from resomap.cli import main; rc = main(sys.argv[1:]); print('torch' in sys.modules); sys.exit(rc)"
+    )
+    args = ["sweep", "--preset", "smoke", "explainability.probe_size=1", *setup(project)]
+    for dry in (["--dry-run"], []):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args, *dry], cwd=project, capture_output=True, text=True, timeout=120
+        )
+        err = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and done.stdout.strip() == "False", (dry, done.stdout, done.stderr)
+        assert len(err) == 1 and message in err[0], (dry, err)
+    assert not (project / "mlflow.db").exists() and not (project / "model_summaries").exists()
 
 
 def test_a_sweep_refused_for_bad_data_runs_once_the_data_is_fixed(project: Path, capsys):

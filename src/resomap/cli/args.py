@@ -60,6 +60,8 @@ def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None, i
     if inputs is not None and early is not None:
         preflight.train_inputs_fit(early, inputs)
         check_pretrained(early)
+        if inputs == "sweep.resolutions":  # a sweep: its data files read before torch (train reads them as it builds)
+            check_data_files(early, record=not getattr(args, "dry_run", False))
     from resomap.config import load
     from resomap.sweep.builtins import register_builtins
 
@@ -69,6 +71,43 @@ def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None, i
         preflight.train_inputs_fit(cfg, inputs)
         check_pretrained(cfg)
     return cfg
+
+
+def check_data_files(cfg: Any, record: bool) -> None:
+    """`resomap train`'s checks of a dataset of the user's files (resomap.data.verify: unreadable images over
+    data.max_bad_fraction, an empty class, a split that cannot be made, too few test images for the probe set), run
+    by the sweep before torch is imported: one line, nothing written. Once per data seed of sweep.seeds; a pass
+    is recorded with the resolution cache (`record`; not on a dry run), where the sweep's per-trial check reads it
+    (sweep.plan.check_data, which also covers the models' data overrides). A dataset registered by a plugin is
+    left to that check."""
+    import dataclasses
+    import logging
+
+    from resomap.config.groups import group_options
+    from resomap.data import list_datasets
+    from resomap.data.verify import check_files, data_seed
+
+    if cfg.data.dataset not in list_datasets():
+        return
+    # the early config's dataset options are the catalog's stand-ins (the names set, None for the rest): the values
+    # set go to the live registry's options classes (config.groups.group_options), as the full load gives them
+    stand_ins = cfg.data.__dict__.get("options") or {}
+    given = {k: {f: x for f, x in dataclasses.asdict(v).items() if x is not None} for k, v in stand_ins.items()}
+    data = dataclasses.replace(cfg.data, options=given)
+    data = dataclasses.replace(data, options={k: group_options(data, k) for k in given})
+    cfg = dataclasses.replace(cfg, data=data)
+    logger = logging.getLogger("resomap.data")
+    level = logger.level
+    if not logger.isEnabledFor(logging.DEBUG):  # images skipped under the threshold: each trial says so again
+        logger.setLevel(logging.ERROR)
+    try:
+        seen = set()
+        for seed in cfg.sweep.seeds:
+            if data_seed(cfg, seed) not in seen:
+                seen.add(data_seed(cfg, seed))
+                check_files(cfg, seed, record=record)
+    finally:
+        logger.setLevel(level)
 
 
 def check_pretrained(cfg: Any) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,18 +14,11 @@ import torch
 
 from resomap.config.schema import Config, SystemConfig
 from resomap.data.augment import BatchAugment
-from resomap.data.cache import (
-    CacheEntry,
-    cache_key,
-    check_passed,
-    get_resized,
-    has_dense_targets,
-    read_all,
-    record_check,
-)
+from resomap.data.cache import CacheEntry, get_resized, has_dense_targets
 from resomap.data.loader import BatchLoader, Normalizer
-from resomap.data.registry import RawDataset, digest, open_dataset
-from resomap.data.split import SPLITS, limit_subset, predefined_positions, split_indices
+from resomap.data.registry import open_dataset
+from resomap.data.split import SPLITS
+from resomap.data.verify import data_seed, splitter, subset_of
 from resomap.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -118,36 +110,6 @@ def _variant(dc: Any) -> str | None:
     return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(options).items()) or None
 
 
-def _usable(
-    raw: RawDataset, subset: np.ndarray, bad: np.ndarray, max_fraction: float, reasons: dict[int, str] | None = None
-) -> np.ndarray:
-    """Bool mask over subset positions; a warning naming the unreadable files and what is wrong with the others (a
-    mask's class index: `reasons`), or a DataError past the limit."""
-    ok = np.ones(len(subset), dtype=bool)
-    if len(bad) == 0:
-        return ok
-    ok[bad] = False
-    reasons = reasons or {}
-    unreadable = [int(p) for p in bad if int(p) not in reasons]
-    wrong = [int(p) for p in bad if int(p) in reasons]
-    parts = []
-    if unreadable:
-        names = ", ".join(raw.name(int(subset[p])) for p in unreadable[:3]) + (", ..." if len(unreadable) > 3 else "")
-        parts.append(f"{len(unreadable)} of {len(subset)} images could not be read ({names})")
-    if wrong:
-        shown = "; ".join(reasons[p] for p in wrong[:2]) + ("; ..." if len(wrong) > 2 else "")
-        parts.append(f"{len(wrong)} of {len(subset)} images have an invalid mask ({shown})")
-    msg = "; ".join(parts)
-    fraction = len(bad) / len(subset)
-    if fraction > max_fraction:
-        raise DataError(
-            f"{msg}: {fraction:.1%} is over data.max_bad_fraction={max_fraction}; "
-            "fix or remove those files, or raise data.max_bad_fraction"
-        )
-    log.warning("%s; skipped them", msg)
-    return ok
-
-
 def _pin(system: SystemConfig, device: torch.device) -> bool:
     if system.pin_memory == "off":
         return False
@@ -206,106 +168,10 @@ def _train_weights(cfg: Config, raw: Any, subset: np.ndarray, train: np.ndarray)
     return np.asarray(confidence, dtype=np.float32)[subset][train]
 
 
-def data_seed(cfg: Config, trial_seed: int) -> int:
-    """The seed of the split, the generated images and the probe set: by default experiment.seed, the same for
-    every seed of a sweep (so seeds differ only in init, data order and augmentation, and compare on the same
-    test images); `data.seed: trial` varies them with the trial's seed; an integer fixes them."""
-    chosen = cfg.data.seed
-    if chosen == "trial":
-        return trial_seed
-    return cfg.experiment.seed if chosen is None else int(chosen)
-
-
-def _splitter(
-    raw: Any,
-    subset: np.ndarray,
-    labels: np.ndarray,
-    class_names: list[str],
-    dc: Any,
-    dseed: int,
-    check: Callable[[dict[str, np.ndarray]], object] | None,
-) -> Callable[[np.ndarray, dict[int, str]], dict[str, np.ndarray]]:
-    """`split(bad, reasons)`: the positions of each split among the usable images (all but a cache entry's `bad`
-    ones; the dataset's own split when it has one, else a stratified one), passed through the caller's `check`."""
-
-    def split(bad: np.ndarray, reasons: dict[int, str]) -> dict[str, np.ndarray]:
-        ok = _usable(raw, subset, bad, dc.max_bad_fraction, reasons)
-        rows = np.flatnonzero(ok)
-        predefined = getattr(raw, "predefined_splits", None)
-        if predefined is not None:  # the user's own train/val/test folders or split column
-            found = predefined_positions(
-                rows, predefined[subset][rows], labels[subset], dc.split.val, dc.split.test, dseed
-            )
-        else:
-            strata = getattr(raw, "strata", None)  # (codes [N], names): finer groups than the label, when given
-            if strata is not None:
-                strata = (np.asarray(strata[0], dtype=np.int64)[subset][rows], list(strata[1]))
-            found = split_indices(
-                rows, labels[subset][rows], class_names, dc.split.val, dc.split.test, dseed, strata=strata
-            )
-        if check is not None:
-            check(found)
-        return found
-
-    return split
-
-
 def declared_groups(raw: Any) -> dict[str, tuple[np.ndarray, list[str]]]:
     """The groups a raw dataset declares (its `groups`: name -> (a code per image, the codes' names)), {} if none."""
     found = getattr(raw, "groups", None) or {}
     return {name: (np.asarray(codes, dtype=np.int64), list(names)) for name, (codes, names) in found.items()}
-
-
-def _subset(raw: RawDataset, dc: Any) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """The raw dataset's labels and class names, and its data.limit subset."""
-    labels, class_names = np.asarray(raw.labels, dtype=np.int64), list(raw.class_names)
-    if len(raw) == 0:
-        raise DataError(f"dataset '{dc.dataset}' has no images")
-    return labels, class_names, limit_subset(labels, dc.limit, class_names)
-
-
-def check(
-    cfg: Config,
-    seed: int,
-    check: Callable[[dict[str, np.ndarray]], object] | None = None,
-    *,
-    also: tuple = (),
-    record: bool = True,
-    files_only: bool = False,
-) -> None:
-    """build's checks of the data, without building it: the dataset opens, its images are read (unreadable ones
-    within data.max_bad_fraction), the split can be made and passes the caller's `check`; a DataError (or the
-    caller's error) otherwise. One read of every image, at its own size, kept nowhere (no resolution cache).
-
-    A pass is recorded beside the data's resolution cache (`record` and data.cache.disk), keyed like it on the
-    dataset's fingerprint (its files, their sizes and mtimes) plus the settings these checks read (the data
-    section, the labels, the data seed and `also`: what the caller's `check` reads): unchanged data is not read
-    again, a changed file is. `files_only`: only a dataset of the user's files (`user_files`) is read; generated
-    and packaged images are left to build."""
-    dc = cfg.data
-    dseed = data_seed(cfg, seed)
-    raw = open_dataset(dc, seed=dseed)  # a file dataset checks here that its files are listed (an empty class)
-    if files_only and not getattr(raw, "user_files", False):
-        return
-    labels, class_names, subset = _subset(raw, dc)
-    cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
-    predefined = getattr(raw, "predefined_splits", None)
-    settings = digest(
-        [
-            json.dumps(dataclasses.asdict(dc), sort_keys=True, default=str),
-            labels[subset].tobytes(),
-            "" if predefined is None else "|".join(map(str, predefined[subset])),
-            dseed,
-            *also,
-        ]
-    )
-    key = cache_key(raw, subset)
-    if check_passed(cache_root, key, settings):
-        return
-    bad, reasons = read_all(raw, subset)
-    _splitter(raw, subset, labels, class_names, dc, dseed, check)(bad, reasons)
-    if record and dc.cache.disk:
-        record_check(cache_root, key, settings)
 
 
 def build(
@@ -324,9 +190,9 @@ def build(
     dc, device = cfg.data, torch.device(device)
     dseed = data_seed(cfg, seed)
     raw = open_dataset(dc, seed=dseed)
-    labels, class_names, subset = _subset(raw, dc)
+    labels, class_names, subset = subset_of(raw, dc)
     cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
-    split = _splitter(raw, subset, labels, class_names, dc, dseed, check)
+    split = splitter(raw, subset, labels, class_names, dc, dseed, check)
     checked: list[dict[str, np.ndarray]] = []  # the split made while checking fresh images (not made twice)
 
     def keep(fresh: CacheEntry) -> None:

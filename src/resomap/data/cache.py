@@ -3,7 +3,7 @@
 Level 1 is a per-process dict (LRU, up to data.cache.memory_budget_mb); level 2 is
 <output_dir>/<cache_dir>/<key>/<resolution>.npy (+ .masks.npy, + .json written last as the commit marker),
 written atomically and memory-mapped when an entry does not fit the memory budget. The same folder holds
-checked-<settings>.json: the data passed its checks under those settings (data.bundle.check), not read again.
+checked-<settings>.json: the data passed its checks under those settings (data.verify.check), not read again.
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from resomap.atomic import write_atomic
 from resomap.config.schema import CacheConfig
 from resomap.data.registry import RawDataset, digest
 from resomap.errors import DataError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +200,8 @@ def _write_disk(
 
 
 def _read_disk(folder: Path, resolution: int, n: int, mmap: bool) -> CacheEntry | None:
+    import torch  # here: the data's checks (read_all, resomap.data.verify) run before torch is imported
+
     img_path, mask_path, meta_path = _paths(folder, resolution)
     try:
         meta = json.loads(meta_path.read_text())
@@ -241,6 +246,8 @@ def get_resized(
     data's checks: too many unreadable images, a split that cannot be made) sees freshly decoded images before
     either level keeps them: its error leaves no cache folder behind (an entry read from a level is not
     checked here; the caller checks it)."""
+    import torch
+
     key = cache_key(raw, indices)
     mem_key = (key, resolution)
     with _LOCK:

@@ -41,7 +41,7 @@ class FileDataset:
     """Images listed by path with integer labels; decoded with PIL on `load`."""
 
     has_masks = False
-    user_files = True  # files that can be missing or corrupt: read ahead by the sweep's check (data.bundle.check)
+    user_files = True  # files that can be missing or corrupt: read ahead by the sweep's check (data.verify.check)
 
     def __init__(
         self,

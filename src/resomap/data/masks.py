@@ -137,7 +137,7 @@ class SegFileDataset:
     has_masks = True
     task = SEGMENTATION
     native_size = None
-    user_files = True  # files that can be missing or corrupt: read ahead by the sweep's check (data.bundle.check)
+    user_files = True  # files that can be missing or corrupt: read ahead by the sweep's check (data.verify.check)
 
     def __init__(
         self,

@@ -208,11 +208,12 @@ def prepare_data(trial: Trial, cfg: Config, device: Any = "cpu") -> Any:
     images, the split, enough test images for the probe set): a ResoMapError before anything is written, the
     resolution cache included (`resomap train` runs it before printing anything)."""
     from resomap import data as data_pkg
+    from resomap.data.verify import enough_probes
 
     _check_model_task(trial, cfg)
-    enough_probes = _probe_check(cfg)
-    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device, check=enough_probes)
-    enough_probes(bundle.splits)  # again after segmentation left out images with unusable masks
+    probes_fit = enough_probes(cfg)
+    bundle = data_pkg.build(cfg, trial.resolution, trial.seed, device, check=probes_fit)
+    probes_fit(bundle.splits)  # again after segmentation left out images with unusable masks
     return bundle
 
 
@@ -220,12 +221,11 @@ def check_data(trial: Trial, cfg: Config, *, record: bool = True) -> None:
     """prepare_data's checks (the same functions, the same one-line errors) without building the data: what
     `resomap sweep` (and its dry run) runs at load, before anything is created. The images are read once, only for
     a dataset of the user's files, and a pass is recorded with the resolution cache (`record`) so that unchanged
-    data is not read again (resomap.data.bundle.check)."""
-    from resomap.data.bundle import check
+    data is not read again (resomap.data.verify.check)."""
+    from resomap.data.verify import check_files
 
     _check_model_task(trial, cfg)
-    ec = cfg.explainability
-    check(cfg, trial.seed, _probe_check(cfg), also=(ec.enabled, ec.probe_size), record=record, files_only=True)
+    check_files(cfg, trial.seed, record=record)
 
 
 def _check_model_task(trial: Trial, cfg: Config) -> None:
@@ -237,22 +237,6 @@ def _check_model_task(trial: Trial, cfg: Config) -> None:
             f"{trial.model} is a {found} model but experiment.task is {cfg.experiment.task}; "
             f"pick a {cfg.experiment.task} model (resomap models) or set experiment.task={found}"
         )
-
-
-def _probe_check(cfg: Config) -> Any:
-    """`enough_probes(positions)`: a ConfigError when the test split holds fewer images than the probe set (for
-    datasets whose size the config load could not know)."""
-    ec = cfg.explainability
-
-    def enough_probes(positions: dict) -> None:
-        n_test = len(positions["test"])
-        if ec.enabled and ec.probe_size > n_test:
-            raise ConfigError(
-                f"explainability.probe_size: expected at most the {n_test} test images of {cfg.data.dataset}, "
-                f"got {ec.probe_size}; lower it or add images"
-            )
-
-    return enough_probes
 
 
 def prepare_trial(trial: Trial, cfg: Config, device: Any) -> _Prepared:
