@@ -169,10 +169,13 @@ def test_a_trial_reports_the_tta_score_beside_the_plain_one(tmp_path):
 
 
 def test_a_tta_symmetry_the_dataset_does_not_declare_is_refused(project, capsys, tmp_path):
-    (tmp_path / "imgs").mkdir()
+    from test_data import write_images
+
+    for name in ("a", "b"):  # readable data: the sweep reads a folder's files at load, before the full config check
+        write_images(tmp_path / "imgs" / name, 6)
     code, _, err = run_cli(
         ["sweep", "--dry-run", "data.dataset=imagefolder", f"data.imagefolder.root={tmp_path / 'imgs'}",
-         "training.tta=[hflip]"],
+         "explainability.probe_size=1", "training.tta=[hflip]"],
         capsys,
     )  # fmt: skip
     assert code == 2 and "training.tta" in err and "declares (none)" in err and len(err.strip().splitlines()) == 1
