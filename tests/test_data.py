@@ -39,18 +39,23 @@ def make_cfg(tmp_path: Path, data: dict | None = None, **sections):
     return build_config({"data": data, "experiment": {"output_dir": str(tmp_path)}, **sections})
 
 
-@pytest.fixture
-def load_counter(monkeypatch):
-    """Counts SyntheticDataset.load calls (decodes)."""
+def count_loads(monkeypatch, cls) -> dict[str, int]:
+    """Counts `cls.load` calls (decodes, reads) in {"n": ...}."""
     calls = {"n": 0}
-    original = SyntheticDataset.load
+    original = cls.load
 
     def counting(self, i):
         calls["n"] += 1
         return original(self, i)
 
-    monkeypatch.setattr(SyntheticDataset, "load", counting)
+    monkeypatch.setattr(cls, "load", counting)
     return calls
+
+
+@pytest.fixture
+def load_counter(monkeypatch):
+    """Counts SyntheticDataset.load calls (decodes)."""
+    return count_loads(monkeypatch, SyntheticDataset)
 
 
 def write_images(folder: Path, n: int, mode: str = "L", size=(20, 24), start: int = 0) -> list[Path]:
@@ -490,14 +495,7 @@ def test_the_data_check_reads_unchanged_files_once_and_a_changed_file_again(tmp_
     from resomap.data.folders import FileDataset
     from resomap.data.verify import check
 
-    reads = {"n": 0}
-    original = FileDataset.load
-
-    def counting(self, i):
-        reads["n"] += 1
-        return original(self, i)
-
-    monkeypatch.setattr(FileDataset, "load", counting)
+    reads = count_loads(monkeypatch, FileDataset)
     root = image_folder(tmp_path, per_class=10)
     cfg = _folder_cfg(tmp_path, root)
     check(cfg, 0, record=False)

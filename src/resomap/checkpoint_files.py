@@ -269,7 +269,8 @@ def _legacy_cause(path: Path) -> str | None:
 # ---------------------------------------------------------------- which checkpoints a folder holds
 
 
-def _json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`, {} when it is absent, unreadable or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -282,7 +283,7 @@ def best_checkpoint(folder: str | Path) -> Path | None:
     folder = Path(folder)
     ranked = []
     for path in folder.glob("epoch=*.pt"):
-        meta = _json(path.with_suffix(".json"))
+        meta = read_json(path.with_suffix(".json"))
         value = meta.get("value")
         score = float(value) if isinstance(value, int | float) and math.isfinite(value) else math.inf
         if score != math.inf and meta.get("mode", "max") == "max":

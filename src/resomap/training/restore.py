@@ -7,7 +7,6 @@ the sweep's maps on demand (resomap.explain.on_demand) load checkpoints with."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from resomap.checkpoint_files import read_json
 from resomap.config import Config
 from resomap.errors import CheckpointError
 from resomap.runtime import resolve_device
@@ -60,15 +60,6 @@ class TrainedModel:
     @property
     def family(self) -> str:
         return str(self.meta.get("family") or self.spec.family)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`, {} when it is absent, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def peek_meta(path: str | Path) -> dict[str, Any]:
