@@ -81,11 +81,10 @@ def check_data_files(cfg: Any, record: bool) -> None:
     (sweep.plan.check_data, which also covers the models' data overrides). A dataset registered by a plugin is
     left to that check."""
     import dataclasses
-    import logging
 
     from resomap.config.groups import group_options
     from resomap.data import list_datasets
-    from resomap.data.verify import check_files, data_seed
+    from resomap.data.verify import check_files, data_seed, quiet_log
 
     if cfg.data.dataset not in list_datasets():
         return
@@ -96,18 +95,12 @@ def check_data_files(cfg: Any, record: bool) -> None:
     data = dataclasses.replace(cfg.data, options=given)
     data = dataclasses.replace(data, options={k: group_options(data, k) for k in given})
     cfg = dataclasses.replace(cfg, data=data)
-    logger = logging.getLogger("resomap.data")
-    level = logger.level
-    if not logger.isEnabledFor(logging.DEBUG):  # images skipped under the threshold: each trial says so again
-        logger.setLevel(logging.ERROR)
-    try:
-        seen = set()
+    seen = set()
+    with quiet_log():
         for seed in cfg.sweep.seeds:
             if data_seed(cfg, seed) not in seen:
                 seen.add(data_seed(cfg, seed))
                 check_files(cfg, seed, record=record)
-    finally:
-        logger.setLevel(level)
 
 
 def check_pretrained(cfg: Any) -> None:

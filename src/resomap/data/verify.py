@@ -5,10 +5,11 @@ before torch is imported (resomap.cli.args)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,17 @@ def check_files(cfg: Config, seed: int, *, record: bool = True) -> None:
     same settings, so a pass recorded by one is read by the other."""
     ec = cfg.explainability
     check(cfg, seed, enough_probes(cfg), also=(ec.enabled, ec.probe_size), record=record, files_only=True)
+
+
+@contextlib.contextmanager
+def quiet_log() -> Iterator[None]:
+    """The data's log lines held back (errors aside) while a check runs ahead of the trials, which say them again
+    (its size, images skipped under the threshold); shown with -v (DEBUG): a refusal is then the only line."""
+    logger = logging.getLogger("resomap.data")
+    level = logger.level
+    if not logger.isEnabledFor(logging.DEBUG):
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

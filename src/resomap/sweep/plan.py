@@ -215,15 +215,11 @@ def check_data(trials: list[Trial], record: bool = True) -> None:
     data section and data seed: model overrides may change them), quietly: what the data says on the way (its size,
     images skipped under the threshold) each trial says again. `record`: keep a pass with the resolution cache (a
     dry run writes nothing)."""
-    from resomap.data.bundle import data_seed
+    from resomap.data.verify import data_seed, quiet_log
     from resomap.sweep.trial import check_data as check_trial_data
 
-    logger = logging.getLogger("resomap.data")
-    level = logger.level
-    if not logger.isEnabledFor(logging.DEBUG):  # -v shows them; else a refusal is the only line
-        logger.setLevel(logging.ERROR)
     seen: set[str] = set()
-    try:
+    with quiet_log():
         for t in trials:
             ec = t.cfg.explainability
             data = json.dumps(dataclasses.asdict(t.cfg.data), sort_keys=True, default=str)
@@ -231,8 +227,6 @@ def check_data(trials: list[Trial], record: bool = True) -> None:
             if same not in seen:
                 seen.add(same)
                 check_trial_data(t, t.cfg, record=record)
-    finally:
-        logger.setLevel(level)
 
 
 def sweep_key(trials: list[Trial]) -> str:
