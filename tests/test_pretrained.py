@@ -131,6 +131,8 @@ def test_finetune_freezes_the_first_stages_and_gives_the_backbone_a_smaller_lear
         (["sweep.resolutions=[16, 64]"], "at least 32 px for lite0_linear"),
         (["models.finetune.freeze_blocks=9", "sweep.models=[lite0_finetune]"], "0 to 7 for lite0_finetune"),
         (["models.finetune.backbone_lr_scale=0"], "models.finetune.backbone_lr_scale: expected a positive number"),
+        (["models.head.hidden=-1", "sweep.models=[lite0_head]"], "models.head.hidden: expected an integer >= 0"),
+        (["sweep.models=[lite0_head]", "sweep.resolutions=[16]"], "at least 32 px for lite0_head"),
     ],
 )
 def test_bad_input_is_one_line_at_load(capsys, tmp_path, overrides, needle):
@@ -218,13 +220,14 @@ def test_trials_take_the_models_cpu_fast_path_only_where_the_config_says_auto(mo
 @pytest.mark.slow
 def test_a_sweep_fits_the_frozen_model_and_trains_the_fine_tuned_one(tmp_path):
     """A real sweep (synthetic images, 32 px, one epoch): the linear head fitted on pooled features at each penalty,
-    the input normalisation carried in the checkpoint, the fine-tuned model's frozen stages unchanged."""
+    the input normalisation carried in the checkpoint, the fine-tuned model's frozen stages unchanged, the head on
+    cached features trained, its checkpoint carrying the features' standardisation."""
     from resomap.sweep import run_sweep
     from resomap.training import load_checkpoint
 
     cfg = tiny_sweep_config(
         tmp_path,
-        ["lite0_linear", "lite0_finetune"],
+        ["lite0_linear", "lite0_finetune", "lite0_head"],
         [32],
         ["gradcam", "saliency"],
         4,
@@ -249,6 +252,11 @@ def test_a_sweep_fits_the_frozen_model_and_trains_the_fine_tuned_one(tmp_path):
     for key in ("blocks.0.0.conv_dw.weight", "blocks.1.0.bn1.running_mean", "conv_stem.weight"):
         assert torch.equal(tuned_state[f"backbone.{key}"], fresh[key]), key
     assert not torch.equal(tuned_state["backbone.blocks.2.0.conv_pw.weight"], fresh["blocks.2.0.conv_pw.weight"])
+    head = json.loads((trial_summary(tmp_path, "lite0_head", 32) / "result.json").read_text())
+    assert head["status"] == "FINISHED" and len(head["history"]) == 1 and "val/loss" in head["history"][0]
+    assert 0 <= head["test"]["test/accuracy"] <= 1 and not head["explain"]["failed"]
+    head_state = load_checkpoint(head["best_checkpoint"])["model"]
+    assert float(head_state["feature_std"].mean()) != 1.0 and "head.weight" in head_state
 
 
 def test_the_cost_probe_of_the_frozen_model_reads_a_few_batches_and_prices_all(monkeypatch):
@@ -257,7 +265,7 @@ def test_the_cost_probe_of_the_frozen_model_reads_a_few_batches_and_prices_all(m
     from resomap.sweep import plan
     from resomap.sweep.trial import prepare_trial
     from resomap.training import Trainer, closed_form
-    from resomap.training.trainer import PROBE_FEATURE_BATCHES
+    from resomap.training.closed_form import PROBE_FEATURE_BATCHES
 
     cfg = load(
         str(REPO / "configs"),
@@ -279,7 +287,7 @@ def test_the_cost_probe_of_the_frozen_model_reads_a_few_batches_and_prices_all(m
         seen.append(len(out[1]))
         return out
 
-    monkeypatch.setattr("resomap.training.trainer.train_arrays", counted)
+    monkeypatch.setattr("resomap.training.closed_form.train_arrays", counted)
     steps = []
     monkeypatch.setattr(Trainer, "_train_step", lambda self, *a, **k: steps.append(1))
     seconds, per_image, fits = Trainer(trial.cfg, "cpu").probe_seconds(prepared.model, prepared.bundle)

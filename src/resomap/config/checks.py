@@ -173,6 +173,8 @@ def _check_finetune(cfg: Config, need: Callable[[bool, str, str, Any], None]) ->
     fc = cfg.models.finetune
     need(fc.freeze_blocks >= 0, "models.finetune.freeze_blocks", "an integer >= 0 (0: end to end)", fc.freeze_blocks)
     need(fc.backbone_lr_scale > 0, "models.finetune.backbone_lr_scale", "a positive number", fc.backbone_lr_scale)
+    hidden = cfg.models.head.hidden
+    need(hidden >= 0, "models.head.hidden", "an integer >= 0 (0: a linear head)", hidden)
 
 
 def _check_hog(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:

@@ -241,11 +241,18 @@ class FinetuneConfig:
 
 
 @dataclass(frozen=True)
+class HeadConfig:
+    # lite<N>_head (resomap.models.pretrained): the head trained on the frozen backbone's cached features
+    hidden: int = 0  # 0: a linear head; N: an MLP with N hidden units (GELU, models.dropout before each layer)
+
+
+@dataclass(frozen=True)
 class ModelsConfig:
     # the sections read by named models only: part of those models' trial keys, not of the others' (sweep.trial)
     MODEL_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "hog": ("hog_svm",),
         "finetune": ("lite0_finetune", "lite1_finetune", "lite2_finetune"),
+        "head": ("lite0_head", "lite1_head", "lite2_head"),
     }
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
     pretrained: dict[str, str] = field(default_factory=dict)  # model name -> local state_dict file
@@ -255,6 +262,7 @@ class ModelsConfig:
     cam_layer_policy: Literal["common", "per_resolution"] = "common"  # common: one CAM layer at all sweep resolutions
     hog: HogConfig = field(default_factory=HogConfig)  # hog_svm's features
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)  # lite<N>_finetune's frozen stages, lr scale
+    head: HeadConfig = field(default_factory=HeadConfig)  # lite<N>_head's head on cached features
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,10 @@ backbones), in the ways a CPU and a GPU can use them:
 - `lite<N>_linear`: the backbone frozen, its features pooled (mean and max over the map) at the end of stages 2-6
   and after the head convolution, and a linear head fitted in closed form like pixel_logreg (scikit-learn's
   logistic regression on the standardised features, the L2 penalty chosen on validation; deterministic).
+- `lite<N>_head`: the same features of every view of the dataset's declared symmetries (ELPV: the 8 flips and
+  quarter turns), computed once per data and resolution and cached on disk, and a head (linear, or a small MLP:
+  `models.head.hidden`) trained on them by the Trainer's recipe (warm-up, schedule, EMA, early stopping): random,
+  so its seeds are replicates, and cheap after the first seed (resomap.training.feature_head).
 - `lite<N>_finetune`: the backbone and a new linear classifier trained by the Trainer; `models.finetune.
   freeze_blocks` K keeps the stem and the first K of the 7 stages frozen (their batch-norm statistics kept too:
   they stay in eval mode), `backbone_lr_scale` gives the trained backbone a smaller learning rate than the head.
@@ -109,18 +113,9 @@ class PretrainedBase(nn.Module):
         return torch.cat([fn(part) for part in x.split(size)])
 
 
-class FrozenLinear(PretrainedBase):
-    """The backbone frozen; a linear head on its pooled multi-depth features, fitted in closed form."""
-
-    closed_form = True  # the Trainer fits it with fit_arrays on fit_inputs (resomap.training.closed_form)
-    penalties = PENALTIES
-    fit_arrays = PixelLogistic.fit_arrays  # scikit-learn's scaler + logistic regression, folded into self.linear
-    probe_fit_seconds = PixelLogistic.probe_fit_seconds
-
-    def __init__(self, backbone: str, in_channels: int, num_classes: int) -> None:
-        super().__init__(backbone, in_channels)
-        self.num_classes = num_classes
-        self.linear = nn.Linear(self.feature_size, num_classes)
+class PooledFeatures(PretrainedBase):
+    """The backbone frozen; what a head reads: mean and max of its maps at the tapped stages and after the head
+    convolution."""
 
     @functools.cached_property
     def feature_size(self) -> int:
@@ -130,7 +125,7 @@ class FrozenLinear(PretrainedBase):
 
     def frozen(self) -> Iterator[nn.Module]:
         """What training leaves as it is: the whole backbone. Its weights keep requires_grad so that Grad-CAM gets
-        gradients at its layers (pytorch-grad-cam does not ask for the input's); the head is fitted in closed form,
+        gradients at its layers (pytorch-grad-cam does not ask for the input's); the head is fitted on its features,
         and the profiler's training step freezes these (resomap.profiling.profiler)."""
         yield self.backbone
 
@@ -147,7 +142,23 @@ class FrozenLinear(PretrainedBase):
         parts += [h.mean((2, 3)), h.amax((2, 3))]
         return torch.cat(parts, 1).float()
 
+
+class FrozenLinear(PooledFeatures):
+    """The backbone frozen; a linear head on its pooled multi-depth features, fitted in closed form."""
+
+    closed_form = True  # the Trainer fits it with fit_arrays on fit_inputs (resomap.training.closed_form)
+    penalties = PENALTIES
+    fit_arrays = PixelLogistic.fit_arrays  # scikit-learn's scaler + logistic regression, folded into self.linear
+    probe_fit_seconds = PixelLogistic.probe_fit_seconds
+
+    def __init__(self, backbone: str, in_channels: int, num_classes: int) -> None:
+        super().__init__(backbone, in_channels)
+        self.num_classes = num_classes
+        self.linear = nn.Linear(self.feature_size, num_classes)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # cached features (validation during the fit)
+            return self.linear(x)
         return self.chunked(lambda part: self.linear(self.pooled(part)), x)
 
     def prepare_fit(self, resolution: int) -> None:
@@ -158,6 +169,46 @@ class FrozenLinear(PretrainedBase):
         """What the closed-form fit reads of a batch of training images: their pooled features."""
         with torch.no_grad():
             return self.chunked(self.pooled, x)
+
+
+class FrozenHead(PooledFeatures):
+    """The backbone frozen; a head (linear, or an MLP with `models.head.hidden` units) trained by the Trainer on the
+    standardised pooled features of every symmetry view of the training images, computed once and cached
+    (resomap.training.feature_head). Training is random (initialisation, order, views, dropout): seeds are
+    replicates. forward takes images [B, C, r, r] or, in training, their cached features [B, feature_size]."""
+
+    feature_head = True  # the Trainer trains it on cached features (resomap.training.feature_head)
+
+    def __init__(self, backbone: str, in_channels: int, num_classes: int, cfg: ModelsConfig) -> None:
+        super().__init__(backbone, in_channels)
+        size, hidden = self.feature_size, cfg.head.hidden
+        self.register_buffer("feature_mean", torch.zeros(size))  # the training features' (adopt_feature_stats)
+        self.register_buffer("feature_std", torch.ones(size))
+        self.dropout = nn.Dropout(cfg.dropout)
+        if hidden > 0:
+            self.head = nn.Sequential(
+                nn.Linear(size, hidden), nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(hidden, num_classes)
+            )
+        else:
+            self.head = nn.Linear(size, num_classes)
+
+    def adopt_feature_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """The training features' mean and std: the head reads standardised features (kept in checkpoints)."""
+        with torch.no_grad():
+            self.feature_mean.copy_(mean.to(self.feature_mean))
+            self.feature_std.copy_(std.clamp_min(1e-6).to(self.feature_std))
+
+    def param_groups(self) -> list[dict]:
+        """Only the head trains."""
+        return [{"params": list(self.head.parameters())}]
+
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head(self.dropout((features.float() - self.feature_mean) / self.feature_std))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # cached features (training, validation)
+            return self.classify(x)
+        return self.chunked(lambda part: self.classify(self.pooled(part)), x)
 
 
 class Finetune(PretrainedBase):
@@ -213,11 +264,15 @@ def _register(backbone: Backbone) -> None:
     def linear(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
         return FrozenLinear(backbone.name, in_channels, num_classes)
 
+    def head(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
+        return FrozenHead(backbone.name, in_channels, num_classes, cfg)
+
     def finetune(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
         return Finetune(backbone.name, in_channels, num_classes, cfg)
 
     for fn, kind, doc in (
         (linear, "linear", "frozen, a linear head on pooled multi-depth features fitted in closed form"),
+        (head, "head", "frozen, a head trained on cached pooled features of every symmetry view (models.head)"),
         (finetune, "finetune", "fine-tuned (models.finetune: frozen stages, backbone learning-rate scale)"),
     ):
         fn.__name__ = fn.__qualname__ = f"{short}_{kind}"

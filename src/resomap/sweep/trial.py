@@ -363,7 +363,8 @@ def _learning_rate(trial: Trial, prepared: _Prepared, device: Any) -> tuple[Conf
     from resomap.training.lr_find import lr_range_test
 
     cfg = prepared.cfg
-    if not cfg.training.lr_find.enabled or getattr(prepared.model, "closed_form", False):
+    model = prepared.model  # a closed-form fit has no learning rate; a head on cached features is not found one here
+    if not cfg.training.lr_find.enabled or getattr(model, "closed_form", False) or getattr(model, "feature_head", 0):
         return cfg, None
     record_path = trial.lr_find_file(prepared.spec.family)  # beside the seeds' folders
     key = trial_key(cfg, trial.model, trial.resolution, 0)

@@ -46,7 +46,14 @@ def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
     trainer.history, trainer.should_stop, trainer.epoch = [], False, 0
     model.prepare_fit(int(data.resolution))
     trainer._setup(model, data)
-    x, y, weights = train_arrays(trainer, data)
+    val = data.val
+    if getattr(model, "pooled", None) is not None:  # a frozen backbone: its features from the cache (feature_head)
+        from resomap.training.feature_head import closed_form_arrays
+
+        x, y, val = closed_form_arrays(trainer, model, data)
+        weights = fit_weights(trainer, y, data.train.weights)
+    else:
+        x, y, weights = train_arrays(trainer, data)
     try:
         trainer._call("on_fit_start")
         for epoch, penalty in enumerate(model.penalties):
@@ -60,7 +67,7 @@ def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
             metrics.update({"train/epoch_time_s": elapsed, "train/images_per_s": len(y) / max(elapsed, 1e-9)})
             metrics.update({"train/peak_memory_mb": peak_memory_mb(trainer.device), "train/penalty_C": penalty})
             trainer._call("on_train_epoch_end", metrics)
-            metrics.update(trainer.evaluate(trainer.model, data.val, prefix="val")[0])
+            metrics.update(trainer.evaluate(trainer.model, val, prefix="val")[0])
             trainer.history.append(metrics)
             trainer._call("on_validation_end", metrics)
         trainer._call("on_fit_end")
@@ -89,9 +96,39 @@ def train_arrays(
             ys.append(y.cpu().numpy())
             ws.extend(t.cpu().numpy() for t in w)
     x, y = np.concatenate(xs), np.concatenate(ys)
-    weights = np.concatenate(ws) if ws else None
+    return x, y, fit_weights(trainer, y, np.concatenate(ws) if ws else None)
+
+
+def fit_weights(trainer: Trainer, y: np.ndarray, weights: Any) -> np.ndarray | None:
+    """Per-image weights of a closed-form fit: the loader's sample weights (`weights`, aligned with `y`) times the
+    loss's class weights; None when neither applies."""
+    if weights is not None:
+        weights = np.asarray(weights.cpu().numpy() if isinstance(weights, torch.Tensor) else weights, np.float32)
     classes = getattr(trainer._criterion, "weight", None)  # the class weights the deep models' loss applies
     if classes is not None:  # the same weighting as theirs (scikit-learn's class_weight is this product too)
         per_class = classes.detach().cpu().numpy()[y]
         weights = per_class if weights is None else weights * per_class
-    return x, y, weights
+    return weights
+
+
+PROBE_FEATURE_BATCHES = 4  # the cost probe's batches of a frozen backbone's features (the rest priced per image)
+
+
+def probe_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> tuple[float, float, int]:
+    """The cost probe of a closed-form fit (Trainer.probe_seconds, the trainer set up on `model`): it takes no
+    gradient step; its pass over the training images is timed (a frozen backbone's features, most of such a fit:
+    on PROBE_FEATURE_BATCHES batches, priced per image for all) and its fits predicted with its
+    `probe_fit_seconds` (else one fit at its middle penalty x the number of penalties), on those rows scaled to all
+    (lbfgs' cost grows about linearly with rows)."""
+    few = PROBE_FEATURE_BATCHES if hasattr(model, "fit_inputs") else None
+    t0 = time.perf_counter()
+    x, y, weights = train_arrays(trainer, data, few)
+    per_image = (time.perf_counter() - t0) / max(len(y), 1)  # seconds per training image of the data pass
+    scale = max(1.0, data.train.num_samples / max(len(y), 1))
+    arrays = per_image * len(y) * scale
+    fits = len(model.penalties)
+    if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
+        return arrays + scale * float(model.probe_fit_seconds(x, y, weights)), per_image, fits
+    t0 = time.perf_counter()
+    model.fit_arrays(x, y, model.penalties[fits // 2], weights)
+    return arrays + scale * (time.perf_counter() - t0) * fits, per_image, fits

@@ -19,16 +19,15 @@ from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
 from resomap.runtime import apply_system, autocast_dtype, resolve_channels_last, resolve_precision, seed_everything
 from resomap.tasks import EvalContext, task_of
-from resomap.training import distributed
+from resomap.training import distributed, feature_head
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
-from resomap.training.closed_form import fit_closed_form, peak_memory_mb, train_arrays
+from resomap.training.closed_form import fit_closed_form, peak_memory_mb, probe_closed_form
 from resomap.training.convergence import Convergence, convergence
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
 from resomap.training.progress import Progress
 
 log = logging.getLogger(__name__)
 
-PROBE_FEATURE_BATCHES = 4  # the cost probe's batches of a frozen backbone's features (the rest priced per image)
 _NAN_CHECK_EVERY = 32  # optimiser-side host syncs: one per this many batches, to fail early on NaN
 
 
@@ -209,7 +208,7 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _inputs(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
 
     def _choose_threads(self, data: Any, resumed: Any) -> None:
         """system.threads 0 on the CPU: the fastest thread count of a few real training steps (1, all cores;
@@ -246,6 +245,8 @@ class Trainer:
         with ``closed_form = True`` (the classical baseline, resomap.models.classical) is fitted instead."""
         if getattr(model, "closed_form", False):
             return fit_closed_form(self, model, data)
+        if getattr(model, "feature_head", False):  # trained on its frozen backbone's cached features
+            data = feature_head.feature_data(self, model, data)
         seed = self.cfg.experiment.seed
         seed_everything(seed)
         self.history, self.should_stop, self.epoch, self.stopped_by_time = [], False, 0, False
@@ -300,21 +301,23 @@ class Trainer:
         the step, at the thread count a fit would choose now (system.threads 0 on the CPU: beside a busy process
         torch's default count runs many times slower than the one thread the trial then takes). A gradient model's
         training is those steps scaled to every batch of every epoch, plus a validation pass per epoch (a forward:
-        about a third of a step); a closed-form model (resomap.models.classical) takes no step: its pass over the
-        training images is timed (a frozen backbone's features, most of such a fit: on PROBE_FEATURE_BATCHES
-        batches, priced per image for all) and its fits predicted with its `probe_fit_seconds` (else one fit at its
-        middle penalty x the number of penalties), on those rows scaled to all. `model` is trained in
-        place: pass one that is thrown away. The sweep's ETA weighs trials by these (resomap.sweep.eta)."""
+        about a third of a step); a closed-form model (resomap.models.classical) takes no step
+        (closed_form.probe_closed_form), a head on cached features prices its feature pass
+        (feature_head.probe_seconds). `model` is trained in place: pass one that is thrown away. The sweep's ETA
+        weighs trials by these (resomap.sweep.eta)."""
+        if getattr(model, "feature_head", False):  # a head on cached features (resomap.training.feature_head)
+            return feature_head.probe_seconds(self, model, data, steps)
         closed = getattr(model, "closed_form", False)
         if closed:
             model.prepare_fit(int(data.resolution))
         self._setup(model, data)
-        if not closed:  # left set after the probe, as after a fit: the caller puts its own count back if it wants
-            self._choose_threads(data, None)
+        if closed:  # no gradient step: its data pass and solver are timed (resomap.training.closed_form)
+            return probe_closed_form(self, model, data)
+        self._choose_threads(data, None)  # left set after the probe, as after a fit: the caller may put its own back
         self.model.train()
         data.train.set_epoch(0)
         batches, times = iter(data.train), []
-        for i in range(0 if closed else steps + 1):  # a closed-form fit takes no gradient step: its data pass is timed
+        for i in range(steps + 1):
             t0 = time.perf_counter()
             try:
                 x, y, *w = next(batches)
@@ -326,21 +329,6 @@ class Trainer:
             if i:
                 times.append((time.perf_counter() - t0) / max(y.shape[0], 1))
         per_image = float(np.median(times)) if times else 0.0
-        if closed:
-            # a frozen backbone's features (fit_inputs) are most of such a fit's time: timed on a few batches and
-            # priced per image, the fits on those rows scaled to all (lbfgs' cost grows about linearly with rows)
-            few = PROBE_FEATURE_BATCHES if hasattr(model, "fit_inputs") else None
-            t0 = time.perf_counter()
-            x, y, weights = train_arrays(self, data, few)
-            per_image = (time.perf_counter() - t0) / max(len(y), 1)  # seconds per training image of the data pass
-            scale = max(1.0, data.train.num_samples / max(len(y), 1))
-            arrays = per_image * len(y) * scale
-            fits = len(model.penalties)
-            if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
-                return arrays + scale * float(model.probe_fit_seconds(x, y, weights)), per_image, fits
-            t0 = time.perf_counter()
-            model.fit_arrays(x, y, model.penalties[fits // 2], weights)
-            return arrays + scale * (time.perf_counter() - t0) * fits, per_image, fits
         epoch = per_image * (data.train.num_samples + data.val.num_samples / 3)
         return epoch * self.cfg.training.epochs, per_image, self.cfg.training.epochs
 
