@@ -14,7 +14,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from conftest import smoke_sweep_at_16, tiny_sweep_config, trial_summary
+from conftest import REPO, smoke_sweep_at_16, tiny_sweep_config, trial_summary
 from resomap.cli import main
 from resomap.config.schema import ModelsConfig
 from resomap.models import build_model
@@ -198,3 +198,67 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
     assert seed_rows == {"tiny_cnn"}  # no cross-seed floor for pixel_logreg
     note = parent_note(SimpleNamespace(recommendations=data["recommendations"], rows=[]), findings, None, [])
     assert note.count(said) == 1 and "deterministic: no seed floor" in note
+
+
+def _trial(tmp_path: Path, seed: int):
+    """A pixel_logreg trial of the smoke preset at 16 px: (its config, its prepared data and model)."""
+    from resomap.config import load
+    from resomap.sweep import plan
+    from resomap.sweep.trial import prepare_trial
+
+    overrides = ["sweep.models=[pixel_logreg]", "sweep.resolutions=[16]", f"sweep.seeds=[{seed}]"]
+    overrides += [f"experiment.output_dir={tmp_path}", "mlflow.enabled=false"]
+    trial = plan(load(str(REPO / "configs"), "smoke", overrides))[0]
+    return trial.cfg, prepare_trial(trial, trial.cfg, torch.device("cpu"))
+
+
+def _fitted(tmp_path: Path, seed: int):
+    """That trial's model fitted by the Trainer: (the model, its fit)."""
+    from resomap.training import Trainer
+
+    cfg, prepared = _trial(tmp_path, seed)
+    return prepared.model, Trainer(cfg, "cpu").fit(prepared.model, prepared.bundle)
+
+
+def _count_fits(monkeypatch) -> list[float]:
+    calls = []
+    real = PixelLogistic.fit_arrays
+
+    def counted(self, x, y, penalty, sample_weight=None):
+        calls.append(penalty)
+        return real(self, x, y, penalty, sample_weight)
+
+    monkeypatch.setattr(PixelLogistic, "fit_arrays", counted)
+    return calls
+
+
+def test_a_later_seed_reads_each_deterministic_fit_back_instead_of_solving_again(tmp_path, monkeypatch):
+    calls = _count_fits(monkeypatch)
+    first, fit1 = _fitted(tmp_path, 1)
+    assert calls == list(PixelLogistic.penalties)
+    kept = sorted((tmp_path / ".cache/resomap/fits").glob("*.pt"))
+    assert len(kept) == len(PixelLogistic.penalties)  # one per penalty
+    calls.clear()
+    second, fit2 = _fitted(tmp_path, 2)
+    assert calls == []  # the same rows, labels and penalties: read back
+    assert torch.equal(first.linear.weight, second.linear.weight)  # the last penalty's layer, as solved
+    for a, b in zip(fit1.history, fit2.history, strict=True):  # the same training and validation figures
+        assert {k: v for k, v in a.items() if "time" not in k and "per_s" not in k and "memory" not in k} == {
+            k: v for k, v in b.items() if "time" not in k and "per_s" not in k and "memory" not in k
+        }
+    kept[0].write_bytes(b"damaged")  # a damaged kept fit is solved again, not trusted
+    _fitted(tmp_path, 3)
+    assert len(calls) == 1 and torch.load(kept[0], weights_only=True)["format"] == "resomap-fit-1"
+
+
+def test_the_fits_the_cost_probe_times_are_kept_for_the_trial(tmp_path, monkeypatch):
+    from resomap.training import Trainer
+
+    calls = _count_fits(monkeypatch)
+    cfg, prepared = _trial(tmp_path, 1)
+    Trainer(cfg, "cpu").probe_seconds(prepared.model, prepared.bundle)
+    ends = [PixelLogistic.penalties[0], PixelLogistic.penalties[-1]]
+    assert calls == ends and "fit_arrays" not in vars(prepared.model)  # the two ends timed; the method put back
+    calls.clear()
+    _fitted(tmp_path, 1)
+    assert calls == list(PixelLogistic.penalties[1:-1])  # the trial solves only the penalties the probe did not

@@ -4,6 +4,7 @@ Trainer's loop over them, the model the same on images as on its features, seeds
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import REPO
@@ -70,9 +71,9 @@ def test_the_head_trains_on_cached_views_and_a_later_seed_reads_them_back(tmp_pa
     calls = []
     real = feature_head.extract
 
-    def counted(trainer, model, loader, transforms, batches=None):
+    def counted(trainer, model, loader, transforms, batches=None, **kw):
         calls.append(len(transforms))
-        return real(trainer, model, loader, transforms, batches)
+        return real(trainer, model, loader, transforms, batches, **kw)
 
     monkeypatch.setattr(feature_head, "extract", counted)
     cfg, prepared = _prepared(tmp_path, 1)
@@ -116,7 +117,9 @@ def test_views_follow_the_augmentation_switch_and_an_mlp_head_is_a_config_away(t
     calls = []
     real = feature_head.extract
     monkeypatch.setattr(
-        feature_head, "extract", lambda t, m, loader, tr, b=None: calls.append(len(tr)) or real(t, m, loader, tr, b)
+        feature_head,
+        "extract",
+        lambda t, m, loader, tr, b=None, **k: calls.append(len(tr)) or real(t, m, loader, tr, b, **k),
     )
     cfg, prepared = _prepared(tmp_path, 1, "data.augmentation.enabled=false", "models.head.hidden=16")
     assert isinstance(prepared.model.head, torch.nn.Sequential) and prepared.model.head[0].out_features == 16
@@ -129,10 +132,51 @@ def test_the_cost_probe_prices_every_view_and_takes_no_backbone_step(tmp_path, m
     batches = []
     real = feature_head.extract
     monkeypatch.setattr(
-        feature_head, "extract", lambda t, m, loader, tr, b=None: batches.append(b) or real(t, m, loader, tr, b)
+        feature_head,
+        "extract",
+        lambda t, m, loader, tr, b=None, **k: batches.append(b) or real(t, m, loader, tr, b, **k),
     )
     seconds, per_step, epochs = Trainer(cfg, "cpu").probe_seconds(prepared.model, prepared.bundle)
     assert batches == [feature_head.PROBE_BATCHES] and epochs == 4
     assert seconds > 0 and per_step > 0
     fresh = create_backbone("efficientnet_lite0", prepared.model.in_channels).state_dict()
     assert all(torch.equal(prepared.model.backbone.state_dict()[k], v) for k, v in fresh.items())
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashAfter:
+    order = 200  # after the checkpoint callback has written last.pt
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_validation_end(self, trainer, metrics) -> None:
+        if trainer.epoch == self.epoch:
+            raise _Crash
+
+
+def test_a_resumed_head_fit_ends_where_the_uninterrupted_one_does(tmp_path):
+    """Views and order depend on (seed, epoch) only, the RNG and optimiser state come back from last.pt: a fit
+    stopped after its second epoch and resumed gives the uninterrupted fit's head, to the bit."""
+    from resomap.training.callbacks import TopKCheckpoint
+
+    one = ("system.threads=1", "models.dropout=0.3")  # one thread: the same sums in the same order; dropout: RNG
+    cfg, straight = _prepared(tmp_path, 1, *one)
+    plain = Trainer(cfg, "cpu").fit(straight.model, straight.bundle)
+    ck = tmp_path / "ck"
+    cfg, crashed = _prepared(tmp_path, 1, *one)
+    with pytest.raises(_Crash):
+        Trainer(cfg, "cpu", [TopKCheckpoint(ck, "val/loss", "min", 1), _CrashAfter(1)]).fit(
+            crashed.model, crashed.bundle
+        )
+    cfg, again = _prepared(tmp_path, 1, *one)
+    resumed = Trainer(cfg, "cpu", [TopKCheckpoint(ck, "val/loss", "min", 1)]).fit(
+        again.model, again.bundle, resume_from=ck / "last.pt"
+    )
+    assert resumed.resumed_from_epoch == 1 and len(resumed.history) == len(plain.history) == 4
+    assert resumed.history[-1]["val/loss"] == plain.history[-1]["val/loss"]
+    assert torch.equal(again.model.head.weight, straight.model.head.weight)
+    assert torch.equal(again.model.feature_mean, straight.model.feature_mean)

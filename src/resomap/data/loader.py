@@ -71,7 +71,55 @@ class _EpochSampler:
         return len(self.loader)
 
 
-class BatchLoader:
+class EpochBatches:
+    """An epoch's batches of a split's rows in a seeded order, each rank of a distributed fit taking its share: what
+    BatchLoader and the Trainer's loader of cached features (resomap.training.feature_head) share. Subclasses set
+    batch_size, drop_last, seed, epoch, rank and world_size, and give num_samples."""
+
+    batch_size: int
+    drop_last: bool
+    seed: int
+    epoch: int
+    rank: int
+    world_size: int
+
+    @property
+    def num_samples(self) -> int:
+        raise NotImplementedError
+
+    def _all_batches(self) -> int:
+        n, b = self.num_samples, self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    def __len__(self) -> int:
+        """Batches this rank iterates per epoch (all of them in a single process)."""
+        return -(-self._all_batches() // self.world_size)
+
+    def shard(self, rank: int, world_size: int) -> EpochBatches:
+        """Iterate only this rank's batches: every rank draws the same seeded order and takes batches
+        rank::world_size; the list is padded by wrapping around so every rank gets the same count."""
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"bad shard: rank {rank} of world size {world_size}")
+        self.rank, self.world_size = rank, world_size
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _generator(self, stream: int) -> torch.Generator:
+        return torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch * 7919 + stream) % 2**63)
+
+    def batched(self, order: torch.Tensor) -> list[torch.Tensor]:
+        """`order` (the epoch's rows) cut into this rank's batches."""
+        b = self.batch_size
+        batches = [order[i : i + b] for i in range(0, self._all_batches() * b, b)]
+        if self.world_size == 1 or not batches:
+            return batches
+        padded = [batches[i % len(batches)] for i in range(len(self) * self.world_size)]
+        return padded[self.rank :: self.world_size]
+
+
+class BatchLoader(EpochBatches):
     """Batches of one split: `(x float32 [B, C, r, r] normalised, y int64 [B])` on the device, and a third item,
     the images' loss weights float32 [B], when the loader has `weights` (training.sample_weights).
 
@@ -114,20 +162,8 @@ class BatchLoader:
     def num_samples(self) -> int:
         return len(self.positions)
 
-    def _all_batches(self) -> int:
-        n, b = self.num_samples, self.batch_size
-        return n // b if self.drop_last else -(-n // b)
-
-    def __len__(self) -> int:
-        """Batches this rank iterates per epoch (all of them in a single process)."""
-        return -(-self._all_batches() // self.world_size)
-
     def shard(self, rank: int, world_size: int) -> BatchLoader:
-        """Iterate only this rank's batches: every rank draws the same seeded order and takes batches
-        rank::world_size; the list is padded by wrapping around so every rank gets the same count."""
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"bad shard: rank {rank} of world size {world_size}")
-        self.rank, self.world_size = rank, world_size
+        super().shard(rank, world_size)
         self._workers = None
         return self
 
@@ -141,22 +177,10 @@ class BatchLoader:
         out.rank, out.world_size = 0, 1
         return out
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def _generator(self, stream: int) -> torch.Generator:
-        return torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch * 7919 + stream) % 2**63)
-
     def batch_positions(self) -> list[torch.Tensor]:
         """Row indices (into the split) of each batch of the current epoch."""
         n = self.num_samples
-        order = torch.randperm(n, generator=self._generator(0)) if self.shuffle else torch.arange(n)
-        b = self.batch_size
-        batches = [order[i : i + b] for i in range(0, self._all_batches() * b, b)]
-        if self.world_size == 1 or not batches:
-            return batches
-        padded = [batches[i % len(batches)] for i in range(len(self) * self.world_size)]
-        return padded[self.rank :: self.world_size]
+        return self.batched(torch.randperm(n, generator=self._generator(0)) if self.shuffle else torch.arange(n))
 
     def _host_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
         if self.num_workers > 0:

@@ -1,10 +1,19 @@
 """What the Trainer does for a closed-form model (``closed_form = True``: resomap.models.classical) instead of
 gradient steps: one solver fit per penalty on the unaugmented training images, each scored as an epoch; and the
-process's peak memory every epoch records."""
+process's peak memory every epoch records.
+
+Each fit is deterministic (the same rows, labels, weights and penalty give the same solution), so its result (the
+fitted linear layer and its training metrics) is kept in `<output_dir>/<cache_dir>/fits/` under a digest of those
+inputs and read back by a later seed or a resumed trial instead of solving again. Written here rather than with
+joblib.Memory: the fit mutates the model, and the kept result is the layer's state, loaded with weights_only.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +25,10 @@ from resomap.training.convergence import closed_form_convergence
 
 if TYPE_CHECKING:
     from resomap.training.trainer import FitResult, Trainer
+
+log = logging.getLogger(__name__)
+
+FIT_FORMAT = "resomap-fit-1"  # what a kept fit holds; bump when fit_arrays changes what it computes
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -54,6 +67,7 @@ def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
         weights = fit_weights(trainer, y, data.train.weights)
     else:
         x, y, weights = train_arrays(trainer, data)
+    inputs = _digest_arrays(model, x, y, weights)
     try:
         trainer._call("on_fit_start")
         for epoch, penalty in enumerate(model.penalties):
@@ -62,7 +76,7 @@ def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
             trainer.epoch = epoch
             trainer._call("on_train_epoch_start")
             t0 = time.perf_counter()
-            metrics = {"epoch": epoch, **model.fit_arrays(x, y, penalty, weights)}
+            metrics = {"epoch": epoch, **kept_fit(trainer, model, inputs, (x, y, penalty, weights))}
             elapsed = time.perf_counter() - t0
             metrics.update({"train/epoch_time_s": elapsed, "train/images_per_s": len(y) / max(elapsed, 1e-9)})
             metrics.update({"train/peak_memory_mb": peak_memory_mb(trainer.device), "train/penalty_C": penalty})
@@ -119,7 +133,8 @@ def probe_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> tuple[fl
     gradient step; its pass over the training images is timed (a frozen backbone's features, most of such a fit:
     on PROBE_FEATURE_BATCHES batches, priced per image for all) and its fits predicted with its
     `probe_fit_seconds` (else one fit at its middle penalty x the number of penalties), on those rows scaled to all
-    (lbfgs' cost grows about linearly with rows)."""
+    (lbfgs' cost grows about linearly with rows). Fits timed on all the training rows are the trial's own: they are
+    kept (kept_fit), so the trial reads them back."""
     few = PROBE_FEATURE_BATCHES if hasattr(model, "fit_inputs") else None
     t0 = time.perf_counter()
     x, y, weights = train_arrays(trainer, data, few)
@@ -127,8 +142,54 @@ def probe_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> tuple[fl
     scale = max(1.0, data.train.num_samples / max(len(y), 1))
     arrays = per_image * len(y) * scale
     fits = len(model.penalties)
-    if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
-        return arrays + scale * float(model.probe_fit_seconds(x, y, weights)), per_image, fits
-    t0 = time.perf_counter()
-    model.fit_arrays(x, y, model.penalties[fits // 2], weights)
-    return arrays + scale * (time.perf_counter() - t0) * fits, per_image, fits
+    if few is None:  # every row: the same fits as the trial's, kept for it
+        inputs, solve = _digest_arrays(model, x, y, weights), model.fit_arrays
+        model.fit_arrays = lambda x, y, penalty, w=None: kept_fit(trainer, model, inputs, (x, y, penalty, w), solve)
+    try:
+        if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
+            return arrays + scale * float(model.probe_fit_seconds(x, y, weights)), per_image, fits
+        t0 = time.perf_counter()
+        model.fit_arrays(x, y, model.penalties[fits // 2], weights)
+        return arrays + scale * (time.perf_counter() - t0) * fits, per_image, fits
+    finally:
+        model.__dict__.pop("fit_arrays", None)  # the model's own method again
+
+
+def _digest_arrays(model: nn.Module, x: np.ndarray, y: np.ndarray, weights: np.ndarray | None) -> Any:
+    """A running digest of what a fit of `model` on (x, y, weights) depends on besides its penalty."""
+    import sklearn
+
+    h = hashlib.blake2b(digest_size=16)
+    kind = type(model)
+    h.update(repr([FIT_FORMAT, kind.__module__, kind.__qualname__, sklearn.__version__, x.shape, x.dtype.str]).encode())
+    h.update(repr([tuple(model.linear.weight.shape), getattr(model, "num_classes", None)]).encode())
+    for part in (x, y, weights):
+        h.update(b"none" if part is None else np.ascontiguousarray(part).tobytes())
+    return h
+
+
+def kept_fit(trainer: Trainer, model: nn.Module, inputs: Any, fit: tuple, solve: Any = None) -> dict[str, float]:
+    """model.fit_arrays(x, y, penalty, weights) (`fit`; `solve`: that method, when the model's attribute is
+    replaced), or the same fit kept from an earlier trial or the cost probe: its linear layer loaded into `model`
+    and its training metrics returned. `inputs`: _digest_arrays of (x, y, weights)."""
+    x, y, penalty, weights = fit
+    h = inputs.copy()
+    h.update(repr(float(penalty)).encode())
+    cfg = trainer.cfg
+    path = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir / "fits" / f"{h.hexdigest()}.pt"
+    if path.is_file():
+        try:
+            found = torch.load(path, map_location=model.linear.weight.device, weights_only=True)
+            if found.get("format") == FIT_FORMAT:
+                model.linear.load_state_dict(found["linear"])
+                return {k: float(v) for k, v in found["metrics"].items()}
+        except Exception as exc:  # a damaged file is solved again, not trusted
+            log.warning("kept fit %s unreadable (%s): fitting again", path, exc)
+    metrics = (solve or model.fit_arrays)(x, y, penalty, weights)
+    if cfg.data.cache.disk:
+        from resomap.atomic import save_atomic
+
+        kept = {"format": FIT_FORMAT, "linear": model.linear.state_dict(), "metrics": metrics}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_atomic(path, lambda tmp: torch.save(kept, tmp))
+    return metrics

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from resomap.atomic import save_atomic
+from resomap.data.loader import EpochBatches
 
 if TYPE_CHECKING:
     from resomap.training.trainer import Trainer
@@ -35,7 +36,7 @@ FORMAT = "resomap-features-1"  # the cache files' layout and the pooled features
 PROBE_BATCHES = 2  # the cost probe's batches of feature extraction (priced per image for all)
 
 
-class FeatureLoader:
+class FeatureLoader(EpochBatches):
     """Batches of cached features shaped like a BatchLoader's: (features float32 [B, F], y int64 [B]) and the
     images' loss weights [B] when the loader has them. `features` [V, N, F]: N images under V views; with
     `random_view` each image is taken under one view drawn per epoch, else under the first (the image itself).
@@ -63,40 +64,19 @@ class FeatureLoader:
     def num_samples(self) -> int:
         return int(self.features.shape[1])
 
-    def _all_batches(self) -> int:
-        n, b = self.num_samples, self.batch_size
-        return n // b if self.drop_last else -(-n // b)
-
-    def __len__(self) -> int:
-        return -(-self._all_batches() // self.world_size)
-
-    def shard(self, rank: int, world_size: int) -> FeatureLoader:
-        """This rank's batches only (every rank draws the same order; padded by wrapping, as BatchLoader.shard)."""
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"bad shard: rank {rank} of world size {world_size}")
-        self.rank, self.world_size = rank, world_size
-        return self
-
     def plain(self) -> FeatureLoader:
         """Every image once, in order, under the first view (the image itself), in this process."""
         out = copy.copy(self)
         out.shuffle, out.drop_last, out.random_view, out.rank, out.world_size = False, False, False, 0, 1
         return out
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
     def __iter__(self):
-        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch * 7919 + 1) % 2**63)
-        n, b = self.num_samples, self.batch_size
+        gen = self._generator(1)
+        n = self.num_samples
         order = torch.randperm(n, generator=gen) if self.shuffle else torch.arange(n)
         views = self.features.shape[0]
         view = torch.randint(views, (n,), generator=gen) if self.random_view and views > 1 else torch.zeros(n).long()
-        batches = [order[i : i + b] for i in range(0, self._all_batches() * b, b)]
-        if self.world_size > 1 and batches:
-            padded = [batches[i % len(batches)] for i in range(len(self) * self.world_size)]
-            batches = padded[self.rank :: self.world_size]
-        for rows in batches:
+        for rows in self.batched(order):
             x = self.features[view[rows], rows].float().to(self.device)
             y = self.labels[rows].to(self.device)
             if self.weights is not None:
@@ -157,6 +137,7 @@ def extract(
     """[V, N, F] in `dtype`: the pooled features of the loader's images (unaugmented, in order) under each view;
     `batches`: only the first so many (the cost probe)."""
     parts: list[list[torch.Tensor]] = [[] for _ in transforms]
+    was_training = model.training
     model.eval()
     with torch.no_grad(), trainer._autocast():
         for i, (x, *_) in enumerate(loader.plain()):
@@ -165,6 +146,7 @@ def extract(
             for view, transform in zip(parts, transforms, strict=True):
                 feats = model.chunked(model.pooled, trainer._inputs(transform(x)))
                 view.append(feats.to(dtype).cpu())
+    model.train(was_training)
     return torch.stack([torch.cat(view) for view in parts])
 
 
