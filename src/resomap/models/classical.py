@@ -17,6 +17,7 @@ mean gradient, which for a linear model is its weights.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -64,19 +65,22 @@ class PixelLogistic(nn.Module):
         """A concrete linear layer for `resolution` px inputs before the Trainer builds its optimizer."""
         self.linear = nn.Linear(self.in_channels * resolution * resolution, self.num_classes)
 
-    def probe_fit_seconds(self, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    def probe_fit_seconds(
+        self, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None, fit: Callable | None = None
+    ) -> float:
         """Predicted seconds of the whole penalty grid's fits on (x, y): the fits at the strongest penalty (the
         quickest) and at the weakest (the slowest: lbfgs needs more iterations) timed, the fits between priced on
         the geometric line joining them (the grid is even on a log scale). No fixed ratio of the grid to one fit
         holds: on the quickstart's ELPV cells the whole grid took 23x the strongest fit at 32 px and 15x at 128 px,
-        the weakest 13x and 5.4x. For the sweep's ETA (Trainer.probe_seconds); the layer is refitted by the trial
-        itself."""
+        the weakest 13x and 5.4x. For the sweep's ETA (Trainer.probe_seconds); `fit`: what fits (fit_arrays by
+        default; the probe passes one that keeps the fit for the trial, training.closed_form.kept_fit)."""
         import time
 
+        fit = fit or self.fit_arrays
         ends = []
         for penalty in (self.penalties[0], self.penalties[-1]):
             start = time.perf_counter()
-            self.fit_arrays(x, y, penalty, sample_weight)
+            fit(x, y, penalty, sample_weight)
             ends.append(time.perf_counter() - start)
         steps = len(self.penalties) - 1
         growth = (ends[1] / ends[0]) ** (1 / steps) if ends[0] > 0 and steps else 1.0

@@ -161,14 +161,17 @@ class HogSvm(nn.Module):
         self._cached = (weakref.ref(x), found)
         return found
 
-    def probe_fit_seconds(self, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None) -> float:
+    def probe_fit_seconds(
+        self, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None = None, fit: Callable | None = None
+    ) -> float:
         """Predicted seconds of the whole grid's fits on (x, y): the features once, plus one timed fit at the
-        strongest penalty (the quickest) x the grid's size x SOLVER_GROWTH. For the sweep's ETA."""
+        strongest penalty (the quickest) x the grid's size x SOLVER_GROWTH. For the sweep's ETA; `fit`: what fits
+        (fit_arrays by default, as PixelLogistic.probe_fit_seconds)."""
         start = time.perf_counter()
         self._train_features(x)
         features = time.perf_counter() - start
         start = time.perf_counter()
-        self.fit_arrays(x, y, self.penalties[0], sample_weight)
+        (fit or self.fit_arrays)(x, y, self.penalties[0], sample_weight)
         return features + (time.perf_counter() - start) * len(self.penalties) * SOLVER_GROWTH
 
     def fit_arrays(

@@ -364,7 +364,7 @@ def _learning_rate(trial: Trial, prepared: _Prepared, device: Any) -> tuple[Conf
 
     cfg = prepared.cfg
     model = prepared.model  # a closed-form fit has no learning rate; a head on cached features is not found one here
-    if not cfg.training.lr_find.enabled or getattr(model, "closed_form", False) or getattr(model, "feature_head", 0):
+    if not cfg.training.lr_find.enabled or any(getattr(model, kind, False) for kind in ("closed_form", "feature_head")):
         return cfg, None
     record_path = trial.lr_find_file(prepared.spec.family)  # beside the seeds' folders
     key = trial_key(cfg, trial.model, trial.resolution, 0)

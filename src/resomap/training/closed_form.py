@@ -142,17 +142,19 @@ def probe_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> tuple[fl
     scale = max(1.0, data.train.num_samples / max(len(y), 1))
     arrays = per_image * len(y) * scale
     fits = len(model.penalties)
+    fit = model.fit_arrays
     if few is None:  # every row: the same fits as the trial's, kept for it
-        inputs, solve = _digest_arrays(model, x, y, weights), model.fit_arrays
-        model.fit_arrays = lambda x, y, penalty, w=None: kept_fit(trainer, model, inputs, (x, y, penalty, w), solve)
-    try:
-        if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
-            return arrays + scale * float(model.probe_fit_seconds(x, y, weights)), per_image, fits
-        t0 = time.perf_counter()
-        model.fit_arrays(x, y, model.penalties[fits // 2], weights)
-        return arrays + scale * (time.perf_counter() - t0) * fits, per_image, fits
-    finally:
-        model.__dict__.pop("fit_arrays", None)  # the model's own method again
+        inputs = _digest_arrays(model, x, y, weights)
+
+        def keep(x: np.ndarray, y: np.ndarray, penalty: float, w: np.ndarray | None = None) -> dict[str, float]:
+            return kept_fit(trainer, model, inputs, (x, y, penalty, w))
+
+        fit = keep
+    if hasattr(model, "probe_fit_seconds"):  # the model knows its solver's cost best
+        return arrays + scale * float(model.probe_fit_seconds(x, y, weights, fit=fit)), per_image, fits
+    t0 = time.perf_counter()
+    fit(x, y, model.penalties[fits // 2], weights)
+    return arrays + scale * (time.perf_counter() - t0) * fits, per_image, fits
 
 
 def _digest_arrays(model: nn.Module, x: np.ndarray, y: np.ndarray, weights: np.ndarray | None) -> Any:
@@ -168,10 +170,10 @@ def _digest_arrays(model: nn.Module, x: np.ndarray, y: np.ndarray, weights: np.n
     return h
 
 
-def kept_fit(trainer: Trainer, model: nn.Module, inputs: Any, fit: tuple, solve: Any = None) -> dict[str, float]:
-    """model.fit_arrays(x, y, penalty, weights) (`fit`; `solve`: that method, when the model's attribute is
-    replaced), or the same fit kept from an earlier trial or the cost probe: its linear layer loaded into `model`
-    and its training metrics returned. `inputs`: _digest_arrays of (x, y, weights)."""
+def kept_fit(trainer: Trainer, model: nn.Module, inputs: Any, fit: tuple) -> dict[str, float]:
+    """model.fit_arrays(x, y, penalty, weights) (`fit`), or the same fit kept from an earlier trial or the cost
+    probe: its linear layer loaded into `model` and its training metrics returned. `inputs`: _digest_arrays of
+    (x, y, weights)."""
     x, y, penalty, weights = fit
     h = inputs.copy()
     h.update(repr(float(penalty)).encode())
@@ -185,7 +187,7 @@ def kept_fit(trainer: Trainer, model: nn.Module, inputs: Any, fit: tuple, solve:
                 return {k: float(v) for k, v in found["metrics"].items()}
         except Exception as exc:  # a damaged file is solved again, not trusted
             log.warning("kept fit %s unreadable (%s): fitting again", path, exc)
-    metrics = (solve or model.fit_arrays)(x, y, penalty, weights)
+    metrics = model.fit_arrays(x, y, penalty, weights)
     if cfg.data.cache.disk:
         from resomap.atomic import save_atomic
 

@@ -94,7 +94,6 @@ class FeatureData:
     num_classes: int
     resolution: int
     train_labels: np.ndarray
-    views: int
     mean: None = None  # the model adopted the images' normalisation before its features were computed
     std: None = None
 
@@ -197,10 +196,7 @@ def cached_features(trainer: Trainer, model: nn.Module, data: Any, single: bool 
 def feature_data(trainer: Trainer, model: nn.Module, data: Any) -> FeatureData:
     """The model on the trainer's device with the data's normalisation, its feature standardisation set from the
     training features (every view), and the loaders of cached features the Trainer's loop reads."""
-    model.adopt_input_stats(data.mean, data.std)
-    model.to(trainer.device)
-    if trainer.channels_last:
-        model.to(memory_format=torch.channels_last)
+    trainer.place(model, data)
     found = cached_features(trainer, model, data)
     train, val = found["train"], found["val"]
     flat = train.reshape(-1, train.shape[-1]).float()
@@ -223,7 +219,6 @@ def feature_data(trainer: Trainer, model: nn.Module, data: Any) -> FeatureData:
         num_classes=int(data.num_classes),
         resolution=int(data.resolution),
         train_labels=data.train_labels,
-        views=int(train.shape[0]),
     )
 
 
@@ -241,8 +236,7 @@ def probe_seconds(trainer: Trainer, model: nn.Module, data: Any, steps: int = 2)
     every view and priced per image for both splits (nothing when the cache holds them), plus the head's epochs
     from `steps` timed steps on features of that size."""
     _, transforms = views(trainer.cfg)
-    model.adopt_input_stats(data.mean, data.std)
-    model.to(trainer.device)
+    trainer.place(model, data)  # as the fit computes its features
     cached = cache_file(trainer, model, data).is_file()
     images = len(transforms) * data.train.num_samples + data.val.num_samples
     per_image = 0.0
@@ -253,7 +247,7 @@ def probe_seconds(trainer: Trainer, model: nn.Module, data: Any, steps: int = 2)
     fake = torch.randn(data.train.batch_size, model.feature_size)
     labels = torch.zeros(data.train.batch_size, dtype=torch.long)
     loader = FeatureLoader(fake[None], labels, batch_size=data.train.batch_size, device=trainer.device)
-    head = FeatureData(loader, loader, int(data.num_classes), int(data.resolution), data.train_labels, 1)
+    head = FeatureData(loader, loader, int(data.num_classes), int(data.resolution), data.train_labels)
     trainer._setup(model, head)
     model.train()
     x, y = next(iter(loader))

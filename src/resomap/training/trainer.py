@@ -146,13 +146,7 @@ class Trainer:
     def _setup(self, model: nn.Module, data: Any) -> None:
         cfg, sysc = self.cfg, self.cfg.system
         apply_system(sysc, self.device)
-        adopt = getattr(model, "adopt_input_stats", None)  # a pretrained backbone: the data's normalisation
-        if adopt is not None and getattr(data, "mean", None) is not None:
-            adopt(data.mean, data.std)
-        model = model.to(self.device)
-        if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        self.model = model
+        self.model = model = self.place(model, data)
         self._forward = torch.compile(model) if sysc.compile else model
         self._train_forward = self._forward
         if distributed.is_distributed():
@@ -171,6 +165,15 @@ class Trainer:
         self.scheduler, self._sched_when = build_scheduler(self.optimizer, cfg.training, steps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.ema, self._updates = self._build_ema(model), 0
+
+    def place(self, model: nn.Module, data: Any) -> nn.Module:
+        """`model` given the data's input normalisation (a pretrained backbone: adopt_input_stats), on the device, in
+        channels_last where the trial uses it: as it trains, and as its frozen features are computed."""
+        adopt = getattr(model, "adopt_input_stats", None)
+        if adopt is not None and getattr(data, "mean", None) is not None:
+            adopt(data.mean, data.std)
+        model = model.to(self.device)
+        return model.to(memory_format=torch.channels_last) if self.channels_last else model
 
     def _build_ema(self, model: nn.Module) -> Any:
         """torch's AveragedModel as an exponential moving average of the parameters and the batch-norm buffers
