@@ -124,6 +124,23 @@ SWEEP_ERRORS = [
 ]
 
 
+def test_state_json_is_rewritten_after_the_swap_only_when_it_changed(project: Path):
+    from resomap.sweep.summarise import _save_state
+
+    cfg = _cfg("mlflow.enabled=false")
+    trials, folder = plan(cfg), project / "summary"
+    folder.mkdir()
+    (folder / "summary.csv").write_text("model\n")
+    _save_state(cfg, trials, folder, None, published=False)
+    before = (folder / "state.json").stat()
+    _save_state(cfg, trials, folder, None, published=False)  # the same record: nothing written (no temp file)
+    assert (folder / "state.json").stat().st_ino == before.st_ino
+    _save_state(cfg, trials, folder, None, published=True)
+    assert (folder / "state.json").stat().st_ino != before.st_ino
+    assert json.loads((folder / "state.json").read_text())["published"] is True
+    assert sorted(p.name for p in folder.iterdir()) == ["state.json", "summary.csv"]
+
+
 @pytest.mark.parametrize(("overrides", "needle"), SWEEP_ERRORS, ids=[e[0][0] for e in SWEEP_ERRORS])
 def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys, overrides, needle):
     code, out, err = run_cli(["sweep", "--preset", "smoke", *overrides], capsys)

@@ -108,7 +108,13 @@ def _state(cfg: Config, trials: list[Trial], folder: Path, parent: str | None, p
 
 
 def _save_state(cfg: Config, trials: list[Trial], out_dir: Path, parent: str | None, published: bool) -> None:
-    write_text(out_dir / STATE_FILE, _state(cfg, trials, out_dir, parent, published))
+    """state.json rewritten once the summary is in place, only where it changed (the run published the summary):
+    a kill after the swap then leaves no temp file of an identical save."""
+    text, path = _state(cfg, trials, out_dir, parent, published), out_dir / STATE_FILE
+    with contextlib.suppress(OSError):
+        if path.read_text(encoding="utf-8") == text:
+            return
+    write_text(path, text)
 
 
 def record_files(out_dir: Path) -> None:
