@@ -95,8 +95,16 @@ def test_a_group_value_that_loses_its_images_is_decided_apart_from_one_that_keep
     assert (
         ref["estimate"] == pytest.approx(1 - (1 + 2 + 3) / (3 * N_LOSE)) and ref["low"] < ref["estimate"] <= ref["high"]
     )
+    # the values' decisions differ and so does the effect itself: the interaction test on the per-image differences
+    d = (arrays[SMALL].astype(float) - arrays[REF]).mean(axis=0)  # 'loses' images; 'keeps' are the same at both: 0
+    (test,) = found.interactions
+    assert test["means"] == {"keeps": 0.0, "loses": pytest.approx(d.mean())} and test["shown"]
+    assert test["sizes"] == {"keeps": N_KEEP, "loses": N_LOSE} and test["p"] < 1e-6
+    assert test["method"].startswith("Wald F of equal means, HC3")  # 'keeps' has no spread: not Alexander-Govern
     assert found.differ == [
-        "m: the decision differs between the values of kind (keeps: 16 px, loses: 32 px); read the decision per group."
+        "m: the decision differs between the values of kind (keeps: 16 px, loses: 32 px), and so does the resolution "
+        f"effect: the kind x resolution interaction (16 px - 32 px: keeps +0.000, loses {d.mean():+.3f}, p "
+        f"{test['p']:.3g}; alpha 0.05); read the decision per group."
     ]
     header, body = group_cells(found.rows)
     assert header[:4] == ["model", "group = value (test images)", "one-sided alpha", "decided"]
@@ -108,6 +116,56 @@ def test_a_group_value_that_loses_its_images_is_decided_apart_from_one_that_keep
         ("loses", SMALL, "inferior"),
         ("loses", REF, "reference"),
     ]
+
+
+def _same_effect(n_big: int, n_small: int, lost_big: int, lost_small: int):
+    """Codes and predictions of two values that lose a share of their images at 16 px (`lost_*` of `n_*`), every
+    seed also missing one image of its own at both resolutions."""
+    codes = np.r_[np.zeros(n_big, np.int64), np.ones(n_small, np.int64)]
+    big, small = np.flatnonzero(codes == 0), np.flatnonzero(codes == 1)
+
+    def predict(labels: np.ndarray, res: int, seed: int) -> np.ndarray:
+        p = labels.copy()
+        wrong = [big[n_big - 1 - seed], small[n_small - 1 - seed % 2]]
+        wrong += [*big[:lost_big], *small[:lost_small]] if res == SMALL else []
+        p[wrong] = 1 - p[wrong]
+        return p
+
+    return codes, predict
+
+
+def test_values_decided_apart_with_the_same_effect_show_no_difference_and_a_real_difference_is_claimed():
+    """Issue 47: 'the decision differs between the values' was said from two separate verdicts. Both values lose 3%
+    of their images at 16 px; the large value (400 images) is shown non-inferior, the small one (60) is not
+    (less power, not a larger loss): the interaction test finds no difference and the sentence says so. The same
+    small value losing a third of its images: the difference is shown and claimed."""
+    cfg = StatsConfig(margin=0.06)
+    codes, predict = _same_effect(400, 60, 12, 2)
+    found = group_decisions(_trials(codes, predict), cfg)
+    assert [(r["value"], r["resolution"], r["decided"]) for r in found.rows] == [
+        ("keeps", 16, True),
+        ("loses", 32, False),
+    ]
+    (test,) = found.interactions
+    assert test["means"] == {"keeps": pytest.approx(-0.03), "loses": pytest.approx(-2 / 60)}
+    labels = np.arange(len(codes)) % 2
+    d = np.mean(
+        [(predict(labels, SMALL, s) == labels).astype(float) - (predict(labels, REF, s) == labels) for s in SEEDS], 0
+    )
+    want = stats.interaction_test(d, codes)  # the test on the per-image differences computed here
+    assert test["p"] == pytest.approx(want.p) and want.method == "Alexander-Govern test of equal means"
+    assert test["p"] > 0.5 and not test["shown"] and test["alpha"] == pytest.approx(0.05)
+    assert found.differ == [
+        "m: the values of kind were decided apart (keeps: 16 px, loses: undecided), but no difference between the "
+        f"values is shown (the kind x resolution interaction (16 px - 32 px: keeps -0.030, loses -0.033, p "
+        f"{test['p']:.3g}; alpha 0.05)): separate verdicts are not evidence that the resolution needed depends on kind."
+    ]
+    codes, predict = _same_effect(400, 60, 12, 20)  # the small value now loses a third of its images
+    found = group_decisions(_trials(codes, predict), cfg)
+    (test,) = found.interactions
+    assert test["shown"] and test["p"] < 1e-4
+    assert found.differ[0].startswith("m: the decision differs between the values of kind (keeps: 16 px, loses: 32")
+    assert "and so does the resolution effect" in found.differ[0]
 
 
 def test_a_value_with_one_image_is_not_decided_and_results_without_groups_give_no_rows():

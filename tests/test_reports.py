@@ -984,6 +984,92 @@ def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
     assert old.shown_above() is False and SummaryRow("m", "cnn", 64, 1).shown_above() is None
 
 
+def _named_baseline_records() -> tuple[list, dict]:
+    """tiny_cnn at 32 and 64 px, small_resnet10 at 32 and 64 px (its best: 32) and pixel_logreg at 64 px only, 2
+    seeds each, on 200 test images (random outcomes, seeded); returns the records and each trial's correct-or-not."""
+    from resomap.records import ScoreTable
+    from resomap.reports.aligned import TrialRecord
+    from resomap.tasks import get_task
+
+    task, n, rng = get_task("classification"), 200, np.random.default_rng(5)
+    labels = (np.arange(n) % 3 == 0).astype(np.int64)
+    rates = {("tiny_cnn", 32): 0.8, ("tiny_cnn", 64): 0.86, ("small_resnet10", 32): 0.78}
+    rates |= {("small_resnet10", 64): 0.7, ("pixel_logreg", 64): 0.72}
+    records, correct = [], {}
+    for (model, res), rate in rates.items():
+        family = "classical" if model == "pixel_logreg" else "cnn"
+        for seed in (0, 1):
+            right = rng.random(n) < rate
+            correct[(model, res, seed)] = right
+            preds = np.where(right, labels, 1 - labels)
+            table = ScoreTable(res, np.arange(n), {"accuracy": right}, labels, preds)
+            result = {"model": model, "family": family, "resolution": res, "seed": seed, "status": "FINISHED"}
+            records.append(TrialRecord(result, None, {res: table}, task))
+    return records, correct
+
+
+def test_a_named_baseline_is_compared_at_its_best_resolution_and_gates_the_recommendation():
+    """stats.baselines: every other model at every resolution compared with the named model at its best resolution
+    (highest pooled test score), as with a classical baseline at the same resolution: the paired per-image
+    difference (seeds averaged), its interval and the one-sided sign-flip p that decides "shown above"; the words,
+    the CSV columns and the recommendation's rule name it with that resolution."""
+    from resomap.reports.aligned import group_records
+    from resomap.reports.standing import baseline_words
+    from resomap.reports.summary import baseline_caveat
+    from resomap.reports.uncertainty import baseline_columns, best_resolution, recommendation
+
+    records, correct = _named_baseline_records()
+    groups = group_records(records)
+    cfg = StatsConfig(resamples=1000, baselines=["small_resnet10"])
+    assert best_resolution("small_resnet10", groups) == 32 and best_resolution("nothing", groups) is None
+    base = (correct[("small_resnet10", 32, 0)] * 1.0 + correct[("small_resnet10", 32, 1)]) / 2
+    rows = {}
+    for res in (32, 64):
+        found = baseline_columns("tiny_cnn", res, groups, cfg)
+        mine = (correct[("tiny_cnn", res, 0)] * 1.0 + correct[("tiny_cnn", res, 1)]) / 2
+        named = found["baselines"]["small_resnet10"]
+        assert named["resolution"] == 32  # its best, at every resolution of tiny_cnn
+        assert named["over"] == pytest.approx((mine - base).mean()) and named["score"] == pytest.approx(base.mean())
+        assert named["p"] == stats.sign_flip(mine - base, alternative="greater").p_value
+        want = stats.bootstrap_scores(mine - base, level=0.95, resamples=1000, seed=0)
+        assert (named["ci_low"], named["ci_high"]) == pytest.approx((want.low, want.high))
+        # the classical baseline stays at the row's resolution and keeps the first-baseline columns
+        assert ("pixel_logreg" in found["baselines"]) == (res == 64) and found.get("baseline_model") == (
+            "pixel_logreg" if res == 64 else None
+        )
+        found.pop("note", None)
+        rows[res] = SummaryRow("tiny_cnn", "cnn", res, 2, ci_level=0.95, over_trivial_p=0.001, **found)
+    # at 32 px p 0.034 > 0.025 though the interval's lower bound is +0.003: the test decides; at 64 px p < 0.001
+    assert [rows[r].shown_above("small_resnet10") for r in (32, 64)] == [False, True]
+    assert rows[32].baselines["small_resnet10"]["ci_low"] > 0
+    named_row = baseline_columns("small_resnet10", 64, groups, cfg)  # a named baseline: with the classical ones only
+    assert list(named_row["baselines"]) == ["pixel_logreg"]
+    assert "resolution" not in named_row["baselines"]["pixel_logreg"]
+    unnamed = StatsConfig(resamples=1000)  # without stats.baselines: the classical one at the same resolution only
+    assert baseline_columns("tiny_cnn", 32, groups, unnamed) == {}
+    assert list(baseline_columns("tiny_cnn", 64, groups, unnamed)["baselines"]) == ["pixel_logreg"]
+    csv_row = rows[64].to_dict(csv=True)
+    assert (
+        csv_row["over_small_resnet10_at_px"] == 32
+        and csv_row["over_small_resnet10_p"] == rows[64].baselines["small_resnet10"]["p"]
+    )
+    label = "small_resnet10 (its best, 32 px)"
+    ordered = [rows[32], rows[64]]
+    assert f"not shown above the baseline {label} at 32 px" in baseline_caveat(ordered)
+    words = baseline_words(ordered, ordered)
+    assert f"shown above {label} at 64 px" in words and f"not shown above {label} at 32 px" in words
+    rec = {"model": "tiny_cnn", "reference": 64, "decided": True, "scope": "model", "available": True}
+    assert recommendation({**rec, "resolution": 32}, rows[32]).reason == (
+        f"no recommendation: 32 px is not shown above {label} (one-sided p "
+        f"{rows[32].baselines['small_resnet10']['p']:.3g}; 95% CI lower bound "
+        f"{rows[32].baselines['small_resnet10']['ci_low']:+.3f})"
+    )
+    assert recommendation({**rec, "resolution": 64}, rows[64]).reason == (
+        "recommended: 64 px (a decision about the model; shown above the trivial predictor and pixel_logreg and "
+        f"{label}; not undertrained)"
+    )
+
+
 # ------------------------------------------------------------------------------------------------ one replicate
 
 

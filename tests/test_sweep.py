@@ -121,7 +121,17 @@ SWEEP_ERRORS = [
     (["sweep.resolutions=[32.5]"], "sweep.resolutions"),
     (["sweep.executor=slurm"], "sweep.executor"),
     (["sweep.model_overrides={resnt18: {training.epochs: 2}}"], "did you mean resnet18"),
+    (["stats.baselines=[small_resnet10]"], "stats.baselines: expected models of the sweep (tiny_cnn"),
 ]
+
+
+@pytest.mark.parametrize(("overrides", "needle"), SWEEP_ERRORS, ids=[e[0][0] for e in SWEEP_ERRORS])
+def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys, overrides, needle):
+    code, out, err = run_cli(["sweep", "--preset", "smoke", *overrides], capsys)
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and needle in lines[0], err
+    assert not (project / "checkpoints").exists() and not (project / "model_summaries").exists()
 
 
 def test_state_json_is_rewritten_after_the_swap_only_when_it_changed(project: Path):
@@ -140,14 +150,6 @@ def test_state_json_is_rewritten_after_the_swap_only_when_it_changed(project: Pa
     assert json.loads((folder / "state.json").read_text())["published"] is True
     assert sorted(p.name for p in folder.iterdir()) == ["state.json", "summary.csv"]
 
-
-@pytest.mark.parametrize(("overrides", "needle"), SWEEP_ERRORS, ids=[e[0][0] for e in SWEEP_ERRORS])
-def test_sweep_config_errors_are_one_line_before_training(project: Path, capsys, overrides, needle):
-    code, out, err = run_cli(["sweep", "--preset", "smoke", *overrides], capsys)
-    assert code == 2, out + err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err and needle in lines[0], err
-    assert not (project / "checkpoints").exists() and not (project / "model_summaries").exists()
     assert not (project / "mlflow.db").exists()
 
 

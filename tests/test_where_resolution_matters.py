@@ -87,6 +87,10 @@ def test_the_fine_group_needs_the_pixels_and_the_coarse_group_does_not(sweep):
     assert table.loc[("fine", LOW), "n_images"] == n["fine"] and table.loc[("coarse", LOW), "n_images"] == n["coarse"]
     data = json.loads((sweep.folder / "summary.json").read_text())
     assert any("tiny_cnn: the decision differs between the values of detail" in s for s in data["group_differ"]), data
+    # and the difference itself is shown: the fine images lose more at 32 px than the coarse ones (issue 47)
+    low = [t for t in data["group_interactions"] if t["model"] == "tiny_cnn" and t["resolution"] == LOW]
+    assert len(low) == 1 and low[0]["shown"] and low[0]["means"]["fine"] < low[0]["means"]["coarse"], low
+    assert "and so does the resolution effect: the detail x resolution interaction" in data["group_differ"][0]
     for page in ("summary.md", "report.html"):
         assert "the decision differs between the values of detail" in (sweep.folder / page).read_text(), page
 

@@ -167,6 +167,9 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
         f"null (the largest resolution) or one of the sweep's resolutions {sorted(set(resolutions))}",
         st.reference,
     )
+    models = list(cfg.sweep.models) + [str(pair[0]) for pair in cfg.sweep.include]
+    unknown = [name for name in st.baselines if name not in models]
+    need(not unknown, "stats.baselines", f"models of the sweep ({', '.join(dict.fromkeys(models))})", unknown)
 
 
 def _check_finetune(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:

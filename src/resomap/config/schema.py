@@ -346,6 +346,11 @@ class StatsConfig:
     # imagefolder: data.<dataset>.groups); null: every group it declares; []: none. A group's values are one family
     # (Bonferroni over them)
     groups: list[str] | None = None
+    # models of the sweep every other model is also compared with, each at its own best resolution (its highest
+    # headline test score pooled over seeds), as with a classical baseline at the same resolution: "shown above" by
+    # the one-sided sign-flip test, and needed for a recommendation (e.g. [small_resnet10] beside a pretrained
+    # model); classical models (pixel_logreg, hog_svm) are compared at every resolution without being named
+    baselines: list[str] = field(default_factory=list)
     # per model: the one-sided alpha of its non-inferiority decision in place of 1 - level; set by an adaptive
     # sweep at each look from its spending rule (leave empty)
     look_alpha: dict[str, float] = field(default_factory=dict)

@@ -7,8 +7,12 @@ scope, margin and reference; no statistics of its own).
 A group's G values are one family: each value is decided at one-sided alpha / G (Bonferroni; alpha the model
 decision's, 1 - level or an adaptive look's), and every row says so. A value with fewer than 2 test images is a row
 "not decided: n too small". When the decided resolutions of a group's values differ, a sentence says so
-(``GroupDecisions.differ``). The group codes of the test images come from the trials' result.json
-(``data.groups``: sweep.trial_records.groups_record); trials from before it have none: no rows.
+(``GroupDecisions.differ``), and says whether the difference itself is shown: the group x resolution interaction
+(stats.interaction_test, two-sided: is a step's per-image difference to the reference the same for every value?) at
+each step whose verdicts differ between the values, Holm over those steps, at the model decision's alpha; two
+separate verdicts alone are no evidence of a difference (``GroupDecisions.interactions``). The group codes of the
+test images come from the trials' result.json (``data.groups``: sweep.trial_records.groups_record); trials from
+before it have none: no rows.
 
 Rows are plain dicts of JSON-safe values (results.GROUP_DECISION_COLUMNS, plus ``scores``: each resolution's
 estimate and interval, and ``verdicts``)."""
@@ -40,6 +44,9 @@ from resomap.reports.decision import (
 class GroupDecisions:
     rows: list[dict[str, Any]]
     differ: list[str]  # per model x group whose values' decided resolutions differ: a sentence
+    # per model x group x step tested for a difference between the values (those decided apart): the step, the
+    # reference, each value's mean difference and image count, p and its Holm value, alpha, shown
+    interactions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def group_codes(by_res: Mapping[int, list[TrialRecord]]) -> dict[str, tuple[dict[int, int], list[str]]]:
@@ -60,6 +67,7 @@ def group_decisions(records: Iterable[TrialRecord], cfg: StatsConfig) -> GroupDe
     the dataset's order), values in the dataset's order."""
     rows: list[dict[str, Any]] = []
     differ: list[str] = []
+    tested: list[dict[str, Any]] = []
     for model, by_res in by_model(records).items():
         codes = group_codes(by_res)
         names = [g for g in (cfg.groups if cfg.groups is not None else list(codes)) if g in codes]
@@ -71,8 +79,10 @@ def group_decisions(records: Iterable[TrialRecord], cfg: StatsConfig) -> GroupDe
         for name in names:
             mine = model_group_rows(model, name, codes[name], found, task, cfg)
             rows += mine
-            differ += _differ(model, name, mine)
-    return GroupDecisions(rows, differ)
+            steps = _interactions(model, name, mine, (codes[name], found, task), cfg) if _apart(mine) else []
+            differ += _differ(model, name, mine, steps)
+            tested += steps
+    return GroupDecisions(rows, differ, tested)
 
 
 def model_group_rows(
@@ -128,13 +138,68 @@ def _not_decided(row: dict[str, Any], why: str) -> dict[str, Any]:
     return {**row, **fields, "sentence": said, "scores": {}}
 
 
-def _differ(model: str, name: str, rows: list[dict[str, Any]]) -> list[str]:
-    """A sentence when the values of a group got different decisions (a decided resolution, or none)."""
-    said = {r["value"]: (f"{r['resolution']} px" if r["decided"] else "undecided") for r in rows if r["available"]}
-    if len(set(said.values())) < 2:
+def _decided_words(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """value -> its decision in words ('128 px', 'undecided'), for the values that were decided."""
+    return {r["value"]: (f"{r['resolution']} px" if r["decided"] else "undecided") for r in rows if r["available"]}
+
+
+def _apart(rows: list[dict[str, Any]]) -> bool:
+    """Did the values of a group get different decisions (a decided resolution, or none)?"""
+    return len(set(_decided_words(rows).values())) > 1
+
+
+def _interactions(model: str, name: str, rows: list[dict[str, Any]], data: tuple, cfg: StatsConfig) -> list[dict]:
+    """The group x resolution interaction at each step whose verdicts differ between the decided values (module
+    doc), Holm over those steps; `data` = (the group's codes, the model's Compared, its task)."""
+    (by_index, values), found, task = data
+    decided = [r for r in rows if r["available"]]
+    verdicts = [{int(v["resolution"]): v.get("verdict") for v in r.get("verdicts") or []} for r in decided]
+    reference = decided[0]["reference"]
+    steps = sorted({res for v in verdicts for res in v if res != reference}, reverse=True)
+    apart = [res for res in steps if len({v.get(res) for v in verdicts}) > 1] or steps
+    arrays = found.arrays[task.scores[0].name]
+    code = np.array([by_index.get(int(i), -1) for i in found.common], dtype=np.int64)
+    chosen = [values.index(r["value"]) for r in decided]
+    keep = np.isin(code, chosen)
+    alpha = family_alpha(model, cfg, 1)
+    found_tests = []
+    for res in apart:
+        d = (np.asarray(arrays[res], dtype=float) - np.asarray(arrays[reference], dtype=float)).mean(axis=0)
+        test = stats.interaction_test(d[keep], code[keep])
+        means = {values[int(k)]: m for k, m in zip(sorted(set(code[keep])), test.means, strict=True)}
+        found_tests.append({"model": model, "group": name, "resolution": res, "reference": reference, "means": means})
+        found_tests[-1].update(sizes=dict(zip(means, test.sizes, strict=True)), p=test.p, method=test.method)
+    adjusted = stats.holm([t["p"] for t in found_tests]) if found_tests else []
+    for t, p_holm in zip(found_tests, adjusted, strict=True):
+        t.update(p_holm=float(p_holm), alpha=alpha, shown=bool(p_holm <= alpha), steps=len(found_tests))
+    return found_tests
+
+
+def _differ(model: str, name: str, rows: list[dict[str, Any]], tests: list[dict[str, Any]]) -> list[str]:
+    """A sentence when the values of a group got different decisions (a decided resolution, or none), saying
+    whether a difference between the values is shown (the interaction tests) or only the separate verdicts differ."""
+    if not _apart(rows):
         return []
-    parts = ", ".join(f"{v}: {d}" for v, d in said.items())
-    return [f"{model}: the decision differs between the values of {name} ({parts}); read the decision per group."]
+    parts = ", ".join(f"{v}: {d}" for v, d in _decided_words(rows).items())
+    if not tests:
+        return [f"{model}: the decision differs between the values of {name} ({parts}); read the decision per group."]
+    holm = f", Holm over {len(tests)} steps" if len(tests) > 1 else ""
+    said = "; ".join(
+        f"{t['resolution']} px - {t['reference']} px: "
+        + ", ".join(f"{v} {m:+.3f}" for v, m in t["means"].items())
+        + f", p {t['p_holm' if holm else 'p']:.3g}"
+        for t in tests
+    )
+    test = f"the {name} x resolution interaction ({said}{holm}; alpha {tests[0]['alpha']:.3g})"
+    if any(t["shown"] for t in tests):
+        return [
+            f"{model}: the decision differs between the values of {name} ({parts}), and so does the resolution "
+            f"effect: {test}; read the decision per group."
+        ]
+    return [
+        f"{model}: the values of {name} were decided apart ({parts}), but no difference between the values is shown "
+        f"({test}): separate verdicts are not evidence that the resolution needed depends on {name}."
+    ]
 
 
 def group_cells(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -47,7 +47,7 @@ from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.html_sensitivity import sensitivity_section
 from resomap.reports.per_class import class_cells, class_note
-from resomap.reports.rows import SummaryRow, baseline_names
+from resomap.reports.rows import SummaryRow, baseline_label, baseline_names
 from resomap.reports.sensitivity import SECTION_TITLE
 from resomap.reports.standing import standing
 from resomap.reports.text import (
@@ -185,7 +185,7 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     heads += [f"above {trivial} (its score; {ABOVE_P})"] if trivial else []
     baselines = baseline_names(rows)
     ci = f" [{_num(level, '{:.0%}')} CI]" if level else ""
-    heads += [f"above {name}{ci} (its score; {ABOVE_P})" for name in baselines]
+    heads += [f"above {baseline_label(rows, name)}{ci} (its score; {ABOVE_P})" for name in baselines]
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "undertrained"]
     cost_head = ["model", "px", "latency ms", "peak MB", "train s", *(f"explain {m} s" for m in methods)]
     # recommended: as the summary's recommendation rows say (reports.uncertainty.recommendation); a summary written
@@ -207,7 +207,8 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
                       starred))  # fmt: skip
     notes = list(dict.fromkeys(part.strip() for r in rows for part in str(r.note or "").split(";")))
     margin = next((r.margin for r in rows if r.margin is not None), None)
-    foot = '<p class="small muted">' + _recommended_words(bool(chosen), trivial, baselines)
+    labels = [baseline_label(rows, n) for n in baselines]
+    foot = '<p class="small muted">' + _recommended_words(bool(chosen), trivial, labels)
     foot += (
         f" vs reference: the decision at margin {_num(margin, '{:g}')} on the headline score;"
         " detectable: the smallest margin this design shows at the stated power (undecided is not the same)."

@@ -123,7 +123,8 @@ class SummaryRow:
     over_baseline_p: float | None = statistic()
     # the same against every classical baseline of the sweep at this resolution, by name (sorted; the first is the
     # one above): {"score", "over", "ci_low", "ci_high", "p"}; summary.csv has over_<name>, over_<name>_ci_low,
-    # over_<name>_ci_high and over_<name>_p, the parent run over_<name>
+    # over_<name>_ci_high and over_<name>_p, the parent run over_<name>; and against each model of stats.baselines
+    # at its best resolution, whose entry adds that "resolution" (summary.csv: over_<name>_at_px)
     baselines: dict[str, dict[str, float | None]] = field(default_factory=dict, metadata={"baselines": True})
     # the headline score's interval over test images and training seeds together (stats.twoway_bootstrap; needs
     # >= 3 seeds, and none for a deterministic fit)
@@ -226,12 +227,20 @@ class SummaryRow:
             p, low = found.get("p"), found.get("ci_low")
         return shown_above(p, low, self.ci_level)
 
+    def baseline_label(self, name: str) -> str:
+        """The baseline `name` in words: its name, with the resolution it is compared at where that is its best
+        rather than this row's ('small_resnet10 (its best, 64 px)'; stats.baselines)."""
+        at = self.compared_baselines().get(name, {}).get("resolution")
+        return name if at is None else f"{name} (its best, {int(at)} px)"
+
     def baseline_columns(self) -> dict[str, float | None]:
         """summary.csv's columns of the baselines: over_<name>, over_<name>_ci_low, over_<name>_ci_high,
         over_<name>_p."""
         out: dict[str, float | None] = {}
         for name, found in self.baselines.items():
             out.update({f"over_{name}{end}": found.get(key) for key, end in BASELINE_CSV})
+            if found.get("resolution") is not None:  # a named baseline (stats.baselines): the resolution compared at
+                out[f"over_{name}_at_px"] = found["resolution"]
         return out
 
     def parent_metrics(self) -> dict[str, float]:
@@ -295,9 +304,14 @@ def shown_above(p: float | None, low: float | None, level: float | None) -> bool
 
 
 def baseline_names(rows: Iterable[SummaryRow]) -> list[str]:
-    """The classical baselines the rows are compared with, sorted by name (the first is the one of the
-    first-baseline columns: baseline_model, over_baseline, ...)."""
+    """The baselines the rows are compared with (classical ones and those of stats.baselines), sorted by name (the
+    first classical one is the one of the first-baseline columns: baseline_model, over_baseline, ...)."""
     return sorted({name for r in rows for name in r.compared_baselines()})
+
+
+def baseline_label(rows: Iterable[SummaryRow], name: str) -> str:
+    """The baseline `name` in words as the rows compare with it (SummaryRow.baseline_label of the first that does)."""
+    return next((r.baseline_label(name) for r in rows if name in r.compared_baselines()), name)
 
 
 def _per_seed_columns(name: str, records: list[dict[str, Any]]) -> dict[str, str | None]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from resomap.reports.rows import SummaryRow, baseline_names
+from resomap.reports.rows import SummaryRow, baseline_label, baseline_names
 from resomap.reports.text import trivial_label
 
 __all__ = ["baseline_words", "standing", "training_words"]
@@ -70,7 +70,7 @@ def baseline_words(mine: list[SummaryRow], rows: list[SummaryRow]) -> str:
         parts.append(_shown(trivial, mine, None))
     for name in baseline_names(rows):
         if name != mine[0].model and any(name in r.compared_baselines() for r in mine):
-            parts.append(_shown(name, mine, name))
+            parts.append(_shown(baseline_label(mine, name), mine, name))
     return "; ".join(p for p in parts if p)
 
 

@@ -30,7 +30,7 @@ from resomap.reports.convergence import convergence_columns
 from resomap.reports.decision import compare_models
 from resomap.reports.groups import group_decisions
 from resomap.reports.per_class import class_decisions
-from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_names
+from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_label, baseline_names
 from resomap.reports.sensitivity import sensitivity
 from resomap.reports.uncertainty import NO_RECOMMENDATION, baseline_columns, interval_columns, recommendation
 from resomap.results import (
@@ -77,6 +77,9 @@ class SweepSummary:
     # results.GROUP_DECISION_COLUMNS); `group_differ`: a sentence per model x group whose values were decided apart
     group_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     group_differ: list[str] = dataclasses.field(default_factory=list)
+    # per model x group decided apart x step: the test of whether that step's difference to the reference differs
+    # between the group's values (reports.groups._interactions: means, sizes, p, Holm p, alpha, shown)
+    group_interactions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def standing(self) -> dict[str, list[str]]:
         """model -> its training and baselines lines (reports.standing), shown beside its decision."""
@@ -227,7 +230,10 @@ def baseline_caveat(rows: list[SummaryRow]) -> str:
     before the test)."""
     trivial = next((r.words.get("trivial") for r in rows if r.words.get("trivial")), "the trivial predictor")
     compared: list[tuple[str, str | None]] = [(trivial, None)]
-    compared += [(f"the classical baseline {name}", name) for name in baseline_names(rows)]
+    for name in baseline_names(rows):
+        label = baseline_label(rows, name)
+        kind = "the baseline" if label != name else "the classical baseline"  # a named one: stats.baselines
+        compared.append((f"{kind} {label}", name))
     parts = []
     for label, baseline in compared:
         shown = {r.resolution: r.shown_above(baseline) for r in rows}
@@ -320,6 +326,7 @@ def build_summary(
         found.images,
         group_decisions=grouped.rows,
         group_differ=grouped.differ,
+        group_interactions=grouped.interactions,
     )
 
 

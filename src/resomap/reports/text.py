@@ -11,7 +11,7 @@ from resomap.records import machine_lines
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
 from resomap.reports.groups import group_cells, group_note
 from resomap.reports.per_class import class_cells, class_note
-from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_names
+from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_label, baseline_names
 from resomap.reports.tradeoff import tradeoff_cells, tradeoff_lines
 from resomap.stats import TWOWAY_MIN_SEEDS
 
@@ -131,7 +131,7 @@ def results_table(
     scores = [*first.score_columns, "test_macro_f1"]
     seed_column = first.seed_column
     trivial = trivial_words(rows)
-    baselines = baseline_names(rows)
+    named = baseline_names(rows)
     header = [
         "model",
         "res",
@@ -139,7 +139,7 @@ def results_table(
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
         *([f"above {trivial} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})"] if trivial else []),
-        *(f"above {name} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})" for name in baselines),
+        *(f"above {baseline_label(rows, n)} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})" for n in named),
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} {TWOWAY_WORDS.removeprefix('interval ')} [{pct} CI]",
         *(title for _, title, _ in COST_COLUMNS),
@@ -158,7 +158,7 @@ def results_table(
                 str(r.n_test_images or "-"),
                 *(fmt_interval(*r.score(c)) for c in scores),
                 *([above_trivial(r)] if trivial else []),
-                *(above_baseline(r, name) for name in baselines),
+                *(above_baseline(r, name) for name in named),
                 fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
                 twoway_cell(r),
                 *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
@@ -233,7 +233,8 @@ def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str
 RECOMMENDED_RULE = (
     "Recommended: a model's decided resolution only where the decision is about the model (model scope, not only "
     "these trained checkpoints), the model is shown above the trivial predictor and above each classical baseline "
-    "of the sweep at that resolution (by the one-sided sign-flip test above), and none of its trials there is "
+    "of the sweep at that resolution and each model of stats.baselines at its best resolution (by the one-sided "
+    "sign-flip test above), and none of its trials there is "
     "undertrained; otherwise 'no recommendation' with the first of these that is missing."
 )
 
@@ -305,9 +306,10 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         f"images and training seeds (both resampled: the test set's size and the seed-to-seed spread; with fewer "
         f"seeds, or for a deterministic fit whose seeds are one replicate, not available). Pairs of resolutions are "
         f"compared on the same test images with {test} (p {correction}; descriptive). A model is shown above the "
-        f"trivial predictor or a classical baseline when the one-sided sign-flip test of its per-image differences "
-        f"(seeds averaged) gives p <= {(1 - level) / 2:.2g} (exact on 0/1 outcomes), the one-sided share of the "
-        f"two-sided interval beside it, which is descriptive; "
+        f"trivial predictor or a baseline (a classical model at the same resolution; a model of stats.baselines at "
+        f"its best resolution, chosen on these test images) when the one-sided sign-flip test of its per-image "
+        f"differences (seeds averaged) gives p <= {(1 - level) / 2:.2g} (exact on 0/1 outcomes), the one-sided "
+        f"share of the two-sided interval beside it, which is descriptive; "
         f"where the two disagree the test decides." + decision
     )
 

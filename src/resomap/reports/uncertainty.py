@@ -127,28 +127,50 @@ CLASSICAL = "classical"  # the family of the classical baselines (resomap.models
 def baseline_columns(
     model: str, res: int, groups: Mapping[tuple[str, int], list[TrialRecord]], cfg: StatsConfig
 ) -> dict[str, Any]:
-    """The headline score of `model` at `res` above each classical baseline of the sweep at the same resolution
-    (`baselines`, by name), and the first by name again in the first-baseline columns (`baseline_model`,
-    `over_baseline`, ...: the columns summaries had before a sweep could hold several): per image, each model's
-    score averaged over its seeds, the difference bootstrapped over the test images both were tested on (the
-    interval, descriptive) and its one-sided sign-flip p (:func:`above_p`: it decides "shown above"). Empty for a
-    classical model itself or when the sweep has none."""
+    """The headline score of `model` at `res` above each classical baseline of the sweep at the same resolution and
+    above each model named in ``cfg.baselines`` at that model's best resolution (`baselines`, by name; a named one's
+    entry also holds that `resolution`), and the first classical one by name again in the first-baseline columns
+    (`baseline_model`, `over_baseline`, ...: the columns summaries had before a sweep could hold several): per image,
+    each model's score averaged over its seeds, the difference bootstrapped over the test images both were tested on
+    (the interval, descriptive) and its one-sided sign-flip p (:func:`above_p`: it decides "shown above"). Empty for
+    a classical model itself or when the sweep has none; a named baseline is compared with the classical ones only."""
     if groups[(model, res)][0].result.get("family") == CLASSICAL:
         return {}
     names = sorted(m for (m, r), ms in groups.items() if r == res and ms[0].result.get("family") == CLASSICAL)
-    if not names:
+    named = {} if model in cfg.baselines else {name: best_resolution(name, groups) for name in cfg.baselines}
+    named = {name: best for name, best in named.items() if best is not None and name not in names}
+    if not names and not named:
         return {}
     found, notes = {}, []
-    for name in names:
-        found[name], note = _above_baseline(groups[(model, res)], groups[(name, res)], name, cfg)
+    for name, at in [*((n, res) for n in names), *sorted(named.items())]:
+        found[name], note = _above_baseline(groups[(model, res)], groups[(name, at)], name, cfg)
         notes += [note] if note else []
-    first = found[names[0]]
-    out: dict[str, Any] = {"baseline_model": names[0], "baseline_score": first["score"], "baselines": found}
-    out.update(
-        over_baseline=first["over"], over_baseline_ci_low=first["ci_low"], over_baseline_ci_high=first["ci_high"]
-    )
-    out.update(over_baseline_p=first["p"])
+        if name in named:
+            found[name]["resolution"] = at
+    out: dict[str, Any] = {"baselines": found}
+    if names:
+        first = found[names[0]]
+        out.update(baseline_model=names[0], baseline_score=first["score"], over_baseline=first["over"])
+        out.update(over_baseline_ci_low=first["ci_low"], over_baseline_ci_high=first["ci_high"])
+        out.update(over_baseline_p=first["p"])
     return out | ({"note": "; ".join(notes)} if notes else {})
+
+
+def best_resolution(model: str, groups: Mapping[tuple[str, int], list[TrialRecord]]) -> int | None:
+    """The resolution at which `model`'s headline score, pooled over its seeds and the test images every seed was
+    tested on, is highest (the smaller on a tie); None when the sweep has no per-image records of it. Chosen on
+    the test images: that favours the named baseline, so "shown above it" is the harder claim."""
+    best: tuple[float, int] | None = None
+    for (name, res), members in sorted(groups.items()):
+        if name != model:
+            continue
+        aligned = align({m.id[2]: m.own for m in members if m.own is not None}, members[0].task)
+        if isinstance(aligned, str):
+            continue
+        score = float(np.nanmean(aligned.scores[members[0].task.scores[0].name]))
+        if best is None or score > best[0]:
+            best = (score, res)
+    return None if best is None else best[1]
 
 
 def _above_baseline(
@@ -234,8 +256,9 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
         without a scope is of checkpoint scope: a statement about the trained checkpoints, not the model);
     (b) the model is shown above the task's trivial predictor there (``SummaryRow.shown_above``: the one-sided
         sign-flip test);
-    (c) it is shown above each classical baseline of the sweep that ran at that resolution (a classical model is
-        not compared with the baselines: for it (c) does not apply);
+    (c) it is shown above each classical baseline of the sweep that ran at that resolution and each model named in
+        stats.baselines at that model's best resolution (a classical model is not compared with the baselines: for
+        it (c) does not apply; a named one is compared with the classical ones only);
     (d) none of its trials there is flagged undertrained (the row's convergence records).
 
     Otherwise 'no recommendation: <reason>' with the first that fails."""
@@ -257,10 +280,10 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
     for name, found in sorted(baselines.items()):
         if not row.shown_above(name):
             why = _bound(found.get("p"), found.get("ci_low"), row.ci_level)
-            return _none(f"{res} px is not shown above {name}{why}")
+            return _none(f"{res} px is not shown above {row.baseline_label(name)}{why}")
     if row.undertrained:
         return _none(f"{res} px is undertrained ({row.undertrained_reason or 'a seed is flagged'})")
-    above = " and ".join([trivial, *sorted(baselines)])
+    above = " and ".join([trivial, *(row.baseline_label(name) for name in sorted(baselines))])
     return Evidence(True, f"recommended: {res} px (a decision about the model; shown above {above}; not undertrained)")
 
 

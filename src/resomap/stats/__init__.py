@@ -20,6 +20,8 @@ is the bottom layer (settings come in as plain values).
 - :mod:`~resomap.stats.permutation`: :func:`sign_flip` / :func:`sign_flip_test` (exact on 1/k lattices such as
   seed-averaged 0/1 outcomes, else Monte Carlo with a stated standard error), :func:`relabel_test` (resolution
   labels within seeds).
+- :mod:`~resomap.stats.interaction`: :func:`interaction_test` (does a step's per-image difference to the reference
+  differ between the values of a group: the Alexander-Govern test, unequal sizes and spreads allowed).
 - :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted: descriptive) and
   :func:`smallest_sufficient_resolution` (the "not significantly below the best" reading, kept for comparison).
 - :mod:`~resomap.stats.decide`: :func:`noninferiority` (the summary's decision: each resolution against a fixed
@@ -52,6 +54,7 @@ from resomap.stats.bootstrap import (
 )
 from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority
 from resomap.stats.design import design_needs, plan_power, relabel_min_p, relabel_seeds_needed
+from resomap.stats.interaction import Interaction, interaction_test
 from resomap.stats.intervals import (
     Interval,
     crossed_interval,
@@ -94,6 +97,7 @@ __all__ = [
     "MIN_BOOTSTRAP_IMAGES",
     "TWOWAY_MIN_SEEDS",
     "PAIRED_METHODS",
+    "Interaction",
     "Interval",
     "MedianInterval",
     "PairComparison",
@@ -112,6 +116,7 @@ __all__ = [
     "compare_resolutions",
     "crossed_interval",
     "holm",
+    "interaction_test",
     "median_interval",
     "paired_score_test",
     "paired_test",
