@@ -216,6 +216,8 @@ def test_a_sweep_with_two_classical_baselines_puts_the_deep_model_above_each(tmp
     assert smoke_sweep_at_16(tmp_path, "tiny_cnn,pixel_logreg,hog_svm") == 0
     result = json.loads((trial_summary(tmp_path, "hog_svm", 16) / "result.json").read_text())
     assert result["family"] == "classical" and result["status"] == "FINISHED"
+    counts = result["data"]["train_counts"]  # the trivial predictor answers their most frequent class
+    assert len(counts) == len(result["data"]["classes"]) and sum(counts) == result["data"]["splits"]["train"]
     assert [h["train/penalty_C"] for h in result["history"]] == list(PENALTIES)  # one fit per C, scored on val
     assert "closed form" in result["convergence"]["stop_detail"]
     state = load_checkpoint(Path(result["best_checkpoint"]))["model"]

@@ -984,6 +984,39 @@ def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
     assert old.shown_above() is False and SummaryRow("m", "cnn", 64, 1).shown_above() is None
 
 
+def test_the_trivial_predictor_answers_the_training_majority_class():
+    """Issue 47: the majority class was taken from the test labels. Trials record their training split's count
+    per class (result.json data.train_counts); the trivial predictor answers the most frequent of those, here class 1
+    although class 0 is the test images' majority; results from before the record keep the test labels' majority."""
+    from resomap.reports.aligned import group_records
+    from resomap.reports.uncertainty import interval_columns
+
+    records = [r for r in _borderline_records() if r.result["model"] == "tiny_cnn"]
+    labels = np.zeros(180, dtype=np.int64)
+    labels[124:] = 1
+    old = interval_columns(group_records(records)[("tiny_cnn", 64)], StatsConfig(resamples=1000))
+    assert old["trivial_score"] == pytest.approx(124 / 180)  # no record: the test images' majority (class 0)
+    for r in records:
+        r.result["data"] = {"train_counts": [40, 60]}
+    new = interval_columns(group_records(records)[("tiny_cnn", 64)], StatsConfig(resamples=1000))
+    assert new["trivial_score"] == pytest.approx(56 / 180)  # the training majority (class 1) on the test images
+    mine = np.mean([r.own.scores["accuracy"] for r in records], axis=0)
+    d = mine - (labels == 1)
+    assert new["over_trivial"] == pytest.approx(d.mean())
+    assert new["over_trivial_p"] == stats.sign_flip(d, alternative="greater").p_value
+
+
+def test_a_trial_records_its_training_split_count_per_class():
+    from types import SimpleNamespace
+
+    from resomap.sweep.trial_records import train_counts
+
+    bundle = SimpleNamespace(train_labels=np.array([0, 2, 2, 1, 2]), class_names=["a", "b", "c", "d"])
+    assert train_counts(bundle) == [1, 1, 3, 0]
+    assert train_counts(SimpleNamespace(train_labels=np.zeros(0), class_names=["a"])) is None  # nothing to count
+    assert train_counts(SimpleNamespace(class_names=[])) is None  # no class labels (segmentation)
+
+
 def _named_baseline_records() -> tuple[list, dict]:
     """tiny_cnn at 32 and 64 px, small_resnet10 at 32 and 64 px (its best: 32) and pixel_logreg at 64 px only, 2
     seeds each, on 200 test images (random outcomes, seeded); returns the records and each trial's correct-or-not."""

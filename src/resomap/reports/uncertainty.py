@@ -67,7 +67,7 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
             notes.append(f"pooled over seeds {aligned.seeds}: {no_records(task)} for seeds {lacking}")
         notes += aligned.notes
         row["n_test_images"] = int(aligned.index.size)
-        notes += _score_intervals(aligned, task, row, cfg)
+        notes += _score_intervals(aligned, task, row, cfg, _train_counts(members))
     if row["deterministic"]:  # its seeds are one fit: nothing to resample across them
         notes.append(f"{TWOWAY_WORDS} not available: one replicate (deterministic fit)")
     elif not isinstance(aligned, str):
@@ -103,13 +103,25 @@ def above_p(differences: np.ndarray, resamples: int, lattice: int | None = None)
     return stats.sign_flip(d, alternative="greater", lattice=lattice, resamples=resamples, seed=ABOVE_SEED).p_value
 
 
-def _trivial(aligned: Aligned, task: Task, row: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    """The trivial predictor's headline score on the row's test images (task.trivial_scores: the majority class,
-    all background) and the model's score above it with an interval (a paired image bootstrap of the per-image
-    difference, the seeds averaged per image; descriptive) and the one-sided sign-flip p that decides "shown
-    above" (:func:`above_p`) into ``row``; notes."""
+def _train_counts(members: list[TrialRecord]) -> list[int] | None:
+    """The training split's count per class the trials recorded (result.json data.train_counts; the first trial
+    that has it: a sweep's trials share their split); None for results from before it."""
+    for m in members:
+        counts = (m.result.get("data") or {}).get("train_counts")
+        if isinstance(counts, list) and counts:
+            return [int(c) for c in counts]
+    return None
+
+
+def _trivial(
+    aligned: Aligned, task: Task, row: dict[str, Any], settings: dict[str, Any], counts: list[int] | None
+) -> list[str]:
+    """The trivial predictor's headline score on the row's test images (task.trivial_scores: the training split's
+    majority class (`counts`, per class; None: the test images'), all background) and the model's score above it
+    with an interval (a paired image bootstrap of the per-image difference, the seeds averaged per image;
+    descriptive) and the one-sided sign-flip p that decides "shown above" (:func:`above_p`) into ``row``; notes."""
     headline = task.scores[0].name
-    baseline = task.trivial_scores(aligned.scores, aligned.label)
+    baseline = task.trivial_scores(aligned.scores, aligned.label, counts)
     if baseline is None:
         return []
     mine = np.asarray(aligned.scores[headline], dtype=np.float64).mean(axis=0)
@@ -200,7 +212,9 @@ def _above_baseline(
     return found, None
 
 
-def _score_intervals(aligned: Aligned, task: Task, row: dict[str, Any], cfg: StatsConfig) -> list[str]:
+def _score_intervals(
+    aligned: Aligned, task: Task, row: dict[str, Any], cfg: StatsConfig, counts: list[int] | None = None
+) -> list[str]:
     """Each score pooled over seeds with its image-bootstrap interval (and macro-F1 where the records hold labels
     and predictions) into ``row``; the notes on what is not available."""
     settings = {"level": cfg.level, "resamples": cfg.resamples, "seed": cfg.seed}
@@ -217,7 +231,7 @@ def _score_intervals(aligned: Aligned, task: Task, row: dict[str, Any], cfg: Sta
             iv.low,
             iv.high,
         )
-    notes += _trivial(aligned, task, row, settings)
+    notes += _trivial(aligned, task, row, settings, counts)
     if aligned.label is not None:
         f1 = stats.pooled_macro_f1(aligned.label, aligned.prediction, **settings)
         row["test_macro_f1_pooled"], row["test_macro_f1_ci_low"] = f1.estimate, f1.low

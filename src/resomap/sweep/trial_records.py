@@ -26,11 +26,27 @@ def data_record(bundle: Any) -> dict[str, Any]:
         "digest": h.hexdigest()[:12],
         "splits": {split: len(bundle.splits[split]) for split in sorted(bundle.splits)},
         "classes": list(bundle.class_names),
+        "train_counts": train_counts(bundle),
         "channels": int(bundle.channels),
         "data_seed": int(bundle.data_seed),
         "augmentation": augmentation_record(bundle),
         "groups": groups_record(bundle),
     }
+
+
+def train_counts(bundle: Any) -> list[int] | None:
+    """The training split's image count per class (the trivial predictor answers its most frequent class:
+    reports.uncertainty); None where the split has no class labels (segmentation)."""
+    import numpy as np
+
+    labels = getattr(bundle, "train_labels", None)
+    names = list(getattr(bundle, "class_names", None) or [])
+    if labels is None or not names or not len(labels):
+        return None
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.min() < 0 or labels.max() >= len(names):
+        return None
+    return [int(n) for n in np.bincount(labels, minlength=len(names))]
 
 
 def groups_record(bundle: Any) -> dict[str, dict[str, list]]:

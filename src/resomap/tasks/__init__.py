@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -191,15 +191,21 @@ class Task:
         (a label and a prediction per image: the 0/1 score `scores[0].name`, correct or not)."""
         return {res: p.table(self.scores[0].name) for res, p in read_predictions(folder).items()}
 
-    def trivial_scores(self, scores: Mapping[str, np.ndarray], label: np.ndarray | None) -> np.ndarray | None:
+    def trivial_scores(
+        self, scores: Mapping[str, np.ndarray], label: np.ndarray | None, train_counts: Sequence[int] | None = None
+    ) -> np.ndarray | None:
         """Per test image, the headline score of the trivial predictor (float [N]), from the aligned per-image scores
-        ({name: [S, N]}) and labels ([N] or None); None when the records cannot say. Classification: always
-        answering the test images' most frequent class (ties: the smallest label), correct or not."""
+        ({name: [S, N]}), labels ([N] or None) and the training split's count per class (`train_counts`, result.json
+        data.train_counts); None when the records cannot say. Classification: always answering the training split's
+        most frequent class (ties: the smallest label), correct or not; for results from before the trials recorded
+        their training counts, the test images' most frequent class."""
         import numpy as np
 
         if label is None:
             return None
         label = np.asarray(label)
+        if train_counts is not None and len(train_counts) and sum(train_counts) > 0:
+            return (label == int(np.argmax(np.asarray(train_counts)))).astype(np.float64)
         classes, counts = np.unique(label, return_counts=True)
         return (label == classes[np.argmax(counts)]).astype(np.float64)
 

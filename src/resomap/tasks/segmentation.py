@@ -5,7 +5,7 @@ the per-image mIoU and boundary F1 (seg_predictions.csv); torch is imported wher
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -115,7 +115,9 @@ class SegmentationTask(Task):
         names = (*(s.name for s in self.scores), TRIVIAL)
         return read_score_csv(Path(folder) / SEG_RECORDS_FILE, names)
 
-    def trivial_scores(self, scores: Mapping[str, np.ndarray], label: np.ndarray | None) -> np.ndarray | None:
+    def trivial_scores(
+        self, scores: Mapping[str, np.ndarray], label: np.ndarray | None, train_counts: Sequence[int] | None = None
+    ) -> np.ndarray | None:
         """Per image, the mIoU of predicting background everywhere (seg_metrics.SegScores.per_image), the same
         under every seed (the masks are): their mean over seeds; None without that column."""
         found = scores.get(TRIVIAL)
