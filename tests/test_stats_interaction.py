@@ -58,7 +58,7 @@ def test_a_value_without_spread_and_values_that_never_vary():
     codes = np.r_[np.zeros(50, int), np.ones(200, int)]
     found = stats.interaction_test(d, codes)  # the first value never changes: the HC3 Wald test
     assert found.method.startswith("Wald F of equal means, HC3") and found.p < 0.01
-    assert found.sizes == [50, 200] and found.means == [0.0, pytest.approx(d[50:].mean())]
+    assert found.values == [0, 1] and found.sizes == [50, 200] and found.means == [0.0, pytest.approx(d[50:].mean())]
     constant = stats.interaction_test(np.r_[np.zeros(5), -np.ones(5)], np.r_[np.zeros(5), np.ones(5)])
     assert constant.p == 0.0 and constant.method.startswith("no spread within any value")
     assert stats.interaction_test(np.zeros(10), np.r_[np.zeros(5), np.ones(5)]).p == 1.0

@@ -104,7 +104,7 @@ def model_group_rows(
     }
     if isinstance(found, str):
         return [_not_decided({**base, "value": v, "n_images": None}, found) for v in values]
-    code = np.array([by_index.get(int(i), -1) for i in found.common], dtype=np.int64)
+    code = _image_codes(by_index, found)
     arrays = found.arrays[headline.name]
     rows = []
     for k, value in enumerate(values):
@@ -116,6 +116,11 @@ def model_group_rows(
         scores = {r: np.asarray(a, dtype=float)[:, chosen] for r, a in arrays.items()}
         rows.append(_decided(row, scores, headline, len(found.seeds), cfg))
     return rows
+
+
+def _image_codes(by_index: Mapping[int, int], found: Any) -> np.ndarray:
+    """The group code of each image the model's resolutions were compared on (`found.common`; -1: none)."""
+    return np.array([by_index.get(int(i), -1) for i in found.common], dtype=np.int64)
 
 
 def _decided(row: dict[str, Any], scores: dict[int, np.ndarray], headline: Any, n_seeds: int, cfg: StatsConfig):
@@ -158,7 +163,7 @@ def _interactions(model: str, name: str, rows: list[dict[str, Any]], data: tuple
     steps = sorted({res for v in verdicts for res in v if res != reference}, reverse=True)
     apart = [res for res in steps if len({v.get(res) for v in verdicts}) > 1] or steps
     arrays = found.arrays[task.scores[0].name]
-    code = np.array([by_index.get(int(i), -1) for i in found.common], dtype=np.int64)
+    code = _image_codes(by_index, found)
     chosen = [values.index(r["value"]) for r in decided]
     keep = np.isin(code, chosen)
     alpha = family_alpha(model, cfg, 1)
@@ -166,9 +171,19 @@ def _interactions(model: str, name: str, rows: list[dict[str, Any]], data: tuple
     for res in apart:
         d = (np.asarray(arrays[res], dtype=float) - np.asarray(arrays[reference], dtype=float)).mean(axis=0)
         test = stats.interaction_test(d[keep], code[keep])
-        means = {values[int(k)]: m for k, m in zip(sorted(set(code[keep])), test.means, strict=True)}
-        found_tests.append({"model": model, "group": name, "resolution": res, "reference": reference, "means": means})
-        found_tests[-1].update(sizes=dict(zip(means, test.sizes, strict=True)), p=test.p, method=test.method)
+        compared = [values[k] for k in test.values]
+        found_tests.append(
+            {
+                "model": model,
+                "group": name,
+                "resolution": res,
+                "reference": reference,
+                "means": dict(zip(compared, test.means, strict=True)),
+                "sizes": dict(zip(compared, test.sizes, strict=True)),
+                "p": test.p,
+                "method": test.method,
+            }
+        )
     adjusted = stats.holm([t["p"] for t in found_tests]) if found_tests else []
     for t, p_holm in zip(found_tests, adjusted, strict=True):
         t.update(p_holm=float(p_holm), alpha=alpha, shown=bool(p_holm <= alpha), steps=len(found_tests))

@@ -32,7 +32,13 @@ from resomap.reports.groups import group_decisions
 from resomap.reports.per_class import class_decisions
 from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_label, baseline_names
 from resomap.reports.sensitivity import sensitivity
-from resomap.reports.uncertainty import NO_RECOMMENDATION, baseline_columns, interval_columns, recommendation
+from resomap.reports.uncertainty import (
+    NO_RECOMMENDATION,
+    baseline_columns,
+    interval_columns,
+    named_best,
+    recommendation,
+)
 from resomap.results import (
     PAIRED_COLUMNS,
     RECOMMENDATION_COLUMNS,
@@ -137,8 +143,9 @@ def _as_dicts(results: Iterable[Any]) -> list[dict[str, Any]]:
 def _rows(records: list[TrialRecord], cfg: StatsConfig) -> list[SummaryRow]:
     groups = group_records(records)
     rows = [_row(model, res, members, cfg) for (model, res), members in groups.items()]
+    best = named_best(groups, cfg)  # the named baselines' best resolutions, once for every row
     for row in rows:
-        found = baseline_columns(row.model, row.resolution, groups, cfg)
+        found = baseline_columns(row.model, row.resolution, groups, cfg, best)
         for key, value in found.items():
             if key == "note":
                 row.note = "; ".join(filter(None, [row.note, value]))

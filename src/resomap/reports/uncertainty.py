@@ -137,7 +137,11 @@ CLASSICAL = "classical"  # the family of the classical baselines (resomap.models
 
 
 def baseline_columns(
-    model: str, res: int, groups: Mapping[tuple[str, int], list[TrialRecord]], cfg: StatsConfig
+    model: str,
+    res: int,
+    groups: Mapping[tuple[str, int], list[TrialRecord]],
+    cfg: StatsConfig,
+    best: Mapping[str, int | None] | None = None,
 ) -> dict[str, Any]:
     """The headline score of `model` at `res` above each classical baseline of the sweep at the same resolution and
     above each model named in ``cfg.baselines`` at that model's best resolution (`baselines`, by name; a named one's
@@ -145,12 +149,13 @@ def baseline_columns(
     (`baseline_model`, `over_baseline`, ...: the columns summaries had before a sweep could hold several): per image,
     each model's score averaged over its seeds, the difference bootstrapped over the test images both were tested on
     (the interval, descriptive) and its one-sided sign-flip p (:func:`above_p`: it decides "shown above"). Empty for
-    a classical model itself or when the sweep has none; a named baseline is compared with the classical ones only."""
+    a classical model itself or when the sweep has none; a named baseline is compared with the classical ones only.
+    `best`: :func:`named_best` of the sweep, where the caller has it (the same for every row)."""
     if groups[(model, res)][0].result.get("family") == CLASSICAL:
         return {}
     names = sorted(m for (m, r), ms in groups.items() if r == res and ms[0].result.get("family") == CLASSICAL)
-    named = {} if model in cfg.baselines else {name: best_resolution(name, groups) for name in cfg.baselines}
-    named = {name: best for name, best in named.items() if best is not None and name not in names}
+    best = named_best(groups, cfg) if best is None else best
+    named = {} if model in cfg.baselines else {name: at for name, at in best.items() if name not in names}
     if not names and not named:
         return {}
     found, notes = {}, []
@@ -166,6 +171,12 @@ def baseline_columns(
         out.update(over_baseline_ci_low=first["ci_low"], over_baseline_ci_high=first["ci_high"])
         out.update(over_baseline_p=first["p"])
     return out | ({"note": "; ".join(notes)} if notes else {})
+
+
+def named_best(groups: Mapping[tuple[str, int], list[TrialRecord]], cfg: StatsConfig) -> dict[str, int]:
+    """Each model of stats.baselines that has per-image records -> its best resolution (:func:`best_resolution`)."""
+    found = {name: best_resolution(name, groups) for name in cfg.baselines}
+    return {name: at for name, at in found.items() if at is not None}
 
 
 def best_resolution(model: str, groups: Mapping[tuple[str, int], list[TrialRecord]]) -> int | None:

@@ -27,10 +27,12 @@ from resomap.stats.checks import to_dict
 
 @dataclass(frozen=True)
 class Interaction:
-    """``p``: two-sided, any difference between the values' mean differences; ``means`` / ``sizes``: each value's
-    mean difference and image count, in the order of its code; ``method``: the test that gave p."""
+    """``p``: two-sided, any difference between the values' mean differences; ``values``: the codes compared (those
+    with at least 2 images), ascending; ``means`` / ``sizes``: each one's mean difference and image count;
+    ``method``: the test that gave p."""
 
     p: float
+    values: list[int]
     means: list[float]
     sizes: list[int]
     method: str
@@ -63,7 +65,8 @@ def interaction_test(differences: Any, codes: Any) -> Interaction:
         p, method = _hc3_wald(samples), "Wald F of equal means, HC3 standard errors (a value without spread)"
     else:
         p, method = float(np.ptp(means) == 0), "no spread within any value: the means compared as they are"
-    return Interaction(p=min(1.0, max(0.0, p)), means=means, sizes=sizes, method=method)
+    codes = [int(v) for v in values]
+    return Interaction(p=min(1.0, max(0.0, p)), values=codes, means=means, sizes=sizes, method=method)
 
 
 def _hc3_wald(samples: list[np.ndarray]) -> float:
