@@ -262,7 +262,7 @@ def test_adaptive_rounds_add_the_seeds_the_plan_asks_only_to_the_undecided_and_d
     assert run.data.metrics["adaptive/trials_used"] == 20 and run.data.metrics["adaptive/full_grid_trials"] == 390
     assert run.data.tags["resomap.adaptive"].startswith("every model is decided (bonferroni, 3 looks)")
     assert run.data.tags["resomap.adaptive.tiny_cnn"] == "look 2 (alpha 0.01667); seeds [0, 1, 2, 3, 4, 5]"
-    assert run.data.tags["resomap.verdict.tiny_cnn.16"].startswith("inferior")
+    assert run.data.tags["verdict.tiny_cnn.16"].startswith("inferior")
 
 
 def test_a_model_the_rounds_cannot_decide_stops_and_says_how_many_seeds_it_would_need(tmp_path):

@@ -16,7 +16,7 @@ from PIL import Image
 from conftest import trial_summary
 from resomap.cli import main
 from resomap.config import load
-from resomap.reports.probe_images import PARENT_PROBES, PROBE_IMAGE_SIZE
+from resomap.reports.probe_images import BESIDE_SIDE, PARENT_PROBES
 from resomap.reports.rows import SummaryRow
 from resomap.tracking import Tracker
 from resomap.tracking.parent import CONFIG_ARTIFACT, PARENT_SETTINGS, SETTING_TAG
@@ -25,9 +25,13 @@ from resomap.tracking.sweep_run import resolution_points
 from resomap.tracking.views import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
-    INTERVAL_TAG,
-    LATENCY_TAG,
-    SCORE_TAG,
+    LATENCY_METRIC,
+    PARALLEL_TAG,
+    RECOMMENDED_TAG,
+    RESOLUTION_METRIC,
+    SCORE_HIGH,
+    SCORE_LOW,
+    SCORE_METRIC,
     VIEW_COLUMNS,
     VIEW_TAG,
 )
@@ -53,7 +57,27 @@ def test_experiments_are_tagged_model_training_with_the_runs_view(project: Path)
         assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
         view = json.loads(tags[VIEW_TAG])
         assert view["selectedColumns"] == list(VIEW_COLUMNS)
-        assert {"params.`resolution`", "tags.`score`", "tags.`score interval`"} <= set(view["selectedColumns"])
+        # score, its interval and latency are metrics (sortable as numbers); the runs grouped by model, sorted by
+        # the resolution metric (a param sorts as text: 128 before 32)
+        assert {"params.`resolution`", "metrics.`score`", "metrics.`score_low`", "metrics.`latency_ms`"} <= set(
+            view["selectedColumns"]
+        )
+        assert view["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "model"}]
+        assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`resolution`", True)
+        assert view["groupsExpanded"] == {"param.model.tiny_cnn": True, "param.model": True}  # the smoke preset's
+        # charts against resolution: each line card's x axis is the resolution metric, per group (model)
+        lines = {c["metricKey"]: c for c in view["compareRunCharts"]}
+        assert list(lines) == ["score", "latency_ms", "agreement/saliency", "agreement/gradcam"]
+        assert all(c["xAxisKey"] == "metric" and c["selectedXAxisMetricKey"] == "resolution" for c in lines.values())
+        assert view["useGroupedValuesInCharts"] and view["compareRunSections"][0]["uuid"] == "against resolution"
+        # the parallel-coordinates view: the same runs ungrouped (MLflow's card refuses grouped string params)
+        parallel = json.loads(tags[PARALLEL_TAG])
+        (card,) = parallel["compareRunCharts"]
+        assert card["type"] == "PARALLEL" and parallel["groupBy"] is None
+        assert (card["selectedParams"], card["selectedMetrics"]) == (
+            ["model", "resolution", "seed"],
+            ["score", "latency_ms"],
+        )
 
 
 def test_resolution_points_put_each_model_against_resolution():
@@ -122,7 +146,15 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     summary_rows = json.loads((summary_dir / "summary.json").read_text())["rows"]
     for res in RESOLUTIONS:
         run = runs[f"tiny_cnn@{res}"]
-        assert run.data.params["resolution"] == str(res) and run.data.params["dataset"] == "synthetic"
+        # what identifies the trial as params (MLflow's image cards print them above the image), the rest of the
+        # config as the config.yaml artifact named by a digest tag
+        assert run.data.params == {
+            "model": "tiny_cnn", "resolution": str(res), "seed": "42", "task": "classification", "dataset": "synthetic"
+        }  # fmt: skip
+        saved_cfg = client.download_artifacts(run.info.run_id, "config.yaml", str(project / f"cfg{res}"))
+        from resomap.tracking.publish import CONFIG_DIGEST_TAG, config_digest
+
+        assert run.data.tags[CONFIG_DIGEST_TAG] == config_digest(load(Path(saved_cfg).parent, None, []))
         assert run.data.tags["dataset"] == "synthetic" and run.data.tags["model"] == "tiny_cnn"
         assert run.data.tags["model_resolution"] == f"tiny_cnn@{res}"  # the seed-free group-by key
         assert {"test/accuracy", "test/macro_f1", "profile/latency_p50_ms", "profile/peak_memory_mb"} <= set(
@@ -136,14 +168,28 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         images = _held_images({a.path for a in client.list_artifacts(run.info.run_id, "images")})
         assert images == {(f"probe/{m}/{p:02d}", res) for m in ("saliency", "gradcam") for p in range(probes)}
         counts[run.info.run_id] = len(client.list_artifacts(run.info.run_id, "images"))
-        # the runs table's rounded columns: the trial's score, the pooled interval of its row, its latency
+        # a child's picture: its map with its words beside it, wider than high (whole in MLflow's image card)
+        png = next(a.path for a in client.list_artifacts(run.info.run_id, "images") if a.path.endswith(".png"))
+        with Image.open(client.download_artifacts(run.info.run_id, png, str(project / f"png{res}"))) as picture:
+            assert picture.size == (BESIDE_SIDE, BESIDE_SIDE), picture.size  # its map and words in the top part
+        # the runs table's rounded metric columns: the trial's score, the pooled interval of its row, its latency,
+        # and its resolution (the charts' x axis)
         row = next(r for r in summary_rows if r["resolution"] == res)
-        assert run.data.tags[SCORE_TAG] == f"{run.data.metrics['test/accuracy']:.3f}"
+        assert run.data.metrics[SCORE_METRIC] == round(run.data.metrics["test/accuracy"], 3)
         low, high = row["test_accuracy_ci_low"], row["test_accuracy_ci_high"]
-        assert run.data.tags[INTERVAL_TAG] == f"[{low:.3f}, {high:.3f}] over 1 seed"
-        assert run.data.tags[LATENCY_TAG] == f"{result['profile']['latency_median_ms']:.2f}"
-    best = max(summary_rows, key=lambda r: r["test_accuracy"])
-    assert parent.data.tags[SCORE_TAG] == f"best {best['test_accuracy']:.3f}: tiny_cnn@{best['resolution']}"
+        assert (run.data.metrics[SCORE_LOW], run.data.metrics[SCORE_HIGH]) == (round(low, 3), round(high, 3))
+        assert run.data.metrics[LATENCY_METRIC] == float(f"{result['profile']['latency_median_ms']:.3g}")
+        assert run.data.metrics[RESOLUTION_METRIC] == res
+        # its description: its score, its row's pooled interval, its training and its model's decision
+        child_note = run.data.tags["mlflow.note.content"]
+        assert child_note.startswith(f"**tiny_cnn at {res} px, seed 42**")
+        assert f"- test accuracy: {run.data.metrics['test/accuracy']:.3f} (this seed)" in child_note
+        assert f"over 1 seed: {row['test_accuracy_pooled']:.3f} [{low:.3f}, {high:.3f}]" in child_note
+        assert "- training: " in child_note and "- baselines: " in child_note and "'s decision: " in child_note
+    # no model is recommended: the parent's one "best" says so, and it holds no score (never the highest raw one)
+    assert parent.data.tags[RECOMMENDED_TAG].startswith("no recommendation: tiny_cnn: ")
+    assert SCORE_METRIC not in parent.data.metrics and not any(k.startswith("best_test") for k in parent.data.metrics)
+    assert parent.data.tags["decision.tiny_cnn"].startswith("no recommendation (")
     history = client.get_metric_history(parent.info.run_id, "by_resolution/tiny_cnn/test_accuracy")
     assert sorted(m.step for m in history) == list(RESOLUTIONS)
     parent_paths = {a.path for a in client.list_artifacts(parent.info.run_id, "images")}
@@ -155,14 +201,21 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert parent_images == {
         (f"probe/tiny_cnn/{m}/{p:02d}", s) for m in ("saliency", "gradcam") for p in shown for s in steps
     }
-    for step, width in ((RESOLUTIONS[0], PROBE_IMAGE_SIZE), (0, len(RESOLUTIONS) * (PROBE_IMAGE_SIZE + 6) - 6)):
+    # the parent's pictures, their words at least 10 px high in MLflow's copy (at most 256 px on its longer side): at
+    # a resolution its map with its words beside it (square), at step 0 the maps of every resolution in a row under
+    # the title "all resolutions" (wider than high)
+    from resomap.reports.probe_images import BESIDE_FONT, OVERVIEW_FONT, OVERVIEW_TILE, OVERVIEW_WIDTH
+
+    for step, width in ((RESOLUTIONS[0], BESIDE_SIDE), (0, OVERVIEW_WIDTH)):
         name = next(
             a
             for a in parent_paths
             if a.startswith(f"images/probe~tiny_cnn~gradcam~00+step+{step}+") and a.endswith(".png")
         )
         with Image.open(client.download_artifacts(parent.info.run_id, name, str(project))) as picture:
-            assert picture.width == width and picture.height > PROBE_IMAGE_SIZE  # the map, its caption below
+            assert picture.width == width and OVERVIEW_TILE < picture.height <= picture.width, picture.size
+            font = OVERVIEW_FONT if step == 0 else BESIDE_FONT
+            assert font * 256 / picture.width >= 10, picture.size
     assert "report.html" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     # the learning curves beside the other summary figures, and which model x resolution is undertrained
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
@@ -181,7 +234,9 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     note = parent.data.tags["mlflow.note.content"]
     recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
     sentences = [r["sentence"] for r in recs]
-    assert note.startswith("**Decisions**") and sentences and all(f"- {s}" in note for s in sentences)
+    # it opens on the answer (MLflow shows its first lines before "Show more"), then the decisions in full
+    assert note.startswith("**Answer**: no recommendation\n\n- tiny_cnn: no recommendation (")
+    assert "**Decisions**" in note and sentences and all(f"- {s}" in note for s in sentences)
     # under each decision, how the model trained and where it stands against the majority class (reports.standing)
     for model in {r["model"] for r in recs}:
         said = note[note.index(f"- {next(r['sentence'] for r in recs if r['model'] == model)}") :]
@@ -196,7 +251,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert "**No recommendation** for any model" in note
     assert "resomap.best" not in parent.data.tags
     assert not any(k.startswith("recommended_resolution/") for k in parent.data.metrics)
-    assert "no recommendation" in parent.data.tags["resomap.recommendation.tiny_cnn"]
+    assert "no recommendation" in parent.data.tags["decision.tiny_cnn"]
     findings = (summary_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
     assert findings and all(f"- {s}" in note for s in findings)
     assert (
@@ -352,7 +407,10 @@ def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
 
     from resomap.tracking.sweep_run import NOTE_LIMIT, parent_note
 
-    recs = [{"sentence": f"model{i}: " + "x" * 300} for i in range(40)]
+    recs = [
+        {"model": f"model{i}", "recommendation": "no recommendation: x", "sentence": f"model{i}: " + "x" * 300}
+        for i in range(40)
+    ]
     note = parent_note(SimpleNamespace(recommendations=recs), ["a finding"], Path("/tmp/report.html"), [])
     assert len(note) <= NOTE_LIMIT and note.endswith("- ... (the rest: summary/summary.md)")
     assert "- model0: " in note and "a finding" not in note  # whole lines, in order
@@ -360,3 +418,24 @@ def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
         SimpleNamespace(recommendations=recs[:2]), ["a finding"], None, [Path("f/a.png"), Path("f/a.pdf")]
     )
     assert short.splitlines()[-1] == "- figure: artifact `figures/a.png`" and "- a finding" in short
+
+
+def test_a_store_that_refuses_the_view_warns_in_one_line_and_logs_the_runs(project: Path, monkeypatch, caplog):
+    import logging
+
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    def refuse(self, experiment_id, key, value):  # an older server, or a store with smaller limits
+        raise MlflowException(f"tag {key} refused\nsecond line of the server's error")
+
+    monkeypatch.setattr(MlflowClient, "set_experiment_tag", refuse)
+    tracker = Tracker(load("configs", "smoke", []))
+    with caplog.at_level(logging.WARNING, logger="resomap.tracking.mlflow_store"):
+        run_id = tracker.start_run("tiny_cnn@32")
+        tracker.log_metrics(run_id, {"test/accuracy": 0.5})
+    said = [r.getMessage() for r in caplog.records if "sweep view was not saved" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0] and "runs are logged as ever" in said[0], said
+    client = _client(project)
+    assert client.get_run(run_id).data.metrics == {"test/accuracy": 0.5} and not tracker.failures
+    assert VIEW_TAG not in client.get_experiment(tracker.experiment_id).tags

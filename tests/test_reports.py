@@ -616,13 +616,12 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     assert "**No recommendation** for any model" in note and "; no recommendation" in note
     assert tracker.metrics[f"reference_resolution/{MODEL}"] == 128
     assert tracker.metrics[f"test_accuracy_ci_low/{MODEL}/32"] < tracker.metrics[f"test_accuracy_pooled/{MODEL}/32"]
-    assert (
-        "undecided at model scope (training seeds as replicates): no smaller resolution shown"
-        in tracker.tags[f"resomap.recommendation.{MODEL}"]
-    )
+    # the decision in a few words as a tag (MLflow cuts long tags), its sentence in the description
+    assert tracker.tags[f"decision.{MODEL}"] == "no recommendation (undecided)"
+    assert "undecided at model scope (training seeds as replicates): no smaller resolution shown" in note
     # each resolution's verdict with its margin and the detectable margin, in words and as numbers
-    assert tracker.tags[f"resomap.verdict.{MODEL}.64"].startswith("undecided (margin 0.02; detectable 0.0")
-    assert tracker.tags[f"resomap.verdict.{MODEL}.128"] == "reference (margin 0.02)"
+    assert tracker.tags[f"verdict.{MODEL}.64"].startswith("undecided (margin 0.02; detectable 0.0")
+    assert tracker.tags[f"verdict.{MODEL}.128"] == "reference (margin 0.02)"
     assert 0 < tracker.metrics[f"detectable_margin/{MODEL}/64"] < 0.1
     assert sorted(tracker.points[f"by_resolution/{MODEL}/detectable_margin"]) == [64]
     by_res = tracker.points[f"by_resolution/{MODEL}/test_accuracy"]

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import run_cli, trial_checkpoints, trial_summary
 from resomap.config import load
@@ -286,9 +287,11 @@ def test_sync_logs_untracked_results_once(project: Path, capsys):
         assert [m.step for m in client.get_metric_history(run.info.run_id, "val/loss")] == [0, 1]
         assert run.data.metrics["test/accuracy"] == res["test"]["test/accuracy"]
         assert {"test_at_16/accuracy", "test_at_24/accuracy"} <= set(run.data.metrics)
-        assert run.data.params["training.epochs"] == "2" and run.data.params["model"] == "tiny_cnn"
+        assert run.data.params["model"] == "tiny_cnn" and "training.epochs" not in run.data.params
         arts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"result.json", "summary.txt", "config.yaml", "figures"} <= arts
+        saved = client.download_artifacts(run.info.run_id, "config.yaml", str(project / run.info.run_id))
+        assert yaml.safe_load(Path(saved).read_text())["training"]["epochs"] == 2
     assert parent.info.status == "FINISHED"
     assert "summary" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 

@@ -1,7 +1,9 @@
 """`resomap ui`: its error paths (fast), and a headless-Chromium walk through a real sweep in the MLflow UI
 (marker `browser`, run by .ci/browser): a fresh browser opens the experiment on its runs table (model training,
-not GenAI); the link `resomap ui` prints shows resolution and test accuracy columns; the parent expands to its
-children; the children's image grid, whose step slider shows the children trained at each resolution; a child's
+not GenAI); the first link `resomap ui` prints opens the runs grouped by model and sorted by resolution, score and
+latency as metric columns and the parent's one "best" = the report's recommendation; the sweep view's chart of the
+score against resolution per model and its parallel-coordinates view; a child's map whole in its image card;
+the children's image grid, whose step slider shows the children trained at each resolution; a child's
 metric, parent and confusion matrix; the parent's accuracy against resolution (step = resolution), its image grid
 whose step moves one model's probe map across resolutions, and the HTML report in its artifacts with a working
 slider. Screenshots go to $RESOMAP_SCREENSHOTS or .ci/screenshots/."""
@@ -373,8 +375,15 @@ def ui_url(swept: Path) -> Iterator[tuple[str, str]]:
         deadline = time.monotonic() + 180
         link = None
         while time.monotonic() < deadline and proc.poll() is None and link is None:
-            found = [line for line in log.read_text().splitlines() if line.startswith("the runs of ")]
-            link = found[0].rsplit(": ", 1)[1] if found else None
+            printed = [line for line in log.read_text().splitlines() if "http://" in line]
+            # the first link printed is the sweep's runs view; its charts and parallel coordinates follow
+            link = printed[0].rsplit(": ", 1)[1] if len(printed) >= 4 else None
+            if link is not None:
+                assert printed[0].startswith("the runs of resomap-smoke: ") and "compareRunsMode=TABLE" in link
+                assert printed[1].startswith("  its charts against resolution: ")
+                assert printed[2].startswith("  its runs in parallel coordinates: ") and printed[3].startswith(
+                    "MLflow UI"
+                )
             time.sleep(0.5)
         if link is None:
             pytest.fail(f"resomap ui printed no experiment link (exit {proc.poll()}): {log.read_text()[-2000:]}")
@@ -397,7 +406,7 @@ def browser(tmp_path: Path):
     opts.binary_location = str(CHROMIUM)
     flags = (
         "--headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking"
-        " --disable-quic --no-first-run --disable-component-update --disable-sync --window-size=1600,1000"
+        " --disable-quic --no-first-run --disable-component-update --disable-sync --window-size=1440,900"
     )
     for flag in [*flags.split(), f"--user-data-dir={tmp_path / 'chromium-profile'}"]:
         opts.add_argument(flag)
@@ -522,36 +531,96 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     assert not browser.find_elements(By.XPATH, "//*[normalize-space(text())='Detect Issues']"), "GenAI overview shown"
     page.shot("experiment_opens_on_runs")
 
-    # the link `resomap ui` prints: the runs table with resolution and test accuracy among its columns
+    # the link `resomap ui` prints first: the sweep's runs grouped by model, each group sorted by resolution (a
+    # metric, so numerically), score, its interval and latency as metric columns, the parent's one "best"
     browser.get(link)
-    parent_row = page.visible(By.CSS_SELECTOR, f"[role='row'][row-id='{parent}']")
-    headers = lambda d: [h.text.replace("\n", " ") for h in d.find_elements(By.CSS_SELECTOR, "[role='columnheader']")]  # noqa: E731
-    wanted = {"model", "resolution", "seed", "score", "score interval", "convergence/undertrained", "latency ms"}
-    page.wait.until(lambda d: wanted <= set(headers(d)), "columns missing")
-    assert PARENT in parent_row.text
-    child_rows = f"[role='row'][row-id='{child.info.run_id}']"
-    assert not browser.find_elements(By.CSS_SELECTOR, child_rows), "children shown before expanding the parent"
-    parent_row.find_element(By.CSS_SELECTOR, "button[data-component-id*='runnamecellrenderer']").click()
-    page.visible(By.CSS_SELECTOR, child_rows)
-    parent_link = page.visible(By.LINK_TEXT, PARENT)
-    parent_index = int(parent_row.get_attribute("row-index"))
+    headers = lambda d: {h.get_attribute("col-id") for h in d.find_elements(By.CSS_SELECTOR, "[role='columnheader']")}  # noqa: E731
+    wanted = {f"metrics.`{k}`" for k in ("score", "score_low", "score_high", "latency_ms", "convergence/undertrained")}
+    wanted |= {"params.`model`", "params.`resolution`", "params.`seed`", "tags.`recommended`"}
+    page.wait.until(lambda d: wanted <= headers(d), "columns missing")
+    for model in MODELS:
+        page.visible(By.XPATH, f"//*[normalize-space(text())='Group: {model}']")
+        rows = [runs[f"{model}@{r}"].info.run_id for r in RESOLUTIONS]
+        # MLflow's grouped rows are <group id>.<run id>
+        found = [page.visible(By.CSS_SELECTOR, f"[role='row'][row-id='param.model.{model}.{i}']") for i in rows]
+        indices = [int(row.get_attribute("row-index")) for row in found]
+        assert indices == sorted(indices) and len(set(indices)) == len(indices), (model, indices)  # by resolution
     for name in CHILDREN:
-        run_id = runs[name].info.run_id
         assert runs[name].data.tags["mlflow.parentRunId"] == parent
         assert runs[name].data.params["resolution"] == name.split("@")[1]
-        link_el = page.visible(By.LINK_TEXT, name)
-        assert link_el.get_attribute("href").endswith(f"/runs/{run_id}")
-        assert link_el.location["x"] > parent_link.location["x"], f"{name} is not indented under the parent"
-        row = browser.find_element(By.CSS_SELECTOR, f"[role='row'][row-id='{run_id}']")
-        assert parent_index < int(row.get_attribute("row-index")) <= parent_index + len(CHILDREN)
-    row_text = " ".join(part.text for part in browser.find_elements(By.CSS_SELECTOR, child_rows))  # pinned + centre
-    # the resolution and the rounded score, interval and latency columns filled
-    assert f"{child.data.metrics['test/accuracy']:.3f}" == child.data.tags["score"] and "32" in row_text.split()
-    for tag in ("score", "score interval", "latency ms"):
-        assert child.data.tags[tag] in row_text, (tag, row_text)
-    parent_text = " ".join(p.text for p in browser.find_elements(By.CSS_SELECTOR, f"[role='row'][row-id='{parent}']"))
-    assert runs[PARENT].data.tags["score"].startswith("best ") and runs[PARENT].data.tags["score"] in parent_text
-    page.shot("runs_nested")
+
+    def cell(run_id: str, column: str) -> str:
+        found = browser.find_elements(By.CSS_SELECTOR, f"[role='row'][row-id$='.{run_id}'] [col-id='{column}']")
+        return found[0].text if found else ""
+
+    score = child.data.metrics["score"]
+    assert score == round(child.data.metrics["test/accuracy"], 3) and cell(child.info.run_id, "metrics.`score`") == str(
+        score
+    )
+    assert cell(child.info.run_id, "metrics.`latency_ms`") == str(child.data.metrics["latency_ms"])
+    # the parent row (MLflow's group of runs without a model, opened): its "recommended" is the report's
+    summary_dir = swept / "model_summaries" / "_sweep" / EXPERIMENT
+    recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
+    best = runs[PARENT].data.tags["recommended"]
+    if any(r["recommended"] for r in recs):
+        assert best.split(" ")[0] == runs[PARENT].data.tags["resomap.best"]
+    else:
+        assert best.startswith("no recommendation: ") and "resomap.best" not in runs[PARENT].data.tags
+    page.wait.until(lambda d: cell(parent, "tags.`recommended`") == best, "the parent's recommendation not shown")
+    page.shot("runs_grouped_by_model")
+    # sorting by latency (a click on its header, a metric column: MLflow's store orders it by value) orders each
+    # model's runs by their latency in the direction the header shows
+    header = page.clickable(By.CSS_SELECTOR, "[role='columnheader'][col-id='metrics.`latency_ms`']")
+    header.click()
+    page.wait.until(lambda d: "latency_ms" in d.current_url, "not sorted by latency")
+    descending = "orderByAsc=false" in browser.current_url
+
+    def by_latency(d) -> bool:
+        for model in MODELS:
+            ids = [runs[f"{model}@{r}"].info.run_id for r in RESOLUTIONS]
+            rows = d.find_elements(By.CSS_SELECTOR, ", ".join(f"[role='row'][row-id$='.{i}']" for i in ids))
+            placed = sorted(
+                {(int(r.get_attribute("row-index")), r.get_attribute("row-id").rsplit(".", 1)[1]) for r in rows}
+            )
+            values = [runs_by_id[i].data.metrics["latency_ms"] for _, i in placed]
+            if len(values) != len(ids) or values != sorted(values, reverse=descending):
+                return False
+        return True
+
+    runs_by_id = {r.info.run_id: r for r in runs.values()}
+    page.wait.until(by_latency, "the runs are not ordered by latency")
+    page.shot("runs_sorted_by_latency")
+
+    # the sweep view's charts: test score against resolution, one line per model, its x axis the resolution in px
+    browser.get(url + "/#/experiments")  # a route change first: a hash change within the runs page keeps its mode
+    page.visible(By.LINK_TEXT, EXPERIMENT)
+    browser.get(link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART"))
+    page.visible(By.XPATH, "//*[normalize-space(text())='against resolution']")
+    card = page.visible(By.XPATH, "//h4[@title='score']/ancestor::*[.//*[contains(@class, 'js-plotly-plot')]][1]")
+    plot = card.find_element(By.CSS_SELECTOR, ".js-plotly-plot")
+    # the lines (a band from the lowest to the highest seed is a closed path with a gap, drawn beside each)
+    traces = "return arguments[0].data.filter(t => t.x && t.x.length && !t.x.includes(null)).map(t => t.x)"
+    drawn = page.wait.until(lambda d: d.execute_script(traces, plot), "no line drawn")
+    assert {tuple(x) for x in drawn} == {tuple(RESOLUTIONS)} and len(drawn) >= len(MODELS), drawn  # at 32, 48 px
+    assert browser.execute_script("return arguments[0].layout.xaxis.title.text", plot) == "resolution"
+    legend = card.text
+    assert all(f"{m} (score)" in legend for m in MODELS), legend
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
+    page.shot("charts_score_against_resolution")
+
+    # the parallel-coordinates view: model, resolution, seed -> score, latency over every run
+    browser.get(url + "/#/experiments")
+    page.visible(By.LINK_TEXT, EXPERIMENT)
+    browser.get(
+        link.replace("viewStateShareKey=resomap&", "viewStateShareKey=resomap-parallel&").replace("TABLE", "CHART")
+    )
+    # the view's one card (its section holds nothing else): plotly's parcoords draws each axis title as text.label
+    title = "//h4[normalize-space()='Parallel Coordinates']"
+    labels = "[.//*[local-name()='text' and contains(concat(' ', @class, ' '), ' label ')]]"
+    parallel = page.visible(By.XPATH, f"{title}/ancestor::*{labels}[1]")
+    axes = lambda d: {t.get_attribute("textContent") for t in parallel.find_elements(By.CSS_SELECTOR, "svg text.label")}  # noqa: E731
+    page.wait.until(lambda d: {"model", "resolution", "seed", "score", "latency_ms"} <= axes(d), "axes missing")
+    page.shot("parallel_coordinates")
 
     # the children's image grid (the experiment's chart view): its step slider moves a probe map across resolutions,
     # each step showing the children trained at that resolution
@@ -564,6 +633,22 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     page.visible(By.LINK_TEXT, child.info.run_name)
     page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']").send_keys("probe/gradcam/00")
     grid = page.visible(By.XPATH, "//h4[@title='probe/gradcam/00']/ancestor::*[.//input][1]")
+    within = (  # the card's topmost loaded picture, as drawn (MLflow fits it in a square box), whole in view
+        "const imgs = [...arguments[0].querySelectorAll('img')].filter(i => i.naturalWidth > 0);"
+        "const img = imgs.sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top)[0];"
+        "let box = img.parentElement;"  # the card's scrolled part: the nearest ancestor that scrolls
+        "const scrolls = (e) => /(auto|scroll)/.test(getComputedStyle(e).overflowY) && e.scrollHeight > e.clientHeight;"
+        "while (box !== arguments[0] && !scrolls(box)) box = box.parentElement;"
+        "const c = box.getBoundingClientRect(), r = img.getBoundingClientRect();"
+        "const k = Math.min(r.width / img.naturalWidth, r.height / img.naturalHeight);"
+        "const w = img.naturalWidth * k, h = img.naturalHeight * k;"
+        "const top = r.top + (r.height - h) / 2, left = r.left + (r.width - w) / 2;"
+        "const part = arguments[1] || 1;"  # the share of the picture, from its top, that must be in view
+        "return h > 50 && top >= c.top && top + h * part <= c.bottom + 1 && left >= c.left && left + w <= c.right + 1"
+    )
+    from resomap.reports.probe_images import BESIDE_MAP, BESIDE_SIDE
+
+    mapped = BESIDE_MAP / BESIDE_SIDE  # a probe picture's map and words: its top part
     for res in RESOLUTIONS:
         _set_step(page, grid, res)
         expected = {runs[f"{m}@{res}"].info.run_id for m in MODELS}
@@ -589,6 +674,9 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     # the parent's charts: accuracy against resolution (step = resolution)
     browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}/model-metrics")
     search = page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']")
+    from selenium.webdriver.common.keys import Keys
+
+    search.send_keys(Keys.CONTROL, "a")  # the box keeps the last run page's search
     search.send_keys("by_resolution/tiny_cnn/test_accuracy")
     page.visible(By.XPATH, "//*[starts-with(normalize-space(text()), 'by_resolution/tiny_cnn')]")
     step_axis = "[.//*[local-name()='text' and normalize-space()='Step']]"  # the chart's x-axis title
@@ -601,7 +689,7 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     # the parent's image grid: one probe map of one model; its step slider moves across resolutions
     key = "probe/simple_cnn/gradcam/00"  # the first image card (sections are sorted by key)
     card = page.visible(By.XPATH, f"//h4[@title='{key}']/ancestor::*[.//input][1]")
-    # it opens at step 0 (MLflow's default) on the overview: the map at every resolution side by side
+    # it opens at step 0 (MLflow's default) on the overview: the map at every resolution, titled "all resolutions"
     opened = page.wait.until(lambda d: _loaded_images(d, card), "the image card opens empty")
     assert card.find_element(By.CSS_SELECTOR, "[role='slider']").get_attribute("aria-valuenow") == "0"
     assert "step%2B0%2B" in opened[0] or "step+0+" in opened[0], opened[0]
@@ -609,12 +697,16 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     # the card opens on the image: the run's name above it and no params (the parent has none), the whole image
     # inside the card's box
     assert runs[PARENT].data.params == {}
-    within = (
-        "const c = arguments[0].getBoundingClientRect();"
-        "const i = [...arguments[0].querySelectorAll('img')].find(i => i.naturalWidth > 0).getBoundingClientRect();"
-        "return i.height > 50 && i.top >= c.top && i.bottom <= c.bottom && i.left >= c.left && i.right <= c.right"
-    )
     assert page.wait.until(lambda d: d.execute_script(within, card), "the image is not whole in its card")
+    # its overview is legible there: MLflow shows its copy at most 256 px wide, drawn at (nearly) that size, so the
+    # labels (OVERVIEW_FONT px in the full picture) stay at least 9 px high on the screen
+    from resomap.reports.probe_images import OVERVIEW_FONT, OVERVIEW_WIDTH
+
+    shown_w = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('img')].find(i => i.naturalWidth > 0).getBoundingClientRect().width",
+        card,
+    )
+    assert OVERVIEW_FONT * shown_w / OVERVIEW_WIDTH >= 9, shown_w
     page.shot("parent_probe_map_opened")
     sources = {0: opened[0]}
     for res in RESOLUTIONS:
@@ -622,6 +714,7 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
         at = lambda d, r=res: [s for s in _loaded_images(d, card) if f"step%2B{r}%2B" in s or f"step+{r}+" in s]  # noqa: E731
         sources[res] = page.wait.until(at, f"no image at step {res}")[0]
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
+        assert page.wait.until(lambda d: d.execute_script(within, card, mapped), f"the map at {res} px is cut")
         page.shot(f"parent_probe_map_step{res}")
     assert len(set(sources.values())) == len(RESOLUTIONS) + 1
 
@@ -629,7 +722,14 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     # intervals (MLflow's own charts above read "Step"): a copy of the run's artifact, in view without a scroll
     # sideways, linking to the full-size file
     browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}")
-    page.visible(By.XPATH, "//*[normalize-space(text())='Decisions']")
+    # it opens on the answer, in view before MLflow's "Show more": the one "best", then each model's decision
+    answer = page.visible(By.XPATH, "//*[normalize-space(text())='Answer']/ancestor::p[1]")
+    best = runs[PARENT].data.tags["recommended"]
+    said = "no recommendation" if best.startswith("no recommendation") else best.split(" ")[0] + " recommended"
+    assert said in answer.text, answer.text
+    for model in MODELS:
+        page.visible(By.XPATH, f"//li[starts-with(normalize-space(), '{model}: ')]")
+    page.shot("parent_opens_on_the_answer")
     more = browser.find_elements(By.XPATH, "//*[normalize-space(text())='Show more']")  # MLflow folds long ones
     if more:
         more[0].click()
@@ -694,3 +794,15 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     cells = paired.find_elements(By.XPATH, "following-sibling::table[1]//td")
     assert len(cells) >= 8 and any("px" in c.text or "→" in c.text for c in cells), "no paired-test table"
     page.shot("report_first_screen")
+
+    # last (MLflow keeps a run page's chart layout for the next run page it opens): the child's own image card shows
+    # its map and words without a scroll; its params, printed above the picture, are the five that identify it
+    browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{child.info.run_id}/model-metrics")
+    box = page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("probe/gradcam/00")
+    own = page.visible(By.XPATH, "//h4[@title='probe/gradcam/00']/ancestor::*[.//input][1]")
+    page.wait.until(lambda d: _loaded_images(d, own), "the child's image card is empty")  # at its one step
+    assert page.wait.until(lambda d: d.execute_script(within, own, mapped), "the child's map is not whole in its card")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", own)
+    page.shot("child_probe_map")

@@ -36,7 +36,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
     """Start the server, print its addresses, wait; stop it however the wait ends."""
-    from resomap.tracking.ui import bound_address, experiment_links, reachable_host, start_ui, stop_ui, url
+    from resomap.tracking.ui import bound_address, chart_link, experiment_links, reachable_host, start_ui, stop_ui, url
 
     try:
         # stops it if interrupted
@@ -46,11 +46,15 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
     try:
         # as other machines reach it: a wildcard bind (0.0.0.0) is printed as this machine's address
         base = url(reachable_host(str(bound_address(args.host, args.port)[1][0])), args.port)
+        # the sweep's runs view first (what a reader opens), then its charts against resolution, then the UI's home
+        for i, (name, link) in enumerate(list(experiment_links(cfg, base).items())[:5]):
+            print(f"the runs of {name}: {link}", flush=True)
+            if i == 0:
+                print(f"  its charts against resolution: {chart_link(link)}", flush=True)
+                print(f"  its runs in parallel coordinates: {chart_link(link, parallel=True)}", flush=True)
         print(f"MLflow UI: {base}  (Ctrl-C stops it)", flush=True)
         if args.serve:
             print(f"tracking server: log sweeps to it with mlflow.tracking_uri={base}", flush=True)
-        for name, link in list(experiment_links(cfg, base).items())[:5]:
-            print(f"the runs of {name}: {link}", flush=True)
         return proc.wait()
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (the terminal closed)
         return 0

@@ -93,6 +93,14 @@ class SweepSummary:
 
         return standing(self.rows)
 
+    def baselines_at(self, model: str, resolution: int) -> str:
+        """Where one model @ resolution stands against the majority class and the baselines, in words
+        (reports.standing.baseline_words); '' without such a row."""
+        from resomap.reports.standing import baseline_words
+
+        row = next((r for r in self.rows if r.model == model and int(r.resolution) == int(resolution)), None)
+        return baseline_words([row], self.rows) if row is not None else ""
+
     def deterministic_models(self) -> dict[str, int]:
         """model -> its seed count, for each model whose seeds are one fit (its recommendation row's
         ``deterministic``, reports.aligned.identical_seeds at every resolution): one replicate, no cross-seed

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from resomap.atomic import disk_full
 from resomap.config.schema import Config
-from resomap.tracking.views import experiment_tags
+from resomap.tracking.views import EXPERIMENT_KIND_TAG, config_view_tags
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -190,12 +190,42 @@ class Tracker:
         exp = client.get_experiment_by_name(self.experiment_name)
         if exp is None:
             location = artifact_root(self.cfg) if self.uri.startswith("sqlite:") else None
-            tags = experiment_tags()
-            return client.create_experiment(self.experiment_name, artifact_location=location, tags=tags)
-        for key, value in experiment_tags().items():  # an experiment made before ResoMap tagged it, or by hand
-            if exp.tags.get(key) != value:
-                client.set_experiment_tag(exp.experiment_id, key, value)
+            exp_id = client.create_experiment(self.experiment_name, artifact_location=location)
+            self._tag_experiment(client, exp_id, config_view_tags(self.cfg))
+            return exp_id
+        # an experiment made before ResoMap tagged it, or by hand: the kind is set whatever it was, a view kept as it
+        # is (a sweep's summary writes it for its own models and methods, `set_experiment_tags`, which a trial's
+        # config, naming one model, must not undo)
+        wanted = config_view_tags(self.cfg)
+        self._tag_experiment(
+            client,
+            exp.experiment_id,
+            {
+                k: v
+                for k, v in wanted.items()
+                if exp.tags.get(k) != v and (k == EXPERIMENT_KIND_TAG or k not in exp.tags)
+            },
+        )
         return exp.experiment_id
+
+    def _tag_experiment(self, client: Any, exp_id: str, tags: Mapping[str, str]) -> None:
+        """Set the experiment's `tags`; a store that refuses them (an older server, a file store's limits) gets one
+        warning line and its runs are logged as ever (the UI then opens on MLflow's default runs table)."""
+        try:
+            for key, value in tags.items():
+                client.set_experiment_tag(exp_id, key, value)
+        except Exception as exc:
+            msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            log.warning(
+                "MLflow: the sweep view was not saved on experiment %s (%s); runs are logged as ever", exp_id, msg
+            )
+
+    def set_experiment_tags(self, tags: Mapping[str, str]) -> None:
+        """Set the experiment's tags that differ from `tags` (soft: one warning line at most, never raised)."""
+        exp = self._soft("get experiment", self.client.get_experiment, self.experiment_id)
+        if exp is not None:
+            changed = {k: v for k, v in tags.items() if exp.tags.get(k) != v}
+            self._tag_experiment(self.client, self.experiment_id, changed)
 
     # ---------------------------------------------------------------- runs
     def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> str:
@@ -386,31 +416,22 @@ class NullTracker:
     def __init__(self) -> None:
         self.failures: list[str] = []
 
-    def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> None:
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    def find_runs(self, filter_string: str) -> list[Any]:
+    def _no_runs(self, *args: Any, **kwargs: Any) -> list[Any]:
         return []
 
-    def get_run(self, run_id: str) -> None:
-        return None
-
-    def metric_history(self, run_id: str, key: str) -> list[Any]:
-        return []
-
-    def has_logged_model(self, run_id: str) -> bool:
+    def _false(self, *args: Any, **kwargs: Any) -> bool:
         return False
 
     def artifact_paths(self, run_id: str) -> set[str]:
         return set()
 
-    def replace_metrics(self, run_id: str, points: Mapping[str, Mapping[int, float]]) -> bool:
-        return False
-
-    def _nothing(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    end_run = reopen_run = log_params = log_metrics = set_tags = delete_tag = _nothing
+    start_run = get_run = _nothing
+    find_runs = metric_history = _no_runs
+    has_logged_model = replace_metrics = _false
+    end_run = reopen_run = log_params = log_metrics = set_tags = delete_tag = set_experiment_tags = _nothing
     log_artifact = log_text = log_figure = log_model = log_image = log_inputs = _nothing
 
 

@@ -28,9 +28,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from resomap.config import Config, flatten
+from resomap.config import Config
 from resomap.records import PROBE_IMAGES_DIR
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
+from resomap.tracking.views import LATENCY_METRIC, RESOLUTION_METRIC, SCORE_METRIC
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +67,31 @@ class PublishTrial(Protocol):
 
 
 def trial_params(cfg: Config, model: str, family: str, resolution: int, seed: int) -> dict[str, Any]:
-    """The params of a trial's run: its resolved config (without sweep.*) plus what identifies the trial under
-    plain names (model, family, resolution, seed, dataset: columns of MLflow's runs table)."""
-    params: dict[str, Any] = {k: v for k, v in flatten(cfg).items() if not k.startswith("sweep.")}
-    params.update(
-        {"model": model, "family": family, "resolution": resolution, "seed": seed, "dataset": cfg.data.dataset}
-    )
-    return params
+    """The params of a trial's run: what identifies it (model, resolution, seed, task, dataset), the columns a reader
+    groups, filters and sorts the runs table by. MLflow's image cards print a run's params above its image, so the
+    rest of the resolved config is the run's config.yaml artifact (the trial's summary folder), named by the
+    `resomap.config_digest` tag (`config_digest`); `family` is a tag."""
+    del family  # a tag (trial_tags), not a param
+    return {
+        "model": model,
+        "resolution": resolution,
+        "seed": seed,
+        "task": cfg.experiment.task,
+        "dataset": cfg.data.dataset,
+    }
+
+
+CONFIG_DIGEST_TAG = "resomap.config_digest"
+
+
+def config_digest(cfg: Config) -> str:
+    """The first 12 hex digits of the SHA-256 of the trial's resolved config as YAML (what its config.yaml holds):
+    runs trained with the same settings carry the same digest."""
+    import hashlib
+
+    from resomap.config import dump_yaml
+
+    return hashlib.sha256(dump_yaml(cfg).encode()).hexdigest()[:12]
 
 
 def trial_tags(key: str, data: Mapping[str, Any], cfg: Config) -> dict[str, Any]:
@@ -82,6 +101,7 @@ def trial_tags(key: str, data: Mapping[str, Any], cfg: Config) -> dict[str, Any]
         **{k: data[k] for k in ("model", "family", "resolution", "seed")},
         GROUP_TAG: f"{data['model']}@{data['resolution']}",  # group-by without the seed: mean and spread over seeds
         "dataset": cfg.data.dataset,
+        CONFIG_DIGEST_TAG: config_digest(cfg),
         **{f"resomap.env.{k}": v for k, v in (data.get("environment") or {}).items() if v},  # versions, device
     }
 
@@ -182,7 +202,8 @@ def convergence_tags(data: Mapping[str, Any]) -> dict[str, str]:
 
 def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, float]]:
     """key -> {step: value}: per-epoch history (step = epoch index), then the step-0 summary metrics: test,
-    test_at_<res>/accuracy, explanation quality and the profile (ModelProfile.as_metrics of profile.json)."""
+    test_at_<res>/accuracy, explanation quality, the profile (ModelProfile.as_metrics of profile.json) and the
+    runs table's (`table_metrics`)."""
     points: dict[str, dict[int, float]] = {}
     for i, row in enumerate(data.get("history") or []):
         step = int(row.get("epoch", i))
@@ -201,10 +222,27 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
 
         profile = load_profile(folder / "profile.json").as_metrics()
         flat.update({HEADLINE_NAMES.get(k, k): v for k, v in profile.items()})
+    flat.update(table_metrics(data))
     for key, value in flat.items():
         if is_number(value):
             points.setdefault(key, {})[0] = float(value)
     return points
+
+
+def table_metrics(data: Mapping[str, Any]) -> dict[str, float]:
+    """The runs table's and the sweep view's metrics of one result (resomap.tracking.views): its resolution (the
+    charts' x axis), its headline test score (its task's first score: accuracy, mIoU) to 3 decimals and its median
+    latency to 3 significant digits (MLflow's table prints every digit a metric holds)."""
+    from resomap.tasks import of_result
+
+    out = {RESOLUTION_METRIC: float(data["resolution"])}
+    score = (data.get("test") or {}).get(f"test/{of_result(data).scores[0].name}")
+    if is_number(score):
+        out[SCORE_METRIC] = round(float(score), 3)
+    latency = (data.get("profile") or {}).get("latency_median_ms")
+    if is_number(latency):
+        out[LATENCY_METRIC] = float(f"{latency:.3g}")
+    return out
 
 
 def _log_metrics_once(tracker: Any, run: Any, points: dict[str, dict[int, float]]) -> None:

@@ -11,7 +11,14 @@ from typing import Any
 
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
 from resomap.tracking.publish import _held_images
-from resomap.tracking.views import INTERVAL_TAG, LATENCY_TAG, SCORE_TAG
+from resomap.tracking.views import (
+    AGREEMENT_METRIC,
+    RECOMMENDED_TAG,
+    SCORE_HIGH,
+    SCORE_LOW,
+    SCORE_METRIC,
+    experiment_tags,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +42,25 @@ def resolution_points(rows: list[Any], matrices: Mapping[str, Mapping[str, Any]]
     for row in rows:
         for name, value in row.by_resolution().items():
             add(row.model, name, row.resolution, value)
+    for (model, resolution), by_method in agreement_at(matrices).items():
+        for method, value in by_method.items():
+            add(model, f"agreement_{method}", resolution, value)
+    return points
+
+
+def agreement_at(matrices: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
+    """(model, resolution) -> {method: the mean Spearman agreement of the model's maps at that resolution with its
+    maps at the sweep's other resolutions} (the comparison's main-grid matrices, `<model>/<method>` ->
+    {spearman, resolutions})."""
+    out: dict[tuple[str, int], dict[str, float]] = {}
     for name, entry in matrices.items():
         model, method = name.rsplit("/", 1)
         matrix, labels = entry.get("spearman"), entry.get("resolutions") or []
         for i, resolution in enumerate(labels if matrix else []):
             others = [v for j, v in enumerate(matrix[i]) if j != i and v is not None]
             if others:
-                add(model, f"agreement_{method}", resolution, sum(others) / len(others))
-    return points
+                out.setdefault((model, int(resolution)), {})[method] = sum(others) / len(others)
+    return out
 
 
 def log_metric_points(
@@ -137,27 +155,26 @@ def publish_sweep(
     tags = headline(summary)
     findings = comparison.findings if comparison is not None else []
     tags[NOTE_TAG] = parent_note(summary, findings, page, figures, run_id=parent)
-    from resomap.tasks import get_task, of_result
-
-    # descriptive: the highest test score of the sweep, by its task's headline per-image score (classification:
-    # best_test_accuracy; segmentation: best_test_miou), the seeds' mean of test/<score>
-    score = (of_result(summary.trials[0]) if summary.trials else get_task()).scores[0].name
-    top = best_row(summary.rows, score)
-    if top is not None:
-        metrics[f"best_test_{score}"] = top[0]
     best = best_recommended(summary)
     if best is not None:
         tags[BEST_TAG] = best
+    tags[RECOMMENDED_TAG] = recommended_words(summary)
+    recommended = recommended_row(summary)
+    if recommended is not None and recommended.score(recommended.headline)[0] is not None:
+        metrics[SCORE_METRIC] = round(float(recommended.score(recommended.headline)[0]), 3)
     unrecommended = recommendation_metrics(summary, metrics)
     for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
     drop = () if best is not None else (BEST_TAG,)
-    shown = table_tags(summary, score, parent, top)
-    tags.update(shown.pop(parent, {}))
-    log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=unrecommended)
-    tag_children(tracker, parent, shown)
+    gone = [*unrecommended, *([] if SCORE_METRIC in metrics else [SCORE_METRIC])]
+    log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=gone)
     matrices = comparison.matrices if comparison is not None else {}
+    tag_children(tracker, parent, child_records(summary, matrices))
+    # the sweep view for this sweep's models (groups open) and explanation methods (agreement charts)
+    models, methods = sorted({str(r.model) for r in summary.rows}), sorted({n.rsplit("/", 1)[1] for n in matrices})
+    if hasattr(tracker, "set_experiment_tags"):
+        tracker.set_experiment_tags(experiment_tags(models, methods))
     log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
 
 
@@ -176,58 +193,112 @@ def recommendation_metrics(summary: Any, metrics: dict[str, float]) -> list[str]
     return unrecommended
 
 
-def best_row(rows: Iterable[Any], score: str) -> tuple[float, Any] | None:
-    """(the highest seeds' mean of test/<score>, its summary row) over the rows, None when no row has it: the
-    column is a SummaryRow field (test_accuracy) or one of its task_metrics (test_miou)."""
-    column = f"test_{score}"
-    found = [(getattr(r, column) if hasattr(r, column) else r.task_metrics.get(column), r) for r in rows]
-    found = [(value, r) for value, r in found if value is not None]
-    return max(found, key=lambda pair: pair[0]) if found else None
-
-
-def table_tags(summary: Any, score: str, parent: str, top: tuple[float, Any] | None) -> dict[str, dict[str, str]]:
-    """run id -> its rounded runs-table tags: per trial its test `score` (3 decimals), the interval of its model @
-    resolution's score pooled over the seeds (the summary row's, reports.rows.SummaryRow.score) and its median
-    latency; for the `parent` the sweep's best score (`top`: best_row's) and where."""
-    rows = {(r.model, r.resolution): r for r in summary.rows}
-    out: dict[str, dict[str, str]] = {}
-    if top is not None:
-        value, row = top
-        out[parent] = {SCORE_TAG: f"best {value:.3f}: {row.model}@{row.resolution}"}
+def child_records(
+    summary: Any, matrices: Mapping[str, Mapping[str, Any]]
+) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
+    """run id -> (metrics, tags) the summary adds to each trial's run: the interval of its model @ resolution's
+    headline score pooled over the seeds (the summary row's, reports.rows.SummaryRow.score; 3 decimals), each
+    method's map agreement at its resolution (`agreement_at`) and its description (`child_note`)."""
+    rows = {(r.model, int(r.resolution)): r for r in summary.rows}
+    agreement = agreement_at(matrices)
+    decisions = {r["model"]: r for r in summary.recommendations}
+    out: dict[str, tuple[dict[str, float], dict[str, str]]] = {}
     for trial in summary.trials:  # result.json trees (resomap.trial_result.TrialResult.to_dict)
         if not trial.get("run_id"):
             continue
-        tags = {}
-        value = (trial.get("test") or {}).get(f"test/{score}")
-        if is_number(value):
-            tags[SCORE_TAG] = f"{value:.3f}"
-        row = rows.get((trial.get("model"), trial.get("resolution")))
+        where = (trial.get("model"), int(trial.get("resolution") or 0))
+        row = rows.get(where)
+        metrics: dict[str, float] = {}
         _, low, high = row.score(row.headline) if row is not None else (None, None, None)
         if low is not None and high is not None:
-            seeds = f"{row.n_seeds} seed{'s' if row.n_seeds != 1 else ''}"  # the run's name says model@resolution
-            tags[INTERVAL_TAG] = f"[{low:.3f}, {high:.3f}] over {seeds}"
-        latency = (trial.get("profile") or {}).get("latency_median_ms")
-        if is_number(latency):
-            tags[LATENCY_TAG] = f"{latency:.2f}"
-        out[trial["run_id"]] = tags
+            metrics.update({SCORE_LOW: round(float(low), 3), SCORE_HIGH: round(float(high), 3)})
+        for method, value in agreement.get(where, {}).items():
+            metrics[AGREEMENT_METRIC + method] = round(float(value), 3)
+        against = summary.baselines_at(*where) if hasattr(summary, "baselines_at") else ""
+        note = child_note(trial, row, against, decisions.get(trial.get("model")))
+        out[trial["run_id"]] = (metrics, {NOTE_TAG: note})
     return out
 
 
-def tag_children(tracker: Any, parent: str, tags: Mapping[str, Mapping[str, str]]) -> None:
-    """Set each child run's tags (run id -> tags) where it does not hold that value yet: one search for the
-    parent's children, then only the runs found with a change are written (a repeated summary writes nothing; a
-    trial whose run this store lacks, or a store that cannot be searched, is left: the tags are a view)."""
-    if not tags:
+def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mapping[str, Any] | None) -> str:
+    """A trial run's description (markdown): its test score, its model @ resolution's pooled score with interval,
+    whether it is undertrained (its own convergence record), where that model @ resolution stands against the
+    baselines (`against`: the summary's words, reports.summary.SweepSummary.baselines_at) and its model's
+    recommendation."""
+    model, resolution, seed = trial.get("model"), trial.get("resolution"), trial.get("seed")
+    lines = [f"**{model} at {resolution} px, seed {seed}**", ""]
+    if row is not None:
+        own = (trial.get("test") or {}).get("test/" + row.headline.removeprefix("test_"))
+        if is_number(own):
+            lines.append(f"- test {row.say(row.headline)}: {own:.3f} (this seed)")
+    if row is not None:
+        mean, low, high = row.score(row.headline)
+        if mean is not None and low is not None:
+            seeds = f"{row.n_seeds} seed{'s' if row.n_seeds != 1 else ''}"
+            interval = f"{mean:.3f} [{low:.3f}, {high:.3f}] (95% interval)"
+            lines.append(f"- {model} at {resolution} px over {seeds}: {interval}")
+    conv = trial.get("convergence") or {}
+    if conv:
+        said = f"undertrained: {conv.get('undertrained_reason')}" if conv.get("undertrained") else "not undertrained"
+        lines.append(f"- training: {said}")
+    if against:
+        lines.append(f"- baselines: {against}")
+    if decision is not None and decision.get("recommendation"):
+        lines.append(f"- {model}'s decision: {decision['recommendation']}")
+    return "\n".join(lines)[:NOTE_LIMIT]
+
+
+def recommended_row(summary: Any) -> Any:
+    """The summary row of the parent's one "best" (`best_recommended`), or None when nothing is recommended."""
+    best = best_recommended(summary)
+    return next((r for r in summary.rows if f"{r.model}@{r.resolution}" == best), None) if best else None
+
+
+def recommended_words(summary: Any) -> str:
+    """The parent's `recommended` tag: '<model>@<res> (score)' of `best_recommended`, else 'no recommendation: '
+    with each model's reason (its recommendation row's words), cut to 250 characters."""
+    row = recommended_row(summary)
+    if row is not None:
+        mean = row.score(row.headline)[0]
+        return f"{row.model}@{row.resolution}" + (f" ({mean:.3f})" if mean is not None else "")
+    if not summary.recommendations:
+        return "no recommendation: no finished trial"
+    reasons = [
+        f"{r['model']}: {str(r.get('recommendation') or '').removeprefix('no recommendation: ')}"
+        for r in summary.recommendations
+    ]
+    text = "no recommendation: " + "; ".join(reasons)
+    return text if len(text) <= 250 else text[:249] + "…"
+
+
+ChildRecords = Mapping[str, tuple[Mapping[str, float], Mapping[str, str]]]  # run id -> (metrics, tags)
+
+
+def tag_children(tracker: Any, parent: str, records: ChildRecords) -> None:
+    """Give each child run (run id -> (metrics, tags)) the values it does not hold yet: one search for the parent's
+    children, then only the runs found with a change are written (a metric held with another value is rewritten,
+    Tracker.replace_metrics; a repeated summary writes nothing; a trial whose run this store lacks, or a store that
+    cannot be searched, is left: these are a view)."""
+    if not records:
         return
     try:
-        have = {r.info.run_id: r.data.tags for r in tracker.find_runs(f"tags.`mlflow.parentRunId` = '{parent}'")}
+        have = {r.info.run_id: r.data for r in tracker.find_runs(f"tags.`mlflow.parentRunId` = '{parent}'")}
     except Exception as exc:
         log.log(warn_level(tracker), "MLflow: the children of %s not tagged (%s)", parent, exc)
         return
-    for run_id, wanted in tags.items():
-        changed = {k: v for k, v in wanted.items() if run_id in have and have[run_id].get(k) != v}
+    for run_id, (metrics, tags) in records.items():
+        if run_id not in have:
+            continue
+        held_m, held_t = have[run_id].metrics, have[run_id].tags
+        changed = {k: v for k, v in tags.items() if held_t.get(k) != v}
         if changed:
             tracker.set_tags(run_id, changed)
+        stale = {k: {0: v} for k, v in metrics.items() if k in held_m and held_m[k] != v}
+        new = {k: v for k, v in metrics.items() if k not in held_m}
+        if stale and not tracker.replace_metrics(run_id, stale):
+            new.update({k: steps[0] for k, steps in stale.items()})
+        if new:
+            tracker.log_metrics(run_id, new)
 
 
 BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
@@ -237,7 +308,7 @@ def best_recommended(summary: Any) -> str | None:
     """'<model>@<res>' of the most accurate resolution the summary recommends (a recommendation row's
     `recommended`: reports.uncertainty.recommendation, not recomputed here); None when it recommends none."""
     chosen = {(r["model"], r["resolution"]) for r in summary.recommendations if r.get("recommended")}
-    rows = [r for r in summary.rows if (r.model, r.resolution) in chosen]
+    rows = [r for r in getattr(summary, "rows", ()) if (r.model, r.resolution) in chosen]
     best = max(rows, key=lambda r: r.test_accuracy or 0.0, default=None)
     return f"{best.model}@{best.resolution}" if best is not None else None
 
@@ -292,7 +363,8 @@ def parent_note(
     the undertrained model x resolutions, the explanation finding per model x method, the NOTE_FIGURES among
     `figures` drawn in place (with `run_id`, the run that holds them under figures/), and where the report and the
     figures are."""
-    lines = ["**Decisions** (each resolution against the reference at the stated margin)", ""]
+    lines = answer_lines(summary)
+    lines += ["", "**Decisions** (each resolution against the reference at the stated margin)", ""]
     standing = summary.standing() if hasattr(summary, "standing") else {}  # reports.standing: training, baselines
     decided = [r for r in summary.recommendations if r.get("sentence")]
     for r in decided:
@@ -322,6 +394,18 @@ def parent_note(
     return text
 
 
+def answer_lines(summary: Any) -> list[str]:
+    """The description's first lines, the ones MLflow shows before "Show more": the one "best" (the recommended
+    model @ resolution with its score, or "no recommendation") and each model's decision in a few words
+    (`decision_words`); the reasons follow under Decisions."""
+    row = recommended_row(summary)
+    best = "no recommendation"
+    if row is not None:
+        mean = row.score(row.headline)[0]
+        best = f"{row.model}@{row.resolution} recommended" + (f" ({mean:.3f})" if mean is not None else "")
+    return [f"**Answer**: {best}", "", *(f"- {r['model']}: {decision_words(r)}" for r in summary.recommendations)]
+
+
 def training_lines(rows: Iterable[Any]) -> list[str]:
     """The parent description's training part: each model x resolution with an undertrained seed and why (the
     summary rows' convergence fields, reports.rows.SummaryRow); [] when no row has a convergence record."""
@@ -334,16 +418,29 @@ def training_lines(rows: Iterable[Any]) -> list[str]:
 
 
 def headline(summary: Any) -> dict[str, str]:
-    """Tags of the parent run: the decision per model in words, and each resolution's verdict with its margin and
-    the margin the design could detect (`resomap.verdict.<model>.<resolution>`)."""
-    tags = {f"resomap.recommendation.{mlflow_name(r['model'])}": r["sentence"][:4900] for r in summary.recommendations}
+    """Tags of the parent run: the decision per model in a few words (`decision.<model>`), and each resolution's
+    verdict with its margin and the margin the design could detect (`verdict.<model>.<resolution>`)."""
+    tags = {DECISION_TAG + mlflow_name(r["model"]): decision_words(r) for r in summary.recommendations}
     for row in summary.rows:
         if row.verdict:
             text = f"{row.verdict} (margin {row.margin:g}"
             if row.detectable_margin is not None:
                 text += f"; detectable {row.detectable_margin:.3f}"
-            tags[f"resomap.verdict.{mlflow_name(row.model)}.{row.resolution}"] = text + ")"
+            tags[f"{VERDICT_TAG}{mlflow_name(row.model)}.{row.resolution}"] = text + ")"
     return tags
+
+
+# short keys, short values: MLflow's run page draws each tag in a box of fixed width, and cuts the key first
+DECISION_TAG, VERDICT_TAG = "decision.", "verdict."  # + model; + model.resolution
+
+
+def decision_words(rec: Mapping[str, Any]) -> str:
+    """A model's decision tag: 'recommended 128 px', 'no recommendation (decided 64 px)' or 'no recommendation
+    (undecided)'; the sentence with its reasons is in the parent's description."""
+    if rec.get("recommended"):
+        return f"recommended {rec['resolution']} px"
+    decided = f"decided {rec['resolution']} px" if rec.get("decided") and rec.get("resolution") else "undecided"
+    return f"no recommendation ({decided})"
 
 
 def log_changed(

@@ -342,8 +342,9 @@ def _group_alive(pgid: int) -> bool:
 
 
 def experiment_links(cfg: Config, base: str) -> dict[str, str]:
-    """{experiment name: link to its runs table with ResoMap's columns} for the experiments of the store that
-    ResoMap logged to (they carry its shared runs-table view), the config's own first, then the most recent."""
+    """{experiment name: link to its runs table in ResoMap's sweep view (resomap.tracking.views)} for the
+    experiments of the store that ResoMap logged to (they carry that view), the config's own first, then the most
+    recent."""
     import json
     import urllib.parse
 
@@ -358,5 +359,14 @@ def experiment_links(cfg: Config, base: str) -> dict[str, str]:
     ours = [e for e in found if any(t.get("key") == VIEW_TAG for t in e.get("tags", []))]
     name = cfg.mlflow.experiment or cfg.experiment.name
     ours.sort(key=lambda e: e["name"] != name)  # stable: the rest stay most recent first
-    view = f"runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    view = f"runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning&compareRunsMode=TABLE"
     return {e["name"]: f"{base}/#/experiments/{e['experiment_id']}/{view}" for e in ours}
+
+
+def chart_link(link: str, parallel: bool = False) -> str:
+    """The view of `link` (an `experiment_links` value) in MLflow's chart mode: the sweep's charts against resolution,
+    or with `parallel` the parallel-coordinates view of its runs (resomap.tracking.views)."""
+    from resomap.tracking.views import PARALLEL_KEY, VIEW_KEY
+
+    link = link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART")
+    return link.replace(f"viewStateShareKey={VIEW_KEY}&", f"viewStateShareKey={PARALLEL_KEY}&") if parallel else link
