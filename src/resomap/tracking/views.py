@@ -123,7 +123,7 @@ def experiment_tags(models: Sequence[str] = (), methods: Sequence[str] = ()) -> 
     `models` open, a chart of the map agreement of each of `methods`) and the parallel-coordinates view."""
     # the order and widths of the columns (MLflow's table keeps its Metrics / Parameters / Tags groups, and draws
     # only the columns in view): all of them within a 1440 px window; the dataset and the rest are a click away
-    widths = dict(zip(VIEW_COLUMNS, (100, 80, 45, 55, 80, 80, 90, 85, 240), strict=True))
+    widths = dict(zip(VIEW_COLUMNS, (100, 80, 45, 65, 80, 80, 90, 85, 200), strict=True))
     view = {
         "selectedColumns": list(VIEW_COLUMNS),
         "columnOrder": list(VIEW_COLUMNS),
