@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 from conftest import run_cli, trial_checkpoints, trial_summary
@@ -42,9 +43,11 @@ def test_train_logs_a_complete_run_to_mlflow(project: Path, capsys):
     assert run.info.status == "FINISHED" and run.info.run_name == "tiny_cnn@32"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val/loss")] == [0, 1]
     assert 0.0 <= run.data.metrics["test/accuracy"] <= 1.0
-    assert run.data.params["resolution"] == "32" and run.data.params["training.epochs"] == "2"
+    assert run.data.params["resolution"] == "32" and "training.epochs" not in run.data.params
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "figures", "checkpoints", "result.json"} <= artifacts
+    saved = client.download_artifacts(run.info.run_id, "config.yaml", str(project))  # the whole config
+    assert yaml.safe_load(Path(saved).read_text())["training"]["epochs"] == 2
     assert [a.path for a in client.list_artifacts(run.info.run_id, "figures")] == ["figures/confusion_matrix.png"]
     assert client.search_logged_models([exp.experiment_id])
     folder = trial_checkpoints(project, "tiny_cnn", 32)
