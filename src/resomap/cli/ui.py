@@ -36,7 +36,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def _serve(cfg: Any, args: argparse.Namespace) -> int:
     """Start the server, print its addresses, wait; stop it however the wait ends."""
-    from resomap.tracking.ui import bound_address, chart_link, experiment_links, reachable_host, start_ui, stop_ui, url
+    from resomap.tracking.ui import (
+        bound_address,
+        reachable_host,
+        resomap_experiments,
+        start_ui,
+        stop_ui,
+        url,
+        view_link,
+    )
 
     try:
         # stops it if interrupted
@@ -47,11 +55,11 @@ def _serve(cfg: Any, args: argparse.Namespace) -> int:
         # as other machines reach it: a wildcard bind (0.0.0.0) is printed as this machine's address
         base = url(reachable_host(str(bound_address(args.host, args.port)[1][0])), args.port)
         # the sweep's runs view first (what a reader opens), then its charts against resolution, then the UI's home
-        for i, (name, link) in enumerate(list(experiment_links(cfg, base).items())[:5]):
-            print(f"the runs of {name}: {link}", flush=True)
+        for i, (name, exp_id) in enumerate(list(resomap_experiments(cfg, base).items())[:5]):
+            print(f"the runs of {name}: {view_link(base, exp_id)}", flush=True)
             if i == 0:
-                print(f"  its charts against resolution: {chart_link(link)}", flush=True)
-                print(f"  its runs in parallel coordinates: {chart_link(link, parallel=True)}", flush=True)
+                print(f"  its charts against resolution: {view_link(base, exp_id, charts=True)}", flush=True)
+                print(f"  its runs in parallel coordinates: {view_link(base, exp_id, parallel=True)}", flush=True)
         print(f"MLflow UI: {base}  (Ctrl-C stops it)", flush=True)
         if args.serve:
             print(f"tracking server: log sweeps to it with mlflow.tracking_uri={base}", flush=True)

@@ -1,8 +1,8 @@
 """The probe maps logged as MLflow images, each with its words beside it: a trial's
 `probe_images/<method>/<nn>.png` (drawn from its explanations.npz by the caller of the explain stage), and the sweep
 parent's at each resolution with, at step 0, every resolution in one titled row. Pictures made with PIL from
-`probe_overlays` (reports.explain_figures), at one size whatever the trial resolution, wider than high and with
-words large enough for MLflow's image card (which shows a copy at most 256 px on its longer side)."""
+`probe_overlays` (reports.explain_figures), at one size whatever the trial resolution, laid out and lettered for
+MLflow's image card (which shows a copy at most 256 px on its longer side, centred in a square box)."""
 
 from __future__ import annotations
 
@@ -55,10 +55,11 @@ def _words(draw: Any, xy: tuple[int, int], lines: list[tuple[str, tuple[int, int
         draw.text((xy[0], xy[1] + step * i), text, fill=colour, font=font)
 
 
-def _verdict(overlay: ProbeOverlay) -> tuple[str, tuple[int, int, int]]:
-    """'right 0.93' in green or 'wrong 0.61' in red: the predicted class's probability."""
+def _verdict(overlay: ProbeOverlay, prob: bool = True) -> tuple[str, tuple[int, int, int]]:
+    """'right 0.93' in green or 'wrong 0.61' in red (with `prob`, the predicted class's probability)."""
     colour = (0, 110, 0) if overlay.correct else (180, 0, 0)
-    return f"{'right' if overlay.correct else 'wrong'} {overlay.prob:.2f}", colour
+    said = "right" if overlay.correct else "wrong"
+    return (f"{said} {overlay.prob:.2f}" if prob else said), colour
 
 
 def all_resolutions(overlays: Mapping[int, ProbeOverlay]) -> np.ndarray:
@@ -85,11 +86,8 @@ def all_resolutions(overlays: Mapping[int, ProbeOverlay]) -> np.ndarray:
         x, y = (i % cols) * (OVERVIEW_TILE + gap), top + (i // cols) * cell
         tile = Image.fromarray(overlays[resolution].image)
         canvas.paste(tile.resize((OVERVIEW_TILE, OVERVIEW_TILE), Image.Resampling.LANCZOS), (x, y))
-        right = overlays[resolution].correct
-        colour = (0, 110, 0) if right else (180, 0, 0)
-        draw.text(
-            (x + 2, y + OVERVIEW_TILE + 2), f"{resolution} px {'right' if right else 'wrong'}", fill=colour, font=font
-        )
+        said, colour = _verdict(overlays[resolution], prob=False)
+        draw.text((x + 2, y + OVERVIEW_TILE + 2), f"{resolution} px {said}", fill=colour, font=font)
     return np.asarray(canvas)
 
 
@@ -127,9 +125,9 @@ def beside(overlay: ProbeOverlay) -> np.ndarray:
 
 def write_probe_images(maps_path: str | Path, folder: str | Path, size: int = PROBE_IMAGE_SIZE) -> list[Path]:
     """Each probe image x method of one explanations.npz, with its words (`beside`), as
-    `folder/<method>/<position:02d>.png`
-    (written atomically): what resomap.tracking logs as the trial run's MLflow images `probe/<method>/<nn>`.
-    Unreadable maps are logged as a warning and give no file (the figures and the npz still hold them)."""
+    `folder/<method>/<position:02d>.png` (written atomically): what resomap.tracking logs as the trial run's MLflow
+    images `probe/<method>/<nn>`. Unreadable maps are logged as a warning and give no file (the figures and the npz
+    still hold them)."""
     from PIL import Image
 
     from resomap.atomic import write_atomic

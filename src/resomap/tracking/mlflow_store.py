@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from resomap.atomic import disk_full
 from resomap.config.schema import Config
-from resomap.tracking.views import EXPERIMENT_KIND_TAG, config_view_tags
+from resomap.tracking.views import config_view_tags
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -193,19 +193,8 @@ class Tracker:
             exp_id = client.create_experiment(self.experiment_name, artifact_location=location)
             self._tag_experiment(client, exp_id, config_view_tags(self.cfg))
             return exp_id
-        # an experiment made before ResoMap tagged it, or by hand: the kind is set whatever it was, a view kept as it
-        # is (a sweep's summary writes it for its own models and methods, `set_experiment_tags`, which a trial's
-        # config, naming one model, must not undo)
-        wanted = config_view_tags(self.cfg)
-        self._tag_experiment(
-            client,
-            exp.experiment_id,
-            {
-                k: v
-                for k, v in wanted.items()
-                if exp.tags.get(k) != v and (k == EXPERIMENT_KIND_TAG or k not in exp.tags)
-            },
-        )
+        wanted = config_view_tags(self.cfg)  # an experiment made before ResoMap tagged it, or by hand
+        self._tag_experiment(client, exp.experiment_id, {k: v for k, v in wanted.items() if exp.tags.get(k) != v})
         return exp.experiment_id
 
     def _tag_experiment(self, client: Any, exp_id: str, tags: Mapping[str, str]) -> None:
@@ -219,13 +208,6 @@ class Tracker:
             log.warning(
                 "MLflow: the sweep view was not saved on experiment %s (%s); runs are logged as ever", exp_id, msg
             )
-
-    def set_experiment_tags(self, tags: Mapping[str, str]) -> None:
-        """Set the experiment's tags that differ from `tags` (soft: one warning line at most, never raised)."""
-        exp = self._soft("get experiment", self.client.get_experiment, self.experiment_id)
-        if exp is not None:
-            changed = {k: v for k, v in tags.items() if exp.tags.get(k) != v}
-            self._tag_experiment(self.client, self.experiment_id, changed)
 
     # ---------------------------------------------------------------- runs
     def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> str:
@@ -431,7 +413,7 @@ class NullTracker:
     start_run = get_run = _nothing
     find_runs = metric_history = _no_runs
     has_logged_model = replace_metrics = _false
-    end_run = reopen_run = log_params = log_metrics = set_tags = delete_tag = set_experiment_tags = _nothing
+    end_run = reopen_run = log_params = log_metrics = set_tags = delete_tag = _nothing
     log_artifact = log_text = log_figure = log_model = log_image = log_inputs = _nothing
 
 

@@ -17,7 +17,6 @@ from resomap.tracking.views import (
     SCORE_HIGH,
     SCORE_LOW,
     SCORE_METRIC,
-    experiment_tags,
 )
 
 log = logging.getLogger(__name__)
@@ -160,8 +159,9 @@ def publish_sweep(
         tags[BEST_TAG] = best
     tags[RECOMMENDED_TAG] = recommended_words(summary)
     recommended = recommended_row(summary)
-    if recommended is not None and recommended.score(recommended.headline)[0] is not None:
-        metrics[SCORE_METRIC] = round(float(recommended.score(recommended.headline)[0]), 3)
+    pooled = recommended.score(recommended.headline)[0] if recommended is not None else None
+    if pooled is not None:
+        metrics[SCORE_METRIC] = round(float(pooled), 3)
     unrecommended = recommendation_metrics(summary, metrics)
     for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
@@ -171,10 +171,6 @@ def publish_sweep(
     log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=gone)
     matrices = comparison.matrices if comparison is not None else {}
     tag_children(tracker, parent, child_records(summary, matrices))
-    # the sweep view for this sweep's models (groups open) and explanation methods (agreement charts)
-    models, methods = sorted({str(r.model) for r in summary.rows}), sorted({n.rsplit("/", 1)[1] for n in matrices})
-    if hasattr(tracker, "set_experiment_tags"):
-        tracker.set_experiment_tags(experiment_tags(models, methods))
     log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
 
 
@@ -231,7 +227,6 @@ def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mappi
         own = (trial.get("test") or {}).get("test/" + row.headline.removeprefix("test_"))
         if is_number(own):
             lines.append(f"- test {row.say(row.headline)}: {own:.3f} (this seed)")
-    if row is not None:
         mean, low, high = row.score(row.headline)
         if mean is not None and low is not None:
             seeds = f"{row.n_seeds} seed{'s' if row.n_seeds != 1 else ''}"
@@ -287,18 +282,8 @@ def tag_children(tracker: Any, parent: str, records: ChildRecords) -> None:
         log.log(warn_level(tracker), "MLflow: the children of %s not tagged (%s)", parent, exc)
         return
     for run_id, (metrics, tags) in records.items():
-        if run_id not in have:
-            continue
-        held_m, held_t = have[run_id].metrics, have[run_id].tags
-        changed = {k: v for k, v in tags.items() if held_t.get(k) != v}
-        if changed:
-            tracker.set_tags(run_id, changed)
-        stale = {k: {0: v} for k, v in metrics.items() if k in held_m and held_m[k] != v}
-        new = {k: v for k, v in metrics.items() if k not in held_m}
-        if stale and not tracker.replace_metrics(run_id, stale):
-            new.update({k: steps[0] for k, steps in stale.items()})
-        if new:
-            tracker.log_metrics(run_id, new)
+        if run_id in have:
+            log_changed(tracker, run_id, dict(metrics), dict(tags), held=have[run_id])
 
 
 BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
@@ -450,17 +435,20 @@ def log_changed(
     tags: dict[str, str],
     drop: Iterable[str] = (),
     drop_metrics: Iterable[str] = (),
+    held: Any = None,
 ) -> None:
     """Log only the metrics and tags whose value the run does not hold yet (a repeated summary adds nothing): a
     metric the run holds with another value is rewritten at step 0 (Tracker.replace_metrics: one point, the
     current value; a store that cannot rewrite gets a second point); delete the tags in ``drop`` and the metrics
-    in ``drop_metrics`` that the run holds (an earlier summary's `resomap.best` once nothing is recommended)."""
-    try:
-        run = tracker.get_run(run_id)
-    except Exception:  # unreachable: log everything (the calls themselves are soft)
-        run = None
-    have_m = dict(run.data.metrics) if run is not None else {}
-    have_t = dict(run.data.tags) if run is not None else {}
+    in ``drop_metrics`` that the run holds (an earlier summary's `resomap.best` once nothing is recommended).
+    ``held``: the run's data (metrics, tags) when the caller has it already (a search), else it is read."""
+    if held is None:
+        try:
+            held = tracker.get_run(run_id).data
+        except Exception:  # unreachable: log everything (the calls themselves are soft)
+            held = None
+    have_m = dict(held.metrics) if held is not None else {}
+    have_t = dict(held.tags) if held is not None else {}
     metrics = {k: float(v) for k, v in metrics.items() if have_m.get(k) != float(v)}
     tags = {k: str(v) for k, v in tags.items() if have_t.get(k) != str(v)}
     changed = {k: {0: v} for k, v in metrics.items() if k in have_m}

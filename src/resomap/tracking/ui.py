@@ -341,14 +341,14 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def experiment_links(cfg: Config, base: str) -> dict[str, str]:
-    """{experiment name: link to its runs table in ResoMap's sweep view (resomap.tracking.views)} for the
-    experiments of the store that ResoMap logged to (they carry that view), the config's own first, then the most
-    recent."""
+def resomap_experiments(cfg: Config, base: str) -> dict[str, str]:
+    """{experiment name: its id} for the experiments of the store at `base` that ResoMap logged to (they carry its
+    sweep view, resomap.tracking.views), the config's own first, then the most recent (`view_link` makes their
+    links)."""
     import json
     import urllib.parse
 
-    from resomap.tracking.views import VIEW_KEY, VIEW_TAG
+    from resomap.tracking.views import VIEW_TAG
 
     query = urllib.parse.urlencode({"max_results": 100, "order_by": "last_update_time DESC"})
     try:
@@ -359,14 +359,14 @@ def experiment_links(cfg: Config, base: str) -> dict[str, str]:
     ours = [e for e in found if any(t.get("key") == VIEW_TAG for t in e.get("tags", []))]
     name = cfg.mlflow.experiment or cfg.experiment.name
     ours.sort(key=lambda e: e["name"] != name)  # stable: the rest stay most recent first
-    view = f"runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning&compareRunsMode=TABLE"
-    return {e["name"]: f"{base}/#/experiments/{e['experiment_id']}/{view}" for e in ours}
+    return {e["name"]: e["experiment_id"] for e in ours}
 
 
-def chart_link(link: str, parallel: bool = False) -> str:
-    """The view of `link` (an `experiment_links` value) in MLflow's chart mode: the sweep's charts against resolution,
-    or with `parallel` the parallel-coordinates view of its runs (resomap.tracking.views)."""
+def view_link(base: str, experiment_id: str, parallel: bool = False, charts: bool = False) -> str:
+    """The link to a ResoMap view of an experiment's runs (resomap.tracking.views): the sweep view, as a table or
+    (`charts`) on its charts against resolution, or (`parallel`) the parallel-coordinates view."""
     from resomap.tracking.views import PARALLEL_KEY, VIEW_KEY
 
-    link = link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART")
-    return link.replace(f"viewStateShareKey={VIEW_KEY}&", f"viewStateShareKey={PARALLEL_KEY}&") if parallel else link
+    key, mode = (PARALLEL_KEY, "CHART") if parallel else (VIEW_KEY, "CHART" if charts else "TABLE")
+    view = f"runs?viewStateShareKey={key}&workflowType=machine_learning&compareRunsMode={mode}"
+    return f"{base}/#/experiments/{experiment_id}/{view}"

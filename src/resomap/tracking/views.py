@@ -51,11 +51,6 @@ GROUP_BY = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "g
 SECTION = "against resolution"  # the chart section the view opens on
 
 
-def group_id(model: str) -> str:
-    """MLflow's id of the runs-table group of one model (`groupsExpanded` keys: mode.key.value)."""
-    return f"param.model.{model}"
-
-
 def _line(uuid: str, metric: str, title: str) -> dict[str, Any]:
     """A line card of `metric` against the resolution metric, per group (model): mean over seeds, band min-max."""
     return {
@@ -118,9 +113,9 @@ def _sections() -> list[dict[str, Any]]:
     ]
 
 
-def experiment_tags(models: Sequence[str] = (), methods: Sequence[str] = ()) -> dict[str, str]:
-    """The tags every experiment ResoMap logs to carries: its kind (model training), the sweep view (its groups of
-    `models` open, a chart of the map agreement of each of `methods`) and the parallel-coordinates view."""
+def experiment_tags(methods: Sequence[str] = ()) -> dict[str, str]:
+    """The tags every experiment ResoMap logs to carries: its kind (model training), the sweep view (with a chart of
+    the map agreement of each of `methods`) and the parallel-coordinates view."""
     # the order and widths of the columns (MLflow's table keeps its Metrics / Parameters / Tags groups, and draws
     # only the columns in view): all of them within a 1440 px window; the dataset and the rest are a click away
     widths = dict(zip(VIEW_COLUMNS, (100, 80, 45, 65, 80, 80, 90, 85, 200), strict=True))
@@ -131,8 +126,9 @@ def experiment_tags(models: Sequence[str] = (), methods: Sequence[str] = ()) -> 
         "orderByKey": f"metrics.`{RESOLUTION_METRIC}`",
         "orderByAsc": True,
         "groupBy": GROUP_BY,
-        # every model's group open, and MLflow's group of the runs without a model (the sweep's parent run)
-        "groupsExpanded": {**{group_id(m): True for m in models}, "param.model": True},
+        # MLflow 3.17 opens each model's group by itself; its group of the runs without a model (the sweep's parent
+        # run, "Additional runs") only when asked
+        "groupsExpanded": {"param.model": True},
         "useGroupedValuesInCharts": True,
         "hideEmptyCharts": True,
         "runsHiddenMode": "SHOW_ALL",  # MLflow's charts otherwise draw the first 10 runs or groups only
@@ -154,6 +150,6 @@ def experiment_tags(models: Sequence[str] = (), methods: Sequence[str] = ()) -> 
 
 
 def config_view_tags(cfg: Any) -> dict[str, str]:
-    """`experiment_tags` for a config: its sweep's models, and its explanation methods when it explains."""
+    """`experiment_tags` for a config: its explanation methods when it explains."""
     explain = cfg.explainability
-    return experiment_tags(cfg.sweep.models, explain.methods if explain.enabled else ())
+    return experiment_tags(explain.methods if explain.enabled else ())
