@@ -180,3 +180,34 @@ def test_a_resumed_head_fit_ends_where_the_uninterrupted_one_does(tmp_path):
     assert resumed.history[-1]["val/loss"] == plain.history[-1]["val/loss"]
     assert torch.equal(again.model.head.weight, straight.model.head.weight)
     assert torch.equal(again.model.feature_mean, straight.model.feature_mean)
+
+
+def test_a_frozen_backbones_test_features_are_computed_once_and_predict_as_the_images_do(tmp_path, monkeypatch):
+    """The test evaluation of a head on a frozen backbone reads the test images' features, computed on the first
+    evaluation at a resolution and cached: every later evaluation there (another seed's trial, another resolution's
+    cross-resolution test) runs no backbone pass, and its scores and predictions are the images' to the bit."""
+    from resomap.stages import evaluate_at
+
+    calls = []
+    real = feature_head.extract
+    monkeypatch.setattr(
+        feature_head,
+        "extract",
+        lambda t, m, loader, tr, b=None, **k: calls.append(len(tr)) or real(t, m, loader, tr, b, **k),
+    )
+    cfg, prepared = _prepared(tmp_path, 1, "training.epochs=1")
+    model, bundle = prepared.model, prepared.bundle
+    trainer = Trainer(cfg, "cpu")
+    trainer.fit(model, bundle)
+    calls.clear()
+    first = evaluate_at(model, cfg, 32, 1, "cpu", trainer=trainer, bundle=bundle)
+    assert calls == [1]  # the test images as they are, once
+    again = evaluate_at(model, cfg, 32, 1, "cpu", trainer=trainer, bundle=bundle)
+    assert calls == [1]  # read back
+    metrics, y_true, y_pred, score = trainer.evaluate(model, bundle.test, prefix="test")  # through the backbone
+    for found in (first, again):
+        assert found.metrics == {k: float(v) for k, v in metrics.items()}
+        assert (list(found.y_true), list(found.y_pred)) == (list(y_true), list(y_pred))
+        assert list(found.score) == list(score)
+    unfrozen = torch.nn.Linear(2, 2)  # a model whose forward is not a head on pooled features: the images
+    assert feature_head.test_loader(trainer, unfrozen, bundle) is bundle.test

@@ -13,8 +13,10 @@ from resomap.explain import get_explainer, guarded
 from resomap.explain.evaluation.measures import centre_maps
 from resomap.explain.evaluation.quality import (
     choose_baseline,
+    deletion_insertion,
     dilate,
     pointing_game,
+    quality_context,
     quality_metrics,
     random_maps,
     tolerance_px,
@@ -125,6 +127,42 @@ def test_random_map_deletion_is_at_random_level_and_an_oracle_beats_it():
     for name in ("deletion_auc", "insertion_auc", "road", "pointing_game", "energy_in_mask"):
         assert {f"{name}_random", f"{name}_model_free", f"{name}_vs_random"} <= set(scores)
     assert {"pointing_game_centre", "energy_in_mask_centre", "pointing_tolerance_px"} <= set(scores)
+
+
+def test_the_curves_ends_are_computed_once_per_probe_set_and_change_no_score():
+    """Every deletion / insertion curve starts and ends at the image and at the baseline whatever the map: those
+    two forwards are taken from the quality context (or once per call), with the AUCs the same to the bit as a
+    forward at every fraction gives."""
+    side, n, steps = 24, 6, 8
+    masks = square_masks(n, side)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 1, side, side, generator=gen) * 0.3 + torch.from_numpy(masks[:, None].astype(np.float32))
+    model = region_model(masks[0], scale=0.15)
+    targets = torch.ones(n, dtype=torch.int64)
+    maps = masks.astype(np.float64) + 0.01 * np.random.default_rng(0).random(masks.shape)
+    base = torch.zeros_like(x)
+    seen: list[int] = []
+    model.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[0]))
+    found = deletion_insertion(model, x, targets, maps, steps=steps, baseline=base)
+    assert len(seen) == 2 * (steps - 1) + 2  # the inner fractions twice, the two ends once
+    ctx = quality_context(model, x, targets, CFG)
+    seen.clear()
+    reused = deletion_insertion(model, x, targets, maps, steps=steps, baseline=ctx.base, ends=ctx.ends)
+    assert len(seen) == 2 * (steps - 1)  # the ends from the context
+    by_hand = []  # the curves with a forward at every fraction, as before the ends were shared
+    order = np.argsort(-maps.reshape(n, -1), axis=1, kind="stable")
+    for f in np.linspace(0.0, 1.0, steps + 1):
+        moved = np.zeros((n, side * side), dtype=bool)
+        np.put_along_axis(moved, order[:, : round(f * side * side)], True, axis=1)
+        moved = torch.from_numpy(moved.reshape(n, 1, side, side))
+        with torch.no_grad():
+            probs = [torch.softmax(model(torch.where(moved, a, b)), 1)[:, 1].numpy() for a, b in ((base, x), (x, base))]
+        by_hand.append(probs)
+    fractions = np.linspace(0.0, 1.0, steps + 1)
+    expected = [np.trapezoid(np.stack([p[k] for p in by_hand], 1), fractions, axis=1) for k in (0, 1)]
+    assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
+    again = deletion_insertion(model, x, targets, maps, steps=steps, baseline=ctx.base)  # its ends computed here
+    assert all(np.array_equal(a, b) for a, b in zip(reused, again, strict=True))
 
 
 def test_baseline_check_picks_the_candidate_closest_to_uniform():

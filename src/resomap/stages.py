@@ -191,7 +191,10 @@ def evaluate_at(
 
 def _evaluate(trainer: Any, model: Any, bundle: Any, prefix: str, num_classes: int | None) -> EvalResult:
     """The model on bundle.test; the loader keeps the order of bundle.splits['test'] (no shuffling)."""
-    metrics, y_true, y_pred, *more = trainer.evaluate(model, bundle.test, prefix=prefix, num_classes=num_classes)
+    from resomap.training.feature_head import test_loader
+
+    loader = test_loader(trainer, model, bundle)  # a frozen backbone's test features are computed once, cached
+    metrics, y_true, y_pred, *more = trainer.evaluate(model, loader, prefix=prefix, num_classes=num_classes)
     index = np.asarray(bundle.splits["test"], dtype=np.int64)
     if len(index) != len(y_true):
         log.warning("test loader gave %d predictions for %d test images; no per-image records", len(y_true), len(index))

@@ -117,6 +117,8 @@ class PooledFeatures(PretrainedBase):
     """The backbone frozen; what a head reads: mean and max of its maps at the tapped stages and after the head
     convolution."""
 
+    frozen_features = True  # forward(images) is the head on `pooled`: a test evaluation may read them cached
+
     @functools.cached_property
     def feature_size(self) -> int:
         net = self.backbone

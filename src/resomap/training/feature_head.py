@@ -107,8 +107,10 @@ def views(cfg: Any, single: bool = False) -> tuple[str, list]:
     return ("+".join(names) or "none"), group(names)
 
 
-def _digest(trainer: Trainer, model: nn.Module, data: Any, view_names: str, dtype: torch.dtype) -> str:
-    """What the cached features depend on: the images of both splits (their bytes), their normalisation, the
+def _digest(
+    trainer: Trainer, model: nn.Module, data: Any, view_names: str, dtype: torch.dtype, splits: tuple = ("train", "val")
+) -> str:
+    """What the cached features depend on: the images of the splits (their bytes), their normalisation, the
     backbone and its weights, the input channels, the resolution, the views and the numeric path."""
     from resomap.models.backbones import BACKBONES
 
@@ -116,10 +118,11 @@ def _digest(trainer: Trainer, model: nn.Module, data: Any, view_names: str, dtyp
     parts = [FORMAT, model.backbone_name, BACKBONES[model.backbone_name].sha256, model.in_channels]  # checked at load
     parts += [int(data.resolution), view_names, str(dtype), trainer.precision, trainer.channels_last]
     parts.append(trainer.device.type)
+    parts += [] if splits == ("train", "val") else list(splits)  # the training caches' keys as they were
     h.update(repr(parts).encode())
     for tensor in (model.input_mean, model.input_std):
         h.update(tensor.detach().cpu().numpy().tobytes())
-    for loader in (data.train, data.val):
+    for loader in (getattr(data, split) for split in splits):
         h.update(loader.images[loader.positions].numpy().tobytes())  # uint8 [N, C, r, r]
         h.update(loader.labels.numpy().tobytes())
     return h.hexdigest()
@@ -220,6 +223,37 @@ def feature_data(trainer: Trainer, model: nn.Module, data: Any) -> FeatureData:
         resolution=int(data.resolution),
         train_labels=data.train_labels,
     )
+
+
+def test_loader(trainer: Trainer, model: nn.Module, data: Any) -> Any:
+    """What a test evaluation of `model` on `data` reads: for a head on a frozen backbone's pooled features
+    (``frozen_features``: lite<N>_linear, lite<N>_head) a loader of the test images' features at this resolution,
+    in float32 and in the test loader's order, computed once and cached (every seed's trial and every other
+    resolution's cross-resolution test of the same backbone read them: the backbone's passes over the test images
+    were most of such a trial's evaluation); else `data.test` itself. The features are the ones the model's forward
+    computes on those batches, so the predictions are the same."""
+    from resomap.models import unwrap
+
+    plain = unwrap(model)
+    if not getattr(plain, "frozen_features", False):
+        return data.test
+    cfg, loader = trainer.cfg, data.test
+    view_names, transforms = views(cfg, single=True)
+    key = _digest(trainer, plain, data, view_names, torch.float32, splits=("test",))
+    path = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir / "features" / f"{key}.pt"
+    features = None
+    if path.is_file():
+        try:
+            found = torch.load(path, map_location="cpu", weights_only=True)
+            features = found["test"] if found.get("format") == FORMAT else None
+        except Exception as exc:  # a damaged cache file is computed again, not trusted
+            log.warning("feature cache %s unreadable (%s): computing the features again", path, exc)
+    if features is None:
+        features = extract(trainer, plain, loader, transforms, dtype=torch.float32)
+        if cfg.data.cache.disk:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_atomic(path, lambda tmp: torch.save({"format": FORMAT, "test": features}, tmp))
+    return FeatureLoader(features, loader.labels, batch_size=loader.batch_size, device=trainer.device)
 
 
 def closed_form_arrays(trainer: Trainer, model: nn.Module, data: Any) -> tuple[np.ndarray, np.ndarray, FeatureLoader]:

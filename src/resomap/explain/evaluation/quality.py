@@ -141,12 +141,15 @@ def deletion_insertion(
     *,
     steps: int = 10,
     baseline: str | torch.Tensor = "blur",
+    ends: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-image (deletion AUC, insertion AUC) of the target's softmax probability (Petsiuk et al. 2018).
 
     Pixels are moved from the image to the baseline (deletion) or back (insertion) in decreasing order of the map,
     in `steps` equal steps; AUC over the fraction moved in [0, 1]. Low deletion / high insertion = faithful.
-    `baseline` is a kind of `baseline_images` or the baseline images themselves.
+    `baseline` is a kind of `baseline_images` or the baseline images themselves. Both curves end at the image and
+    at the baseline whatever the map: `ends` (the target's probability on the images, on the baselines), when
+    given, are those ends' values (computed once per probe set: QualityContext.ends), else computed here once.
     """
     # hand-written: neither captum nor grad-cam ships deletion/insertion curves; a few batched forwards
     targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
@@ -158,11 +161,26 @@ def deletion_insertion(
     fractions = np.linspace(0.0, 1.0, steps + 1)
     dele, ins = [], []
     with explaining(model):
+        whole, none = ends if ends is not None else end_probs(model, images, targets, base)
         for f in fractions:
-            moved = rank < round(float(f) * h * w)
+            count = round(float(f) * h * w)
+            if count in (0, h * w):  # nothing or everything moved: the image or the baseline
+                dele.append(whole if count == 0 else none)
+                ins.append(none if count == 0 else whole)
+                continue
+            moved = rank < count
             dele.append(target_probs(model, torch.where(moved, base, images), targets))
             ins.append(target_probs(model, torch.where(moved, images, base), targets))
     return np.trapezoid(np.stack(dele, 1), fractions, axis=1), np.trapezoid(np.stack(ins, 1), fractions, axis=1)
+
+
+def end_probs(
+    model: nn.Module, images: torch.Tensor, targets: torch.Tensor, base: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray]:
+    """The target's probability on the images and on their baselines: where every deletion / insertion curve ends."""
+    targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
+    with explaining(model):
+        return target_probs(model, images, targets), target_probs(model, base.to(images), targets)
 
 
 def road(model: nn.Module, images: torch.Tensor, targets: torch.Tensor, maps: np.ndarray) -> np.ndarray:
@@ -184,9 +202,10 @@ def faithfulness(
     steps: int,
     baseline: str | torch.Tensor,
     with_road: bool = True,
+    ends: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-image deletion AUC, insertion AUC and (with_road) ROAD of one set of maps."""
-    dele, ins = deletion_insertion(model, images, targets, maps, steps=steps, baseline=baseline)
+    """Per-image deletion AUC, insertion AUC and (with_road) ROAD of one set of maps (`ends`: deletion_insertion's)."""
+    dele, ins = deletion_insertion(model, images, targets, maps, steps=steps, baseline=baseline, ends=ends)
     out = {"deletion_auc": dele, "insertion_auc": ins}
     if with_road:
         out["road"] = road(model, images, targets, maps)
@@ -273,6 +292,7 @@ class QualityContext:
     tolerance: float  # pointing-game tolerance, fraction of the side
     scores: dict[str, float]  # '<metric>_random', '<metric>_model_free', '<metric>_centre' (+ their own chance)
     per_image: dict[str, np.ndarray] = field(default_factory=dict)  # '<metric>_random' per probe image
+    ends: tuple[np.ndarray, np.ndarray] | None = None  # the target's probability on the images, on `base`
 
     def meta(self) -> dict[str, Any]:
         """What to store beside the maps: the baseline chosen, the check's numbers and the tolerance."""
@@ -301,7 +321,8 @@ def quality_context(
     n, side = images.shape[0], images.shape[-1]
     rnd = random_maps(n, side, getattr(cfg, "baseline_draws", 2))
     edge = edge_maps(images)
-    kw = {"steps": cfg.faithfulness_steps, "baseline": base}
+    ends = end_probs(model, images, targets, base)  # where every curve ends, whatever the map
+    kw = {"steps": cfg.faithfulness_steps, "baseline": base, "ends": ends}
     # For random maps the deletion curve at fraction f and the insertion curve at 1 - f move equally distributed
     # random pixel sets, so both AUCs have the same expectation: every draw's two AUCs are pooled into one level.
     # ROAD of a random map is 0 in expectation (its most- and least-relevant-first orders are exchangeable), so
@@ -329,7 +350,7 @@ def quality_context(
         choice.uniform,
         {k: round(v, 3) for k, v in choice.candidates.items()},
     )
-    return QualityContext(choice, base, tolerance, scores, per_image)
+    return QualityContext(choice, base, tolerance, scores, per_image, ends)
 
 
 _CONTEXTS: weakref.WeakKeyDictionary[nn.Module, tuple[Any, ...]] = weakref.WeakKeyDictionary()
@@ -378,7 +399,7 @@ def quality_scores(
     targets = torch.as_tensor(targets, dtype=torch.int64, device=images.device)
     ctx = context or _cached_context(model, images, targets, cfg, masks)
     scores = faithfulness(
-        model, images, targets, maps, steps=cfg.faithfulness_steps, baseline=ctx.base, with_road=cfg.road
+        model, images, targets, maps, steps=cfg.faithfulness_steps, baseline=ctx.base, with_road=cfg.road, ends=ctx.ends
     )
     out: dict[str, float] = {}
     per_image: dict[str, np.ndarray] = {}
