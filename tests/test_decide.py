@@ -163,11 +163,13 @@ def test_dry_run_of_the_quickstart_states_the_detectable_margin_and_what_the_exp
     seeds, images = plan["joint_needed"]
     assert f"about {images} test images x {seeds} seeds" in needs
     assert "smallest p is 0.167: it cannot reach p <= 0.05, so no decision on maps: needs >= 3 seeds" in text
+    assert "seeds: with 2 the model-scope test is very conservative wherever the seeds differ" in text  # issue 47
     assert (
         main(["sweep", "--dry-run", "--preset", "quickstart", f"experiment.output_dir={out}", "sweep.seeds=[1,2,3]"])
         == 0
     )
-    assert "smallest p is 0.0278: it can decide at alpha 0.05" in capsys.readouterr().out
+    three = capsys.readouterr().out
+    assert "smallest p is 0.0278: it can decide at alpha 0.05" in three and "seeds: with 2" not in three
     assert not out.exists()  # a dry run writes nothing
 
 
@@ -199,6 +201,19 @@ def test_the_dry_run_plans_again_from_the_discordance_a_finished_summary_observe
     plan = plan_power(656, 2, margin=0.02, discordance=28 / 720)  # the planned test set of the quickstart
     line = next(ln for ln in power_lines(cfg) if ln.startswith("power from this sweep's finished trials"))
     assert f"discordance {28 / 720:.3f} observed, so margins of {plan['detectable']:.3f} and larger" in line
+    assert "(assumed above: discordance 0.2, seed sd 0.02; the seed sd still assumed: no model x resolution" in line
+    # (issue 47, item 1) the seed sd observed beside it: pooled over the rows with 2 or more seeds, planned with
+    rows = [
+        {"model": "m", "resolution": 64, "n_seeds": 2, "test_accuracy_std": 0.006},
+        {"model": "m", "resolution": 128, "n_seeds": 2, "test_accuracy_std": 0.008},
+        {"model": "m", "resolution": 32, "n_seeds": 1, "test_accuracy_std": 0.5},  # one seed: no spread to see
+    ]
+    (folder / "summary.json").write_text(json.dumps(summary | {"rows": rows}))
+    plan = plan_power(656, 2, margin=0.02, discordance=28 / 720, seed_sd=np.sqrt((0.006**2 + 0.008**2) / 2))
+    line = next(ln for ln in power_lines(cfg) if ln.startswith("power from this sweep's finished trials"))
+    assert f"discordance {28 / 720:.3f} and seed sd 0.007 observed, so margins of {plan['detectable']:.3f}" in line
+    assert f"the power is {plan['power_at_margin']:.2f} (assumed above: discordance 0.2, seed sd 0.02; seed sd " in line
+    assert "pooled over 2 model x resolution rows)" in line
     for row in paired:  # no image changed outcome: no estimate, the assumption stands (not a division by zero)
         row["b01"] = row["b10"] = 0
     (folder / "summary.json").write_text(json.dumps(summary))

@@ -346,7 +346,8 @@ def test_paired_tests_and_recommendation(fake):
     # undecided: nothing recommended, and the sentence says so after the reason it already gives
     undecided = f"{scoped}: no smaller resolution shown non-inferior to 128 px at margin 0.02"
     assert (rec["recommended"], rec["recommendation"]) == ("False", f"no recommendation: {undecided}")
-    assert rec["sentence"].endswith("; no recommendation")
+    # the fake's seed 0 is undertrained at every resolution, the 128 px reference too: said after it (issue 47)
+    assert rec["sentence"].endswith("; no recommendation. Read with care: the reference 128 px is undertrained")
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["paired_tests"]) == 3
     _check_verdicts(
@@ -370,10 +371,11 @@ def test_paired_tests_and_recommendation(fake):
     assert (
         rec["sentence"]
         == f"{MODEL}: 64 px is the smallest resolution shown non-inferior to 128 px for these trained checkpoints "
-        f"(checkpoint scope) (margin 0.04 in accuracy); {why}"
+        f"(checkpoint scope) (margin 0.04 in accuracy); {why}. Read with care: the reference 128 px is undertrained"
     )
     rows = [r.to_dict() for r in wider.rows]
-    _check_verdicts(rows, stats.noninferiority(correct, margin=0.04), ["inferior", "non-inferior", "reference"])
+    at_checkpoints = stats.noninferiority(correct, margin=0.04, scope="checkpoint")  # the scope `wider` decided at
+    _check_verdicts(rows, at_checkpoints, ["inferior", "non-inferior", "reference"])
     assert [r["recommended"] for r in rows] == [False, False, False]
 
 
@@ -660,7 +662,7 @@ def test_recommended_only_with_every_piece_of_evidence():
     assert recommendation(_decided(), _evidence_row()) == Evidence(
         True,
         "recommended: 32 px (a decision about the model; shown above the majority class and hog_svm and "
-        "pixel_logreg; not undertrained)",
+        "pixel_logreg for these checkpoints (test images the unit, seeds averaged); not undertrained)",
     )
     no = "no recommendation: "
     rec_alone = [  # (what differs in the recommendation row, the reason)
@@ -707,7 +709,9 @@ def test_recommended_only_with_every_piece_of_evidence():
     # a classical baseline itself is recommended by (a), (b) and its convergence: (c) does not apply to it
     classical = _evidence_row(model="pixel_logreg", family="classical", baselines={"hog_svm": {"ci_low": -0.05}})
     assert recommendation(_decided(), classical) == Evidence(
-        True, "recommended: 32 px (a decision about the model; shown above the majority class; not undertrained)"
+        True,
+        "recommended: 32 px (a decision about the model; shown above the majority class for these checkpoints "
+        "(test images the unit, seeds averaged); not undertrained)",
     )
     assert not recommendation(_decided(), None).recommended  # no row at the decided resolution: no evidence
 
@@ -740,7 +744,8 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
     (rec,) = at_model.recommendations
     assert (rec["resolution"], rec["recommended"]) == (64, True)
     assert rec["sentence"].endswith(
-        "; recommended: 64 px (a decision about the model; shown above the majority class; not undertrained)"
+        "; recommended: 64 px (a decision about the model; shown above the majority class for these checkpoints "
+        "(test images the unit, seeds averaged); not undertrained)"
     )
     assert [r.recommended for r in at_model.rows] == [False, True, False]
     (rec,) = at_checkpoints.recommendations
@@ -1098,7 +1103,7 @@ def test_a_named_baseline_is_compared_at_its_best_resolution_and_gates_the_recom
     )
     assert recommendation({**rec, "resolution": 64}, rows[64]).reason == (
         "recommended: 64 px (a decision about the model; shown above the trivial predictor and pixel_logreg and "
-        f"{label}; not undertrained)"
+        f"{label} for these checkpoints (test images the unit, seeds averaged); not undertrained)"
     )
 
 
@@ -1260,3 +1265,50 @@ def test_a_quality_score_without_an_interval_is_left_out_not_compared_by_its_est
     (c,) = tradeoffs(rows, with_bars)
     assert [x["name"] for x in c["axes"]] == ["score", "cost", "quality"]
     assert [p["on_front"] for p in c["points"]] == [True, False]
+
+
+def test_a_flawed_reference_is_said_in_the_decision_and_nothing_is_recommended_on_it(tmp_path, monkeypatch):
+    """(issue 47, item 4) A reference resolution that is undertrained, or that a smaller resolution is shown above
+    by the paired tests (Holm), is named in the decision's sentence, and no resolution is recommended on it; a
+    difference not significant, in the other direction, or between two other resolutions is no flaw."""
+    import sys
+
+    from resomap.reports.uncertainty import Evidence, recommendation, reference_flaw
+
+    rows = {128: _evidence_row(resolution=128, undertrained=True), 64: _evidence_row(resolution=64)}
+    paired = [
+        {"resolution_a": 32, "resolution_b": 128, "effect": -0.03, "significant": True, "p_adjusted": 0.027},
+        {"resolution_a": 64, "resolution_b": 128, "effect": -0.02, "significant": False, "p_adjusted": 0.2},
+        {"resolution_a": 32, "resolution_b": 64, "effect": -0.05, "significant": True, "p_adjusted": 0.01},
+    ]
+    flaw = reference_flaw(_decided(), rows, paired)
+    assert flaw == "the reference 128 px is undertrained and shown below 32 px (Holm p 0.027) by the paired tests"
+    assert recommendation(_decided(reference_flaw=flaw), _evidence_row()) == Evidence(
+        False, f"no recommendation: {flaw}: not worse than it by the margin is no evidence of enough pixels"
+    )
+    fair = {128: _evidence_row(resolution=128), 64: _evidence_row(resolution=64)}
+    assert reference_flaw(_decided(), fair, [{**paired[0], "effect": 0.03}, *paired[1:]]) == ""
+    assert recommendation(_decided(reference_flaw=""), _evidence_row()).recommended
+
+    # end to end: a fake sweep whose 128 px reference is clearly the worst resolution, every 128 px seed undertrained
+    outcomes = _outcomes
+
+    def worse_reference(seeds):
+        index, labels, preds = outcomes(seeds)
+        swapped = {(32 if res == 128 else 128 if res == 32 else res, seed): p for (res, seed), p in preds.items()}
+        return index, labels, swapped
+
+    monkeypatch.setattr(sys.modules[__name__], "_outcomes", worse_reference)
+    _, trials, _ = _fake_sweep(tmp_path)
+    for trial in trials:  # undertrained at 128 px only
+        path = trial.summary_dir / "result.json"
+        data = json.loads(path.read_text())
+        data["convergence"] |= {"undertrained": trial.resolution == 128, "undertrained_reason": "budget ran out"}
+        path.write_text(json.dumps(data))
+    results = [json.loads((t.summary_dir / "result.json").read_text()) for t in trials]
+    summary = build_summary(results, trial_folders(trials), FAST)
+    rec = next(r for r in summary.recommendations if r["model"] == MODEL)
+    assert rec["reference"] == 128 and rec["decided"] and not rec["recommended"]
+    said = "the reference 128 px is undertrained and shown below 32 px (Holm p "
+    assert said in rec["reference_flaw"] and said in rec["recommendation"] and said in rec["sentence"]
+    assert "64 px (Holm p" in rec["reference_flaw"]

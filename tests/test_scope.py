@@ -183,3 +183,27 @@ def test_bad_scope_settings_are_one_line_errors(kwargs, words):
     with pytest.raises(ConfigError) as err:
         noninferiority({32: np.ones((2, 20)), 64: np.ones((2, 20))}, **kwargs)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_p_values_and_bounds_are_where_the_test_itself_flips():
+    """(issue 47, item 6) p and the one-sided bounds are roots, not grid points: the step test rejects at
+    alpha = p (1 + 1e-7) and not at p (1 - 1e-7), shows "above low - 1e-7" and not "above low + 1e-7", and "below
+    high + 1e-7" and not "below high - 1e-7" (a grid search put them up to ~1e-5 of the range away)."""
+    rng = np.random.default_rng(21)
+    checked = 0
+    for seeds, scope in [(1, "checkpoint"), (2, "checkpoint"), (2, "model"), (3, "model"), (5, "model")]:
+        for _ in range(6):
+            ref = rng.random((seeds, 200)) < 0.8
+            d = np.where(rng.random((seeds, 200)) < 0.1, ~ref, ref).astype(float) - ref
+            p = scopes.p_value(d, -0.03, binary=True, scope=scope)
+            low, high = scopes.bounds(d, ALPHA, binary=True, scope=scope)
+
+            def shown(delta0: float, alpha: float = ALPHA, sign: int = 1, d=d, scope=scope) -> bool:
+                return bool(scopes.rejects(sign * d[None], sign * delta0, alpha, binary=True, scope=scope)[0])
+
+            assert 1e-9 < p < 1 - 1e-9 and -0.99 < low < high < 0.99  # inside the ranges: a root was found
+            assert shown(-0.03, p * (1 + 1e-7)) and not shown(-0.03, p * (1 - 1e-7))
+            assert shown(low - 1e-7) and not shown(low + 1e-7)
+            assert shown(high + 1e-7, sign=-1) and not shown(high - 1e-7, sign=-1)  # "mean < high" mirrored
+            checked += 1
+    assert checked == 30

@@ -305,7 +305,68 @@ def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig
         note=notes,
         verdicts=[v.to_dict() for v in decision.verdicts] + rec_row.get("verdicts", []),
     )
+    if decision.scope == "model" and len(found.seeds) > 1:
+
+        def again(kept: dict[int, np.ndarray]) -> stats.Decision:
+            kw = {"binary": chosen.binary, "words": chosen.words, "images": chosen.images}
+            return decide(kept, cfg, alpha=decision_alpha(model, cfg), **kw)
+
+        evidence = seed_evidence(scores, decision, found.seeds, again, bool(rec_row.get("deterministic")))
+        rec_row["seeds"] = evidence
+        if evidence["words"]:
+            rec_row["sentence"] = f"{rec_row['sentence'].rstrip('.')}. {evidence['words']}"
     return True
+
+
+def seed_evidence(
+    scores: Mapping[int, Any], decision: stats.Decision, seeds: list[int], again: Any, deterministic: bool
+) -> dict[str, Any]:
+    """The training seeds as evidence beside a model-scope decision (resomap.stats.seeds): each seed's mean
+    difference at every tested step (`differences` {res: {seed: value}}), the seeds flagged outlying there
+    (`outlying` {res: [seed]}), the decision without each seed (`without` {seed: its decided resolution, None when
+    undecided}; 3 or more seeds) and all of it in `words` for the decision's sentence: the decided step's seeds,
+    each flag, what leaving a seed out changes, and with 2 seeds that differ, that a claim needs more."""
+    from resomap.stats import seeds as seed_stats
+
+    tested = [
+        v for v in decision.verdicts if v.verdict not in ("reference", "above reference") and v.resolution in scores
+    ]
+    differences, flagged, words = {}, {}, []
+    for v in tested:
+        diffs = seed_stats.seed_differences(scores, v.resolution, decision.reference)
+        differences[v.resolution] = {seed: float(x) for seed, x in zip(seeds, diffs, strict=True)}
+        out = [seeds[i] for i in seed_stats.outlying(diffs)]
+        if out:
+            flagged[v.resolution] = out
+            p = seed_stats.outlying_p(diffs)
+            words += [
+                f"seed {seeds[i]} is outlying at {v.resolution} px ({diffs[i]:+.3f} against the other seeds; "
+                f"deleted-residual p {p[i]:.2g}, Bonferroni over {len(seeds)} seeds)"
+                for i in seed_stats.outlying(diffs)
+            ]
+    step = decision.resolution if decision.decided and decision.resolution in differences else None
+    if step is None and tested:
+        step = tested[0].resolution
+    if step is not None and not deterministic:
+        each = ", ".join(f"{seed} {x:+.3f}" for seed, x in differences[step].items())
+        words.insert(0, f"per seed at {step} px against {decision.reference} px: {each}")
+    without = {seeds[i]: (d.resolution if d.decided else None) for i, d in seed_stats.without_each_seed(scores, again)}
+    mine = decision.resolution if decision.decided else None
+    changed = {seed: res for seed, res in without.items() if res != mine}
+    if changed:
+        words += [f"without seed {seed} the decision is {_decided_words(res)}" for seed, res in changed.items()]
+    elif without:
+        words.append(f"without any one seed the decision stays {_decided_words(mine)}")
+    if len(seeds) == 2 and not deterministic:
+        words.append(
+            "with 2 seeds that differ the model-scope test is very conservative (its critical value mixes in t with "
+            "1 degree of freedom): a claim about the model wants 3 to 5 seeds"
+        )
+    return {"differences": differences, "outlying": flagged, "without": without, "words": "; ".join(words)}
+
+
+def _decided_words(resolution: int | None) -> str:
+    return "undecided" if resolution is None else f"{resolution} px"
 
 
 def dropped_verdict(resolution: int, cfg: StatsConfig) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from resomap.reports.uncertainty import (
     interval_columns,
     named_best,
     recommendation,
+    reference_flaw,
 )
 from resomap.results import (
     PAIRED_COLUMNS,
@@ -260,12 +261,16 @@ def baseline_caveat(rows: list[SummaryRow]) -> str:
     return f"Read with care: {'; '.join(parts)}." if parts else ""
 
 
-def _recommend(rows: list[SummaryRow], recs: list[dict[str, Any]]) -> None:
+def _recommend(rows: list[SummaryRow], recs: list[dict[str, Any]], paired: list[dict[str, Any]]) -> None:
     """Each model's decided resolution recommended or not (reports.uncertainty.recommendation, the one rule) into
-    its recommendation row (`recommended`, `recommendation`) and the summary rows (`recommended`)."""
+    its recommendation row (`recommended`, `recommendation`, and `reference_flaw`: what makes its reference a poor
+    yardstick, '' when nothing does) and the summary rows (`recommended`)."""
     by_key = {(row.model, row.resolution): row for row in rows}
     for rec in recs:
-        found = recommendation(rec, by_key.get((rec["model"], rec.get("resolution"))))
+        model = rec["model"]
+        mine = {row.resolution: row for row in rows if row.model == model}
+        rec["reference_flaw"] = reference_flaw(rec, mine, [t for t in paired if t.get("model") == model])
+        found = recommendation(rec, by_key.get((model, rec.get("resolution"))))
         rec["recommended"], rec["recommendation"] = found.recommended, found.reason
     chosen = {(rec["model"], rec["resolution"]) for rec in recs if rec["recommended"]}
     for row in rows:
@@ -304,7 +309,7 @@ def build_summary(
     rows = _rows(records, cfg)
     paired, recs = compare_models(records, cfg)
     verdicts = {(r["model"], v["resolution"]): v for r in recs for v in r.get("verdicts") or []}
-    _recommend(rows, recs)
+    _recommend(rows, recs, paired)
     for row in rows:
         v = verdicts.get((row.model, row.resolution))
         if v is not None:
@@ -316,6 +321,9 @@ def build_summary(
     for rec in recs:
         mine = [r for r in rows if r.model == rec["model"]]
         _say_recommendation(rec)
+        flaw = rec.get("reference_flaw")
+        if flaw and rec.get("sentence") and flaw not in rec["sentence"]:  # an undecided step on it: said too
+            rec["sentence"] = f"{rec['sentence'].rstrip('.')}. Read with care: {flaw}"
         caveat = baseline_caveat(mine)
         if caveat and rec.get("sentence"):
             rec["sentence"] = f"{rec['sentence'].rstrip('.')}. {caveat}"

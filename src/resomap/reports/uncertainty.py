@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -261,6 +261,8 @@ def _score_intervals(
 # ------------------------------------------------------------------------------------------------ recommended?
 
 NO_RECOMMENDATION = "no recommendation"
+# (b) and (c) test the images' seed-averaged differences: a statement about these trained checkpoints, not the model
+GATE_SCOPE = "for these checkpoints (test images the unit, seeds averaged)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,6 +272,30 @@ class Evidence:
 
     recommended: bool
     reason: str
+
+
+def reference_flaw(rec: Mapping[str, Any], rows: Mapping[int, SummaryRow], paired: Iterable[Mapping[str, Any]]) -> str:
+    """What makes a model's reference resolution a poor yardstick, in words ('' when nothing does): any of its
+    trials flagged undertrained, or a smaller resolution of the model shown above it by the paired tests between
+    resolutions (significant after Holm: the reference is worse, so "not worse than the reference by the margin"
+    says little of what the model needs). ``rows``: the model's summary rows by resolution; ``paired``: its
+    paired test rows (resolution_a < resolution_b, effect = b - a)."""
+    ref = rec.get("reference")
+    if ref is None:
+        return ""
+    parts = []
+    row = rows.get(int(ref))
+    if row is not None and row.undertrained:
+        parts.append("undertrained")
+    above = sorted(
+        (int(t["resolution_a"]), t.get("p_adjusted"))
+        for t in paired
+        if t.get("resolution_b") == ref and t.get("significant") and (t.get("effect") or 0.0) < 0
+    )
+    if above:
+        shown = ", ".join(f"{res} px" + (f" (Holm p {p:.2g})" if p is not None else "") for res, p in above)
+        parts.append(f"shown below {shown} by the paired tests")
+    return f"the reference {ref} px is {' and '.join(parts)}" if parts else ""
 
 
 def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
@@ -284,7 +310,11 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
     (c) it is shown above each classical baseline of the sweep that ran at that resolution and each model named in
         stats.baselines at that model's best resolution (a classical model is not compared with the baselines: for
         it (c) does not apply; a named one is compared with the classical ones only);
-    (d) none of its trials there is flagged undertrained (the row's convergence records).
+    (d) none of its trials there is flagged undertrained (the row's convergence records);
+    (e) the decision's reference is a fair yardstick: ``rec["reference_flaw"]`` (:func:`reference_flaw`) is empty.
+
+    (a) is at the decision's scope; (b) and (c) test the per-image differences with the seeds averaged, so they
+    speak of the trained checkpoints and the sentence says so (GATE_SCOPE).
 
     Otherwise 'no recommendation: <reason>' with the first that fails."""
     res = rec.get("resolution")
@@ -308,8 +338,12 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
             return _none(f"{res} px is not shown above {row.baseline_label(name)}{why}")
     if row.undertrained:
         return _none(f"{res} px is undertrained ({row.undertrained_reason or 'a seed is flagged'})")
+    if rec.get("reference_flaw"):
+        return _none(f"{rec['reference_flaw']}: not worse than it by the margin is no evidence of enough pixels")
     above = " and ".join([trivial, *(row.baseline_label(name) for name in sorted(baselines))])
-    return Evidence(True, f"recommended: {res} px (a decision about the model; shown above {above}; not undertrained)")
+    return Evidence(
+        True, f"recommended: {res} px (a decision about the model; shown above {above} {GATE_SCOPE}; not undertrained)"
+    )
 
 
 def _none(why: str) -> Evidence:

@@ -50,7 +50,7 @@ from resomap.stats.checks import (
     check_seed_sd,
     to_dict,
 )
-from resomap.stats.design import MAX_SEEDS, detectable_margin, needs, plan_parts
+from resomap.stats.design import MAX_SEEDS, detectable_margin, needs, observed_tested, plan_parts
 from resomap.stats.scope import SCOPE_WORDS
 
 VERDICTS = ("reference", "non-inferior", "inferior", "undecided", "above reference")
@@ -106,11 +106,11 @@ def _step(
 ) -> dict[str, Any]:
     """One step's test (stats.scope) of mean(d) > -margin, its one-sided bounds, the detectable margin and what the
     design would need."""
-    from scipy import stats
 
     seeds, n = d.shape
     out: dict[str, Any] = {"difference": float(d.mean()), "n_images": int(n), "untestable": None}
     parts = plan_parts(d, scope, seed_sd, margin, binary)
+    tested = observed_tested(d, margin, parts) if binary else None
     if scope == "model" and seeds < 2:
         out["untestable"] = "one seed says nothing of how much another training seed would differ"
     elif not binary and not any(parts) and float(np.ptp(d.mean(0))) == 0.0:
@@ -122,17 +122,16 @@ def _step(
         if not binary and not any(parts):
             out.update(seeds_needed=None, images_needed=None, joint_needed=None)
         else:
-            out.update(needs(n, seeds, margin, alpha, power, parts, scope))
+            out.update(needs(n, seeds, margin, alpha, power, parts, scope, tested, binary))
         return out
     low, high = scopes.bounds(d, alpha, binary=binary, scope=scope)
     edge = 1 - 1e-6
     out["cut"] = bool(low <= -edge or high >= edge)
     out["low"], out["high"] = max(-1.0, low if low > -edge else -1.0), min(1.0, high if high < edge else 1.0)
     out["p_value"] = scopes.p_value(d, -margin, binary=binary, scope=scope)
-    q = float(stats.norm.ppf(power))
-    detectable = detectable_margin(d, alpha, q, scope, seed_sd, binary)
+    detectable = detectable_margin(d, alpha, power, scope, seed_sd, binary)
     out["detectable"] = None if math.isinf(detectable) else detectable  # None: no margin up to 1 (JSON-safe)
-    out.update(needs(n, seeds, margin, alpha, power, parts, scope))
+    out.update(needs(n, seeds, margin, alpha, power, parts, scope, tested, binary))
     return out
 
 

@@ -19,6 +19,9 @@ from resomap.stats import scope as scopes
 from resomap.stats.checks import check_alpha, check_level, check_margin, check_power, check_scope, check_seed_sd
 
 MAX_SEEDS = 64
+# margins at which detectable_margin evaluates the test's restricted variance (smooth in the margin; read
+# linearly between the points: 0.001 apart up to 0.3, where detectable margins lie, coarser to 1)
+MARGIN_GRID = np.concatenate([np.linspace(0.0, 0.3, 301), np.linspace(0.3, 1 - 1e-6, 71)[1:]])
 
 
 def _components(d: np.ndarray) -> tuple[float, float, float]:
@@ -35,27 +38,33 @@ def _components(d: np.ndarray) -> tuple[float, float, float]:
 
 
 def needs(
-    n: int, seeds: int, margin: float, alpha: float, power: float, parts: tuple[float, float, float], scope: str
+    n: int,
+    seeds: int,
+    margin: float,
+    alpha: float,
+    power: float,
+    parts: tuple[float, float, float],
+    scope: str,
+    tested: Callable[[int], float] | None = None,
+    binary: bool = True,
 ) -> dict[str, Any]:
-    """What shows ``margin`` with ``power`` when the true difference is 0: ``seeds_needed`` (the fewest seeds at
-    these images; None: none up to 64), ``images_needed`` (the fewest images at these seeds; None: no number) and,
-    where neither alone does, ``joint_needed``: (seeds, images), of the designs at these seeds or 3, 5, 10, 20,
-    32, 64 seeds that do, the one with the fewest test predictions (seeds x images); None when none does."""
-    from scipy import stats
-
+    """What shows ``margin`` with ``power`` when the true difference is 0, by the power of the test that runs
+    (:func:`resomap.stats.scope.step_power`; ``tested(k)``: the per-image variance it divides by at k seeds):
+    ``seeds_needed`` (the fewest seeds at these images; None: none up to 64), ``images_needed`` (the fewest images
+    at these seeds; None: no number) and, where neither alone does, ``joint_needed``: (seeds, images), of the
+    designs at these seeds or 3, 5, 10, 20, 32, 64 seeds that do, the one with the fewest test predictions
+    (seeds x images); None when none does."""
     image, resid, seed = parts
-    at = functools.partial(
-        scopes.plan_power_at,
-        margin=margin,
-        alpha=alpha,
-        power_q=float(stats.norm.ppf(power)),
-        image_var=image,
-        resid_var=resid,
-        seed_var=seed,
-        scope=scope,
-    )
+
+    @functools.cache
+    def at(images: int, k: int) -> float:
+        return scopes.step_power(
+            images, k, margin, alpha, image, resid, seed, scope,
+            tested_var=tested(k) if tested is not None else None, binary=binary,
+        )  # fmt: skip
+
     out: dict[str, Any] = {
-        "seeds_needed": next((k for k in range(1, MAX_SEEDS + 1) if at(n, k)[0] >= power), None),
+        "seeds_needed": next((k for k in range(1, MAX_SEEDS + 1) if at(n, k) >= power), None),
         "images_needed": _images_needed(at, seeds, power),
         "joint_needed": None,
     }
@@ -69,16 +78,17 @@ def needs(
     return out
 
 
-def _images_needed(at: Callable[[int, int], tuple[float, float]], seeds: int, power: float) -> int | None:
-    """The fewest test images with which ``at(images, seeds)`` reaches ``power``; None when no number does."""
-    if at(10**9, seeds)[0] < power:
+def _images_needed(at: Callable[[int, int], float], seeds: int, power: float) -> int | None:
+    """The fewest test images with which the power ``at(images, seeds)`` reaches ``power``; None when no number
+    does."""
+    if at(10**9, seeds) < power:
         return None
     lo, hi = 2, 2
-    while at(hi, seeds)[0] < power:
+    while at(hi, seeds) < power:
         hi *= 2
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if at(mid, seeds)[0] < power else (lo, mid)
+        lo, hi = (mid + 1, hi) if at(mid, seeds) < power else (lo, mid)
     return lo
 
 
@@ -97,37 +107,53 @@ def plan_parts(
         return parts
     seeds = d.shape[0]
     image, resid, seed = parts
-    # only where the observed variance says nothing (no image differs): a floor everywhere made the plan
-    # conservative on real data (it asked 8 seeds where 6 decide; the score test's power has the restricted
-    # variance in its critical value only, the observed one in its spread). Computed only then: the restricted
-    # fit is most of a decision's time (detectable_margin asks for it at each of its 40 bisection steps)
+    # only where the observed variance says nothing (no image differs): the test's spread is the observed variance,
+    # its critical value the restricted one (observed_tested)
     if image + resid / seeds > 0:
         return image, resid, seed
-    counts, values = scopes.lattice_counts(d.mean(0)[None], seeds)
-    floor = float(scopes.restricted_variance(counts, values, -margin)[0])
-    return floor - resid / seeds, resid, seed
+    return _restricted(d, margin) - resid / seeds, resid, seed
 
 
-def detectable_margin(d: np.ndarray, alpha: float, power_q: float, scope: str, seed_sd: float, binary: bool) -> float:
-    """The smallest margin the design of ``d`` shows with the power whose normal quantile is ``power_q`` when the
-    true difference is 0 (inf when none up to 1 does). For 0/1 outcomes the plan's variance depends on the margin
-    (:func:`plan_parts`), so the margin m with m = (c + q) se(m) is found by bisection."""
+def _restricted(d: np.ndarray, margin: float, lattice: tuple[np.ndarray, np.ndarray] | None = None) -> float:
+    """The score test's restricted variance at -margin of an image's seed-averaged difference, from d's lattice
+    (``lattice``: its scopes.lattice_counts, when already counted)."""
+    counts, values = lattice if lattice is not None else scopes.lattice_counts(d.mean(0)[None], d.shape[0])
+    return float(scopes.restricted_variance(counts, values, -margin)[0])
+
+
+def observed_tested(
+    d: np.ndarray, margin: float, parts: tuple[float, float, float], lattice: tuple | None = None
+) -> Callable[[int], float]:
+    """For 0/1 outcomes: the per-image variance the test divides by at ``margin`` (the restricted one of d's
+    lattice) at k seeds: at d's own seed count the test's, at another count scaled as the observed shared and
+    image x seed parts scale (image + resid / k)."""
+    seeds = d.shape[0]
+    found = _restricted(d, margin, lattice)
+    image, resid, _ = parts
+    own = image + resid / seeds
+    return lambda k: found if own <= 0 or k == seeds else found * (image + resid / k) / own
+
+
+def detectable_margin(d: np.ndarray, alpha: float, power: float, scope: str, seed_sd: float, binary: bool) -> float:
+    """The smallest margin the design of ``d`` shows with ``power`` when the true difference is 0, by the power of
+    the test that runs (inf when none up to 1 does, for 0/1 outcomes). For 0/1 outcomes the variance the test
+    divides by depends on the margin (the restricted one at -margin), so it is found again at each margin tried."""
     seeds, n = d.shape
+    parts = plan_parts(d, scope, seed_sd, None, binary)
+    floored = binary and parts[0] + parts[1] / seeds <= 0  # plan_parts' floor depends on the margin
+    if binary and not floored:  # the restricted variance on a grid of margins in one call, read between its points
+        counts, values = scopes.lattice_counts(d.mean(0)[None], seeds)
+        on_grid = scopes.restricted_variance(np.repeat(counts, MARGIN_GRID.size, 0), values, -MARGIN_GRID)
 
-    def needed(m: float | None) -> float:
-        parts = plan_parts(d, scope, seed_sd, m, binary)
-        return scopes.plan_power_at(n, seeds, m or 0.0, alpha, power_q, *parts, scope=scope)[1]
+    def power_at(m: float) -> float:
+        if floored:
+            found = plan_parts(d, scope, seed_sd, m, binary)
+            tested = observed_tested(d, m, found)(seeds)
+        else:
+            found, tested = parts, float(np.interp(m, MARGIN_GRID, on_grid)) if binary else None
+        return scopes.step_power(n, seeds, m, alpha, *found, scope, tested_var=tested, binary=binary)
 
-    if not binary:
-        return needed(None)
-    top = 1.0 - 1e-6  # a margin of 1 leaves the restricted fit no room (every image at the lattice end)
-    if needed(top) > top:
-        return math.inf
-    lo, hi = 0.0, top  # needed(hi) <= hi; the variance floor grows with m, so the crossing is unique in practice
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if needed(mid) <= mid else (mid, hi)
-    return hi
+    return scopes.smallest_margin(power_at, power, binary)
 
 
 def design_needs(
@@ -145,7 +171,30 @@ def design_needs(
     seeds, n = d.shape
     binary = bool(np.isin(d, (-1.0, 0.0, 1.0)).all())  # differences of 0/1 outcomes, as the summary's tests read them
     parts = plan_parts(d, scope, check_seed_sd(seed_sd), margin, binary)
-    return needs(n, seeds, margin, alpha, power, parts, scope)
+    tested = observed_tested(d, margin, parts) if binary else None
+    return needs(n, seeds, margin, alpha, power, parts, scope, tested, binary)
+
+
+def lattice_probs(discordance: float, seed_correlation: float, seeds: int) -> np.ndarray:
+    """The planned distribution of an image's seed-averaged difference on the lattice k/S (k = -S..S): with
+    probability ``seed_correlation`` the image's outcome changes (or not) alike for every seed, else independently
+    for each; a change either way with probability ``discordance`` / 2 (no true difference). Its variance parts are
+    the plan's: discordance x seed_correlation shared, the rest image x seed."""
+    one = np.array([discordance / 2, 1 - discordance, discordance / 2])
+    summed = np.array([1.0])
+    for _ in range(seeds):
+        summed = np.convolve(summed, one)
+    probs = (1 - seed_correlation) * summed
+    probs[[0, seeds, 2 * seeds]] += seed_correlation * one
+    return probs
+
+
+@functools.lru_cache(maxsize=4096)
+def assumed_tested(discordance: float, seed_correlation: float, seeds: int, margin: float) -> float:
+    """The variance the test divides by (the restricted one at -margin) on the planned lattice (lattice_probs)."""
+    values = np.arange(-seeds, seeds + 1) / seeds
+    probs = lattice_probs(discordance, seed_correlation, seeds)
+    return float(scopes.restricted_variance(probs[None], values, -margin)[0])
 
 
 def plan_power(
@@ -160,17 +209,16 @@ def plan_power(
     seed_sd: float = 0.02,
     scope: str = "model",
 ) -> dict[str, Any]:
-    """Before training: the detectable margin and the power at ``margin`` of one step (a resolution against the
-    reference, no true difference) for a 0/1 score, assuming a fraction ``discordance`` of images change outcome
-    between the two resolutions (per-image difference variance ``discordance`` for one seed), a correlation
-    ``seed_correlation`` between the seeds' differences on one image (so ``discordance * seed_correlation`` of it
-    is shared by the seeds and the rest is seed x image), and at model scope a standard deviation ``seed_sd`` of a
-    model's accuracy across training seeds at each resolution (a seed's mean difference: 2 seed_sd^2). Also the
-    seeds and test images the design would need for the margin (``seeds_needed``, ``images_needed``; None: none
-    up to 64 seeds / no number of images) and ``steps``: the chance to pass each step of a fixed sequence when no
-    resolution truly differs (power^k: the steps share the reference, so this is a lower bound)."""
-    from scipy import stats
-
+    """Before training: the power at ``margin`` of one step (a resolution against the reference, no true
+    difference) for a 0/1 score, as the test that runs has it (stats.scope.step_power), and the detectable margin,
+    assuming a fraction ``discordance`` of images change outcome between the two resolutions (per-image difference
+    variance ``discordance`` for one seed), a correlation ``seed_correlation`` between the seeds' differences on one
+    image (so ``discordance * seed_correlation`` of it is shared by the seeds and the rest is seed x image: the
+    lattice of :func:`lattice_probs`), and at model scope a standard deviation ``seed_sd`` of a model's accuracy
+    across training seeds at each resolution (a seed's mean difference: 2 seed_sd^2). Also the seeds and test
+    images the design would need for the margin (``seeds_needed``, ``images_needed``; None: none up to 64 seeds /
+    no number of images) and ``steps``: the chance to pass each step of a fixed sequence when no resolution truly
+    differs (power^k: the steps share the reference, so this is a lower bound)."""
     if n_images < 2:
         raise ConfigError(f"a power plan needs at least 2 test images, got {n_images}")
     margin, level, power = check_margin(margin), check_level(level), check_power(power)
@@ -183,14 +231,18 @@ def plan_power(
     alpha = 1 - level
     parts = (discordance * seed_correlation, discordance * (1 - seed_correlation), 2 * seed_sd**2)
     seed_var = parts[2] if scope == "model" else 0.0
-    q = float(stats.norm.ppf(power))
-    reached, detectable = scopes.plan_power_at(n_images, n_seeds, margin, alpha, q, *parts, scope=scope)
-    se = scopes.plan_se(n_images, n_seeds, parts[0], parts[1], seed_var)
+
+    def power_at(m: float, seeds: int = n_seeds) -> float:
+        tested = assumed_tested(discordance, seed_correlation, seeds, m)
+        return scopes.step_power(n_images, seeds, m, alpha, *parts, scope, tested_var=tested)
+
+    reached = power_at(margin)
+    tested = functools.partial(assumed_tested, discordance, seed_correlation, margin=margin)
     return {
-        "detectable": detectable,
+        "detectable": scopes.smallest_margin(power_at, power, True),
         "power_at_margin": reached,
-        "se": se,
-        **needs(n_images, n_seeds, margin, alpha, power, parts, scope),
+        "se": scopes.plan_se(n_images, n_seeds, parts[0], parts[1], seed_var),
+        **needs(n_images, n_seeds, margin, alpha, power, parts, scope, lambda k: tested(seeds=k)),
         "steps": [reached**k for k in range(1, 9)],
     }
 

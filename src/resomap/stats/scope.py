@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,25 +156,31 @@ def rejects(d: np.ndarray, delta0: float, alpha: float, *, binary: bool, scope: 
     return statistic(p, delta0) > critical(p, alpha, binary=binary)
 
 
-def _refine(f, lo: float, hi: float, levels: int = 5, points: int = 12) -> tuple[float, float]:
-    """The bracket [x, x'] where the vectorised decreasing-to-increasing test ``f(xs) -> bool [len(xs)]`` (False
-    below the boundary, True above it) changes, by repeated grid refinement (each level one batched call)."""
-    for _ in range(levels):
-        xs = np.linspace(lo, hi, points)
-        flags = f(xs)
-        first = int(np.argmax(flags)) if flags.any() else points
-        if first == 0:
-            return lo, lo
-        if first == points:
-            return hi, hi
-        lo, hi = float(xs[first - 1]), float(xs[first])
-    return lo, hi
+def _root(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """The root of the continuous ``f`` on [lo, hi], whose ends it takes with opposite signs, by Brent's method
+    (scipy's brentq, to the last few bits): infinite values (a t quantile far in its tail) are read as 1e300."""
+    from scipy.optimize import brentq
+
+    def finite(x: float) -> float:
+        return float(np.clip(f(x), -1e300, 1e300))
+
+    return float(brentq(finite, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps))
+
+
+def _crossing(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """Where the continuous, increasing ``f`` crosses 0 on [lo, hi]: ``lo`` when f(lo) >= 0, ``hi`` when
+    f(hi) <= 0, else the root."""
+    if f(lo) >= 0:
+        return lo
+    if f(hi) <= 0:
+        return hi
+    return _root(f, lo, hi)
 
 
 def p_value(d: np.ndarray, delta0: float, *, binary: bool, scope: str) -> float:
     """The one-sided p of H0 "mean difference <= delta0" for one table d [S, N]: the alpha at which T meets the
-    critical value (the normal's or t's tail when the seed weight is 0; else found on log alpha, where the
-    critical value falls as alpha grows)."""
+    critical value (the normal's or t's tail when the seed weight is 0; else the root of c(alpha) = T, on log
+    alpha where T > 0: c falls as alpha grows)."""
     from scipy import stats
 
     p = parts(d[None], delta0, binary=binary, scope=scope)
@@ -182,28 +189,14 @@ def p_value(d: np.ndarray, delta0: float, *, binary: bool, scope: str) -> float:
         return 0.0 if t > 0 else 1.0
     if p.seeds < 2 or float(p.seed_weight[0]) == 0.0:
         return float(stats.norm.sf(t) if binary else stats.t.sf(t, max(p.images - 1, 1)))
-    if t > 0:  # alpha in (0, 1/2): on log alpha
 
-        def above(log_alpha: np.ndarray) -> np.ndarray:  # True where c(alpha) <= t: alpha at or above p
-            return critical(_repeat(p, log_alpha.size), np.exp(log_alpha), binary=binary) <= t
+    def below(alpha: float) -> float:  # increasing in alpha: >= 0 where H0 is rejected at alpha
+        return t - float(critical(p, alpha, binary=binary)[0])
 
-        # from alpha 1e-300 up: scipy's t quantile at the smallest doubles (5e-324) comes back -inf, which would
-        # read as "rejected at every alpha" and give p = 5e-324 for any T > 0
-        return math.exp(_refine(above, math.log(1e-300), math.log(0.5))[1])
-
-    def above_lin(alpha: np.ndarray) -> np.ndarray:
-        return critical(_repeat(p, alpha.size), alpha, binary=binary) <= t
-
-    return _refine(above_lin, 0.5, 1.0 - 1e-12)[1]
-
-
-def _repeat(p: Parts, size: int) -> Parts:
-    """One table's parts repeated ``size`` times (to evaluate many alphas or null values in one call)."""
-
-    def rep(x: np.ndarray) -> np.ndarray:
-        return np.repeat(x[:1], size)
-
-    return Parts(rep(p.mean), rep(p.image), rep(p.seed), p.seeds, p.images, rep(p.seed_weight))
+    if t > 0:  # alpha in (0, 1/2): on log alpha, from 1e-300 up: scipy's t quantile at the smallest doubles
+        # (5e-324) comes back -inf, which would read as "rejected at every alpha" and give p = 5e-324 for any T > 0
+        return math.exp(_crossing(lambda la: below(math.exp(la)), math.log(1e-300), math.log(0.5)))
+    return _crossing(below, 0.5, 1.0 - 1e-12)
 
 
 def bounds(d: np.ndarray, alpha: float, *, binary: bool, scope: str) -> tuple[float, float]:
@@ -216,21 +209,17 @@ def bounds(d: np.ndarray, alpha: float, *, binary: bool, scope: str) -> tuple[fl
         half = float(critical(p, alpha, binary=binary)[0] * math.sqrt(p.image[0] + p.seed[0]))
         return max(-edge, mean - half), min(edge, mean + half)
 
-    def at(deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        batch = np.broadcast_to(d, (deltas.size, *d.shape))
-        p = parts(batch, deltas, binary=binary, scope=scope)
-        return statistic(p, deltas), critical(p, alpha, binary=binary)
+    def shown_above(delta: float) -> float:  # decreasing in delta0: > 0 where "mean > delta0" is shown
+        p = parts(d[None], delta, binary=binary, scope=scope)
+        return float(statistic(p, delta)[0] - critical(p, alpha, binary=binary)[0])
 
-    def not_shown_above(deltas: np.ndarray) -> np.ndarray:  # False at small delta0 (shown), True from low on
-        t, c = at(deltas)
-        return t <= c
+    def shown_below(delta: float) -> float:  # increasing in delta0: > 0 where "mean < delta0" is shown
+        p = parts(d[None], delta, binary=binary, scope=scope)
+        return float(-statistic(p, delta)[0] - critical(p, alpha, binary=binary)[0])
 
-    def shown_below(deltas: np.ndarray) -> np.ndarray:  # False up to high, True beyond it
-        t, c = at(deltas)
-        return -t > c
-
-    low = _refine(not_shown_above, -edge, min(max(mean, -edge), edge))[0]
-    high = _refine(shown_below, max(min(mean, edge), -edge), edge)[0]
+    middle = min(max(mean, -edge), edge)
+    low = _crossing(lambda delta: -shown_above(delta), -edge, middle)
+    high = _crossing(shown_below, middle, edge)
     return low, high
 
 
@@ -241,47 +230,92 @@ def plan_se(n_images: int, seeds: int, image_var: float, resid_var: float, seed_
     return math.sqrt((image_var + resid_var / seeds) / n_images + seed_var / seeds)
 
 
-@functools.lru_cache(maxsize=1024)
-def _t_isf(alpha: float, df: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.isf(alpha, df))
+NODES = 400  # equal-probability nodes of the seed mean square's distribution in step_power's integral
 
 
 @functools.lru_cache(maxsize=256)
-def _z_isf(alpha: float) -> float:
+def _mean_square_nodes(seeds: int) -> np.ndarray:
+    """chi2_{S-1} / (S-1) at the midpoints of NODES equal-probability bins: var(per-seed means) over its
+    expectation, for normal per-seed means."""
     from scipy import stats
 
-    return float(stats.norm.isf(alpha))
+    return stats.chi2.ppf((np.arange(NODES) + 0.5) / NODES, seeds - 1) / (seeds - 1)
 
 
-def plan_power_at(
+@functools.lru_cache(maxsize=1024)
+def _quantiles(alpha: float, seeds: int, images: int, binary: bool) -> tuple[float, float]:
+    """(the image part's one-sided quantile, the seed part's t_{S-1} quantile) of the test's critical value."""
+    from scipy import stats
+
+    image_q = float(stats.norm.isf(alpha) if binary else stats.t.isf(alpha, max(images - 1, 1)))
+    return image_q, float(stats.t.isf(alpha, seeds - 1)) if seeds > 1 else image_q
+
+
+def step_power(
     n_images: int,
     seeds: int,
     margin: float,
     alpha: float,
-    power_q: float,
     image_var: float,
     resid_var: float,
     seed_var: float,
     scope: str,
-) -> tuple[float, float]:
-    """(power at ``margin`` with no true difference, detectable margin at the power whose normal quantile is
-    ``power_q``) of one step of a design, from variance components (the critical value as the test's, with the
-    planned parts in place of the estimated ones); model scope with one seed: (0, inf). Plain math with cached
-    quantiles: the planners call it thousands of times."""
-    seed_var = seed_var if scope == "model" else 0.0
-    if scope == "model" and seeds < 2 and seed_var > 0:
-        return 0.0, math.inf
-    a, b = (image_var + resid_var / seeds) / n_images, seed_var / seeds
-    se = math.sqrt(a + b)
-    if se == 0:
-        return 1.0, 0.0
-    z = _z_isf(alpha)
-    c = z
-    if seeds > 1 and b > 0:
-        weight = b + resid_var / (seeds * n_images)  # the test's weight keeps the image x seed part
-        share = weight / (a + weight)
-        c = math.sqrt((1 - share) * z**2 + share * _t_isf(alpha, seeds - 1) ** 2)
-    reached = 0.5 * (1 + math.erf((margin / se - c) / math.sqrt(2)))
-    return reached, (c + power_q) * se
+    *,
+    tested_var: float | None = None,
+    binary: bool = True,
+) -> float:
+    """The probability that one step's test, as :func:`rejects` runs it, shows "mean difference > -margin" when the
+    true difference is 0, for N images x S seeds whose per-image differences have the variance components
+    ``image_var`` (shared by an image's seeds), ``resid_var`` (image x seed) and ``seed_var`` (of a seed's mean
+    difference, model scope). ``tested_var``: the variance of an image's seed-averaged difference that the test
+    divides by (0/1 outcomes: the restricted one at -margin, which is not the true one); default the true one,
+    image_var + resid_var / S.
+
+    Model scope: the test's seed part b and its critical value c are random through V = var(per-seed means), which
+    for normal per-seed means is (seed_var + resid_var / N) chi2_{S-1} / (S-1), independent of the mean difference
+    D ~ N(0, image_var / N + seed_var / S + resid_var / (N S)); the power E_V[P(D > -margin + c(V) sqrt(a + b(V)))]
+    is integrated over NODES quantiles of V (the image part a = tested_var / N and the residual mean square, whose
+    degrees of freedom grow with N, taken as known). Plugging the expected seed share into c instead (the plan
+    before this) missed by up to 0.4: 0.00 planned where the test has 0.09 at 656 images x 2 seeds. Checkpoint
+    scope: the seeds are fixed, D ~ N(0, (image_var + resid_var / S) / N), c the image quantile. Model scope with
+    one seed: 0 (no test). The seeded simulation in tests/test_power_plan.py runs the test itself against it."""
+    from scipy.special import ndtr
+
+    n, s = int(n_images), int(seeds)
+    if scope == "model" and s < 2:
+        return 0.0
+    true = image_var + resid_var / s  # an image's seed-averaged difference
+    tested = true if tested_var is None else float(tested_var)
+    a = tested / n
+    image_q, seed_q = _quantiles(float(alpha), s, n, bool(binary))
+    if scope != "model":
+        spread = math.sqrt(true / n)
+        if spread == 0:
+            return float(margin > image_q * math.sqrt(a))
+        return float(ndtr((margin - image_q * math.sqrt(a)) / spread))
+    per_seed = seed_var + resid_var / n  # the variance of a seed's mean difference over images
+    weight = per_seed * _mean_square_nodes(s) / s  # the test's var(per-seed means) / S at each node
+    b = np.clip(weight - resid_var / (n * s), 0.0, None) if binary else weight
+    share = np.divide(weight, a + weight, out=np.zeros_like(weight), where=a + weight > 0)
+    c = np.sqrt((1 - share) * image_q**2 + share * seed_q**2)
+    spread = math.sqrt(image_var / n + seed_var / s + resid_var / (n * s))
+    edge = -margin + c * np.sqrt(a + b)  # D above it: shown
+    if spread == 0:
+        return float(np.mean(edge < 0))
+    return float(np.mean(ndtr(-edge / spread)))
+
+
+def smallest_margin(power_at: Callable[[float], float], power: float, binary: bool) -> float:
+    """The smallest margin m at which ``power_at(m)`` (increasing in m) reaches ``power``, by Brent's root finding
+    (scipy); inf when none up to 1 (0/1 outcomes, whose differences lie in [-1, 1]) or up to 1e6 (other scores)
+    does."""
+    from scipy.optimize import brentq
+
+    if power_at(0.0) >= power:
+        return 0.0
+    top = 1.0 - 1e-6 if binary else 1.0  # a margin of 1 leaves the restricted fit no room
+    while power_at(top) < power:
+        if binary or top >= 1e6:
+            return math.inf
+        top *= 10.0
+    return float(brentq(lambda m: power_at(m) - power, 0.0, top, xtol=1e-10))

@@ -6,6 +6,7 @@ relabelling test can decide at all."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from resomap.config import Config
 from resomap.errors import ConfigError, ResoMapError
@@ -84,24 +85,48 @@ def _design_lines(
     )
     lines.append(_steps_line(resolutions, st.reference, found, st.margin))
     lines.append(_needs_line(found, st.margin, st.power, n_test, seeds, unit))
-    observed = observed_discordance(cfg)
-    if observed is not None and observed[0] == 0:
+    if st.scope == "model" and seeds == 2:
         lines.append(
+            "seeds: with 2 the model-scope test is very conservative wherever the seeds differ (its critical value "
+            "mixes in t with 1 degree of freedom, and no seed can be flagged or left out): a claim about a model "
+            "trained with random seeds wants 3 to 5 (sweep.seeds); deterministic fits (every seed the same "
+            "predictions) are one replicate and decide as at checkpoint scope"
+        )
+    observed = _observed_line(cfg, plan_at, seeds)
+    return lines + ([observed] if observed else [])
+
+
+def _observed_line(cfg: Config, plan_at: Any, seeds: int) -> str:
+    """The plan again at the discordance (and, at model scope, the seed sd) this sweep's finished trials observed,
+    beside the assumptions; '' before any."""
+    import math
+
+    st = cfg.stats
+    observed = observed_discordance(cfg)
+    if observed is None:
+        return ""
+    if observed[0] == 0:
+        return (
             f"power from this sweep's finished trials ({observed[1]}): no image changed outcome against the "
             "reference, too few to estimate the discordance from: the assumption above stands"
         )
-    elif observed is not None:
-        again = plan_at(discordance=observed[0])
-        shown = (
-            _no_margin(seeds, st.scope, f" at power {st.power:g}")
-            if math.isinf(again["detectable"])
-            else f"margins of {again['detectable']:.3f} and larger are shown with power {st.power:g}"
-        )
-        lines.append(
-            f"power from this sweep's finished trials ({observed[1]}): discordance {observed[0]:.3f} observed, "
-            f"so {shown}; at the margin {st.margin:g} the power is {again['power_at_margin']:.2f}"
-        )
-    return lines
+    spread = observed_seed_sd(cfg) if st.scope == "model" else None
+    again = plan_at(discordance=observed[0], **({"seed_sd": spread[0]} if spread else {}))
+    shown = (
+        _no_margin(seeds, st.scope, f" at power {st.power:g}")
+        if math.isinf(again["detectable"])
+        else f"margins of {again['detectable']:.3f} and larger are shown with power {st.power:g}"
+    )
+    seen = f"discordance {observed[0]:.3f}" + (f" and seed sd {spread[0]:.3f}" if spread else "")
+    assumed = f"assumed above: discordance {st.discordance:g}"
+    if st.scope == "model":
+        assumed += f", seed sd {st.seed_sd:g}"
+        assumed += f"; seed sd {spread[1]}" if spread else "; the seed sd still assumed: no model x resolution "
+        assumed += "" if spread else "with 2 or more seeds yet"
+    return (
+        f"power from this sweep's finished trials ({observed[1]}): {seen} observed, so {shown}; at the margin "
+        f"{st.margin:g} the power is {again['power_at_margin']:.2f} ({assumed})"
+    )
 
 
 def _no_margin(seeds: int, scope: str, at: str) -> str:
@@ -193,6 +218,26 @@ def observed_discordance(cfg: Config) -> tuple[float, str] | None:
     if not pairs:
         return None
     return discordant / pairs, f"{pairs} image-seed pairs against the reference in {path}"
+
+
+def observed_seed_sd(cfg: Config) -> tuple[float, str] | None:
+    """(the seed-to-seed standard deviation of the decision's score, pooled over the models x resolutions of this
+    sweep's last summary.json with 2 or more seeds (root mean of their variances), where from); None when none
+    has. What the plan's stats.seed_sd assumes, observed."""
+    path = summary_folder(cfg) / "summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    metrics = {r.get("model"): r.get("metric") or "accuracy" for r in data.get("recommendations") or []}
+    variances = []
+    for row in data.get("rows") or []:
+        sd = row.get(f"test_{metrics.get(row.get('model'), 'accuracy')}_std")
+        if isinstance(sd, int | float) and (row.get("n_seeds") or 0) >= 2 and sd == sd:
+            variances.append(float(sd) ** 2)
+    if not variances:
+        return None
+    return float(sum(variances) / len(variances)) ** 0.5, f"pooled over {len(variances)} model x resolution rows"
 
 
 def _explanation_line(seeds: int, n_res: int, alpha: float) -> str:
