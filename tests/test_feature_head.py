@@ -45,6 +45,18 @@ def test_the_loader_shows_each_image_once_an_epoch_under_a_view_drawn_for_that_e
     assert [len(list(shard)) for shard in shards] == [2, 2]  # as many batches on each (padded by wrapping)
 
 
+def _count_extracts(monkeypatch) -> list[int]:
+    """The views of each feature pass (feature_head.extract) from now on, in order."""
+    calls: list[int] = []
+    real = feature_head.extract
+    monkeypatch.setattr(
+        feature_head,
+        "extract",
+        lambda t, m, loader, tr, b=None, **k: calls.append(len(tr)) or real(t, m, loader, tr, b, **k),
+    )
+    return calls
+
+
 def _prepared(tmp_path, seed: int, *extra: str):
     from resomap.sweep import plan
     from resomap.sweep.trial import prepare_trial
@@ -114,13 +126,7 @@ def test_the_head_trains_on_cached_views_and_a_later_seed_reads_them_back(tmp_pa
 
 
 def test_views_follow_the_augmentation_switch_and_an_mlp_head_is_a_config_away(tmp_path, monkeypatch):
-    calls = []
-    real = feature_head.extract
-    monkeypatch.setattr(
-        feature_head,
-        "extract",
-        lambda t, m, loader, tr, b=None, **k: calls.append(len(tr)) or real(t, m, loader, tr, b, **k),
-    )
+    calls = _count_extracts(monkeypatch)
     cfg, prepared = _prepared(tmp_path, 1, "data.augmentation.enabled=false", "models.head.hidden=16")
     assert isinstance(prepared.model.head, torch.nn.Sequential) and prepared.model.head[0].out_features == 16
     Trainer(cfg, "cpu").fit(prepared.model, prepared.bundle)
@@ -188,13 +194,7 @@ def test_a_frozen_backbones_test_features_are_computed_once_and_predict_as_the_i
     cross-resolution test) runs no backbone pass, and its scores and predictions are the images' to the bit."""
     from resomap.stages import evaluate_at
 
-    calls = []
-    real = feature_head.extract
-    monkeypatch.setattr(
-        feature_head,
-        "extract",
-        lambda t, m, loader, tr, b=None, **k: calls.append(len(tr)) or real(t, m, loader, tr, b, **k),
-    )
+    calls = _count_extracts(monkeypatch)
     cfg, prepared = _prepared(tmp_path, 1, "training.epochs=1")
     model, bundle = prepared.model, prepared.bundle
     trainer = Trainer(cfg, "cpu")

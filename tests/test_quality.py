@@ -105,14 +105,20 @@ def region_model(mask: np.ndarray, scale: float) -> nn.Module:
     return Lambda(fn, torch.tensor([scale]))
 
 
-def test_random_map_deletion_is_at_random_level_and_an_oracle_beats_it():
-    side, n = 24, 6
+def _region_case(n: int, side: int) -> tuple:
+    """(square masks, images brighter inside them, a model reading only the first mask's region, class-1 targets,
+    near-oracle maps: the masks with a little noise)."""
     masks = square_masks(n, side)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(n, 1, side, side, generator=gen) * 0.3 + torch.from_numpy(masks[:, None].astype(np.float32))
     model = region_model(masks[0], scale=0.15)
     targets = torch.ones(n, dtype=torch.int64)
-    oracle = masks.astype(np.float64) + 0.01 * np.random.default_rng(0).random(masks.shape)
+    return masks, x, model, targets, masks.astype(np.float64) + 0.01 * np.random.default_rng(0).random(masks.shape)
+
+
+def test_random_map_deletion_is_at_random_level_and_an_oracle_beats_it():
+    side, n = 24, 6
+    masks, x, model, targets, oracle = _region_case(n, side)
     scores = quality_metrics(model, x, targets, oracle, CFG, masks)
     assert scores["baseline_max_prob"] == pytest.approx(0.5, abs=1e-6)  # zeros: logit 0 for both classes
     assert scores["deletion_auc_random"] - scores["deletion_auc"] > 0.15
@@ -134,12 +140,7 @@ def test_the_curves_ends_are_computed_once_per_probe_set_and_change_no_score():
     two forwards are taken from the quality context (or once per call), with the AUCs the same to the bit as a
     forward at every fraction gives."""
     side, n, steps = 24, 6, 8
-    masks = square_masks(n, side)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 1, side, side, generator=gen) * 0.3 + torch.from_numpy(masks[:, None].astype(np.float32))
-    model = region_model(masks[0], scale=0.15)
-    targets = torch.ones(n, dtype=torch.int64)
-    maps = masks.astype(np.float64) + 0.01 * np.random.default_rng(0).random(masks.shape)
+    _, x, model, targets, maps = _region_case(n, side)
     base = torch.zeros_like(x)
     seen: list[int] = []
     model.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[0]))
