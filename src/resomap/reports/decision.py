@@ -335,14 +335,14 @@ def seed_evidence(
     for v in tested:
         diffs = seed_stats.seed_differences(scores, v.resolution, decision.reference)
         differences[v.resolution] = {seed: float(x) for seed, x in zip(seeds, diffs, strict=True)}
-        out = [seeds[i] for i in seed_stats.outlying(diffs)]
+        out = seed_stats.outlying(diffs)
         if out:
-            flagged[v.resolution] = out
+            flagged[v.resolution] = [seeds[i] for i in out]
             p = seed_stats.outlying_p(diffs)
             words += [
                 f"seed {seeds[i]} is outlying at {v.resolution} px ({diffs[i]:+.3f} against the other seeds; "
                 f"deleted-residual p {p[i]:.2g}, Bonferroni over {len(seeds)} seeds)"
-                for i in seed_stats.outlying(diffs)
+                for i in out
             ]
     step = decision.resolution if decision.decided and decision.resolution in differences else None
     if step is None and tested:

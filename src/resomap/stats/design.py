@@ -114,21 +114,18 @@ def plan_parts(
     return _restricted(d, margin) - resid / seeds, resid, seed
 
 
-def _restricted(d: np.ndarray, margin: float, lattice: tuple[np.ndarray, np.ndarray] | None = None) -> float:
-    """The score test's restricted variance at -margin of an image's seed-averaged difference, from d's lattice
-    (``lattice``: its scopes.lattice_counts, when already counted)."""
-    counts, values = lattice if lattice is not None else scopes.lattice_counts(d.mean(0)[None], d.shape[0])
+def _restricted(d: np.ndarray, margin: float) -> float:
+    """The score test's restricted variance at -margin of an image's seed-averaged difference, from d's lattice."""
+    counts, values = scopes.lattice_counts(d.mean(0)[None], d.shape[0])
     return float(scopes.restricted_variance(counts, values, -margin)[0])
 
 
-def observed_tested(
-    d: np.ndarray, margin: float, parts: tuple[float, float, float], lattice: tuple | None = None
-) -> Callable[[int], float]:
+def observed_tested(d: np.ndarray, margin: float, parts: tuple[float, float, float]) -> Callable[[int], float]:
     """For 0/1 outcomes: the per-image variance the test divides by at ``margin`` (the restricted one of d's
     lattice) at k seeds: at d's own seed count the test's, at another count scaled as the observed shared and
     image x seed parts scale (image + resid / k)."""
     seeds = d.shape[0]
-    found = _restricted(d, margin, lattice)
+    found = _restricted(d, margin)
     image, resid, _ = parts
     own = image + resid / seeds
     return lambda k: found if own <= 0 or k == seeds else found * (image + resid / k) / own
@@ -232,17 +229,19 @@ def plan_power(
     parts = (discordance * seed_correlation, discordance * (1 - seed_correlation), 2 * seed_sd**2)
     seed_var = parts[2] if scope == "model" else 0.0
 
-    def power_at(m: float, seeds: int = n_seeds) -> float:
-        tested = assumed_tested(discordance, seed_correlation, seeds, m)
-        return scopes.step_power(n_images, seeds, m, alpha, *parts, scope, tested_var=tested)
+    def power_at(m: float) -> float:
+        tested = assumed_tested(discordance, seed_correlation, n_seeds, m)
+        return scopes.step_power(n_images, n_seeds, m, alpha, *parts, scope, tested_var=tested)
+
+    def tested(k: int) -> float:  # at k seeds, for `needs`
+        return assumed_tested(discordance, seed_correlation, k, margin)
 
     reached = power_at(margin)
-    tested = functools.partial(assumed_tested, discordance, seed_correlation, margin=margin)
     return {
         "detectable": scopes.smallest_margin(power_at, power, True),
         "power_at_margin": reached,
         "se": scopes.plan_se(n_images, n_seeds, parts[0], parts[1], seed_var),
-        **needs(n_images, n_seeds, margin, alpha, power, parts, scope, lambda k: tested(seeds=k)),
+        **needs(n_images, n_seeds, margin, alpha, power, parts, scope, tested),
         "steps": [reached**k for k in range(1, 9)],
     }
 

@@ -209,17 +209,13 @@ def bounds(d: np.ndarray, alpha: float, *, binary: bool, scope: str) -> tuple[fl
         half = float(critical(p, alpha, binary=binary)[0] * math.sqrt(p.image[0] + p.seed[0]))
         return max(-edge, mean - half), min(edge, mean + half)
 
-    def shown_above(delta: float) -> float:  # decreasing in delta0: > 0 where "mean > delta0" is shown
+    def shown(delta: float, sign: int) -> float:  # > 0 where "mean > delta0" (sign 1) or "< delta0" (-1) is shown
         p = parts(d[None], delta, binary=binary, scope=scope)
-        return float(statistic(p, delta)[0] - critical(p, alpha, binary=binary)[0])
-
-    def shown_below(delta: float) -> float:  # increasing in delta0: > 0 where "mean < delta0" is shown
-        p = parts(d[None], delta, binary=binary, scope=scope)
-        return float(-statistic(p, delta)[0] - critical(p, alpha, binary=binary)[0])
+        return float(sign * statistic(p, delta)[0] - critical(p, alpha, binary=binary)[0])
 
     middle = min(max(mean, -edge), edge)
-    low = _crossing(lambda delta: -shown_above(delta), -edge, middle)
-    high = _crossing(shown_below, middle, edge)
+    low = _crossing(lambda delta: -shown(delta, 1), -edge, middle)  # "above" holds below low
+    high = _crossing(lambda delta: shown(delta, -1), middle, edge)  # "below" holds above high
     return low, high
 
 
@@ -306,16 +302,12 @@ def step_power(
 
 
 def smallest_margin(power_at: Callable[[float], float], power: float, binary: bool) -> float:
-    """The smallest margin m at which ``power_at(m)`` (increasing in m) reaches ``power``, by Brent's root finding
-    (scipy); inf when none up to 1 (0/1 outcomes, whose differences lie in [-1, 1]) or up to 1e6 (other scores)
+    """The smallest margin m at which ``power_at(m)`` (increasing in m) reaches ``power`` (:func:`_crossing`); inf
+    when none up to 1 (0/1 outcomes, whose differences lie in [-1, 1]) or up to 1e6 (other scores)
     does."""
-    from scipy.optimize import brentq
-
-    if power_at(0.0) >= power:
-        return 0.0
     top = 1.0 - 1e-6 if binary else 1.0  # a margin of 1 leaves the restricted fit no room
     while power_at(top) < power:
         if binary or top >= 1e6:
             return math.inf
         top *= 10.0
-    return float(brentq(lambda m: power_at(m) - power, 0.0, top, xtol=1e-10))
+    return _crossing(lambda m: power_at(m) - power, 0.0, top)

@@ -6,6 +6,7 @@ relabelling test can decide at all."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from resomap.config import Config
@@ -119,10 +120,12 @@ def _observed_line(cfg: Config, plan_at: Any, seeds: int) -> str:
     )
     seen = f"discordance {observed[0]:.3f}" + (f" and seed sd {spread[0]:.3f}" if spread else "")
     assumed = f"assumed above: discordance {st.discordance:g}"
-    if st.scope == "model":
-        assumed += f", seed sd {st.seed_sd:g}"
-        assumed += f"; seed sd {spread[1]}" if spread else "; the seed sd still assumed: no model x resolution "
-        assumed += "" if spread else "with 2 or more seeds yet"
+    if st.scope == "model" and spread:
+        assumed += f", seed sd {st.seed_sd:g}; seed sd {spread[1]}"
+    elif st.scope == "model":
+        assumed += (
+            f", seed sd {st.seed_sd:g}; the seed sd still assumed: no model x resolution with 2 or more seeds yet"
+        )
     return (
         f"power from this sweep's finished trials ({observed[1]}): {seen} observed, so {shown}; at the margin "
         f"{st.margin:g} the power is {again['power_at_margin']:.2f} ({assumed})"
@@ -198,14 +201,21 @@ def _needs_line(found: dict, margin: float, power: float, n_test: int, seeds: in
     return f"{head} {' or '.join(options)}" if options else f"{head} no design up to 64 seeds"
 
 
+def _last_summary(cfg: Config) -> tuple[Path, dict | None]:
+    """(this sweep's summary.json, its content; None when there is none or it does not parse)."""
+    path = summary_folder(cfg) / "summary.json"
+    try:
+        return path, json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return path, None
+
+
 def observed_discordance(cfg: Config) -> tuple[float, str] | None:
     """(share of image-seed pairs whose outcome differs between a resolution and the reference, pooled over the
     models' paired tests, where from) from this sweep's last summary.json; None when there is none. A better
     planning value than the pilot-free stats.discordance once trials of this design have finished."""
-    path = summary_folder(cfg) / "summary.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    path, data = _last_summary(cfg)
+    if data is None:
         return None
     refs = {r["model"]: r.get("reference") for r in data.get("recommendations") or []}
     pairs = discordant = 0
@@ -224,10 +234,8 @@ def observed_seed_sd(cfg: Config) -> tuple[float, str] | None:
     """(the seed-to-seed standard deviation of the decision's score, pooled over the models x resolutions of this
     sweep's last summary.json with 2 or more seeds (root mean of their variances), where from); None when none
     has. What the plan's stats.seed_sd assumes, observed."""
-    path = summary_folder(cfg) / "summary.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    _, data = _last_summary(cfg)
+    if data is None:
         return None
     metrics = {r.get("model"): r.get("metric") or "accuracy" for r in data.get("recommendations") or []}
     variances = []

@@ -16,6 +16,7 @@ import copy
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,44 +157,55 @@ def _dtype(single: bool) -> torch.dtype:
     return torch.float32 if single else torch.float16
 
 
-def cache_file(trainer: Trainer, model: nn.Module, data: Any, single: bool = False) -> Path:
-    """Where the features of this model's backbone on `data` are kept (<output_dir>/<cache_dir>/features/)."""
-    cfg = trainer.cfg
-    key = _digest(trainer, model, data, views(cfg, single)[0], _dtype(single))
+def _cache_path(cfg: Any, key: str) -> Path:
     return Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir / "features" / f"{key}.pt"
 
 
-def cached_features(trainer: Trainer, model: nn.Module, data: Any, single: bool = False) -> dict[str, torch.Tensor]:
-    """{"train": [V, N, F], "val": [1, N, F]}: read from the cache, else computed and kept. Every view in float16
-    (the head's training data), or with `single` the images as they are in float32 (a closed-form fit's: the
-    features it would compute itself, to the bit)."""
+def cache_file(trainer: Trainer, model: nn.Module, data: Any, single: bool = False) -> Path:
+    """Where the features of this model's backbone on `data` are kept (<output_dir>/<cache_dir>/features/)."""
     cfg = trainer.cfg
-    view_names, transforms = views(cfg, single)
-    dtype = _dtype(single)
-    path = cache_file(trainer, model, data, single)
+    return _cache_path(cfg, _digest(trainer, model, data, views(cfg, single)[0], _dtype(single)))
+
+
+def _kept(cfg: Any, path: Path, compute: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The cache file at `path` read back, else `compute()` (with the FORMAT stamp) kept there when
+    data.cache.disk; a damaged or older file is computed again, not trusted."""
     if path.is_file():
         try:
             found = torch.load(path, map_location="cpu", weights_only=True)
             if found.get("format") == FORMAT:
                 log.info("feature cache hit: %s", path)
                 return found
-        except Exception as exc:  # a damaged cache file is computed again, not trusted
+        except Exception as exc:
             log.warning("feature cache %s unreadable (%s): computing the features again", path, exc)
-    t0 = time.perf_counter()
-    found = {
-        "format": FORMAT,
-        "train": extract(trainer, model, data.train, transforms, dtype=dtype),
-        "val": extract(trainer, model, data.val, transforms[:1], dtype=dtype),
-    }
-    n = found["train"].shape[1]
-    log.info(
-        "features of %d training images x %d view(s) (%s) and %d validation images at %d px: %.1f s",
-        n, len(transforms), view_names, found["val"].shape[1], int(data.resolution), time.perf_counter() - t0,
-    )  # fmt: skip
+    found = {"format": FORMAT, **compute()}
     if cfg.data.cache.disk:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_atomic(path, lambda tmp: torch.save(found, tmp))
     return found
+
+
+def cached_features(trainer: Trainer, model: nn.Module, data: Any, single: bool = False) -> dict[str, torch.Tensor]:
+    """{"train": [V, N, F], "val": [1, N, F]}: read from the cache, else computed and kept. Every view in float16
+    (the head's training data), or with `single` the images as they are in float32 (a closed-form fit's: the
+    features it would compute itself, to the bit)."""
+    view_names, transforms = views(trainer.cfg, single)
+    dtype = _dtype(single)
+
+    def compute() -> dict[str, torch.Tensor]:
+        t0 = time.perf_counter()
+        found = {
+            "train": extract(trainer, model, data.train, transforms, dtype=dtype),
+            "val": extract(trainer, model, data.val, transforms[:1], dtype=dtype),
+        }
+        log.info(
+            "features of %d training images x %d view(s) (%s) and %d validation images at %d px: %.1f s",
+            found["train"].shape[1], len(transforms), view_names, found["val"].shape[1], int(data.resolution),
+            time.perf_counter() - t0,
+        )  # fmt: skip
+        return found
+
+    return _kept(trainer.cfg, cache_file(trainer, model, data, single), compute)
 
 
 def feature_data(trainer: Trainer, model: nn.Module, data: Any) -> FeatureData:
@@ -237,22 +249,12 @@ def test_loader(trainer: Trainer, model: nn.Module, data: Any) -> Any:
     plain = unwrap(model)
     if not getattr(plain, "frozen_features", False):
         return data.test
-    cfg, loader = trainer.cfg, data.test
-    view_names, transforms = views(cfg, single=True)
-    key = _digest(trainer, plain, data, view_names, torch.float32, splits=("test",))
-    path = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir / "features" / f"{key}.pt"
-    features = None
-    if path.is_file():
-        try:
-            found = torch.load(path, map_location="cpu", weights_only=True)
-            features = found["test"] if found.get("format") == FORMAT else None
-        except Exception as exc:  # a damaged cache file is computed again, not trusted
-            log.warning("feature cache %s unreadable (%s): computing the features again", path, exc)
-    if features is None:
-        features = extract(trainer, plain, loader, transforms, dtype=torch.float32)
-        if cfg.data.cache.disk:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_atomic(path, lambda tmp: torch.save({"format": FORMAT, "test": features}, tmp))
+    loader = data.test
+    view_names, transforms = views(trainer.cfg, single=True)
+    path = _cache_path(trainer.cfg, _digest(trainer, plain, data, view_names, torch.float32, splits=("test",)))
+    features = _kept(
+        trainer.cfg, path, lambda: {"test": extract(trainer, plain, loader, transforms, dtype=torch.float32)}
+    )["test"]
     return FeatureLoader(features, loader.labels, batch_size=loader.batch_size, device=trainer.device)
 
 
