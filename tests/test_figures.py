@@ -295,9 +295,12 @@ def test_a_cost_that_spans_decades_is_drawn_on_a_log_axis():
 
 
 def _tradeoff_rows():
-    """Model a at three resolutions: 32 px shown below 64 px on accuracy (intervals apart) with overlapping cost and
+    """Model a at three resolutions: 32 px shown below 64 px on accuracy (the paired test) with the same latency and
     quality (dropped); 128 px as accurate as 64 px but slower and with better maps (on the front); 3 seeds each."""
+    import numpy as np
+
     from resomap.reports.rows import SummaryRow
+    from resomap.reports.tradeoff import Measured
 
     def row(res, acc, ms):
         scores = {"test_accuracy_pooled": acc, "test_accuracy_ci_low": acc - 0.03, "test_accuracy_ci_high": acc + 0.03}
@@ -309,7 +312,18 @@ def _tradeoff_rows():
          "low": q - 0.02, "high": q + 0.02, "level": 0.95}
         for res, q in ((32, 0.10), (64, 0.12), (128, 0.30))
     ]  # fmt: skip
-    return rows, quality
+    paired = [
+        {"model": "a", "metric": "accuracy", "resolution_a": a, "resolution_b": b, "effect": effect, "p_value": p}
+        for a, b, effect, p in ((32, 64, 0.2, 1e-6), (32, 128, 0.21, 1e-6), (64, 128, 0.01, 0.6))
+    ]  # fmt: skip
+    trials = [
+        {"model": "a", "resolution": res, "seed": seed, "profile": {"latency_median_ms": ms + 0.05 * (seed - 1)}}
+        for res, ms in ((32, 1.0), (64, 1.05), (128, 4.0)) for seed in range(3)
+    ]  # fmt: skip
+    noise = np.random.default_rng(0).normal(0, 0.05, (3, 16))
+    images = {("a", r, "gradcam", "insertion_auc_vs_random"): q + noise[i] for i, (r, q) in
+              enumerate(((32, 0.10), (64, 0.10), (128, 0.30)))}  # fmt: skip
+    return rows, quality, Measured(paired, trials, images)
 
 
 def test_the_tradeoff_figure_fills_the_front_and_leaves_dropped_points_hollow():
@@ -317,8 +331,8 @@ def test_the_tradeoff_figure_fills_the_front_and_leaves_dropped_points_hollow():
 
     from resomap.reports.tradeoff import tradeoff_figure, tradeoffs
 
-    rows, quality = _tradeoff_rows()
-    fig = tradeoff_figure(tradeoffs(rows, quality))
+    rows, quality, measured = _tradeoff_rows()
+    fig = tradeoff_figure(tradeoffs(rows, quality, measured))
     assert text_problems(fig) == []
     ax = fig.axes[0]
     drawn = {gid: [c for c in ax.findobj(PathCollection) if c.get_gid() == gid] for gid in ("front", "dropped")}

@@ -202,11 +202,14 @@ def test_the_summary_keeps_each_methods_cost(sweep_dir: Path):
     assert (sweep_dir / "figures" / "explain_cost_vs_resolution.png").is_file()
 
 
-def _shown_better(q: list, p: list, higher: bool) -> bool:
-    """The rule read off summary.json's [estimate, low, high]: intervals apart, else the estimates."""
-    if None not in q[1:] and None not in p[1:]:
-        return q[1] > p[2] if higher else q[2] < p[1]
-    return q[0] > p[0] if higher else q[0] < p[0]
+def _shown(entry: dict, axis: str, one: int, other: int) -> str | None:
+    """The resolution the front's test of `one` against `other` on `axis` shows better (None: none shown)."""
+    (test,) = [
+        t
+        for t in entry["tests"]
+        if t["axis"] == axis and {t["resolution_a"], t["resolution_b"]} == {str(one), str(other)}
+    ]
+    return test["shown_better"]
 
 
 def test_the_three_way_front_is_in_the_summary_the_report_and_its_figure(sweep_dir: Path):
@@ -224,23 +227,35 @@ def test_the_three_way_front_is_in_the_summary_the_report_and_its_figure(sweep_d
         first = quality[(model, RESOLUTIONS[0], "gradcam", "deletion_auc_vs_random")]  # gradcam: first by name
         assert first["low"] == "" and first["reason"].startswith(f"only {PROBES} test images")
         assert f"(gradcam) has no interval ({first['reason']}): quality left out" in entry["note"]
-        assert axes["cost"]["column"] == "latency_ms"
+        # one seed: latency cannot be tested, so the cost is GMACs, a count compared exactly
+        assert axes["cost"]["column"] == "gmacs" and "latency of one seed at some resolution" in entry["note"]
         assert [p["resolution"] for p in entry["points"]] == list(RESOLUTIONS)
         for p in entry["points"]:  # each coordinate is the summary's own number
             row = rows[(model, p["resolution"])]
             assert p["score"][0] == pytest.approx(row["test_accuracy_pooled"])
-            assert p["cost"][0] == pytest.approx(row["latency_ms"])
+            assert p["cost"][0] == pytest.approx(row["gmacs"])
             assert p["quality"] is None
         assert any(p["on_front"] for p in entry["points"])
+        # every pair of resolutions on each axis: the score's p the summary's paired test, Holm over the model's
+        # tests; GMACs compared exactly (no p)
+        pairs = len(RESOLUTIONS) * (len(RESOLUTIONS) - 1) // 2
+        assert sorted(t["axis"] for t in entry["tests"]) == ["cost"] * pairs + ["score"] * pairs
+        paired = {(p["resolution_a"], p["resolution_b"]): p for p in data["paired_tests"]
+                  if p["model"] == model and p["metric"] == "accuracy"}  # fmt: skip
+        for t in entry["tests"]:
+            if t["axis"] == "score":
+                assert t["p_value"] == paired[(int(t["resolution_a"]), int(t["resolution_b"]))]["p_value"]
+                assert t["p_holm"] >= t["p_value"]
+            else:
+                assert t["p_value"] is None and t["test"] == "a count: exact" and t["effect"] > 0
         for p in entry["points"]:  # a drop names a resolution shown better on its axes and worse on none
             if p["on_front"]:
                 assert p["standing"] == "on the front" and p["dropped_by"] is None
                 continue
-            q = next(x for x in entry["points"] if x["resolution"] == p["dropped_by"])
-            higher = {"score": True, "cost": False}
-            assert p["better_on"] and all(_shown_better(q[a], p[a], higher[a]) for a in p["better_on"])
-            assert not any(_shown_better(p[a], q[a], higher[a]) for a in higher)
-            assert p["standing"].startswith(f"dropped: {q['resolution']} px is shown better on")
+            q = p["dropped_by"]
+            assert p["better_on"] and all(_shown(entry, a, q, p["resolution"]) == str(q) for a in p["better_on"])
+            assert not any(_shown(entry, a, q, p["resolution"]) == str(p["resolution"]) for a in ("score", "cost"))
+            assert p["standing"].startswith(f"dropped: {q} px is shown better on")
     page = (sweep_dir / "report.html").read_text(encoding="utf-8")
     assert '<section id="tradeoff">' in page and "Score x cost x explanation quality" in page
     for entry in front3.values():

@@ -1211,44 +1211,64 @@ def _front_row(model: str, res: int, acc: float, **costs) -> SummaryRow:
 
 
 def test_the_tradeoff_takes_gmacs_without_a_latency_and_says_which_axes_it_left_out():
-    from resomap.reports.tradeoff import tradeoff_cells, tradeoffs
+    from resomap.reports.tradeoff import Measured, tradeoff_cells, tradeoffs
 
-    # a: latency missing at 64 px, so GMACs (a count, no interval: the estimates decide); 32 px is shown below
-    # 64 px on accuracy but costs fewer GMACs: both stay. b: no quality and one seed: score and latency by estimate
+    # a: latency missing at 64 px, so GMACs (a count: compared exactly); 32 px is shown below 64 px on accuracy
+    # (the paired test) but costs fewer GMACs: both stay. b: one seed of latency and no count: the cost cannot be
+    # tested, so it keeps 32 px. c: one seed of latency, so GMACs; 64 px better and cheaper: 32 px is dropped
     rows = [
         _front_row("a", 32, 0.70, latency_ms=1.0, gmacs=0.1),
         _front_row("a", 64, 0.90, gmacs=0.4),
         _front_row("b", 32, 0.70, latency_ms=2.0),
-        _front_row("b", 64, 0.90, latency_ms=1.0),  # better and cheaper: 32 px is dropped
+        _front_row("b", 64, 0.90, latency_ms=1.0),
+        _front_row("c", 32, 0.70, latency_ms=2.0, gmacs=0.4),
+        _front_row("c", 64, 0.90, latency_ms=1.0, gmacs=0.1),
     ]
+    paired = [
+        {"model": m, "metric": "accuracy", "resolution_a": 32, "resolution_b": 64, "effect": 0.2, "p_value": 1e-4,
+         "method": "clustered McNemar"}
+        for m in "abc"
+    ]  # fmt: skip
+    trials = [
+        {"model": m, "resolution": 32, "seed": 0, "status": "FINISHED", "profile": {"latency_median_ms": 2.0}}
+        for m in "bc"
+    ]  # fmt: skip
     quality = [
         {"model": "a", "resolution": r, "method": m, "score": "deletion_auc_vs_random", "estimate": 0.1, "low": 0.05,
          "high": 0.15}
         for r, m in ((32, "saliency"), (64, "saliency"), (32, "gradcam"))  # gradcam lacks 64 px: saliency is used
     ]  # fmt: skip
-    front3 = {e["model"]: e for e in tradeoffs(rows, quality)}
-    a, b = front3["a"], front3["b"]
+    front3 = {e["model"]: e for e in tradeoffs(rows, quality, Measured(paired, trials))}
+    a, b, c = front3["a"], front3["b"], front3["c"]
     assert [x["name"] for x in a["axes"]] == ["score", "cost", "quality"]
-    assert a["axes"][1]["column"] == "gmacs" and "GMACs instead" in a["note"]
+    assert a["axes"][1]["column"] == "gmacs" and "latency missing at some resolution: GMACs instead" in a["note"]
     assert a["axes"][2]["method"] == "saliency" and "quality of saliency" in a["note"]
     assert [p["on_front"] for p in a["points"]] == [True, True]
+    # the quality has intervals but no per-image scores to pair: no test, so it too keeps 32 px
+    assert next(t for t in a["tests"] if t["axis"] == "quality")["reason"] == "no per-image scores: no paired test"
     assert [x["name"] for x in b["axes"]] == ["score", "cost"] and "quality left out" in b["note"]
-    dropped = b["points"][0]
+    assert [p["on_front"] for p in b["points"]] == [True, True]
+    (cost,) = [t for t in b["tests"] if t["axis"] == "cost"]
+    assert cost["p_value"] is None and cost["reason"].startswith("one seed at some resolution: latency cannot be")
+    assert c["axes"][1]["column"] == "gmacs" and "latency of one seed at some resolution cannot be tested" in c["note"]
+    dropped = c["points"][0]
     assert (dropped["on_front"], dropped["dropped_by"], dropped["better_on"]) == (False, 64, ["score", "cost"])
-    assert dropped["by_estimate"] == ["cost"]  # accuracy had intervals on both sides; latency of one seed none
+    assert dropped["exact_on"] == ["cost"]  # GMACs: a count, compared exactly; the score tested (Holm over 1)
     assert dropped["standing"] == (
-        "dropped: 64 px is shown better on accuracy and latency, batch 1 (ms) (estimates: no interval)"
-        " and worse on none"
+        "dropped: 64 px is shown better on accuracy (Holm p 0.0001) and GMACs (a count) and worse on none"
     )
     _, body = tradeoff_cells(list(front3.values()))
-    assert body[2][0][:3] == ["b", "32", "0.700 [0.680, 0.720]"] and body[2][0][4] == "-" and body[2][1] is False
+    assert body[2][0][:3] == ["b", "32", "0.700 [0.680, 0.720]"] and body[2][0][4] == "-" and body[2][1] is True
+    assert body[4][0][:2] == ["c", "32"] and body[4][1] is False
 
 
 def test_a_quality_score_without_an_interval_is_left_out_not_compared_by_its_estimate():
     """Too few probe images to bootstrap: the quality's bare estimates (noise) must not drop a resolution."""
-    from resomap.reports.tradeoff import tradeoffs
+    from resomap.reports.tradeoff import Measured, tradeoffs
 
     rows = [_front_row("c", 32, 0.88, gmacs=0.1), _front_row("c", 64, 0.90, gmacs=0.4)]  # the same score, 64 dearer
+    paired = [{"model": "c", "metric": "accuracy", "resolution_a": 32, "resolution_b": 64, "effect": 0.02,
+               "p_value": 0.4}]  # fmt: skip
     why = "only 8 test images: a bootstrap interval needs at least 10"
     bare = [
         {"model": "c", "resolution": 32, "method": "saliency", "score": "deletion_auc_vs_random", "estimate": 0.01,
@@ -1256,14 +1276,18 @@ def test_a_quality_score_without_an_interval_is_left_out_not_compared_by_its_est
         {"model": "c", "resolution": 64, "method": "saliency", "score": "deletion_auc_vs_random", "estimate": 0.05,
          "reason": why},
     ]  # fmt: skip
-    (c,) = tradeoffs(rows, bare)
+    (c,) = tradeoffs(rows, bare, Measured(paired))
     assert [x["name"] for x in c["axes"]] == ["score", "cost"], c
     assert f"deletion AUC, random maps - method (saliency) has no interval ({why}): quality left out" in c["note"]
     assert [p["on_front"] for p in c["points"]] == [True, False]  # 32 px: the same score for fewer GMACs
-    # with intervals that overlap, the quality is an axis and still shows nothing
+    # with intervals, the quality is an axis; its paired test on 12 probe images shows nothing
     with_bars = [{**q, "low": q["estimate"] - 0.1, "high": q["estimate"] + 0.1} for q in bare]
-    (c,) = tradeoffs(rows, with_bars)
+    scores = np.random.default_rng(0).normal(0.03, 0.1, (2, 12))
+    images = {("c", r, "saliency", "deletion_auc_vs_random"): scores[i] for i, r in enumerate((32, 64))}
+    (c,) = tradeoffs(rows, with_bars, Measured(paired, quality=images))
     assert [x["name"] for x in c["axes"]] == ["score", "cost", "quality"]
+    (quality,) = [t for t in c["tests"] if t["axis"] == "quality"]
+    assert quality["p_value"] > 0.05 and quality["shown_better"] is None
     assert [p["on_front"] for p in c["points"]] == [True, False]
 
 

@@ -362,63 +362,67 @@ def test_pareto_indices_is_the_same_front_over_cost_score_pairs_and_skips_non_fi
 THREE = (stats.Axis("score"), stats.Axis("cost", higher_is_better=False), stats.Axis("quality"))
 
 
-def _c(estimate, half=None):
-    """A coordinate with an interval of +/- half (none when half is None)."""
-    return stats.Coordinate(estimate, *((estimate - half, estimate + half) if half is not None else (None, None)))
+def _standing(names, shown, exact=(), untested=()):
+    """paired_front over every pair of `names` on THREE: `shown` {(axis, a, b): effect b - a} tested at p 1e-6, every
+    other pair at p 0.9 (effect 0.01 in b's favour); `exact` {(axis, a, b): effect} compared exactly; `untested`
+    [(axis, a, b)] with no test."""
+    diffs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            for axis in THREE:
+                key = (axis.name, a, b)
+                if key in exact:
+                    diffs.append(stats.Difference(axis.name, a, b, exact[key], exact=True))
+                elif key in untested:
+                    diffs.append(stats.Difference(axis.name, a, b, None, reason="no test"))
+                else:
+                    sign = 1 if axis.higher_is_better else -1
+                    effect, p = (shown[key], 1e-6) if key in shown else (0.01 * sign, 0.9)
+                    diffs.append(stats.Difference(axis.name, a, b, effect, p))
+    standings, _ = stats.paired_front(names, THREE, diffs, 0.05)
+    return {s.name: s for s in standings}
 
 
-def _standing(points):
-    return {s.name: s for s in stats.uncertain_front(points, THREE)}
-
-
-def test_uncertain_front_drops_a_point_shown_worse_on_score_and_better_on_nothing():
-    # 64 px: score interval [0.88, 0.92] above 32 px's [0.70, 0.74]; cost and quality intervals overlap
-    found = _standing([("32", [_c(0.72, 0.02), _c(5.0, 1.0), _c(0.10, 0.05)]),
-                       ("64", [_c(0.90, 0.02), _c(5.5, 1.0), _c(0.12, 0.05)])])  # fmt: skip
+def test_paired_front_drops_a_point_shown_worse_on_score_and_better_on_nothing():
+    # 64 px shown above 32 px on score by its test; cost and quality differences not shown
+    found = _standing(["32", "64"], {("score", "32", "64"): 0.18})
     assert found["64"].on_front and found["64"].dropped_by is None
     assert not found["32"].on_front
-    assert (found["32"].dropped_by, found["32"].better_on, found["32"].by_estimate) == ("64", ("score",), ())
+    assert (found["32"].dropped_by, found["32"].better_on, found["32"].exact_on) == ("64", ("score",), ())
+    assert found["32"].p_holm == pytest.approx((3e-6,))  # Holm over the 3 tests: the smallest p times 3
 
 
-def test_uncertain_front_keeps_a_point_worse_on_score_but_shown_cheaper():
-    # 32 px is shown worse on score but its cost interval [1, 2] lies below 64 px's [5, 6]: neither is dropped
-    found = _standing([("32", [_c(0.72, 0.02), _c(1.5, 0.5), _c(0.10, 0.05)]),
-                       ("64", [_c(0.90, 0.02), _c(5.5, 0.5), _c(0.12, 0.05)])])  # fmt: skip
+def test_paired_front_keeps_a_point_worse_on_score_but_shown_cheaper():
+    # 32 px is shown worse on score but shown cheaper (64 px's latency higher): neither is dropped
+    found = _standing(["32", "64"], {("score", "32", "64"): 0.18, ("cost", "32", "64"): 4.0})
     assert found["32"].on_front and found["64"].on_front
 
 
-def test_uncertain_front_keeps_both_when_every_interval_overlaps():
-    # 64 px is ahead on every estimate, but no interval is apart from 32 px's: no evidence, both stay
-    found = _standing([("32", [_c(0.80, 0.05), _c(5.0, 1.0), _c(0.10, 0.05)]),
-                       ("64", [_c(0.84, 0.05), _c(4.5, 1.0), _c(0.12, 0.05)])])  # fmt: skip
+def test_paired_front_keeps_both_when_no_difference_is_shown():
+    # 64 px is ahead on every estimate, but no test rejects: no evidence, both stay
+    found = _standing(["32", "64"], {})
     assert found["32"].on_front and found["64"].on_front
-    # the same estimates without intervals: the estimates decide, and the drop says which axes had no interval
-    bare = _standing([("32", [_c(0.80), _c(5.0), _c(0.10)]), ("64", [_c(0.84), _c(4.5), _c(0.12)])])
+    # the same direction as counts (exact on every axis): the comparison decides, and the drop says so
+    exact = {("score", "32", "64"): 0.04, ("cost", "32", "64"): -0.5, ("quality", "32", "64"): 0.02}
+    bare = _standing(["32", "64"], {}, exact)
     assert not bare["32"].on_front and bare["32"].better_on == ("score", "cost", "quality")
-    assert bare["32"].by_estimate == ("score", "cost", "quality")
+    assert bare["32"].exact_on == ("score", "cost", "quality") and bare["32"].p_holm == ()
 
 
-def test_uncertain_front_an_unknown_axis_blocks_the_drop():
-    # 64 px is shown better on score, but 32 px's quality is not known: it might be better there, so it stays
-    found = _standing([("32", [_c(0.72, 0.02), _c(5.0, 1.0), _c(None)]),
-                       ("64", [_c(0.90, 0.02), _c(5.0, 1.0), _c(0.12, 0.05)])])  # fmt: skip
+def test_paired_front_an_untested_axis_blocks_the_drop():
+    # 64 px is shown better on score, but the quality of the pair has no test: 32 px might be better there
+    found = _standing(["32", "64"], {("score", "32", "64"): 0.18}, untested=[("quality", "32", "64")])
     assert found["32"].on_front and found["64"].on_front
 
 
-def test_uncertain_front_is_never_empty_when_the_drops_run_in_a_circle():
-    # each point is shown better than the next on one axis and overlaps it on the others (wide intervals):
-    # a drops b (score), b drops c (cost), c drops a (quality); none is dropped by a point it reaches itself
-    wide, narrow = 10.0, 0.1
-    a = [_c(3.0, narrow), _c(0.0, wide), _c(1.0, narrow)]
-    b = [_c(1.0, narrow), _c(-3.0, narrow), _c(0.0, wide)]
-    c = [_c(2.0, wide), _c(-1.0, narrow), _c(3.0, narrow)]
-    one_way = {n: stats.pareto._drops(x, y, THREE) for n, x, y in (("ab", a, b), ("bc", b, c), ("ca", c, a))}
-    assert one_way == {"ab": ("score",), "bc": ("cost",), "ca": ("quality",)}  # the circle is really there
-    assert all(s.on_front for s in stats.uncertain_front([("a", a), ("b", b), ("c", c)], THREE))
+def test_paired_front_is_never_empty_when_the_drops_run_in_a_circle():
+    # a drops b (score), b drops c (cost), c drops a (quality), nothing else shown: none is dropped by a point it
+    # reaches itself
+    circle = {("score", "a", "b"): -2.0, ("cost", "b", "c"): 2.0, ("quality", "a", "c"): 2.0}
+    assert all(s.on_front for s in _standing(["a", "b", "c"], circle).values())
     # a fourth point shown worse than a on score (and better on nothing) is still dropped
-    d = [_c(0.0, narrow), _c(0.0, wide), _c(1.0, narrow)]
-    found = {s.name: s for s in stats.uncertain_front([("a", a), ("b", b), ("c", c), ("d", d)], THREE)}
-    assert [n for n, s in found.items() if not s.on_front] == ["d"]
+    found = _standing(["a", "b", "c", "d"], {**circle, ("score", "a", "d"): -3.0})
+    assert [n for n, s in found.items() if not s.on_front] == ["d"] and found["d"].dropped_by == "a"
 
 
 def test_spread_interval_is_the_seed_interval_of_the_same_values():

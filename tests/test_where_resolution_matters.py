@@ -134,27 +134,34 @@ def test_both_classes_pay_at_the_low_resolution(sweep):
 
 @pytest.mark.slow
 def test_the_front_drops_only_on_evidence_and_never_64_px_for_32_px(sweep):
-    """32 px is shown worse on accuracy than 64 px, so it can never drop 64 px; whatever is dropped is dropped by a
-    resolution whose interval is apart from its own on some axis and behind on none. Every coordinate is the
-    summary's own number (score, latency) or quality.csv's (the first method's excess over random maps)."""
+    """32 px is shown worse on accuracy than 64 px by the paired test (Holm over the front's tests), so it can never
+    drop 64 px; whatever is dropped is dropped by a resolution a test shows better on some axis and none worse.
+    Every coordinate is the summary's own number (score, latency) or quality.csv's (the first method's excess over
+    random maps); every score test is the summary's paired test."""
     front = sweep.front3.set_index("resolution")
     shown = front.to_string()
     assert list(front.index) == [LOW, MID, HIGH] and set(front.model) == {"tiny_cnn"}, shown
     assert set(front.cost_words) == {"latency, batch 1 (ms)"}, shown
     assert set(front.quality_words) == {"deletion AUC, random maps - method (saliency)"}, shown
     assert front[[f"{a}_{b}" for a in ("score", "cost", "quality") for b in ("low", "high")]].notna().all().all(), shown
-    assert front.loc[LOW, "score_high"] < front.loc[MID, "score_low"], shown  # 32 px shown worse on accuracy
+    tests = sweep.front_tests
+    assert len(tests) == 9 and tests.p_value.notna().all(), tests.to_string()  # 3 pairs x 3 axes, each tested
+    assert (tests.p_holm >= tests.p_value).all(), tests.to_string()
+    verdict = {(t.axis, int(t.resolution_a), int(t.resolution_b)): t.shown_better for t in tests.itertuples()}
+    assert verdict[("score", LOW, MID)] == str(MID), tests.to_string()  # 32 px shown worse on accuracy
+    paired = sweep.paired_tests.query("metric == 'accuracy'").set_index(["resolution_a", "resolution_b"])
+    for t in tests.query("axis == 'score'").itertuples():
+        assert t.p_value == pytest.approx(paired.loc[(int(t.resolution_a), int(t.resolution_b)), "p_value"])
     assert front.loc[MID, "on_front"] or front.loc[MID, "dropped_by"] == HIGH, shown
-    higher = {"score": True, "cost": False, "quality": True}
 
-    def better(q, p, axis):  # q shown better than p on axis: the intervals apart
-        if higher[axis]:
-            return front.loc[q, f"{axis}_low"] > front.loc[p, f"{axis}_high"]
-        return front.loc[q, f"{axis}_high"] < front.loc[p, f"{axis}_low"]
+    def better(q, p, axis):  # the test of q against p on axis shows q better
+        pair = (axis, *sorted((int(q), int(p))))
+        return verdict[pair] == str(q)
 
     for res in front.index[~front.on_front.astype(bool)]:
         by = int(front.loc[res, "dropped_by"])
-        assert any(better(by, res, a) for a in higher) and not any(better(res, by, a) for a in higher), shown
+        axes = ("score", "cost", "quality")
+        assert any(better(by, res, a) for a in axes) and not any(better(res, by, a) for a in axes), shown
     summary = sweep.summary.set_index("resolution")
     quality = sweep.folder / "explanations" / "quality.csv"
 

@@ -207,12 +207,24 @@ FRONT_COLUMNS = (
     "model",
     "resolution",
     "on_front",
-    "standing",  # "on the front" or "dropped: <r> px is shown better on ... and worse on none"
+    "standing",  # "on the front" or "dropped: <r> px is shown better on <axis> (Holm p ...) and worse on none"
     "dropped_by",
     *(f"{axis}{part}" for axis in FRONT_AXES for part in ("", "_low", "_high", "_words")),
     "level",
     "note",  # the axes left out for this model and why
 )
+
+
+# every test of the front (summary.json front3's `tests`): one row per model x pair of resolutions x axis; effect =
+# b - a in the axis's units, its two-sided p, the Holm p over the model's front, the resolution shown better (None:
+# no difference shown), the test in words and why there is none
+FRONT_TEST_COLUMNS = ("model", "axis", "resolution_a", "resolution_b", "effect", "p_value", "p_holm", "shown_better")
+FRONT_TEST_COLUMNS += ("test", "reason")
+
+
+def front_tests(front3: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """summary.json's ``front3`` tests as FRONT_TEST_COLUMNS rows."""
+    return [{"model": model.get("model"), **test} for model in front3 for test in model.get("tests") or []]
 
 
 def front_table(front3: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -254,6 +266,7 @@ class SweepResults:
     sensitivity: Any = None  # SENSITIVITY_COLUMNS (summary.json `sensitivity`; empty for a summary from before it)
     sensitive_images: Any = None  # one row per lost or gained image (sensitive_images.csv; SENSITIVE_IMAGE_COLUMNS)
     front3: Any = None  # one row per model x resolution of the three-way trade-off (FRONT_COLUMNS; summary.json front3)
+    front_tests: Any = None  # the tests the front decided on (FRONT_TEST_COLUMNS)
 
 
 def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
@@ -366,4 +379,5 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         sensitivity=pd.DataFrame(data.get("sensitivity") or [], columns=list(SENSITIVITY_COLUMNS)),
         sensitive_images=sensitive.reindex(columns=list(SENSITIVE_IMAGE_COLUMNS)),
         front3=pd.DataFrame(front_table(data.get("front3") or []), columns=list(FRONT_COLUMNS)),
+        front_tests=pd.DataFrame(front_tests(data.get("front3") or []), columns=list(FRONT_TEST_COLUMNS)),
     )

@@ -20,7 +20,7 @@ from resomap.reports import build_summary, sweep_figures
 from resomap.reports.explain_comparison import draw_comparison
 from resomap.reports.probe_images import trial_probe_images
 from resomap.reports.rows import SummaryRow
-from resomap.reports.tradeoff import tradeoff_files, tradeoffs
+from resomap.reports.tradeoff import front_inputs, tradeoff_files, tradeoffs
 from resomap.runtime import machine_record
 from resomap.stages import Comparison, compare_stage, evaluate_trained
 from resomap.sweep.sensitive import sensitive_maps
@@ -86,9 +86,9 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings
     figures = sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
     comparison = compare_stage(results, ec, out / "explanations", stats, summary.deterministic_models())
-    quality = comparison.figure_data.quality_rows if comparison.figure_data is not None else []
+    quality, measured = front_inputs(summary, comparison, stats)
     draw_comparison(comparison)
-    summary.front3 = tradeoffs(summary.rows, quality)  # score x cost x explanation quality per model
+    summary.front3 = tradeoffs(summary.rows, quality, measured)  # score x cost x explanation quality per model
     figures += tradeoff_files(summary.front3, out / "figures")
     figures += sensitive_maps(summary, first, out, out)  # the most sensitive images outside the probe set
     report_path, summary_path = write_report(out, models, summary, comparison, failed)

@@ -288,7 +288,9 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
     how = (
         "at model scope: the training seed is a replicate beside the test image (seeds x images crossed; a score "
         "test for 0/1 outcomes, the t-test otherwise, with a critical value between the normal's and Student's t "
-        "with seeds - 1 degrees of freedom by the seeds' share of the variance; one seed decides nothing)"
+        "with seeds - 1 degrees of freedom by the seeds' share of the variance; one seed decides nothing; seed s at "
+        "one resolution is paired with seed s at the reference: the seed sets the initial weights, the batch order "
+        "and the augmentation draws at every resolution)"
         if scope == "model"
         else "for these trained checkpoints (checkpoint scope): the test images the only source of variation, each "
         "image's seeds averaged (a score test for 0/1 outcomes, the t-test otherwise)"

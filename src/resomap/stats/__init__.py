@@ -28,8 +28,9 @@ is the bottom layer (settings come in as plain values).
   reference at a stated margin, fixed-sequence, with the detectable margin).
 - :mod:`~resomap.stats.design`: what a design can show: :func:`plan_power` (before training), :func:`design_needs`
   (what an observed design would need at another alpha), :func:`relabel_min_p`, :func:`relabel_seeds_needed`.
-- :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`; :func:`uncertain_front` (points with
-  intervals on any axes: dropped only when shown worse on one and better on none), :func:`shown_better`.
+- :mod:`~resomap.stats.pareto`: :func:`pareto_front`, :func:`pareto_indices`; :func:`paired_front` (points on any
+  axes, each pair's differences tested, Holm over the front: dropped only when shown worse on one axis and better
+  on none), :func:`decide_differences`.
 - :mod:`~resomap.stats.median`: :func:`median_interval`, :class:`MedianInterval`, :func:`ratio_interval` (timings).
 
 A bad setting (confidence level outside (0, 1), resamples < 1, arrays of mismatched shapes or non-0/1 values) raises
@@ -68,12 +69,14 @@ from resomap.stats.paired import PAIRED_METHODS, PairedTest, holm, paired_score_
 from resomap.stats.pareto import (
     Axis,
     Coordinate,
+    Difference,
+    PairVerdict,
     ParetoPoint,
     Standing,
+    decide_differences,
+    paired_front,
     pareto_front,
     pareto_indices,
-    shown_better,
-    uncertain_front,
 )
 from resomap.stats.permutation import RelabelTest, SignFlip, relabel_test, sign_flip, sign_flip_test
 from resomap.stats.recommend import (
@@ -104,6 +107,8 @@ __all__ = [
     "PairedTest",
     "Axis",
     "Coordinate",
+    "Difference",
+    "PairVerdict",
     "ParetoPoint",
     "Standing",
     "Recommendation",
@@ -122,9 +127,9 @@ __all__ = [
     "paired_test",
     "pareto_front",
     "pareto_indices",
-    "shown_better",
+    "decide_differences",
+    "paired_front",
     "spread_interval",
-    "uncertain_front",
     "pooled_macro_f1",
     "ratio_interval",
     "relabel_test",

@@ -1,9 +1,10 @@
 """The Pareto front of (score, cost) points: the points no other point beats on both (at least as good a score AND
 at most the cost, strictly better on one). One dominance rule for the sweep figures and the segmentation tables.
 
-`uncertain_front`: the same question on any number of axes whose coordinates carry intervals (the summary's
-score x cost x explanation quality per model, reports.tradeoff): a point is dropped only when another is shown
-better on one axis and worse on none (the rule in words above `Coordinate`)."""
+`paired_front`: the same question on any number of axes (the summary's score x cost x explanation quality per
+model, reports.tradeoff), decided on tests of the differences between the points: a point is dropped only when
+another is shown better on one axis and worse on none, Holm over every test of the front (the rule in words above
+`Coordinate`)."""
 
 from __future__ import annotations
 
@@ -56,25 +57,30 @@ def pareto_front(points: Sequence[tuple[str, float, float]]) -> list[ParetoPoint
     return sorted(front, key=lambda p: (p.cost, -p.accuracy, p.name))
 
 
-# ------------------------------------------------------------------------------------------------ with uncertainty
-# The front above compares bare numbers. The one below compares points whose coordinates carry intervals, on any
-# number of axes (score, cost, explanation quality), and drops a point only on evidence:
+# ------------------------------------------------------------------------------------------------ on evidence
+# The front above compares bare numbers. The one below (`paired_front`) compares points on any number of axes
+# (score, cost, explanation quality) and drops a point only on evidence, from tests of the differences between
+# the points rather than from each point's own interval:
 #
-# - q is "shown better" than p on an axis when both have an interval there and the intervals do not overlap in q's
-#   favour (higher is better: q's low above p's high; lower is better: q's high below p's low). Two separate
-#   intervals that do not overlap is a stricter test than one test of the difference at the same level, so the
-#   rule errs towards keeping a point. Where one of the two has no interval on the axis (a cost measured once, a
-#   count such as MACs) their estimates are compared (strictly) and the comparison says so (`by_estimate`).
-# - p is dropped when some q is shown better on at least one axis and p is shown better than q on none. An axis
-#   where either of them has no estimate gives no evidence, so it blocks the drop (p might be better there).
-# - With overlapping intervals this relation can run in a circle (a drops b, b drops c, c drops a); a point is not
+# - every pair of points on every axis is a `Difference` (b - a) with the two-sided p of a test that it is zero
+#   (the caller's test: paired on the same images where the points were measured on the same images); a count
+#   such as MACs is known without error and compared as it is (`exact`);
+# - the tests of one front are one family: Holm over all of them (pairs x axes) at `alpha`. q is "shown better"
+#   than p on an axis when the test rejects (Holm) and the difference is in q's favour (Holm's directional
+#   decisions: Shaffer 1980), or when the axis is exact and q is strictly better;
+# - p is dropped when some q is shown better on at least one axis and p is shown better than q on none, with a
+#   test (or an exact comparison) on every axis: an axis with no test for the pair gives no evidence either way, so
+#   it keeps p (p might be better there).
+# - Two separate intervals that do not overlap is not the test of a difference (it is stricter where the points
+#   are measured on the same images, and not a paired test at all): the intervals are for reading, not deciding.
+# - The relation can run in a circle across axes (a drops b, b drops c, c drops a); a point is not
 #   dropped by a point it itself reaches through such drops, so the front is never empty.
 
 
 @dataclass(frozen=True)
 class Coordinate:
-    """One axis of a point: its estimate and interval (``low``/``high`` None: no interval; estimate None: not
-    known)."""
+    """One axis of a point, for reading: its estimate and interval (``low``/``high`` None: no interval; estimate
+    None: not known)."""
 
     estimate: float | None
     low: float | None = None
@@ -98,16 +104,50 @@ class Axis:
 
 
 @dataclass(frozen=True)
+class Difference:
+    """Point ``b`` against point ``a`` on ``axis``: ``effect`` = b - a in the axis's units, ``p_value`` the
+    two-sided p of the test that it is zero (None: not tested, ``reason`` says why); ``exact``: a count known
+    without error (MACs), compared as it is; ``test`` names the test."""
+
+    axis: str
+    a: str
+    b: str
+    effect: float | None
+    p_value: float | None = None
+    exact: bool = False
+    test: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """A difference decided in its family: ``p_holm`` its Holm-adjusted p (None: exact or not tested),
+    ``better`` the point shown better (None: no difference shown), ``known``: tested or exact (evidence either
+    way)."""
+
+    difference: Difference
+    p_holm: float | None
+    better: str | None
+    known: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.difference
+        out = {"axis": d.axis, "resolution_a": d.a, "resolution_b": d.b, "effect": d.effect, "p_value": d.p_value}
+        return out | {"p_holm": self.p_holm, "shown_better": self.better, "test": d.test, "reason": d.reason}
+
+
+@dataclass(frozen=True)
 class Standing:
-    """One point of an uncertain front: on it, or dropped by ``dropped_by``, which is shown better on the axes
-    ``better_on`` (of those, ``by_estimate`` compared by their estimates: no interval on one side) and worse on
+    """One point of the front: on it, or dropped by ``dropped_by``, which is shown better on the axes
+    ``better_on`` (of those, ``exact_on`` compared exactly: counts; ``p_holm`` the others' Holm p) and worse on
     none."""
 
     name: str
     on_front: bool
     dropped_by: str | None = None
     better_on: tuple[str, ...] = ()
-    by_estimate: tuple[str, ...] = ()
+    exact_on: tuple[str, ...] = ()
+    p_holm: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
@@ -117,52 +157,67 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def shown_better(q: Coordinate, p: Coordinate, higher_is_better: bool = True) -> bool | None:
-    """Is q shown better than p on this axis? Intervals on both sides: they do not overlap in q's favour; else the
-    estimates, strictly. None when either estimate is not known (no evidence either way)."""
-    if not (q.known and p.known):
-        return None
-    if q.has_interval and p.has_interval:
-        return q.low > p.high if higher_is_better else q.high < p.low
-    return q.estimate > p.estimate if higher_is_better else q.estimate < p.estimate
+def decide_differences(differences: Sequence[Difference], axes: Sequence[Axis], alpha: float) -> list[PairVerdict]:
+    """Each difference decided: Holm over the tested ones at two-sided ``alpha`` (stats.paired.holm), an exact one
+    by its sign; the better point named in the axis's direction."""
+    from resomap.stats.paired import holm
+
+    if not 0 < alpha < 1:
+        raise ConfigError(f"the front's alpha must be in (0, 1), got {alpha}")
+    higher = {a.name: a.higher_is_better for a in axes}
+    tested = [i for i, d in enumerate(differences) if not d.exact and _finite(d.p_value) and _finite(d.effect)]
+    adjusted = dict(zip(tested, holm([differences[i].p_value for i in tested]).tolist(), strict=True))
+    out = []
+    for i, d in enumerate(differences):
+        if d.axis not in higher:
+            raise ConfigError(f"a difference on an axis the front does not have: {d.axis!r}")
+        known = i in adjusted or (d.exact and _finite(d.effect))
+        shown = known and d.effect != 0 and (d.exact or adjusted[i] <= alpha)
+        better = (d.b if (d.effect > 0) == higher[d.axis] else d.a) if shown else None
+        out.append(PairVerdict(d, adjusted.get(i), better, known))
+    return out
 
 
-def _drops(q: Sequence[Coordinate], p: Sequence[Coordinate], axes: Sequence[Axis]) -> tuple[str, ...]:
-    """The axes on which q is shown better than p, when it drops p (shown better on one at least, p on none, every
-    axis known for both); () otherwise."""
-    better = []
-    for axis, qc, pc in zip(axes, q, p, strict=True):
-        q_better, p_better = shown_better(qc, pc, axis.higher_is_better), shown_better(pc, qc, axis.higher_is_better)
-        if q_better is None or p_better:
-            return ()
-        if q_better:
-            better.append(axis.name)
-    return tuple(better)
+def paired_front(
+    names: Sequence[str], axes: Sequence[Axis], differences: Sequence[Difference], alpha: float
+) -> tuple[list[Standing], list[PairVerdict]]:
+    """Each point (by name, in input order) on the front or dropped, by the rule in the comment above, and every
+    difference's verdict. A dropped point names the point that drops it shown better on the most axes (ties: the
+    first)."""
+    verdicts = decide_differences(differences, axes, alpha)
+    index = {name: i for i, name in enumerate(names)}
+    found: dict[tuple[int, int, str], PairVerdict] = {}
+    for v in verdicts:
+        a, b = index[v.difference.a], index[v.difference.b]
+        found[(a, b, v.difference.axis)] = found[(b, a, v.difference.axis)] = v
+    n = len(names)
 
+    def drops(q: int, p: int) -> tuple[str, ...]:
+        """The axes on which q is shown better than p, when q drops p; () otherwise."""
+        better = []
+        for axis in axes:
+            v = found.get((q, p, axis.name))
+            if v is None or not v.known or v.better == names[p]:
+                return ()
+            if v.better == names[q]:
+                better.append(axis.name)
+        return tuple(better)
 
-def uncertain_front(points: Sequence[tuple[str, Sequence[Coordinate]]], axes: Sequence[Axis]) -> list[Standing]:
-    """Each (name, one Coordinate per axis) point on the front or dropped, in input order (the rule: the comment
-    above). A dropped point names the point that drops it shown better on the most axes (ties: the first)."""
-    if any(len(coords) != len(axes) for _, coords in points):
-        raise ConfigError(f"every point needs one coordinate per axis ({len(axes)})")
-    n = len(points)
-    drops = [[_drops(points[q][1], points[p][1], axes) if q != p else () for p in range(n)] for q in range(n)]
-    reach = [[bool(drops[q][p]) for p in range(n)] for q in range(n)]
+    table = [[drops(q, p) if q != p else () for p in range(n)] for q in range(n)]
+    reach = [[bool(table[q][p]) for p in range(n)] for q in range(n)]
     for k in range(n):  # reach[q][p]: q drops p, directly or through other points (Floyd-Warshall)
         for q in range(n):
             if reach[q][k]:
-                reach[q] = [a or b for a, b in zip(reach[q], reach[k], strict=True)]
+                reach[q] = [x or y for x, y in zip(reach[q], reach[k], strict=True)]
     out = []
-    for p, (name, coords) in enumerate(points):
-        by = [q for q in range(n) if drops[q][p] and not reach[p][q]]
+    for p, name in enumerate(names):
+        by = [q for q in range(n) if table[q][p] and not reach[p][q]]
         if not by:
             out.append(Standing(name, True))
             continue
-        q = max(by, key=lambda j: (len(drops[j][p]), -j))
-        better = drops[q][p]
-        estimate = tuple(
-            a.name for a, qc, pc in zip(axes, points[q][1], coords, strict=True)
-            if a.name in better and not (qc.has_interval and pc.has_interval)
-        )  # fmt: skip
-        out.append(Standing(name, False, points[q][0], better, estimate))
-    return out
+        q = max(by, key=lambda j: (len(table[j][p]), -j))
+        shown = [found[(q, p, axis)] for axis in table[q][p]]
+        exact = tuple(v.difference.axis for v in shown if v.difference.exact)
+        p_holm = tuple(float(v.p_holm) for v in shown if v.p_holm is not None)
+        out.append(Standing(name, False, names[q], table[q][p], exact, p_holm))
+    return out, verdicts

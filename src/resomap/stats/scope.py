@@ -20,6 +20,9 @@ per-image differences ``d`` [S, N] (seed s, image i; the same N test images and 
   sd 0.04, with Satterthwaite's degrees of freedom 0.062-0.071; with v it is 0.016-0.045 over seed sd 0-0.04,
   discordance 0.03-0.2, 3 and 5 seeds (tests/test_scope.py), at some power with no seed spread (0.69 against 0.79
   at 3 seeds in the sweep simulated there). One seed says nothing of the seed-to-seed variation: no test.
+  The seeds are paired across resolutions (row s of ``d`` is seed s at both): a trial's seed sets its initial
+  weights, the order of its training batches and its augmentation draws, the same at every resolution
+  (tests/test_seed_pairing.py), so seed s at two resolutions shares that randomness and differs in the resolution.
 
 Written by hand: neither scipy nor statsmodels has a score test for paired proportions (Tango's) or its
 seed-averaged form, nor a test over crossed seeds x images. Everything is vectorised over a leading batch axis so

@@ -201,7 +201,7 @@ def _build_summary(
     from resomap.plotstyle import parallel_saves
     from resomap.reports import build_summary, sweep_figures, write_summary
     from resomap.reports.explain_comparison import draw_comparison
-    from resomap.reports.tradeoff import tradeoff_files, tradeoffs
+    from resomap.reports.tradeoff import front_inputs, tradeoff_files, tradeoffs
     from resomap.stages import compare_stage
     from resomap.sweep.sensitive import sensitive_maps
 
@@ -216,10 +216,10 @@ def _build_summary(
         with clock("explanations"):
             deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
             comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
-            quality = comparison.figure_data.quality_rows if comparison.figure_data is not None else []
+            quality, measured = front_inputs(summary, comparison, cfg.stats)
             draw_comparison(comparison)
         with clock("statistics"):  # the trade-off needs the explanation quality the comparison pooled over seeds
-            summary.front3 = tradeoffs(summary.rows, quality)
+            summary.front3 = tradeoffs(summary.rows, quality, measured)
             tables = write_summary(summary, out_dir)
             figures += tradeoff_files(summary.front3, out_dir / "figures")
         with clock("sensitive maps"):  # the most sensitive images outside the probe set, explained on demand

@@ -16,7 +16,7 @@ import numpy as np
 from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
 from resomap.explain.evaluation.compare import Study, study
-from resomap.explain.evaluation.intervals import quality_lines, quality_table
+from resomap.explain.evaluation.intervals import quality_lines, quality_table, seed_means
 from resomap.explain.methods.probe import PROBE_KEY, load_maps
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ class ComparisonData:
     metas: dict[str, dict[int, dict]]
     quality_rows: list[dict]
     out_dir: Path
+    quality_images: dict = dataclasses.field(default_factory=dict)
 
 
 def compare_sweep(
@@ -82,25 +83,33 @@ def compare_sweep(
     metas: dict = {}
     maps, images = load_sweep_maps(entries, metas)
     found = study(maps, images, cfg, deterministic)
+    per_trial = _per_trial(metas)
     quality_rows = quality_rows_of(metas, stats)
     files: list[Path] = write_quality(quality_rows, out_dir)
     first = {mo: per_seed[min(per_seed)] for mo, per_seed in maps.items() if per_seed}  # probe figures: lowest seed
     first_images = {mo: images[mo].get(min(maps[mo]), {}) for mo in first}
     first_meta = {mo: metas.get(mo, {}).get(min(maps[mo]), {}) for mo in first}
-    return files, ComparisonData(found, first, first_images, first_meta, quality_rows, Path(out_dir))
+    return files, ComparisonData(
+        found, first, first_images, first_meta, quality_rows, Path(out_dir), seed_means(per_trial)
+    )
 
 
 def quality_rows_of(metas: dict, stats: Any = None) -> list[dict]:
     """The rows of quality.csv: each trial's per-image quality scores (npz meta), pooled over seeds per model,
     resolution and method, with a bootstrap interval over the probe images (`intervals.quality_table`)."""
+    kw = {"level": stats.level, "resamples": stats.resamples, "seed": stats.seed} if stats is not None else {}
+    return quality_table(_per_trial(metas), **kw)
+
+
+def _per_trial(metas: dict) -> list[tuple]:
+    """(model, resolution, seed, its per-image quality scores) of each trial that has them (npz meta)."""
     per_trial = [
         (model, res, seed, meta.get("quality_per_image") or {})
         for model, by_seed in metas.items()
         for seed, by_res in by_seed.items()
         for res, meta in by_res.items()
     ]
-    kw = {"level": stats.level, "resamples": stats.resamples, "seed": stats.seed} if stats is not None else {}
-    return quality_table([t for t in per_trial if t[3]], **kw)
+    return [t for t in per_trial if t[3]]
 
 
 def write_quality(rows: list[dict], out_dir: Path) -> list[Path]:

@@ -88,29 +88,48 @@ def quality_table(
     """Rows of explanations/quality.csv: per model, resolution, method and per-image score, the mean pooled over
     the seeds with a bootstrap interval over the probe images (seeds inside: an image keeps its scores under every
     seed). `per_trial`: (model, resolution, seed, {method: {score: per-image values}}) from each trial's npz meta."""
-    found: dict[tuple[str, int, str, str], dict[int, list[float]]] = defaultdict(dict)
-    for model, res, seed_, scores in per_trial:
-        for method, per_name in scores.items():
-            for name, values in per_name.items():
-                found[(model, int(res), method, name)][int(seed_)] = list(values)
     rows = []
-    for (model, res, method, name), by_seed in sorted(found.items()):
-        n = {len(v) for v in by_seed.values()}
-        seeds = sorted(by_seed)
-        if len(n) > 1:  # seeds with other probe sets cannot be pooled image by image: the lowest seed alone
-            seeds = seeds[:1]
-        table = np.array([by_seed[s] for s in seeds], dtype=np.float64)
+    for (model, res, method, name), table in sorted(_tables(per_trial).items()):
+        seeds = table.shape[0]
         table = table[:, np.isfinite(table).all(axis=0)]
         iv = bootstrap_scores(table, level=level, resamples=resamples, seed=seed) if table.size else None
         ok = iv is not None and iv.available
         rows.append(
             {"model": model, "resolution": res, "method": method, "score": name}
             | {"estimate": float(table.mean()) if table.size else math.nan, "low": iv.low if ok else math.nan}
-            | {"high": iv.high if ok else math.nan, "level": level, "images": table.shape[1], "seeds": len(seeds)}
+            | {"high": iv.high if ok else math.nan, "level": level, "images": table.shape[1], "seeds": seeds}
             | {"reading": _words(name, iv.low if ok else None, iv.high if ok else None)}
             | {"reason": (iv.reason if iv is not None else "no finite per-image scores") or ""}
         )
     return rows
+
+
+def seed_means(
+    per_trial: Iterable[tuple[str, int, int, Mapping[str, Mapping[str, list[float]]]]],
+) -> dict[tuple[str, int, str, str], np.ndarray]:
+    """Per (model, resolution, method, score) each probe image's score averaged over the seeds (NaN where a seed's
+    is not finite), the images in probe order: what the front's paired tests of quality compare between
+    resolutions (reports.tradeoff; the probe set is the same images at every resolution and seed)."""
+    return {key: table.mean(axis=0) for key, table in _tables(per_trial).items()}
+
+
+def _tables(
+    per_trial: Iterable[tuple[str, int, int, Mapping[str, Mapping[str, list[float]]]]],
+) -> dict[tuple[str, int, str, str], np.ndarray]:
+    """Per (model, resolution, method, score) the per-image values [seeds, images], seeds in order. Seeds with
+    another probe set size cannot be pooled image by image: the lowest seed alone."""
+    found: dict[tuple[str, int, str, str], dict[int, list[float]]] = defaultdict(dict)
+    for model, res, seed_, scores in per_trial:
+        for method, per_name in scores.items():
+            for name, values in per_name.items():
+                found[(model, int(res), method, name)][int(seed_)] = list(values)
+    out = {}
+    for key, by_seed in found.items():
+        seeds = sorted(by_seed)
+        if len({len(v) for v in by_seed.values()}) > 1:
+            seeds = seeds[:1]
+        out[key] = np.array([by_seed[s] for s in seeds], dtype=np.float64)
+    return out
 
 
 def quality_lines(rows: list[dict[str, Any]]) -> list[str]:
