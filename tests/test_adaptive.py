@@ -207,7 +207,7 @@ def test_adaptive_rounds_add_the_seeds_the_plan_asks_only_to_the_undecided_and_d
     # look 1 (read by round 2's executor): tiny_cnn's sequence stopped undecided at 32 px, 16 px untested in the
     # summary (the driver's own test of it alone showed it inferior); simple_cnn decided
     assert _verdicts(looks[0]) == {
-        "tiny_cnn": {64: "reference", 32: "undecided", 16: "undecided"},
+        "tiny_cnn": {64: "reference", 32: "undecided", 16: "not reached"},
         "simple_cnn": {64: "reference", 32: "non-inferior", 16: "inferior"},
     }
     tiny_look1 = next(r for r in looks[0]["recommendations"] if r["model"] == "tiny_cnn")

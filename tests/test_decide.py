@@ -109,7 +109,7 @@ def test_fixed_sequence_stops_at_the_first_failure_and_says_what_it_would_take()
     decision = noninferiority({32: ref.copy(), 64: worse, 128: ref}, margin=0.02, scope="checkpoint")
     verdicts = {v.resolution: v for v in decision.verdicts}
     assert verdicts[64].verdict == "inferior" and verdicts[64].high < -0.02
-    assert verdicts[32].verdict == "undecided" and "stopped at 64 px" in verdicts[32].reason  # never tested
+    assert verdicts[32].verdict == "not reached" and "stopped at 64 px" in verdicts[32].reason  # never tested
     assert decision.resolution == 128 and "shown inferior" in decision.reason
     noisy = {64: rng.random((1, 40)) < 0.8, 128: rng.random((1, 40)) < 0.8}
     found = noninferiority(noisy, margin=0.02, scope="checkpoint")
@@ -259,3 +259,24 @@ def test_a_one_sided_bound_beyond_the_score_range_is_cut_there_and_said():
     assert "cut to the range [-1, 1]" in v.reason
     ok = noninferiority({64: ref, 32: ref.copy()}, margin=0.02, scope="checkpoint").verdicts[1]
     assert "cut" not in ok.reason
+
+
+def test_the_recommendation_carries_the_decided_steps_detectable_margin():
+    """(issue 46, item 4) 64 px and 32 px both shown non-inferior to 128 px on 600 images: the recommendation is
+    32 px, and its detectable margin is 32 px's step (more discordant images: a wider margin), not 64 px's; with
+    no smaller resolution decided it is the first step's, where the sequence stopped."""
+    from resomap.reports.decision import _detectable
+
+    rng = np.random.default_rng(5)
+    ref = rng.random(600) < 0.85
+    near, far = ref.copy(), ref.copy()
+    near[:6] = ~near[:6]  # 6 images change at 64 px, 60 at 32 px
+    far[:60] = ~far[:60]
+    far[:60] = np.where(np.arange(60) % 2 == 0, True, far[:60])  # the same accuracy on average
+    scores = {128: ref[None], 64: near[None], 32: far[None]}
+    found = noninferiority(scores, margin=0.08, scope="checkpoint")
+    steps = {v.resolution: v.detectable for v in found.verdicts if v.detectable is not None}
+    assert found.resolution == 32 and steps[32] > steps[64]
+    assert _detectable(found) == steps[32]
+    stopped = noninferiority(scores, margin=0.001, scope="checkpoint")
+    assert stopped.resolution == 128 and _detectable(stopped) == steps[64] == stopped.verdicts[1].detectable

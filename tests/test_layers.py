@@ -82,3 +82,22 @@ def test_methods_importing_evaluation_and_evaluation_drawing_break_the_explain_c
     assert "resomap.explain.methods.cam -> resomap.explain.evaluation.quality" in flat, out
     assert "resomap.explain.evaluation.compare -> matplotlib" in flat, out  # a library, inside a function
     assert "resomap.explain.evaluation.sanity -> resomap.plotstyle" in flat, out
+
+
+CIRCLES = "no import circles between the modules of a package"
+
+
+def test_imports_for_annotations_count_an_upward_one_breaks_the_layers_and_a_circle_the_circles(tree: Path):
+    """`if TYPE_CHECKING:` imports are dependencies too (exclude_type_checking_imports = false): the task contract
+    naming a type of the stages above it breaks the layers; a strategy of the Trainer naming the Trainer, which
+    imports it, is a circle."""
+    pkg = tree / "src" / "resomap"
+    guarded = "\nfrom typing import TYPE_CHECKING as _TC\n\nif _TC:\n    from {} import {}\n"
+    _append(pkg / "tasks" / "segmentation.py", guarded.format("resomap.stages", "compare_stage"))
+    _append(pkg / "training" / "closed_form.py", guarded.format("resomap.training.trainer", "Trainer"))
+    proc = _lint(tree)
+    out = proc.stdout + proc.stderr
+    flat = " ".join(out.split())
+    assert proc.returncode != 0, out
+    assert f"{LAYERS} BROKEN" in flat and "resomap.tasks.segmentation -> resomap.stages" in flat, out
+    assert f"{CIRCLES} BROKEN" in flat and "No cycles are allowed in resomap.training" in flat, out

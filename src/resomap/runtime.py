@@ -17,7 +17,7 @@ import torch
 
 from resomap.errors import DeviceError
 
-if TYPE_CHECKING:  # annotations only: runtime sits below the config layer
+if TYPE_CHECKING:  # annotations only: importing the config schema at run time is not needed here
     from resomap.config.schema import SystemConfig
 
 log = logging.getLogger(__name__)

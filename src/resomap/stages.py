@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from resomap.tasks.evaluation import EvalMetrics, EvalResult
+
 log = logging.getLogger(__name__)
 
 
@@ -30,37 +32,6 @@ def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     """The entries of `data` that are fields of the dataclass `cls` (older or newer files may hold others)."""
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in names}
-
-
-@dataclasses.dataclass
-class EvalMetrics:
-    """A model tested at one resolution (the cross-resolution matrix keeps these two)."""
-
-    accuracy: float = math.nan
-    macro_f1: float = math.nan
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EvalMetrics:
-        return cls(**{k: float(v) for k, v in known_fields(cls, data).items()})
-
-
-@dataclasses.dataclass
-class EvalResult:
-    """Trainer.evaluate on a test split: `metrics` named '<prefix>/<name>', the task's per-image score table behind
-    them (y_true, y_pred: resomap.tasks) and `index`, each image's index in the raw dataset (bundle.splits['test'],
-    the test loader's order)."""
-
-    metrics: dict[str, float]
-    y_true: np.ndarray
-    y_pred: np.ndarray
-    prefix: str = "test"
-    index: np.ndarray | None = None
-    score: np.ndarray | None = None  # classification with two classes: each image's probability of class 1
-
-    @property
-    def summary(self) -> EvalMetrics:
-        get = self.metrics.get  # a task without these metrics keeps NaN in the cross-resolution matrix
-        return EvalMetrics(get(f"{self.prefix}/accuracy", math.nan), get(f"{self.prefix}/macro_f1", math.nan))
 
 
 @dataclasses.dataclass

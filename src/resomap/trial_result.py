@@ -14,7 +14,8 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.records import environment as current_environment
-from resomap.stages import EvalMetrics, Evaluation, ExplainSummary, ProfileSummary, known_fields
+from resomap.stages import Evaluation, ExplainSummary, ProfileSummary, known_fields
+from resomap.tasks.evaluation import EvalMetrics
 
 __all__ = ["DISK_FULL", "RETRIED_FAILURES", "TrialResult"]
 

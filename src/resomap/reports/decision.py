@@ -437,8 +437,10 @@ def class_names(by_res: Mapping[int, list[TrialRecord]]) -> list[str] | None:
 
 
 def _detectable(decision: stats.Decision) -> float | None:
-    """The detectable margin of the first tested resolution (the design's, as the others share its images)."""
-    return next((v.detectable for v in decision.verdicts if v.detectable is not None), None)
+    """The detectable margin of the decided step (the decided resolution's verdict); with no smaller resolution
+    decided, of the first step tested, where the sequence stopped."""
+    found = {v.resolution: v.detectable for v in decision.verdicts if v.detectable is not None}
+    return found.get(decision.resolution, next(iter(found.values()), None))
 
 
 def compare_models(records: Iterable[TrialRecord], cfg: StatsConfig) -> tuple[list[dict], list[dict]]:

@@ -135,7 +135,7 @@ class SummaryRow:
     deterministic: bool = False
     recommended: bool = False
     # the decision against the model's reference resolution at `margin` (stats.decide.noninferiority)
-    verdict: str | None = None  # reference | non-inferior | inferior | undecided | above reference
+    verdict: str | None = None  # reference | non-inferior | inferior | undecided | not reached | above reference
     margin: float | None = None
     reference_difference: float | None = statistic(parent=True)  # headline score: this resolution - the reference
     reference_low: float | None = statistic(parent=True)  # one-sided bounds at the level

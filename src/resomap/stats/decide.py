@@ -18,7 +18,8 @@ that is not shown non-inferior: the fixed-sequence procedure keeps the family-wi
 
 - ``non-inferior``: shown no more than ``margin`` below the reference (one-sided p < alpha);
 - ``inferior``: shown more than ``margin`` below it (the one-sided upper bound is below -margin);
-- ``undecided``: neither; or not tested because the sequence stopped above it;
+- ``undecided``: tested, neither;
+- ``not reached``: not tested, because the sequence stopped above it;
 - ``reference`` (the reference itself), ``above reference`` (not tested).
 
 ``detectable`` is the smallest margin the design shows with probability ``power`` when the true difference is 0,
@@ -53,7 +54,7 @@ from resomap.stats.checks import (
 from resomap.stats.design import MAX_SEEDS, detectable_margin, needs, observed_tested, plan_parts
 from resomap.stats.scope import SCOPE_WORDS
 
-VERDICTS = ("reference", "non-inferior", "inferior", "undecided", "above reference")
+VERDICTS = ("reference", "non-inferior", "inferior", "undecided", "not reached", "above reference")
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def noninferiority(
     for r in sorted((r for r in runs if r < ref), reverse=True):
         if stopped is not None:
             why = f"not tested: the fixed sequence stopped at {stopped} px"
-            verdicts.append(Verdict(r, verdict="undecided", n_images=n, reason=why, **base))
+            verdicts.append(Verdict(r, verdict="not reached", n_images=n, reason=why, **base))
             continue
         d = runs[r].astype(float) - runs[ref]  # [S, N]: seed s at r against seed s at the reference
         found = _step(d, margin, alpha, power, binary, scope, seed_sd)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # annotations only: importing torch here would slow the comma
 
     from resomap.config.schema import Config
     from resomap.data.bundle import DataBundle
-    from resomap.stages import EvalResult
+    from resomap.tasks.evaluation import EvalResult
 
 DEFAULT_TASK = "classification"
 Fail = Callable[[str, str, Any], None]  # fail(path, expected, got): the config loader's one-line error

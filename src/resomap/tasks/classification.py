@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from resomap.config.schema import Config
     from resomap.data.bundle import DataBundle
-    from resomap.stages import EvalResult
+    from resomap.tasks.evaluation import EvalResult
 
 
 def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from resomap.config.schema import Config
     from resomap.data.bundle import DataBundle
-    from resomap.stages import EvalResult
+    from resomap.tasks.evaluation import EvalResult
 
 TRIVIAL = "background_miou"  # seg_predictions.csv: the mIoU of predicting background everywhere, per image
 

@@ -24,7 +24,8 @@ from resomap.runtime import seed_everything
 from resomap.training.convergence import closed_form_convergence
 
 if TYPE_CHECKING:
-    from resomap.training.trainer import FitResult, Trainer
+    from resomap.training.fit_result import FitResult
+    from resomap.training.host import FitHost
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def peak_memory_mb(device: torch.device) -> float:
         return getattr(info, "peak_wset", info.rss) / 2**20
 
 
-def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
+def fit_closed_form(trainer: FitHost, model: nn.Module, data: Any) -> FitResult:
     """One solver fit per penalty of ``model.penalties`` on the unaugmented training images, each scored on the
     validation split as an epoch (history, checkpoints, early stopping and the convergence record as for
     gradient training). Seconds per fit: a resume refits from the start."""
@@ -94,7 +95,7 @@ def fit_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> FitResult:
 
 
 def train_arrays(
-    trainer: Trainer, data: Any, batches: int | None = None
+    trainer: FitHost, data: Any, batches: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The unaugmented training images flattened [N, D] (or what the model's `fit_inputs` makes of them), their
     labels [N] and per-image weights (the loader's sample weights times the loss's class weights; None when neither
@@ -113,7 +114,7 @@ def train_arrays(
     return x, y, fit_weights(trainer, y, np.concatenate(ws) if ws else None)
 
 
-def fit_weights(trainer: Trainer, y: np.ndarray, weights: Any) -> np.ndarray | None:
+def fit_weights(trainer: FitHost, y: np.ndarray, weights: Any) -> np.ndarray | None:
     """Per-image weights of a closed-form fit: the loader's sample weights (`weights`, aligned with `y`) times the
     loss's class weights; None when neither applies."""
     if weights is not None:
@@ -128,7 +129,7 @@ def fit_weights(trainer: Trainer, y: np.ndarray, weights: Any) -> np.ndarray | N
 PROBE_FEATURE_BATCHES = 4  # the cost probe's batches of a frozen backbone's features (the rest priced per image)
 
 
-def probe_closed_form(trainer: Trainer, model: nn.Module, data: Any) -> tuple[float, float, int]:
+def probe_closed_form(trainer: FitHost, model: nn.Module, data: Any) -> tuple[float, float, int]:
     """The cost probe of a closed-form fit (Trainer.probe_seconds, the trainer set up on `model`): it takes no
     gradient step; its pass over the training images is timed (a frozen backbone's features, most of such a fit:
     on PROBE_FEATURE_BATCHES batches, priced per image for all) and its fits predicted with its
@@ -170,7 +171,7 @@ def _digest_arrays(model: nn.Module, x: np.ndarray, y: np.ndarray, weights: np.n
     return h
 
 
-def kept_fit(trainer: Trainer, model: nn.Module, inputs: Any, fit: tuple) -> dict[str, float]:
+def kept_fit(trainer: FitHost, model: nn.Module, inputs: Any, fit: tuple) -> dict[str, float]:
     """model.fit_arrays(x, y, penalty, weights) (`fit`), or the same fit kept from an earlier trial or the cost
     probe: its linear layer loaded into `model` and its training metrics returned. `inputs`: _digest_arrays of
     (x, y, weights)."""

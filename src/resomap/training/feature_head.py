@@ -29,7 +29,7 @@ from resomap.atomic import save_atomic
 from resomap.data.loader import EpochBatches
 
 if TYPE_CHECKING:
-    from resomap.training.trainer import Trainer
+    from resomap.training.host import FitHost
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def views(cfg: Any, single: bool = False) -> tuple[str, list]:
 
 
 def _digest(
-    trainer: Trainer, model: nn.Module, data: Any, view_names: str, dtype: torch.dtype, splits: tuple = ("train", "val")
+    trainer: FitHost, model: nn.Module, data: Any, view_names: str, dtype: torch.dtype, splits: tuple = ("train", "val")
 ) -> str:
     """What the cached features depend on: the images of the splits (their bytes), their normalisation, the
     backbone and its weights, the input channels, the resolution, the views and the numeric path."""
@@ -130,7 +130,7 @@ def _digest(
 
 
 def extract(
-    trainer: Trainer,
+    trainer: FitHost,
     model: nn.Module,
     loader: Any,
     transforms: list,
@@ -161,7 +161,7 @@ def _cache_path(cfg: Any, key: str) -> Path:
     return Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir / "features" / f"{key}.pt"
 
 
-def cache_file(trainer: Trainer, model: nn.Module, data: Any, single: bool = False) -> Path:
+def cache_file(trainer: FitHost, model: nn.Module, data: Any, single: bool = False) -> Path:
     """Where the features of this model's backbone on `data` are kept (<output_dir>/<cache_dir>/features/)."""
     cfg = trainer.cfg
     return _cache_path(cfg, _digest(trainer, model, data, views(cfg, single)[0], _dtype(single)))
@@ -185,7 +185,7 @@ def _kept(cfg: Any, path: Path, compute: Callable[[], dict[str, torch.Tensor]]) 
     return found
 
 
-def cached_features(trainer: Trainer, model: nn.Module, data: Any, single: bool = False) -> dict[str, torch.Tensor]:
+def cached_features(trainer: FitHost, model: nn.Module, data: Any, single: bool = False) -> dict[str, torch.Tensor]:
     """{"train": [V, N, F], "val": [1, N, F]}: read from the cache, else computed and kept. Every view in float16
     (the head's training data), or with `single` the images as they are in float32 (a closed-form fit's: the
     features it would compute itself, to the bit)."""
@@ -208,7 +208,7 @@ def cached_features(trainer: Trainer, model: nn.Module, data: Any, single: bool 
     return _kept(trainer.cfg, cache_file(trainer, model, data, single), compute)
 
 
-def feature_data(trainer: Trainer, model: nn.Module, data: Any) -> FeatureData:
+def feature_data(trainer: FitHost, model: nn.Module, data: Any) -> FeatureData:
     """The model on the trainer's device with the data's normalisation, its feature standardisation set from the
     training features (every view), and the loaders of cached features the Trainer's loop reads."""
     trainer.place(model, data)
@@ -237,7 +237,7 @@ def feature_data(trainer: Trainer, model: nn.Module, data: Any) -> FeatureData:
     )
 
 
-def test_loader(trainer: Trainer, model: nn.Module, data: Any) -> Any:
+def test_loader(trainer: FitHost, model: nn.Module, data: Any) -> Any:
     """What a test evaluation of `model` on `data` reads: for a head on a frozen backbone's pooled features
     (``frozen_features``: lite<N>_linear, lite<N>_head) a loader of the test images' features at this resolution,
     in float32 and in the test loader's order, computed once and cached (every seed's trial and every other
@@ -258,7 +258,7 @@ def test_loader(trainer: Trainer, model: nn.Module, data: Any) -> Any:
     return FeatureLoader(features, loader.labels, batch_size=loader.batch_size, device=trainer.device)
 
 
-def closed_form_arrays(trainer: Trainer, model: nn.Module, data: Any) -> tuple[np.ndarray, np.ndarray, FeatureLoader]:
+def closed_form_arrays(trainer: FitHost, model: nn.Module, data: Any) -> tuple[np.ndarray, np.ndarray, FeatureLoader]:
     """A closed-form fit of a frozen backbone (lite<N>_linear) from the cache: its training features [N, F] and
     labels [N] (BatchLoader.plain()'s order) and a loader of its validation features (each penalty is scored on
     them instead of running the backbone again); a later seed reads them all from the cache."""
@@ -267,7 +267,7 @@ def closed_form_arrays(trainer: Trainer, model: nn.Module, data: Any) -> tuple[n
     return found["train"][0].numpy(), data.train.labels.numpy(), val
 
 
-def probe_seconds(trainer: Trainer, model: nn.Module, data: Any, steps: int = 2) -> tuple[float, float, int]:
+def probe_seconds(trainer: FitHost, model: nn.Module, data: Any, steps: int = 2) -> tuple[float, float, int]:
     """The cost probe of such a fit (Trainer.probe_seconds): the feature pass timed on PROBE_BATCHES batches under
     every view and priced per image for both splits (nothing when the cache holds them), plus the head's epochs
     from `steps` timed steps on features of that size."""

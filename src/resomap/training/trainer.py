@@ -6,7 +6,6 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +22,13 @@ from resomap.training import distributed, feature_head
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
 from resomap.training.closed_form import fit_closed_form, peak_memory_mb, probe_closed_form
 from resomap.training.convergence import Convergence, convergence
+from resomap.training.fit_result import FitResult
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
 from resomap.training.progress import Progress
 
 log = logging.getLogger(__name__)
 
 _NAN_CHECK_EVERY = 32  # optimiser-side host syncs: one per this many batches, to fail early on NaN
-
-
-@dataclass
-class FitResult:
-    best_path: Path | None
-    last_path: Path | None
-    best_score: float | None
-    epochs_run: int
-    history: list[dict[str, Any]] = field(default_factory=list)
-    stopped_early: bool = False
-    resumed_from_epoch: int | None = None
-    convergence: Convergence | None = None  # best epoch, still improving, stop reason, undertrained
 
 
 class Trainer:
