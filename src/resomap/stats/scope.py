@@ -111,13 +111,18 @@ def two_way(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def parts(d: np.ndarray, delta0: float | np.ndarray, *, binary: bool, scope: str) -> Parts:
     """The mean difference and its variance parts for d [B, S, N] under H0 "mean = delta0"."""
+    return prepared(d, binary=binary, scope=scope)(delta0)
+
+
+def prepared(d: np.ndarray, *, binary: bool, scope: str) -> Callable[[float | np.ndarray], Parts]:
+    """`parts` of d [B, S, N] as a function of delta0: what does not depend on it (the lattice, the two-way layout)
+    computed once, for the bounds' and the p value's root finding, which ask for many delta0 or alpha."""
     d = np.asarray(d, dtype=float)
     _, seeds, n = d.shape
     dbar = d.mean(1)  # [B, N] the image's difference, seeds averaged
     mean = dbar.mean(1)
     if binary:
         counts, values = lattice_counts(dbar, seeds)
-        image = restricted_variance(counts, values, delta0) / n
     else:
         image = dbar.var(1, ddof=1) / n if n > 1 else np.zeros_like(mean)
     seed = weight = np.zeros_like(mean)
@@ -128,19 +133,39 @@ def parts(d: np.ndarray, delta0: float | np.ndarray, *, binary: bool, scope: str
         # have no restricted variance, and with the part subtracted the size reached 0.056-0.063 (AUROC, 5 seeds,
         # tests/test_per_image.py); kept in (counted twice: conservative) it is at most 0.046 there
         seed = np.clip(weight - ms_resid / (n * seeds), 0.0, None) if binary else weight
-    return Parts(mean, image, seed, seeds, n, weight)
+
+    def at(delta0: float | np.ndarray) -> Parts:
+        found = restricted_variance(counts, values, delta0) / n if binary else image
+        return Parts(mean, found, seed, seeds, n, weight)
+
+    return at
+
+
+@functools.lru_cache(maxsize=4096)
+def _isf(alpha: float, df: int) -> float:
+    """The one-sided quantile at ``alpha`` of the normal (df 0) or Student's t with df degrees of freedom."""
+    from scipy import stats
+
+    return float(stats.norm.isf(alpha) if df == 0 else stats.t.isf(alpha, df))
+
+
+def _quantile(alpha: float | np.ndarray, df: int) -> np.float64 | np.ndarray:
+    """`_isf` (cached: the root finding asks the same alpha many times), element-wise for an array of alphas."""
+    if np.ndim(alpha) == 0:
+        return np.float64(_isf(float(alpha), df))  # numpy's float: a quantile squared far in the tail is inf
+    from scipy import stats
+
+    return stats.norm.isf(alpha) if df == 0 else stats.t.isf(alpha, df)
 
 
 def critical(p: Parts, alpha: float | np.ndarray, *, binary: bool) -> np.ndarray:
     """The critical value of T at one-sided alpha: the normal (t for scores other than 0/1) and the t_{S-1}
     quantiles mixed by variance share (module doc); negative for alpha > 1/2, as the quantiles are."""
-    from scipy import stats
-
     total = p.image + p.seed
-    image_q = stats.norm.isf(alpha) if binary else stats.t.isf(alpha, max(p.images - 1, 1))
+    image_q = _quantile(alpha, 0 if binary else max(p.images - 1, 1))
     if p.seeds < 2:
         return np.broadcast_to(np.asarray(image_q, dtype=float), total.shape).copy()
-    seed_q = stats.t.isf(alpha, p.seeds - 1)
+    seed_q = _quantile(alpha, p.seeds - 1)
     weight = p.seed_weight
     share = np.divide(weight, p.image + weight, out=np.zeros_like(total), where=p.image + weight > 0)
     with np.errstate(over="ignore"):  # t with 1-2 degrees of freedom far in the tail: inf, a valid critical value
@@ -212,8 +237,10 @@ def bounds(d: np.ndarray, alpha: float, *, binary: bool, scope: str) -> tuple[fl
         half = float(critical(p, alpha, binary=binary)[0] * math.sqrt(p.image[0] + p.seed[0]))
         return max(-edge, mean - half), min(edge, mean + half)
 
+    at = prepared(d[None], binary=binary, scope=scope)
+
     def shown(delta: float, sign: int) -> float:  # > 0 where "mean > delta0" (sign 1) or "< delta0" (-1) is shown
-        p = parts(d[None], delta, binary=binary, scope=scope)
+        p = at(delta)
         return float(sign * statistic(p, delta)[0] - critical(p, alpha, binary=binary)[0])
 
     middle = min(max(mean, -edge), edge)
@@ -241,13 +268,10 @@ def _mean_square_nodes(seeds: int) -> np.ndarray:
     return stats.chi2.ppf((np.arange(NODES) + 0.5) / NODES, seeds - 1) / (seeds - 1)
 
 
-@functools.lru_cache(maxsize=1024)
 def _quantiles(alpha: float, seeds: int, images: int, binary: bool) -> tuple[float, float]:
     """(the image part's one-sided quantile, the seed part's t_{S-1} quantile) of the test's critical value."""
-    from scipy import stats
-
-    image_q = float(stats.norm.isf(alpha) if binary else stats.t.isf(alpha, max(images - 1, 1)))
-    return image_q, float(stats.t.isf(alpha, seeds - 1)) if seeds > 1 else image_q
+    image_q = _isf(alpha, 0 if binary else max(images - 1, 1))
+    return image_q, _isf(alpha, seeds - 1) if seeds > 1 else image_q
 
 
 def step_power(
