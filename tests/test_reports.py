@@ -1310,6 +1310,11 @@ def test_a_flawed_reference_is_said_in_the_decision_and_nothing_is_recommended_o
     assert recommendation(_decided(reference_flaw=flaw), _evidence_row()) == Evidence(
         False, f"no recommendation: {flaw}: not worse than it by the margin is no evidence of enough pixels"
     )
+    # a flaw of the decision itself comes before the gates on the decided resolution: said even where 32 px is
+    # also not shown above a baseline (the quickstart's small_resnet10 before issue 45: its reason was the baseline)
+    below_baseline = _evidence_row(baselines={"pixel_logreg": {"score": 0.8, "over": 0.01, "ci_low": -0.01, "p": 0.12}})
+    assert recommendation(_decided(reference_flaw=flaw), below_baseline).reason.startswith(f"no recommendation: {flaw}")
+    assert "not shown above pixel_logreg" in recommendation(_decided(), below_baseline).reason
     fair = {128: _evidence_row(resolution=128), 64: _evidence_row(resolution=64)}
     assert reference_flaw(_decided(), fair, [{**paired[0], "effect": 0.03}, *paired[1:]]) == ""
     assert recommendation(_decided(reference_flaw=""), _evidence_row()).recommended

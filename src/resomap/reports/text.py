@@ -232,11 +232,11 @@ def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str
 
 RECOMMENDED_RULE = (
     "Recommended: a model's decided resolution only where the decision is about the model (model scope, not only "
-    "these trained checkpoints), the model is shown above the trivial predictor and above each classical baseline "
-    "of the sweep at that resolution and each model of stats.baselines at its best resolution (by the one-sided "
-    "sign-flip test above: on the images with the seeds averaged, so for these checkpoints), none of its trials "
-    "there is undertrained, and its reference is neither undertrained nor shown below a smaller resolution by the "
-    "paired tests; otherwise 'no recommendation' with the first of these that is missing."
+    "these trained checkpoints), its reference is neither undertrained nor shown below a smaller resolution by the "
+    "paired tests, the model is shown above the trivial predictor and above each classical baseline of the sweep at "
+    "that resolution and each model of stats.baselines at its best resolution (by the one-sided sign-flip test "
+    "above: on the images with the seeds averaged, so for these checkpoints), and none of its trials there is "
+    "undertrained; otherwise 'no recommendation' with the first of these that is missing."
 )
 
 

@@ -305,15 +305,16 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
 
     (a) a decision about the model exists: ``rec`` is available, ``decided`` and of ``scope`` "model" (a row
         without a scope is of checkpoint scope: a statement about the trained checkpoints, not the model);
-    (b) the model is shown above the task's trivial predictor there (``SummaryRow.shown_above``: the one-sided
+    (b) the decision's reference is a fair yardstick: ``rec["reference_flaw"]`` (:func:`reference_flaw`) is empty
+        (a flaw of the decision itself, so it comes before the gates on the decided resolution);
+    (c) the model is shown above the task's trivial predictor there (``SummaryRow.shown_above``: the one-sided
         sign-flip test);
-    (c) it is shown above each classical baseline of the sweep that ran at that resolution and each model named in
+    (d) it is shown above each classical baseline of the sweep that ran at that resolution and each model named in
         stats.baselines at that model's best resolution (a classical model is not compared with the baselines: for
-        it (c) does not apply; a named one is compared with the classical ones only);
-    (d) none of its trials there is flagged undertrained (the row's convergence records);
-    (e) the decision's reference is a fair yardstick: ``rec["reference_flaw"]`` (:func:`reference_flaw`) is empty.
+        it (d) does not apply; a named one is compared with the classical ones only);
+    (e) none of its trials there is flagged undertrained (the row's convergence records).
 
-    (a) is at the decision's scope; (b) and (c) test the per-image differences with the seeds averaged, so they
+    (a) is at the decision's scope; (c) and (d) test the per-image differences with the seeds averaged, so they
     speak of the trained checkpoints and the sentence says so (GATE_SCOPE).
 
     Otherwise 'no recommendation: <reason>' with the first that fails."""
@@ -325,6 +326,8 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
         return _none(_undecided(rec))
     if rec.get("scope", "checkpoint") != "model":
         return _none("no decision about the model (checkpoint scope only)")
+    if rec.get("reference_flaw"):
+        return _none(f"{rec['reference_flaw']}: not worse than it by the margin is no evidence of enough pixels")
     if row is None:
         return _none(f"no summary row for {res} px")
     trivial = row.words.get("trivial") or "the trivial predictor"
@@ -338,8 +341,6 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
             return _none(f"{res} px is not shown above {row.baseline_label(name)}{why}")
     if row.undertrained:
         return _none(f"{res} px is undertrained ({row.undertrained_reason or 'a seed is flagged'})")
-    if rec.get("reference_flaw"):
-        return _none(f"{rec['reference_flaw']}: not worse than it by the margin is no evidence of enough pixels")
     above = " and ".join([trivial, *(row.baseline_label(name) for name in sorted(baselines))])
     return Evidence(
         True, f"recommended: {res} px (a decision about the model; shown above {above} {GATE_SCOPE}; not undertrained)"
