@@ -175,6 +175,13 @@ def test_a_value_with_one_image_is_not_decided_and_results_without_groups_give_n
     assert single["value"] == "single" and single["n_images"] == 1 and not single["available"]
     assert single["reason"] == "not decided: n too small: 1 test image(s) of kind = single"
     assert all(r["alpha"] == pytest.approx(0.05 / 3) for r in found.rows)  # the family counts every value
+    # a group with a single value that has test images: said in one line, its value still decided
+    lone = np.where(codes == 2, 2, 0)  # every image "keeps" but the one "single"
+    alone = group_decisions(_trials(lone, _predict(lone)), StatsConfig(margin=0.1))
+    assert alone.differ == [
+        "m: kind has 1 value with at least 2 test images (keeps): no difference between its values can be tested."
+    ]
+    assert [r["available"] for r in alone.rows] == [True, False, False]
     assert group_decisions(_trials(codes, _predict(codes), groups=False), StatsConfig()).rows == []
     assert group_decisions(_trials(codes, _predict(codes)), StatsConfig(groups=[])).rows == []
 

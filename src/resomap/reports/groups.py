@@ -80,7 +80,7 @@ def group_decisions(records: Iterable[TrialRecord], cfg: StatsConfig) -> GroupDe
             mine = model_group_rows(model, name, codes[name], found, task, cfg)
             rows += mine
             steps = _interactions(model, name, mine, (codes[name], found, task), cfg) if _apart(mine) else []
-            differ += _differ(model, name, mine, steps)
+            differ += _differ(model, name, mine, steps) + _too_few_values(model, name, mine)
             tested += steps
     return GroupDecisions(rows, differ, tested)
 
@@ -188,6 +188,21 @@ def _interactions(model: str, name: str, rows: list[dict[str, Any]], data: tuple
     for t, p_holm in zip(found_tests, adjusted, strict=True):
         t.update(p_holm=float(p_holm), alpha=alpha, shown=bool(p_holm <= alpha), steps=len(found_tests))
     return found_tests
+
+
+def _too_few_values(model: str, name: str, rows: list[dict[str, Any]]) -> list[str]:
+    """One line when fewer than two values of the group have the 2 test images a decision needs: no difference
+    between its values can be tested (its rows still say each value's own decision or why there is none)."""
+    if any(r.get("n_images") is None for r in rows):  # no comparison at all: the rows say why
+        return []
+    usable = [str(r["value"]) for r in rows if r["n_images"] >= 2]
+    if len(usable) >= 2:
+        return []
+    which = f" ({usable[0]})" if usable else ""
+    return [
+        f"{model}: {name} has {len(usable)} value{'' if len(usable) == 1 else 's'} with at least 2 test images{which}:"
+        " no difference between its values can be tested."
+    ]
 
 
 def _differ(model: str, name: str, rows: list[dict[str, Any]], tests: list[dict[str, Any]]) -> list[str]:
