@@ -235,8 +235,10 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
     sentences = [r["sentence"] for r in recs]
     # it opens on the answer (MLflow shows its first lines before "Show more"), then the decisions in full
-    assert note.startswith("**Answer**: no recommendation\n\n- tiny_cnn: no recommendation (")
-    assert "**Decisions**" in note and sentences and all(f"- {s}" in note for s in sentences)
+    assert note.startswith("**Answer**: no recommendation\n\n**No recommendation** for any model")
+    assert note.index("**The answer**\n\n- tiny_cnn: no recommendation: ") < 200
+    decisions = "**Decision per model (non-inferiority to the reference)**"
+    assert decisions in note and sentences and all(f"- {s}" in note for s in sentences)
     # under each decision, how the model trained and where it stands against the majority class (reports.standing)
     for model in {r["model"] for r in recs}:
         said = note[note.index(f"- {next(r['sentence'] for r in recs if r['model'] == model)}") :]
@@ -260,7 +262,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert f"- figure: artifact `figures/{sensitive}`" in note
     # the headline figures drawn in the description (its Overview): a copy no wider than the page holds, each a link
     # to the full-size file; the copies are the parent's artifacts, resampled from the summary's own figures
-    from resomap.tracking.sweep_run import NOTE_FIGURE_WIDTH, figure_link
+    from resomap.tracking.note import NOTE_FIGURE_WIDTH, figure_link
 
     pid = parent.info.run_id
     names = ("accuracy_vs_resolution.png", "cost_vs_resolution.png", "pareto_accuracy_latency.png")
@@ -275,7 +277,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     at = [note.index(figure_link(pid, f"figures/overview/{name}")) for name in names]
     assert at == sorted(at)  # the score first
     assert note.index("**Figures**") < note.index("**Training**") < note.index("**Files**")
-    flagged = "- tiny_cnn@16: seed 42: the epoch budget ended it while val/loss was still improving"
+    flagged = "- tiny_cnn @ 16 px: seed 42: the epoch budget ended it while val/loss was still improving"
     assert "**Training**" in note and flagged in note
     counts[parent.info.run_id] = len(client.list_artifacts(parent.info.run_id, "images"))
 
@@ -405,18 +407,30 @@ def test_a_model_not_in_memory_is_logged_from_what_the_caller_rebuilds(project: 
 def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
     from types import SimpleNamespace
 
-    from resomap.tracking.sweep_run import NOTE_LIMIT, parent_note
+    from resomap.reports.sections import build_sections
+    from resomap.tracking.note import NOTE_LIMIT, parent_note
+
+    def summary(recs):
+        plain = SimpleNamespace(recommendations=recs, rows=[], explanation_findings=["a finding"])
+        return SimpleNamespace(**vars(plain), sections=build_sections(plain)[0])
 
     recs = [
         {"model": f"model{i}", "recommendation": "no recommendation: x", "sentence": f"model{i}: " + "x" * 300}
         for i in range(40)
     ]
-    note = parent_note(SimpleNamespace(recommendations=recs), ["a finding"], Path("/tmp/report.html"), [])
+    # the decisions (12k characters) do not fit: every section keeps its title, in order, the last ones first
+    # pointing to summary.md, until the note fits
+    note = parent_note(summary(recs), [], Path("/tmp/report.html"), [])
+    assert len(note) <= NOTE_LIMIT and "- model39: no recommendation: x" in note  # the answer whole
+    titles = ["**The answer**", "**Decision per model (non-inferiority to the reference)**", "**Explanations"]
+    assert [note.index(t) for t in titles] == sorted(note.index(t) for t in titles)
+    assert "a finding" not in note and note.count("*in summary.md and the report*") == 2
+    # an answer that alone is over the limit: cut at a line
+    recs = [dict(r, recommendation="no recommendation: " + "y" * 300) for r in recs]
+    note = parent_note(summary(recs), [], Path("/tmp/report.html"), [])
     assert len(note) <= NOTE_LIMIT and note.endswith("- ... (the rest: summary/summary.md)")
-    assert "- model0: " in note and "a finding" not in note  # whole lines, in order
-    short = parent_note(
-        SimpleNamespace(recommendations=recs[:2]), ["a finding"], None, [Path("f/a.png"), Path("f/a.pdf")]
-    )
+    assert "- model0: no recommendation: y" in note  # whole lines, in order
+    short = parent_note(summary(recs[:2]), [], None, [Path("f/a.png"), Path("f/a.pdf")])
     assert short.splitlines()[-1] == "- figure: artifact `figures/a.png`" and "- a finding" in short
 
 

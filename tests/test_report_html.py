@@ -107,19 +107,19 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
     assert not any(hidden for *_, hidden in page.frames)
     assert page.scripts == 1 and "type='range'" in text
     # the summary table and the train x test matrix name every model and resolution
-    summary = text[text.index('id="summary"') : text.index('id="figures"')]
+    summary = text[text.index('id="answer"') : text.index('id="figures"')]
     matrix = text[text.index('id="matrix"') : text.index('id="probes"')]
     for model in MODELS:
         assert model in summary and f"<h3>{model}</h3>" in matrix
         for res in RESOLUTIONS:
             assert re.search(rf"{model}[^<]*</td><td>{res}</td>", summary), (model, res)
     assert all(f"<th>{res}</th>" in matrix for res in RESOLUTIONS)
-    # the first screen states the decisions, the explanation finding (agreement.txt, word for word) and the paired
-    # tests before the table of numbers ends the section
+    # the explanations section states each finding (findings.txt, word for word), each statement in full below
     data = json.loads((sweep_dir / "summary.json").read_text())
     findings = (sweep_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
     statements = (sweep_dir / "explanations" / "agreement.txt").read_text().strip().splitlines()
-    assert findings and all(html.escape(s, quote=True) in summary for s in findings)
+    explained = text[text.index('id="explanations"') : text.index('id="probes"')]
+    assert findings and all(html.escape(s, quote=True) in explained for s in findings)
     agreement = text[text.index('id="agreement"') :]
     assert all(html.escape(s, quote=True) in agreement for s in statements)  # in full further down
     # each finding is its statement's head, measure and decision without the references' detail
@@ -129,10 +129,12 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
         assert full.startswith(head) and len(short) < len(full) / 2
         decision = short.rsplit(": ", 1)[-1] if "no decision" not in short else "no decision"
         assert decision.split(" (")[0] in full
-    assert summary.index("<h3>Decisions</h3>") < summary.index("<h3>Explanations</h3>") < summary.index("<table")
+    # the answer, then the decisions, then the table of numbers; the paired tests further down
+    order = [text.index(f'<section id="{key}">') for key in ("answer", "decision", "results", "explanations", "paired")]
+    assert order == sorted(order)
     for rec in data["recommendations"]:
-        assert html.escape(rec["sentence"], quote=True) in summary
-    assert "Same test images, seeds paired" in summary  # the paired-test table is on the page
+        assert html.escape(rec["sentence"], quote=True) in _part(text, "decision")
+    assert "Same test images, seeds paired" in _part(text, "paired")  # the paired-test table is on the page
     # what the model said, and the figures of accuracy, cost, explanation cost, Pareto
     assert re.search(r"true class <b>\w+</b>", text) and re.search(r"\d+ px: \w+ \d+%", text)
     for stem in ("accuracy_vs_resolution", "explain_cost_vs_resolution", "pareto_accuracy_latency"):
@@ -164,8 +166,8 @@ def test_the_first_screen_says_how_each_model_trained_and_where_it_stands(sweep_
     lines = standing(rows)
     assert set(lines) == set(MODELS)
     text, _ = _parse(write_report(sweep_dir))
-    decisions = text[text.index("<h3>Decisions</h3>") : text.index("<h3>Explanations</h3>")]
-    md = (sweep_dir / "summary.md").read_text()
+    decisions = text[text.index('id="decision"') : text.index('id="results"')]
+    md = " ".join((sweep_dir / "summary.md").read_text().split())  # lines wrapped
     for model in MODELS:
         mine = [r for r in rows if r.model == model]
         training, baselines = lines[model]
@@ -181,10 +183,10 @@ def test_the_first_screen_says_how_each_model_trained_and_where_it_stands(sweep_
             assert f"shown above the majority class ({trivial}) at {above[0]}" in baselines
         for line in (training, baselines):
             assert f"<li>{html.escape(line, quote=True)}</li>" in decisions
-            assert f"  - {line}" in md
+            assert f"- {line}" in md
     findings = (sweep_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
     assert findings and all("(chance " in f for f in findings)
-    summary = text[text.index('id="summary"') : text.index('id="training"')]
+    summary = text[text.index('id="answer"') : text.index('id="training"')]
     head = summary[summary.index("<table") : summary.index("</tr>")]
     assert "latency ms" not in head and "latency ms" in summary[summary.index("<h3>Cost</h3>") :]
 
@@ -257,7 +259,7 @@ def test_the_three_way_front_is_in_the_summary_the_report_and_its_figure(sweep_d
             assert not any(_shown(entry, a, q, p["resolution"]) == str(p["resolution"]) for a in ("score", "cost"))
             assert p["standing"].startswith(f"dropped: {q} px is shown better on")
     page = (sweep_dir / "report.html").read_text(encoding="utf-8")
-    assert '<section id="tradeoff">' in page and "Score x cost x explanation quality" in page
+    assert '<section id="front">' in page and "Score x cost x explanation quality" in page
     for entry in front3.values():
         for p in entry["points"]:
             assert html.escape(p["standing"]) in page
@@ -293,7 +295,8 @@ def test_training_quality_is_in_every_summary_and_the_report(sweep_dir: Path):
         for key in ("best_epoch", "epochs_run", "stop_reason", "undertrained", "undertrained_reason", "lr_found"):
             assert json.loads(found[f"convergence/{key}"]) == [c.get(key) for c in convs], key
     md = (sweep_dir / "summary.md").read_text()
-    assert "| best epoch / epochs run (seeds) | undertrained |" in md and "## Training (convergence per seed)" in md
+    assert "| best epoch / epochs run (seeds) | stopped (seeds) |" in md and "**Convergence per seed**" in md
+    assert md.index("## Results per model") < md.index("## Training") < md.index("**Convergence per seed**")
     for model in MODELS:
         png = sweep_dir / "figures" / f"learning_curves_{model}.png"
         with Image.open(png) as img:
@@ -302,8 +305,8 @@ def test_training_quality_is_in_every_summary_and_the_report(sweep_dir: Path):
             assert img.format == "PNG" and img.width > 600 and img.height > 400
         assert png.with_suffix(".pdf").stat().st_size > 1000
     text, _ = _parse(write_report(sweep_dir))
-    assert text.index('id="summary"') < text.index('id="training"') < text.index('id="figures"')
-    training = text[text.index('id="training"') : text.index('id="figures"')]
+    assert text.index('id="answer"') < text.index('id="figures"') < text.index('id="training"')
+    training = _part(text, "training")
     for model in MODELS:
         assert f'alt="learning_curves_{model}"' in training and f'<td class="l">{model}</td>' in training
     assert "best epoch / epochs run (seeds)" in training and "stopped (seeds)" in training
@@ -354,9 +357,9 @@ def test_per_class_decisions_in_the_summary_the_report_and_load_sweep(sweep_dir:
     md = (sweep_dir / "summary.md").read_text()
     assert "## Per class (recall of each class, the minority class first)" in md
     text, _ = _parse(write_report(sweep_dir))
-    assert text.index('id="summary"') < text.index('id="per-class"') < text.index('id="training"')
-    section = text[text.index('id="per-class"') : text.index('id="training"')]
-    assert "<h2>Per class</h2>" in section and "Bonferroni over K classes" in section
+    assert text.index('id="answer"') < text.index('id="training"') < text.index('id="per-class"')
+    section = _part(text, "per-class")
+    assert "<h2>Per class (recall of each class" in section and "Bonferroni over K classes" in section
     for row in found:
         assert f"<td>{html.escape(row['class'])} ({row['n_images']})</td>" in section
 
@@ -395,8 +398,8 @@ def test_per_group_decisions_in_the_trials_the_summary_the_report_and_load_sweep
     md = (sweep_dir / "summary.md").read_text()
     assert "## Per group (each group value's test images decided on their own)" in md
     text, _ = _parse(write_report(sweep_dir))
-    section = text[text.index('id="per-group"') : text.index('id="training"')]
-    assert "<h2>Per group</h2>" in section and "Bonferroni" in section
+    section = _part(text, "per-group")
+    assert "<h2>Per group (each group value" in section and "Bonferroni" in section
     for row in found:
         assert f"<td>detail = {row['value']} ({row['n_images']})</td>" in section
 
@@ -420,7 +423,7 @@ def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
         cells = {r["model"]: r for r in csv.DictReader(fh)}
     assert sorted(cells) == sorted(MODELS) and [r["model"] for r in recs] == sorted(MODELS)
     md = (sweep_dir / "summary.md").read_text()
-    decisions = md[md.index("## Decision per model") :]
+    decisions = " ".join(md[md.index("## Decision per model") :].split())  # lines wrapped
     for rec in recs:
         assert rec["recommended"] is False and rec["recommendation"].startswith("no recommendation: ")
         assert rec["recommendation"] == recommendation(rec, by_key.get((rec["model"], rec["resolution"]))).reason
@@ -434,7 +437,7 @@ def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
             assert line.endswith("| no recommendation |")
     assert not any(r.recommended for r in rows) and "| recommended |" not in md
     page = (sweep_dir / "report.html").read_text(encoding="utf-8")  # the page the sweep wrote
-    first = page[page.index('id="summary"') : page.index('id="training"')]
+    first = page[page.index('id="answer"') : page.index('id="training"')]
     assert "★" not in first and "No resolution is recommended" in first
     assert not re.search(r'<tr class="rec"><td class="l">[^<]*</td><td>\d+</td><td>\d+</td>', first)
     assert all(html.escape(rec["sentence"], quote=True) in first for rec in recs)
@@ -481,6 +484,9 @@ def test_text_is_escaped(sweep_dir: Path, tmp_path: Path):
     data = json.loads((copy / "summary.json").read_text())
     data["recommendations"][0]["sentence"] = '<script>alert("x")</script> & more'
     data["rows"][0]["note"] = "<img src=x onerror=alert(1)>"
+    decision = next(x for x in data["sections"] if x["name"] == "decision")  # what the page shows of them
+    decision["blocks"][0]["items"][0]["text"] = data["recommendations"][0]["sentence"]
+    decision["blocks"].append({"kind": "table", "header": ["<b>"], "rows": [[data["rows"][0]["note"]]], "title": ""})
     for trial in data["trials"]:  # the copy's trial folders: the originals' (relative paths moved with it)
         trial["folder"] = str((sweep_dir / trial["folder"]).resolve())
     (copy / "summary.json").write_text(json.dumps(data))
@@ -522,8 +528,8 @@ def test_images_that_need_the_pixels_are_counted_written_loaded_and_shown(sweep_
     md = (sweep_dir / "summary.md").read_text()
     assert "## Images that need the pixels" in md and f"{MODELS[0]} 16 px against 24 px: lost " in md
     text = write_report(sweep_dir).read_text(encoding="utf-8")
-    section = text[text.index('<section id="sensitive">') : text.index('<section id="probes">')]
-    assert "<h2>Images that need the pixels</h2>" in section and "seed-dependent (noise)" in section
+    section = _part(text, "sensitive")
+    assert "<h2>Images that need the pixels (" in section and "seed-dependent (noise)" in section
     assert all(f"<h3>{model}</h3>" in section for model in MODELS)
     # the maps: a copy whose csv lists a probe image and an image outside the probe set as lost at 16 px
     copy = tmp_path / "listed"
@@ -540,7 +546,7 @@ def test_images_that_need_the_pixels_are_counted_written_loaded_and_shown(sweep_
         writer.writerow(["model", "resolution", "reference", "index", "label", "class_name", "status"])
         writer.writerows([[model, 16, 24, probe, 0, "c0", "lost"], [model, 16, 24, outside, 1, "c1", "lost"]])
     text, page = _parse(write_report(copy))
-    section = text[text.index('<section id="sensitive">') : text.index('<section id="probes">')]
+    section = _part(text, "sensitive")
     assert f"image #{probe}</b>" in section and f"image #{outside}</b>" in section
     assert section.count('<div class="sbs"') == len(METHODS)  # one row per method, every resolution side by side
     for method in METHODS:
@@ -658,7 +664,7 @@ def test_the_report_shows_the_maps_on_demand_like_the_probe_maps(on_demand: dict
 
     model = MODELS[0]
     text, page = _parse(write_report(on_demand["copy"]))
-    section = text[text.index('<section id="sensitive">') : text.index('<section id="probes">')]
+    section = _part(text, "sensitive")
     assert "not in the probe set: no map" not in section
     assert section.count('<div class="sbs"') == len(METHODS) * (len(on_demand["outside"]) + 1)
     for index in on_demand["outside"]:
@@ -931,7 +937,7 @@ def test_one_model_one_resolution_one_seed_renders_every_section_and_says_what_i
     from resomap.reports.html import write_report
 
     text, page = _parse(write_report(single_dir))
-    for key in ("summary", "training", "figures", "matrix", "probes", "agreement", "quality"):
+    for key in ("answer", "decision", "results", "training", "figures", "matrix", "probes", "agreement", "quality"):
         assert f'<section id="{key}">' in text, key
     model, res = MODELS[0], RESOLUTIONS[0]
     assert f"only {res} px has per-image predictions: nothing to compare it with" in text
@@ -960,3 +966,9 @@ def test_agreement_captions_read_model_names_that_end_in_digits():
     assert _agreement_caption("mobilenetv3_large_100_gradcam_agreement", pairs) == (
         "mobilenetv3_large_100 / gradcam: Spearman, top-k IoU and mass agreement across resolutions"
     )
+
+
+def _part(text: str, key: str) -> str:
+    """One <section> of the page, whole."""
+    start = text.index(f'<section id="{key}">')
+    return text[start : text.index("</section>", start)]

@@ -95,7 +95,7 @@ def test_segmentation_report_shows_the_summary_figures_and_overlays(sweep_dir: P
     text = path.read_text(encoding="utf-8")
     alts = [img.get("alt", "") for img in _images(text)]
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", text)
-    summary = _section(text, "summary")
+    summary = _section(text, "results")
     rows = _summary_rows(sweep_dir)
     assert set(rows) == {(m, r) for m in MODELS for r in RESOLUTIONS}
     for (model, res), row in rows.items():
@@ -108,7 +108,8 @@ def test_segmentation_report_shows_the_summary_figures_and_overlays(sweep_dir: P
             assert f"<td>{estimate}</td>" in summary, (model, res, column)
         assert any(a.startswith(f"{model} {res} px true and predicted masks") for a in alts), (model, res)
     assert "mIoU per image" in summary and "boundary F1 per image" in summary and "mean Dice" in summary
-    assert "Paired tests between resolutions" in summary and "16 → 32" in summary
+    paired = _section(text, "paired")
+    assert "Paired tests between resolutions" in paired and "16 → 32" in paired
     with (sweep_dir / "paired_tests.csv").open() as fh:
         assert {r["metric"] for r in csv.DictReader(fh)} == {"miou", "boundary_f1"}
     assert "accuracy_vs_resolution" in alts and "pareto_accuracy_latency" in alts
@@ -130,7 +131,7 @@ def test_segmentation_report_without_its_figures_draws_them_again(sweep_dir: Pat
     text = write_report(bare).read_text(encoding="utf-8")
     alts = [img.get("alt", "") for img in _images(text)]
     assert {"accuracy_vs_resolution", "pareto_accuracy_latency"} <= set(alts)
-    summary = _section(text, "summary")
+    summary = _section(text, "results")
     for (model, res), row in _summary_rows(sweep_dir).items():
         miou = f"<td>{float(row['image_miou_pooled']):.3f}"
         assert re.search(rf"{model}[^<]*</td><td>{res}</td><td>1</td>{miou}", summary), (model, res)

@@ -440,8 +440,12 @@ def test_every_row_carries_each_seeds_convergence_record(fake):
             assert json.loads(csv_rows[res][f"convergence/{key}"]) == [r[key] for r in records], key
         assert csv_rows[res]["undertrained"] == "True"
     md = (out / "summary.md").read_text()
-    assert "| best epoch / epochs run (seeds) | undertrained |" in md and "| 2/3, 1/3 | yes |" in md
-    training = md[md.index("## Training (convergence per seed)") : md.index("## Decision per model")]
+    results = md[md.index("## Results per model and resolution") : md.index("## Training")]
+    assert "| undertrained | latency ms |" in results and "| best epoch / epochs run (seeds) |" in results
+    assert f"| {MODEL} | 64 | " in results and "| 2/3, 1/3 |\n" in results  # the detail table's last column
+    assert "| yes | " in results  # the headline table: undertrained
+    training = md[md.index("## Training") : md.index("## Paired tests")]
+    assert f"- {MODEL} @ 64 px: seed 0: the best epoch is the last one (2)" in training  # who did not learn, first
     assert f"| {MODEL} | 64 | 2/3, 1/3 | epoch_budget, plateau | -, 0.0031 | yes: seed 0: the best epoch" in training
     assert "seed 0: the best epoch is the last one (2)" in (out / "summary.txt").read_text()
     assert {f"learning_curves_{MODEL}.png", f"learning_curves_{MODEL}.pdf"} <= {p.name for p in files}
@@ -465,7 +469,9 @@ def test_a_closed_form_model_shows_its_chosen_penalty_and_has_no_curve(tmp_path)
     assert [r["penalty"] for r in row.convergence] == [1e-3, 1e-3] and row.undertrained is False
     write_summary(summary, tmp_path)
     md = (tmp_path / "summary.md").read_text()
-    assert "| C=0.001, C=0.001 | no |" in md and "| penalty grid, penalty grid | - | no |" in md
+    assert "| C=0.001, C=0.001 |\n" in md and "| penalty grid, penalty grid | - | no |" in md
+    assert "penalty chosen on validation: C = 0.001" in " ".join(md.split())  # beside the decision, not epochs
+    assert "best epoch" not in md.split("## Decision per model")[1].split("##")[0]
     assert curve_trials(results) == {}  # no epochs: no learning curve
     figures = sweep_figures(summary.rows, tmp_path / "figures", trials=summary.trials)
     assert figures and not any(p.name.startswith("learning_curves") for p in figures)
@@ -611,7 +617,7 @@ def test_parent_run_gets_tables_and_headline_numbers_once(fake):
     assert {"summary/paired_tests.csv", "summary/recommendation.csv", "summary/summary.md"} <= tracker.artifacts
     assert f"figures/learning_curves_{MODEL}.png" in tracker.artifacts  # the learning curves, beside the others
     note = tracker.tags["mlflow.note.content"]
-    assert "**Training**" in note and f"- {MODEL}@32: seed 0: the best epoch is the last one (2)" in note
+    assert "**Training**" in note and f"- {MODEL} @ 32 px: seed 0: the best epoch is the last one (2)" in note
     # undecided at 0.02: nothing recommended, so no recommended resolution and no resomap.best (the decided
     # resolution, the reference, is in the recommendation tag's words)
     assert f"recommended_resolution/{MODEL}" not in tracker.metrics and "resomap.best" not in tracker.tags
@@ -1164,7 +1170,7 @@ def test_a_deterministic_model_is_one_replicate_said_once_with_no_interval_over_
     assert rec["deterministic"] is True and rec["sentence"].endswith(said)
     assert summary.deterministic_models() == {MODEL: len(seeds)}
     md = (out / "summary.md").read_text()
-    assert md.count(said) == 1 and "| not available: one replicate (deterministic fit) |" in md
+    assert " ".join(md.split()).count(said) == 1 and "| not available: one replicate (deterministic fit) |" in md
     assert _csv(out / "recommendation.csv")[0]["deterministic"] == "True"
     assert {r["deterministic"] for r in _csv(out / "summary.csv")} == {"True"}
     assert SummaryRow.from_dict(json.loads((out / "summary.json").read_text())["rows"][0]).deterministic

@@ -89,6 +89,7 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
     quality, measured = front_inputs(summary, comparison, stats)
     draw_comparison(comparison)
     summary.front3 = tradeoffs(summary.rows, quality, measured)  # score x cost x explanation quality per model
+    summary.explanation_findings = list(comparison.findings)
     figures += tradeoff_files(summary.front3, out / "figures")
     figures += sensitive_maps(summary, first, out, out)  # the most sensitive images outside the probe set
     report_path, summary_path = write_report(out, models, summary, comparison, failed)

@@ -47,33 +47,19 @@ def quality_table(quality: Mapping[str, Mapping[str, float]]) -> str:
 def summary_text(
     summary: Any, agreement: Mapping[str, float], failed: Mapping[str, str], statements: list[str] = ()
 ) -> str:
-    """The results table with intervals, the decision and recommendation per model, the paired tests, the mean
-    explanation agreement and the checkpoints that could not be analysed. ``summary``: a SweepSummary, or summary
-    rows."""
+    """The summary's sections (resomap.reports.sections: the answer first, the methods last, as in a sweep's
+    summary.txt), then the mean explanation agreement, each explanation statement in full and the checkpoints that
+    could not be analysed. ``summary``: a SweepSummary, or summary rows."""
+    from resomap.blocks import render
     from resomap.reports import SweepSummary
-    from resomap.reports.text import (
-        RECOMMENDED_RULE,
-        describe_stats,
-        notes_lines,
-        paired_table,
-        recommendation_lines,
-        results_table,
-    )
+    from resomap.reports.sections import build_sections
 
     if not isinstance(summary, SweepSummary):
         summary = SweepSummary(list(summary), [], [], [], {})
-    text = "Trained checkpoints, tested on their test split (estimates pooled over seeds, with intervals)\n"
-    if summary.stats:
-        text += describe_stats(summary.stats, summary.paired_tests) + "\n"
-    text += results_table(summary.rows, recommendations=summary.recommendations)
-    if summary.recommendations:
-        lines = "".join(f"{x}\n" for x in recommendation_lines(summary.recommendations))
-        text += "\nDecision and recommendation per model\n" + lines + RECOMMENDED_RULE + "\n"
-    if summary.paired_tests:
-        text += "\nPaired tests between resolutions (B - A: accuracy difference)\n" + paired_table(summary.paired_tests)
-    notes = notes_lines(summary.rows)
-    if notes:
-        text += "\nNotes\n" + "".join(f"{x}\n" for x in notes)
+    if summary.sections is None:
+        summary.sections, summary.section_errors = build_sections(summary)
+    heading = "Trained checkpoints, tested on their test split (estimates pooled over seeds, with intervals)"
+    text = render(summary.sections, markdown=False, heading=heading)
     if agreement:
         text += "\nMean explanation agreement across resolutions, with its references (floor: across seeds at one "
         text += "resolution; chance: maps of other images; model_free: an edge map of the same images)\n"
@@ -104,7 +90,11 @@ def write_report(
 ) -> tuple[Path, Path]:
     """report.json (every checkpoint's result, the summary rows with intervals, paired tests, recommendations,
     agreement with its references and statements) and summary.txt, atomically."""
+    from resomap.blocks import section_to_dict
+    from resomap.reports.sections import build_sections
+
     agreement = comparison.agreement
+    summary.sections, summary.section_errors = build_sections(summary)
     payload = {
         "models": models,
         "summary": [row.to_dict() for row in summary.rows],
@@ -112,6 +102,7 @@ def write_report(
         "recommendations": summary.recommendations,
         "stats": summary.stats,
         "front3": getattr(summary, "front3", []),  # reports.tradeoff: the three-way front per model
+        "sections": [section_to_dict(x) for x in summary.sections or []],  # what summary.txt shows, in its order
         "agreement": {
             "mean": agreement,
             "statements": comparison.statements,

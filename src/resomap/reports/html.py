@@ -38,18 +38,17 @@ from resomap.atomic import write_text
 from resomap.errors import DataError
 from resomap.reports.convergence import CURVES_STEM, undertrained_cell
 from resomap.reports.groups import group_cells, group_note
-from resomap.reports.html_explain import agreement_section, explanation_statements, probe_section, quality_section
+from resomap.reports.html_explain import agreement_section, probe_section, quality_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
 from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import figure_img
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
+from resomap.reports.html_sections import ordered_parts, sections_of
 from resomap.reports.html_sensitivity import sensitivity_section
 from resomap.reports.per_class import class_cells, class_note
 from resomap.reports.rows import SummaryRow, baseline_label, baseline_names
-from resomap.reports.sensitivity import SECTION_TITLE
-from resomap.reports.standing import standing
 from resomap.reports.text import (
     ABOVE_P,
     above_baseline,
@@ -118,24 +117,9 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     models = sorted({str(r.model) for r in rows} | {str(t.get("model")) for t in trials if t.get("model")})
     resolutions = sorted({int(r.resolution) for r in rows} | {int(t["resolution"]) for t in trials})
     seeds = sorted({int(t.get("seed") or 0) for t in trials})
-    sections = [
-        ("summary", "Summary", _summary_section(data, rows, explanation_statements(sweep_dir, short=True))),
-        *([("per-class", "Per class", _class_section(data["class_decisions"]))] if data.get("class_decisions") else []),
-        *([("per-group", "Per group", _group_section(data))] if data.get("group_decisions") else []),
-        ("training", "Training", _training_section(sweep_dir, rows, trials)),
-        *([("adaptive", "Adaptive sweep", _adaptive_section(data["adaptive"]))] if data.get("adaptive") else []),
-        ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
-        ("matrix", "Train x test resolution", _matrix_section(rows)),
-        ("sensitive", SECTION_TITLE, sensitivity_section(sweep_dir, data, trials)),
-    ]
-    if data.get("front3"):
-        sections.insert(-1, ("tradeoff", "Score x cost x explanation quality", _tradeoff_section(data["front3"])))
-    outputs = _outputs_section(sweep_dir, trials)
-    if outputs:
-        sections.append(("outputs", "Test outputs", outputs))
-    sections.append(("probes", "What the models saw", probe_section(sweep_dir, trials)))
-    sections.append(("agreement", "Agreement of explanations across resolutions", agreement_section(sweep_dir)))
-    sections.append(("quality", "Explanation quality against resolution", quality_section(sweep_dir)))
+    sections = _parts(sweep_dir, data, rows, trials)
+    if not rows:
+        sections.insert(0, ("results", "Results", '<p class="muted">No finished trial.</p>'))
     nav = " ".join(f'<a href="#{key}">{_e(title)}</a>' for key, title, _ in sections)
     head = (
         f"<h1>ResoMap sweep {_e(sweep_dir.name)}</h1>"
@@ -161,21 +145,43 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
     return out
 
 
-def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) -> str:
-    """The first screen: the decision per model, the explanation finding per model x method, the table, the
-    paired tests."""
-    if not rows:
-        return '<p class="muted">No finished trial.</p>'
-    recs = [r for r in data.get("recommendations") or [] if r.get("sentence")]
-    beside = standing(rows)  # how each model trained and where it stands against the baselines, under its decision
-    items = [
-        f"<li>{_e(r['sentence'])}<ul>{''.join(f'<li>{_e(x)}</li>' for x in beside.get(str(r['model']), []))}</ul></li>"
-        for r in recs
+def _parts(sweep_dir: Path, data: dict, rows: list[SummaryRow], trials: list[dict]) -> list[tuple[str, str, str]]:
+    """(anchor, title, HTML) of the page's sections in the summary's order (reports.html_sections): the rich view
+    of each section that has one, the page's own parts after the section they belong to."""
+    adaptive = data.get("adaptive")
+    explained = [
+        lambda: ("probes", "What the models saw", probe_section(sweep_dir, trials)),
+        lambda: ("agreement", "Agreement of explanations across resolutions", agreement_section(sweep_dir)),
+        lambda: ("quality", "Explanation quality against resolution", quality_section(sweep_dir)),
     ]
-    parts = ["<h3>Decisions</h3><ul>" + "".join(items) + "</ul>"] if recs else []
-    if statements:
-        items = "".join(f"<li>{_e(x)}</li>" for x in statements)
-        parts.append(f"<h3>Explanations</h3><ul>{items}</ul>")
+    outputs = _outputs_section(sweep_dir, trials)
+    sections = ordered_parts(
+        sections_of(data, rows),
+        rich={
+            "results": lambda s: _results_section(data, rows),
+            "training": lambda s: _training_section(sweep_dir, rows, trials),
+            "per_class": lambda s: _class_section(data["class_decisions"]),
+            "per_group": lambda s: _group_section(data),
+            "front": lambda s: _tradeoff_section(data["front3"]),
+            "sensitive": lambda s: sensitivity_section(sweep_dir, data, trials),
+            "paired": lambda s: _paired_part(data.get("paired_tests") or [], rows[0]),
+        },
+        extras={
+            "results": [
+                lambda: ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
+                lambda: ("matrix", "Train x test resolution", _matrix_section(rows)),
+            ],
+            "training": [lambda: ("adaptive", "Adaptive sweep", _adaptive_section(adaptive)) if adaptive else None],
+            "sensitive": [lambda: ("outputs", "Test outputs", outputs) if outputs else None],
+            "explanations": explained,
+        },
+    )
+    return sections
+
+
+def _results_section(data: dict, rows: list[SummaryRow]) -> str:
+    """Per model x resolution: the scores with their intervals, above the trivial predictor and each baseline, the
+    verdict, recommended rows starred and shaded; then the costs."""
     methods = sorted({m for r in rows for m in r.explain_seconds})
     level = next((r.ci_level for r in rows if r.ci_level), None)
     first = rows[0]
@@ -216,7 +222,7 @@ def _summary_section(data: dict, rows: list[SummaryRow], statements: list[str]) 
     foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
     cost = '<h3>Cost</h3><p class="small muted">Means over seeds: inference latency at batch 1, peak memory,'
     cost += " training time, and each explanation method's seconds per image.</p>" + _table(cost_head, costs)
-    return "".join(parts) + _table(head, lines) + foot + cost + _paired_part(data.get("paired_tests") or [], first)
+    return _table(head, lines) + foot + cost
 
 
 def _tradeoff_section(front3: list[dict]) -> str:
@@ -301,7 +307,7 @@ def _paired_part(paired: list[dict], first: SummaryRow) -> str:
     head = ["model", "metric", "px a → b", "effect b - a (CI)", "p", "p adjusted", "significant", "images"]
     tests = sorted({str(p.get("method")) for p in paired if p.get("method")})
     note = f"Same test images, seeds paired: {'; '.join(tests)}; p adjusted over each model's pairs of a metric."
-    return "<h3>Paired tests between resolutions</h3>" + _table(head, lines) + f'<p class="small muted">{_e(note)}</p>'
+    return _table(head, lines) + f'<p class="small muted">{_e(note)}</p>'
 
 
 def _figures_section(sweep_dir: Path, rows: list[SummaryRow], data: dict) -> str:

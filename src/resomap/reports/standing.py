@@ -37,7 +37,8 @@ def _px(resolutions: list[int]) -> str:
 
 def training_words(rows: list[SummaryRow]) -> str:
     """'undertrained at 32 and 64 px (3 of 4 trials: <why>); best epoch 11 of 12' or 'not flagged undertrained
-    at any resolution; best epoch 2 of 5' (one model's rows); 'no convergence records' without them."""
+    at any resolution; best epoch 2 of 5' (one model's rows); a closed-form fit the penalties it chose ('...;
+    penalty chosen on validation: C = 0.001, 0.01'); 'no convergence records' without them."""
     records = [c for r in rows for c in r.convergence or []]
     if not records or all(r.undertrained is None for r in rows):
         return "no convergence records (a summary from before they were kept)"
@@ -49,6 +50,9 @@ def training_words(rows: list[SummaryRow]) -> str:
         said += f": {'; '.join(why)})" if why else ")"
     else:
         said = "not flagged undertrained at any resolution"
+    penalties = sorted({float(c["penalty"]) for c in records if isinstance(c.get("penalty"), int | float)})
+    if penalties:  # a closed-form fit: one fit per penalty of a grid, no epochs; its choice on validation
+        return said + f"; penalty chosen on validation: C = {', '.join(f'{p:g}' for p in penalties)}"
     best = [(c.get("best_epoch"), c.get("epochs_run")) for c in records]
     best = [(b, n) for b, n in best if isinstance(b, int) and isinstance(n, int)]
     if best:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from resomap.atomic import write_text
+from resomap.blocks import Section, section_to_dict
 from resomap.config.schema import StatsConfig
 from resomap.records import machines, machines_warning
 from resomap.reports.aligned import TrialId, TrialRecord, group_records, one_replicate
@@ -87,6 +88,13 @@ class SweepSummary:
     # per model x group decided apart x step: the test of whether that step's difference to the reference differs
     # between the group's values (reports.groups._interactions: means, sizes, p, Holm p, alpha, shown)
     group_interactions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # the comparison of the sweep's maps in short, a finding per model x method (its measure and decision); set once
+    # the comparison ran
+    explanation_findings: list[str] = dataclasses.field(default_factory=list)
+    # the sections every view renders, in order (reports.sections.build_sections; set by write_summary), and one
+    # line per plugin section that raised and was left out
+    sections: list[Section] | None = None
+    section_errors: list[str] = dataclasses.field(default_factory=list)
 
     def standing(self) -> dict[str, list[str]]:
         """model -> its training and baselines lines (reports.standing), shown beside its decision."""
@@ -112,8 +120,10 @@ class SweepSummary:
         return {r["model"]: seeds.get(r["model"], 0) for r in self.recommendations if r.get("deterministic")}
 
     def to_dict(self) -> dict[str, Any]:
-        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sensitive_images"}
-        return json_safe({**plain, "rows": [row.to_dict() for row in self.rows]})
+        skip = ("sensitive_images", "sections")
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+        sections = [section_to_dict(s) for s in self.sections or []]
+        return json_safe({**plain, "rows": [row.to_dict() for row in self.rows], "sections": sections})
 
 
 def json_safe(value: Any) -> Any:
@@ -396,9 +406,11 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     """summary.csv (a line per model x resolution), summary.json (everything, each trial's folder relative to
     out_dir), paired_tests.csv, recommendation.csv, sensitive_images.csv (the lost and gained images,
     reports.sensitivity), summary.md and summary.txt, each written atomically."""
-    from resomap.reports.text import summary_document
+    from resomap.blocks import render
+    from resomap.reports.sections import build_sections
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    summary.sections, summary.section_errors = build_sections(summary)
     flat = [row.to_dict(csv=True) for row in summary.rows]
     payload = summary.to_dict()
     for trial in payload["trials"]:
@@ -409,8 +421,8 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
         PAIRED_CSV: _csv(summary.paired_tests, PAIRED_COLUMNS),
         RECOMMENDATION_CSV: _csv(summary.recommendations, RECOMMENDATION_COLUMNS),
         SENSITIVE_IMAGES_FILE: _csv(summary.sensitive_images, SENSITIVE_IMAGE_COLUMNS),
-        SUMMARY_MD: summary_document(summary, markdown=True),
-        SUMMARY_TXT: summary_document(summary, markdown=False),
+        SUMMARY_MD: render(summary.sections, markdown=True, heading="Sweep summary"),
+        SUMMARY_TXT: render(summary.sections, markdown=False, heading="Sweep summary"),
     }
     paths = []
     for name, text in files.items():

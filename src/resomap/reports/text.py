@@ -7,12 +7,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from resomap.records import machine_lines
 from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
-from resomap.reports.groups import group_cells, group_note
-from resomap.reports.per_class import class_cells, class_note
 from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_label, baseline_names
-from resomap.reports.tradeoff import tradeoff_cells, tradeoff_lines
 from resomap.stats import TWOWAY_MIN_SEEDS
 
 COST_COLUMNS = (
@@ -114,61 +110,84 @@ def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> s
     return "\n".join(lines) + "\n"
 
 
-def results_table(
-    rows: list[SummaryRow], markdown: bool = False, recommendations: Iterable[Mapping[str, Any]] = ()
-) -> str:
-    """model x resolution: each per-image score of the task and macro-F1 pooled over seeds with their
-    image-bootstrap intervals, the headline test metric over seeds (mean ± std), the headline score's interval over
-    test images and training seeds (two-way bootstrap, >= 3 seeds), the headline score above the trivial predictor
-    and above each classical baseline (a column each), costs (mean ± std over seeds), each seed's best epoch /
-    epochs run, whether any seed is undertrained, the verdict and the recommendation: 'recommended' (the row's
+def headline_cells(
+    rows: list[SummaryRow], recommendations: Iterable[Mapping[str, Any]] = ()
+) -> tuple[list[str], list[list[str]]]:
+    """(header, body) of the first results table, one line per model x resolution: the headline score pooled over
+    seeds with its image-bootstrap interval, above the trivial predictor and above each classical baseline (a
+    column each: the difference with its interval, the compared score and the one-sided p), whether any seed is
+    undertrained, the latency, the verdict against the reference and the recommendation: 'recommended' (the row's
     mark), or 'no recommendation' at a model's decided resolution that lacks the evidence (``recommendations``: the
-    decision's row says why)."""
+    decision's row says why). The rest is `detail_cells`'."""
     withheld = {(r["model"], r.get("resolution")) for r in recommendations if not r.get("recommended")}
-    level = next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95)
-    pct = f"{level:.0%}"
+    pct = f"{next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95):.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
-    scores = [*first.score_columns, "test_macro_f1"]
-    seed_column = first.seed_column
     trivial = trivial_words(rows)
     named = baseline_names(rows)
+    said = first.say(first.headline)
     header = [
         "model",
-        "res",
+        "px",
+        f"{said} [{pct} CI]",
+        *([f"above {trivial} [{pct} CI] (its {said}; {ABOVE_P})"] if trivial else []),
+        *(f"above {baseline_label(rows, n)} [{pct} CI] (its {said}; {ABOVE_P})" for n in named),
+        "undertrained",
+        "latency ms",
+        "vs reference",
+        "recommendation",
+    ]
+    body = [
+        [
+            str(r.model),
+            str(r.resolution),
+            fmt_interval(*r.score(first.headline)),
+            *([above_trivial(r)] if trivial else []),
+            *(above_baseline(r, name) for name in named),
+            undertrained_cell(r.undertrained),
+            fmt_spread(r.value("latency_ms"), r.value("latency_ms_std")),
+            r.verdict or "-",
+            _mark(r, withheld) or "-",
+        ]
+        for r in rows
+    ]
+    return header, body
+
+
+def detail_cells(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
+    """(header, body) of the results in detail: seeds, test images, each per-image score besides the headline and
+    macro-F1 with their intervals, the headline test metric over seeds (mean ± std), the headline score's interval
+    over test images and training seeds (two-way bootstrap, >= 3 seeds), throughput and memory (mean ± std over
+    seeds) and each seed's best epoch / epochs run."""
+    pct = f"{next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95):.0%}"
+    first = rows[0] if rows else SummaryRow("", "", 0, 0)
+    scores = [c for c in [*first.score_columns, "test_macro_f1"] if c != first.headline]
+    seed_column = first.seed_column
+    header = [
+        "model",
+        "px",
         "seeds",
         "images",
         *(f"{first.say(c)} [{pct} CI]" for c in scores),
-        *([f"above {trivial} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})"] if trivial else []),
-        *(f"above {baseline_label(rows, n)} [{pct} CI] (its {first.say(first.headline)}; {ABOVE_P})" for n in named),
         f"{first.say(seed_column)} over seeds",
         f"{first.say(first.headline)} {TWOWAY_WORDS.removeprefix('interval ')} [{pct} CI]",
-        *(title for _, title, _ in COST_COLUMNS),
+        *(title for key, title, _ in COST_COLUMNS if key != "latency_ms"),
         EPOCHS_TITLE,
-        "undertrained",
-        "vs reference",
-        "",
     ]
-    body = []
-    for r in rows:
-        body.append(
-            [
-                str(r.model),
-                str(r.resolution),
-                str(r.n_seeds),
-                str(r.n_test_images or "-"),
-                *(fmt_interval(*r.score(c)) for c in scores),
-                *([above_trivial(r)] if trivial else []),
-                *(above_baseline(r, name) for name in named),
-                fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
-                twoway_cell(r),
-                *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS),
-                epochs_cell(r.convergence),
-                undertrained_cell(r.undertrained),
-                r.verdict or "-",
-                _mark(r, withheld),
-            ]
-        )
-    return table(header, body, markdown)
+    body = [
+        [
+            str(r.model),
+            str(r.resolution),
+            str(r.n_seeds),
+            str(r.n_test_images or "-"),
+            *(fmt_interval(*r.score(c)) for c in scores),
+            fmt_spread(r.value(seed_column), r.value(f"{seed_column}_std")),
+            twoway_cell(r),
+            *(fmt_spread(r.value(k), r.value(f"{k}_std"), spec) for k, _, spec in COST_COLUMNS if k != "latency_ms"),
+            epochs_cell(r.convergence),
+        ]
+        for r in rows
+    ]
+    return header, body
 
 
 def _mark(r: SummaryRow, withheld: set[tuple[str, Any]]) -> str:
@@ -204,9 +223,9 @@ def training_note(rows: list[SummaryRow]) -> str:
     )
 
 
-def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str:
-    """The paired tests; a `metric` column when more than one score was compared (segmentation: mIoU and boundary
-    F1 per image)."""
+def paired_cells(paired: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(header, body) of the paired tests; a `metric` column when more than one score was compared (segmentation:
+    mIoU and boundary F1 per image)."""
     metrics = len({p.get("metric") for p in paired}) > 1
     header = ["model", "A px", "B px", "acc A", "acc B", "B - A [CI]", "p", "p adjusted", "significant", "note"]
     if metrics:
@@ -227,7 +246,7 @@ def paired_table(paired: list[Mapping[str, Any]], markdown: bool = False) -> str
         ]
         for p in paired
     ]
-    return table(header, body, markdown)
+    return header, body
 
 
 RECOMMENDED_RULE = (
@@ -258,7 +277,17 @@ def recommendation_lines(
 
 
 def notes_lines(rows: list[SummaryRow]) -> list[str]:
-    return [f"{r.model} @ {r.resolution} px: {r.note}" for r in rows if r.note]
+    """Each row's notes, a note said once with the model x resolutions it holds for: 'interval ... not available:
+    one replicate (deterministic fit): lite0_linear at 64, 96, 128 px; pixel_logreg at 64 px'."""
+    where: dict[str, dict[str, list[str]]] = {}
+    for r in rows:
+        for part in str(r.note or "").split(";"):
+            if part.strip():
+                where.setdefault(part.strip(), {}).setdefault(str(r.model), []).append(str(r.resolution))
+    return [
+        f"{note}: " + "; ".join(f"{model} at {', '.join(res)} px" for model, res in models.items())
+        for note, models in where.items()
+    ]
 
 
 def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = ()) -> str:
@@ -361,77 +390,6 @@ def recipe_line(trials: list[Mapping[str, Any]]) -> str:
         words = next(iter(seen))
         return words[0].upper() + words[1:] + "."
     return " ".join(f"{', '.join(models)}: {words}." for words, models in seen.items())
-
-
-def summary_document(summary: Any, markdown: bool = False) -> str:
-    """summary.md (markdown=True) / summary.txt: the results table, how each seed trained (convergence), the
-    recommendation per model in words, the per-class decisions (reports.per_class), the paired tests, the images
-    lost and gained against the reference (reports.sensitivity), and the notes saying which numbers are not
-    available and why."""
-    h = (lambda t: f"## {t}\n\n") if markdown else (lambda t: f"{t}\n{'-' * len(t)}\n")
-    bullet = "- " if markdown else ""
-    gap = "\n"
-    out = ("# Sweep summary\n\n" if markdown else "") + describe_stats(summary.stats, summary.paired_tests) + "\n\n"
-    out += h("Results per model and resolution") + results_table(summary.rows, markdown, summary.recommendations)
-    out += gap
-    recipe = recipe_line(summary.trials)
-    if recipe:
-        out += h("Training recipe") + recipe + "\n" + gap
-    if any(r.convergence for r in summary.rows):
-        out += h("Training (convergence per seed)") + table(*training_cells(summary.rows), markdown)
-        out += gap + training_note(summary.rows) + "\n" + gap
-    out += h("Decision per model (non-inferiority to the reference)") + "".join(
-        f"{bullet}{x}\n" if not x.startswith("  ") else f"  {bullet}{x.strip()}\n"
-        for x in recommendation_lines(summary.recommendations, verdicts=True, standing=_standing(summary))
-    )
-    if summary.recommendations:
-        out += gap + RECOMMENDED_RULE + "\n"
-    per_class = getattr(summary, "class_decisions", None) or []
-    if per_class:
-        out += gap + h("Per class (recall of each class, the minority class first)")
-        out += table(*class_cells(per_class), markdown) + gap + class_note(per_class) + "\n"
-    grouped = getattr(summary, "group_decisions", None) or []
-    if grouped:
-        out += gap + h("Per group (each group value's test images decided on their own)")
-        out += table(*group_cells(grouped), markdown) + gap
-        out += group_note(grouped, getattr(summary, "group_differ", None) or []) + "\n"
-    front3 = getattr(summary, "front3", None) or []
-    if front3:
-        out += gap + h("Score x cost x explanation quality (the front per model)")
-        out += table(*_plain(tradeoff_cells(front3)), markdown)
-        out += gap + "".join(f"{bullet}{x}\n" for x in tradeoff_lines(front3))
-    if summary.paired_tests:
-        metrics = {p.get("metric") for p in summary.paired_tests}
-        first = summary.rows[0] if summary.rows else None
-        what = f"{first.say(first.headline)} difference" if first and len(metrics) == 1 else "difference per metric"
-        out += gap + h(f"Paired tests between resolutions (B - A: {what})")
-        out += paired_table(summary.paired_tests, markdown)
-    found = getattr(summary, "sensitivity", None) or []
-    if found:
-        from resomap.reports.sensitivity import DEFINITIONS, SECTION_TITLE, sensitivity_line
-
-        out += gap + h(f"{SECTION_TITLE} (test images lost or gained against the reference)")
-        out += "".join(f"{bullet}{sensitivity_line(r)}\n" for r in found) + gap + DEFINITIONS + "\n"
-    notes = notes_lines(summary.rows)
-    if notes:
-        out += gap + h("Notes") + "".join(f"{bullet}{x}\n" for x in notes)
-    ran_on = getattr(summary, "machines", None) or []
-    if ran_on:
-        out += gap + h("Machines (CPU model, torch's CPU capability, native-bf16 flags: trials)")
-        out += "".join(f"{bullet}{x}\n" for x in machine_lines(ran_on))
-        warning = getattr(summary, "machines_warning", "")
-        if warning:
-            out += gap + f"Warning: {warning}.\n"
-    return out
-
-
-def _plain(cells: tuple[list[str], list[tuple[list[str], bool]]]) -> tuple[list[str], list[list[str]]]:
-    """A table's (header, [(cells, shaded)]) without the shading."""
-    return cells[0], [line for line, _ in cells[1]]
-
-
-def _standing(summary: Any) -> dict[str, list[str]]:
-    return summary.standing() if hasattr(summary, "standing") else {}
 
 
 ADAPTIVE_SECTION = "## Adaptive sweep"

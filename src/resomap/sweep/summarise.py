@@ -53,10 +53,12 @@ def results_digest(trials: list[Trial]) -> str:
 
 def summary_inputs(cfg: Config) -> dict[str, Any]:
     """What the summary depends on besides the result files: the stats settings and a hash of the statistics and
-    report code (resomap.stats, resomap.reports), read from the source files, nothing imported."""
+    report code (resomap.stats, resomap.reports, the sections' blocks and the parent run's description), read from
+    the source files, nothing imported."""
     h = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
-    for path in sorted([*(package / "stats").glob("*.py"), *(package / "reports").glob("*.py")]):
+    words = [package / "blocks.py", package / "tracking" / "note.py"]
+    for path in sorted([*(package / "stats").glob("*.py"), *(package / "reports").glob("*.py"), *words]):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return {"stats": to_dict(cfg)["stats"], "code": h.hexdigest()[:16]}
@@ -220,6 +222,7 @@ def _build_summary(
             draw_comparison(comparison)
         with clock("statistics"):  # the trade-off needs the explanation quality the comparison pooled over seeds
             summary.front3 = tradeoffs(summary.rows, quality, measured)
+            summary.explanation_findings = list(comparison.findings)
             tables = write_summary(summary, out_dir)
             figures += tradeoff_files(summary.front3, out_dir / "figures")
         with clock("sensitive maps"):  # the most sensitive images outside the probe set, explained on demand

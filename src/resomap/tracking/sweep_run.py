@@ -10,6 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
+from resomap.tracking.note import (
+    BEST_TAG,
+    NOTE_LIMIT,
+    NOTE_TAG,
+    best_recommended,
+    log_note_figures,
+    parent_note,
+    recommended_row,
+)
 from resomap.tracking.publish import _held_images
 from resomap.tracking.views import (
     AGREEMENT_METRIC,
@@ -21,8 +30,6 @@ from resomap.tracking.views import (
 
 log = logging.getLogger(__name__)
 
-NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
-NOTE_LIMIT = 8000  # characters of a tag value MLflow stores
 BY_RESOLUTION = "by_resolution/"  # the parent's metrics drawn against resolution (step = resolution)
 
 
@@ -243,12 +250,6 @@ def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mappi
     return "\n".join(lines)[:NOTE_LIMIT]
 
 
-def recommended_row(summary: Any) -> Any:
-    """The summary row of the parent's one "best" (`best_recommended`), or None when nothing is recommended."""
-    best = best_recommended(summary)
-    return next((r for r in summary.rows if f"{r.model}@{r.resolution}" == best), None) if best else None
-
-
 def recommended_words(summary: Any) -> str:
     """The parent's `recommended` tag: '<model>@<res> (score)' of `best_recommended`, else 'no recommendation: '
     with each model's reason (its recommendation row's words), cut to 250 characters."""
@@ -284,122 +285,6 @@ def tag_children(tracker: Any, parent: str, records: ChildRecords) -> None:
     for run_id, (metrics, tags) in records.items():
         if run_id in have:
             log_changed(tracker, run_id, dict(metrics), dict(tags), held=have[run_id])
-
-
-BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
-
-
-def best_recommended(summary: Any) -> str | None:
-    """'<model>@<res>' of the most accurate resolution the summary recommends (a recommendation row's
-    `recommended`: reports.uncertainty.recommendation, not recomputed here); None when it recommends none."""
-    chosen = {(r["model"], r["resolution"]) for r in summary.recommendations if r.get("recommended")}
-    rows = [r for r in getattr(summary, "rows", ()) if (r.model, r.resolution) in chosen]
-    best = max(rows, key=lambda r: r.test_accuracy or 0.0, default=None)
-    return f"{best.model}@{best.resolution}" if best is not None else None
-
-
-# the figures the parent's description shows (its Overview in the MLflow UI), in this order, with their alt text:
-# the evidence against resolution with intervals, which MLflow's own charts draw against "Step" without them
-NOTE_FIGURES = {
-    "accuracy_vs_resolution.png": "test score against resolution, with intervals",
-    "cost_vs_resolution.png": "inference cost against resolution",
-    "pareto_accuracy_latency.png": "score against latency",
-}
-
-
-NOTE_FIGURE_DIR = "figures/overview"  # where the description's copies of NOTE_FIGURES are logged
-NOTE_FIGURE_WIDTH = 720  # px: MLflow's description keeps an image's own width (it strips width attributes), and a
-# wider one widens the whole run page past a 1400 px window; the figures are written at 200 dpi, up to 2200 px
-
-
-def log_note_figures(tracker: Any, run_id: str, figures: Iterable[Path]) -> None:
-    """Log to `run_id` under NOTE_FIGURE_DIR a copy of each NOTE_FIGURES file among `figures`, no wider than
-    NOTE_FIGURE_WIDTH (Lanczos-resampled; the full-size file stays under figures/)."""
-    import tempfile
-
-    from PIL import Image
-
-    chosen = [Path(p) for p in figures if Path(p).name in NOTE_FIGURES]
-    if not chosen:
-        return
-    with tempfile.TemporaryDirectory(prefix="resomap-note-") as tmp:
-        for path in chosen:
-            with Image.open(path) as image:
-                if image.width > NOTE_FIGURE_WIDTH:
-                    height = round(image.height * NOTE_FIGURE_WIDTH / image.width)
-                    image = image.resize((NOTE_FIGURE_WIDTH, height), Image.Resampling.LANCZOS)
-                image.save(Path(tmp) / path.name, optimize=False)
-            tracker.log_artifact(run_id, Path(tmp) / path.name, NOTE_FIGURE_DIR)
-
-
-def figure_link(run_id: str, artifact: str) -> str:
-    """The address of a run's artifact as MLflow's server answers it, relative to its UI's page (so it holds under
-    a --static-prefix too): the server's get-artifact route, the one its own artifact viewer uses."""
-    from urllib.parse import quote
-
-    return f"get-artifact?path={quote(artifact, safe='')}&run_uuid={quote(run_id, safe='')}"
-
-
-def parent_note(
-    summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path], run_id: str | None = None
-) -> str:
-    """The parent run's description (markdown, shown above its details in the MLflow UI): the decision per model
-    with its recommendation or 'no recommendation: <reason>' (and a line saying so when no model is recommended),
-    the undertrained model x resolutions, the explanation finding per model x method, the NOTE_FIGURES among
-    `figures` drawn in place (with `run_id`, the run that holds them under figures/), and where the report and the
-    figures are."""
-    lines = answer_lines(summary)
-    lines += ["", "**Decisions** (each resolution against the reference at the stated margin)", ""]
-    standing = summary.standing() if hasattr(summary, "standing") else {}  # reports.standing: training, baselines
-    decided = [r for r in summary.recommendations if r.get("sentence")]
-    for r in decided:
-        lines += [f"- {r['sentence']}", *(f"  - {x}" for x in standing.get(str(r.get("model")), []))]
-    lines += [] if decided else ["- no finished trial"]
-    if summary.recommendations and not any(r.get("recommended") for r in summary.recommendations):
-        lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
-    pngs = [Path(p).name for p in figures if Path(p).suffix == ".png"]
-    shown = [name for name in NOTE_FIGURES if name in pngs] if run_id else []
-    lines += ["", "**Figures** (the report's; every figure is under Files)", ""] if shown else []
-    for name in shown:  # a paragraph each: images in one paragraph sit side by side, each too small to read
-        link = figure_link(run_id or "", f"{NOTE_FIGURE_DIR}/{name}")
-        full = figure_link(run_id or "", f"figures/{name}")  # the copy links to the full-size file
-        lines += [f"*{NOTE_FIGURES[name]}* (click for full size)", "", f"[![{NOTE_FIGURES[name]}]({link})]({full})", ""]
-    lines += training_lines(getattr(summary, "rows", ()))
-    statements = [s for s in statements if s.strip()]
-    if statements:
-        lines += ["", "**Explanations** (agreement across resolutions against the cross-seed floor)", ""]
-        lines += [f"- {s}" for s in statements]
-    files = [f"- report: artifact `{page.name}` (one self-contained page; on disk `{page}`)"] if page else []
-    files += [f"- figure: artifact `figures/{name}`" for name in pngs]
-    if files:
-        lines += ["", "**Files**", "", *files]
-    text = "\n".join(lines)
-    if len(text) > NOTE_LIMIT:  # MLflow's tag value limit
-        text = text[: NOTE_LIMIT - 40].rsplit("\n", 1)[0] + "\n- ... (the rest: summary/summary.md)"
-    return text
-
-
-def answer_lines(summary: Any) -> list[str]:
-    """The description's first lines, the ones MLflow shows before "Show more": the one "best" (the recommended
-    model @ resolution with its score, or "no recommendation") and each model's decision in a few words
-    (`decision_words`); the reasons follow under Decisions."""
-    row = recommended_row(summary)
-    best = "no recommendation"
-    if row is not None:
-        mean = row.score(row.headline)[0]
-        best = f"{row.model}@{row.resolution} recommended" + (f" ({mean:.3f})" if mean is not None else "")
-    return [f"**Answer**: {best}", "", *(f"- {r['model']}: {decision_words(r)}" for r in summary.recommendations)]
-
-
-def training_lines(rows: Iterable[Any]) -> list[str]:
-    """The parent description's training part: each model x resolution with an undertrained seed and why (the
-    summary rows' convergence fields, reports.rows.SummaryRow); [] when no row has a convergence record."""
-    checked = [r for r in rows if getattr(r, "undertrained", None) is not None]
-    if not checked:
-        return []
-    flagged = [f"- {r.model}@{r.resolution}: {r.undertrained_reason}" for r in checked if r.undertrained]
-    head = "**Training** (convergence records; learning curves: `figures/learning_curves_<model>.png`)"
-    return ["", head, "", *(flagged or ["- no seed flagged undertrained"])]
 
 
 def headline(summary: Any) -> dict[str, str]:

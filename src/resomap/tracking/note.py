@@ -1,0 +1,176 @@
+"""The sweep parent run's description (MLflow's "note", markdown, shown above the run's details): the one "best"
+(the recommendation, or that there is none) and then the summary's sections in the order every view shows them
+(resomap.reports.sections: the answer first, the methods last), each shortened to what a run page can hold; the
+figures against resolution follow the results; where the report and the files are come last."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from resomap.blocks import Bullets, Section, Table, Text, bullets, markdown_table
+
+NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
+NOTE_LIMIT = 8000  # characters of a tag value MLflow stores
+LINE_LIMIT = 300  # characters of a paragraph or list item in the description (the rest: summary.md)
+ITEMS_LIMIT = 6  # list items of a section beyond the answer and the decision (the rest: summary.md)
+FULL = ("answer", "decision")  # sections shown whole; of the others, the results' first table is the only table
+KEPT_LONGEST = ("answer", "decision", "results", "explanations", "training")  # the last to be cut, the first last
+WHOLE_ITEMS = ("explanations",)  # sections whose list items are shown whole (a finding each), sub-items left out
+# the figures the parent's description shows (its Overview in the MLflow UI), in this order, with their alt text:
+# the evidence against resolution with intervals, which MLflow's own charts draw against "Step" without them
+NOTE_FIGURES = {
+    "accuracy_vs_resolution.png": "test score against resolution, with intervals",
+    "cost_vs_resolution.png": "inference cost against resolution",
+    "pareto_accuracy_latency.png": "score against latency",
+}
+
+
+NOTE_FIGURE_DIR = "figures/overview"  # where the description's copies of NOTE_FIGURES are logged
+NOTE_FIGURE_WIDTH = 720  # px: MLflow's description keeps an image's own width (it strips width attributes), and a
+# wider one widens the whole run page past a 1400 px window; the figures are written at 200 dpi, up to 2200 px
+
+
+def log_note_figures(tracker: Any, run_id: str, figures: Iterable[Path]) -> None:
+    """Log to `run_id` under NOTE_FIGURE_DIR a copy of each NOTE_FIGURES file among `figures`, no wider than
+    NOTE_FIGURE_WIDTH (Lanczos-resampled; the full-size file stays under figures/)."""
+    import tempfile
+
+    from PIL import Image
+
+    chosen = [Path(p) for p in figures if Path(p).name in NOTE_FIGURES]
+    if not chosen:
+        return
+    with tempfile.TemporaryDirectory(prefix="resomap-note-") as tmp:
+        for path in chosen:
+            with Image.open(path) as image:
+                if image.width > NOTE_FIGURE_WIDTH:
+                    height = round(image.height * NOTE_FIGURE_WIDTH / image.width)
+                    image = image.resize((NOTE_FIGURE_WIDTH, height), Image.Resampling.LANCZOS)
+                image.save(Path(tmp) / path.name, optimize=False)
+            tracker.log_artifact(run_id, Path(tmp) / path.name, NOTE_FIGURE_DIR)
+
+
+def figure_link(run_id: str, artifact: str) -> str:
+    """The address of a run's artifact as MLflow's server answers it, relative to its UI's page (so it holds under
+    a --static-prefix too): the server's get-artifact route, the one its own artifact viewer uses."""
+    from urllib.parse import quote
+
+    return f"get-artifact?path={quote(artifact, safe='')}&run_uuid={quote(run_id, safe='')}"
+
+
+def parent_note(
+    summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path], run_id: str | None = None
+) -> str:
+    """The description: the best line (`answer_lines`), every section of `summary.sections` in order (`section_lines`),
+    the NOTE_FIGURES among `figures` drawn after the results (with `run_id`, the run that holds them under figures/),
+    and where the report and the figures are. `statements`: the explanation findings, shown when the summary has no
+    explanations section of its own (a summary from before it)."""
+    sections = list(getattr(summary, "sections", None) or [])
+    lines = answer_lines(summary)
+    statements = [s for s in statements if s.strip()]
+    if statements and not any(s.name == "explanations" for s in sections):
+        sections.insert(max(len(sections) - 1, 0), Section("explanations", "Explanations", (bullets(statements),)))
+    pngs = [Path(p).name for p in figures if Path(p).suffix == ".png"]
+    shown = [name for name in NOTE_FIGURES if name in pngs] if run_id else []
+    parts = [[f"**{s.title}**", "", *section_lines(s)] for s in sections]
+    for at, section in enumerate(sections):
+        if section.name == "results" and shown:
+            parts[at] += ["", "**Figures** (the report's; every figure is under Files)", ""]
+            for name in shown:  # a paragraph each: images in one paragraph sit side by side, each too small to read
+                link = figure_link(run_id or "", f"{NOTE_FIGURE_DIR}/{name}")
+                full = figure_link(run_id or "", f"figures/{name}")  # the copy links to the full-size file
+                alt = NOTE_FIGURES[name]
+                parts[at] += [f"*{alt}* (click for full size)", "", f"[![{alt}]({link})]({full})", ""]
+    files = [f"- report: artifact `{page.name}` (one self-contained page; on disk `{page}`)"] if page else []
+    files += [f"- figure: artifact `figures/{name}`" for name in pngs]
+    tail = ["", "**Files**", "", *files] if files else []
+
+    def text() -> str:
+        return "\n".join([*lines, *(x for part in parts for x in ["", *part]), *tail])
+
+    # over MLflow's limit: sections keep their title and point to summary.md, the least needed first (KEPT_LONGEST
+    # last, then from the last section back), so that every section is named in its place
+    kept = {name: i for i, name in enumerate(KEPT_LONGEST)}
+    order = sorted(range(len(parts)), key=lambda i: (kept.get(sections[i].name, len(kept)), i), reverse=True)
+    for at in (i for i in order if sections[i].name != "answer"):
+        if len(text()) <= NOTE_LIMIT:
+            break
+        parts[at] = [parts[at][0], "", "*in summary.md and the report*"]
+    note = text()
+    if len(note) > NOTE_LIMIT:
+        note = note[: NOTE_LIMIT - 40].rsplit("\n", 1)[0] + "\n- ... (the rest: summary/summary.md)"
+    return note
+
+
+def _short(text: str) -> str:
+    """A paragraph or item cut at LINE_LIMIT characters, at a sentence's or clause's end where there is one."""
+    if len(text) <= LINE_LIMIT:
+        return text
+    cut = text[:LINE_LIMIT]
+    end = max(cut.rfind(". "), cut.rfind("; "))
+    return (cut[: end + 1] if end > LINE_LIMIT // 3 else cut.rsplit(" ", 1)[0]) + " ... (summary.md)"
+
+
+def section_lines(section: Section) -> list[str]:
+    """One section in markdown for the description: the answer and the decision whole; any other section's
+    paragraphs and items shortened (`_short`, at most ITEMS_LIMIT items), the results' first table, and a pointer
+    in place of every other table."""
+    whole = section.name in FULL
+    sentences = section.name in WHOLE_ITEMS  # each item whole, without its sub-items
+    lines: list[str] = []
+    tables = 0
+    for block in section.blocks:
+        if isinstance(block, Text):
+            lines += [block.text if whole else _short(block.text), ""]
+        elif isinstance(block, Bullets):
+            items = block.items if whole or sentences else block.items[:ITEMS_LIMIT]
+            for item in items:
+                lines.append(f"- {item.text if whole or sentences else _short(item.text)}")
+                lines += [f"  - {s}" for s in item.sub] if whole else []
+            if len(block.items) > len(items):
+                lines.append(f"- ... ({len(block.items) - len(items)} more in summary.md)")
+            lines.append("")
+        elif isinstance(block, Table):
+            tables += 1
+            if section.name == "results" and tables == 1:
+                lines += [markdown_table(block.header, block.rows).rstrip("\n"), ""]
+            else:
+                lines += [f"*{block.title or 'a table'}: in summary.md and the report*", ""]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def answer_lines(summary: Any) -> list[str]:
+    """The description's first line, the one MLflow shows before "Show more": the one "best" (the recommended
+    model @ resolution with its score), or "no recommendation" and, when no model is recommended, a line saying so."""
+    row = recommended_row(summary)
+    best = "no recommendation"
+    if row is not None:
+        mean = row.score(row.headline)[0]
+        best = f"{row.model}@{row.resolution} recommended" + (f" ({mean:.3f})" if mean is not None else "")
+    lines = [f"**Answer**: {best}"]
+    recs = getattr(summary, "recommendations", None) or []
+    if recs and not any(r.get("recommended") for r in recs):
+        lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
+    return lines
+
+
+BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
+
+
+def best_recommended(summary: Any) -> str | None:
+    """'<model>@<res>' of the most accurate resolution the summary recommends (a recommendation row's
+    `recommended`: reports.uncertainty.recommendation, not recomputed here); None when it recommends none."""
+    chosen = {(r["model"], r["resolution"]) for r in summary.recommendations if r.get("recommended")}
+    rows = [r for r in getattr(summary, "rows", ()) if (r.model, r.resolution) in chosen]
+    best = max(rows, key=lambda r: r.test_accuracy or 0.0, default=None)
+    return f"{best.model}@{best.resolution}" if best is not None else None
+
+
+def recommended_row(summary: Any) -> Any:
+    """The summary row of the parent's one "best" (`best_recommended`), or None when nothing is recommended."""
+    best = best_recommended(summary)
+    return next((r for r in summary.rows if f"{r.model}@{r.resolution}" == best), None) if best else None

@@ -1,0 +1,155 @@
+"""The summary's sections (resomap.reports.sections), decided once and rendered in one order everywhere: a real sweep
+(tiny_cnn and pixel_logreg at two resolutions, MLflow on) with a section defined here, in this one file, as a
+plugin would, and one that raises. Each section with data appears in summary.json, summary.md, summary.txt,
+report.html and the parent run's MLflow description, in the same order, the answer first and the methods last; the
+raising one is left out with one line naming it, the rest written whole."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_sweep_config
+from resomap.blocks import Text, table
+from resomap.reports.sections import SECTIONS, register_section, section_names
+
+PLUGIN_TITLE = "Sweep size (a plugin's section)"
+
+
+def sweep_size(summary):
+    """A plugin's section: how many trials and rows the sweep has, a sentence and a table."""
+    rows = summary.rows
+    return [
+        Text(f"{len(summary.trials)} trials, {len(rows)} model x resolution rows."),
+        table(["model", "rows"], [[m, sum(r.model == m for r in rows)] for m in sorted({r.model for r in rows})]),
+    ]
+
+
+def broken(summary):
+    raise RuntimeError("the plugin's data is not there")
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, request):
+    from resomap.sweep.sweep import run_sweep
+
+    root = tmp_path_factory.mktemp("sections")
+    register_section("sweep_size", title=PLUGIN_TITLE, order=65)(sweep_size)
+    register_section("broken_part", title="Never shown", order=66)(broken)
+    request.addfinalizer(lambda: (SECTIONS.unregister("sweep_size"), SECTIONS.unregister("broken_part")))
+    cfg = tiny_sweep_config(
+        root, ["tiny_cnn", "pixel_logreg"], [16, 24], ["saliency"], 2, "mlflow.enabled=true", "sweep.seeds=[42,43]"
+    )
+    caplog = logging.getLogger("resomap.reports.sections")
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    caplog.addHandler(handler)
+    try:
+        outcome = run_sweep(cfg)
+    finally:
+        caplog.removeHandler(handler)
+    assert not outcome.failed and outcome.parent_run_id
+    return outcome, records, root
+
+
+def _views(outcome) -> dict[str, str]:
+    import mlflow
+
+    folder = outcome.summary_dir
+    client = mlflow.MlflowClient(f"sqlite:///{outcome.summary_dir.parents[2] / 'mlflow.db'}")
+    note = client.get_run(outcome.parent_run_id).data.tags["mlflow.note.content"]
+    return {
+        "summary.md": (folder / "summary.md").read_text(encoding="utf-8"),
+        "summary.txt": (folder / "summary.txt").read_text(encoding="utf-8"),
+        "report.html": (folder / "report.html").read_text(encoding="utf-8"),
+        "MLflow description": note,
+    }
+
+
+def _heading(view: str, name: str, title: str) -> str:
+    """How `view` heads a section."""
+    import html
+
+    return {
+        "summary.md": f"\n## {title}\n",
+        "summary.txt": f"\n{title}\n{'-' * len(title)}\n",
+        "report.html": f'<section id="{name.replace("_", "-")}"><h2>{html.escape(title, quote=True)}</h2>',
+        "MLflow description": f"**{title}**",
+    }[view]
+
+
+def test_the_sections_are_the_registered_ones_in_order_with_the_plugins(swept):
+    outcome, records, _ = swept
+    data = json.loads((outcome.summary_dir / "summary.json").read_text())
+    names = [s["name"] for s in data["sections"]]
+    assert names[0] == "answer" and names[1] == "decision" and names[-1] == "methods"
+    assert names == [n for n in section_names() if n in names]  # the registered order
+    assert {"results", "training", "explanations", "paired", "sweep_size"} <= set(names)
+    plugin = next(s for s in data["sections"] if s["name"] == "sweep_size")
+    assert plugin["blocks"][0] == {"kind": "text", "text": "8 trials, 4 model x resolution rows."}
+    # the section that raised: left out, one line naming it and the error, in summary.json, the log and the notes
+    said = "section 'broken_part' not written: RuntimeError: the plugin's data is not there"
+    assert "broken_part" not in names and data["section_errors"] == [said]
+    assert records == [f"summary {said}"]
+    md = (outcome.summary_dir / "summary.md").read_text()
+    notes = md[md.index("## Notes") :]
+    assert f"- {said}" in notes and "Never shown" not in md
+    for name in ("summary.csv", "paired_tests.csv", "recommendation.csv", "sensitive_images.csv", "report.html"):
+        assert (outcome.summary_dir / name).stat().st_size > 0  # nothing else lost
+
+
+@pytest.mark.parametrize("view", ["summary.md", "summary.txt", "report.html", "MLflow description"])
+def test_every_section_appears_in_every_view_in_one_order(swept, view):
+    outcome, _, _ = swept
+    data = json.loads((outcome.summary_dir / "summary.json").read_text())
+    text = _views(outcome)[view]
+    at = []
+    for section in data["sections"]:
+        heading = _heading(view, section["name"], section["title"])
+        assert text.count(heading) == 1, (view, section["name"])
+        at.append(text.index(heading))
+    assert at == sorted(at), view  # the answer first, the methods last, the plugin's in its place
+    if view != "MLflow description":  # the plugin's sentence itself (the description keeps what fits)
+        assert "model x resolution rows." in text
+
+
+def test_the_first_screen_answers_and_the_lines_stay_readable(swept):
+    outcome, _, _ = swept
+    md = (outcome.summary_dir / "summary.md").read_text()
+    lines = md.splitlines()
+    first = lines[:15]
+    data = json.loads((outcome.summary_dir / "summary.json").read_text())
+    for rec in data["recommendations"]:  # per model its decision (or why none) within the first 15 lines
+        assert any(line.startswith(f"- {rec['model']}: {rec['recommendation'][:40]}") for line in first), rec["model"]
+    table = next(line for line in lines if line.startswith("| "))
+    assert len(table.strip("|").split(" | ")) <= 10  # the first table: at most 10 columns
+    assert not [line for line in lines if not line.startswith("|") and len(line) > 400]
+    assert md.index("## The answer") < md.index("## Results per model") < md.index("## Methods")
+    # a reason said once: each note once, with the rows it holds for
+    notes = md[md.index("## Notes") :].split("\n## ")[0]
+    items = [" ".join(x.split()) for x in re.split(r"^- ", notes, flags=re.M)[1:]]  # wrapped lines joined
+    said = [x.rsplit(": ", 1)[0] for x in items if " px" in x.rsplit(": ", 1)[-1]]
+    assert said and len(said) == len(set(said))
+
+
+def test_a_summary_json_without_sections_gets_them_built_again(swept, tmp_path: Path):
+    import shutil
+
+    from resomap.reports.html import write_report
+
+    outcome, _, _ = swept
+    copy = tmp_path / "old"
+    shutil.copytree(outcome.summary_dir, copy)
+    data = json.loads((copy / "summary.json").read_text())
+    names = [s["name"] for s in data.pop("sections")]
+    for trial in data["trials"]:  # the copy's trial folders: the originals'
+        trial["folder"] = str((outcome.summary_dir / trial["folder"]).resolve())
+    (copy / "summary.json").write_text(json.dumps(data))
+    page = write_report(copy).read_text(encoding="utf-8")
+    found = [n for n in names if f'<section id="{n.replace("_", "-")}">' in page]
+    assert found == [n for n in names if n != "explanations"]  # its findings are the sweep's, not in old files
