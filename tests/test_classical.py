@@ -125,8 +125,8 @@ def test_a_sweep_fits_the_baseline_over_its_penalty_grid_and_the_summary_puts_ea
 
 
 def test_the_decision_is_read_with_the_resolutions_not_shown_above_the_baselines():
-    from resomap.reports.rows import SummaryRow
-    from resomap.reports.summary import baseline_caveat
+    from resomap.summary.build import baseline_caveat
+    from resomap.summary.rows import SummaryRow
 
     def row(res: int, majority_low: float, baseline_low: float) -> SummaryRow:
         r = SummaryRow("m", "cnn", res, 2, over_trivial_ci_low=majority_low, over_baseline_ci_low=baseline_low)

@@ -265,7 +265,7 @@ def test_the_recommendation_carries_the_decided_steps_detectable_margin():
     """(issue 46, item 4) 64 px and 32 px both shown non-inferior to 128 px on 600 images: the recommendation is
     32 px, and its detectable margin is 32 px's step (more discordant images: a wider margin), not 64 px's; with
     no smaller resolution decided it is the first step's, where the sequence stopped."""
-    from resomap.reports.decision import _detectable
+    from resomap.summary.decision import _detectable
 
     rng = np.random.default_rng(5)
     ref = rng.random(600) < 0.85

@@ -257,7 +257,7 @@ def test_labels_of_crowded_points_do_not_overlap():
     as a classical baseline and a small CNN can be): each label goes where it covers no other, after the layout."""
     from resomap.plotstyle import STYLE, _laid_out
     from resomap.reports.figures import pareto_figure
-    from resomap.reports.rows import SummaryRow
+    from resomap.summary.rows import SummaryRow
 
     cluster = [(m, res, 0.80 + 0.004 * k + 0.002 * i, 1.0 + 0.02 * k + 0.01 * i) for i, m in enumerate("ab")
                for k, res in enumerate((32, 48, 64))]  # fmt: skip
@@ -281,7 +281,7 @@ def test_a_cost_that_spans_decades_is_drawn_on_a_log_axis():
     """Latency and throughput of a classical model and a CNN differ a hundredfold: their panels are log-scaled (and
     say so), so neither model is squashed against the axis; a panel within one decade stays linear."""
     from resomap.reports.figures import metric_vs_resolution
-    from resomap.reports.rows import SummaryRow
+    from resomap.summary.rows import SummaryRow
 
     rows = [
         SummaryRow(m, "", res, 1, latency_ms=ms * res / 32, peak_memory_mb=5.0 + res / 64)
@@ -299,8 +299,8 @@ def _tradeoff_rows():
     quality (dropped); 128 px as accurate as 64 px but slower and with better maps (on the front); 3 seeds each."""
     import numpy as np
 
-    from resomap.reports.rows import SummaryRow
-    from resomap.reports.tradeoff import Measured
+    from resomap.summary.front import Measured
+    from resomap.summary.rows import SummaryRow
 
     def row(res, acc, ms):
         scores = {"test_accuracy_pooled": acc, "test_accuracy_ci_low": acc - 0.03, "test_accuracy_ci_high": acc + 0.03}
@@ -329,7 +329,8 @@ def _tradeoff_rows():
 def test_the_tradeoff_figure_fills_the_front_and_leaves_dropped_points_hollow():
     from matplotlib.collections import PathCollection
 
-    from resomap.reports.tradeoff import tradeoff_figure, tradeoffs
+    from resomap.reports.tradeoff import tradeoff_figure
+    from resomap.summary.front import tradeoffs
 
     rows, quality, measured = _tradeoff_rows()
     fig = tradeoff_figure(tradeoffs(rows, quality, measured))

@@ -13,9 +13,9 @@ import pytest
 from resomap.config.schema import StatsConfig
 from resomap.explain.evaluation.intervals import quality_table, seed_means
 from resomap.records import Predictions, write_predictions
-from resomap.reports import build_summary
-from resomap.reports.tradeoff import Measured, tradeoff_lines, tradeoffs
 from resomap.stats import Axis, Difference, paired_front
+from resomap.summary import build_summary
+from resomap.summary.front import Measured, tradeoff_lines, tradeoffs
 
 FAST = StatsConfig(resamples=400)
 SEEDS = (42, 43)

@@ -1,4 +1,4 @@
-"""Per-group decisions (resomap.reports.groups) on constructed per-image records whose truth is known: a group value
+"""Per-group decisions (resomap.summary.groups) on constructed per-image records whose truth is known: a group value
 whose images are equally right at every resolution is non-inferior, one that loses its images at the small
 resolution is not, each decided by the summary's own decision at the Bonferroni alpha over the group's values, with
 its score and interval at every resolution and a sentence saying the values were decided apart; a value with one
@@ -18,9 +18,9 @@ import pytest
 from resomap import stats
 from resomap.config.schema import StatsConfig
 from resomap.records import Predictions
-from resomap.reports.aligned import TrialRecord
-from resomap.reports.groups import group_cells, group_decisions
 from resomap.results import group_table
+from resomap.summary.aligned import TrialRecord
+from resomap.summary.groups import group_cells, group_decisions
 from resomap.tasks import get_task
 
 SEEDS, SMALL, REF = (0, 1, 2), 16, 32

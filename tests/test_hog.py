@@ -260,7 +260,7 @@ def test_a_sweep_with_two_classical_baselines_puts_the_deep_model_above_each(tmp
 
 
 def test_a_row_with_two_baselines_reads_back_and_logs_each_to_the_parent_run():
-    from resomap.reports.rows import SummaryRow, baseline_names
+    from resomap.summary.rows import SummaryRow, baseline_names
 
     found = {
         "hog_svm": {"score": 0.70, "over": 0.05, "ci_low": -0.01, "ci_high": 0.11, "p": 0.04},

@@ -17,7 +17,7 @@ from conftest import trial_summary
 from resomap.cli import main
 from resomap.config import load
 from resomap.reports.probe_images import BESIDE_SIDE, PARENT_PROBES
-from resomap.reports.rows import SummaryRow
+from resomap.summary.rows import SummaryRow
 from resomap.tracking import Tracker
 from resomap.tracking.parent import CONFIG_ARTIFACT, PARENT_SETTINGS, SETTING_TAG
 from resomap.tracking.publish import _held_images
@@ -109,7 +109,7 @@ def test_held_images_reads_mlflow_image_names():
 def _one_probe_image_lost(monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
     """The summary's sensitive images with tiny_cnn's first probe image listed as lost at 16 px (the counts
     themselves are tested in test_sensitivity and test_report_html), so that the sweep draws and logs its figure."""
-    import resomap.reports.summary as summary_module
+    import resomap.summary.build as summary_module
     from resomap.explain.methods.probe import load_meta
 
     counted = summary_module.sensitivity
@@ -239,7 +239,7 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert note.index("**The answer**\n\n- tiny_cnn: no recommendation: ") < 200
     decisions = "**Decision per model (non-inferiority to the reference)**"
     assert decisions in note and sentences and all(f"- {s}" in note for s in sentences)
-    # under each decision, how the model trained and where it stands against the majority class (reports.standing)
+    # under each decision, how the model trained and where it stands against the majority class (summary.standing)
     for model in {r["model"] for r in recs}:
         said = note[note.index(f"- {next(r['sentence'] for r in recs if r['model'] == model)}") :]
         assert said.split("\n")[1].startswith("  - training: ") and "undertrained" in said.split("\n")[1]
@@ -407,7 +407,7 @@ def test_a_model_not_in_memory_is_logged_from_what_the_caller_rebuilds(project: 
 def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
     from types import SimpleNamespace
 
-    from resomap.reports.sections import build_sections
+    from resomap.summary.sections import build_sections
     from resomap.tracking.note import NOTE_LIMIT, parent_note
 
     def summary(recs):

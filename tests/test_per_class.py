@@ -1,4 +1,4 @@
-"""Per-class decisions (resomap.reports.per_class) on constructed per-image records whose truth is known: a class
+"""Per-class decisions (resomap.summary.per_class) on constructed per-image records whose truth is known: a class
 equally right at every resolution is non-inferior, a class that loses its images at the small resolution is not,
 each decided by the summary's own decision at the Bonferroni alpha over the model's classes, the minority class
 first; a class with one test image is "not decided"; records without labels give no rows."""
@@ -11,8 +11,8 @@ import pytest
 from resomap import stats
 from resomap.config.schema import StatsConfig
 from resomap.records import Predictions, ScoreTable
-from resomap.reports.aligned import TrialRecord
-from resomap.reports.per_class import class_cells, class_decisions
+from resomap.summary.aligned import TrialRecord
+from resomap.summary.per_class import class_cells, class_decisions
 from resomap.tasks import get_task
 
 SEEDS, SMALL, REF = (0, 1, 2), 16, 32

@@ -158,8 +158,8 @@ def test_the_first_screen_says_how_each_model_trained_and_where_it_stands(sweep_
     best epochs, and whether it is shown above the majority class (its score) at each resolution, as the rows say;
     each explanation finding with its chance level. The tables fit the page (the costs in a table of their own)."""
     from resomap.reports.html import write_report
-    from resomap.reports.rows import SummaryRow
-    from resomap.reports.standing import standing
+    from resomap.summary.rows import SummaryRow
+    from resomap.summary.standing import standing
 
     data = json.loads((sweep_dir / "summary.json").read_text())
     rows = [SummaryRow.from_dict(r) for r in data["rows"]]
@@ -408,12 +408,12 @@ def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
     """The tiny sweep's models (one epoch, checkpoint-scope decisions) lack the evidence a recommendation needs:
     recommendation.csv/json keep each decided resolution, not recommended, with the rule's reason; summary.md's
     sentence and table, the report's first screen (no star, no green row) and the accuracy figure (no ring, no
-    legend entry) say so, each read from the summary's one rule (reports.uncertainty.recommendation)."""
+    legend entry) say so, each read from the summary's one rule (summary.uncertainty.recommendation)."""
     from matplotlib.lines import Line2D
 
     from resomap.reports.figures import quality_figure
-    from resomap.reports.rows import SummaryRow
-    from resomap.reports.uncertainty import recommendation
+    from resomap.summary.rows import SummaryRow
+    from resomap.summary.uncertainty import recommendation
 
     data = json.loads((sweep_dir / "summary.json").read_text())
     rows = [SummaryRow.from_dict(r) for r in data["rows"]]
@@ -502,8 +502,8 @@ def test_images_that_need_the_pixels_are_counted_written_loaded_and_shown(sweep_
     named and said to have no map."""
     from resomap.explain.methods.probe import load_maps
     from resomap.reports.html import write_report
-    from resomap.reports.sensitivity import ONE_SEED
     from resomap.results import load_sweep
+    from resomap.summary.sensitivity import ONE_SEED
 
     data, sweep = json.loads((sweep_dir / "summary.json").read_text()), load_sweep(sweep_dir)
     assert (sweep_dir / "sensitive_images.csv").is_file()

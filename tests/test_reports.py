@@ -23,8 +23,9 @@ from resomap.config.schema import StatsConfig
 from resomap.errors import ConfigError, ResoMapError
 from resomap.layout import Layout
 from resomap.records import Predictions, write_predictions
-from resomap.reports import SummaryRow, build_summary, sweep_figures, write_summary
-from resomap.reports.convergence import RECORD_KEYS
+from resomap.reports import sweep_figures
+from resomap.summary import SummaryRow, build_summary, write_summary
+from resomap.summary.convergence import RECORD_KEYS
 from resomap.sweep.plan import plan, summary_folder
 from resomap.sweep.summarise import _summarise, trial_folders
 from resomap.tracking import NullTracker
@@ -660,10 +661,10 @@ def _decided(**changes) -> dict:
 
 
 def test_recommended_only_with_every_piece_of_evidence():
-    """The one rule (reports.uncertainty.recommendation): (a) a decision about the model, (b) shown above the trivial
+    """The one rule (summary.uncertainty.recommendation): (a) a decision about the model, (b) shown above the trivial
     predictor, (c) above each classical baseline at that resolution, (d) no trial undertrained. All holding:
     recommended; each failing alone: 'no recommendation: <its reason>'; several failing: the first."""
-    from resomap.reports.uncertainty import Evidence, recommendation
+    from resomap.summary.uncertainty import Evidence, recommendation
 
     assert recommendation(_decided(), _evidence_row()) == Evidence(
         True,
@@ -728,9 +729,9 @@ def test_every_consumer_reads_the_one_recommendation(fake, monkeypatch, tmp_path
     same sweep at checkpoint scope gets none of them, and an earlier resomap.best is taken off the parent."""
     from matplotlib.lines import Line2D
 
-    from resomap.reports import decision
     from resomap.reports.figures import quality_figure
     from resomap.reports.html import write_report
+    from resomap.summary import decision
     from resomap.tracking.sweep_run import publish_sweep
 
     trials = fake[1]
@@ -933,7 +934,7 @@ def _borderline_records() -> list:
     under both seeds and 1 under one seed, and wrong on 11 majority images under both: +0.064 above both, the
     bootstrap interval's lower bound near 0 (its sign depends on the resampling seed)."""
     from resomap.records import ScoreTable
-    from resomap.reports.aligned import TrialRecord
+    from resomap.summary.aligned import TrialRecord
     from resomap.tasks import get_task
 
     task = get_task("classification")
@@ -959,10 +960,10 @@ def test_shown_above_is_decided_by_a_test_not_by_the_bootstrap_seed():
     borderline case the resampling seed decided it. Now the one-sided exact sign-flip test of the per-image
     differences decides (p <= (1 - level) / 2, the one-sided share of the two-sided interval); the interval stays
     beside it, descriptive, and the row says both."""
-    from resomap.reports.aligned import group_records
-    from resomap.reports.summary import baseline_caveat
-    from resomap.reports.text import above_baseline, above_trivial
-    from resomap.reports.uncertainty import baseline_columns, interval_columns
+    from resomap.summary.aligned import group_records
+    from resomap.summary.build import baseline_caveat
+    from resomap.summary.text import above_baseline, above_trivial
+    from resomap.summary.uncertainty import baseline_columns, interval_columns
 
     groups = group_records(_borderline_records())
     lows, verdicts, cells = set(), set(), set()
@@ -998,8 +999,8 @@ def test_the_trivial_predictor_answers_the_training_majority_class():
     """Issue 47: the majority class was taken from the test labels. Trials record their training split's count
     per class (result.json data.train_counts); the trivial predictor answers the most frequent of those, here class 1
     although class 0 is the test images' majority; results from before the record keep the test labels' majority."""
-    from resomap.reports.aligned import group_records
-    from resomap.reports.uncertainty import interval_columns
+    from resomap.summary.aligned import group_records
+    from resomap.summary.uncertainty import interval_columns
 
     records = [r for r in _borderline_records() if r.result["model"] == "tiny_cnn"]
     labels = np.zeros(180, dtype=np.int64)
@@ -1031,7 +1032,7 @@ def _named_baseline_records() -> tuple[list, dict]:
     """tiny_cnn at 32 and 64 px, small_resnet10 at 32 and 64 px (its best: 32) and pixel_logreg at 64 px only, 2
     seeds each, on 200 test images (random outcomes, seeded); returns the records and each trial's correct-or-not."""
     from resomap.records import ScoreTable
-    from resomap.reports.aligned import TrialRecord
+    from resomap.summary.aligned import TrialRecord
     from resomap.tasks import get_task
 
     task, n, rng = get_task("classification"), 200, np.random.default_rng(5)
@@ -1056,10 +1057,10 @@ def test_a_named_baseline_is_compared_at_its_best_resolution_and_gates_the_recom
     (highest pooled test score), as with a classical baseline at the same resolution: the paired per-image
     difference (seeds averaged), its interval and the one-sided sign-flip p that decides "shown above"; the words,
     the CSV columns and the recommendation's rule name it with that resolution."""
-    from resomap.reports.aligned import group_records
-    from resomap.reports.standing import baseline_words
-    from resomap.reports.summary import baseline_caveat
-    from resomap.reports.uncertainty import baseline_columns, best_resolution, recommendation
+    from resomap.summary.aligned import group_records
+    from resomap.summary.build import baseline_caveat
+    from resomap.summary.standing import baseline_words
+    from resomap.summary.uncertainty import baseline_columns, best_resolution, recommendation
 
     records, correct = _named_baseline_records()
     groups = group_records(records)
@@ -1118,7 +1119,7 @@ def test_a_named_baseline_is_compared_at_its_best_resolution_and_gates_the_recom
 
 def _records(predictions: dict[int, dict[int, np.ndarray]], labels: np.ndarray, own: int = 32) -> list:
     """TrialRecords of one model at `own` px: {seed: {test resolution: predictions}} against `labels`."""
-    from resomap.reports.aligned import TrialRecord
+    from resomap.summary.aligned import TrialRecord
     from resomap.tasks import of_result
 
     index = np.arange(len(labels), dtype=np.int64)
@@ -1131,7 +1132,7 @@ def _records(predictions: dict[int, dict[int, np.ndarray]], labels: np.ndarray, 
 
 
 def test_seeds_are_one_fit_only_when_every_prediction_agrees_and_is_not_one_class():
-    from resomap.reports.aligned import deterministic, identical_seeds
+    from resomap.summary.aligned import deterministic, identical_seeds
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 3, 40)
@@ -1186,7 +1187,7 @@ def test_a_model_whose_seeds_differ_is_not_deterministic(fake):
 
 def test_segmentation_seeds_are_one_fit_on_equal_scores_unless_they_score_as_all_background():
     from resomap.records import ScoreTable
-    from resomap.reports.aligned import TrialRecord, identical_seeds
+    from resomap.summary.aligned import TrialRecord, identical_seeds
     from resomap.tasks import get_task
 
     task = get_task("segmentation")
@@ -1217,7 +1218,7 @@ def _front_row(model: str, res: int, acc: float, **costs) -> SummaryRow:
 
 
 def test_the_tradeoff_takes_gmacs_without_a_latency_and_says_which_axes_it_left_out():
-    from resomap.reports.tradeoff import Measured, tradeoff_cells, tradeoffs
+    from resomap.summary.front import Measured, tradeoff_cells, tradeoffs
 
     # a: latency missing at 64 px, so GMACs (a count: compared exactly); 32 px is shown below 64 px on accuracy
     # (the paired test) but costs fewer GMACs: both stay. b: one seed of latency and no count: the cost cannot be
@@ -1270,7 +1271,7 @@ def test_the_tradeoff_takes_gmacs_without_a_latency_and_says_which_axes_it_left_
 
 def test_a_quality_score_without_an_interval_is_left_out_not_compared_by_its_estimate():
     """Too few probe images to bootstrap: the quality's bare estimates (noise) must not drop a resolution."""
-    from resomap.reports.tradeoff import Measured, tradeoffs
+    from resomap.summary.front import Measured, tradeoffs
 
     rows = [_front_row("c", 32, 0.88, gmacs=0.1), _front_row("c", 64, 0.90, gmacs=0.4)]  # the same score, 64 dearer
     paired = [{"model": "c", "metric": "accuracy", "resolution_a": 32, "resolution_b": 64, "effect": 0.02,
@@ -1303,7 +1304,7 @@ def test_a_flawed_reference_is_said_in_the_decision_and_nothing_is_recommended_o
     difference not significant, in the other direction, or between two other resolutions is no flaw."""
     import sys
 
-    from resomap.reports.uncertainty import Evidence, recommendation, reference_flaw
+    from resomap.summary.uncertainty import Evidence, recommendation, reference_flaw
 
     rows = {128: _evidence_row(resolution=128, undertrained=True), 64: _evidence_row(resolution=64)}
     paired = [

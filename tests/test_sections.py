@@ -1,4 +1,4 @@
-"""The summary's sections (resomap.reports.sections), decided once and rendered in one order everywhere: a real sweep
+"""The summary's sections (resomap.summary.sections), decided once and rendered in one order everywhere: a real sweep
 (tiny_cnn and pixel_logreg at two resolutions, MLflow on) with a section defined here, in this one file, as a
 plugin would, and one that raises. Each section with data appears in summary.json, summary.md, summary.txt,
 report.html and the parent run's MLflow description, in the same order, the answer first and the methods last; the
@@ -15,7 +15,7 @@ import pytest
 
 from conftest import tiny_sweep_config
 from resomap.blocks import Text, table
-from resomap.reports.sections import SECTIONS, register_section, section_names
+from resomap.summary.sections import SECTIONS, register_section, section_names
 
 PLUGIN_TITLE = "Sweep size (a plugin's section)"
 
@@ -44,7 +44,7 @@ def swept(tmp_path_factory, request):
     cfg = tiny_sweep_config(
         root, ["tiny_cnn", "pixel_logreg"], [16, 24], ["saliency"], 2, "mlflow.enabled=true", "sweep.seeds=[42,43]"
     )
-    caplog = logging.getLogger("resomap.reports.sections")
+    caplog = logging.getLogger("resomap.summary.sections")
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]

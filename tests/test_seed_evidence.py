@@ -1,5 +1,5 @@
 """Training seeds as evidence beside a model-scope decision (issue 47, item 5; resomap.stats.seeds and
-reports.decision.seed_evidence): a seed that failed at one resolution is flagged by the robust rule, the decision
+summary.decision.seed_evidence): a seed that failed at one resolution is flagged by the robust rule, the decision
 without it is said, and in a seeded simulation of sweeps where seeds occasionally fail the flag finds the failed
 seed and rarely flags a healthy one."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from resomap.config.schema import StatsConfig
-from resomap.reports.decision import decide, seed_evidence
 from resomap.stats import seeds as seed_stats
+from resomap.summary.decision import decide, seed_evidence
 
 SEEDS = [42, 43, 44, 45, 46]
 N = 400

@@ -1,4 +1,4 @@
-"""Resolution-sensitive test images (resomap.reports.sensitivity) on constructed records whose answer is known: the
+"""Resolution-sensitive test images (resomap.summary.sensitivity) on constructed records whose answer is known: the
 images lost, gained and seed-dependent between the reference and each smaller resolution, their Wilson intervals
 (against statsmodels), the one-seed caveat, the order of the most sensitive images and a task without 0/1 scores."""
 
@@ -9,8 +9,8 @@ import pytest
 
 from resomap.config.schema import StatsConfig
 from resomap.records import Predictions, ScoreTable
-from resomap.reports.aligned import TrialRecord
-from resomap.reports.sensitivity import ONE_SEED, most_sensitive, sensitivity, sensitivity_line
+from resomap.summary.aligned import TrialRecord
+from resomap.summary.sensitivity import ONE_SEED, most_sensitive, sensitivity, sensitivity_line
 from resomap.tasks import get_task
 
 N, CLASSES, MODEL = 40, ("cat", "dog", "owl"), "tiny_cnn"

@@ -163,7 +163,7 @@ def test_per_image_metric_values_are_finite_or_refused(seeds, n, seed, name):
 @SETTINGS
 @given(tables(binary=True, resolutions=2))
 def test_above_a_baseline_never_crashes(table):
-    from resomap.reports.uncertainty import above_p
+    from resomap.summary.uncertainty import above_p
 
     a, b = table.values()
     d = b.mean(axis=0) - a.mean(axis=0)

@@ -142,7 +142,7 @@ def _trial(seed: int, noisy: bool | None) -> dict:
 
 def test_a_noisy_profile_is_marked_in_the_summary_and_the_pareto_figure():
     from resomap.reports.figures import pareto_figure
-    from resomap.reports.summary import summary_rows
+    from resomap.summary.build import summary_rows
 
     rows = summary_rows([_trial(1, True), _trial(2, False)])
     assert rows[0].profile_noisy is True and "noisy (1 of 2 profiles disturbed" in rows[0].note

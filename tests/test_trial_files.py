@@ -275,7 +275,7 @@ SUMMARY_CASES = {  # a file of the summary folder cut in half: what the sweep's 
 def _one_image_outside_the_probe_set_lost(monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
     """The summary lists one test image outside tiny_cnn's probe set as lost, so that it explains it from the
     checkpoint into explanations/sensitive_maps.npz (which images are lost is tested in test_report_html)."""
-    import resomap.reports.summary as summary_module
+    import resomap.summary.build as summary_module
     from resomap.explain.methods.probe import load_meta
 
     counted = summary_module.sensitivity

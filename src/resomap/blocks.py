@@ -1,7 +1,7 @@
 """The renderer-neutral parts of the summary's sections: a paragraph (`Text`), a list (`Bullets`, each item with
 its sub-items) and a table (`Table`), grouped in a titled `Section`.
 
-The summary decides and words once (resomap.reports.sections builds a `Section` per part of the answer); every view
+The summary decides and words once (resomap.summary.sections builds a `Section` per part of the answer); every view
 renders the same list in the same order: summary.md and summary.txt here (`markdown`, `plain`), report.html and the
 MLflow parent's description from summary.json's `sections` (`section_from_dict`). Long paragraphs and items are
 wrapped at WRAP characters: Markdown joins the lines of a paragraph or an item again, and the text file stays
@@ -47,7 +47,7 @@ KINDS: dict[str, type] = {"text": Text, "bullets": Bullets, "table": Table}
 
 @dataclasses.dataclass(frozen=True)
 class Section:
-    name: str  # the registered name (resomap.reports.sections.SECTIONS): report.html's anchor
+    name: str  # the registered name (resomap.summary.sections.SECTIONS): report.html's anchor
     title: str
     blocks: tuple[Block, ...]
 

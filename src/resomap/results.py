@@ -34,7 +34,7 @@ from resomap.layout import SWEEP_DIR, Layout
 
 PREDICTIONS_FILE = "predictions.csv"  # a trial's table when its result.json names none (resomap.records)
 PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index", "label", "prediction", "correct")
-# the columns of paired_tests.csv and recommendation.csv (written by resomap.reports.summary, read here)
+# the columns of paired_tests.csv and recommendation.csv (written by resomap.summary.build, read here)
 PAIRED_COLUMNS = (
     "model",
     "metric",
@@ -62,7 +62,7 @@ RECOMMENDATION_COLUMNS = (
     "model",
     "metric",
     "resolution",  # the decided resolution (the reference when none below it is shown non-inferior)
-    "recommended",  # whether the evidence for recommending it is there (reports.uncertainty.recommendation)
+    "recommended",  # whether the evidence for recommending it is there (summary.uncertainty.recommendation)
     "reference",
     "decided",
     "scope",  # "model" (the seed the unit of replication) | "checkpoint" (these trained checkpoints)
@@ -82,7 +82,7 @@ RECOMMENDATION_COLUMNS = (
     "note",
 )
 
-# the per-group table (summary.json's group_decisions, resomap.reports.groups), one row per model x group x value x
+# the per-group table (summary.json's group_decisions, resomap.summary.groups), one row per model x group x value x
 # resolution: the score there with its interval, and the value's decision (repeated on its resolutions' rows)
 GROUP_COLUMNS = (
     "model",
@@ -135,7 +135,7 @@ def group_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-# summary.json's class_decisions (resomap.reports.per_class): one row per classification model x class, the
+# summary.json's class_decisions (resomap.summary.per_class): one row per classification model x class, the
 # minority class first; `verdicts` each resolution's verdict with its bounds (a list of dicts)
 CLASS_DECISION_COLUMNS = (
     "model",
@@ -161,7 +161,7 @@ CLASS_DECISION_COLUMNS = (
     "verdicts",
 )
 
-# resolution-sensitive test images (resomap.reports.sensitivity): summary.json's `sensitivity` rows (one per model x
+# resolution-sensitive test images (resomap.summary.sensitivity): summary.json's `sensitivity` rows (one per model x
 # resolution below its reference) and the per-image rows of sensitive_images.csv in the summary folder
 SENSITIVE_IMAGES_FILE = "sensitive_images.csv"
 SENSITIVITY_COLUMNS = (
@@ -200,7 +200,7 @@ SENSITIVE_IMAGE_COLUMNS = (
     "n_seeds",
 )
 
-# the three-way trade-off (resomap.reports.tradeoff): summary.json's `front3`, one row per model x resolution; each
+# the three-way trade-off (resomap.summary.front): summary.json's `front3`, one row per model x resolution; each
 # axis an estimate with its interval (None where the axis has none or the model lacks it: its note says why)
 FRONT_AXES = ("score", "cost", "quality")
 FRONT_COLUMNS = (
@@ -381,3 +381,12 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         front3=pd.DataFrame(front_table(data.get("front3") or []), columns=list(FRONT_COLUMNS)),
         front_tests=pd.DataFrame(front_tests(data.get("front3") or []), columns=list(FRONT_TEST_COLUMNS)),
     )
+
+
+QUALITY_SCORES = {  # quality.csv score -> what its panel's axis says (every one: > 0 = better than random maps)
+    "deletion_auc_vs_random": "deletion AUC, random maps - method",
+    "insertion_auc_vs_random": "insertion AUC, method - random maps",
+    "road_vs_random": "ROAD, method - random maps",
+    "pointing_game_vs_random": "pointing game, method - random maps",
+    "energy_in_mask_vs_random": "energy in mask, method - random maps",
+}

@@ -16,13 +16,15 @@ from resomap.checkpoint_files import none_analysed
 from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
 from resomap.layout import trial_part
-from resomap.reports import build_summary, sweep_figures
+from resomap.reports import sweep_figures
 from resomap.reports.explain_comparison import draw_comparison
 from resomap.reports.probe_images import trial_probe_images
-from resomap.reports.rows import SummaryRow
-from resomap.reports.tradeoff import front_inputs, tradeoff_files, tradeoffs
+from resomap.reports.tradeoff import tradeoff_files
 from resomap.runtime import machine_record
 from resomap.stages import Comparison, compare_stage, evaluate_trained
+from resomap.summary import build_summary
+from resomap.summary.front import front_inputs, tradeoffs
+from resomap.summary.rows import SummaryRow
 from resomap.sweep.sensitive import sensitive_maps
 from resomap.trial_result import TrialResult
 

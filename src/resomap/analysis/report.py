@@ -1,6 +1,6 @@
 """Text and JSON of an analysis: report.json, summary.txt and the quality table.
 
-The summary is the sweep's (resomap.reports.build_summary): intervals from each analysed checkpoint's
+The summary is the sweep's (resomap.summary.build_summary): intervals from each analysed checkpoint's
 predictions.csv, paired tests between resolutions and the decision per model (recommended only with the evidence), at
 the default `stats` settings.
 """
@@ -24,20 +24,20 @@ SUMMARY_FILE = "summary.txt"
 
 def clean(value: Any) -> Any:
     """JSON-safe: NaN/inf -> None, numpy -> Python, tuples -> lists (recursively)."""
-    from resomap.reports.summary import json_safe
+    from resomap.summary.build import json_safe
 
     return json_safe(value)
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
-    from resomap.reports.text import table
+    from resomap.summary.text import table
 
     return table(header, rows)
 
 
 def quality_table(quality: Mapping[str, Mapping[str, float]]) -> str:
     """method x metric table of explanation quality scores."""
-    from resomap.reports.text import fmt as _fmt
+    from resomap.summary.text import fmt as _fmt
 
     metrics = sorted({k for scores in quality.values() for k in scores})
     rows = [[method] + [_fmt(scores.get(k), ".4f") for k in metrics] for method, scores in quality.items()]
@@ -47,12 +47,12 @@ def quality_table(quality: Mapping[str, Mapping[str, float]]) -> str:
 def summary_text(
     summary: Any, agreement: Mapping[str, float], failed: Mapping[str, str], statements: list[str] = ()
 ) -> str:
-    """The summary's sections (resomap.reports.sections: the answer first, the methods last, as in a sweep's
+    """The summary's sections (resomap.summary.sections: the answer first, the methods last, as in a sweep's
     summary.txt), then the mean explanation agreement, each explanation statement in full and the checkpoints that
     could not be analysed. ``summary``: a SweepSummary, or summary rows."""
     from resomap.blocks import render
-    from resomap.reports import SweepSummary
-    from resomap.reports.sections import build_sections
+    from resomap.summary import SweepSummary
+    from resomap.summary.sections import build_sections
 
     if not isinstance(summary, SweepSummary):
         summary = SweepSummary(list(summary), [], [], [], {})
@@ -91,7 +91,7 @@ def write_report(
     """report.json (every checkpoint's result, the summary rows with intervals, paired tests, recommendations,
     agreement with its references and statements) and summary.txt, atomically."""
     from resomap.blocks import section_to_dict
-    from resomap.reports.sections import build_sections
+    from resomap.summary.sections import build_sections
 
     agreement = comparison.agreement
     summary.sections, summary.section_errors = build_sections(summary)
@@ -101,7 +101,7 @@ def write_report(
         "paired_tests": summary.paired_tests,
         "recommendations": summary.recommendations,
         "stats": summary.stats,
-        "front3": getattr(summary, "front3", []),  # reports.tradeoff: the three-way front per model
+        "front3": getattr(summary, "front3", []),  # summary.front: the three-way front per model
         "sections": [section_to_dict(x) for x in summary.sections or []],  # what summary.txt shows, in its order
         "agreement": {
             "mean": agreement,

@@ -30,7 +30,7 @@ from matplotlib.ticker import MaxNLocator
 
 from resomap.plotstyle import MATRIX_CMAP, fit_text, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
-from resomap.reports.convergence import CURVES_STEM, PENALTY_KEY
+from resomap.summary.convergence import CURVES_STEM, PENALTY_KEY
 
 STYLE = {**BASE_STYLE, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
 SEED_STYLES = ("-", "--", ":", "-.")

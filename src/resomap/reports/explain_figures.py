@@ -27,6 +27,7 @@ import numpy as np
 
 from resomap.explain.evaluation.measures import per_area
 from resomap.explain.methods.registry import per_map_scaled
+from resomap.results import QUALITY_SCORES
 
 __all__ = [  # and, read from resomap.plotstyle on first use: MAP_CMAP, STYLE, save_figure, plt
     "OVERLAY_ALPHA",
@@ -237,15 +238,6 @@ def agreement_matrices(
             fig.supxlabel(fit_text(note, fig.get_figwidth() - 0.2, 7), fontsize=7)
         fig.suptitle(fit_text(title, fig.get_figwidth() - 0.2, 8), fontsize=8)
     return fig
-
-
-QUALITY_SCORES = {  # quality.csv score -> what its panel's axis says (every one: > 0 = better than random maps)
-    "deletion_auc_vs_random": "deletion AUC, random maps - method",
-    "insertion_auc_vs_random": "insertion AUC, method - random maps",
-    "road_vs_random": "ROAD, method - random maps",
-    "pointing_game_vs_random": "pointing game, method - random maps",
-    "energy_in_mask_vs_random": "energy in mask, method - random maps",
-}
 
 
 def quality_vs_resolution(rows: Sequence[Mapping[str, Any]], title: str = "", resolutions: Iterable[int] = ()) -> Any:

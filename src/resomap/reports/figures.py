@@ -24,9 +24,9 @@ from matplotlib.patches import Patch
 
 from resomap.plotstyle import MATRIX_CMAP, fit_text, label_points, method_colour, resolution_axis, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
-from resomap.reports.rows import SummaryRow
-from resomap.reports.text import trivial_label
-from resomap.stats import pareto_front
+from resomap.summary.front import estimate_front
+from resomap.summary.rows import SummaryRow
+from resomap.summary.text import trivial_label
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def quality_figure(
     bootstrap interval over test images (error bars), the seeds' spread (band of +/- one std, >= 2 seeds), '*' over
     a resolution shown inferior to its model's reference (headline score, at the margin: the summary's decision),
     and a recommended resolution ringed (only where the summary recommends it: a recommendation row's `recommended`,
-    reports.uncertainty.recommendation; the legend names the ring only when one is drawn). Without per-image
+    summary.uncertainty.recommendation; the legend names the ring only when one is drawn). Without per-image
     predictions: the mean over seeds, no error bar.
 
     The t-interval across seeds is in the tables, not drawn: with two or three seeds it is too wide to read."""
@@ -262,13 +262,13 @@ def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin
 
 def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
     """Accuracy (pooled, with its bootstrap interval) against inference latency (mean, +/- one std across seeds)
-    for every model x resolution; the Pareto front (``stats.pareto_front``: no point is both faster and more
-    accurate) drawn as a step line through its points."""
+    for every model x resolution; the front of the estimates (summary.front.estimate_front: no point is both faster
+    and more accurate) drawn as a step line through its points."""
     pts = [r for r in rows if math.isfinite(_f(r.latency_ms)) and math.isfinite(_f(r.score(r.headline)[0]))]
     if not pts:
         return None
     words = pts[0].say(pts[0].headline)
-    front = pareto_front([(f"{r.model}@{r.resolution}", _f(r.score(r.headline)[0]), _f(r.latency_ms)) for r in pts])
+    front = estimate_front(pts)
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.6, 3.4))
         any_ci, any_std, points = _pareto_points(ax, pts, _colours(rows))

@@ -7,7 +7,7 @@ on disk: summary.json (rows with intervals, recommendations, each trial's folder
 explanations.npz (probe maps with what the model said). With JavaScript off every resolution of a probe map is
 shown in a row; the script turns each row into a slider (<input type=range>). All text is escaped (html.escape).
 Right after the summary, a Training section shows each model's learning curves (figures/learning_curves_<model>.png,
-drawn from summary.json's trial histories when absent) and each row's convergence records (reports.convergence).
+drawn from summary.json's trial histories when absent) and each row's convergence records (summary.convergence).
 
 Whatever the task, the page is the same: the rows name their per-image scores and say them in words (accuracy for
 classification; mIoU and boundary F1 per image for segmentation), the paired tests carry the metric they compared,
@@ -36,8 +36,6 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
-from resomap.reports.convergence import CURVES_STEM, undertrained_cell
-from resomap.reports.groups import group_cells, group_note
 from resomap.reports.html_explain import agreement_section, probe_section, quality_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
@@ -47,9 +45,12 @@ from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
 from resomap.reports.html_sections import ordered_parts, sections_of
 from resomap.reports.html_sensitivity import sensitivity_section
-from resomap.reports.per_class import class_cells, class_note
-from resomap.reports.rows import SummaryRow, baseline_label, baseline_names
-from resomap.reports.text import (
+from resomap.summary.convergence import CURVES_STEM, undertrained_cell
+from resomap.summary.front import tradeoff_cells, tradeoff_lines
+from resomap.summary.groups import group_cells, group_note
+from resomap.summary.per_class import class_cells, class_note
+from resomap.summary.rows import SummaryRow, baseline_label, baseline_names
+from resomap.summary.text import (
     ABOVE_P,
     above_baseline,
     above_trivial,
@@ -58,7 +59,6 @@ from resomap.reports.text import (
     training_note,
     trivial_words,
 )
-from resomap.reports.tradeoff import tradeoff_cells, tradeoff_lines
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def _results_section(data: dict, rows: list[SummaryRow]) -> str:
     heads += [f"above {baseline_label(rows, name)}{ci} (its score; {ABOVE_P})" for name in baselines]
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "undertrained"]
     cost_head = ["model", "px", "latency ms", "peak MB", "train s", *(f"explain {m} s" for m in methods)]
-    # recommended: as the summary's recommendation rows say (reports.uncertainty.recommendation); a summary written
+    # recommended: as the summary's recommendation rows say (summary.uncertainty.recommendation); a summary written
     # before they said it (no `recommended` key) has no star
     chosen = {(c["model"], c["resolution"]) for c in data.get("recommendations") or [] if c.get("recommended")}
     lines, costs = [], []
@@ -226,7 +226,7 @@ def _results_section(data: dict, rows: list[SummaryRow]) -> str:
 
 
 def _tradeoff_section(front3: list[dict]) -> str:
-    """Per model its resolutions on the three-way front or dropped, and why (reports.tradeoff); rows on the front
+    """Per model its resolutions on the three-way front or dropped, and why (summary.front); rows on the front
     shaded; the rule and each model's axes in words under the table (the figure is with the others above)."""
     head, body = tradeoff_cells(front3)
     notes = "".join(f"<li>{_e(line)}</li>" for line in tradeoff_lines(front3))
@@ -234,7 +234,7 @@ def _tradeoff_section(front3: list[dict]) -> str:
 
 
 def _recommended_words(starred: bool, trivial: str | None, baselines: list[str]) -> str:
-    """What the star means, where a row has one (the summary's rule, reports.uncertainty.recommendation); else that
+    """What the star means, where a row has one (the summary's rule, summary.uncertainty.recommendation); else that
     no resolution is recommended and where the reasons are."""
     if not starred:
         return "No resolution is recommended: each decision above says what evidence is missing."
@@ -246,7 +246,7 @@ def _recommended_words(starred: bool, trivial: str | None, baselines: list[str])
 
 
 def _group_section(data: dict) -> str:
-    """Each model decided within each group value the dataset declares (reports.groups): the score at every
+    """Each model decided within each group value the dataset declares (summary.groups): the score at every
     resolution with its interval and verdict, undecided and not-decided rows shaded, and what it says in words
     (with a sentence where a group's values were decided apart)."""
     found = data["group_decisions"]
@@ -257,7 +257,7 @@ def _group_section(data: dict) -> str:
 
 
 def _class_section(found: list[dict]) -> str:
-    """Each classification model's decision per class (reports.per_class), the minority class first: a compact
+    """Each classification model's decision per class (summary.per_class), the minority class first: a compact
     table, undecided and not-decided rows shaded, and what it says in words."""
     head, body = class_cells(found)
     lines = [(cells, not r.get("decided")) for cells, r in zip(body, found, strict=True)]
@@ -265,7 +265,7 @@ def _class_section(found: list[dict]) -> str:
 
 
 def _adaptive_section(record: dict) -> str:
-    """The adaptive record in words (reports.text.adaptive_lines): paragraphs, then the rounds and models."""
+    """The adaptive record in words (summary.text.adaptive_lines): paragraphs, then the rounds and models."""
     lines = [ln for ln in adaptive_lines(record) if ln.strip()]
     paras = "".join(f"<p>{_e(ln)}</p>" for ln in lines if not ln.lstrip().startswith("- "))
     items = "".join(f"<li>{_e(ln.lstrip()[2:])}</li>" for ln in lines if ln.lstrip().startswith("- "))

@@ -1,4 +1,4 @@
-"""report.html's body in the summary's order: each section of summary.json's `sections` (reports.sections: the
+"""report.html's body in the summary's order: each section of summary.json's `sections` (summary.sections: the
 answer first, the methods last), shown by a rich view where the page has one for that name (tables with shaded
 rows, figures, learning curves, maps), else by its blocks as written; the page's own parts with no text
 counterpart (the figures and the train x test matrix, the adaptive record, the task's test outputs, the probe maps,
@@ -16,7 +16,7 @@ from typing import Any
 
 from resomap.blocks import Bullets, Section, Table, Text, section_from_dict
 from resomap.reports.html_parts import escape as _e
-from resomap.reports.rows import SummaryRow
+from resomap.summary.rows import SummaryRow
 
 Part = tuple[str, str, str]  # (anchor, title, HTML)
 
@@ -25,8 +25,8 @@ def sections_of(data: dict, rows: list[SummaryRow]) -> list[Section]:
     """The summary's sections as summary.json holds them, or built again for a summary.json without them."""
     if data.get("sections") is not None:
         return [section_from_dict(s) for s in data["sections"]]
-    from resomap.reports.sections import build_sections
-    from resomap.reports.standing import standing
+    from resomap.summary.sections import build_sections
+    from resomap.summary.standing import standing
 
     fields = ("paired_tests", "recommendations", "trials", "stats", "machines", "class_decisions", "sensitivity",
               "front3", "group_decisions", "group_differ")  # fmt: skip
@@ -66,7 +66,7 @@ def ordered_parts(
     """(anchor, title, HTML) in the summary's order: each section by its rich view (`rich[name](section)`) or its
     blocks, then the page's own parts that follow it (`extras[name]`: each gives a part or None). Extras of a
     section with no data come where it would stand (by the registered order)."""
-    from resomap.reports.sections import SECTIONS, section_names
+    from resomap.summary.sections import SECTIONS, section_names
 
     order = {name: i for i, name in enumerate(section_names())}
     placed: list[tuple[tuple[float, int], Part]] = []

@@ -1,6 +1,6 @@
 """The report's section "Images that need the pixels" (reports.html): per model, each resolution below its reference
 with the test images lost and gained against it and the seed-dependent ones beside them (summary.json
-`sensitivity`, reports.sensitivity), and its most sensitive lost images (sensitive_images.csv), each with every
+`sensitivity`, summary.sensitivity), and its most sensitive lost images (sensitive_images.csv), each with every
 method's map at every resolution side by side: its probe maps where the image is in the probe set (the maps the
 probe section shows: the model's lowest seed), else the maps the summary computed on demand from that seed's
 checkpoints (explanations/sensitive_maps.npz, reports.sensitive_maps), said so in a caption; a resolution whose
@@ -17,8 +17,8 @@ from resomap.explain.on_demand import load_on_demand
 from resomap.reports.html_explain import shown_maps, strip
 from resomap.reports.html_parts import escape as _e
 from resomap.reports.sensitive_maps import ON_DEMAND, SHOWN, ImageMaps, image_maps, on_demand_file
-from resomap.reports.sensitivity import DEFINITIONS, count_words, most_sensitive
 from resomap.results import SENSITIVE_IMAGES_FILE
+from resomap.summary.sensitivity import DEFINITIONS, count_words, most_sensitive
 
 MAP_PX = 96  # as the probe section: drawn at min(resolution, this), shown at 128 px
 

@@ -1,4 +1,4 @@
-"""The maps of each model's most resolution-sensitive images (reports.sensitivity.most_sensitive: up to SHOWN lost
+"""The maps of each model's most resolution-sensitive images (summary.sensitivity.most_sensitive: up to SHOWN lost
 images per model), from the seed whose probe maps the report shows (html_explain.shown_maps, the lowest):
 
 - `map_requests`: the images of them not in that seed's probe set, one request per resolution of the seed, for
@@ -18,7 +18,7 @@ from typing import Any
 
 from resomap.explain.on_demand import SENSITIVE_MAPS_FILE, MapRequest, load_on_demand
 from resomap.reports.html_explain import shown_maps
-from resomap.reports.sensitivity import most_sensitive
+from resomap.summary.sensitivity import most_sensitive
 
 SHOWN = 4  # lost images per model (the report's section and the figure)
 FIGURE_STEM = "sensitive_images"  # figures/sensitive_images_<model>.png

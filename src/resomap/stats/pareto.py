@@ -2,7 +2,7 @@
 at most the cost, strictly better on one). One dominance rule for the sweep figures and the segmentation tables.
 
 `paired_front`: the same question on any number of axes (the summary's score x cost x explanation quality per
-model, reports.tradeoff), decided on tests of the differences between the points: a point is dropped only when
+model, summary.front), decided on tests of the differences between the points: a point is dropped only when
 another is shown better on one axis and worse on none, Holm over every test of the front (the rule in words above
 `Coordinate`)."""
 

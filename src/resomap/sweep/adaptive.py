@@ -393,10 +393,10 @@ def _decide(
 
 
 def _scores(outcome: SweepOutcome, cfg: Config, active: dict[str, list[int]]) -> dict[str, Any]:
-    """{model: the decision metric (stats.metric) on its ``active`` resolutions (reports.decision.MetricScores),
+    """{model: the decision metric (stats.metric) on its ``active`` resolutions (summary.decision.MetricScores),
     or a reason} of the round's results, as the summary's decision reads them."""
-    from resomap.reports.aligned import group_records, load_records
-    from resomap.reports.decision import metric_scores
+    from resomap.summary.aligned import group_records, load_records
+    from resomap.summary.decision import metric_scores
 
     folders = trial_folders(plan(cfg, check=False))
     records = load_records([r.to_dict() for r in outcome.results], folders)
@@ -439,7 +439,7 @@ def _record(cfg, alphas, rounds, states: dict[str, ModelState], used: set[TrialI
 def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
     """The record into summary.json ("adaptive"), as the last section of summary.md (replacing an older one) and
     in report.html (written again); the files written."""
-    from resomap.reports.text import ADAPTIVE_SECTION, adaptive_lines
+    from resomap.summary.text import ADAPTIVE_SECTION, adaptive_lines
 
     path = out_dir / "summary.json"
     payload = json.loads(path.read_text(encoding="utf-8"))

@@ -82,7 +82,7 @@ def look_step(
     ``trials_left``: the trials this model may still add (None: no limit); each new seed costs one trial per
     resolution not dropped. ``binary``: 0/1 scores (None: read from the values); ``words`` / ``images``: the
     decision metric and its images in words (the reasons of dropped resolutions quote the decision)."""
-    from resomap.reports.decision import decide
+    from resomap.summary.decision import decide
 
     runs = {int(r): np.asarray(v) for r, v in scores.items()}
     alpha = alphas[look - 1]
@@ -141,7 +141,7 @@ def _drops(
 ) -> dict[int, str]:
     """The resolutions below ``stop`` from the first shown inferior (alone against the reference ``ref``, the
     larger of each pair, so stats.reference picks it too) down; ``said``: the look's decide() settings."""
-    from resomap.reports.decision import decide
+    from resomap.summary.decision import decide
 
     for r in sorted((r for r in runs if r < stop), reverse=True):
         decision = decide({ref: runs[ref], r: runs[r]}, stats, **said)

@@ -53,12 +53,13 @@ def results_digest(trials: list[Trial]) -> str:
 
 def summary_inputs(cfg: Config) -> dict[str, Any]:
     """What the summary depends on besides the result files: the stats settings and a hash of the statistics and
-    report code (resomap.stats, resomap.reports, the sections' blocks and the parent run's description), read from
-    the source files, nothing imported."""
+    report code (resomap.stats, resomap.summary, resomap.reports, the sections' blocks and the parent run's
+    description), read from the source files, nothing imported."""
     h = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
     words = [package / "blocks.py", package / "tracking" / "note.py"]
-    for path in sorted([*(package / "stats").glob("*.py"), *(package / "reports").glob("*.py"), *words]):
+    code = [*(package / "stats").glob("*.py"), *(package / "summary").glob("*.py"), *(package / "reports").glob("*.py")]
+    for path in sorted([*code, *words]):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return {"stats": to_dict(cfg)["stats"], "code": h.hexdigest()[:16]}
@@ -201,10 +202,12 @@ def _build_summary(
     or None) while the workers finish. (Forking the workers before the statistics, to draw these images on the idle
     core, measured 1.3 s slower: the workers then import what the figures need.)"""
     from resomap.plotstyle import parallel_saves
-    from resomap.reports import build_summary, sweep_figures, write_summary
+    from resomap.reports import sweep_figures
     from resomap.reports.explain_comparison import draw_comparison
-    from resomap.reports.tradeoff import front_inputs, tradeoff_files, tradeoffs
+    from resomap.reports.tradeoff import tradeoff_files
     from resomap.stages import compare_stage
+    from resomap.summary import build_summary, write_summary
+    from resomap.summary.front import front_inputs, tradeoffs
     from resomap.sweep.sensitive import sensitive_maps
 
     (out_dir, previous), (tracker, parent) = dirs, run

@@ -36,7 +36,7 @@ def data_record(bundle: Any) -> dict[str, Any]:
 
 def train_counts(bundle: Any) -> list[int] | None:
     """The training split's image count per class (the trivial predictor answers its most frequent class:
-    reports.uncertainty); None where the split has no class labels (segmentation)."""
+    summary.uncertainty); None where the split has no class labels (segmentation)."""
     import numpy as np
 
     labels = getattr(bundle, "train_labels", None)
@@ -51,7 +51,7 @@ def train_counts(bundle: Any) -> list[int] | None:
 
 def groups_record(bundle: Any) -> dict[str, dict[str, list]]:
     """The groups the dataset declares, for the test images: name -> {"names": the codes' names, "index": the test
-    images' raw-dataset indices, "code": each one's code}; what the summary decides each group on (reports.groups)."""
+    images' raw-dataset indices, "code": each one's code}; what the summary decides each group on (summary.groups)."""
     test = [int(i) for i in bundle.splits.get("test", [])]
     return {
         name: {"names": list(names), "index": test, "code": [int(codes[i]) for i in test]}

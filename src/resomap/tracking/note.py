@@ -1,6 +1,6 @@
 """The sweep parent run's description (MLflow's "note", markdown, shown above the run's details): the one "best"
 (the recommendation, or that there is none) and then the summary's sections in the order every view shows them
-(resomap.reports.sections: the answer first, the methods last), each shortened to what a run page can hold; the
+(resomap.summary.sections: the answer first, the methods last), each shortened to what a run page can hold; the
 figures against resolution follow the results; where the report and the files are come last."""
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent w
 
 def best_recommended(summary: Any) -> str | None:
     """'<model>@<res>' of the most accurate resolution the summary recommends (a recommendation row's
-    `recommended`: reports.uncertainty.recommendation, not recomputed here); None when it recommends none."""
+    `recommended`: summary.uncertainty.recommendation, not recomputed here); None when it recommends none."""
     chosen = {(r["model"], r["resolution"]) for r in summary.recommendations if r.get("recommended")}
     rows = [r for r in getattr(summary, "rows", ()) if (r.model, r.resolution) in chosen]
     best = max(rows, key=lambda r: r.test_accuracy or 0.0, default=None)

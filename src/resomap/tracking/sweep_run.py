@@ -170,7 +170,7 @@ def publish_sweep(
     if pooled is not None:
         metrics[SCORE_METRIC] = round(float(pooled), 3)
     unrecommended = recommendation_metrics(summary, metrics)
-    for row in summary.rows:  # the columns the row marks for the parent run (reports.rows.SummaryRow)
+    for row in summary.rows:  # the columns the row marks for the parent run (summary.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
     drop = () if best is not None else (BEST_TAG,)
@@ -200,7 +200,7 @@ def child_records(
     summary: Any, matrices: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
     """run id -> (metrics, tags) the summary adds to each trial's run: the interval of its model @ resolution's
-    headline score pooled over the seeds (the summary row's, reports.rows.SummaryRow.score; 3 decimals), each
+    headline score pooled over the seeds (the summary row's, summary.rows.SummaryRow.score; 3 decimals), each
     method's map agreement at its resolution (`agreement_at`) and its description (`child_note`)."""
     rows = {(r.model, int(r.resolution)): r for r in summary.rows}
     agreement = agreement_at(matrices)
@@ -226,7 +226,7 @@ def child_records(
 def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mapping[str, Any] | None) -> str:
     """A trial run's description (markdown): its test score, its model @ resolution's pooled score with interval,
     whether it is undertrained (its own convergence record), where that model @ resolution stands against the
-    baselines (`against`: the summary's words, reports.summary.SweepSummary.baselines_at) and its model's
+    baselines (`against`: the summary's words, summary.build.SweepSummary.baselines_at) and its model's
     recommendation."""
     model, resolution, seed = trial.get("model"), trial.get("resolution"), trial.get("seed")
     lines = [f"**{model} at {resolution} px, seed {seed}**", ""]

@@ -109,7 +109,7 @@ def seed_means(
 ) -> dict[tuple[str, int, str, str], np.ndarray]:
     """Per (model, resolution, method, score) each probe image's score averaged over the seeds (NaN where a seed's
     is not finite), the images in probe order: what the front's paired tests of quality compare between
-    resolutions (reports.tradeoff; the probe set is the same images at every resolution and seed)."""
+    resolutions (summary.front; the probe set is the same images at every resolution and seed)."""
     return {key: table.mean(axis=0) for key, table in _tables(per_trial).items()}
 
 

@@ -11,7 +11,7 @@ from and where it goes in its metadata, so a new column is one field here (and i
 - ``parent=True``: logged to the sweep's MLflow parent run as ``<name>/<model>/<resolution>``;
 - ``by_resolution="<key>"``: drawn against resolution in the parent run (``by_resolution/<model>/<key>``);
 - ``per_seed=True``: a list of one dict per seed (summary.json), spread over summary.csv columns ``<name>/<key>``,
-  each a JSON list of the seeds' values (``convergence``: each seed's convergence record, reports.convergence).
+  each a JSON list of the seeds' values (``convergence``: each seed's convergence record, summary.convergence).
 
 The task's per-image scores (resomap.tasks: accuracy for classification, mIoU and boundary F1 per image for
 segmentation) are flat columns ``<column>_pooled``, ``<column>_ci_low``, ``<column>_ci_high`` of ``image_scores``
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from resomap.reports.convergence import RECORD_KEYS
+from resomap.summary.convergence import RECORD_KEYS
 
 EXPLAIN_COST = {"seconds": "explain_seconds", "peak_memory_mb": "explain_peak_memory_mb"}  # metric -> column prefix
 
@@ -45,7 +45,7 @@ def over_seeds(*path: str, by_resolution: str | None = None) -> Any:
 
 
 def statistic(*, parent: bool = False, by_resolution: str | None = None) -> Any:
-    """A column computed by :mod:`resomap.stats` (through :mod:`resomap.reports.uncertainty`)."""
+    """A column computed by :mod:`resomap.stats` (through :mod:`resomap.summary.uncertainty`)."""
     meta: dict[str, Any] = {"parent": True} if parent else {}
     if by_resolution:
         meta["by_resolution"] = by_resolution
@@ -84,7 +84,7 @@ class SummaryRow:
     train_time_s_std: float | None = None
     epochs_run: float | None = over_seeds("epochs_run")
     epochs_run_std: float | None = None
-    # did it train enough (reports.convergence): any seed flagged undertrained (None: no seed has a record), why
+    # did it train enough (summary.convergence): any seed flagged undertrained (None: no seed has a record), why
     # ('seed 43: <reason>; ...'), and each seed's convergence record (best epoch, epochs run, stop reason, lr_found,
     # a closed-form fit's chosen penalty)
     undertrained: bool | None = None
@@ -130,7 +130,7 @@ class SummaryRow:
     # >= 3 seeds, and none for a deterministic fit)
     twoway_ci_low: float | None = statistic(parent=True)
     twoway_ci_high: float | None = statistic(parent=True)
-    # the seeds gave identical per-image predictions (reports.aligned.identical_seeds: a closed-form fit the seed
+    # the seeds gave identical per-image predictions (summary.aligned.identical_seeds: a closed-form fit the seed
     # does not change): they are one replicate, their variance exactly zero
     deterministic: bool = False
     recommended: bool = False

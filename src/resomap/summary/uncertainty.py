@@ -10,12 +10,12 @@ the row), and the headline score above the task's trivial predictor and above ea
 descriptive interval (paired image bootstrap) and the one-sided sign-flip test of the per-image differences that
 decides "shown above" (exact on 0/1 outcomes: no verdict hangs on a resampling seed). A model whose seeds give
 identical per-image predictions (``identical_seeds``: a closed-form fit the seed does not change, pixel_logreg,
-hog_svm; reports.aligned) is one replicate: its row is marked ``deterministic`` and gets no interval over seeds.
-Whether a model's decided resolution (reports.decision) is recommended is :func:`recommendation`, the one rule
+hog_svm; summary.aligned) is one replicate: its row is marked ``deterministic`` and gets no interval over seeds.
+Whether a model's decided resolution (summary.decision) is recommended is :func:`recommendation`, the one rule
 (the decision's scope, the trivial predictor, the classical baselines, convergence).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
-``reports.rows.SummaryRow``; None where a number is not available, never NaN), with a ``reason`` in words wherever
+``summary.rows.SummaryRow``; None where a number is not available, never NaN), with a ``reason`` in words wherever
 something is missing. The statistics themselves live in :mod:`resomap.stats`.
 """
 
@@ -30,8 +30,8 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.reports.aligned import Aligned, TrialRecord, align, identical_seeds, no_records
-from resomap.reports.rows import BASELINE_KEYS, SCORE_ENDS, TWOWAY_WORDS, SummaryRow
+from resomap.summary.aligned import Aligned, TrialRecord, align, identical_seeds, no_records
+from resomap.summary.rows import BASELINE_KEYS, SCORE_ENDS, TWOWAY_WORDS, SummaryRow
 from resomap.tasks import Score, Task
 
 
@@ -48,7 +48,7 @@ def _num(value: Any) -> float | None:
 
 def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, Any]:
     """The uncertainty columns of one model x resolution row (see the module docstring): keyword arguments of
-    :class:`~resomap.reports.rows.SummaryRow` (a column that cannot be computed is left out: its default is None)
+    :class:`~resomap.summary.rows.SummaryRow` (a column that cannot be computed is left out: its default is None)
     and ``note``."""
     task = members[0].task
     empty = {f"{sc.column}{end}": None for sc in task.scores for end in SCORE_ENDS}
@@ -95,7 +95,7 @@ def above_p(differences: np.ndarray, resamples: int, lattice: int | None = None)
     side's seeds averaged): the sign-flip test (stats.sign_flip, alternative "greater"). On 0/1 outcomes the
     differences lie on a 1/k lattice (k the seed count, or the least common multiple of both sides') and the p is
     exact; on a continuous score its flips come from ABOVE_SEED, not stats.seed (standard error <= 0.002). So the
-    verdict ``reports.rows.shown_above`` reads from it is the same whatever the bootstrap's seed. None without
+    verdict ``summary.rows.shown_above`` reads from it is the same whatever the bootstrap's seed. None without
     images."""
     d = np.asarray(differences, dtype=np.float64)
     if d.size == 0:

@@ -25,10 +25,11 @@ from typing import Any
 from resomap.blocks import Block, Bullets, Section, Table, Text, bullets, table
 from resomap.records import machine_lines
 from resomap.registry import Registry
-from resomap.reports.groups import group_cells, group_note
-from resomap.reports.per_class import class_cells, class_note
-from resomap.reports.rows import SummaryRow
-from resomap.reports.text import (
+from resomap.summary.front import tradeoff_cells, tradeoff_lines
+from resomap.summary.groups import group_cells, group_note
+from resomap.summary.per_class import class_cells, class_note
+from resomap.summary.rows import SummaryRow
+from resomap.summary.text import (
     RECOMMENDED_RULE,
     describe_stats,
     detail_cells,
@@ -40,7 +41,6 @@ from resomap.reports.text import (
     training_cells,
     training_note,
 )
-from resomap.reports.tradeoff import tradeoff_cells, tradeoff_lines
 
 log = logging.getLogger(__name__)
 SectionFn = Callable[[Any], Iterable[Block]]
@@ -108,7 +108,7 @@ def answer(summary: Any) -> list[Block]:
 
 
 def _score_words(row: SummaryRow, rec: dict) -> str:
-    from resomap.reports.text import fmt_interval
+    from resomap.summary.text import fmt_interval
 
     where = "the reference" if not rec.get("decided") else "decided"
     cell = fmt_interval(*row.score(row.headline))
@@ -117,8 +117,8 @@ def _score_words(row: SummaryRow, rec: dict) -> str:
 
 def _learned_words(row: SummaryRow, rows: list[SummaryRow]) -> str:
     """'Learned: not undertrained; shown above the majority class and pixel_logreg' (or 'not shown above ...')."""
-    from resomap.reports.rows import baseline_label, baseline_names
-    from resomap.reports.text import trivial_label
+    from resomap.summary.rows import baseline_label, baseline_names
+    from resomap.summary.text import trivial_label
 
     said = {True: "undertrained", False: "not undertrained", None: ""}[row.undertrained]
     above, not_above = [], []
@@ -218,7 +218,7 @@ def front(summary: Any) -> list[Block]:
 @register_section("sensitive", title="Images that need the pixels (test images lost or gained against the reference)",
                   order=70)  # fmt: skip
 def sensitive(summary: Any) -> list[Block]:
-    from resomap.reports.sensitivity import DEFINITIONS, sensitivity_line
+    from resomap.summary.sensitivity import DEFINITIONS, sensitivity_line
 
     found = getattr(summary, "sensitivity", None) or []
     return [bullets(sensitivity_line(r) for r in found), Text(DEFINITIONS)] if found else []

@@ -7,9 +7,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from resomap.reports.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
-from resomap.reports.rows import TWOWAY_WORDS, SummaryRow, baseline_label, baseline_names
 from resomap.stats import TWOWAY_MIN_SEEDS
+from resomap.summary.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
+from resomap.summary.rows import TWOWAY_WORDS, SummaryRow, baseline_label, baseline_names
 
 COST_COLUMNS = (
     ("latency_ms", "latency ms", ".3f"),
@@ -263,7 +263,7 @@ def recommendation_lines(
     recommendations: list[Mapping[str, Any]], verdicts: bool = False, standing: Mapping[str, list[str]] | None = None
 ) -> list[str]:
     """Each model's decision in words; after it (indented) its `standing` lines (how it trained, where it stands
-    against the baselines: reports.standing) and, with ``verdicts``, each tested resolution's verdict."""
+    against the baselines: summary.standing) and, with ``verdicts``, each tested resolution's verdict."""
     lines = []
     for rec in recommendations:
         line = str(rec.get("sentence") or f"{rec['model']}: {rec.get('reason', '')}")

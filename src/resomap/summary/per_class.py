@@ -1,5 +1,5 @@
 """Each classification model's decision per class: the recall of each class (stats.metric ``recall:<class>``)
-through the summary's own decision (reports.decision: ``decision_scores``, then ``decide``: the same tests, scope,
+through the summary's own decision (summary.decision: ``decision_scores``, then ``decide``: the same tests, scope,
 margin and reference as the model's decision), classes ordered by their number of test images, fewest first (the
 minority class first).
 
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from resomap.config.schema import StatsConfig
-from resomap.reports.aligned import TrialRecord
-from resomap.reports.decision import (
+from resomap.summary.aligned import TrialRecord
+from resomap.summary.decision import (
     by_model,
     class_names,
     decide,
@@ -96,7 +96,7 @@ def model_class_decisions(
 
 
 def _decided_row(row: dict[str, Any], chosen: Any, n_seeds: int, cfg: StatsConfig) -> dict[str, Any]:
-    """The class's decision at the row's Bonferroni alpha, through the summary's one call (reports.decision.decide)."""
+    """The class's decision at the row's Bonferroni alpha, through the summary's one call (summary.decision.decide)."""
     decision = decide(
         chosen.scores, cfg, alpha=row["alpha"], binary=chosen.binary, words=chosen.words, images=chosen.images
     )

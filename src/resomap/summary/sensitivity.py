@@ -1,5 +1,5 @@
 """Resolution-sensitive test images: per model, for each resolution r below its reference R, on the seeds and test
-images both have (0/1 correctness [S, N], reports.decision.scores_by_resolution), the images
+images both have (0/1 correctness [S, N], summary.decision.scores_by_resolution), the images
 
 - lost: right at R in every seed and wrong at r in every seed;
 - gained: the reverse;
@@ -27,9 +27,9 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.reports.aligned import TrialRecord
-from resomap.reports.decision import Compared, by_model, class_names, scores_by_resolution
 from resomap.results import SENSITIVITY_COLUMNS
+from resomap.summary.aligned import TrialRecord
+from resomap.summary.decision import Compared, by_model, class_names, scores_by_resolution
 
 ONE_SEED = (
     "one seed: 'in every seed' is one seed, so a lost or gained image cannot be told apart from seed noise"

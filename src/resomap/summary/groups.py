@@ -1,7 +1,7 @@
 """Each model decided within each group of test images the dataset declares (stats.groups; ELPV: cell_type,
 defect_probability): per group value, the headline score at every resolution with its interval (pooled over seeds,
 the image bootstrap of the summary's rows: stats.bootstrap_scores) and the non-inferiority decision on that value's
-images through the summary's own decision (reports.decision: ``scores_by_resolution``, ``decide``: the same tests,
+images through the summary's own decision (summary.decision: ``scores_by_resolution``, ``decide``: the same tests,
 scope, margin and reference; no statistics of its own).
 
 A group's G values are one family: each value is decided at one-sided alpha / G (Bonferroni; alpha the model
@@ -27,8 +27,8 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.reports.aligned import TrialRecord
-from resomap.reports.decision import (
+from resomap.summary.aligned import TrialRecord
+from resomap.summary.decision import (
     by_model,
     decide,
     decided_cell,

@@ -1,7 +1,7 @@
 """A sweep's finished trials with their per-image score tables (`TrialRecord`, read by each trial's task), the
 seeds' tables stacked on the test images they share (`align`), and the one test of a deterministic fit
-(`identical_seeds`: seeds that are one replicate). What the summary's intervals (reports.uncertainty) and decisions
-(reports.decision) are computed from."""
+(`identical_seeds`: seeds that are one replicate). What the summary's intervals (summary.uncertainty) and decisions
+(summary.decision) are computed from."""
 
 from __future__ import annotations
 

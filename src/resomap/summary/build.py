@@ -1,7 +1,7 @@
 """Sweep summary: one row per model x resolution with intervals on its headline numbers, the paired tests between
-resolutions and the decision per model (recommended only with the evidence: reports.uncertainty.recommendation);
+resolutions and the decision per model (recommended only with the evidence: summary.uncertainty.recommendation);
 written as summary.csv / summary.json / paired_tests.csv / recommendation.csv / sensitive_images.csv / summary.md /
-summary.txt; per model the test images whose correctness changes with the resolution (reports.sensitivity).
+summary.txt; per model the test images whose correctness changes with the resolution (summary.sensitivity).
 
 Takes TrialResults (anything with to_dict()) or their dicts, and optionally where each trial's folder is (its
 per-image records, read by the trial's task, give the intervals and tests: classification's predictions.csv,
@@ -25,27 +25,27 @@ from resomap.atomic import write_text
 from resomap.blocks import Section, section_to_dict
 from resomap.config.schema import StatsConfig
 from resomap.records import machines, machines_warning
-from resomap.reports.aligned import TrialId, TrialRecord, group_records, one_replicate
-from resomap.reports.aligned import load_records as _load_records
-from resomap.reports.convergence import convergence_columns
-from resomap.reports.decision import compare_models
-from resomap.reports.groups import group_decisions
-from resomap.reports.per_class import class_decisions
-from resomap.reports.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_label, baseline_names
-from resomap.reports.sensitivity import sensitivity
-from resomap.reports.uncertainty import (
+from resomap.results import (
+    PAIRED_COLUMNS,
+    RECOMMENDATION_COLUMNS,
+    SENSITIVE_IMAGE_COLUMNS,
+    SENSITIVE_IMAGES_FILE,
+)
+from resomap.summary.aligned import TrialId, TrialRecord, group_records, one_replicate
+from resomap.summary.aligned import load_records as _load_records
+from resomap.summary.convergence import convergence_columns
+from resomap.summary.decision import compare_models
+from resomap.summary.groups import group_decisions
+from resomap.summary.per_class import class_decisions
+from resomap.summary.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_label, baseline_names
+from resomap.summary.sensitivity import sensitivity
+from resomap.summary.uncertainty import (
     NO_RECOMMENDATION,
     baseline_columns,
     interval_columns,
     named_best,
     recommendation,
     reference_flaw,
-)
-from resomap.results import (
-    PAIRED_COLUMNS,
-    RECOMMENDATION_COLUMNS,
-    SENSITIVE_IMAGE_COLUMNS,
-    SENSITIVE_IMAGES_FILE,
 )
 
 log = logging.getLogger(__name__)
@@ -69,50 +69,50 @@ class SweepSummary:
     machines: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     machines_warning: str = ""
     # per classification model and class, the minority class first: the decision on the class's recall at the
-    # Bonferroni alpha over the model's classes (reports.per_class; results.CLASS_DECISION_COLUMNS)
+    # Bonferroni alpha over the model's classes (summary.per_class; results.CLASS_DECISION_COLUMNS)
     class_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # per model x resolution below its reference: the images lost, gained and seed-dependent with Wilson intervals
-    # (reports.sensitivity; results.SENSITIVITY_COLUMNS); the lost and gained images are `sensitive_images`, written
+    # (summary.sensitivity; results.SENSITIVITY_COLUMNS); the lost and gained images are `sensitive_images`, written
     # to sensitive_images.csv rather than summary.json
     sensitivity: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     sensitive_images: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    # the three-way trade-off per model (reports.tradeoff.tradeoffs: score x cost x explanation quality, each with
+    # the three-way trade-off per model (summary.front.tradeoffs: score x cost x explanation quality, each with
     # its interval; a resolution dropped only when another is shown better on one axis and worse on none); set
     # once the explanation quality is known (after the comparison of the sweep's maps)
     front3: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # per model x group the dataset declares (stats.groups) x value: the score at every resolution with its interval
-    # and the decision on that value's images at the Bonferroni alpha over the group's values (reports.groups;
+    # and the decision on that value's images at the Bonferroni alpha over the group's values (summary.groups;
     # results.GROUP_DECISION_COLUMNS); `group_differ`: a sentence per model x group whose values were decided apart
     group_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     group_differ: list[str] = dataclasses.field(default_factory=list)
     # per model x group decided apart x step: the test of whether that step's difference to the reference differs
-    # between the group's values (reports.groups._interactions: means, sizes, p, Holm p, alpha, shown)
+    # between the group's values (summary.groups._interactions: means, sizes, p, Holm p, alpha, shown)
     group_interactions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # the comparison of the sweep's maps in short, a finding per model x method (its measure and decision); set once
     # the comparison ran
     explanation_findings: list[str] = dataclasses.field(default_factory=list)
-    # the sections every view renders, in order (reports.sections.build_sections; set by write_summary), and one
+    # the sections every view renders, in order (summary.sections.build_sections; set by write_summary), and one
     # line per plugin section that raised and was left out
     sections: list[Section] | None = None
     section_errors: list[str] = dataclasses.field(default_factory=list)
 
     def standing(self) -> dict[str, list[str]]:
-        """model -> its training and baselines lines (reports.standing), shown beside its decision."""
-        from resomap.reports.standing import standing
+        """model -> its training and baselines lines (summary.standing), shown beside its decision."""
+        from resomap.summary.standing import standing
 
         return standing(self.rows)
 
     def baselines_at(self, model: str, resolution: int) -> str:
         """Where one model @ resolution stands against the majority class and the baselines, in words
-        (reports.standing.baseline_words); '' without such a row."""
-        from resomap.reports.standing import baseline_words
+        (summary.standing.baseline_words); '' without such a row."""
+        from resomap.summary.standing import baseline_words
 
         row = next((r for r in self.rows if r.model == model and int(r.resolution) == int(resolution)), None)
         return baseline_words([row], self.rows) if row is not None else ""
 
     def deterministic_models(self) -> dict[str, int]:
         """model -> its seed count, for each model whose seeds are one fit (its recommendation row's
-        ``deterministic``, reports.aligned.identical_seeds at every resolution): one replicate, no cross-seed
+        ``deterministic``, summary.aligned.identical_seeds at every resolution): one replicate, no cross-seed
         floor or relabelling test of its explanations."""
         seeds: dict[str, int] = {}
         for row in self.rows:
@@ -272,7 +272,7 @@ def baseline_caveat(rows: list[SummaryRow]) -> str:
 
 
 def _recommend(rows: list[SummaryRow], recs: list[dict[str, Any]], paired: list[dict[str, Any]]) -> None:
-    """Each model's decided resolution recommended or not (reports.uncertainty.recommendation, the one rule) into
+    """Each model's decided resolution recommended or not (summary.uncertainty.recommendation, the one rule) into
     its recommendation row (`recommended`, `recommendation`, and `reference_flaw`: what makes its reference a poor
     yardstick, '' when nothing does) and the summary rows (`recommended`)."""
     by_key = {(row.model, row.resolution): row for row in rows}
@@ -303,7 +303,7 @@ def summary_rows(
     results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
 ) -> list[SummaryRow]:
     """One row per (model, resolution): mean and std over seeds of every column and the seed count, with the
-    intervals of :mod:`resomap.reports.uncertainty` when ``folders`` ({(model, resolution, seed): folder}) locate
+    intervals of :mod:`resomap.summary.uncertainty` when ``folders`` ({(model, resolution, seed): folder}) locate
     the trials' predictions.csv (otherwise the intervals are None and ``note`` says why)."""
     return _rows(_load_records(_as_dicts(results), folders), stats or StatsConfig())
 
@@ -312,7 +312,7 @@ def build_summary(
     results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
 ) -> SweepSummary:
     """The rows, every model's paired tests between resolutions, its decided resolution and whether it is
-    recommended (reports.uncertainty.recommendation)."""
+    recommended (summary.uncertainty.recommendation)."""
     cfg = stats or StatsConfig()
     dicts = _as_dicts(results)
     records = _load_records(dicts, folders)
@@ -405,9 +405,9 @@ def _relative(folder: str | None, out_dir: Path) -> str | None:
 def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     """summary.csv (a line per model x resolution), summary.json (everything, each trial's folder relative to
     out_dir), paired_tests.csv, recommendation.csv, sensitive_images.csv (the lost and gained images,
-    reports.sensitivity), summary.md and summary.txt, each written atomically."""
+    summary.sensitivity), summary.md and summary.txt, each written atomically."""
     from resomap.blocks import render
-    from resomap.reports.sections import build_sections
+    from resomap.summary.sections import build_sections
 
     out_dir.mkdir(parents=True, exist_ok=True)
     summary.sections, summary.section_errors = build_sections(summary)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from resomap.reports.rows import SummaryRow, baseline_label, baseline_names
-from resomap.reports.text import trivial_label
+from resomap.summary.rows import SummaryRow, baseline_label, baseline_names
+from resomap.summary.text import trivial_label
 
 __all__ = ["baseline_words", "standing", "training_words"]
 

@@ -3,7 +3,7 @@ its resolutions of every per-image score (``stats.compare_resolutions``: McNemar
 seeds, or a paired bootstrap for a 0/1 score, the paired bootstrap with a sign-flip test for any other;
 descriptive) and, on the decision metric (the headline score, or stats.metric), the decision: each resolution
 against the reference at the margin, and the decided resolution (``stats.noninferiority``). Whether the decided
-resolution is recommended is reports.uncertainty.recommendation.
+resolution is recommended is summary.uncertainty.recommendation.
 
 Rows are plain dicts of JSON-safe values (results.PAIRED_COLUMNS, results.RECOMMENDATION_COLUMNS), with a
 ``reason`` in words wherever something is missing."""
@@ -19,7 +19,7 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.reports.aligned import Aligned, TrialRecord, align, deterministic, group_records, no_records
+from resomap.summary.aligned import Aligned, TrialRecord, align, deterministic, group_records, no_records
 from resomap.tasks import Score, Task
 
 
@@ -227,7 +227,7 @@ def decision_alpha(model: str, cfg: StatsConfig) -> float | None:
     return cfg.look_alpha.get(model)
 
 
-# a model's decisions on subsets of its test images (reports.per_class: each class; reports.groups: each group
+# a model's decisions on subsets of its test images (summary.per_class: each class; summary.groups: each group
 # value), one family per model: what their rows share
 
 NOT_DECIDED = "not decided"
