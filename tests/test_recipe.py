@@ -62,9 +62,9 @@ def test_a_sweep_finds_the_learning_rate_once_per_model_and_resolution(tmp_path)
         assert saved["training"]["optimizer"]["lr"] == pytest.approx(found)  # the rate the trial ran with
         assert result["data"]["recipe"]["learning_rate"] == "the LR range test's (training.lr_find)"
     (summary,) = tmp_path.glob("model_summaries/_sweep/*/summary.md")
-    text = summary.read_text()
-    assert "## Training recipe" in text
-    assert "Class imbalance: the loss weighted by inverse class frequency; learning rate: the LR range test's" in text
+    text = " ".join(summary.read_text().split())  # lines wrapped
+    assert "## Training Recipe: Class imbalance: the loss weighted by inverse class frequency; learning rate:" in text
+    assert "learning rate: the LR range test's" in text
 
 
 # ---------------------------------------------------------------- weight averaging

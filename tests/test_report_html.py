@@ -901,14 +901,16 @@ def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: 
         wrong = "return Array.from(document.querySelectorAll('.strip figure.wrong figcaption'))"
         wrong += ".filter(c => c.offsetParent !== null).map(c => c.textContent)"
         assert all("✗" in caption for caption in driver.execute_script(wrong))
-        first = driver.find_element(By.CSS_SELECTOR, "#summary ul").text
+        first = driver.find_element(By.CSS_SELECTOR, "#answer ul").text  # the answer, per model
         for model in MODELS:
             assert f"{model}:" in first
-        assert first.count("training: ") == first.count("baselines: ") == len(MODELS)
-        assert "undertrained" in first and "the majority class (" in first
+        assert first.count("Learned: ") == len(MODELS) and "the majority class (" in first
+        decided = driver.find_element(By.CSS_SELECTOR, "#decision ul").text  # then the decisions in full
+        assert decided.count("training: ") == decided.count("baselines: ") == len(MODELS)
+        assert "undertrained" in decided and "the majority class (" in decided
         folder = Path(os.environ.get("RESOMAP_SCREENSHOTS") or REPO / ".ci" / "screenshots")
         folder.mkdir(parents=True, exist_ok=True)
-        driver.execute_script("document.getElementById('summary').scrollIntoView()")
+        driver.execute_script("document.getElementById('answer').scrollIntoView()")
         assert driver.save_screenshot(str(folder / "report_first_screen.png"))
         height = driver.execute_script("return document.body.scrollHeight")
         driver.set_window_size(1400, min(int(height) + 80, 6000))

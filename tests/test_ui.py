@@ -771,28 +771,33 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     assert page.text("summary").is_displayed()
     page.shot("parent_summary_figure")
 
-    # the report on its own, as a reader opens it: its first screen states the decision per model and the
-    # explanation findings, and the paired-test table is on the page
+    # the report on its own, as a reader opens it: its first screen answers per model (the decision or why none),
+    # the decisions in full follow with how each model trained and where it stands, then the tables; the
+    # explanation findings and the paired-test table are on the page, in the summary's order
     summary_dir = swept / "model_summaries" / "_sweep" / EXPERIMENT
     data = json.loads((summary_dir / "summary.json").read_text())
     browser.get((summary_dir / "report.html").as_uri())
-    decisions = page.visible(By.XPATH, "//section[@id='summary']/h3[normalize-space()='Decisions']")
     fold = browser.execute_script("return window.innerHeight")
-    items = decisions.find_elements(By.XPATH, "following-sibling::ul[1]/li")
-    sentences = [r["sentence"] for r in data["recommendations"] if r.get("sentence")]
-    assert sentences and [li.text.split("\n")[0] for li in items] == sentences
+    answers = page.visible(By.XPATH, "//section[@id='answer']/ul").find_elements(By.XPATH, "./li")
+    recs = [r for r in data["recommendations"] if r.get("sentence")]
+    assert [li.text.split(": ")[0] for li in answers] == [r["model"] for r in recs]
+    for li, rec in zip(answers, recs, strict=True):
+        assert li.text.startswith(f"{rec['model']}: {rec['recommendation']}"), li.text
+    assert all(li.rect["y"] + li.rect["height"] <= fold for li in answers), "an answer below the first screen"
+    items = page.visible(By.XPATH, "//section[@id='decision']/ul").find_elements(By.XPATH, "./li")
+    assert [li.text.split("\n")[0] for li in items] == [r["sentence"] for r in recs]
     for li in items:  # under each decision: how the model trained, where it stands against the majority class
         below = li.text.split("\n")[1:]
         assert below[0].startswith("training: ") and "undertrained" in below[0], li.text
         assert below[1].startswith("baselines: ") and "the majority class (" in below[1], li.text
-    assert all(li.rect["y"] + li.rect["height"] <= fold for li in items), "a decision below the first screen"
     findings = (summary_dir / "explanations" / "findings.txt").read_text().split("\n")
-    shown = page.visible(By.XPATH, "//section[@id='summary']/h3[normalize-space()='Explanations']")
-    listed = [li.text for li in shown.find_elements(By.XPATH, "following-sibling::ul[1]/li")]
-    assert listed == [f for f in findings if f.strip()] and shown.rect["y"] < fold
-    paired = page.visible(By.XPATH, "//section[@id='summary']/h3[normalize-space()='Paired tests between resolutions']")
-    cells = paired.find_elements(By.XPATH, "following-sibling::table[1]//td")
+    shown = page.visible(By.XPATH, "//section[@id='explanations']/ul")
+    listed = [li.text for li in shown.find_elements(By.XPATH, "./li")]
+    assert listed == [f for f in findings if f.strip()]
+    cells = page.visible(By.XPATH, "//section[@id='paired']").find_elements(By.XPATH, ".//table[1]//td")
     assert len(cells) >= 8 and any("px" in c.text or "→" in c.text for c in cells), "no paired-test table"
+    order = [page.visible(By.ID, key).rect["y"] for key in ("answer", "decision", "results", "explanations", "paired")]
+    assert order == sorted(order)
     page.shot("report_first_screen")
 
     # last (MLflow keeps a run page's chart layout for the next run page it opens): the child's own image card shows

@@ -43,7 +43,7 @@ from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import figure_img
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
-from resomap.reports.html_sections import ordered_parts, sections_of
+from resomap.reports.html_sections import blocks_html, ordered_parts, sections_of
 from resomap.reports.html_sensitivity import sensitivity_section
 from resomap.summary.convergence import CURVES_STEM, undertrained_cell
 from resomap.summary.front import tradeoff_cells, tradeoff_lines
@@ -159,6 +159,7 @@ def _parts(sweep_dir: Path, data: dict, rows: list[SummaryRow], trials: list[dic
         sections_of(data, rows),
         rich={
             "results": lambda s: _results_section(data, rows),
+            "adaptive": lambda s: _adaptive_section(adaptive) if adaptive else blocks_html(s.blocks),
             "training": lambda s: _training_section(sweep_dir, rows, trials),
             "per_class": lambda s: _class_section(data["class_decisions"]),
             "per_group": lambda s: _group_section(data),
@@ -171,7 +172,6 @@ def _parts(sweep_dir: Path, data: dict, rows: list[SummaryRow], trials: list[dic
                 lambda: ("figures", "Quality and cost against resolution", _figures_section(sweep_dir, rows, data)),
                 lambda: ("matrix", "Train x test resolution", _matrix_section(rows)),
             ],
-            "training": [lambda: ("adaptive", "Adaptive sweep", _adaptive_section(adaptive)) if adaptive else None],
             "sensitive": [lambda: ("outputs", "Test outputs", outputs) if outputs else None],
             "explanations": explained,
         },

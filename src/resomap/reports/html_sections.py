@@ -30,7 +30,8 @@ def sections_of(data: dict, rows: list[SummaryRow]) -> list[Section]:
 
     fields = ("paired_tests", "recommendations", "trials", "stats", "machines", "class_decisions", "sensitivity",
               "front3", "group_decisions", "group_differ")  # fmt: skip
-    plain = SimpleNamespace(rows=rows, machines_warning=data.get("machines_warning", ""), explanation_findings=[])
+    plain = SimpleNamespace(rows=rows, machines_warning=data.get("machines_warning", ""), explanation_findings=[],
+                            adaptive=data.get("adaptive"))  # fmt: skip
     for name in fields:
         setattr(plain, name, data.get(name) or ([] if name != "stats" else {}))
     plain.standing = lambda: standing(rows)

@@ -91,6 +91,8 @@ class SweepSummary:
     # the comparison of the sweep's maps in short, a finding per model x method (its measure and decision); set once
     # the comparison ran
     explanation_findings: list[str] = dataclasses.field(default_factory=list)
+    # an adaptive sweep's record (sweep.adaptive: rounds, looks, seeds; summary.json's "adaptive"); None otherwise
+    adaptive: dict[str, Any] | None = None
     # the sections every view renders, in order (summary.sections.build_sections; set by write_summary), and one
     # line per plugin section that raised and was left out
     sections: list[Section] | None = None
@@ -120,7 +122,7 @@ class SweepSummary:
         return {r["model"]: seeds.get(r["model"], 0) for r in self.recommendations if r.get("deterministic")}
 
     def to_dict(self) -> dict[str, Any]:
-        skip = ("sensitive_images", "sections")
+        skip = ("sensitive_images", "sections", "adaptive")  # the adaptive record is the adaptive sweep's to write
         plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         sections = [section_to_dict(s) for s in self.sections or []]
         return json_safe({**plain, "rows": [row.to_dict() for row in self.rows], "sections": sections})

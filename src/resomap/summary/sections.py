@@ -57,6 +57,12 @@ def section_names() -> list[str]:
     return sorted(SECTIONS.names(), key=lambda n: (SECTIONS.meta(n)["order"], n))
 
 
+def build_section(name: str, summary: Any) -> Section | None:
+    """One registered section built on its own (None: no data for it)."""
+    blocks = tuple(SECTIONS.get(name)(summary) or ())
+    return Section(name, str(SECTIONS.meta(name)["title"]), blocks) if blocks else None
+
+
 def build_sections(summary: Any) -> tuple[list[Section], list[str]]:
     """(the sections with data, in order; one line per plugin section that raised: its name and the error)."""
     built, failed = [], []
@@ -163,6 +169,25 @@ def decision(summary: Any) -> list[Block]:
         else:
             items.append((line, []))
     return [bullets(items), Text(RECOMMENDED_RULE)]
+
+
+@register_section("adaptive", title="Adaptive sweep", order=15)
+def adaptive(summary: Any) -> list[Block]:
+    """How an adaptive sweep reached its decisions (sweep.adaptive's record): the alpha spent per look, the rounds,
+    each model's look and seeds; paragraphs, then the rounds and models as a list."""
+    from resomap.summary.text import adaptive_lines
+
+    record = getattr(summary, "adaptive", None)
+    if not record:
+        return []
+    lines = [x for x in adaptive_lines(record) if x.strip()]
+    items: list[tuple[str, list[str]]] = []
+    for line in (x for x in lines if x.lstrip().startswith("- ")):
+        if line.startswith("  ") and items:
+            items[-1][1].append(line.strip()[2:])
+        else:
+            items.append((line[2:], []))
+    return [*(Text(x) for x in lines if not x.lstrip().startswith("- ")), bullets(items)]
 
 
 @register_section("results", title="Results per model and resolution", order=20)

@@ -392,9 +392,6 @@ def recipe_line(trials: list[Mapping[str, Any]]) -> str:
     return " ".join(f"{', '.join(models)}: {words}." for words, models in seen.items())
 
 
-ADAPTIVE_SECTION = "## Adaptive sweep"
-
-
 def _plan_words(needed: int | None, had: int | None) -> str:
     """What the power plan asked of a model's next round (the round record's "added")."""
     if needed is None:

@@ -437,19 +437,28 @@ def _record(cfg, alphas, rounds, states: dict[str, ModelState], used: set[TrialI
 
 
 def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
-    """The record into summary.json ("adaptive"), as the last section of summary.md (replacing an older one) and
-    in report.html (written again); the files written."""
-    from resomap.summary.text import ADAPTIVE_SECTION, adaptive_lines
+    """The record into summary.json ("adaptive") and, as the summary's "adaptive" section in its place (after the
+    decisions), into summary.json's sections, summary.md, summary.txt and report.html (written again); the files
+    written."""
+    from types import SimpleNamespace
+
+    from resomap.blocks import render, section_to_dict
+    from resomap.reports.html_sections import sections_of
+    from resomap.summary.rows import SummaryRow
+    from resomap.summary.sections import build_section
 
     path = out_dir / "summary.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
     payload["adaptive"] = record
+    rows = [SummaryRow.from_dict(r) for r in payload.get("rows") or []]
+    sections = [s for s in sections_of(payload, rows) if s.name != "adaptive"]  # an older record's replaced
+    built = build_section("adaptive", SimpleNamespace(adaptive=record))
+    sections = _ordered([*sections, *([built] if built is not None else [])])
+    payload["sections"] = [section_to_dict(x) for x in sections]
     write_text(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
-    md = out_dir / "summary.md"
-    text = md.read_text(encoding="utf-8") if md.is_file() else ""
-    text = text.split(f"\n{ADAPTIVE_SECTION}\n")[0].rstrip("\n") + "\n"
-    write_text(md, f"{text}\n" + "\n".join([ADAPTIVE_SECTION, "", *adaptive_lines(record)]) + "\n")
-    written = [path, md]
+    written = [path]
+    for name, markdown in (("summary.md", True), ("summary.txt", False)):
+        written.append(write_text(out_dir / name, render(sections, markdown, heading="Sweep summary")))
     try:
         from resomap.reports.html import write_report
 
@@ -457,6 +466,14 @@ def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
     except Exception as exc:  # the report is a view; the summary files are the record
         log.warning("report.html not rewritten with the adaptive record: %s", exc)
     return written
+
+
+def _ordered(sections: list[Any]) -> list[Any]:
+    """The sections in the registered order (a plugin's no longer registered keeps its place after the others)."""
+    from resomap.summary.sections import section_names
+
+    order = {n: i for i, n in enumerate(section_names())}
+    return sorted(sections, key=lambda s: order.get(s.name, len(order)))
 
 
 def publish_record(cfg: Config, outcome: SweepOutcome, record: dict[str, Any], files: list[Any]) -> None:
