@@ -3,7 +3,7 @@ the printed table is the rate at which a resolution whose mean difference from t
 is called "not worse than the margin" (the error the test should hold at alpha) over seeded simulated sweeps, at
 2, 3 and 5 seeds, with seeds that fail at the smaller resolution with probability q and lose d of accuracy there
 (the healthy seeds' mean moved up so that the expected difference stays -margin). q = 0: the symmetric seed
-effects the test assumes. docs/DESIGN.md quotes its output.
+effects the test assumes. resomap/stats/seeds.py's docstring quotes its output.
 
 Usage: python scripts/simulate_seed_failures.py [--images 300] [--sweeps 3000]"""
 

@@ -69,7 +69,7 @@ def test_the_rule_flags_collapsed_seeds_and_a_healthy_one_at_its_rate_in_simulat
     """Seeded simulated sweeps of 5 seeds on 400 images: with every seed healthy, a seed is flagged in at most
     OUTLIER_ALPHA of 300 sweeps (+ 3 simulation standard errors); with one seed collapsed at 64 px (its accuracy
     there 0.4 lower), that seed is flagged in at least 95% of 100 sweeps and another one almost never. (Smaller
-    failures are flagged less often: 0.2 lower, about half of the sweeps; docs/DESIGN.md.)"""
+    failures are flagged less often: 0.2 lower, about half of the sweeps; resomap.stats.seeds.)"""
     rng = np.random.default_rng(47)
     healthy = sum(
         bool(seed_stats.outlying(seed_stats.seed_differences(_sweep(rng, None), 64, 128))) for _ in range(300)
