@@ -235,8 +235,8 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
     sentences = [r["sentence"] for r in recs]
     # it opens on the answer (MLflow shows its first lines before "Show more"), then the decisions in full
-    assert note.startswith("**Answer**: no recommendation\n\n**No recommendation** for any model")
-    assert note.index("**The answer**\n\n- tiny_cnn: no recommendation: ") < 200
+    assert note.startswith("**Answer**: no recommendation\n\n- tiny_cnn: no recommendation (")
+    assert "\n\n**No recommendation** for any model" in note.split("**Decision per model")[0]
     decisions = "**Decision per model (non-inferiority to the reference)**"
     assert decisions in note and sentences and all(f"- {s}" in note for s in sentences)
     # under each decision, how the model trained and where it stands against the majority class (summary.standing)
@@ -421,15 +421,15 @@ def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
     # the decisions (12k characters) do not fit: every section keeps its title, in order, the last ones first
     # pointing to summary.md, until the note fits
     note = parent_note(summary(recs), [], Path("/tmp/report.html"), [])
-    assert len(note) <= NOTE_LIMIT and "- model39: no recommendation: x" in note  # the answer whole
-    titles = ["**The answer**", "**Decision per model (non-inferiority to the reference)**", "**Explanations"]
+    assert len(note) <= NOTE_LIMIT and "- model39: no recommendation (undecided)" in note  # the answer whole
+    titles = ["**Answer**", "**Decision per model (non-inferiority to the reference)**", "**Explanations"]
     assert [note.index(t) for t in titles] == sorted(note.index(t) for t in titles)
     assert "a finding" not in note and note.count("*in summary.md and the report*") == 2
-    # an answer that alone is over the limit: cut at a line
-    recs = [dict(r, recommendation="no recommendation: " + "y" * 300) for r in recs]
-    note = parent_note(summary(recs), [], Path("/tmp/report.html"), [])
+    # an answer that alone is over the limit (a line per model): cut at a line
+    many = [dict(recs[0], model=f"model{i}") for i in range(400)]
+    note = parent_note(summary(many), [], Path("/tmp/report.html"), [])
     assert len(note) <= NOTE_LIMIT and note.endswith("- ... (the rest: summary/summary.md)")
-    assert "- model0: no recommendation: y" in note  # whole lines, in order
+    assert "- model0: no recommendation (undecided)" in note and "- model399:" not in note  # whole lines, in order
     short = parent_note(summary(recs[:2]), [], None, [Path("f/a.png"), Path("f/a.pdf")])
     assert short.splitlines()[-1] == "- figure: artifact `figures/a.png`" and "- a finding" in short
 

@@ -129,7 +129,7 @@ def test_the_first_screen_answers_and_the_lines_stay_readable(swept):
     table = next(line for line in lines if line.startswith("| "))
     assert len(table.strip("|").split(" | ")) <= 10  # the first table: at most 10 columns
     assert not [line for line in lines if not line.startswith("|") and len(line) > 400]
-    assert md.index("## The answer") < md.index("## Results per model") < md.index("## Methods")
+    assert md.index("## Answer") < md.index("## Results per model") < md.index("## Methods")
     # a reason said once: each note once, with the rows it holds for
     notes = md[md.index("## Notes") :].split("\n## ")[0]
     items = [" ".join(x.split()) for x in re.split(r"^- ", notes, flags=re.M)[1:]]  # wrapped lines joined

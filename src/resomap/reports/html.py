@@ -193,7 +193,7 @@ def _results_section(data: dict, rows: list[SummaryRow]) -> str:
     ci = f" [{_num(level, '{:.0%}')} CI]" if level else ""
     heads += [f"above {baseline_label(rows, name)}{ci} (its score; {ABOVE_P})" for name in baselines]
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "undertrained"]
-    cost_head = ["model", "px", "latency ms", "peak MB", "train s", *(f"explain {m} s" for m in methods)]
+    cost_head = ["model", "px", "latency ms", "peak MB", "train s", *(f"explain {m} s, probe set" for m in methods)]
     # recommended: as the summary's recommendation rows say (summary.uncertainty.recommendation); a summary written
     # before they said it (no `recommended` key) has no star
     chosen = {(c["model"], c["resolution"]) for c in data.get("recommendations") or [] if c.get("recommended")}
@@ -221,7 +221,8 @@ def _results_section(data: dict, rows: list[SummaryRow]) -> str:
     )
     foot += "".join(f" {_e(n)}." for n in notes if n) + "</p>"
     cost = '<h3>Cost</h3><p class="small muted">Means over seeds: inference latency at batch 1, peak memory,'
-    cost += " training time, and each explanation method's seconds per image.</p>" + _table(cost_head, costs)
+    cost += " training time, and each explanation method's seconds for the whole probe set (not per image).</p>"
+    cost += _table(cost_head, costs)
     return _table(head, lines) + foot + cost
 
 

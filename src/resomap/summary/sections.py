@@ -92,7 +92,7 @@ def _rows(summary: Any) -> list[SummaryRow]:
     return list(getattr(summary, "rows", None) or [])
 
 
-@register_section("answer", title="The answer", order=0)
+@register_section("answer", title="Answer", order=0)
 def answer(summary: Any) -> list[Block]:
     """Per model in a few lines: the decision (or why none), its score with interval at the decided resolution
     (the reference when none is decided), whether the model learned there and the one caution that matters most;

@@ -5,7 +5,7 @@ figures against resolution follow the results; where the report and the files ar
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,17 @@ def parent_note(
         sections.insert(max(len(sections) - 1, 0), Section("explanations", "Explanations", (bullets(statements),)))
     pngs = [Path(p).name for p in figures if Path(p).suffix == ".png"]
     shown = [name for name in NOTE_FIGURES if name in pngs] if run_id else []
-    parts = [[f"**{s.title}**", "", *section_lines(s)] for s in sections]
+    # the answer's items right under the "Answer" line (MLflow shows the first lines before "Show more"); then
+    # whether any model is recommended; every other section under its title
+    recs = getattr(summary, "recommendations", None) or []
+    parts = [
+        _answer(summary, recs) if s.name == "answer" else [f"**{s.title}**", "", *section_lines(s)] for s in sections
+    ]
+    if recs and not any(r.get("recommended") for r in recs):
+        none = "**No recommendation** for any model: the evidence each one lacks is named in its decision."
+        at = next((i + 1 for i, s in enumerate(sections) if s.name == "answer"), 0)
+        sections.insert(at, Section("none", "", ()))
+        parts.insert(at, [none])
     for at, section in enumerate(sections):
         if section.name == "results" and shown:
             parts[at] += ["", "**Figures** (the report's; every figure is under Files)", ""]
@@ -94,7 +104,7 @@ def parent_note(
     # last, then from the last section back), so that every section is named in its place
     kept = {name: i for i, name in enumerate(KEPT_LONGEST)}
     order = sorted(range(len(parts)), key=lambda i: (kept.get(sections[i].name, len(kept)), i), reverse=True)
-    for at in (i for i in order if sections[i].name != "answer"):
+    for at in (i for i in order if sections[i].name not in ("answer", "none")):
         if len(text()) <= NOTE_LIMIT:
             break
         parts[at] = [parts[at][0], "", "*in summary.md and the report*"]
@@ -102,6 +112,22 @@ def parent_note(
     if len(note) > NOTE_LIMIT:
         note = note[: NOTE_LIMIT - 40].rsplit("\n", 1)[0] + "\n- ... (the rest: summary/summary.md)"
     return note
+
+
+def _answer(summary: Any, recs: list[Any]) -> list[str]:
+    """The answer as MLflow's folded description shows it (its first five lines or so): a line per model, its
+    decision in a few words (`decision_words`) and its score with interval there; the answer in full, with whether
+    the model learned and its caution, is the first section of summary.md and the report."""
+    from resomap.summary.text import fmt_interval
+
+    rows = {(r.model, r.resolution): r for r in getattr(summary, "rows", None) or []}
+    lines = []
+    for rec in recs:
+        row = rows.get((rec["model"], rec.get("resolution")))
+        score = fmt_interval(*row.score(row.headline)) if row is not None else "-"
+        said = f", {row.say(row.headline)} {score} at {row.resolution} px" if score != "-" else ""
+        lines.append(f"- {rec['model']}: {decision_words(rec)}{said}")
+    return [*lines, "", "*The answer in full: summary.md and the report.*"] if lines else []
 
 
 def _short(text: str) -> str:
@@ -145,17 +171,13 @@ def section_lines(section: Section) -> list[str]:
 
 def answer_lines(summary: Any) -> list[str]:
     """The description's first line, the one MLflow shows before "Show more": the one "best" (the recommended
-    model @ resolution with its score), or "no recommendation" and, when no model is recommended, a line saying so."""
+    model @ resolution with its score), or "no recommendation"; the answer section's items follow it."""
     row = recommended_row(summary)
     best = "no recommendation"
     if row is not None:
         mean = row.score(row.headline)[0]
         best = f"{row.model}@{row.resolution} recommended" + (f" ({mean:.3f})" if mean is not None else "")
-    lines = [f"**Answer**: {best}"]
-    recs = getattr(summary, "recommendations", None) or []
-    if recs and not any(r.get("recommended") for r in recs):
-        lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
-    return lines
+    return [f"**Answer**: {best}"]
 
 
 BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
@@ -174,3 +196,12 @@ def recommended_row(summary: Any) -> Any:
     """The summary row of the parent's one "best" (`best_recommended`), or None when nothing is recommended."""
     best = best_recommended(summary)
     return next((r for r in summary.rows if f"{r.model}@{r.resolution}" == best), None) if best else None
+
+
+def decision_words(rec: Mapping[str, Any]) -> str:
+    """A model's decision tag: 'recommended 128 px', 'no recommendation (decided 64 px)' or 'no recommendation
+    (undecided)'; the sentence with its reasons is in the parent's description."""
+    if rec.get("recommended"):
+        return f"recommended {rec['resolution']} px"
+    decided = f"decided {rec['resolution']} px" if rec.get("decided") and rec.get("resolution") else "undecided"
+    return f"no recommendation ({decided})"

@@ -15,6 +15,7 @@ from resomap.tracking.note import (
     NOTE_LIMIT,
     NOTE_TAG,
     best_recommended,
+    decision_words,
     log_note_figures,
     parent_note,
     recommended_row,
@@ -302,15 +303,6 @@ def headline(summary: Any) -> dict[str, str]:
 
 # short keys, short values: MLflow's run page draws each tag in a box of fixed width, and cuts the key first
 DECISION_TAG, VERDICT_TAG = "decision.", "verdict."  # + model; + model.resolution
-
-
-def decision_words(rec: Mapping[str, Any]) -> str:
-    """A model's decision tag: 'recommended 128 px', 'no recommendation (decided 64 px)' or 'no recommendation
-    (undecided)'; the sentence with its reasons is in the parent's description."""
-    if rec.get("recommended"):
-        return f"recommended {rec['resolution']} px"
-    decided = f"decided {rec['resolution']} px" if rec.get("decided") and rec.get("resolution") else "undecided"
-    return f"no recommendation ({decided})"
 
 
 def log_changed(
