@@ -101,3 +101,42 @@ def test_imports_for_annotations_count_an_upward_one_breaks_the_layers_and_a_cir
     assert proc.returncode != 0, out
     assert f"{LAYERS} BROKEN" in flat and "resomap.tasks.segmentation -> resomap.stages" in flat, out
     assert f"{CIRCLES} BROKEN" in flat and "No cycles are allowed in resomap.training" in flat, out
+
+
+def test_no_module_imports_itself_through_others():
+    """No import circle between any two modules of the package, TYPE_CHECKING and function-level imports counted:
+    the strongly connected components of grimp's import graph (Tarjan's algorithm) are single modules. A package
+    whose __init__ loads its built-in entries keeps the contract they import in a module of its own (tasks.base)."""
+    import grimp
+
+    graph = grimp.build_graph("resomap", exclude_type_checking_imports=False, cache_dir=None)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:  # Tarjan, recursive: the package's import depth is small
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, []):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for module in edges:
+        if module not in index:
+            visit(module)
+    assert circles == []
+    assert len(edges) > 150 and sum(map(len, edges.values())) > 500  # the graph is the package's, not empty

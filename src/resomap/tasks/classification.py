@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from resomap.atomic import save_atomic
-from resomap.tasks import EvalContext, Evaluation, Loss, Task, register_task
+from resomap.tasks.base import EvalContext, Evaluation, Loss, Task, register_task
 from resomap.tasks.metrics import classification_metrics
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from resomap.data.bundle import DataBundle
-    from resomap.tasks import EvalContext
+    from resomap.tasks.base import EvalContext
 
 RECORD_COLUMNS = ("pixel_accuracy", "miou", "mdice", "boundary_f1", "background_miou")
 

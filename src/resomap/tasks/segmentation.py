@@ -13,7 +13,7 @@ import numpy as np
 
 from resomap.atomic import save_atomic
 from resomap.records import SEG_OVERLAYS_FILE, SEG_RECORDS_FILE, ScoreTable, read_score_csv
-from resomap.tasks import EvalContext, Evaluation, Fail, Loss, Score, Task, register_task
+from resomap.tasks.base import EvalContext, Evaluation, Fail, Loss, Score, Task, register_task
 
 if TYPE_CHECKING:
     import torch
