@@ -10,6 +10,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,3 +154,41 @@ def test_a_summary_json_without_sections_gets_them_built_again(swept, tmp_path: 
     page = write_report(copy).read_text(encoding="utf-8")
     found = [n for n in names if f'<section id="{n.replace("_", "-")}">' in page]
     assert found == [n for n in names if n != "explanations"]  # its findings are the sweep's, not in old files
+
+
+def _untyped(tp) -> bool:
+    """Is `tp` a mapping or list of mappings with no schema (dict, dict[str, Any], list[dict], Any)?"""
+    import collections.abc
+    import typing
+
+    if tp is typing.Any or tp in (dict, list):
+        return True
+    if typing.is_typeddict(tp):
+        return False
+    origin = typing.get_origin(tp)
+    if isinstance(origin, type) and issubclass(origin, collections.abc.Mapping):
+        return True
+    return any(_untyped(a) for a in typing.get_args(tp) if a is not type(None))
+
+
+def test_no_summary_field_is_an_untyped_dict():
+    """Every part of the summary is typed by its record (resomap.schema), whose keys are the CSV files' columns."""
+    import dataclasses
+    import typing
+
+    from resomap import results, schema
+    from resomap.summary.build import SweepSummary
+
+    hints = typing.get_type_hints(SweepSummary)
+    assert {f.name for f in dataclasses.fields(SweepSummary)} == set(hints)
+    assert {name: tp for name, tp in hints.items() if _untyped(tp)} == {}
+
+    @dataclasses.dataclass
+    class Loose:  # what the check refuses
+        rows: list[dict[str, Any]]
+        stats: dict[str, Any]
+        adaptive: dict | None
+
+    assert [name for name, tp in typing.get_type_hints(Loose).items() if _untyped(tp)] == ["rows", "stats", "adaptive"]
+    assert tuple(schema.PairedTest.__annotations__) == results.PAIRED_COLUMNS  # the columns are the records' keys
+    assert results.RECOMMENDATION_COLUMNS[-1] == "note" and "verdicts" in schema.Recommendation.__annotations__

@@ -31,56 +31,21 @@ from typing import Any
 
 from resomap.errors import DataError
 from resomap.layout import SWEEP_DIR, Layout
+from resomap.schema import (
+    ClassDecision,
+    FrontTest,
+    PairedTest,
+    RecommendationRow,
+    SensitiveImage,
+    Sensitivity,
+    keys,
+)
 
 PREDICTIONS_FILE = "predictions.csv"  # a trial's table when its result.json names none (resomap.records)
 PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index", "label", "prediction", "correct")
 # the columns of paired_tests.csv and recommendation.csv (written by resomap.summary.build, read here)
-PAIRED_COLUMNS = (
-    "model",
-    "metric",
-    "resolution_a",
-    "resolution_b",
-    "accuracy_a",
-    "accuracy_b",
-    "effect",
-    "ci_low",
-    "ci_high",
-    "p_value",
-    "p_adjusted",
-    "significant",
-    "level",
-    "method",
-    "correction",
-    "n_images",
-    "n_seeds",
-    "b01",
-    "b10",
-    "available",
-    "reason",
-)
-RECOMMENDATION_COLUMNS = (
-    "model",
-    "metric",
-    "resolution",  # the decided resolution (the reference when none below it is shown non-inferior)
-    "recommended",  # whether the evidence for recommending it is there (summary.uncertainty.recommendation)
-    "reference",
-    "decided",
-    "scope",  # "model" (the seed the unit of replication) | "checkpoint" (these trained checkpoints)
-    "accuracy",
-    "reference_accuracy",
-    "level",
-    "margin",
-    "detectable",
-    "power",
-    "n_seeds",
-    "n_images",
-    "deterministic",
-    "available",
-    "reason",
-    "recommendation",  # "recommended: <res> px (...)" or "no recommendation: <the first missing evidence>"
-    "sentence",
-    "note",
-)
+PAIRED_COLUMNS = keys(PairedTest)
+RECOMMENDATION_COLUMNS = keys(RecommendationRow)  # resomap.schema: what each holds
 
 # the per-group table (summary.json's group_decisions, resomap.summary.groups), one row per model x group x value x
 # resolution: the score there with its interval, and the value's decision (repeated on its resolutions' rows)
@@ -137,68 +102,13 @@ def group_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # summary.json's class_decisions (resomap.summary.per_class): one row per classification model x class, the
 # minority class first; `verdicts` each resolution's verdict with its bounds (a list of dicts)
-CLASS_DECISION_COLUMNS = (
-    "model",
-    "class",
-    "rank",  # 1: the class with the fewest test images
-    "n_images",  # the class's test images compared
-    "n_seeds",
-    "metric",  # recall:<class>
-    "n_classes",
-    "correction",  # "Bonferroni over K classes"
-    "alpha",  # the one-sided alpha of this class's decision: the model's alpha / K
-    "level",
-    "scope",
-    "margin",
-    "reference",
-    "resolution",  # the decided resolution (the reference when none below it is shown non-inferior)
-    "decided",
-    "available",
-    "recall",
-    "reference_recall",
-    "reason",  # the decision in words, or "not decided: <why>"
-    "sentence",
-    "verdicts",
-)
+CLASS_DECISION_COLUMNS = keys(ClassDecision)
 
 # resolution-sensitive test images (resomap.summary.sensitivity): summary.json's `sensitivity` rows (one per model x
 # resolution below its reference) and the per-image rows of sensitive_images.csv in the summary folder
 SENSITIVE_IMAGES_FILE = "sensitive_images.csv"
-SENSITIVITY_COLUMNS = (
-    "model",
-    "resolution",
-    "reference",
-    "metric",
-    "n_seeds",
-    "n_images",  # the test images both resolutions have under every compared seed: the shares' denominator
-    "lost",  # right at the reference in every seed, wrong at this resolution in every seed
-    "lost_share",
-    "lost_low",
-    "lost_high",
-    "gained",  # the reverse
-    "gained_share",
-    "gained_low",
-    "gained_high",
-    "seed_dependent",  # right in some seeds and wrong in others at either resolution: the noise to compare with
-    "seed_dependent_share",
-    "seed_dependent_low",
-    "seed_dependent_high",
-    "level",  # of the Wilson intervals
-    "available",
-    "reason",  # why nothing is counted, or what to read the counts with (one seed, a deterministic fit)
-)
-SENSITIVE_IMAGE_COLUMNS = (
-    "model",
-    "resolution",
-    "reference",
-    "index",  # the image's index in the raw dataset (predictions.csv, the probe set's explanations.npz)
-    "label",
-    "class_name",
-    "status",  # lost | gained
-    "seeds_right_reference",
-    "seeds_right",  # at this resolution
-    "n_seeds",
-)
+SENSITIVITY_COLUMNS = keys(Sensitivity)
+SENSITIVE_IMAGE_COLUMNS = keys(SensitiveImage)
 
 # the three-way trade-off (resomap.summary.front): summary.json's `front3`, one row per model x resolution; each
 # axis an estimate with its interval (None where the axis has none or the model lacks it: its note says why)
@@ -218,8 +128,7 @@ FRONT_COLUMNS = (
 # every test of the front (summary.json front3's `tests`): one row per model x pair of resolutions x axis; effect =
 # b - a in the axis's units, its two-sided p, the Holm p over the model's front, the resolution shown better (None:
 # no difference shown), the test in words and why there is none
-FRONT_TEST_COLUMNS = ("model", "axis", "resolution_a", "resolution_b", "effect", "p_value", "p_holm", "shown_better")
-FRONT_TEST_COLUMNS += ("test", "reason")
+FRONT_TEST_COLUMNS = ("model", *keys(FrontTest))
 
 
 def front_tests(front3: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -31,6 +31,20 @@ from resomap.results import (
     SENSITIVE_IMAGE_COLUMNS,
     SENSITIVE_IMAGES_FILE,
 )
+from resomap.schema import (
+    Adaptive,
+    ClassDecision,
+    Front,
+    GroupDecision,
+    GroupInteraction,
+    Machine,
+    PairedTest,
+    Recommendation,
+    SensitiveImage,
+    Sensitivity,
+    Stats,
+    Trial,
+)
 from resomap.summary.aligned import TrialId, TrialRecord, group_records, one_replicate
 from resomap.summary.aligned import load_records as _load_records
 from resomap.summary.convergence import convergence_columns
@@ -57,42 +71,43 @@ SUMMARY_MD, SUMMARY_TXT = "summary.md", "summary.txt"
 
 @dataclasses.dataclass
 class SweepSummary:
-    """What a sweep (or an analysis) summary holds; every value JSON-safe (None, never NaN)."""
+    """What a sweep (or an analysis) summary holds; every value JSON-safe (None, never NaN). Each part is typed by
+    its record (resomap.schema: the keys summary.json and the CSV files hold)."""
 
     rows: list[SummaryRow]  # one per model x resolution
-    paired_tests: list[dict[str, Any]]  # one per pair of resolutions of a model
-    recommendations: list[dict[str, Any]]  # one per model
-    trials: list[dict[str, Any]]  # every trial's result.json tree, plus its folder ("folder")
-    stats: dict[str, Any]  # the settings the statistics used (config `stats`)
+    paired_tests: list[PairedTest]  # one per pair of resolutions of a model
+    recommendations: list[Recommendation]  # one per model
+    trials: list[Trial]  # every trial's result.json tree, plus its folder ("folder")
+    stats: Stats  # the settings the statistics used (config `stats`)
     # the machines the finished trials ran on (resomap.records.machines: its line, CPU, capability, bf16 flags,
     # GPU, trial count) and, when more than one, the warning that their bf16 results are not comparable exactly
-    machines: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    machines: list[Machine] = dataclasses.field(default_factory=list)
     machines_warning: str = ""
     # per classification model and class, the minority class first: the decision on the class's recall at the
     # Bonferroni alpha over the model's classes (summary.per_class; results.CLASS_DECISION_COLUMNS)
-    class_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    class_decisions: list[ClassDecision] = dataclasses.field(default_factory=list)
     # per model x resolution below its reference: the images lost, gained and seed-dependent with Wilson intervals
     # (summary.sensitivity; results.SENSITIVITY_COLUMNS); the lost and gained images are `sensitive_images`, written
     # to sensitive_images.csv rather than summary.json
-    sensitivity: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    sensitive_images: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    sensitivity: list[Sensitivity] = dataclasses.field(default_factory=list)
+    sensitive_images: list[SensitiveImage] = dataclasses.field(default_factory=list)
     # the three-way trade-off per model (summary.front.tradeoffs: score x cost x explanation quality, each with
     # its interval; a resolution dropped only when another is shown better on one axis and worse on none); set
     # once the explanation quality is known (after the comparison of the sweep's maps)
-    front3: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    front3: list[Front] = dataclasses.field(default_factory=list)
     # per model x group the dataset declares (stats.groups) x value: the score at every resolution with its interval
     # and the decision on that value's images at the Bonferroni alpha over the group's values (summary.groups;
     # results.GROUP_DECISION_COLUMNS); `group_differ`: a sentence per model x group whose values were decided apart
-    group_decisions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    group_decisions: list[GroupDecision] = dataclasses.field(default_factory=list)
     group_differ: list[str] = dataclasses.field(default_factory=list)
     # per model x group decided apart x step: the test of whether that step's difference to the reference differs
     # between the group's values (summary.groups._interactions: means, sizes, p, Holm p, alpha, shown)
-    group_interactions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    group_interactions: list[GroupInteraction] = dataclasses.field(default_factory=list)
     # the comparison of the sweep's maps in short, a finding per model x method (its measure and decision); set once
     # the comparison ran
     explanation_findings: list[str] = dataclasses.field(default_factory=list)
     # an adaptive sweep's record (sweep.adaptive: rounds, looks, seeds; summary.json's "adaptive"); None otherwise
-    adaptive: dict[str, Any] | None = None
+    adaptive: Adaptive | None = None
     # the sections every view renders, in order (summary.sections.build_sections; set by write_summary), and one
     # line per plugin section that raised and was left out
     sections: list[Section] | None = None

@@ -218,5 +218,3 @@ def task_options(cfg: Config) -> Any:
     from resomap.config.groups import group_options
 
     return group_options(cfg.task, cfg.experiment.task)
-
-
