@@ -192,3 +192,8 @@ def test_no_summary_field_is_an_untyped_dict():
     assert [name for name, tp in typing.get_type_hints(Loose).items() if _untyped(tp)] == ["rows", "stats", "adaptive"]
     assert tuple(schema.PairedTest.__annotations__) == results.PAIRED_COLUMNS  # the columns are the records' keys
     assert results.RECOMMENDATION_COLUMNS[-1] == "note" and "verdicts" in schema.Recommendation.__annotations__
+    # a trial's record mirrors the result.json a TrialResult writes, plus its folder: the two cannot drift apart
+    from resomap.trial_result import TrialResult
+
+    written = (*(f.name for f in dataclasses.fields(TrialResult)), "folder")
+    assert tuple(schema.Trial.__annotations__) == written

@@ -281,7 +281,8 @@ class Machine(TypedDict):
 
 
 class Trial(TypedDict, total=False):
-    """A trial's result.json tree (resomap.trial_result.TrialResult.to_dict) with its folder."""
+    """A trial's result.json tree (resomap.trial_result.TrialResult.to_dict) with its folder: the dataclass's fields
+    in its order (the schema is the bottom layer and cannot import it; tests/test_sections.py holds the two equal)."""
 
     key: str
     name: str
