@@ -235,6 +235,7 @@ SUMMARY_CSV_COLUMNS = [
     "undertrained_reason",
     *(f"convergence/{key}" for key in RECORD_KEYS),
     "profile_noisy",
+    "on_estimate_front",
     "n_test_images",
     "test_accuracy_pooled",
     "test_accuracy_ci_low",
@@ -308,6 +309,22 @@ def test_summary_row_reads_back_from_json_and_names_its_parent_run_columns(fake)
     points = row.by_resolution()
     assert points["latency_p50_ms"] == row.latency_ms and points["explain_seconds_gradcam"] == 1.5
     assert points["test_accuracy_ci_low"] == row.score("test_accuracy")[1] is not None
+
+    # on the estimate front: no other row has a higher-or-equal score and a lower-or-equal latency, one strictly
+    # (brute force here; the figure's step line reads the flag)
+    def beaten(r) -> bool:
+        a, c = r.score(r.headline)[0], r.latency_ms
+        return any(
+            o is not r
+            and o.score(o.headline)[0] >= a
+            and o.latency_ms <= c
+            and (o.score(o.headline)[0], o.latency_ms) != (a, c)
+            for o in rows
+        )
+
+    assert [r.on_estimate_front for r in rows] == [not beaten(r) for r in rows] and any(
+        r.on_estimate_front for r in rows
+    )
     old = SummaryRow.from_dict({"model": "m", "resolution": 32})  # a summary.json from before a column existed
     assert old.value("test_accuracy_ci_low") is None and old.accuracy is None and old.n_seeds == 1
     assert old.convergence == [] and old.undertrained is None  # no convergence record: '-' in the tables

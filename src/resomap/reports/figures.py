@@ -24,7 +24,6 @@ from matplotlib.patches import Patch
 
 from resomap.plotstyle import MATRIX_CMAP, fit_text, label_points, method_colour, resolution_axis, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
-from resomap.summary.front import estimate_front
 from resomap.summary.rows import SummaryRow
 from resomap.summary.text import trivial_label
 
@@ -262,19 +261,19 @@ def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin
 
 def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
     """Accuracy (pooled, with its bootstrap interval) against inference latency (mean, +/- one std across seeds)
-    for every model x resolution; the front of the estimates (summary.front.estimate_front: no point is both faster
-    and more accurate) drawn as a step line through its points."""
+    for every model x resolution; the front of the estimates (the rows' `on_estimate_front`, decided by the summary:
+    no point is both faster and more accurate) drawn as a step line through its points."""
     pts = [r for r in rows if math.isfinite(_f(r.latency_ms)) and math.isfinite(_f(r.score(r.headline)[0]))]
     if not pts:
         return None
     words = pts[0].say(pts[0].headline)
-    front = estimate_front(pts)
+    front = sorted((r for r in pts if r.on_estimate_front), key=lambda r: (_f(r.latency_ms), -r.score(r.headline)[0]))
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.6, 3.4))
         any_ci, any_std, points = _pareto_points(ax, pts, _colours(rows))
         if front:
-            fx = [p.cost for p in front]
-            fy = [p.accuracy for p in front]
+            fx = [_f(r.latency_ms) for r in front]
+            fy = [_f(r.score(r.headline)[0]) for r in front]
             ax.step(fx, fy, where="post", color="black", ls="--", lw=1, label="Pareto front", zorder=0)
         costs = [_f(r.latency_ms) for r in pts]
         if min(costs) > 0 and max(costs) / min(costs) > 20:

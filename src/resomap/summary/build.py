@@ -49,6 +49,7 @@ from resomap.summary.aligned import TrialId, TrialRecord, group_records, one_rep
 from resomap.summary.aligned import load_records as _load_records
 from resomap.summary.convergence import convergence_columns
 from resomap.summary.decision import compare_models
+from resomap.summary.front import estimate_front
 from resomap.summary.groups import group_decisions
 from resomap.summary.per_class import class_decisions
 from resomap.summary.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_label, baseline_names
@@ -337,7 +338,9 @@ def build_summary(
     paired, recs = compare_models(records, cfg)
     verdicts = {(r["model"], v["resolution"]): v for r in recs for v in r.get("verdicts") or []}
     _recommend(rows, recs, paired)
+    on_front = {p.name for p in estimate_front(rows)}
     for row in rows:
+        row.on_estimate_front = f"{row.model}@{row.resolution}" in on_front
         v = verdicts.get((row.model, row.resolution))
         if v is not None:
             row.verdict, row.margin, row.verdict_p = v["verdict"], v["margin"], v["p_value"]

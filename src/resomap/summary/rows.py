@@ -93,6 +93,9 @@ class SummaryRow:
     # the seeds' mean and std of the task's other headline test metrics ('test_miou', 'test_miou_std', ...)
     task_metrics: dict[str, float | None] = field(default_factory=dict, metadata={"flat": True})
     profile_noisy: bool = False  # a profile's timing stayed disturbed: its latency/throughput are suspect
+    # no other model x resolution of the sweep has both a higher headline score and a lower latency, by their
+    # estimates (summary.front.estimate_front): the line the score x latency figure draws, descriptive
+    on_estimate_front: bool = False
     # pooled over seeds with a bootstrap interval over test images (from the trials' predictions.csv)
     n_test_images: int | None = None
     # '<column>_pooled', '<column>_ci_low', '<column>_ci_high' of each per-image score of the task
