@@ -58,6 +58,18 @@ def bullets(lines: Iterable[str | tuple[str, Iterable[str]]]) -> Bullets:
     return Bullets(tuple(items))
 
 
+def nested(lines: Iterable[str]) -> Bullets:
+    """Bullets from lines as the summary's words write them: an indented line ('  ...' or '  - ...') is a sub-item
+    of the item before it; a leading '- ' is dropped."""
+    items: list[tuple[str, list[str]]] = []
+    for line in lines:
+        if line.startswith("  ") and items:
+            items[-1][1].append(line.strip().removeprefix("- "))
+        else:
+            items.append((line.removeprefix("- "), []))
+    return bullets(items)
+
+
 def table(header: Iterable[Any], rows: Iterable[Iterable[Any]], title: str = "") -> Table:
     return Table(tuple(str(h) for h in header), tuple(tuple(str(c) for c in row) for row in rows), title)
 

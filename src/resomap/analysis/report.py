@@ -30,9 +30,9 @@ def clean(value: Any) -> Any:
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
-    from resomap.summary.text import table
+    from resomap.blocks import plain_table
 
-    return table(header, rows)
+    return plain_table(header, rows)
 
 
 def quality_table(quality: Mapping[str, Mapping[str, float]]) -> str:

@@ -9,12 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from resomap.summary.front import ON_FRONT
+from resomap.summary.front import finite as _finite
 
 FIGURE_STEM = "tradeoff_score_cost_quality"
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def tradeoff_figure(front3: Sequence[Mapping[str, Any]]) -> Any:

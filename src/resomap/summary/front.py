@@ -70,7 +70,7 @@ class Measured:
         out: dict[int, list[float]] = defaultdict(list)
         for t in self.trials:
             value = (t.get("profile") or {}).get("latency_median_ms")
-            if t.get("model") == model and t.get("status", "FINISHED") == "FINISHED" and _finite(value):
+            if t.get("model") == model and t.get("status", "FINISHED") == "FINISHED" and finite(value):
                 out[int(t["resolution"])].append(float(value))
         return dict(out)
 
@@ -84,13 +84,14 @@ def front_inputs(summary: Any, comparison: Any, stats: Any) -> tuple[list[dict[s
     return list(rows), measured
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
+    """A number that is not NaN or infinite (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _coordinate(estimate: Any, low: Any = None, high: Any = None) -> Coordinate:
-    bounds = (float(low), float(high)) if _finite(low) and _finite(high) else (None, None)
-    return Coordinate(float(estimate) if _finite(estimate) else None, *bounds)
+    bounds = (float(low), float(high)) if finite(low) and finite(high) else (None, None)
+    return Coordinate(float(estimate) if finite(estimate) else None, *bounds)
 
 
 def _pairs(resolutions: Sequence[int]) -> list[tuple[int, int]]:
@@ -105,9 +106,9 @@ def _score_axis(model: str, rs: list[SummaryRow], measured: Measured) -> Found |
     images (the summary's paired test of the model's first score); None when a resolution has no score."""
     first = rs[0]
     found = {r.resolution: r.score(r.headline) for r in rs}
-    if not all(_finite(v[0]) for v in found.values()):
+    if not all(finite(v[0]) for v in found.values()):
         return None
-    if all(_finite(r.twoway_ci_low) and _finite(r.twoway_ci_high) for r in rs):
+    if all(finite(r.twoway_ci_low) and finite(r.twoway_ci_high) for r in rs):
         coords = {r.resolution: _coordinate(found[r.resolution][0], r.twoway_ci_low, r.twoway_ci_high) for r in rs}
         interval = TWOWAY_WORDS
     else:
@@ -123,8 +124,8 @@ def _score_axis(model: str, rs: list[SummaryRow], measured: Measured) -> Found |
             continue
         p = row.get("p_value") if row.get("available", True) else None
         effect = row.get("effect")
-        diffs.append(Difference("score", str(a), str(b), float(effect) if _finite(effect) else None,
-                                float(p) if _finite(p) else None, test=str(row.get("method") or "paired test"),
+        diffs.append(Difference("score", str(a), str(b), float(effect) if finite(effect) else None,
+                                float(p) if finite(p) else None, test=str(row.get("method") or "paired test"),
                                 reason=str(row.get("reason") or "")))  # fmt: skip
     axis = {"name": "score", "words": first.say(first.headline), "interval": interval}
     return axis | {"test": "paired test on the same test images"}, coords, diffs
@@ -134,7 +135,7 @@ def _cost_axis(rs: list[SummaryRow], level: float, latencies: Mapping[int, list[
     """Latency with Welch's t-test over seeds; GMACs (a count, exact) where latency has one seed at some
     resolution or is missing; the reason when neither is everywhere."""
     res = [r.resolution for r in rs]
-    has_latency = all(_finite(r.latency_ms) for r in rs)
+    has_latency = all(finite(r.latency_ms) for r in rs)
     if has_latency and all(len(latencies.get(x, [])) >= 2 for x in res):
         coords = {}
         for r in rs:
@@ -143,7 +144,7 @@ def _cost_axis(rs: list[SummaryRow], level: float, latencies: Mapping[int, list[
         diffs = [_welch(a, b, latencies[a], latencies[b]) for a, b in _pairs(res)]
         axis = {"name": "cost", "words": "latency, batch 1 (ms)", "column": "latency_ms"}
         return axis | {"interval": "Student-t interval over seeds", "test": "Welch's t-test over seeds"}, coords, diffs
-    if all(_finite(r.gmacs) for r in rs):
+    if all(finite(r.gmacs) for r in rs):
         coords = {r.resolution: _coordinate(r.gmacs) for r in rs}
         gmacs = {r.resolution: float(r.gmacs) for r in rs}  # type: ignore[arg-type]
         diffs = [Difference("cost", str(a), str(b), gmacs[b] - gmacs[a], exact=True, test="a count: exact")
@@ -185,7 +186,7 @@ def _quality_axis(
     compared by its estimate: unlike a count of MACs it is a noisy measurement."""
     found: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = defaultdict(dict)
     for row in quality_rows:
-        if row.get("model") == model and row.get("score") in QUALITY_SCORES and _finite(row.get("estimate")):
+        if row.get("model") == model and row.get("score") in QUALITY_SCORES and finite(row.get("estimate")):
             found[(str(row["method"]), str(row["score"]))][int(row["resolution"])] = row
     no_interval = None
     for method in sorted({m for m, _ in found}):
@@ -245,7 +246,7 @@ def _model_front(
     score = _score_axis(model, rs, measured)
     if score is None:
         return None
-    level = next((float(r.ci_level) for r in rs if _finite(r.ci_level)), 0.95)
+    level = next((float(r.ci_level) for r in rs if finite(r.ci_level)), 0.95)
     resolutions = [r.resolution for r in rs]
     axes, coords, diffs, missing = [score[0]], {"score": score[1]}, list(score[2]), []
     cost = _cost_axis(rs, level, measured.latencies(model))
@@ -299,11 +300,11 @@ def _standing_words(standing: Any, words: dict[str, str]) -> str:
 
 def _cell(value: Any, spec: str) -> str:
     """'0.912 [0.880, 0.940]', the estimate alone without an interval, '-' when the axis is left out."""
-    if not value or not _finite(value[0]):
+    if not value or not finite(value[0]):
         return "-"
     estimate, low, high = value
     text = f"{estimate:{spec}}"
-    return f"{text} [{low:{spec}}, {high:{spec}}]" if _finite(low) and _finite(high) else text
+    return f"{text} [{low:{spec}}, {high:{spec}}]" if finite(low) and finite(high) else text
 
 
 def tradeoff_cells(front3: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[tuple[list[str], bool]]]:
@@ -357,5 +358,5 @@ def estimate_front(rows: Sequence[SummaryRow]) -> list[Any]:
     """The model x resolutions (stats.ParetoPoint: name 'model@res', accuracy = the headline score pooled over seeds,
     cost = the mean latency) that no other one beats on both by their estimates: the line the score x latency figure
     draws, descriptive (the front decided on tests of the differences is `tradeoffs`)."""
-    points = [r for r in rows if _finite(r.latency_ms) and _finite(r.score(r.headline)[0])]
+    points = [r for r in rows if finite(r.latency_ms) and finite(r.score(r.headline)[0])]
     return pareto_front([(f"{r.model}@{r.resolution}", r.score(r.headline)[0], r.latency_ms) for r in points])

@@ -22,13 +22,14 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from resomap.blocks import Block, Bullets, Section, Table, Text, bullets, table
+from resomap.blocks import Block, Bullets, Section, Table, Text, bullets, nested, table
 from resomap.records import machine_lines
 from resomap.registry import Registry
 from resomap.summary.front import tradeoff_cells, tradeoff_lines
 from resomap.summary.groups import group_cells, group_note
 from resomap.summary.per_class import class_cells, class_note
 from resomap.summary.rows import SummaryRow
+from resomap.summary.sensitivity import DEFINITIONS, SECTION_TITLE, sensitivity_line
 from resomap.summary.text import (
     RECOMMENDED_RULE,
     describe_stats,
@@ -67,17 +68,16 @@ def build_sections(summary: Any) -> tuple[list[Section], list[str]]:
     """(the sections with data, in order; one line per plugin section that raised: its name and the error)."""
     built, failed = [], []
     for name in section_names():
-        fn, meta = SECTIONS.get(name), SECTIONS.meta(name)
         try:
-            blocks = tuple(fn(summary) or ())
+            section = build_section(name, summary)
         except Exception as exc:
-            if fn.__module__ == __name__:
+            if SECTIONS.get(name).__module__ == __name__:
                 raise  # a built-in section's error is a bug to see, not a line to read past
             failed.append(f"section '{name}' not written: {type(exc).__name__}: {exc}")
             log.warning("summary %s", failed[-1])
             continue
-        if blocks:
-            built.append(Section(name, str(meta["title"]), blocks))
+        if section is not None:
+            built.append(section)
     if failed:
         notes = next((s for s in built if s.name == "notes"), None)
         extra = bullets(failed)
@@ -161,14 +161,7 @@ def decision(summary: Any) -> list[Block]:
     if not recs:
         return []
     standing = summary.standing() if hasattr(summary, "standing") else {}
-    lines = recommendation_lines(recs, verdicts=True, standing=standing)
-    items: list[tuple[str, list[str]]] = []
-    for line in lines:
-        if line.startswith("  ") and items:
-            items[-1][1].append(line.strip())
-        else:
-            items.append((line, []))
-    return [bullets(items), Text(RECOMMENDED_RULE)]
+    return [nested(recommendation_lines(recs, verdicts=True, standing=standing)), Text(RECOMMENDED_RULE)]
 
 
 @register_section("adaptive", title="Adaptive sweep", order=15)
@@ -181,13 +174,8 @@ def adaptive(summary: Any) -> list[Block]:
     if not record:
         return []
     lines = [x for x in adaptive_lines(record) if x.strip()]
-    items: list[tuple[str, list[str]]] = []
-    for line in (x for x in lines if x.lstrip().startswith("- ")):
-        if line.startswith("  ") and items:
-            items[-1][1].append(line.strip()[2:])
-        else:
-            items.append((line[2:], []))
-    return [*(Text(x) for x in lines if not x.lstrip().startswith("- ")), bullets(items)]
+    paragraphs = [x for x in lines if not x.lstrip().startswith("- ")]
+    return [*map(Text, paragraphs), nested(x for x in lines if x.lstrip().startswith("- "))]
 
 
 @register_section("results", title="Results per model and resolution", order=20)
@@ -240,11 +228,8 @@ def front(summary: Any) -> list[Block]:
     return [table(head, [cells for cells, _ in body]), bullets(tradeoff_lines(found))]
 
 
-@register_section("sensitive", title="Images that need the pixels (test images lost or gained against the reference)",
-                  order=70)  # fmt: skip
+@register_section("sensitive", title=f"{SECTION_TITLE} (test images lost or gained against the reference)", order=70)
 def sensitive(summary: Any) -> list[Block]:
-    from resomap.summary.sensitivity import DEFINITIONS, sensitivity_line
-
     found = getattr(summary, "sensitivity", None) or []
     return [bullets(sensitivity_line(r) for r in found), Text(DEFINITIONS)] if found else []
 

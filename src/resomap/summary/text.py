@@ -99,17 +99,6 @@ def fmt_p(p: Any) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3g}"
 
 
-def table(header: list[str], rows: list[list[str]], markdown: bool = False) -> str:
-    if markdown:
-        lines = [header, ["---"] * len(header), *rows]
-        return "\n".join("| " + " | ".join(str(x).replace("|", "\\|") for x in line) + " |" for line in lines) + "\n"
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    lines = [
-        "  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)).rstrip() for line in [header, *rows]
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def headline_cells(
     rows: list[SummaryRow], recommendations: Iterable[Mapping[str, Any]] = ()
 ) -> tuple[list[str], list[list[str]]]:
