@@ -199,7 +199,7 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
     assert seed_rows == {"tiny_cnn"}  # no cross-seed floor for pixel_logreg
     sections = [section_from_dict(x) for x in data["sections"]]
     plain = SimpleNamespace(recommendations=data["recommendations"], rows=[], sections=sections)
-    note = parent_note(plain, [], None, [])
+    note = parent_note(plain, None, [])
     assert note.count(said) == 1 and "deterministic: no seed floor" in note
 
 

@@ -420,17 +420,17 @@ def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
     ]
     # the decisions (12k characters) do not fit: every section keeps its title, in order, the last ones first
     # pointing to summary.md, until the note fits
-    note = parent_note(summary(recs), [], Path("/tmp/report.html"), [])
+    note = parent_note(summary(recs), Path("/tmp/report.html"), [])
     assert len(note) <= NOTE_LIMIT and "- model39: no recommendation (undecided)" in note  # the answer whole
     titles = ["**Answer**", "**Decision per model (non-inferiority to the reference)**", "**Explanations"]
     assert [note.index(t) for t in titles] == sorted(note.index(t) for t in titles)
     assert "a finding" not in note and note.count("*in summary.md and the report*") == 2
     # an answer that alone is over the limit (a line per model): cut at a line
     many = [dict(recs[0], model=f"model{i}") for i in range(400)]
-    note = parent_note(summary(many), [], Path("/tmp/report.html"), [])
+    note = parent_note(summary(many), Path("/tmp/report.html"), [])
     assert len(note) <= NOTE_LIMIT and note.endswith("- ... (the rest: summary/summary.md)")
     assert "- model0: no recommendation (undecided)" in note and "- model399:" not in note  # whole lines, in order
-    short = parent_note(summary(recs[:2]), [], None, [Path("f/a.png"), Path("f/a.pdf")])
+    short = parent_note(summary(recs[:2]), None, [Path("f/a.png"), Path("f/a.pdf")])
     assert short.splitlines()[-1] == "- figure: artifact `figures/a.png`" and "- a finding" in short
 
 

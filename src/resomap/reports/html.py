@@ -36,14 +36,14 @@ from typing import Any
 
 from resomap.atomic import write_text
 from resomap.errors import DataError
-from resomap.reports.html_explain import agreement_section, probe_section, quality_section
+from resomap.reports.html_explain import agreement_section, explanation_statements, probe_section, quality_section
 from resomap.reports.html_parts import CSS as _CSS
 from resomap.reports.html_parts import JS as _JS
 from resomap.reports.html_parts import escape as _e
 from resomap.reports.html_parts import figure_img
 from resomap.reports.html_parts import file_uri as _file_uri
 from resomap.reports.html_parts import num as _num
-from resomap.reports.html_sections import blocks_html, ordered_parts, sections_of
+from resomap.reports.html_sections import ordered_parts, sections_of
 from resomap.reports.html_sensitivity import sensitivity_section
 from resomap.summary.convergence import CURVES_STEM, undertrained_cell
 from resomap.summary.front import tradeoff_cells, tradeoff_lines
@@ -54,7 +54,6 @@ from resomap.summary.text import (
     ABOVE_P,
     above_baseline,
     above_trivial,
-    adaptive_lines,
     training_cells,
     training_note,
     trivial_words,
@@ -148,7 +147,6 @@ def write_report(sweep_dir: Path, out: Path | None = None) -> Path:
 def _parts(sweep_dir: Path, data: dict, rows: list[SummaryRow], trials: list[dict]) -> list[tuple[str, str, str]]:
     """(anchor, title, HTML) of the page's sections in the summary's order (reports.html_sections): the rich view
     of each section that has one, the page's own parts after the section they belong to."""
-    adaptive = data.get("adaptive")
     explained = [
         lambda: ("probes", "What the models saw", probe_section(sweep_dir, trials)),
         lambda: ("agreement", "Agreement of explanations across resolutions", agreement_section(sweep_dir)),
@@ -156,10 +154,9 @@ def _parts(sweep_dir: Path, data: dict, rows: list[SummaryRow], trials: list[dic
     ]
     outputs = _outputs_section(sweep_dir, trials)
     sections = ordered_parts(
-        sections_of(data, rows),
+        sections_of(data, explanation_statements(sweep_dir, short=True)),  # findings: an old summary.json's
         rich={
             "results": lambda s: _results_section(data, rows),
-            "adaptive": lambda s: _adaptive_section(adaptive) if adaptive else blocks_html(s.blocks),
             "training": lambda s: _training_section(sweep_dir, rows, trials),
             "per_class": lambda s: _class_section(data["class_decisions"]),
             "per_group": lambda s: _group_section(data),
@@ -263,14 +260,6 @@ def _class_section(found: list[dict]) -> str:
     head, body = class_cells(found)
     lines = [(cells, not r.get("decided")) for cells, r in zip(body, found, strict=True)]
     return _table(head, lines, "warn") + f'<p class="small muted">{_e(class_note(found))}</p>'
-
-
-def _adaptive_section(record: dict) -> str:
-    """The adaptive record in words (summary.text.adaptive_lines): paragraphs, then the rounds and models."""
-    lines = [ln for ln in adaptive_lines(record) if ln.strip()]
-    paras = "".join(f"<p>{_e(ln)}</p>" for ln in lines if not ln.lstrip().startswith("- "))
-    items = "".join(f"<li>{_e(ln.lstrip()[2:])}</li>" for ln in lines if ln.lstrip().startswith("- "))
-    return paras + (f"<ul>{items}</ul>" if items else "")
 
 
 def _score_cell(r: SummaryRow, column: str) -> str:

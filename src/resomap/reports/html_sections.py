@@ -11,31 +11,25 @@ A summary.json from before `sections` existed gets them built again from its row
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from types import SimpleNamespace
 from typing import Any
 
-from resomap.blocks import Bullets, Section, Table, Text, section_from_dict
+from resomap.blocks import Bullets, Section, Table, Text
 from resomap.reports.html_parts import escape as _e
-from resomap.summary.rows import SummaryRow
 
 Part = tuple[str, str, str]  # (anchor, title, HTML)
 
 
-def sections_of(data: dict, rows: list[SummaryRow]) -> list[Section]:
-    """The summary's sections as summary.json holds them, or built again for a summary.json without them."""
-    if data.get("sections") is not None:
-        return [section_from_dict(s) for s in data["sections"]]
+def sections_of(data: dict, findings: Iterable[str] = ()) -> list[Section]:
+    """The summary's sections as summary.json holds them, or built again (summary.build.SweepSummary.from_dict) for a
+    summary.json written before them, with `findings` as its explanation findings where it has none."""
+    from resomap.summary.build import SweepSummary
     from resomap.summary.sections import build_sections
-    from resomap.summary.standing import standing
 
-    fields = ("paired_tests", "recommendations", "trials", "stats", "machines", "class_decisions", "sensitivity",
-              "front3", "group_decisions", "group_differ")  # fmt: skip
-    plain = SimpleNamespace(rows=rows, machines_warning=data.get("machines_warning", ""), explanation_findings=[],
-                            adaptive=data.get("adaptive"))  # fmt: skip
-    for name in fields:
-        setattr(plain, name, data.get(name) or ([] if name != "stats" else {}))
-    plain.standing = lambda: standing(rows)
-    return build_sections(plain)[0]
+    summary = SweepSummary.from_dict(data)
+    if summary.sections is not None:
+        return summary.sections
+    summary.explanation_findings = summary.explanation_findings or list(findings)
+    return build_sections(summary)[0]
 
 
 def blocks_html(blocks: Iterable[Any]) -> str:

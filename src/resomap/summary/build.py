@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from resomap.atomic import write_text
-from resomap.blocks import Section, section_to_dict
+from resomap.blocks import Section, render, section_from_dict, section_to_dict
 from resomap.config.schema import StatsConfig
 from resomap.records import machines, machines_warning
 from resomap.results import (
@@ -136,6 +136,19 @@ class SweepSummary:
         for row in self.rows:
             seeds[row.model] = max(seeds.get(row.model, 0), int(row.n_seeds or 0))
         return {r["model"]: seeds.get(r["model"], 0) for r in self.recommendations if r.get("deterministic")}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepSummary:
+        """A summary read back from summary.json (`to_dict`'s inverse): a part summary.json lacks keeps its default,
+        and `sections` stays None for a summary.json written before them."""
+        parts = {f.name for f in dataclasses.fields(cls)} - {"rows", "sections"}
+        given = {name: data[name] for name in parts if data.get(name) is not None}
+        sections = data.get("sections")
+        return cls(
+            **{"paired_tests": [], "recommendations": [], "trials": [], "stats": {}, **given},
+            rows=[SummaryRow.from_dict(r) for r in data.get("rows") or []],
+            sections=None if sections is None else [section_from_dict(s) for s in sections],
+        )
 
     def to_dict(self) -> dict[str, Any]:
         skip = ("sensitive_images", "sections", "adaptive")  # the adaptive record is the adaptive sweep's to write
@@ -422,11 +435,19 @@ def _relative(folder: str | None, out_dir: Path) -> str | None:
         return str(Path(folder).resolve())
 
 
+def section_texts(sections: Iterable[Section]) -> dict[str, str]:
+    """summary.md and summary.txt: the sections in Markdown and in plain text."""
+    sections = list(sections)
+    return {
+        SUMMARY_MD: render(sections, markdown=True, heading="Sweep summary"),
+        SUMMARY_TXT: render(sections, markdown=False, heading="Sweep summary"),
+    }
+
+
 def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     """summary.csv (a line per model x resolution), summary.json (everything, each trial's folder relative to
     out_dir), paired_tests.csv, recommendation.csv, sensitive_images.csv (the lost and gained images,
     summary.sensitivity), summary.md and summary.txt, each written atomically."""
-    from resomap.blocks import render
     from resomap.summary.sections import build_sections
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -441,8 +462,7 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
         PAIRED_CSV: _csv(summary.paired_tests, PAIRED_COLUMNS),
         RECOMMENDATION_CSV: _csv(summary.recommendations, RECOMMENDATION_COLUMNS),
         SENSITIVE_IMAGES_FILE: _csv(summary.sensitive_images, SENSITIVE_IMAGE_COLUMNS),
-        SUMMARY_MD: render(summary.sections, markdown=True, heading="Sweep summary"),
-        SUMMARY_TXT: render(summary.sections, markdown=False, heading="Sweep summary"),
+        **section_texts(summary.sections),
     }
     paths = []
     for name, text in files.items():

@@ -58,6 +58,12 @@ def section_names() -> list[str]:
     return sorted(SECTIONS.names(), key=lambda n: (SECTIONS.meta(n)["order"], n))
 
 
+def in_order(sections: Iterable[Section]) -> list[Section]:
+    """Sections in the registered order (one no longer registered after the others)."""
+    order = {name: i for i, name in enumerate(section_names())}
+    return sorted(sections, key=lambda s: order.get(s.name, len(order)))
+
+
 def build_section(name: str, summary: Any) -> Section | None:
     """One registered section built on its own (None: no data for it)."""
     blocks = tuple(SECTIONS.get(name)(summary) or ())

@@ -440,25 +440,22 @@ def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
     """The record into summary.json ("adaptive") and, as the summary's "adaptive" section in its place (after the
     decisions), into summary.json's sections, summary.md, summary.txt and report.html (written again); the files
     written."""
-    from types import SimpleNamespace
-
-    from resomap.blocks import render, section_to_dict
-    from resomap.reports.html_sections import sections_of
-    from resomap.summary.rows import SummaryRow
-    from resomap.summary.sections import build_section
+    from resomap.blocks import section_to_dict
+    from resomap.summary.build import SweepSummary, section_texts
+    from resomap.summary.sections import build_section, build_sections, in_order
 
     path = out_dir / "summary.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
     payload["adaptive"] = record
-    rows = [SummaryRow.from_dict(r) for r in payload.get("rows") or []]
-    sections = [s for s in sections_of(payload, rows) if s.name != "adaptive"]  # an older record's replaced
-    built = build_section("adaptive", SimpleNamespace(adaptive=record))
-    sections = _ordered([*sections, *([built] if built is not None else [])])
-    payload["sections"] = [section_to_dict(x) for x in sections]
+    summary = SweepSummary.from_dict(payload)
+    sections = summary.sections if summary.sections is not None else build_sections(summary)[0]
+    built = build_section("adaptive", summary)
+    sections = in_order([*(s for s in sections if s.name != "adaptive"), *([built] if built is not None else [])])
+    payload["sections"] = [section_to_dict(x) for x in sections]  # an older record's section replaced
     write_text(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
     written = [path]
-    for name, markdown in (("summary.md", True), ("summary.txt", False)):
-        written.append(write_text(out_dir / name, render(sections, markdown, heading="Sweep summary")))
+    for name, text in section_texts(sections).items():
+        written.append(write_text(out_dir / name, text))
     try:
         from resomap.reports.html import write_report
 
@@ -466,14 +463,6 @@ def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
     except Exception as exc:  # the report is a view; the summary files are the record
         log.warning("report.html not rewritten with the adaptive record: %s", exc)
     return written
-
-
-def _ordered(sections: list[Any]) -> list[Any]:
-    """The sections in the registered order (a plugin's no longer registered keeps its place after the others)."""
-    from resomap.summary.sections import section_names
-
-    order = {n: i for i, n in enumerate(section_names())}
-    return sorted(sections, key=lambda s: order.get(s.name, len(order)))
 
 
 def publish_record(cfg: Config, outcome: SweepOutcome, record: dict[str, Any], files: list[Any]) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from resomap.blocks import Bullets, Section, Table, Text, bullets, markdown_table
+from resomap.blocks import Bullets, Section, Table, Text, markdown_table
 
 NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
 NOTE_LIMIT = 8000  # characters of a tag value MLflow stores
@@ -60,31 +60,19 @@ def figure_link(run_id: str, artifact: str) -> str:
     return f"get-artifact?path={quote(artifact, safe='')}&run_uuid={quote(run_id, safe='')}"
 
 
-def parent_note(
-    summary: Any, statements: Iterable[str], page: Path | None, figures: Iterable[Path], run_id: str | None = None
-) -> str:
-    """The description: the best line (`answer_lines`), every section of `summary.sections` in order (`section_lines`),
-    the NOTE_FIGURES among `figures` drawn after the results (with `run_id`, the run that holds them under figures/),
-    and where the report and the figures are. `statements`: the explanation findings, shown when the summary has no
-    explanations section of its own (a summary from before it)."""
-    sections = list(getattr(summary, "sections", None) or [])
+def parent_note(summary: Any, page: Path | None, figures: Iterable[Path], run_id: str | None = None) -> str:
+    """The description: the best line (`answer_lines`), every section of the summary in order (`section_lines`;
+    built here for a summary not yet written), the NOTE_FIGURES among `figures` drawn after the results (with
+    `run_id`, the run that holds them under figures/), and where the report and the figures are."""
+    from resomap.summary.sections import build_sections
+
+    sections = summary.sections if getattr(summary, "sections", None) is not None else build_sections(summary)[0]
     lines = answer_lines(summary)
-    statements = [s for s in statements if s.strip()]
-    if statements and not any(s.name == "explanations" for s in sections):
-        sections.insert(max(len(sections) - 1, 0), Section("explanations", "Explanations", (bullets(statements),)))
     pngs = [Path(p).name for p in figures if Path(p).suffix == ".png"]
     shown = [name for name in NOTE_FIGURES if name in pngs] if run_id else []
-    # the answer's items right under the "Answer" line (MLflow shows the first lines before "Show more"); then
-    # whether any model is recommended; every other section under its title
-    recs = getattr(summary, "recommendations", None) or []
-    parts = [
-        _answer(summary, recs) if s.name == "answer" else [f"**{s.title}**", "", *section_lines(s)] for s in sections
-    ]
-    if recs and not any(r.get("recommended") for r in recs):
-        none = "**No recommendation** for any model: the evidence each one lacks is named in its decision."
-        at = next((i + 1 for i, s in enumerate(sections) if s.name == "answer"), 0)
-        sections.insert(at, Section("none", "", ()))
-        parts.insert(at, [none])
+    # the answer's items right under the "Answer" line (MLflow shows the first lines before "Show more"); every
+    # other section under its title
+    parts = [_answer(summary) if s.name == "answer" else [f"**{s.title}**", "", *section_lines(s)] for s in sections]
     for at, section in enumerate(sections):
         if section.name == "results" and shown:
             parts[at] += ["", "**Figures** (the report's; every figure is under Files)", ""]
@@ -104,7 +92,7 @@ def parent_note(
     # last, then from the last section back), so that every section is named in its place
     kept = {name: i for i, name in enumerate(KEPT_LONGEST)}
     order = sorted(range(len(parts)), key=lambda i: (kept.get(sections[i].name, len(kept)), i), reverse=True)
-    for at in (i for i in order if sections[i].name not in ("answer", "none")):
+    for at in (i for i in order if sections[i].name != "answer"):
         if len(text()) <= NOTE_LIMIT:
             break
         parts[at] = [parts[at][0], "", "*in summary.md and the report*"]
@@ -114,10 +102,12 @@ def parent_note(
     return note
 
 
-def _answer(summary: Any, recs: list[Any]) -> list[str]:
+def _answer(summary: Any) -> list[str]:
     """The answer as MLflow's folded description shows it (its first five lines or so): a line per model, its
-    decision in a few words (`decision_words`) and its score with interval there; the answer in full, with whether
-    the model learned and its caution, is the first section of summary.md and the report."""
+    decision in a few words (`decision_words`) and its score with interval there, then whether any model is
+    recommended; the answer in full, with whether the model learned and its caution, is the first section of
+    summary.md and the report."""
+    recs = summary.recommendations
     from resomap.summary.text import fmt_interval
 
     rows = {(r.model, r.resolution): r for r in getattr(summary, "rows", None) or []}
@@ -127,7 +117,12 @@ def _answer(summary: Any, recs: list[Any]) -> list[str]:
         score = fmt_interval(*row.score(row.headline)) if row is not None else "-"
         said = f", {row.say(row.headline)} {score} at {row.resolution} px" if score != "-" else ""
         lines.append(f"- {rec['model']}: {decision_words(rec)}{said}")
-    return [*lines, "", "*The answer in full: summary.md and the report.*"] if lines else []
+    if not lines:
+        return []
+    lines += ["", "*The answer in full: summary.md and the report.*"]
+    if not any(r.get("recommended") for r in recs):
+        lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
+    return lines
 
 
 def _short(text: str) -> str:

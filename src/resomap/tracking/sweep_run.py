@@ -160,8 +160,7 @@ def publish_sweep(
         tracker.log_artifact(parent, path, f"explanations/{path.parent.name}")
     metrics = dict(comparison.agreement) if comparison is not None else {}
     tags = headline(summary)
-    findings = comparison.findings if comparison is not None else []
-    tags[NOTE_TAG] = parent_note(summary, findings, page, figures, run_id=parent)
+    tags[NOTE_TAG] = parent_note(summary, page, figures, run_id=parent)
     best = best_recommended(summary)
     if best is not None:
         tags[BEST_TAG] = best
