@@ -259,8 +259,7 @@ def test_a_deterministic_model_has_no_seed_floor_and_no_relabelling_test():
     rows = _rows(found, "resolution")
     assert rows and all(r["effect_beyond_noise"] == "n.a." and np.isnan(r["p_value"]) for r in rows)
     assert all(r["seeds"] == "1" and np.isnan(r["floor"]) for r in rows)
-    said = "deterministic: no seed floor (3 seeds, one fit); relabelling test not run: deterministic model, one "
-    said += "replicate."
+    said = "no seed floor and no relabelling test: its 3 seeds are one fit."
     assert found.statements[0].split(" Grid effect")[0].endswith(said) and found.findings[0].endswith(said)
     entry = found.matrices[("m", "x")]
     assert entry["deterministic"] and not entry["floor_on_diagonal"]

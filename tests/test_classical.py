@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -163,10 +162,10 @@ def test_a_classical_baseline_on_a_segmentation_sweep_is_refused_at_load(capsys,
 
 def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_path):
     """A tiny sweep of tiny_cnn and pixel_logreg at two resolutions with two seeds: pixel_logreg's seeds are the
-    same fit (closed form, the seed changes nothing it sees), so its rows and recommendation are deterministic, its
-    decision sentence says once that the 2 seeds are one replicate (summary, report, MLflow description), its maps
+    same fit (closed form, the seed changes nothing it sees), so its rows and decision are deterministic, its line
+    in the answer says once that the 2 seeds are one replicate (summary, report, MLflow description), its maps
     are compared with no seed floor and no relabelling test; tiny_cnn's seeds differ and keep theirs."""
-    from resomap.blocks import section_from_dict
+    from resomap.summary import SweepSummary
     from resomap.sweep.sweep import run_sweep
     from resomap.tracking.note import parent_note
 
@@ -184,23 +183,23 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
         assert rows[("tiny_cnn", res)]["deterministic"] is False
         for model in ("pixel_logreg", "tiny_cnn"):  # two seeds: no interval over test images and training seeds
             assert rows[(model, res)]["twoway_ci_low"] is None
-    said = "Deterministic fit: its 2 seeds are one replicate."
-    assert recs["pixel_logreg"]["deterministic"] is True and said in recs["pixel_logreg"]["sentence"]
+    said = "deterministic: its 2 seeds are one replicate."  # in the answer's line for the model, once
+    assert recs["pixel_logreg"]["deterministic"] is True and "one replicate" not in recs["pixel_logreg"]["sentence"]
     assert recs["tiny_cnn"]["deterministic"] is False and "one replicate" not in recs["tiny_cnn"]["sentence"]
-    assert " ".join((folder / "summary.md").read_text().split()).count(said) == 1  # lines wrapped
+    md = " ".join((folder / "summary.md").read_text().split())  # lines wrapped
+    assert md.count(said) == 1 and md.lower().count("deterministic") == 1
     assert (folder / "report.html").read_text().count(said) == 1
     findings = (folder / "explanations" / "findings.txt").read_text().splitlines()
     logreg = [x for x in findings if x.startswith("pixel_logreg /")]
     tiny = [x for x in findings if x.startswith("tiny_cnn /")]
-    assert logreg and all("deterministic: no seed floor" in x and "relabelling test not run" in x for x in logreg)
-    assert tiny and all("cross-seed floor" in x and "deterministic" not in x for x in tiny)
+    one_fit = "no seed floor and no relabelling test: its 2 seeds are one fit"
+    assert logreg and all(x.endswith(f"{one_fit}.") for x in logreg)
+    assert tiny and all("cross-seed floor" in x and "one fit" not in x for x in tiny)
     with (folder / "explanations" / "agreement.csv").open(newline="") as fh:
         seed_rows = {r["model"] for r in csv.DictReader(fh) if r["kind"] == "seed"}
     assert seed_rows == {"tiny_cnn"}  # no cross-seed floor for pixel_logreg
-    sections = [section_from_dict(x) for x in data["sections"]]
-    plain = SimpleNamespace(recommendations=data["recommendations"], rows=[], sections=sections)
-    note = parent_note(plain, None, [])
-    assert note.count(said) == 1 and "deterministic: no seed floor" in note
+    note = parent_note(SweepSummary.from_dict(data), None, [])
+    assert note.count(said.rstrip(".")) == 1 and one_fit in note
 
 
 def _trial(tmp_path: Path, seed: int):

@@ -186,10 +186,13 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         assert f"- test accuracy: {run.data.metrics['test/accuracy']:.3f} (this seed)" in child_note
         assert f"over 1 seed: {row['test_accuracy_pooled']:.3f} [{low:.3f}, {high:.3f}]" in child_note
         assert "- training: " in child_note and "- baselines: " in child_note and "'s decision: " in child_note
-    # no model is recommended: the parent's one "best" says so, and it holds no score (never the highest raw one)
-    assert parent.data.tags[RECOMMENDED_TAG].startswith("no recommendation: tiny_cnn: ")
+    # one model, one seed: no answer across models and no smallest sufficient resolution shown; the parent's
+    # `recommended` says the model's own result, and it holds no score (never the highest raw one)
+    top = max(RESOLUTIONS)
+    assert parent.data.tags[RECOMMENDED_TAG].startswith(f"one model, tiny_cnn: {top} px until shown otherwise")
     assert SCORE_METRIC not in parent.data.metrics and not any(k.startswith("best_test") for k in parent.data.metrics)
-    assert parent.data.tags["decision.tiny_cnn"].startswith("no recommendation (")
+    assert parent.data.tags["decision.tiny_cnn"] == f"{top} px until shown otherwise"
+    assert "resomap.best" not in parent.data.tags
     history = client.get_metric_history(parent.info.run_id, "by_resolution/tiny_cnn/test_accuracy")
     assert sorted(m.step for m in history) == list(RESOLUTIONS)
     parent_paths = {a.path for a in client.list_artifacts(parent.info.run_id, "images")}
@@ -235,8 +238,11 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
     sentences = [r["sentence"] for r in recs]
     # it opens on the answer (MLflow shows its first lines before "Show more"), then the decisions in full
-    assert note.startswith("**Answer**: no recommendation\n\n- tiny_cnn: no recommendation (")
-    assert "\n\n**No recommendation** for any model" in note.split("**Decision per model")[0]
+    top = max(RESOLUTIONS)
+    assert note.startswith(f"**Answer**: one model, tiny_cnn: {top} px until shown otherwise")
+    answer = note.split("**Decision per model")[0]
+    assert "No answer across models: one model in this sweep (tiny_cnn): its own decision is the answer." in answer
+    assert f"\n- tiny_cnn: {top} px until shown otherwise" in answer
     decisions = "**Decision per model (non-inferiority to the reference)**"
     assert decisions in note and sentences and all(f"- {s}" in note for s in sentences)
     # under each decision, how the model trained and where it stands against the majority class (summary.standing)
@@ -244,16 +250,12 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         said = note[note.index(f"- {next(r['sentence'] for r in recs if r['model'] == model)}") :]
         assert said.split("\n")[1].startswith("  - training: ") and "undertrained" in said.split("\n")[1]
         assert said.split("\n")[2].startswith("  - baselines: ") and "the majority class (" in said.split("\n")[2]
-    # one epoch, checkpoint-scope decisions: no recommendation, said with its reason, and no resomap.best tag nor
-    # recommended resolution on the parent
-    assert recs and not any(r["recommended"] for r in recs)
-    assert all(
-        r["recommendation"].startswith("no recommendation: ") and "no recommendation" in r["sentence"] for r in recs
-    )
-    assert "**No recommendation** for any model" in note
+    # one epoch, one seed: no smallest sufficient resolution shown, said with its reason, and no resomap.best tag
+    # nor sufficient resolution on the parent
+    assert recs and not any(r["sufficient"] for r in recs)
+    assert all(r["sufficiency"].startswith("no sufficient resolution shown: ") for r in recs)
     assert "resomap.best" not in parent.data.tags
-    assert not any(k.startswith("recommended_resolution/") for k in parent.data.metrics)
-    assert "no recommendation" in parent.data.tags["decision.tiny_cnn"]
+    assert not any(k.startswith(("sufficient_resolution/", "recommended_resolution/")) for k in parent.data.metrics)
     findings = (summary_dir / "explanations" / "findings.txt").read_text().strip().splitlines()
     assert findings and all(f"- {s}" in note for s in findings)
     assert (
@@ -405,23 +407,18 @@ def test_a_model_not_in_memory_is_logged_from_what_the_caller_rebuilds(project: 
 
 
 def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
-    from types import SimpleNamespace
-
-    from resomap.summary.sections import build_sections
+    from resomap.summary.build import assemble
     from resomap.tracking.note import NOTE_LIMIT, parent_note
 
     def summary(recs):
-        plain = SimpleNamespace(recommendations=recs, rows=[], explanation_findings=["a finding"])
-        return SimpleNamespace(**vars(plain), sections=build_sections(plain)[0])
+        parts = {"rows": [], "paired_tests": [], "trials": [], "stats": {}, "explanation_findings": ["a finding"]}
+        return assemble(**parts, recommendations=recs)
 
-    recs = [
-        {"model": f"model{i}", "recommendation": "no recommendation: x", "sentence": f"model{i}: " + "x" * 300}
-        for i in range(40)
-    ]
+    recs = [{"model": f"model{i}", "sufficiency": "x", "sentence": f"model{i}: " + "x" * 300} for i in range(40)]
     # the decisions (12k characters) do not fit: every section keeps its title, in order, the last ones first
     # pointing to summary.md, until the note fits
     note = parent_note(summary(recs), Path("/tmp/report.html"), [])
-    assert len(note) <= NOTE_LIMIT and "- model39: no recommendation (undecided)" in note  # the answer whole
+    assert len(note) <= NOTE_LIMIT and "- model39: no decision" in note  # the answer whole
     titles = ["**Answer**", "**Decision per model (non-inferiority to the reference)**", "**Explanations"]
     assert [note.index(t) for t in titles] == sorted(note.index(t) for t in titles)
     assert "a finding" not in note and note.count("*in summary.md and the report*") == 2
@@ -429,7 +426,7 @@ def test_a_long_parent_description_is_cut_at_a_line_within_mlflows_limit():
     many = [dict(recs[0], model=f"model{i}") for i in range(400)]
     note = parent_note(summary(many), Path("/tmp/report.html"), [])
     assert len(note) <= NOTE_LIMIT and note.endswith("- ... (the rest: summary/summary.md)")
-    assert "- model0: no recommendation (undecided)" in note and "- model399:" not in note  # whole lines, in order
+    assert "- model0: no decision" in note and "- model399:" not in note  # whole lines, in order
     short = parent_note(summary(recs[:2]), None, [Path("f/a.png"), Path("f/a.pdf")])
     assert short.splitlines()[-1] == "- figure: artifact `figures/a.png`" and "- a finding" in short
 

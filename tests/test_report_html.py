@@ -404,16 +404,16 @@ def test_per_group_decisions_in_the_trials_the_summary_the_report_and_load_sweep
         assert f"<td>detail = {row['value']} ({row['n_images']})</td>" in section
 
 
-def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
-    """The tiny sweep's models (one epoch, checkpoint-scope decisions) lack the evidence a recommendation needs:
-    recommendation.csv/json keep each decided resolution, not recommended, with the rule's reason; summary.md's
-    sentence and table, the report's first screen (no star, no green row) and the accuracy figure (no ring, no
-    legend entry) say so, each read from the summary's one rule (summary.uncertainty.recommendation)."""
+def test_no_sufficient_resolution_where_the_evidence_is_missing(sweep_dir: Path):
+    """The tiny sweep's models (one epoch, checkpoint-scope decisions) lack the evidence of a smallest sufficient
+    resolution: recommendation.csv/json keep each decided resolution, not shown sufficient, with the rule's reason;
+    summary.md's sentence and table, the report's first screen (no star, no green row) and the accuracy figure (no
+    ring, no legend entry) say so, each read from the summary's one rule (summary.uncertainty.sufficiency)."""
     from matplotlib.lines import Line2D
 
     from resomap.reports.figures import quality_figure
     from resomap.summary.rows import SummaryRow
-    from resomap.summary.uncertainty import recommendation
+    from resomap.summary.uncertainty import sufficiency as recommendation
 
     data = json.loads((sweep_dir / "summary.json").read_text())
     rows = [SummaryRow.from_dict(r) for r in data["rows"]]
@@ -425,25 +425,28 @@ def test_no_recommendation_where_the_evidence_is_missing(sweep_dir: Path):
     md = (sweep_dir / "summary.md").read_text()
     decisions = " ".join(md[md.index("## Decision per model") :].split())  # lines wrapped
     for rec in recs:
-        assert rec["recommended"] is False and rec["recommendation"].startswith("no recommendation: ")
-        assert rec["recommendation"] == recommendation(rec, by_key.get((rec["model"], rec["resolution"]))).reason
+        assert rec["sufficient"] is False and rec["sufficiency"].startswith("no sufficient resolution shown: ")
+        assert rec["sufficiency"] == recommendation(rec, by_key.get((rec["model"], rec["resolution"]))).reason
         cell = cells[rec["model"]]
-        assert (cell["recommended"], cell["recommendation"]) == ("False", rec["recommendation"])
-        assert cell["resolution"] == str(rec["resolution"])  # the decided resolution stays, marked not recommended
-        assert "no recommendation" in rec["sentence"] and f"- {rec['sentence']}" in decisions
+        assert (cell["sufficient"], cell["sufficiency"]) == ("False", rec["sufficiency"])
+        assert cell["resolution"] == str(rec["resolution"])  # the decided resolution stays, not shown sufficient
+        assert f"- {rec['sentence']}" in decisions
+        if rec["decided"]:  # what is missing, said in the sentence
+            assert "Not shown to be its smallest sufficient resolution: " in rec["sentence"]
         if rec["resolution"] is not None:
             assert f"| {rec['model']} | {rec['resolution']} |" in md
             line = next(ln for ln in md.splitlines() if ln.startswith(f"| {rec['model']} | {rec['resolution']} |"))
-            assert line.endswith("| no recommendation |")
-    assert not any(r.recommended for r in rows) and "| recommended |" not in md
+            assert line.endswith("| not shown |")
+    headline = md[md.index("## Results per model") :].split("\n\n**")[0]
+    assert not any(r.sufficient for r in rows) and not any(ln.endswith("| yes |") for ln in headline.splitlines())
     page = (sweep_dir / "report.html").read_text(encoding="utf-8")  # the page the sweep wrote
     first = page[page.index('id="answer"') : page.index('id="training"')]
-    assert "★" not in first and "No resolution is recommended" in first
+    assert "★" not in first and "No model's smallest sufficient resolution is shown" in first
     assert not re.search(r'<tr class="rec"><td class="l">[^<]*</td><td>\d+</td><td>\d+</td>', first)
     assert all(html.escape(rec["sentence"], quote=True) in first for rec in recs)
     fig = quality_figure(rows, data["paired_tests"], recs)
     assert not [ln for ax in fig.axes for ln in ax.lines if ln.get_markersize() == 11]  # no ring
-    assert "recommended" not in [h.get_label() for h in fig.legends[0].legend_handles if isinstance(h, Line2D)]
+    assert "smallest sufficient" not in [h.get_label() for h in fig.legends[0].legend_handles if isinstance(h, Line2D)]
 
 
 def test_probe_overlays_say_what_the_model_did(sweep_dir: Path):

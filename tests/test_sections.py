@@ -123,8 +123,12 @@ def test_the_first_screen_answers_and_the_lines_stay_readable(swept):
     lines = md.splitlines()
     first = lines[:15]
     data = json.loads((outcome.summary_dir / "summary.json").read_text())
-    for rec in data["recommendations"]:  # per model its decision (or why none) within the first 15 lines
-        assert any(line.startswith(f"- {rec['model']}: {rec['recommendation'][:40]}") for line in first), rec["model"]
+    from resomap.summary.answer_text import own_words
+
+    # the answer across models first, then per model its own decision (or why none), within the first 15 lines
+    assert first[4].startswith(("Use ", "No answer across models")), first[4]
+    for rec in data["recommendations"]:
+        assert any(line.startswith(f"- {rec['model']}: {own_words(rec)[:40]}") for line in first), rec["model"]
     table = next(line for line in lines if line.startswith("| "))
     assert len(table.strip("|").split(" | ")) <= 10  # the first table: at most 10 columns
     assert not [line for line in lines if not line.startswith("|") and len(line) > 400]

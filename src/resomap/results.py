@@ -32,6 +32,7 @@ from typing import Any
 from resomap.errors import DataError
 from resomap.layout import SWEEP_DIR, Layout
 from resomap.schema import (
+    AnswerStep,
     ClassDecision,
     FrontTest,
     PairedTest,
@@ -46,6 +47,7 @@ PREDICTION_COLUMNS = ("model", "resolution", "seed", "test_resolution", "index",
 # the columns of paired_tests.csv and recommendation.csv (written by resomap.summary.build, read here)
 PAIRED_COLUMNS = keys(PairedTest)
 RECOMMENDATION_COLUMNS = keys(RecommendationRow)  # resomap.schema: what each holds
+ANSWER_COLUMNS = keys(AnswerStep)  # answer.csv: the answer across models, a configuration per row
 
 # the per-group table (summary.json's group_decisions, resomap.summary.groups), one row per model x group x value x
 # resolution: the score there with its interval, and the value's decision (repeated on its resolutions' rows)
@@ -158,10 +160,10 @@ class SweepResults:
 
     name: str
     folder: Path  # model_summaries/_sweep/<name>/
-    summary: Any  # one row per model x resolution: means, stds, intervals, n_seeds, recommended, note
+    summary: Any  # one row per model x resolution: means, stds, intervals, n_seeds, sufficient, note
     predictions: Any  # one row per trial x test resolution x test image (PREDICTION_COLUMNS)
     paired_tests: Any  # one row per pair of resolutions of a model: effect, CI, p, Holm-adjusted p, significant
-    recommendations: Any  # one row per model: the decided resolution, recommended or not and why, sentence
+    recommendations: Any  # one row per model: the decided resolution, its smallest sufficient one or not and why
     agreement: Any  # explanations/agreement.csv as written (empty when the sweep explained nothing)
     trials: Any  # one row per trial: model, resolution, seed, status, name, key, folder, has_predictions
     stats: dict[str, Any]  # the settings the statistics used (config `stats`)
@@ -176,6 +178,10 @@ class SweepResults:
     sensitive_images: Any = None  # one row per lost or gained image (sensitive_images.csv; SENSITIVE_IMAGE_COLUMNS)
     front3: Any = None  # one row per model x resolution of the three-way trade-off (FRONT_COLUMNS; summary.json front3)
     front_tests: Any = None  # the tests the front decided on (FRONT_TEST_COLUMNS)
+    # the answer across models: a configuration per row (ANSWER_COLUMNS, answer.csv: the one to use, then the cheaper
+    # ones in the order the fixed sequence tested them); `answer` the whole record (summary.json `answer`)
+    answer_steps: Any = None
+    answer: dict[str, Any] | None = None
 
 
 def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
@@ -289,6 +295,8 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         sensitive_images=sensitive.reindex(columns=list(SENSITIVE_IMAGE_COLUMNS)),
         front3=pd.DataFrame(front_table(data.get("front3") or []), columns=list(FRONT_COLUMNS)),
         front_tests=pd.DataFrame(front_tests(data.get("front3") or []), columns=list(FRONT_TEST_COLUMNS)),
+        answer_steps=pd.DataFrame((data.get("answer") or {}).get("steps") or [], columns=list(ANSWER_COLUMNS)),
+        answer=data.get("answer"),
     )
 
 

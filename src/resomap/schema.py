@@ -64,12 +64,13 @@ class PairedTest(TypedDict):
 
 
 class RecommendationRow(TypedDict):
-    """recommendation.csv: a model's decision and whether it is recommended."""
+    """recommendation.csv: a model's decision and whether its decided resolution is its smallest sufficient one (the
+    file keeps its name; which configuration to use across models is answer.csv's)."""
 
     model: str
     metric: str
     resolution: int | None  # the decided resolution (the reference when none below it is shown non-inferior)
-    recommended: bool  # whether the evidence for recommending it is there (summary.uncertainty.recommendation)
+    sufficient: bool  # whether the evidence that it is enough is there (summary.uncertainty.sufficiency)
     reference: int | None
     decided: bool
     scope: str  # "model" (the seed the unit of replication) | "checkpoint" (these trained checkpoints)
@@ -84,7 +85,7 @@ class RecommendationRow(TypedDict):
     deterministic: bool
     available: bool
     reason: str
-    recommendation: str  # "recommended: <res> px (...)" or "no recommendation: <the first missing evidence>"
+    sufficiency: str  # "<res> px is enough (...)" / "needs <ref> px (...)" or "no sufficient resolution shown: <why>"
     sentence: str
     note: str
 
@@ -104,6 +105,7 @@ class Recommendation(RecommendationRow, total=False):
     verdicts: list[Verdict]
     seeds: SeedEvidence
     reference_flaw: str
+    evidence: str  # what shows the decided resolution is its smallest sufficient one ('' where it is not shown)
 
 
 ClassDecision = TypedDict(
@@ -311,6 +313,7 @@ class Trial(TypedDict, total=False):
     data: dict[str, Any]
     task: str
     convergence: dict[str, Any]
+    deterministic: bool  # by its model's spec: the fit does not depend on the training seed
     folder: str | None  # relative to the summary folder in summary.json
 
 
@@ -334,6 +337,52 @@ class Stats(TypedDict, total=False):
     baselines: list[str]
     look_alpha: float | None
     dropped: list[Any]
+
+
+class AnswerStep(TypedDict):
+    """answer.csv: one configuration of the answer across models (summary.answer): the reference, each cheaper
+    configuration in the order the fixed sequence tested it (by cost, the most costly first), then those above it."""
+
+    configuration: str  # model@resolution
+    model: str
+    resolution: int
+    cost: float  # MACs per image (GMACs) or latency at batch 1 (ms): Answer's `cost`
+    cost_ratio: float  # the reference's cost / this configuration's
+    latency_ms: Number
+    val_score: Number  # the decision metric on the validation split (the kept fit, mean over seeds)
+    score: Number  # the decision metric on the test images, pooled over seeds
+    verdict: str  # reference | non-inferior | inferior | undecided | not reached | above reference
+    difference: Number  # score - the reference's, on the same test images
+    low: Number  # one-sided bounds at the level
+    high: Number
+    p_value: Number  # one-sided p of "more than margin below the reference"
+    detectable: Number
+    n_seeds: int
+    reason: str
+
+
+class Answer(TypedDict, total=False):
+    """The answer across models (summary.answer): the configuration to use (chosen on validation) and the cheapest
+    configuration of any model shown non-inferior to it; `available` False with the `reason` where there is none."""
+
+    available: bool
+    reason: str
+    margin: float
+    level: float
+    metric: str  # the decision metric in words
+    chosen_by: str  # how the configuration to use was chosen, in words
+    tie: str  # how a tie on the validation score was broken, in words ('' without one)
+    cost: str  # MACs | latency: what orders the sequence
+    use: str  # model@resolution
+    use_model: str
+    use_resolution: int
+    cheapest: str | None  # model@resolution of the cheapest configuration shown non-inferior; None: none is
+    n_configurations: int
+    n_images: int
+    scope: str
+    steps: list[AnswerStep]
+    classes: list[dict[str, Any]]  # the class that matters at each named configuration (summary.answer)
+    models: list[dict[str, Any]]  # each other model's decided resolution against the configuration to use
 
 
 class Adaptive(TypedDict, total=False):

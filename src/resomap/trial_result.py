@@ -60,6 +60,9 @@ class TrialResult:
     # did it train enough: best epoch, still improving at the last epoch, stop reason, undertrained (+ reason);
     # resomap.training.convergence's record ({} for results written before it, and for `resomap analyze`)
     convergence: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # its fit does not depend on the training seed, by its model's spec (register_model's `deterministic`); False
+    # for results written before it was recorded
+    deterministic: bool = False
 
     def apply(self, evaluation: Evaluation) -> None:
         """Take the test, cross-resolution, profile and explanation results of resomap.stages.evaluate_trained."""

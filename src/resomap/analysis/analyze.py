@@ -16,16 +16,11 @@ from resomap.checkpoint_files import none_analysed
 from resomap.config import with_overrides
 from resomap.errors import CheckpointError, ResoMapError
 from resomap.layout import trial_part
-from resomap.reports import sweep_figures
-from resomap.reports.explain_comparison import draw_comparison
 from resomap.reports.probe_images import trial_probe_images
-from resomap.reports.tradeoff import tradeoff_files
 from resomap.runtime import machine_record
-from resomap.stages import Comparison, compare_stage, evaluate_trained
-from resomap.summary import build_summary
-from resomap.summary.front import front_inputs, tradeoffs
+from resomap.stages import Comparison, evaluate_trained
 from resomap.summary.rows import SummaryRow
-from resomap.sweep.sensitive import sensitive_maps
+from resomap.sweep.summarise import summary_phase
 from resomap.trial_result import TrialResult
 
 log = logging.getLogger(__name__)
@@ -84,16 +79,11 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
         raise CheckpointError(none_analysed(req.checkpoint_dir, list(failed.values())))
     out = req.output_dir
     models = [r.to_dict() | extra[r.name] for r in results]
-    ec, stats = first.explainability, first.stats
-    summary = build_summary(models, analysis_folders(out, models), stats)  # the trials' stats settings
-    figures = sweep_figures(summary.rows, out / "figures", summary.paired_tests, summary.recommendations)
-    comparison = compare_stage(results, ec, out / "explanations", stats, summary.deterministic_models())
-    quality, measured = front_inputs(summary, comparison, stats)
-    draw_comparison(comparison)
-    summary.front3 = tradeoffs(summary.rows, quality, measured)  # score x cost x explanation quality per model
-    summary.explanation_findings = list(comparison.findings)
-    figures += tradeoff_files(summary.front3, out / "figures")
-    figures += sensitive_maps(summary, first, out, out)  # the most sensitive images outside the probe set
+    # the sweep's summary phase, at the trials' stats and explainability settings
+    summary, _, figures, comparison = summary_phase(
+        results, analysis_folders(out, models), first.stats, first.explainability, out, maps=(first, out),
+        summarised=models, files=False,
+    )  # fmt: skip
     report_path, summary_path = write_report(out, models, summary, comparison, failed)
     rows = summary.rows
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)
@@ -161,6 +151,7 @@ def _analyze_one(trained: TrainedModel, req: AnalyzeRequest, methods: list[str] 
     key = str(trained.meta.get("config_hash") or "")
     result = TrialResult(key, name, trained.name, trained.family, trained.resolution, trained.seed, "FINISHED")
     result.best_checkpoint = str(trained.path)
+    result.deterministic = trained.spec.deterministic
     result.task = cfg.experiment.task
     result.environment.update(machine_record(trained.device))  # the machine these numbers were computed on
     result.apply(found)

@@ -52,12 +52,12 @@ def summary_text(
     could not be analysed. ``summary``: a SweepSummary, or summary rows."""
     from resomap.blocks import render
     from resomap.summary import SweepSummary
-    from resomap.summary.sections import build_sections
+    from resomap.summary.build import assemble
 
     if not isinstance(summary, SweepSummary):
-        summary = SweepSummary(list(summary), [], [], [], {})
-    if summary.sections is None:
-        summary.sections, summary.section_errors = build_sections(summary)
+        summary = assemble(rows=list(summary), paired_tests=[], recommendations=[], trials=[], stats={})
+    elif summary.sections is None:
+        summary = assemble(**summary.parts())
     heading = "Trained checkpoints, tested on their test split (estimates pooled over seeds, with intervals)"
     text = render(summary.sections, markdown=False, heading=heading)
     if agreement:
@@ -91,10 +91,8 @@ def write_report(
     """report.json (every checkpoint's result, the summary rows with intervals, paired tests, recommendations,
     agreement with its references and statements) and summary.txt, atomically."""
     from resomap.blocks import section_to_dict
-    from resomap.summary.sections import build_sections
 
     agreement = comparison.agreement
-    summary.sections, summary.section_errors = build_sections(summary)
     payload = {
         "models": models,
         "summary": [row.to_dict() for row in summary.rows],
@@ -102,6 +100,7 @@ def write_report(
         "recommendations": summary.recommendations,
         "stats": summary.stats,
         "front3": getattr(summary, "front3", []),  # summary.front: the three-way front per model
+        "answer": getattr(summary, "answer", None),  # summary.answer: the answer across models
         "sections": [section_to_dict(x) for x in summary.sections or []],  # what summary.txt shows, in its order
         "agreement": {
             "mean": agreement,

@@ -41,7 +41,8 @@ def get_spec(name: str) -> ModelSpec:
     if is_timm_name(key):
         return timm_spec(key)
     meta = MODELS.meta(key)
-    return ModelSpec(name=key, family=meta["family"], cam_layers=meta["cam_layers"])
+    deterministic = bool(meta.get("deterministic", False))
+    return ModelSpec(name=key, family=meta["family"], cam_layers=meta["cam_layers"], deterministic=deterministic)
 
 
 def _check_args(num_classes: int, in_channels: int, cfg: ModelsConfig) -> None:

@@ -144,7 +144,7 @@ def class_rows(clf, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     return coef, intercept
 
 
-@register_model("pixel_logreg", family="classical", cam_layers=("pixels",))
+@register_model("pixel_logreg", family="classical", cam_layers=("pixels",), deterministic=True)
 def pixel_logreg(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
     """Logistic regression on the standardised raw pixels (scikit-learn), the classical baseline."""
     return PixelLogistic(in_channels, num_classes)

@@ -208,7 +208,8 @@ class HogSvm(nn.Module):
         }
 
 
-@register_model("hog_svm", family="classical", cam_layers=("cells", "pixels"), revision=2)  # 2: Grad-CAM on cells
+# revision 2: Grad-CAM on cells
+@register_model("hog_svm", family="classical", cam_layers=("cells", "pixels"), revision=2, deterministic=True)
 def hog_svm(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
     """A linear SVM on standardised HOG features (scikit-image's HOG in torch, scikit-learn's LinearSVC)."""
     return HogSvm(in_channels, num_classes, cfg.hog.cells_per_side, cfg.hog.orientations)

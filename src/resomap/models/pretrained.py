@@ -280,6 +280,7 @@ def _register(backbone: Backbone) -> None:
         fn.__name__ = fn.__qualname__ = f"{short}_{kind}"
         fn.__doc__ = f"{backbone.name}, ImageNet weights ({backbone.package}, {backbone.licence}): {doc}."
         extra = {"blocks": STAGES} if kind == "finetune" else {}
+        extra |= {"deterministic": True} if kind == "linear" else {}  # a closed-form fit on frozen features
         register_model(fn.__name__, **common, **extra)(fn)
 
 

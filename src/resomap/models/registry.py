@@ -28,6 +28,7 @@ def register_model(
     min_resolution: int | None = None,
     blocks: int | None = None,
     cpu_fast_path: dict[str, Any] | None = None,
+    deterministic: bool = False,
 ) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
     `family` is any short word (it names a checkpoint folder: checkpoints/<exp>/<family>/<model>/...). `task`: the
@@ -38,7 +39,10 @@ def register_model(
     the PyPI package, "module": its import name, "install": what to run}; checked at config load); `min_resolution`:
     the smallest input side it takes (checked at load); `blocks`: the stages models.finetune.freeze_blocks may
     freeze; `cpu_fast_path`: system settings (precision, channels_last) its trials take on a CPU where the config
-    leaves them on auto (resomap.sweep.identity.model_fast_path)."""
+    leaves them on auto (resomap.sweep.identity.model_fast_path); `deterministic`: its fit does not depend on the
+    training seed, by construction (a closed-form fit on fixed features: the classical baselines, a frozen backbone
+    with a closed-form head), so its seeds are one replicate and one seed decides about the model as several do
+    (the summary warns when its seeds disagree)."""
     if not isinstance(revision, int) or revision < 1:
         raise ValueError(f"model '{name}': revision must be an integer >= 1, got {revision!r}")
     if not family or not family.replace("_", "").replace("-", "").isalnum():
@@ -49,6 +53,7 @@ def register_model(
         raise ValueError(f"model '{name}': task must be a task's name (resomap.tasks), got {task!r}")
     meta = {"revision": revision} if revision > 1 else {}
     found = {"weights": weights, "min_resolution": min_resolution, "blocks": blocks, "cpu_fast_path": cpu_fast_path}
+    found["deterministic"] = True if deterministic else None
     meta.update({key: value for key, value in found.items() if value is not None})
     return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task, **meta)
 

@@ -70,6 +70,7 @@ class ModelSpec:
     patch_size: int | None = None
     num_prefix_tokens: int = 0
     cam_resolutions: tuple[int, ...] = ()  # set by with_cam_policy('common', ...): one CAM layer for all of these
+    deterministic: bool = False  # its fit does not depend on the training seed, by construction (register_model)
 
     def reshape_transform(self, resolution: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         """None for CNNs; for token models a callable [B, N, C] -> [B, C, g, g], g = resolution // patch_size."""

@@ -49,7 +49,7 @@ def _agreement_figures(found: Any, out_dir: Path) -> list[Path]:
         if len(entry["resolutions"]) < 2:  # one resolution: nothing across resolutions (agreement.txt says so)
             continue
         floor = entry["floor_on_diagonal"]
-        no_floor = NO_FLOOR if entry.get("deterministic") else "one seed: no noise floor"
+        no_floor = f"{NO_FLOOR} (one fit)" if entry.get("deterministic") else "one seed: no noise floor"
         note = "diagonal: cross-seed floor" if floor else f"{no_floor} (diagonal = 1, self)"
         panels = [(entry[m], m, f"{m} (chance {fmt_value(entry['chance'][m])})") for m in METRICS]
         args = (entry["resolutions"], panels, f"{model} / {method} across resolutions (grid {found.grid}); {note}")

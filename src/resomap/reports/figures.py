@@ -131,8 +131,8 @@ def quality_figure(
     """Each per-image score of the task and macro-F1 against resolution: the estimate pooled over seeds with its
     bootstrap interval over test images (error bars), the seeds' spread (band of +/- one std, >= 2 seeds), '*' over
     a resolution shown inferior to its model's reference (headline score, at the margin: the summary's decision),
-    and a recommended resolution ringed (only where the summary recommends it: a recommendation row's `recommended`,
-    summary.uncertainty.recommendation; the legend names the ring only when one is drawn). Without per-image
+    and each model's smallest sufficient resolution ringed (only where the summary shows it: a recommendation row's
+    `sufficient`, summary.uncertainty.sufficiency; the legend names the ring only when one is drawn). Without per-image
     predictions: the mean over seeds, no error bar.
 
     The t-interval across seeds is in the tables, not drawn: with two or three seeds it is too wide to read."""
@@ -145,7 +145,7 @@ def quality_figure(
         return None
     marks = _Marks(
         _shown_inferior(rows),
-        {(r["model"], r["resolution"]) for r in recommendations if r.get("recommended")},
+        {(r["model"], r["resolution"]) for r in recommendations if r.get("sufficient")},
     )
     colours = _colours(rows)
     with plt.rc_context(STYLE):
@@ -166,7 +166,7 @@ def quality_figure(
             title += f" (decisions at {' and '.join(scopes)} scope)"
         withheld = _withheld(recommendations)
         if withheld:
-            note = f"no recommendation: {withheld} (the evidence is missing; summary.md says which)"
+            note = f"no sufficient resolution shown: {withheld} (summary.md says why)"
             size = float(STYLE.get("figure.titlesize", STYLE.get("font.size", 10)))
             title += "\n" + fit_text(note, 0.85 * 3.4 * len(panels), size)  # a margin for the estimate
         fig.suptitle(title)
@@ -174,8 +174,8 @@ def quality_figure(
 
 
 def _withheld(recommendations: list[Mapping[str, Any]]) -> str:
-    """The models with a recommendation row but no recommendation, as the figure names them."""
-    names = [str(r["model"]) for r in recommendations if "recommended" in r and not r.get("recommended")]
+    """The models with a decision row but no smallest sufficient resolution shown, as the figure names them."""
+    names = [str(r["model"]) for r in recommendations if "sufficient" in r and not r.get("sufficient")]
     return ", ".join(names)
 
 
@@ -184,7 +184,7 @@ class _Marks:
     """What quality_figure marks, and what its panels drew (for the legend)."""
 
     significant: dict[str, set[int]]  # model -> resolutions shown inferior to its reference
-    chosen: set[tuple[str, int]]  # (model, resolution) recommended
+    chosen: set[tuple[str, int]]  # (model, resolution): the model's smallest sufficient resolution
     any_ci: bool = False
     any_band: bool = False
     any_ring: bool = False
@@ -250,7 +250,9 @@ def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin
     if marks.any_band:
         handles.append(Patch(color="grey", alpha=0.3, lw=0, label="± 1 std across seeds"))
     if marks.any_ring:
-        handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="recommended"))
+        handles.append(
+            Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black", label="smallest sufficient")
+        )
     if marks.trivial:
         handles.append(Line2D([], [], color="0.35", ls="--", lw=1, label=marks.trivial))
     if any(marks.significant.values()):
@@ -395,7 +397,7 @@ def sweep_figures(
     front3: list[Mapping[str, Any]] = (),
 ) -> list[Path]:
     """Every summary figure that the rows have data for; returns the written files. ``paired`` and
-    ``recommendations`` (a SweepSummary's) add the significance marks and the ring of a recommended resolution;
+    ``recommendations`` (a SweepSummary's) add the significance marks and the ring of a smallest sufficient one;
     ``trials`` (its result.json trees) the learning curves per model (reports.curves); ``front3`` (its
     three-way trade-off, known once the explanations are compared: the sweep draws it then) the trade-off figure
     (reports.tradeoff)."""

@@ -2,7 +2,7 @@
 
 One self-contained file: every image is a PNG data: URI, the style and the few lines of script are inline, nothing
 is fetched, so it opens from disk (file://) and inside MLflow's artifact viewer. It reads only what a sweep leaves
-on disk: summary.json (rows with intervals, recommendations, each trial's folder), the figures/ the sweep drew
+on disk: summary.json (rows with intervals, the decisions, the answer, each trial's folder), the figures/ the sweep drew
 (drawn again from the rows when absent), explanations/ (agreement matrices and statements) and each trial's
 explanations.npz (probe maps with what the model said). With JavaScript off every resolution of a probe map is
 shown in a row; the script turns each row into a slider (<input type=range>). All text is escaped (html.escape).
@@ -178,7 +178,7 @@ def _parts(sweep_dir: Path, data: dict, rows: list[SummaryRow], trials: list[dic
 
 def _results_section(data: dict, rows: list[SummaryRow]) -> str:
     """Per model x resolution: the scores with their intervals, above the trivial predictor and each baseline, the
-    verdict, recommended rows starred and shaded; then the costs."""
+    verdict, each model's smallest sufficient resolution starred and shaded; then the costs."""
     methods = sorted({m for r in rows for m in r.explain_seconds})
     level = next((r.ci_level for r in rows if r.ci_level), None)
     first = rows[0]
@@ -191,9 +191,8 @@ def _results_section(data: dict, rows: list[SummaryRow]) -> str:
     heads += [f"above {baseline_label(rows, name)}{ci} (its score; {ABOVE_P})" for name in baselines]
     head = ["model", "px", "seeds", *heads, "vs reference", "detectable", "undertrained"]
     cost_head = ["model", "px", "latency ms", "peak MB", "train s", *(f"explain {m} s, probe set" for m in methods)]
-    # recommended: as the summary's recommendation rows say (summary.uncertainty.recommendation); a summary written
-    # before they said it (no `recommended` key) has no star
-    chosen = {(c["model"], c["resolution"]) for c in data.get("recommendations") or [] if c.get("recommended")}
+    # each model's smallest sufficient resolution, as its decision row says (summary.uncertainty.sufficiency)
+    chosen = {(c["model"], c["resolution"]) for c in data.get("recommendations") or [] if c.get("sufficient")}
     lines, costs = [], []
     for r in sorted(rows, key=lambda r: (str(r.model), int(r.resolution))):
         starred = (r.model, r.resolution) in chosen
@@ -232,14 +231,15 @@ def _tradeoff_section(front3: list[dict]) -> str:
 
 
 def _recommended_words(starred: bool, trivial: str | None, baselines: list[str]) -> str:
-    """What the star means, where a row has one (the summary's rule, summary.uncertainty.recommendation); else that
-    no resolution is recommended and where the reasons are."""
+    """What the star means, where a row has one (the summary's rule, summary.uncertainty.sufficiency); else that no
+    smallest sufficient resolution is shown and where the reasons are. Which configuration to use is the answer's."""
     if not starred:
-        return "No resolution is recommended: each decision above says what evidence is missing."
+        return "No model's smallest sufficient resolution is shown: each decision above says what is missing."
     above = " and ".join([trivial or "the trivial predictor", *baselines])
     return (
-        f"★ recommended: the decided resolution of a decision about the model (model scope), shown above {above} at"
-        " that resolution, no trial undertrained."
+        f"★ the model's smallest sufficient resolution: the decided resolution of a decision about the model (model"
+        f" scope), shown above {above} at that resolution, no trial undertrained (which configuration to use is the"
+        " answer's)."
     )
 
 

@@ -22,14 +22,13 @@ Part = tuple[str, str, str]  # (anchor, title, HTML)
 def sections_of(data: dict, findings: Iterable[str] = ()) -> list[Section]:
     """The summary's sections as summary.json holds them, or built again (summary.build.SweepSummary.from_dict) for a
     summary.json written before them, with `findings` as its explanation findings where it has none."""
-    from resomap.summary.build import SweepSummary
-    from resomap.summary.sections import build_sections
+    from resomap.summary.build import SweepSummary, assemble
 
     summary = SweepSummary.from_dict(data)
     if summary.sections is not None:
         return summary.sections
-    summary.explanation_findings = summary.explanation_findings or list(findings)
-    return build_sections(summary)[0]
+    parts = summary.parts()
+    return assemble(**{**parts, "explanation_findings": parts["explanation_findings"] or list(findings)}).sections or []
 
 
 def blocks_html(blocks: Iterable[Any]) -> str:

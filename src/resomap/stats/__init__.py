@@ -53,7 +53,16 @@ from resomap.stats.bootstrap import (
     pooled_macro_f1,
     twoway_bootstrap,
 )
-from resomap.stats.decide import VERDICTS, Decision, Verdict, noninferiority
+from resomap.stats.decide import (
+    VERDICTS,
+    Decision,
+    Settings,
+    Step,
+    Verdict,
+    fixed_sequence,
+    noninferiority,
+    replicate_differences,
+)
 from resomap.stats.design import design_needs, plan_power, relabel_min_p, relabel_seeds_needed
 from resomap.stats.interaction import Interaction, interaction_test
 from resomap.stats.intervals import (
@@ -92,6 +101,10 @@ __all__ = [
     "Verdict",
     "design_needs",
     "noninferiority",
+    "fixed_sequence",
+    "replicate_differences",
+    "Step",
+    "Settings",
     "plan_power",
     "relabel_min_p",
     "relabel_seeds_needed",

@@ -149,6 +149,7 @@ def noninferiority(
     binary: bool | None = None,
     seed_sd: float = 0.02,
     images: str = "test images",
+    deterministic: bool = False,
 ) -> Decision:
     """The fixed-sequence non-inferiority decision of every resolution against the reference (module doc).
 
@@ -158,7 +159,9 @@ def noninferiority(
     verdicts then carry ``level = 1 - alpha``. ``scope``: model or checkpoint (module doc); ``binary``: 0/1
     outcomes (None: read from the values); ``seed_sd``: the assumed sd of a model's score across training seeds,
     for the plan of a one-seed design at model scope; ``images``: what the images counted are, in words (a class's
-    recall counts that class's test images)."""
+    recall counts that class's test images); ``deterministic``: the model's fit does not depend on the training
+    seed (its spec says so, or its seeds gave one fit), so its seeds are one replicate whose seed part is known to
+    be 0: one seed decides as several do, at model scope."""
     margin, level, power = check_margin(margin), check_level(level), check_power(power)
     scope, seed_sd = check_scope(scope), check_seed_sd(seed_sd)
     if alpha is not None:
@@ -166,36 +169,105 @@ def noninferiority(
     runs, ref = _runs(scores_by_res, reference)
     if binary is None:
         binary = all(bool(np.isin(v, (0.0, 1.0)).all()) for v in runs.values())
-    alpha = 1 - level
     seeds, n = runs[ref].shape
     base = {"reference": ref, "margin": margin, "level": level, "n_seeds": seeds, "scope": scope}
-    verdicts = [Verdict(ref, verdict="reference", n_images=n, reason=f"{ref} px is the reference", **base)]
-    verdicts += [
+    head = [Verdict(ref, verdict="reference", n_images=n, reason=f"{ref} px is the reference", **base)]
+    head += [
         Verdict(r, verdict="above reference", reason="above the reference: not tested", **base)
         for r in sorted((r for r in runs if r > ref), reverse=True)
     ]
-    stopped: int | None = None
-    chosen = ref
-    for r in sorted((r for r in runs if r < ref), reverse=True):
+    steps = [
+        Step(r, runs[r].astype(float) - runs[ref], deterministic)  # [S, N]: seed s at r against seed s at ref
+        for r in sorted((r for r in runs if r < ref), reverse=True)
+    ]
+    settings = Settings(margin, level, power, metric, scope, binary, seed_sd, images)
+    verdicts = head + fixed_sequence(steps, ref, settings)
+    passed = [v.resolution for v in verdicts if v.verdict == "non-inferior"]
+    chosen = passed[-1] if passed else ref
+    decided = any(v.verdict in ("non-inferior", "inferior") for v in verdicts)
+    shown = DETERMINISTIC_SCOPE if deterministic and scope == "model" else scope
+    return Decision(
+        ref, chosen, verdicts, decided, _summary(chosen, ref, verdicts, margin, metric, shown, images), scope
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One hypothesis of a fixed sequence: ``key`` (a resolution, or any label of a configuration), the per-image
+    differences ``d`` [S, N] against the reference (row s: replicate s of both; the same N images) and whether
+    both sides are deterministic fits (seed part known to be 0: the rows are one replicate)."""
+
+    key: Any
+    d: np.ndarray
+    deterministic: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every step of a fixed sequence is tested with (noninferiority's arguments, checked)."""
+
+    margin: float
+    level: float
+    power: float
+    metric: str
+    scope: str
+    binary: bool
+    seed_sd: float
+    images: str = "test images"
+
+
+def replicate_differences(
+    a: np.ndarray, b: np.ndarray, *, paired: bool, a_fixed: bool, b_fixed: bool
+) -> tuple[np.ndarray, bool]:
+    """(d = a - b [S, N], whether d is one replicate) for two configurations' per-image scores a [Sa, N] and
+    b [Sb, N] on the same N images: a deterministic fit (``*_fixed``: its seeds one fit) counts as one replicate,
+    broadcast against the other's seeds; two configurations whose seeds are paired (the same model at two
+    resolutions: ``paired``, rows by seed) keep their pairs; otherwise the seeds are independent replicates, and
+    pairing row i with row i (the first min(Sa, Sb)) gives min(Sa, Sb) independent replicates of the difference, as
+    any pairing of independent replicates would."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a_fixed and b_fixed:
+        return a[:1] - b[:1], True
+    if a_fixed or b_fixed:
+        return (a[:1] if a_fixed else a) - (b[:1] if b_fixed else b), False
+    if paired and a.shape[0] != b.shape[0]:
+        raise ConfigError(f"paired configurations need the same seeds: {a.shape[0]} and {b.shape[0]}")
+    k = min(a.shape[0], b.shape[0])
+    return a[:k] - b[:k], False
+
+
+def _px(key: Any) -> str:
+    return f"{key} px"
+
+
+def fixed_sequence(steps: list[Step], reference: Any, settings: Settings, label: Any = _px) -> list[Verdict]:
+    """Each step's verdict, tested in the order given at the full one-sided alpha (1 - level), stopping at the first
+    that is not shown non-inferior: the later ones are "not reached" (Maurer, Hothorn & Lehmacher 1995: the
+    family-wise error stays at alpha for any order fixed before the test images are seen). ``label(key)`` names a
+    step in the reasons (a resolution: "96 px"; a configuration across models: "pixel_logreg@64"). A deterministic
+    step is tested with its seed part known to be 0 (its rows one replicate), at the scope asked for."""
+    s = settings
+    alpha = 1 - s.level
+    out: list[Verdict] = []
+    stopped: Any = None
+    for step in steps:
+        seeds, n = step.d.shape
+        base = {"reference": reference, "margin": s.margin, "level": s.level, "n_seeds": seeds, "scope": s.scope}
         if stopped is not None:
-            why = f"not tested: the fixed sequence stopped at {stopped} px"
-            verdicts.append(Verdict(r, verdict="not reached", n_images=n, reason=why, **base))
+            why = f"not tested: the fixed sequence stopped at {label(stopped)}"
+            out.append(Verdict(step.key, verdict="not reached", n_images=n, reason=why, **base))
             continue
-        d = runs[r].astype(float) - runs[ref]  # [S, N]: seed s at r against seed s at the reference
-        found = _step(d, margin, alpha, power, binary, scope, seed_sd)
-        verdict = _verdict(found, alpha, margin)
-        reason = _words(r, ref, verdict, found, margin, level, metric, scope, seeds, images)
+        d, scope = (step.d[:1], "checkpoint") if step.deterministic else (step.d, s.scope)
+        found = _step(d, s.margin, alpha, s.power, s.binary, scope, s.seed_sd)
+        verdict = _verdict(found, alpha, s.margin)
+        shown = DETERMINISTIC_SCOPE if step.deterministic and s.scope == "model" else s.scope
+        reason = _words(step.key, reference, verdict, found, s, shown, seeds, label)
         found.pop("cut", None)  # said in the reason
         found.pop("untestable")
-        verdicts.append(Verdict(r, verdict=verdict, reason=reason, **base, **found))
-        if verdict == "non-inferior":
-            chosen = r
-        else:
-            stopped = r
-    decided = any(v.verdict in ("non-inferior", "inferior") for v in verdicts)
-    return Decision(
-        ref, chosen, verdicts, decided, _summary(chosen, ref, verdicts, margin, metric, scope, images), scope
-    )
+        out.append(Verdict(step.key, verdict=verdict, reason=reason, **base, **found))
+        if verdict != "non-inferior":
+            stopped = step.key
+    return out
 
 
 def _runs(scores_by_res: Mapping[int, Any], reference: int | None) -> tuple[dict[int, np.ndarray], int]:
@@ -222,32 +294,32 @@ def _verdict(found: dict[str, Any], alpha: float, margin: float) -> str:
 
 
 def _words(
-    r: int,
-    ref: int,
-    verdict: str,
-    found: dict[str, Any],
-    margin: float,
-    level: float,
-    metric: str,
-    scope: str,
-    seeds: int,
-    images: str = "test images",
+    key: Any, reference: Any, verdict: str, found: dict[str, Any], s: Settings, scope: str, seeds: int, label: Any = _px
 ) -> str:
-    where = SCOPE_WORDS[scope]
+    where = _scope_words(scope)
     if found["p_value"] is None:
         constant = found["untestable"].startswith("not testable")  # no variance to plan with
-        needs = "" if constant else _need_words(found, margin, seeds, images)
-        return f"{r} px undecided {where}: {found['untestable']}" + needs
+        needs = "" if constant else _need_words(found, s.margin, seeds, s.images)
+        return f"{label(key)} undecided {where}: {found['untestable']}" + needs
     diff, low, high = found["difference"], found["low"], found["high"]
     text = (
-        f"{r} px {verdict} to {ref} px {where} at margin {margin:g} ({metric} difference {diff:+.3f}, "
-        f"{_percent(level)} one-sided bounds [{low:+.3f}, {high:+.3f}]"
+        f"{label(key)} {verdict} to {label(reference)} {where} at margin {s.margin:g} ({s.metric} difference "
+        f"{diff:+.3f}, {_percent(s.level)} one-sided bounds [{low:+.3f}, {high:+.3f}]"
         + (" cut to the range [-1, 1]" if found.get("cut") else "")
         + f", p = {found['p_value']:.3g})"
     )
     if verdict == "undecided":
-        text += "; " + _detectable_words(found["detectable"]) + _need_words(found, margin, seeds, images)
+        text += "; " + _detectable_words(found["detectable"]) + _need_words(found, s.margin, seeds, s.images)
     return text
+
+
+# a deterministic fit at model scope: the seed changes nothing, so these checkpoints are the model
+DETERMINISTIC_SCOPE = "deterministic"
+DETERMINISTIC_WORDS = "at model scope (one fit: the training seed changes nothing)"
+
+
+def _scope_words(scope: str) -> str:
+    return DETERMINISTIC_WORDS if scope == DETERMINISTIC_SCOPE else SCOPE_WORDS[scope]
 
 
 def _detectable_words(detectable: float | None) -> str:
@@ -288,7 +360,7 @@ def _percent(level: float) -> str:
 def _summary(
     chosen: int, ref: int, verdicts: list[Verdict], margin: float, metric: str, scope: str, images: str
 ) -> str:
-    where = SCOPE_WORDS[scope]
+    where = _scope_words(scope)
     if chosen != ref:
         return (
             f"{chosen} px is the smallest resolution shown non-inferior to {ref} px {where} "

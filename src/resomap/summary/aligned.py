@@ -130,16 +130,28 @@ def align(tables_by_seed: Mapping[int, ScoreTable], task: Task) -> Aligned | str
 
 
 def identical_seeds(members: list[TrialRecord]) -> bool:
-    """Whether the seeds of one model x resolution are one fit (one replicate): two or more seeds, every one with
-    per-image records, that give the same prediction for every test image they share at every test resolution they
-    share (the same per-image scores where the task keeps no predictions), the trial's own resolution included.
-    Seeds that do what a trivial predictor does are not counted as one fit (every image in one class; a segmenter's
-    scores equal to all background's): any collapsed network agrees with itself. pixel_logreg and hog_svm (fitted
-    in closed form on data the seed does not change) are one fit; a network trained from a seeded initialisation is
-    not. The one test of determinism: the summary rows, the recommendation rows (:func:`deterministic`) and,
-    through them, the explanation comparison (no cross-seed floor, no relabelling test) read it."""
-    if len(members) < 2 or any(m.own is None for m in members):
-        return False
+    """Whether the seeds of one model x resolution are seen to be one fit (one replicate): two or more seeds, every
+    one with per-image records, that give the same prediction for every test image they share at every test
+    resolution they share (the same per-image scores where the task keeps no predictions), the trial's own
+    resolution included. Seeds that do what a trivial predictor does are not counted as one fit (every image in one
+    class; a segmenter's scores equal to all background's): any collapsed network agrees with itself. pixel_logreg
+    and hog_svm (fitted in closed form on data the seed does not change) are one fit; a network trained from a
+    seeded initialisation is not."""
+    same, informative = _agreement(members)
+    return bool(same) and informative
+
+
+def seeds_disagree(members: list[TrialRecord]) -> bool:
+    """Whether two seeds of one model x resolution, both with per-image records, differ on some test image."""
+    return _agreement(members)[0] is False
+
+
+def _agreement(members: list[TrialRecord]) -> tuple[bool | None, bool]:
+    """(whether the seeds agree on every shared image at every shared resolution, None with fewer than two seeds
+    with records; whether somewhere they do more than a trivial predictor)."""
+    members = [m for m in members if m.own is not None]
+    if len(members) < 2:
+        return None, False
     task = members[0].task
     shared = sorted(set.intersection(*(set(m.tables) for m in members)))
     shared = [res for res in shared if all(len(m.tables[res].index) for m in members)]
@@ -147,7 +159,7 @@ def identical_seeds(members: list[TrialRecord]) -> bool:
     for res in shared:
         aligned = align({m.id[2]: m.tables[res] for m in members}, task)
         if isinstance(aligned, str):
-            return False
+            return None, False
         if aligned.prediction is not None:
             arrays = [np.asarray(aligned.prediction)]
             informative = informative or np.unique(arrays[0][0]).size > 1
@@ -157,13 +169,45 @@ def identical_seeds(members: list[TrialRecord]) -> bool:
             same = trivial is not None and np.allclose(arrays[0][0], trivial, equal_nan=True)
             informative = informative or not same
         if any(not np.array_equal(v[0], other, equal_nan=True) for v in arrays for other in v[1:]):
-            return False
-    return informative
+            return False, informative
+    return True, informative
+
+
+def declared_deterministic(members: Iterable[TrialRecord]) -> bool:
+    """Whether the trials' model is deterministic by its spec (result.json's `deterministic`: a closed-form fit on
+    fixed features, register_model's `deterministic`)."""
+    return any(bool(m.result.get("deterministic")) for m in members)
+
+
+def one_fit(members: list[TrialRecord]) -> bool:
+    """Whether one model x resolution's seeds are one replicate: deterministic by its spec and no two seeds
+    disagree, or seen to be one fit (:func:`identical_seeds`). The one test of determinism: the summary rows, the
+    recommendation rows (:func:`deterministic`) and, through them, the explanation comparison (no cross-seed floor,
+    no relabelling test) read it."""
+    if declared_deterministic(members):
+        return not seeds_disagree(members)
+    return identical_seeds(members)
 
 
 def deterministic(by_res: Mapping[int, list[TrialRecord]]) -> bool:
-    """One model is deterministic when its seeds are one fit (:func:`identical_seeds`) at every resolution."""
-    return bool(by_res) and all(identical_seeds(members) for members in by_res.values())
+    """One model is deterministic when its seeds are one fit (:func:`one_fit`) at every resolution."""
+    return bool(by_res) and all(one_fit(members) for members in by_res.values())
+
+
+def spec_contradicted(by_res: Mapping[int, list[TrialRecord]]) -> str:
+    """A warning when a model that is deterministic by its spec has seeds that disagree ('' otherwise): the
+    resolutions where they do. Such a model is then treated as one whose seeds are replicates."""
+    members = [m for ms in by_res.values() for m in ms]
+    if not declared_deterministic(members):
+        return ""
+    where = sorted(res for res, ms in by_res.items() if seeds_disagree(ms))
+    if not where:
+        return ""
+    at = ", ".join(f"{res} px" for res in where)
+    return (
+        f"its spec says the training seed changes nothing, but its seeds gave different predictions at {at}: its "
+        "seeds are treated as replicates"
+    )
 
 
 def one_replicate(n_seeds: int) -> str:

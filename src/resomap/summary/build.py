@@ -15,163 +15,92 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from resomap.atomic import write_text
-from resomap.blocks import Section, render, section_from_dict, section_to_dict
+from resomap.blocks import Section, render
 from resomap.config.schema import StatsConfig
 from resomap.records import machines, machines_warning
 from resomap.results import (
+    ANSWER_COLUMNS,
     PAIRED_COLUMNS,
     RECOMMENDATION_COLUMNS,
     SENSITIVE_IMAGE_COLUMNS,
     SENSITIVE_IMAGES_FILE,
 )
-from resomap.schema import (
-    Adaptive,
-    ClassDecision,
-    Front,
-    GroupDecision,
-    GroupInteraction,
-    Machine,
-    PairedTest,
-    Recommendation,
-    SensitiveImage,
-    Sensitivity,
-    Stats,
-    Trial,
-)
-from resomap.summary.aligned import TrialId, TrialRecord, group_records, one_replicate
+from resomap.schema import Adaptive, Answer, PairedTest, Recommendation, Stats, Trial
+from resomap.summary.aligned import TrialId, TrialRecord, group_records
 from resomap.summary.aligned import load_records as _load_records
+from resomap.summary.answer import cross_model_answer
 from resomap.summary.convergence import convergence_columns
 from resomap.summary.decision import compare_models
-from resomap.summary.front import estimate_front
+from resomap.summary.front import Measured, estimate_front, tradeoffs
 from resomap.summary.groups import group_decisions
 from resomap.summary.per_class import class_decisions
-from resomap.summary.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow, baseline_label, baseline_names
+from resomap.summary.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow
 from resomap.summary.sensitivity import sensitivity
-from resomap.summary.uncertainty import (
-    NO_RECOMMENDATION,
-    baseline_columns,
-    interval_columns,
-    named_best,
-    recommendation,
-    reference_flaw,
-)
+from resomap.summary.sweep_summary import SweepSummary, deterministic_models, json_safe
+from resomap.summary.text import baseline_caveat, decision_sentence
+from resomap.summary.uncertainty import baseline_columns, interval_columns, named_best, reference_flaw, sufficiency
 
 log = logging.getLogger(__name__)
 
 SUMMARY_CSV, SUMMARY_JSON = "summary.csv", "summary.json"
-PAIRED_CSV, RECOMMENDATION_CSV = "paired_tests.csv", "recommendation.csv"
+PAIRED_CSV, RECOMMENDATION_CSV, ANSWER_CSV = "paired_tests.csv", "recommendation.csv", "answer.csv"
 SUMMARY_MD, SUMMARY_TXT = "summary.md", "summary.txt"
 
+__all__ = [
+    "Decided",
+    "Explained",
+    "SweepSummary",
+    "assemble",
+    "baseline_caveat",
+    "build_summary",
+    "json_safe",
+    "write_summary",
+]
 
-@dataclasses.dataclass
-class SweepSummary:
-    """What a sweep (or an analysis) summary holds; every value JSON-safe (None, never NaN). Each part is typed by
-    its record (resomap.schema: the keys summary.json and the CSV files hold)."""
 
-    rows: list[SummaryRow]  # one per model x resolution
-    paired_tests: list[PairedTest]  # one per pair of resolutions of a model
-    recommendations: list[Recommendation]  # one per model
-    trials: list[Trial]  # every trial's result.json tree, plus its folder ("folder")
-    stats: Stats  # the settings the statistics used (config `stats`)
-    # the machines the finished trials ran on (resomap.records.machines: its line, CPU, capability, bf16 flags,
-    # GPU, trial count) and, when more than one, the warning that their bf16 results are not comparable exactly
-    machines: list[Machine] = dataclasses.field(default_factory=list)
-    machines_warning: str = ""
-    # per classification model and class, the minority class first: the decision on the class's recall at the
-    # Bonferroni alpha over the model's classes (summary.per_class; results.CLASS_DECISION_COLUMNS)
-    class_decisions: list[ClassDecision] = dataclasses.field(default_factory=list)
-    # per model x resolution below its reference: the images lost, gained and seed-dependent with Wilson intervals
-    # (summary.sensitivity; results.SENSITIVITY_COLUMNS); the lost and gained images are `sensitive_images`, written
-    # to sensitive_images.csv rather than summary.json
-    sensitivity: list[Sensitivity] = dataclasses.field(default_factory=list)
-    sensitive_images: list[SensitiveImage] = dataclasses.field(default_factory=list)
-    # the three-way trade-off per model (summary.front.tradeoffs: score x cost x explanation quality, each with
-    # its interval; a resolution dropped only when another is shown better on one axis and worse on none); set
-    # once the explanation quality is known (after the comparison of the sweep's maps)
-    front3: list[Front] = dataclasses.field(default_factory=list)
-    # per model x group the dataset declares (stats.groups) x value: the score at every resolution with its interval
-    # and the decision on that value's images at the Bonferroni alpha over the group's values (summary.groups;
-    # results.GROUP_DECISION_COLUMNS); `group_differ`: a sentence per model x group whose values were decided apart
-    group_decisions: list[GroupDecision] = dataclasses.field(default_factory=list)
-    group_differ: list[str] = dataclasses.field(default_factory=list)
-    # per model x group decided apart x step: the test of whether that step's difference to the reference differs
-    # between the group's values (summary.groups._interactions: means, sizes, p, Holm p, alpha, shown)
-    group_interactions: list[GroupInteraction] = dataclasses.field(default_factory=list)
-    # the comparison of the sweep's maps in short, a finding per model x method (its measure and decision); set once
-    # the comparison ran
-    explanation_findings: list[str] = dataclasses.field(default_factory=list)
-    # an adaptive sweep's record (sweep.adaptive: rounds, looks, seeds; summary.json's "adaptive"); None otherwise
-    adaptive: Adaptive | None = None
-    # the sections every view renders, in order (summary.sections.build_sections; set by write_summary), and one
-    # line per plugin section that raised and was left out
-    sections: list[Section] | None = None
-    section_errors: list[str] = dataclasses.field(default_factory=list)
+@dataclasses.dataclass(frozen=True)
+class Decided:
+    """The summary's decided parts before the explanations are compared (what `build_summary`'s `explain` gets):
+    the rows, the paired tests, each model's decision and the trials."""
 
-    def standing(self) -> dict[str, list[str]]:
-        """model -> its training and baselines lines (summary.standing), shown beside its decision."""
-        from resomap.summary.standing import standing
-
-        return standing(self.rows)
-
-    def baselines_at(self, model: str, resolution: int) -> str:
-        """Where one model @ resolution stands against the majority class and the baselines, in words
-        (summary.standing.baseline_words); '' without such a row."""
-        from resomap.summary.standing import baseline_words
-
-        row = next((r for r in self.rows if r.model == model and int(r.resolution) == int(resolution)), None)
-        return baseline_words([row], self.rows) if row is not None else ""
+    rows: list[SummaryRow]
+    paired_tests: list[PairedTest]
+    recommendations: list[Recommendation]
+    trials: list[Trial]
+    stats: Stats
+    answer: Answer | None = None
 
     def deterministic_models(self) -> dict[str, int]:
-        """model -> its seed count, for each model whose seeds are one fit (its recommendation row's
-        ``deterministic``, summary.aligned.identical_seeds at every resolution): one replicate, no cross-seed
-        floor or relabelling test of its explanations."""
-        seeds: dict[str, int] = {}
-        for row in self.rows:
-            seeds[row.model] = max(seeds.get(row.model, 0), int(row.n_seeds or 0))
-        return {r["model"]: seeds.get(r["model"], 0) for r in self.recommendations if r.get("deterministic")}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SweepSummary:
-        """A summary read back from summary.json (`to_dict`'s inverse): a part summary.json lacks keeps its default,
-        and `sections` stays None for a summary.json written before them."""
-        parts = {f.name for f in dataclasses.fields(cls)} - {"rows", "sections"}
-        given = {name: data[name] for name in parts if data.get(name) is not None}
-        sections = data.get("sections")
-        return cls(
-            **{"paired_tests": [], "recommendations": [], "trials": [], "stats": {}, **given},
-            rows=[SummaryRow.from_dict(r) for r in data.get("rows") or []],
-            sections=None if sections is None else [section_from_dict(s) for s in sections],
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        skip = ("sensitive_images", "sections", "adaptive")  # the adaptive record is the adaptive sweep's to write
-        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
-        sections = [section_to_dict(s) for s in self.sections or []]
-        return json_safe({**plain, "rows": [row.to_dict() for row in self.rows], "sections": sections})
+        """model -> its seed count, for each deterministic model (sweep_summary.deterministic_models)."""
+        return deterministic_models(self.rows, self.recommendations)
 
 
-def json_safe(value: Any) -> Any:
-    """NaN/inf -> None, numpy -> Python, tuples -> lists, Paths -> str (recursively): valid JSON, always."""
-    if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return json_safe(value.tolist())
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+@dataclasses.dataclass(frozen=True)
+class Explained:
+    """What the comparison of the sweep's maps gives the summary: quality.csv's rows and what the front's tests read
+    (summary.front.front_inputs), and a finding per model x method."""
+
+    quality: list[dict[str, Any]]
+    measured: Measured
+    findings: list[str]
+
+
+def assemble(**parts: Any) -> SweepSummary:
+    """The summary of `parts` (SweepSummary's fields but the sections) with its sections built on it
+    (summary.sections.build_sections): the one place a complete SweepSummary is made, from the trials
+    (`build_summary`) or from parts read back from summary.json (`SweepSummary.parts`)."""
+    from resomap.summary.sections import build_sections
+
+    bare = SweepSummary(**parts)
+    sections, errors = build_sections(bare)
+    return dataclasses.replace(bare, sections=sections, section_errors=errors)
 
 
 def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float:
@@ -278,56 +207,21 @@ def _mean_cross(members: list[Mapping[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def baseline_caveat(rows: list[SummaryRow]) -> str:
-    """What a model's decision should be read with: the resolutions where it is not shown above the task's trivial
-    predictor (the majority class, all background) or one of the sweep's classical baselines; '' when it is shown
-    above them everywhere (or there is nothing to compare with). "Shown above" is the one-sided sign-flip test of
-    the per-image differences at alpha = 1 - level (:meth:`SummaryRow.shown_above`; exact on 0/1 outcomes, so no
-    bootstrap seed changes it), not the lower bound of the interval beside it (that only for a summary from
-    before the test)."""
-    trivial = next((r.words.get("trivial") for r in rows if r.words.get("trivial")), "the trivial predictor")
-    compared: list[tuple[str, str | None]] = [(trivial, None)]
-    for name in baseline_names(rows):
-        label = baseline_label(rows, name)
-        kind = "the baseline" if label != name else "the classical baseline"  # a named one: stats.baselines
-        compared.append((f"{kind} {label}", name))
-    parts = []
-    for label, baseline in compared:
-        shown = {r.resolution: r.shown_above(baseline) for r in rows}
-        shown = {res: v for res, v in shown.items() if v is not None}
-        below = sorted(res for res, v in shown.items() if not v)
-        if below:
-            where = "any resolution" if len(below) == len(shown) else ", ".join(f"{res} px" for res in below)
-            parts.append(f"not shown above {label} at {where}")
-    return f"Read with care: {'; '.join(parts)}." if parts else ""
-
-
-def _recommend(rows: list[SummaryRow], recs: list[dict[str, Any]], paired: list[dict[str, Any]]) -> None:
-    """Each model's decided resolution recommended or not (summary.uncertainty.recommendation, the one rule) into
-    its recommendation row (`recommended`, `recommendation`, and `reference_flaw`: what makes its reference a poor
-    yardstick, '' when nothing does) and the summary rows (`recommended`)."""
+def _sufficiency(rows: list[SummaryRow], recs: list[dict[str, Any]], paired: list[dict[str, Any]]) -> None:
+    """Whether each model's decided resolution is its smallest sufficient one with the evidence beside it
+    (summary.uncertainty.sufficiency, the one rule) into its recommendation row (`sufficient`, `sufficiency`, and
+    `reference_flaw`: what makes its reference a poor yardstick, '' when nothing does) and the summary rows
+    (`sufficient`)."""
     by_key = {(row.model, row.resolution): row for row in rows}
     for rec in recs:
         model = rec["model"]
         mine = {row.resolution: row for row in rows if row.model == model}
         rec["reference_flaw"] = reference_flaw(rec, mine, [t for t in paired if t.get("model") == model])
-        found = recommendation(rec, by_key.get((model, rec.get("resolution"))))
-        rec["recommended"], rec["recommendation"] = found.recommended, found.reason
-    chosen = {(rec["model"], rec["resolution"]) for rec in recs if rec["recommended"]}
+        found = sufficiency(rec, by_key.get((model, rec.get("resolution"))))
+        rec["sufficient"], rec["sufficiency"], rec["evidence"] = found.sufficient, found.reason, found.evidence
+    chosen = {(rec["model"], rec["resolution"]) for rec in recs if rec["sufficient"]}
     for row in rows:
-        row.recommended = (row.model, row.resolution) in chosen
-
-
-def _say_recommendation(rec: dict[str, Any]) -> None:
-    """The decision's sentence followed by the recommendation ('...; no recommendation: 32 px is not shown above
-    pixel_logreg'); where the sentence already says why (no decision, undecided), 'no recommendation' alone."""
-    sentence, text = str(rec.get("sentence") or ""), str(rec.get("recommendation") or "")
-    if not sentence or not text or NO_RECOMMENDATION + ":" in sentence:
-        return
-    detail = text.split(": ", 1)[1] if ": " in text else ""
-    if not rec.get("recommended") and (not rec.get("available") or (detail and detail in sentence)):
-        text = NO_RECOMMENDATION
-    rec["sentence"] = f"{sentence.rstrip('.')}; {text}"
+        row.sufficient = (row.model, row.resolution) in chosen
 
 
 def summary_rows(
@@ -340,17 +234,63 @@ def summary_rows(
 
 
 def build_summary(
-    results: Iterable[Any], folders: Mapping[TrialId, Path] | None = None, stats: StatsConfig | None = None
+    results: Iterable[Any],
+    folders: Mapping[TrialId, Path] | None = None,
+    stats: StatsConfig | None = None,
+    *,
+    explain: Callable[[Decided], Explained | None] | None = None,
+    adaptive: Adaptive | None = None,
 ) -> SweepSummary:
-    """The rows, every model's paired tests between resolutions, its decided resolution and whether it is
-    recommended (summary.uncertainty.recommendation)."""
+    """The whole summary, built once: the rows, every model's paired tests between resolutions, its decision and
+    whether its decided resolution is its smallest sufficient one (summary.uncertainty.sufficiency), per class, per
+    group, the images that need the pixels, the answer across models (summary.answer), then `explain(decided)`: the
+    caller's comparison of the maps (it may draw the figures of the decided parts meanwhile), whose quality makes
+    the three-way front; `adaptive`, an adaptive sweep's record; the sections last (`assemble`)."""
     cfg = stats or StatsConfig()
     dicts = _as_dicts(results)
     records = _load_records(dicts, folders)
     rows = _rows(records, cfg)
     paired, recs = compare_models(records, cfg)
+    _verdicts(rows, recs)
+    _sufficiency(rows, recs, paired)
+    for rec in recs:
+        rec["sentence"] = decision_sentence(rec, [r for r in rows if r.model == rec["model"]])
+    trials = []
+    for result in dicts:
+        folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
+        trials.append({**result, "folder": str(folder) if folder is not None else None})
+    classes = class_decisions(records, cfg)
+    answer = cross_model_answer(records, recs, rows, classes, cfg)
+    decided = Decided(rows, paired, recs, trials, dataclasses.asdict(cfg), answer)
+    explained = explain(decided) if explain is not None else None
+    ran_on = machines(d.get("environment") for d in dicts if d.get("status") == "FINISHED")
+    found = sensitivity(records, recs, cfg)
+    grouped = group_decisions(records, cfg)
+    return assemble(
+        rows=rows,
+        paired_tests=paired,
+        recommendations=recs,
+        trials=trials,
+        stats=decided.stats,
+        machines=ran_on,
+        machines_warning=machines_warning(ran_on),
+        class_decisions=classes,
+        sensitivity=found.rows,
+        sensitive_images=found.images,
+        front3=tradeoffs(rows, explained.quality, explained.measured) if explained is not None else [],
+        group_decisions=grouped.rows,
+        group_differ=grouped.differ,
+        group_interactions=grouped.interactions,
+        explanation_findings=list(explained.findings) if explained is not None else [],
+        adaptive=adaptive,
+        answer=answer,
+    )
+
+
+def _verdicts(rows: list[SummaryRow], recs: list[dict[str, Any]]) -> None:
+    """Each row's verdict against its model's reference (the decision's), and whether it lies on the score x
+    latency front of estimates (summary.front.estimate_front)."""
     verdicts = {(r["model"], v["resolution"]): v for r in recs for v in r.get("verdicts") or []}
-    _recommend(rows, recs, paired)
     on_front = {p.name for p in estimate_front(rows)}
     for row in rows:
         row.on_estimate_front = f"{row.model}@{row.resolution}" in on_front
@@ -361,39 +301,6 @@ def build_summary(
             row.detectable_margin = v["detectable"]
             if v["difference"] is None and v.get("reason"):  # a verdict kept from an earlier look, not retested
                 row.note = "; ".join(filter(None, [row.note, f"{v['verdict']}: {v['reason']}"]))
-    for rec in recs:
-        mine = [r for r in rows if r.model == rec["model"]]
-        _say_recommendation(rec)
-        flaw = rec.get("reference_flaw")
-        if flaw and rec.get("sentence") and flaw not in rec["sentence"]:  # an undecided step on it: said too
-            rec["sentence"] = f"{rec['sentence'].rstrip('.')}. Read with care: {flaw}"
-        caveat = baseline_caveat(mine)
-        if caveat and rec.get("sentence"):
-            rec["sentence"] = f"{rec['sentence'].rstrip('.')}. {caveat}"
-        if rec.get("deterministic") and rec.get("sentence"):  # said once per model, wherever the sentence goes
-            rec["sentence"] = f"{rec['sentence'].rstrip('.')}. {one_replicate(max(r.n_seeds for r in mine))}"
-    trials = []
-    for result in dicts:
-        folder = (folders or {}).get((str(result["model"]), int(result["resolution"]), int(result.get("seed") or 0)))
-        trials.append({**result, "folder": str(folder) if folder is not None else None})
-    ran_on = machines(d.get("environment") for d in dicts if d.get("status") == "FINISHED")
-    found = sensitivity(records, recs, cfg)
-    grouped = group_decisions(records, cfg)
-    return SweepSummary(
-        rows,
-        paired,
-        recs,
-        trials,
-        dataclasses.asdict(cfg),
-        ran_on,
-        machines_warning(ran_on),
-        class_decisions(records, cfg),
-        found.rows,
-        found.images,
-        group_decisions=grouped.rows,
-        group_differ=grouped.differ,
-        group_interactions=grouped.interactions,
-    )
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -448,10 +355,7 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
     """summary.csv (a line per model x resolution), summary.json (everything, each trial's folder relative to
     out_dir), paired_tests.csv, recommendation.csv, sensitive_images.csv (the lost and gained images,
     summary.sensitivity), summary.md and summary.txt, each written atomically."""
-    from resomap.summary.sections import build_sections
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary.sections, summary.section_errors = build_sections(summary)
     flat = [row.to_dict(csv=True) for row in summary.rows]
     payload = summary.to_dict()
     for trial in payload["trials"]:
@@ -462,7 +366,8 @@ def write_summary(summary: SweepSummary, out_dir: Path) -> list[Path]:
         PAIRED_CSV: _csv(summary.paired_tests, PAIRED_COLUMNS),
         RECOMMENDATION_CSV: _csv(summary.recommendations, RECOMMENDATION_COLUMNS),
         SENSITIVE_IMAGES_FILE: _csv(summary.sensitive_images, SENSITIVE_IMAGE_COLUMNS),
-        **section_texts(summary.sections),
+        ANSWER_CSV: _csv(list((summary.answer or {}).get("steps") or []), ANSWER_COLUMNS),
+        **section_texts(summary.sections or []),
     }
     paths = []
     for name, text in files.items():

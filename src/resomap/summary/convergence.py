@@ -63,7 +63,12 @@ def convergence_columns(results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     records = sorted((seed_record(r) for r in results), key=lambda r: r["seed"])
     known = [r for r in records if r.get("undertrained") is not None]
     flagged = [r for r in known if r["undertrained"]]
-    reasons = "; ".join(f"seed {r['seed']}: {r.get('undertrained_reason') or 'flagged'}" for r in flagged)
+    by_reason: dict[str, list[str]] = {}  # a reason said once, with the seeds it holds for
+    for r in flagged:
+        by_reason.setdefault(str(r.get("undertrained_reason") or "flagged"), []).append(str(r["seed"]))
+    reasons = "; ".join(
+        f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}: {why}" for why, seeds in by_reason.items()
+    )
     return {
         "convergence": records,
         "undertrained": bool(flagged) if known else None,

@@ -11,6 +11,7 @@ Rows are plain dicts of JSON-safe values (results.PAIRED_COLUMNS, results.RECOMM
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,8 +20,18 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.summary.aligned import Aligned, TrialRecord, align, deterministic, group_records, no_records
+from resomap.summary.aligned import (
+    Aligned,
+    TrialRecord,
+    align,
+    deterministic,
+    group_records,
+    no_records,
+    spec_contradicted,
+)
 from resomap.tasks import Score, Task
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +106,11 @@ def decide(
     binary: bool | None = None,
     words: str = "accuracy",
     images: str = "test images",
+    deterministic: bool = False,
 ) -> stats.Decision:
     """The non-inferiority decision (stats.noninferiority) of ``scores`` {resolution: [S, N]} with the settings of
-    stats (margin, reference, level, power, scope, seed_sd); ``alpha``: a look's one-sided alpha (else 1 - level).
+    stats (margin, reference, level, power, scope, seed_sd); ``alpha``: a look's one-sided alpha (else 1 - level);
+    ``deterministic``: the model's seeds are one fit (summary.aligned.deterministic), one seed deciding as several.
     The one call of the decision: the summary and each look of an adaptive sweep."""
     return stats.noninferiority(
         scores,
@@ -111,6 +124,7 @@ def decide(
         binary=binary,
         seed_sd=cfg.seed_sd,
         images=images,
+        deterministic=deterministic,
     )
 
 
@@ -183,6 +197,10 @@ def compare_model(
     headline = task.scores[0]
     rec_row = _empty_recommendation(model, cfg.metric or headline.name, cfg)
     rec_row["deterministic"] = deterministic(by_res)  # its seeds are one fit: their variance is exactly zero
+    contradicted = spec_contradicted(by_res)
+    if contradicted:
+        log.warning("%s: %s", model, contradicted)
+        rec_row["note"] = f"{model}: {contradicted}"
     by_res, dropped = kept_resolutions(model, by_res, cfg)
     if dropped:
         rec_row["verdicts"] = [dropped_verdict(r, cfg) for r in dropped]
@@ -194,7 +212,7 @@ def compare_model(
     found = scores_by_resolution(by_res, task)
     if isinstance(found, str):
         rec_row["reason"] = found
-        rec_row["sentence"] = f"{model}: no recommendation: {found}"
+        rec_row["sentence"] = f"{model}: no decision: {found}"
         return [], rec_row
     settings = {"level": cfg.level, "correction": cfg.correction, "resamples": cfg.resamples, "seed": cfg.seed}
     rows = []
@@ -275,7 +293,8 @@ def decided_cell(row: Mapping[str, Any]) -> str:
 
 def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig, rec_row: dict[str, Any]) -> bool:
     """The decision on the decision metric's scores (`chosen`) into ``rec_row``, True; or why there is none, False."""
-    scores, notes = chosen.scores, "; ".join(found.notes)
+    scores, notes = chosen.scores, "; ".join(filter(None, [rec_row.get("note"), *found.notes]))
+    fixed = bool(rec_row.get("deterministic"))  # one fit: one seed decides as several
     if cfg.reference is not None and cfg.reference not in scores:
         why = f"the reference {cfg.reference} px has no per-image records to compare with"
         rec_row.update(reason=why, sentence=f"{model}: no decision: {why}", note=notes)
@@ -287,6 +306,7 @@ def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig
         binary=chosen.binary,
         words=chosen.words,
         images=chosen.images,
+        deterministic=fixed,
     )
     means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in scores.items()}
     rec_row.update(
@@ -305,16 +325,14 @@ def _decided(model: str, chosen: MetricScores, found: Compared, cfg: StatsConfig
         note=notes,
         verdicts=[v.to_dict() for v in decision.verdicts] + rec_row.get("verdicts", []),
     )
-    if decision.scope == "model" and len(found.seeds) > 1:
+    if decision.scope == "model" and len(found.seeds) > 1 and not fixed:  # a deterministic fit's seeds are one
 
         def again(kept: dict[int, np.ndarray]) -> stats.Decision:
             kw = {"binary": chosen.binary, "words": chosen.words, "images": chosen.images}
             return decide(kept, cfg, alpha=decision_alpha(model, cfg), **kw)
 
-        evidence = seed_evidence(scores, decision, found.seeds, again, bool(rec_row.get("deterministic")))
+        evidence = seed_evidence(scores, decision, found.seeds, again, fixed)
         rec_row["seeds"] = evidence
-        if evidence["words"]:
-            rec_row["sentence"] = f"{rec_row['sentence'].rstrip('.')}. {evidence['words']}"
     return True
 
 
@@ -395,7 +413,7 @@ def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str
         "model": model,
         "metric": metric,
         "resolution": None,
-        "recommended": False,  # set by build_summary from `recommendation` (the evidence beside the decision)
+        "sufficient": False,  # set by build_summary from `sufficiency` (the evidence beside the decision)
         "reference": None,
         "decided": False,
         "scope": cfg.scope,
@@ -410,7 +428,7 @@ def _empty_recommendation(model: str, metric: str, cfg: StatsConfig) -> dict[str
         "deterministic": False,
         "available": False,
         "reason": "",
-        "recommendation": "",
+        "sufficiency": "",
         "sentence": "",
         "note": "",
     }

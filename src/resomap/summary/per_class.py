@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from resomap.config.schema import StatsConfig
-from resomap.summary.aligned import TrialRecord
+from resomap.summary.aligned import TrialRecord, deterministic
 from resomap.summary.decision import (
     by_model,
     class_names,
@@ -90,16 +90,16 @@ def model_class_decisions(
         elif cfg.reference is not None and cfg.reference not in chosen.scores:
             rows.append(_not_decided(row, f"the reference {cfg.reference} px has no per-image records"))
         else:
-            rows.append(_decided_row(row, chosen, len(found.seeds), cfg))
+            rows.append(_decided_row(row, chosen, len(found.seeds), cfg, deterministic(kept)))
         rows[-1]["verdicts"] += [dropped_verdict(r, cfg) for r in dropped]
     return rows
 
 
-def _decided_row(row: dict[str, Any], chosen: Any, n_seeds: int, cfg: StatsConfig) -> dict[str, Any]:
-    """The class's decision at the row's Bonferroni alpha, through the summary's one call (summary.decision.decide)."""
-    decision = decide(
-        chosen.scores, cfg, alpha=row["alpha"], binary=chosen.binary, words=chosen.words, images=chosen.images
-    )
+def _decided_row(row: dict[str, Any], chosen: Any, n_seeds: int, cfg: StatsConfig, fixed: bool) -> dict[str, Any]:
+    """The class's decision at the row's Bonferroni alpha, through the summary's one call (summary.decision.decide);
+    `fixed`: the model's seeds are one fit."""
+    kw = {"binary": chosen.binary, "words": chosen.words, "images": chosen.images, "deterministic": fixed}
+    decision = decide(chosen.scores, cfg, alpha=row["alpha"], **kw)
     means = {r: float(np.asarray(v, dtype=float).mean()) for r, v in chosen.scores.items()}
     said = (
         f"{row['model']}, {chosen.words} ({row['n_images']} {chosen.images}; {row['correction']}, one-sided alpha "

@@ -54,7 +54,7 @@ def statistic(*, parent: bool = False, by_resolution: str | None = None) -> Any:
 
 @dataclass
 class SummaryRow:
-    """One model x resolution: means and spreads over seeds, intervals, the recommendation mark, notes, costs."""
+    """One model x resolution: means and spreads over seeds, intervals, the smallest sufficient mark, notes, costs."""
 
     model: str
     family: str
@@ -133,10 +133,11 @@ class SummaryRow:
     # >= 3 seeds, and none for a deterministic fit)
     twoway_ci_low: float | None = statistic(parent=True)
     twoway_ci_high: float | None = statistic(parent=True)
-    # the seeds gave identical per-image predictions (summary.aligned.identical_seeds: a closed-form fit the seed
-    # does not change): they are one replicate, their variance exactly zero
+    # the seeds are one fit (summary.aligned.one_fit: deterministic by the model's spec, or identical per-image
+    # predictions): they are one replicate, their variance exactly zero
     deterministic: bool = False
-    recommended: bool = False
+    # its model's smallest sufficient resolution, with the evidence (summary.uncertainty.sufficiency)
+    sufficient: bool = False
     # the decision against the model's reference resolution at `margin` (stats.decide.noninferiority)
     verdict: str | None = None  # reference | non-inferior | inferior | undecided | not reached | above reference
     margin: float | None = None

@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from resomap.blocks import Block, Bullets, Section, Table, Text, bullets, nested, table
 from resomap.records import machine_lines
 from resomap.registry import Registry
+from resomap.summary.answer_text import ANSWER_METHOD, answer_line, model_line
 from resomap.summary.front import tradeoff_cells, tradeoff_lines
 from resomap.summary.groups import group_cells, group_note
 from resomap.summary.per_class import class_cells, class_note
-from resomap.summary.rows import SummaryRow
 from resomap.summary.sensitivity import DEFINITIONS, SECTION_TITLE, sensitivity_line
+from resomap.summary.sweep_summary import SweepSummary
 from resomap.summary.text import (
-    RECOMMENDED_RULE,
+    SUFFICIENT_RULE,
     describe_stats,
     detail_cells,
     headline_cells,
@@ -44,7 +44,7 @@ from resomap.summary.text import (
 )
 
 log = logging.getLogger(__name__)
-SectionFn = Callable[[Any], Iterable[Block]]
+SectionFn = Callable[[SweepSummary], Iterable[Block]]
 SECTIONS: Registry[SectionFn] = Registry("summary section", "resomap sweep --help")
 
 
@@ -64,13 +64,13 @@ def in_order(sections: Iterable[Section]) -> list[Section]:
     return sorted(sections, key=lambda s: order.get(s.name, len(order)))
 
 
-def build_section(name: str, summary: Any) -> Section | None:
+def build_section(name: str, summary: SweepSummary) -> Section | None:
     """One registered section built on its own (None: no data for it)."""
     blocks = tuple(SECTIONS.get(name)(summary) or ())
     return Section(name, str(SECTIONS.meta(name)["title"]), blocks) if blocks else None
 
 
-def build_sections(summary: Any) -> tuple[list[Section], list[str]]:
+def build_sections(summary: SweepSummary) -> tuple[list[Section], list[str]]:
     """(the sections with data, in order; one line per plugin section that raised: its name and the error)."""
     built, failed = [], []
     for name in section_names():
@@ -94,89 +94,33 @@ def build_sections(summary: Any) -> tuple[list[Section], list[str]]:
     return built, failed
 
 
-def _rows(summary: Any) -> list[SummaryRow]:
-    return list(getattr(summary, "rows", None) or [])
-
-
 @register_section("answer", title="Answer", order=0)
-def answer(summary: Any) -> list[Block]:
-    """Per model in a few lines: the decision (or why none), its score with interval at the decided resolution
-    (the reference when none is decided), whether the model learned there and the one caution that matters most;
-    the reasons in full are under the decision."""
-    rows = _rows(summary)
-    found = []
-    for rec in getattr(summary, "recommendations", None) or []:
-        row = next((r for r in rows if r.model == rec["model"] and r.resolution == rec.get("resolution")), None)
-        words = str(rec.get("recommendation") or rec.get("reason") or "no decision")
-        parts = [f"{rec['model']}: {words}."]
-        if row is not None:
-            parts.append(_score_words(row, rec))
-            parts.append(_learned_words(row, rows))
-        caution = _caution(rec, row)
-        if caution:
-            parts.append(f"Caution: {caution}.")
-        found.append(" ".join(p for p in parts if p))
-    return [bullets(found)] if found else []
-
-
-def _score_words(row: SummaryRow, rec: dict) -> str:
-    from resomap.summary.text import fmt_interval
-
-    where = "the reference" if not rec.get("decided") else "decided"
-    cell = fmt_interval(*row.score(row.headline))
-    return f"At {row.resolution} px ({where}): {row.say(row.headline)} {cell}." if cell != "-" else ""
-
-
-def _learned_words(row: SummaryRow, rows: list[SummaryRow]) -> str:
-    """'Learned: not undertrained; shown above the majority class and pixel_logreg' (or 'not shown above ...')."""
-    from resomap.summary.rows import baseline_label, baseline_names
-    from resomap.summary.text import trivial_label
-
-    said = {True: "undertrained", False: "not undertrained", None: ""}[row.undertrained]
-    above, not_above = [], []
-    names = [(trivial_label([row]), None)] + [
-        (baseline_label(rows, n), n) for n in baseline_names(rows) if n != row.model
-    ]
-    for label, name in names:
-        shown = row.shown_above(name) if label else None
-        (above if shown else not_above if shown is False else []).append(label)
-    parts = [said] if said else []
-    parts += [f"shown above {' and '.join(above)}"] if above else []
-    parts += [f"not shown above {' and '.join(not_above)}"] if not_above else []
-    return f"Learned: {'; '.join(parts)}." if parts else ""
-
-
-def _caution(rec: dict, row: SummaryRow | None) -> str:
-    """The caution that matters most: an undertrained trial, then an undecided step's detectable margin, then
-    seeds that are one replicate or too few to speak of the model."""
-    if row is not None and row.undertrained and row.undertrained_reason:
-        return f"undertrained: {row.undertrained_reason}"
-    if not rec.get("decided") and rec.get("detectable") is not None:
-        return f"undecided is not the same: this design detects margins of {float(rec['detectable']):.3f} and larger"
-    seeds = int(rec.get("n_seeds") or 0)
-    if rec.get("deterministic"):
-        return f"a deterministic fit: its {seeds} seeds are one replicate (no seed-to-seed spread)"
-    if 0 < seeds < 3 and rec.get("scope") == "model":
-        return f"{seeds} seed(s): a claim about the model wants 3 to 5"
-    return ""
+def answer(summary: SweepSummary) -> list[Block]:
+    """The answer across models first (summary.answer: the configuration to use, chosen on validation, with the class
+    that matters, and the cheapest configuration shown as good within the margin, or that none is), then a line per
+    model: its own smallest sufficient resolution, its score there against the configuration to use, whether it
+    learned, and its one caution; the reasons in full are under the decision."""
+    lines = [model_line(rec, summary.rows, summary.answer) for rec in summary.recommendations]
+    if summary.answer is None:  # a summary.json written before the answer across models
+        return [bullets(lines)] if lines else []
+    return [Text(answer_line(summary.answer, summary.rows)), *([bullets(lines)] if lines else [])]
 
 
 @register_section("decision", title="Decision per model (non-inferiority to the reference)", order=10)
-def decision(summary: Any) -> list[Block]:
-    recs = getattr(summary, "recommendations", None) or []
+def decision(summary: SweepSummary) -> list[Block]:
+    recs = summary.recommendations
     if not recs:
         return []
-    standing = summary.standing() if hasattr(summary, "standing") else {}
-    return [nested(recommendation_lines(recs, verdicts=True, standing=standing)), Text(RECOMMENDED_RULE)]
+    return [nested(recommendation_lines(recs, verdicts=True, standing=summary.standing())), Text(SUFFICIENT_RULE)]
 
 
 @register_section("adaptive", title="Adaptive sweep", order=15)
-def adaptive(summary: Any) -> list[Block]:
+def adaptive(summary: SweepSummary) -> list[Block]:
     """How an adaptive sweep reached its decisions (sweep.adaptive's record): the alpha spent per look, the rounds,
     each model's look and seeds; paragraphs, then the rounds and models as a list."""
     from resomap.summary.text import adaptive_lines
 
-    record = getattr(summary, "adaptive", None)
+    record = summary.adaptive
     if not record:
         return []
     lines = [x for x in adaptive_lines(record) if x.strip()]
@@ -185,20 +129,19 @@ def adaptive(summary: Any) -> list[Block]:
 
 
 @register_section("results", title="Results per model and resolution", order=20)
-def results(summary: Any) -> list[Block]:
-    rows = _rows(summary)
+def results(summary: SweepSummary) -> list[Block]:
+    rows, recs = summary.rows, summary.recommendations
     if not rows:
         return []
-    recs = getattr(summary, "recommendations", None) or []
     head = table(*headline_cells(rows, recs))
     return [head, table(*detail_cells(rows), title="In detail (means ± std over seeds; costs per image)")]
 
 
 @register_section("training", title="Training", order=30)
-def training(summary: Any) -> list[Block]:
-    rows = _rows(summary)
+def training(summary: SweepSummary) -> list[Block]:
+    rows = summary.rows
     found: list[Block] = []
-    recipe = recipe_line(getattr(summary, "trials", None) or [])
+    recipe = recipe_line(summary.trials)
     if recipe:
         found.append(Text(f"Recipe: {recipe}"))
     checked = [r for r in rows if r.undertrained is not None]
@@ -211,23 +154,23 @@ def training(summary: Any) -> list[Block]:
 
 
 @register_section("per_class", title="Per class (recall of each class, the minority class first)", order=40)
-def per_class(summary: Any) -> list[Block]:
-    found = getattr(summary, "class_decisions", None) or []
+def per_class(summary: SweepSummary) -> list[Block]:
+    found = summary.class_decisions
     return [table(*class_cells(found)), Text(class_note(found))] if found else []
 
 
 @register_section("per_group", title="Per group (each group value's test images decided on their own)", order=50)
-def per_group(summary: Any) -> list[Block]:
-    found = getattr(summary, "group_decisions", None) or []
+def per_group(summary: SweepSummary) -> list[Block]:
+    found = summary.group_decisions
     if not found:
         return []
     head, body = group_cells(found)
-    return [table(head, body), Text(group_note(found, getattr(summary, "group_differ", None) or []))]
+    return [table(head, body), Text(group_note(found, summary.group_differ))]
 
 
 @register_section("front", title="Score x cost x explanation quality (the front per model)", order=60)
-def front(summary: Any) -> list[Block]:
-    found = getattr(summary, "front3", None) or []
+def front(summary: SweepSummary) -> list[Block]:
+    found = summary.front3
     if not found:
         return []
     head, body = tradeoff_cells(found)
@@ -235,44 +178,47 @@ def front(summary: Any) -> list[Block]:
 
 
 @register_section("sensitive", title=f"{SECTION_TITLE} (test images lost or gained against the reference)", order=70)
-def sensitive(summary: Any) -> list[Block]:
-    found = getattr(summary, "sensitivity", None) or []
+def sensitive(summary: SweepSummary) -> list[Block]:
+    found = summary.sensitivity
     return [bullets(sensitivity_line(r) for r in found), Text(DEFINITIONS)] if found else []
 
 
 @register_section("explanations", title="Explanations across resolutions", order=80)
-def explanations(summary: Any) -> list[Block]:
+def explanations(summary: SweepSummary) -> list[Block]:
     """The comparison's finding per model x method (its measure and decision); each in full with its references
     in report.html and explanations/agreement.txt."""
-    found = getattr(summary, "explanation_findings", None) or []
+    found = summary.explanation_findings
     return [bullets(found)] if found else []
 
 
 @register_section("paired", title="Paired tests between resolutions (B - A)", order=90)
-def paired(summary: Any) -> list[Block]:
-    found = getattr(summary, "paired_tests", None) or []
+def paired(summary: SweepSummary) -> list[Block]:
+    found = summary.paired_tests
     return [table(*paired_cells(found))] if found else []
 
 
 @register_section("notes", title="Notes", order=95)
-def notes(summary: Any) -> list[Block]:
-    found = notes_lines(_rows(summary))
+def notes(summary: SweepSummary) -> list[Block]:
+    found = notes_lines(summary.rows)
     return [bullets(found)] if found else []
 
 
 @register_section("machines", title="Machines (CPU model, torch's CPU capability, native-bf16 flags: trials)", order=97)
-def machines(summary: Any) -> list[Block]:
-    ran_on = getattr(summary, "machines", None) or []
+def machines(summary: SweepSummary) -> list[Block]:
+    ran_on = summary.machines
     if not ran_on:
         return []
-    warning = getattr(summary, "machines_warning", "")
+    warning = summary.machines_warning
     return [bullets(machine_lines(ran_on)), *([Text(f"Warning: {warning}.")] if warning else [])]
 
 
 @register_section("methods", title="Methods", order=100)
-def methods(summary: Any) -> list[Block]:
-    stats = getattr(summary, "stats", None) or {}
-    return [Text(describe_stats(stats, getattr(summary, "paired_tests", None) or []))] if stats else []
+def methods(summary: SweepSummary) -> list[Block]:
+    stats = summary.stats
+    if not stats:
+        return []
+    across = [Text(ANSWER_METHOD)] if (summary.answer or {}).get("available") else []
+    return [Text(describe_stats(stats, summary.paired_tests)), *across]
 
 
 __all__ = ["SECTIONS", "Bullets", "Section", "Table", "Text", "build_sections", "register_section", "section_names"]

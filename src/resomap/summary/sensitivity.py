@@ -36,7 +36,7 @@ ONE_SEED = (
     " (no seed-dependent count: it needs two seeds)"
 )
 
-DETERMINISTIC = "deterministic fit: its seeds are one replicate, so their agreement says nothing of seed noise"
+DETERMINISTIC = "one fit: its seeds' agreement says nothing of seed noise"
 
 
 @dataclasses.dataclass(frozen=True)

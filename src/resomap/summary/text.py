@@ -1,5 +1,6 @@
-"""The summary in words: tables of estimates with their intervals, the paired tests and the recommendation per model,
-as plain text (summary.txt, `resomap analyze`) or Markdown (summary.md)."""
+"""The summary in words: tables of estimates with their intervals, the paired tests and the decision per model (its
+smallest sufficient resolution), as plain text (summary.txt, `resomap analyze`) or Markdown (summary.md). Sentences
+are joined by one helper (`sentences`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from resomap.stats import TWOWAY_MIN_SEEDS
 from resomap.summary.convergence import epochs_cell, lr_cell, monitors, stop_cell, undertrained_cell
 from resomap.summary.rows import TWOWAY_WORDS, SummaryRow, baseline_label, baseline_names
+from resomap.summary.uncertainty import NO_SUFFICIENT
 
 COST_COLUMNS = (
     ("latency_ms", "latency ms", ".3f"),
@@ -81,7 +83,7 @@ def twoway_cell(r: SummaryRow) -> str:
     if _ok(r.twoway_ci_low) and _ok(r.twoway_ci_high):
         return f"[{r.twoway_ci_low:.3f}, {r.twoway_ci_high:.3f}]"
     if r.deterministic:
-        return "not available: one replicate (deterministic fit)"
+        return "not available: one replicate (one fit)"
     if int(r.n_seeds or 0) < TWOWAY_MIN_SEEDS:
         return f"not available: needs >= {TWOWAY_MIN_SEEDS} seeds"
     return "-"
@@ -105,10 +107,10 @@ def headline_cells(
     """(header, body) of the first results table, one line per model x resolution: the headline score pooled over
     seeds with its image-bootstrap interval, above the trivial predictor and above each classical baseline (a
     column each: the difference with its interval, the compared score and the one-sided p), whether any seed is
-    undertrained, the latency, the verdict against the reference and the recommendation: 'recommended' (the row's
-    mark), or 'no recommendation' at a model's decided resolution that lacks the evidence (``recommendations``: the
-    decision's row says why). The rest is `detail_cells`'."""
-    withheld = {(r["model"], r.get("resolution")) for r in recommendations if not r.get("recommended")}
+    undertrained, the latency, the verdict against the reference and whether it is the model's smallest sufficient
+    resolution: 'yes' (the row's mark), or 'not shown' at a model's decided resolution that lacks the evidence
+    (``recommendations``: the decision's row says why). The rest is `detail_cells`'."""
+    withheld = {(r["model"], r.get("resolution")) for r in recommendations if not r.get("sufficient")}
     pct = f"{next((r.ci_level for r in rows if _ok(r.ci_level)), 0.95):.0%}"
     first = rows[0] if rows else SummaryRow("", "", 0, 0)
     trivial = trivial_words(rows)
@@ -123,7 +125,7 @@ def headline_cells(
         "undertrained",
         "latency ms",
         "vs reference",
-        "recommendation",
+        "smallest sufficient",
     ]
     body = [
         [
@@ -180,9 +182,9 @@ def detail_cells(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
 
 
 def _mark(r: SummaryRow, withheld: set[tuple[str, Any]]) -> str:
-    if r.recommended:
-        return "recommended"
-    return "no recommendation" if (r.model, r.resolution) in withheld else ""
+    if r.sufficient:
+        return "yes"
+    return "not shown" if (r.model, r.resolution) in withheld else ""
 
 
 EPOCHS_TITLE = "best epoch / epochs run (seeds)"
@@ -238,13 +240,14 @@ def paired_cells(paired: list[Mapping[str, Any]]) -> tuple[list[str], list[list[
     return header, body
 
 
-RECOMMENDED_RULE = (
-    "Recommended: a model's decided resolution only where the decision is about the model (model scope, not only "
-    "these trained checkpoints), its reference is neither undertrained nor shown below a smaller resolution by the "
-    "paired tests, the model is shown above the trivial predictor and above each classical baseline of the sweep at "
-    "that resolution and each model of stats.baselines at its best resolution (by the one-sided sign-flip test "
-    "above: on the images with the seeds averaged, so for these checkpoints), and none of its trials there is "
-    "undertrained; otherwise 'no recommendation' with the first of these that is missing."
+SUFFICIENT_RULE = (
+    "Smallest sufficient resolution: a model's decided resolution only where the decision is about the model (model "
+    "scope, not only these trained checkpoints), its reference is neither undertrained nor shown below a smaller "
+    "resolution by the paired tests, the model is shown above the trivial predictor and above each classical "
+    "baseline of the sweep at that resolution and each model of stats.baselines at its best resolution (by the "
+    "one-sided sign-flip test above: on the images with the seeds averaged, so for these checkpoints), and none of "
+    "its trials there is undertrained; otherwise 'no sufficient resolution shown' with the first of these that is "
+    "missing. Which configuration to use across models is the answer's, not this."
 )
 
 
@@ -306,7 +309,8 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
     how = (
         "at model scope: the training seed is a replicate beside the test image (seeds x images crossed; a score "
         "test for 0/1 outcomes, the t-test otherwise, with a critical value between the normal's and Student's t "
-        "with seeds - 1 degrees of freedom by the seeds' share of the variance; one seed decides nothing; seed s at "
+        "with seeds - 1 degrees of freedom by the seeds' share of the variance; one seed decides nothing, but for a "
+        "closed-form fit on fixed features, whose seed part is known to be 0; seed s at "
         "one resolution is paired with seed s at the reference: the seed sets the initial weights, the batch order "
         "and the augmentation draws at every resolution)"
         if scope == "model"
@@ -325,7 +329,7 @@ def describe_stats(stats: Mapping[str, Any], paired: list[Mapping[str, Any]] = (
         f"Intervals at level {level:g}: bootstrap over test images ({stats.get('resamples')} resamples, seeds "
         f"pooled) and, for the headline score with {TWOWAY_MIN_SEEDS} or more seeds, a two-way bootstrap over test "
         f"images and training seeds (both resampled: the test set's size and the seed-to-seed spread; with fewer "
-        f"seeds, or for a deterministic fit whose seeds are one replicate, not available). Pairs of resolutions are "
+        f"seeds, or for a fit whose seeds are one replicate, not available). Pairs of resolutions are "
         f"compared on the same test images with {test} (p {correction}; descriptive). A model is shown above the "
         f"trivial predictor or a baseline (a classical model at the same resolution; a model of stats.baselines at "
         f"its best resolution, chosen on these test images) when the one-sided sign-flip test of its per-image "
@@ -422,3 +426,57 @@ def adaptive_lines(record: Mapping[str, Any]) -> list[str]:
         lines.append(f"- {model}: {at}, seeds {m['seeds']}; {stop}{m['sentence']}")
         lines += [f"  - {res} px dropped: {why}" for res, why in sorted(m["dropped"].items(), reverse=True)]
     return lines
+
+
+def sentences(*parts: str) -> str:
+    """Clauses or sentences as sentences: each part ends with one period (a trailing one is not doubled) and empty
+    parts are left out; the one way the summary joins sentences."""
+    kept = [p.strip() for p in parts if p and p.strip()]
+    return " ".join(p if p.endswith((".", "!", "?")) else f"{p}." for p in kept)
+
+
+def decision_sentence(rec: Mapping[str, Any], rows: list[SummaryRow]) -> str:
+    """A model's decision in words, each reason once: the decision (with its seeds as evidence), then what shows the
+    decided resolution is its smallest sufficient one, or what is missing (where the decision does not already say
+    it), the reference's flaw, and where it is not shown above a baseline. (That a deterministic fit's seeds are one
+    replicate is said once, in the answer.)"""
+    model = str(rec["model"])
+    decision = str(rec.get("reason") or "no decision")
+    if not rec.get("available") and not decision.startswith(("no decision", NO_SUFFICIENT)):
+        decision = f"no decision: {decision}"
+    seeds = str((rec.get("seeds") or {}).get("words") or "")
+    said = f"{decision}. {seeds}"
+    found = str(rec.get("sufficiency") or "")
+    detail = found.split(": ", 1)[1] if found.startswith(NO_SUFFICIENT + ":") else ""
+    extra = ""
+    if rec.get("sufficient") and rec.get("evidence"):
+        extra = f"The evidence that it suffices: {rec['evidence']}"
+    elif detail and detail not in said and rec.get("decided"):
+        extra = f"Not shown to be its smallest sufficient resolution: {detail}"
+    flaw = str(rec.get("reference_flaw") or "")
+    flawed = f"Read with care: {flaw}" if flaw and flaw not in f"{said} {extra}" else ""
+    return f"{model}: " + sentences(decision, seeds, extra, flawed, baseline_caveat(rows))
+
+
+def baseline_caveat(rows: list[SummaryRow]) -> str:
+    """What a model's decision should be read with: the resolutions where it is not shown above the task's trivial
+    predictor (the majority class, all background) or one of the sweep's classical baselines; '' when it is shown
+    above them everywhere (or there is nothing to compare with). "Shown above" is the one-sided sign-flip test of
+    the per-image differences at alpha = 1 - level (:meth:`SummaryRow.shown_above`; exact on 0/1 outcomes, so no
+    bootstrap seed changes it), not the lower bound of the interval beside it (that only for a summary from
+    before the test)."""
+    trivial = next((r.words.get("trivial") for r in rows if r.words.get("trivial")), "the trivial predictor")
+    compared: list[tuple[str, str | None]] = [(trivial, None)]
+    for name in baseline_names(rows):
+        label = baseline_label(rows, name)
+        kind = "the baseline" if label != name else "the classical baseline"  # a named one: stats.baselines
+        compared.append((f"{kind} {label}", name))
+    parts = []
+    for label, baseline in compared:
+        shown = {r.resolution: r.shown_above(baseline) for r in rows}
+        shown = {res: v for res, v in shown.items() if v is not None}
+        below = sorted(res for res, v in shown.items() if not v)
+        if below:
+            where = "any resolution" if len(below) == len(shown) else ", ".join(f"{res} px" for res in below)
+            parts.append(f"not shown above {label} at {where}")
+    return f"Read with care: {'; '.join(parts)}." if parts else ""

@@ -9,10 +9,12 @@ training seeds (a two-way bootstrap, with >= 3 seeds; the seeds' mean and std of
 the row), and the headline score above the task's trivial predictor and above each classical baseline: a
 descriptive interval (paired image bootstrap) and the one-sided sign-flip test of the per-image differences that
 decides "shown above" (exact on 0/1 outcomes: no verdict hangs on a resampling seed). A model whose seeds give
-identical per-image predictions (``identical_seeds``: a closed-form fit the seed does not change, pixel_logreg,
-hog_svm; summary.aligned) is one replicate: its row is marked ``deterministic`` and gets no interval over seeds.
-Whether a model's decided resolution (summary.decision) is recommended is :func:`recommendation`, the one rule
-(the decision's scope, the trivial predictor, the classical baselines, convergence).
+identical per-image predictions, or that is deterministic by its spec (``one_fit``: a closed-form fit the seed
+does not change, pixel_logreg, hog_svm, lite0_linear; summary.aligned) is one replicate: its row is marked
+``deterministic`` and gets no interval over seeds.
+Whether a model's decided resolution (summary.decision) is its smallest sufficient resolution is
+:func:`sufficiency`, the one rule (the decision's scope, the trivial predictor, the classical baselines,
+convergence).
 
 Everything returned is plain dicts of JSON-safe values (a row's columns are keyword arguments of
 ``summary.rows.SummaryRow``; None where a number is not available, never NaN), with a ``reason`` in words wherever
@@ -30,7 +32,7 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.summary.aligned import Aligned, TrialRecord, align, identical_seeds, no_records
+from resomap.summary.aligned import Aligned, TrialRecord, align, no_records, one_fit
 from resomap.summary.rows import BASELINE_KEYS, SCORE_ENDS, TWOWAY_WORDS, SummaryRow
 from resomap.tasks import Score, Task
 
@@ -56,7 +58,7 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
     row["score_columns"] = [sc.column for sc in task.scores]
     row["words"] = {**dict(task.words), **{sc.column: sc.words for sc in task.scores}, "trivial": task.trivial_words}
     notes: list[str] = []
-    row["deterministic"] = identical_seeds(members)
+    row["deterministic"] = one_fit(members)
     with_scores = {m.id[2]: m.own for m in members if m.own is not None}
     lacking = [m.id[2] for m in members if m.own is None]
     aligned = align(with_scores, task)
@@ -69,7 +71,7 @@ def interval_columns(members: list[TrialRecord], cfg: StatsConfig) -> dict[str, 
         row["n_test_images"] = int(aligned.index.size)
         notes += _score_intervals(aligned, task, row, cfg, _train_counts(members))
     if row["deterministic"]:  # its seeds are one fit: nothing to resample across them
-        notes.append(f"{TWOWAY_WORDS} not available: one replicate (deterministic fit)")
+        notes.append(f"{TWOWAY_WORDS} not available: one replicate (one fit)")
     elif not isinstance(aligned, str):
         notes += _twoway(aligned, task.scores[0], row, cfg)
     elif len(members) > 1:
@@ -258,20 +260,22 @@ def _score_intervals(
 # ------------------------------------------------------------------------------------------------ per model
 
 
-# ------------------------------------------------------------------------------------------------ recommended?
+# ------------------------------------------------------------------------------------------------ sufficient?
 
-NO_RECOMMENDATION = "no recommendation"
+NO_SUFFICIENT = "no sufficient resolution shown"
 # (b) and (c) test the images' seed-averaged differences: a statement about these trained checkpoints, not the model
 GATE_SCOPE = "for these checkpoints (test images the unit, seeds averaged)"
 
 
 @dataclasses.dataclass(frozen=True)
 class Evidence:
-    """Whether a model's decided resolution is recommended, and why in words: ``reason`` is
-    'recommended: <res> px (...)' or 'no recommendation: <the first missing piece of evidence>'."""
+    """Whether a model's decided resolution is its smallest sufficient resolution with the evidence beside it, and
+    why in words: ``reason`` is '<res> px is enough (...)' / 'needs <ref> px (...)' or 'no sufficient resolution
+    shown: <the first missing piece of evidence>'; ``evidence``: what was shown, in words ('' where none)."""
 
-    recommended: bool
+    sufficient: bool
     reason: str
+    evidence: str = ""
 
 
 def reference_flaw(rec: Mapping[str, Any], rows: Mapping[int, SummaryRow], paired: Iterable[Mapping[str, Any]]) -> str:
@@ -298,10 +302,11 @@ def reference_flaw(rec: Mapping[str, Any], rows: Mapping[int, SummaryRow], paire
     return f"the reference {ref} px is {' and '.join(parts)}" if parts else ""
 
 
-def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
-    """The one rule of "recommended" (every table, figure, the report and MLflow read its result): the model's
-    decided resolution (``rec``: its recommendation row, RECOMMENDATION_COLUMNS; ``row``: the summary row of that
-    model at that resolution) is recommended only when all hold, checked in this order:
+def sufficiency(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
+    """The one rule of a model's smallest sufficient resolution (every table, figure, the report and MLflow read its
+    result; "which configuration to use" across models is summary.answer's): the model's decided resolution
+    (``rec``: its recommendation row, RECOMMENDATION_COLUMNS; ``row``: the summary row of that model at that
+    resolution) is its smallest sufficient resolution only when all hold, checked in this order:
 
     (a) a decision about the model exists: ``rec`` is available, ``decided`` and of ``scope`` "model" (a row
         without a scope is of checkpoint scope: a statement about the trained checkpoints, not the model);
@@ -315,9 +320,9 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
     (e) none of its trials there is flagged undertrained (the row's convergence records).
 
     (a) is at the decision's scope; (c) and (d) test the per-image differences with the seeds averaged, so they
-    speak of the trained checkpoints and the sentence says so (GATE_SCOPE).
+    speak of the trained checkpoints and the words say so (GATE_SCOPE).
 
-    Otherwise 'no recommendation: <reason>' with the first that fails."""
+    Otherwise 'no sufficient resolution shown: <reason>' with the first that fails."""
     res = rec.get("resolution")
     if not rec.get("available") or res is None:
         why = str(rec.get("reason") or "")
@@ -342,13 +347,15 @@ def recommendation(rec: Mapping[str, Any], row: SummaryRow | None) -> Evidence:
     if row.undertrained:
         return _none(f"{res} px is undertrained ({row.undertrained_reason or 'a seed is flagged'})")
     above = " and ".join([trivial, *(row.baseline_label(name) for name in sorted(baselines))])
-    return Evidence(
-        True, f"recommended: {res} px (a decision about the model; shown above {above} {GATE_SCOPE}; not undertrained)"
-    )
+    evidence = f"a decision about the model; shown above {above} {GATE_SCOPE}; not undertrained"
+    ref, margin = rec.get("reference"), rec.get("margin")
+    within = f", within {float(margin):g} of {ref} px" if margin is not None and ref is not None else ""
+    said = f"{res} px is enough{within}" if res != ref else f"needs {res} px"
+    return Evidence(True, f"{said} ({evidence})", evidence)
 
 
 def _none(why: str) -> Evidence:
-    return Evidence(False, f"{NO_RECOMMENDATION}: {why}")
+    return Evidence(False, f"{NO_SUFFICIENT}: {why}")
 
 
 def _bound(p: Any, low: Any, level: Any) -> str:

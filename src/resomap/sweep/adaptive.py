@@ -441,17 +441,13 @@ def write_record(out_dir: Any, record: dict[str, Any]) -> list[Any]:
     decisions), into summary.json's sections, summary.md, summary.txt and report.html (written again); the files
     written."""
     from resomap.blocks import section_to_dict
-    from resomap.summary.build import SweepSummary, section_texts
-    from resomap.summary.sections import build_section, build_sections, in_order
+    from resomap.summary.build import SweepSummary, assemble, section_texts
 
     path = out_dir / "summary.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
     payload["adaptive"] = record
-    summary = SweepSummary.from_dict(payload)
-    sections = summary.sections if summary.sections is not None else build_sections(summary)[0]
-    built = build_section("adaptive", summary)
-    sections = in_order([*(s for s in sections if s.name != "adaptive"), *([built] if built is not None else [])])
-    payload["sections"] = [section_to_dict(x) for x in sections]  # an older record's section replaced
+    sections = assemble(**SweepSummary.from_dict(payload).parts()).sections or []  # the record's section in place
+    payload["sections"] = [section_to_dict(x) for x in sections]
     write_text(path, json.dumps(payload, indent=2, allow_nan=False, default=str))
     written = [path]
     for name, text in section_texts(sections).items():

@@ -197,46 +197,77 @@ def _build_summary(
     results: list[TrialResult], cfg: Config, dirs: tuple[Path, Path], folders: dict, clock: _Clock, run: tuple
 ) -> tuple:
     """The summary's files in `dirs` = (the staging folder, the summary folder it replaces, whose maps on demand
-    are reused). Worker processes draw the figures while this one computes the next; once all are handed over,
-    the parent run's probe images (they need no summary file) are drawn and logged to `run` = (tracker, parent run
-    or None) while the workers finish. (Forking the workers before the statistics, to draw these images on the idle
-    core, measured 1.3 s slower: the workers then import what the figures need.)"""
+    are reused), through `summary_phase`. Once the figures are handed over, the parent run's probe images (they
+    need no summary file) are drawn and logged to `run` = (tracker, parent run or None) while the workers finish.
+    (Forking the workers before the statistics, to draw these images on the idle core, measured 1.3 s slower: the
+    workers then import what the figures need.)"""
     from resomap.plotstyle import parallel_saves
-    from resomap.reports import sweep_figures
-    from resomap.reports.explain_comparison import draw_comparison
-    from resomap.reports.tradeoff import tradeoff_files
-    from resomap.stages import compare_stage
-    from resomap.summary import build_summary, write_summary
-    from resomap.summary.front import front_inputs, tradeoffs
-    from resomap.sweep.sensitive import sensitive_maps
 
     (out_dir, previous), (tracker, parent) = dirs, run
-    with clock("statistics"):
-        summary = build_summary(results, folders, cfg.stats)
     with parallel_saves() as written:  # figures drawn in worker processes while the next are built
-        with clock("figures"):
-            figures = sweep_figures(
-                summary.rows, out_dir / "figures", summary.paired_tests, summary.recommendations, summary.trials
-            )
-        with clock("explanations"):
-            deterministic = summary.deterministic_models()  # one replicate each: no seed floor, no relabelling test
-            comparison = compare_stage(results, cfg.explainability, out_dir / "explanations", cfg.stats, deterministic)
-            quality, measured = front_inputs(summary, comparison, cfg.stats)
-            draw_comparison(comparison)
-        with clock("statistics"):  # the trade-off needs the explanation quality the comparison pooled over seeds
-            summary.front3 = tradeoffs(summary.rows, quality, measured)
-            summary.explanation_findings = list(comparison.findings)
-            tables = write_summary(summary, out_dir)
-            figures += tradeoff_files(summary.front3, out_dir / "figures")
-        with clock("sensitive maps"):  # the most sensitive images outside the probe set, explained on demand
-            figures += sensitive_maps(summary, cfg, out_dir, previous)
+        built = summary_phase(results, folders, cfg.stats, cfg.explainability, out_dir, clock, maps=(cfg, previous))
         if parent is not None:
             _publish_probe_images(tracker, parent, folders, clock)
         with clock("figure files"):  # the drawing still under way
             written()
     with clock("report"):
         page = _report(out_dir)
-    return summary, tables, figures, comparison, page
+    return (*built, page)
+
+
+def summary_phase(
+    results: list[TrialResult],
+    folders: dict,
+    stats: Any,
+    explainability: Any,
+    out_dir: Path,
+    clock: _Clock | None = None,
+    maps: tuple[Config, Path | None] | None = None,
+    summarised: list[Any] | None = None,
+    files: bool = True,
+) -> tuple[Any, list[Path], list[Path], Any]:
+    """The summary phase a sweep and `resomap analyze` share: the summary built once (summary.build_summary), the
+    sweep figures drawn from its decided parts while the explanations are compared across resolutions
+    (stages.compare_stage, each deterministic model one replicate), the trade-off figure, the summary's files, and
+    with `maps` = (config, the previous summary folder) the maps of the most sensitive images outside the probe set.
+    `summarised`: what the summary reads in place of `results` (their dicts with more keys); `files`: write the
+    summary's files (summary.csv, summary.json, ...; `resomap analyze` writes its own report). Returns (summary, its
+    files, the figures, the comparison)."""
+    from resomap.reports import sweep_figures
+    from resomap.reports.explain_comparison import draw_comparison
+    from resomap.reports.tradeoff import tradeoff_files
+    from resomap.stages import compare_stage
+    from resomap.summary import build_summary, write_summary
+    from resomap.summary.build import Explained
+    from resomap.summary.front import front_inputs
+    from resomap.sweep.sensitive import sensitive_maps
+
+    clock = clock or _Clock({})
+    figures: list[Path] = []
+    held: dict[str, Any] = {}
+
+    def explain(decided: Any) -> Explained:
+        with clock("figures"):
+            figures.extend(
+                sweep_figures(decided.rows, out_dir / "figures", decided.paired_tests, decided.recommendations,
+                              decided.trials)
+            )  # fmt: skip
+        with clock("explanations"):
+            only = decided.deterministic_models()  # one replicate each: no seed floor, no relabelling test
+            comparison = compare_stage(results, explainability, out_dir / "explanations", stats, only)
+            quality, measured = front_inputs(decided, comparison, stats)
+            draw_comparison(comparison)
+        held["comparison"] = comparison
+        return Explained(quality, measured, list(comparison.findings))
+
+    with clock.excluding("statistics", ("figures", "explanations")):
+        summary = build_summary(summarised or results, folders, stats, explain=explain)
+        tables = write_summary(summary, out_dir) if files else []
+        figures += tradeoff_files(summary.front3, out_dir / "figures")
+    if maps is not None:
+        with clock("sensitive maps"):  # the most sensitive images outside the probe set, explained on demand
+            figures += sensitive_maps(summary, maps[0], out_dir, maps[1])
+    return summary, tables, figures, held["comparison"]
 
 
 def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
@@ -285,6 +316,15 @@ class _Clock:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def excluding(self, name: str, inner: tuple[str, ...]) -> Iterator[None]:
+        """`seconds[name]` gets the block's wall time less what the `inner` names got inside it (they are timed
+        on their own)."""
+        before = sum(self.seconds.get(n, 0.0) for n in inner)
+        with self(name):
+            yield
+        self.seconds[name] -= sum(self.seconds.get(n, 0.0) for n in inner) - before
 
 
 def summary_line(seconds: dict[str, float]) -> str:

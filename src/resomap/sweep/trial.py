@@ -48,8 +48,10 @@ def run_trial(
     device = resolve_device(trial.cfg.system)
     apply_system(trial.cfg.system, device)
     log.info("trial %s on %s", trial.name, describe_device(device))
-    family = get_spec(trial.model).family
+    spec = get_spec(trial.model)
+    family = spec.family
     result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
+    result.deterministic = spec.deterministic
     result.task = trial.cfg.experiment.task
     result.environment["device"] = describe_device(device)
     result.environment.update(machine_record(device))  # CPU model and capability, bf16 flags, GPU: bf16 differs

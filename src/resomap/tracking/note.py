@@ -1,7 +1,7 @@
-"""The sweep parent run's description (MLflow's "note", markdown, shown above the run's details): the one "best"
-(the recommendation, or that there is none) and then the summary's sections in the order every view shows them
-(resomap.summary.sections: the answer first, the methods last), each shortened to what a run page can hold; the
-figures against resolution follow the results; where the report and the files are come last."""
+"""The sweep parent run's description (MLflow's "note", markdown, shown above the run's details): the answer across
+models (the configuration to use, or why there is none) and then the summary's sections in the order every view
+shows them (resomap.summary.sections: the answer first, the methods last), each shortened to what a run page can
+hold; the figures against resolution follow the results; where the report and the files are come last."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from resomap.blocks import Bullets, Section, Table, Text, markdown_table
+from resomap.summary.rows import SummaryRow
+from resomap.summary.sweep_summary import SweepSummary
 
 NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
 NOTE_LIMIT = 8000  # characters of a tag value MLflow stores
@@ -60,13 +62,11 @@ def figure_link(run_id: str, artifact: str) -> str:
     return f"get-artifact?path={quote(artifact, safe='')}&run_uuid={quote(run_id, safe='')}"
 
 
-def parent_note(summary: Any, page: Path | None, figures: Iterable[Path], run_id: str | None = None) -> str:
+def parent_note(summary: SweepSummary, page: Path | None, figures: Iterable[Path], run_id: str | None = None) -> str:
     """The description: the best line (`answer_lines`), every section of the summary in order (`section_lines`;
     built here for a summary not yet written), the NOTE_FIGURES among `figures` drawn after the results (with
     `run_id`, the run that holds them under figures/), and where the report and the figures are."""
-    from resomap.summary.sections import build_sections
-
-    sections = summary.sections if getattr(summary, "sections", None) is not None else build_sections(summary)[0]
+    sections = summary.sections or []
     lines = answer_lines(summary)
     pngs = [Path(p).name for p in figures if Path(p).suffix == ".png"]
     shown = [name for name in NOTE_FIGURES if name in pngs] if run_id else []
@@ -102,27 +102,27 @@ def parent_note(summary: Any, page: Path | None, figures: Iterable[Path], run_id
     return note
 
 
-def _answer(summary: Any) -> list[str]:
-    """The answer as MLflow's folded description shows it (its first five lines or so): a line per model, its
-    decision in a few words (`decision_words`) and its score with interval there, then whether any model is
-    recommended; the answer in full, with whether the model learned and its caution, is the first section of
-    summary.md and the report."""
-    recs = summary.recommendations
+def _answer(summary: SweepSummary) -> list[str]:
+    """The answer as MLflow's folded description shows it (its first five lines or so): the answer across models in
+    full (the configuration to use, how it was chosen, the class that matters, the cheapest configuration shown as
+    good), then a line per model, its own smallest sufficient resolution in a few words (`decision_words`) and its
+    score with interval there; the lines per model in full, with whether the model learned and its caution, are
+    the first section of summary.md and the report."""
+    from resomap.summary.answer_text import answer_line
     from resomap.summary.text import fmt_interval
 
-    rows = {(r.model, r.resolution): r for r in getattr(summary, "rows", None) or []}
-    lines = []
-    for rec in recs:
+    rows = {(r.model, r.resolution): r for r in summary.rows}
+    lines = [answer_line(summary.answer, summary.rows), ""] if summary.answer is not None else []
+    for rec in summary.recommendations:
         row = rows.get((rec["model"], rec.get("resolution")))
         score = fmt_interval(*row.score(row.headline)) if row is not None else "-"
         said = f", {row.say(row.headline)} {score} at {row.resolution} px" if score != "-" else ""
+        seeds = max((int(r.n_seeds or 0) for r in summary.rows if r.model == rec["model"]), default=0)
+        said += f"; deterministic: its {seeds} seeds are one replicate" if rec.get("deterministic") else ""
         lines.append(f"- {rec['model']}: {decision_words(rec)}{said}")
     if not lines:
         return []
-    lines += ["", "*The answer in full: summary.md and the report.*"]
-    if not any(r.get("recommended") for r in recs):
-        lines += ["", "**No recommendation** for any model: the evidence each one lacks is named in its decision."]
-    return lines
+    return [*lines, "", "*The answer in full: summary.md and the report.*"]
 
 
 def _short(text: str) -> str:
@@ -164,39 +164,44 @@ def section_lines(section: Section) -> list[str]:
     return lines
 
 
-def answer_lines(summary: Any) -> list[str]:
-    """The description's first line, the one MLflow shows before "Show more": the one "best" (the recommended
-    model @ resolution with its score), or "no recommendation"; the answer section's items follow it."""
-    row = recommended_row(summary)
-    best = "no recommendation"
-    if row is not None:
-        mean = row.score(row.headline)[0]
-        best = f"{row.model}@{row.resolution} recommended" + (f" ({mean:.3f})" if mean is not None else "")
-    return [f"**Answer**: {best}"]
+def answer_lines(summary: SweepSummary) -> list[str]:
+    """The description's first line, the one MLflow shows before "Show more": the answer across models in short
+    (summary.answer_text.short_answer: the configuration to use with its score, chosen on validation, and the
+    cheapest shown as good within the margin, or that none is); the answer's lines follow it."""
+    from resomap.summary.answer_text import short_answer
+
+    return [f"**Answer**: {short_answer(summary.answer, summary.rows, summary.recommendations)}"]
 
 
-BEST_TAG = "resomap.best"  # the parent's recommended model@resolution; absent when no model is recommended
+BEST_TAG = "resomap.best"  # the parent's configuration to use (the answer across models); absent without one
 
 
-def best_recommended(summary: Any) -> str | None:
-    """'<model>@<res>' of the most accurate resolution the summary recommends (a recommendation row's
-    `recommended`: summary.uncertainty.recommendation, not recomputed here); None when it recommends none."""
-    chosen = {(r["model"], r["resolution"]) for r in summary.recommendations if r.get("recommended")}
-    rows = [r for r in getattr(summary, "rows", ()) if (r.model, r.resolution) in chosen]
-    best = max(rows, key=lambda r: r.test_accuracy or 0.0, default=None)
-    return f"{best.model}@{best.resolution}" if best is not None else None
+def best(summary: SweepSummary) -> str | None:
+    """'<model>@<res>' of the configuration to use (summary.answer, chosen on validation; not recomputed here); in
+    a sweep of one model, its smallest sufficient resolution where it is shown; None otherwise."""
+    answer = summary.answer or {}
+    if answer.get("available"):
+        return str(answer["use"])
+    recs = summary.recommendations
+    if len(recs) == 1 and recs[0].get("sufficient") and recs[0].get("resolution") is not None:
+        return f"{recs[0]['model']}@{recs[0]['resolution']}"
+    return None
 
 
-def recommended_row(summary: Any) -> Any:
-    """The summary row of the parent's one "best" (`best_recommended`), or None when nothing is recommended."""
-    best = best_recommended(summary)
-    return next((r for r in summary.rows if f"{r.model}@{r.resolution}" == best), None) if best else None
+def best_row(summary: SweepSummary) -> SummaryRow | None:
+    """The summary row of the configuration to use (`best`), or None without one."""
+    found = best(summary)
+    return next((r for r in summary.rows if f"{r.model}@{r.resolution}" == found), None) if found else None
 
 
 def decision_words(rec: Mapping[str, Any]) -> str:
-    """A model's decision tag: 'recommended 128 px', 'no recommendation (decided 64 px)' or 'no recommendation
-    (undecided)'; the sentence with its reasons is in the parent's description."""
-    if rec.get("recommended"):
-        return f"recommended {rec['resolution']} px"
-    decided = f"decided {rec['resolution']} px" if rec.get("decided") and rec.get("resolution") else "undecided"
-    return f"no recommendation ({decided})"
+    """A model's own result in a few words (its `decision.<model>` tag): '64 px is enough', 'needs 128 px',
+    '128 px until shown otherwise' or 'no decision', with 'evidence missing' where the decided resolution lacks
+    the evidence of a smallest sufficient one; the sentence with its reasons is in the parent's description."""
+    res, ref = rec.get("resolution"), rec.get("reference")
+    if not rec.get("available") or res is None:
+        return "no decision"
+    if not rec.get("decided"):
+        return f"{ref} px until shown otherwise"
+    said = f"{res} px is enough" if res != ref else f"needs {ref} px"
+    return said if rec.get("sufficient") else f"{said} (evidence missing: see its decision)"

@@ -9,16 +9,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from resomap.summary.sweep_summary import SweepSummary
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
 from resomap.tracking.note import (
     BEST_TAG,
     NOTE_LIMIT,
     NOTE_TAG,
-    best_recommended,
+    best,
+    best_row,
     decision_words,
     log_note_figures,
     parent_note,
-    recommended_row,
 )
 from resomap.tracking.publish import _held_images
 from resomap.tracking.views import (
@@ -134,7 +135,7 @@ def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, s
 def publish_sweep(
     tracker: Any,
     parent: str,
-    summary: Any,
+    summary: SweepSummary,
     *,
     tables: Iterable[Path] = (),
     figures: Iterable[Path] = (),
@@ -161,19 +162,19 @@ def publish_sweep(
     metrics = dict(comparison.agreement) if comparison is not None else {}
     tags = headline(summary)
     tags[NOTE_TAG] = parent_note(summary, page, figures, run_id=parent)
-    best = best_recommended(summary)
-    if best is not None:
-        tags[BEST_TAG] = best
+    use = best(summary)
+    if use is not None:
+        tags[BEST_TAG] = use
     tags[RECOMMENDED_TAG] = recommended_words(summary)
-    recommended = recommended_row(summary)
-    pooled = recommended.score(recommended.headline)[0] if recommended is not None else None
+    chosen = best_row(summary)
+    pooled = chosen.score(chosen.headline)[0] if chosen is not None else None
     if pooled is not None:
         metrics[SCORE_METRIC] = round(float(pooled), 3)
-    unrecommended = recommendation_metrics(summary, metrics)
+    unrecommended = sufficiency_metrics(summary, metrics)
     for row in summary.rows:  # the columns the row marks for the parent run (summary.rows.SummaryRow)
         where = f"{mlflow_name(row.model)}/{row.resolution}"
         metrics.update({f"{key}/{where}": value for key, value in row.parent_metrics().items()})
-    drop = () if best is not None else (BEST_TAG,)
+    drop = () if use is not None else (BEST_TAG,)
     gone = [*unrecommended, *([] if SCORE_METRIC in metrics else [SCORE_METRIC])]
     log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=gone)
     matrices = comparison.matrices if comparison is not None else {}
@@ -181,23 +182,29 @@ def publish_sweep(
     log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
 
 
-def recommendation_metrics(summary: Any, metrics: dict[str, float]) -> list[str]:
-    """Add to `metrics` each model's `recommended_resolution/<model>` (only a recommended one: the summary's rule,
-    with its evidence) and `reference_resolution/<model>`; the recommended_resolution keys of the models with no
-    recommendation, which the parent must not hold."""
+SUFFICIENT_METRIC = "sufficient_resolution/"  # a model's smallest sufficient resolution (summary.uncertainty)
+OLD_METRICS = ("recommended_resolution/",)  # the same, under the name summaries before the answer across models used
+
+
+def sufficiency_metrics(summary: SweepSummary, metrics: dict[str, float]) -> list[str]:
+    """Add to `metrics` each model's `sufficient_resolution/<model>` (only where the summary's rule shows it, with
+    its evidence) and `reference_resolution/<model>`; the keys the parent must not hold: the sufficient_resolution
+    of the models without one, and the older name of every model's."""
     unrecommended = []
     for rec in summary.recommendations:
-        if rec["resolution"] is not None and rec.get("recommended"):
-            metrics[f"recommended_resolution/{mlflow_name(rec['model'])}"] = rec["resolution"]
+        name = mlflow_name(rec["model"])
+        unrecommended += [f"{old}{name}" for old in OLD_METRICS]
+        if rec["resolution"] is not None and rec.get("sufficient"):
+            metrics[f"{SUFFICIENT_METRIC}{name}"] = rec["resolution"]
         else:
-            unrecommended.append(f"recommended_resolution/{mlflow_name(rec['model'])}")
+            unrecommended.append(f"{SUFFICIENT_METRIC}{name}")
         if rec["resolution"] is not None:
             metrics[f"reference_resolution/{mlflow_name(rec['model'])}"] = rec["reference"]
     return unrecommended
 
 
 def child_records(
-    summary: Any, matrices: Mapping[str, Mapping[str, Any]]
+    summary: SweepSummary, matrices: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
     """run id -> (metrics, tags) the summary adds to each trial's run: the interval of its model @ resolution's
     headline score pooled over the seeds (the summary row's, summary.rows.SummaryRow.score; 3 decimals), each
@@ -245,25 +252,20 @@ def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mappi
         lines.append(f"- training: {said}")
     if against:
         lines.append(f"- baselines: {against}")
-    if decision is not None and decision.get("recommendation"):
-        lines.append(f"- {model}'s decision: {decision['recommendation']}")
+    if decision is not None and decision.get("sufficiency"):
+        lines.append(f"- {model}'s decision: {decision['sufficiency']}")
     return "\n".join(lines)[:NOTE_LIMIT]
 
 
-def recommended_words(summary: Any) -> str:
-    """The parent's `recommended` tag: '<model>@<res> (score)' of `best_recommended`, else 'no recommendation: '
-    with each model's reason (its recommendation row's words), cut to 250 characters."""
-    row = recommended_row(summary)
-    if row is not None:
-        mean = row.score(row.headline)[0]
-        return f"{row.model}@{row.resolution}" + (f" ({mean:.3f})" if mean is not None else "")
+def recommended_words(summary: SweepSummary) -> str:
+    """The parent's `recommended` tag: the answer across models in short (summary.answer_text.short_answer: the
+    configuration to use with its score, and the cheapest shown as good), or why there is none, cut to 250
+    characters."""
+    from resomap.summary.answer_text import short_answer
+
     if not summary.recommendations:
-        return "no recommendation: no finished trial"
-    reasons = [
-        f"{r['model']}: {str(r.get('recommendation') or '').removeprefix('no recommendation: ')}"
-        for r in summary.recommendations
-    ]
-    text = "no recommendation: " + "; ".join(reasons)
+        return "no answer: no finished trial"
+    text = short_answer(summary.answer, summary.rows, summary.recommendations)
     return text if len(text) <= 250 else text[:249] + "…"
 
 
@@ -287,7 +289,7 @@ def tag_children(tracker: Any, parent: str, records: ChildRecords) -> None:
             log_changed(tracker, run_id, dict(metrics), dict(tags), held=have[run_id])
 
 
-def headline(summary: Any) -> dict[str, str]:
+def headline(summary: SweepSummary) -> dict[str, str]:
     """Tags of the parent run: the decision per model in a few words (`decision.<model>`), and each resolution's
     verdict with its margin and the margin the design could detect (`verdict.<model>.<resolution>`)."""
     tags = {DECISION_TAG + mlflow_name(r["model"]): decision_words(r) for r in summary.recommendations}

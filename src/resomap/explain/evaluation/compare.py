@@ -380,8 +380,8 @@ def _matrix(resolutions, pair_rows, floors, tests, n_complete) -> dict[str, Any]
     return entry
 
 
-NO_FLOOR = "deterministic: no seed floor"  # a deterministic model's maps: its seeds are one fit
-NOT_RUN = "relabelling test not run: deterministic model, one replicate"
+NO_FLOOR = "no seed floor"  # a deterministic model's maps: its seeds are one fit
+NOT_RUN = "no relabelling test"
 
 
 def _sentence(
@@ -401,7 +401,7 @@ def _sentence(
         text = f"{head} one resolution: nothing compared across resolutions."
         return text, text
     if one_fit:
-        one = f"{NO_FLOOR} ({one_fit} seeds, one fit); {NOT_RUN}."
+        one = f"{NO_FLOOR} and {NOT_RUN}: its {one_fit} seeds are one fit."
         return (
             f"{head} cross-resolution agreement {fmt_value(cross)} ({refs}); {one}",
             f"{head} agreement across resolutions {fmt_value(cross)} (chance {fmt_value(chance)}); {one}",
