@@ -207,3 +207,28 @@ def test_p_values_and_bounds_are_where_the_test_itself_flips():
             assert shown(high + 1e-7, sign=-1) and not shown(high - 1e-7, sign=-1)  # "mean < high" mirrored
             checked += 1
     assert checked == 30
+
+
+@pytest.mark.parametrize(("seeds", "alpha", "n"), [(1, 0.05, 26), (2, 0.05 / 3, 26), (3, 0.05, 26), (2, 0.05, 200)])
+def test_a_table_where_no_image_changes_outcome_has_both_bounds(seeds, alpha, n):
+    """(issue 58, item 1) No image changes outcome (26 images, a group value of ELPV's size): the upper bound was
+    the estimate, 0/0 at delta0 = mean read as "shown below". The bounds are the test's inversion, found here
+    directly: the multinomial on the lattice of largest likelihood for an all-zero table with mean delta0 keeps
+    1 - |delta0| at 0 and puts |delta0| at the lattice end on delta0's side, variance |delta0| (1 - |delta0|), so
+    "mean < delta0" is shown where delta0 / sqrt(delta0 (1 - delta0) / n) > z_alpha; the smallest such delta0 on
+    a grid of step 1e-6 is the upper bound (and its mirror the lower). 26 images at alpha 0.05: +-0.094; the
+    issue's +-0.013 is what 200 images give."""
+    from scipy import stats
+
+    d = np.zeros((seeds, n))
+    grid = np.arange(1, 500_000) * 1e-6
+    shown = grid / np.sqrt(grid * (1 - grid) / n) > stats.norm.isf(alpha)
+    want = grid[np.argmax(shown)]
+    for scope in ("checkpoint", "model"):
+        low, high = scopes.bounds(d, alpha, binary=True, scope=scope)
+        assert high == pytest.approx(want, abs=1e-6) and low == pytest.approx(-want, abs=1e-6), (scope, low, high)
+        assert scopes.p_value(d, 0.0, binary=True, scope=scope) == 0.5  # T = 0 at delta0 = mean: no test rejects
+        below = scopes.rejects(-d[None], -(high + 1e-7), alpha, binary=True, scope=scope)[0]
+        assert below and not scopes.rejects(-d[None], -(high - 1e-7), alpha, binary=True, scope=scope)[0]
+    if alpha == 0.05:
+        assert want == pytest.approx({26: 0.094, 200: 0.013}[n], abs=5e-4)

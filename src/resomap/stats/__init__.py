@@ -21,7 +21,8 @@ is the bottom layer (settings come in as plain values).
   seed-averaged 0/1 outcomes, else Monte Carlo with a stated standard error), :func:`relabel_test` (resolution
   labels within seeds).
 - :mod:`~resomap.stats.interaction`: :func:`interaction_test` (does a step's per-image difference to the reference
-  differ between the values of a group: the Alexander-Govern test, unequal sizes and spreads allowed).
+  differ between the values of a group: each pair of values, test images and training seeds as replicates, unequal
+  sizes and spreads allowed, Bonferroni over the pairs).
 - :mod:`~resomap.stats.recommend`: :func:`compare_resolutions` (every pair, Holm-adjusted: descriptive) and
   :func:`smallest_sufficient_resolution` (the "not significantly below the best" reading, kept for comparison).
 - :mod:`~resomap.stats.decide`: :func:`noninferiority` (the summary's decision: each resolution against a fixed

@@ -341,25 +341,26 @@ def seed_evidence(
 ) -> dict[str, Any]:
     """The training seeds as evidence beside a model-scope decision (resomap.stats.seeds): each seed's mean
     difference at every tested step (`differences` {res: {seed: value}}), the seeds flagged outlying there
-    (`outlying` {res: [seed]}), the decision without each seed (`without` {seed: its decided resolution, None when
-    undecided}; 3 or more seeds) and all of it in `words` for the decision's sentence: the decided step's seeds,
-    each flag, what leaving a seed out changes, and with 2 seeds that differ, that a claim needs more."""
+    (`outlying` {res: [seed]}; the seeds x the steps checked are one family: stats.seeds.outlying_seeds), the
+    decision without each seed (`without` {seed: its decided resolution, None when undecided}; 3 or more seeds)
+    and all of it in `words` for the decision's sentence: the decided step's seeds, each flag, what leaving a seed
+    out changes, and with 2 seeds that differ, that a claim needs more."""
     from resomap.stats import seeds as seed_stats
 
     tested = [
         v for v in decision.verdicts if v.verdict not in ("reference", "above reference") and v.resolution in scores
     ]
     differences, flagged, words = {}, {}, []
-    for v in tested:
-        diffs = seed_stats.seed_differences(scores, v.resolution, decision.reference)
-        differences[v.resolution] = {seed: float(x) for seed, x in zip(seeds, diffs, strict=True)}
-        out = seed_stats.outlying(diffs)
+    checked = seed_stats.outlying_seeds(scores, [v.resolution for v in tested], decision.reference)
+    over = f"Bonferroni over {len(seeds)} seeds x {len(tested)} step{'' if len(tested) == 1 else 's'}"
+    for res, (diffs, p) in checked.items():
+        differences[res] = {seed: float(x) for seed, x in zip(seeds, diffs, strict=True)}
+        out = [int(i) for i in np.flatnonzero(p < seed_stats.OUTLIER_ALPHA)]
         if out:
-            flagged[v.resolution] = [seeds[i] for i in out]
-            p = seed_stats.outlying_p(diffs)
+            flagged[res] = [seeds[i] for i in out]
             words += [
-                f"seed {seeds[i]} is outlying at {v.resolution} px ({diffs[i]:+.3f} against the other seeds; "
-                f"deleted-residual p {p[i]:.2g}, Bonferroni over {len(seeds)} seeds)"
+                f"seed {seeds[i]} is outlying at {res} px ({diffs[i]:+.3f} against the other seeds; "
+                f"deleted-residual p {p[i]:.2g}, {over})"
                 for i in out
             ]
     step = decision.resolution if decision.decided and decision.resolution in differences else None

@@ -10,9 +10,10 @@ decision's, 1 - level or an adaptive look's), and every row says so. A value wit
 (``GroupDecisions.differ``), and says whether the difference itself is shown: the group x resolution interaction
 (stats.interaction_test, two-sided: is a step's per-image difference to the reference the same for every value?) at
 each step whose verdicts differ between the values, Holm over those steps, at the model decision's alpha; two
-separate verdicts alone are no evidence of a difference (``GroupDecisions.interactions``). The group codes of the
-test images come from the trials' result.json (``data.groups``: sweep.trial_records.groups_record); trials from
-before it have none: no rows.
+separate verdicts alone are no evidence of a difference (``GroupDecisions.interactions``). The test is given each
+seed's per-image differences (seed s at the step against seed s at the reference), so the seed x value variation of
+a model whose seeds differ is part of its error. The group codes of the test images come from the trials'
+result.json (``data.groups``: sweep.trial_records.groups_record); trials from before it have none: no rows.
 
 Rows are plain dicts of JSON-safe values (results.GROUP_DECISION_COLUMNS, plus ``scores``: each resolution's
 estimate and interval, and ``verdicts``)."""
@@ -162,15 +163,16 @@ def _interactions(model: str, name: str, rows: list[dict[str, Any]], data: tuple
     reference = decided[0]["reference"]
     steps = sorted({res for v in verdicts for res in v if res != reference}, reverse=True)
     apart = [res for res in steps if len({v.get(res) for v in verdicts}) > 1] or steps
-    arrays = found.arrays[task.scores[0].name]
+    headline = task.scores[0]
+    arrays = found.arrays[headline.name]
     code = _image_codes(by_index, found)
     chosen = [values.index(r["value"]) for r in decided]
     keep = np.isin(code, chosen)
     alpha = family_alpha(model, cfg, 1)
     found_tests = []
     for res in apart:
-        d = (np.asarray(arrays[res], dtype=float) - np.asarray(arrays[reference], dtype=float)).mean(axis=0)
-        test = stats.interaction_test(d[keep], code[keep])
+        d = np.asarray(arrays[res], dtype=float) - np.asarray(arrays[reference], dtype=float)  # [S, N]: seed s at both
+        test = stats.interaction_test(d[:, keep], code[keep], binary=headline.binary)
         compared = [values[k] for k in test.values]
         found_tests.append(
             {
