@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -218,3 +221,57 @@ def bad_checkpoints(folder: Path) -> dict[str, tuple[Path, str]]:
     (folder / "plain-p4.pt").write_bytes(pickle.dumps({"weights": [0.5] * 8}, protocol=4))
     files["plain-p4"] = (folder / "plain-p4.pt", "not a PyTorch checkpoint (a plain pickle of protocol 4")
     return files
+
+
+# ------------------------------------------------------------------------------------------------ lower bounds
+
+LOWER_BOUND = re.compile(r"(?:^|[_/])(?:ci_)?low(?:$|[_/])")  # test_accuracy_ci_low, score_low, median_low_ms, low
+# a bound of a difference may be below zero: over a baseline or the trivial predictor, against the reference, an
+# explanation score's excess over random maps, a paired effect
+DIFFERENCE = re.compile(r"over_|reference|vs_random|baselines|effect|difference")
+FRONT_AXES = ("score", "cost")  # front3's [estimate, low, high] of a nonnegative quantity (quality: an excess)
+
+
+def lower_bounds(tree: Any, where: str = "") -> Iterator[tuple[str, float, bool]]:
+    """(where, value, whether it bounds a nonnegative quantity) of every lower bound in a JSON-like tree (a
+    summary.json, a CSV's rows, a run's metrics): a key naming one (..._ci_low, score_low, latency_median_low_ms,
+    low), or the low of front3's [estimate, low, high] on score and cost. A bound is of a difference when its name
+    or place says so (DIFFERENCE), or it sits beside an effect or a difference; a CSV row in long form names its
+    quantity in its `score` or `metric` column (explanations/quality.csv), which counts as its place."""
+    if isinstance(tree, Mapping):
+        place = f"{where}/{next((v for v in (tree.get('score'), tree.get('metric')) if isinstance(v, str)), '')}"
+        beside = "effect" in tree or "difference" in tree
+        for key, value in tree.items():
+            name = f"{place}/{key}"
+            if LOWER_BOUND.search(str(key)) and _number(value) is not None:
+                yield name, _number(value), not (beside or DIFFERENCE.search(name))
+            elif key in FRONT_AXES and isinstance(value, list) and len(value) == 3 and _number(value[1]) is not None:
+                yield name, _number(value[1]), True
+            else:
+                yield from lower_bounds(value, name)
+    elif isinstance(tree, list):
+        for i, item in enumerate(tree):
+            yield from lower_bounds(item, f"{where}[{i}]")
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, from a JSON value or a CSV cell; None for anything else (an empty cell, a word)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        return None
+    return found if math.isfinite(found) else None
+
+
+def summary_lower_bounds(summary_dir: Path) -> dict[str, list[tuple[str, float, bool]]]:
+    """source -> its lower bounds (`lower_bounds`): summary.json and every CSV under the summary folder."""
+    import csv
+    import json
+
+    found = {"summary.json": list(lower_bounds(json.loads((summary_dir / "summary.json").read_text())))}
+    for path in sorted(summary_dir.rglob("*.csv")):
+        with path.open(newline="", encoding="utf-8") as fh:
+            found[str(path.relative_to(summary_dir))] = list(lower_bounds(list(csv.DictReader(fh))))
+    return found

@@ -79,6 +79,11 @@ def marks(fig) -> dict:
     return {"labels": labels, "legends": legends, "dashed": dashed}
 
 
+def limits(fig) -> list[tuple[str, tuple[float, float], tuple[float, float]]]:
+    """(x label, x limits, y limits) of every axes of `fig` but its colour bars."""
+    return [(ax.get_xlabel(), ax.get_xlim(), ax.get_ylim()) for ax in fig.axes if ax.get_label() != "<colorbar>"]
+
+
 @pytest.fixture(scope="module")
 def figures_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("figures")
@@ -93,7 +98,8 @@ def drawn(figures_root) -> dict[str, dict]:
 
     root = figures_root
     seeds = f"sweep.seeds=[{','.join(map(str, SEEDS))}]"
-    cfg = tiny_sweep_config(root, MODELS, RESOLUTIONS, ("gradcam", "saliency"), 3, seeds)
+    iters = "profiling.iters=6"  # 6 timed calls: the latency's 95% interval
+    cfg = tiny_sweep_config(root, MODELS, RESOLUTIONS, ("gradcam", "saliency"), 3, seeds, iters)
     seen: dict[str, dict] = {}
     original = Figure.savefig
 
@@ -102,6 +108,7 @@ def drawn(figures_root) -> dict[str, dict]:
         if str(fname).endswith(".png") and stem not in seen:
             seen[stem] = {"problems": text_problems(self), "axes": resolution_axes(self), "dpi": kwargs.get("dpi")}
             seen[stem].update(marks(self))
+            seen[stem]["limits"] = limits(self)
         return original(self, fname, *args, **kwargs)
 
     mp = pytest.MonkeyPatch()
@@ -236,6 +243,29 @@ def test_no_two_point_labels_overlap(drawn):
             assert not box.overlaps(obox), f"labels {text!r} and {other!r} overlap"
 
 
+def test_no_cost_axis_or_interval_of_the_sweep_goes_below_zero(drawn, figures_root: Path):
+    """Issue 58: the trade-off figure's latency axis ran to -40 ms on a Student-t interval over two seeds. Here (two
+    seeds) its axes, the score x latency figure's and the cost figure's values start at zero or above, and no lower
+    bound of a nonnegative quantity in summary.json or the summary's CSVs is below zero; the front's latency has its
+    interval from the timed calls."""
+    import json
+
+    from conftest import summary_lower_bounds
+    from resomap.summary.front import LATENCY_INTERVAL
+
+    for stem in ("tradeoff_score_cost_quality", "pareto_accuracy_latency", "cost_vs_resolution"):
+        for xlabel, x, y in drawn[stem]["limits"]:
+            assert y[0] >= 0 and ("resolution" in xlabel or x[0] >= 0), (stem, xlabel, x, y)
+    summary_dir = next(figures_root.rglob("summary.json")).parent
+    found = summary_lower_bounds(summary_dir)
+    below = [(s, w, v) for s, bounds in found.items() for w, v, nonnegative in bounds if nonnegative and v < 0]
+    assert not below, below
+    front3 = json.loads((summary_dir / "summary.json").read_text())["front3"]
+    assert front3 and all(next(a for a in e["axes"] if a["name"] == "cost")["interval"] == LATENCY_INTERVAL
+                          for e in front3)  # fmt: skip
+    assert all(0 < p["cost"][1] <= p["cost"][0] <= p["cost"][2] for e in front3 for p in e["points"])
+
+
 def test_the_accuracy_figure_draws_the_majority_class(drawn, figures_root: Path):
     """The headline panel has the majority-class predictor's score as a dashed line, named with its value in the
     legend, at the trivial score summary.json holds for the same test images."""
@@ -304,7 +334,9 @@ def _tradeoff_rows():
 
     def row(res, acc, ms):
         scores = {"test_accuracy_pooled": acc, "test_accuracy_ci_low": acc - 0.03, "test_accuracy_ci_high": acc + 0.03}
-        return SummaryRow("a", "cnn", res, 3, latency_ms=ms, latency_ms_std=0.05, ci_level=0.95, image_scores=scores)
+        timed = {"latency_ms_ci_low": 0.95 * ms, "latency_ms_ci_high": 1.1 * ms}  # from the calls (skewed)
+        return SummaryRow("a", "cnn", res, 3, latency_ms=ms, latency_ms_std=0.05, ci_level=0.95, image_scores=scores,
+                          **timed)  # fmt: skip
 
     rows = [row(32, 0.70, 1.0), row(64, 0.90, 1.05), row(128, 0.91, 4.0)]
     quality = [

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import tiny_sweep_config
+from conftest import LOWER_BOUND, lower_bounds, summary_lower_bounds, tiny_sweep_config
 from resomap.blocks import Text, table
 from resomap.summary.sections import SECTIONS, register_section, section_names
 
@@ -42,7 +42,8 @@ def swept(tmp_path_factory, request):
     register_section("sweep_size", title=PLUGIN_TITLE, order=65)(sweep_size)
     register_section("broken_part", title="Never shown", order=66)(broken)
     request.addfinalizer(lambda: (SECTIONS.unregister("sweep_size"), SECTIONS.unregister("broken_part")))
-    cfg = tiny_sweep_config(root, ["tiny_cnn", "pixel_logreg"], [16, 24], ["saliency"], 2, "mlflow.enabled=true")
+    extra = ("mlflow.enabled=true", "profiling.iters=6")  # 6 timed calls: the latency's 95% interval
+    cfg = tiny_sweep_config(root, ["tiny_cnn", "pixel_logreg"], [16, 24], ["saliency"], 2, *extra)
     caplog = logging.getLogger("resomap.summary.sections")
     records: list[str] = []
     handler = logging.Handler()
@@ -138,6 +139,42 @@ def test_the_first_screen_answers_and_the_lines_stay_readable(swept):
     items = [" ".join(x.split()) for x in re.split(r"^- ", notes, flags=re.M)[1:]]  # wrapped lines joined
     said = [x.rsplit(": ", 1)[0] for x in items if " px" in x.rsplit(": ", 1)[-1]]
     assert said and len(said) == len(set(said))
+
+
+def test_no_lower_bound_of_a_nonnegative_quantity_is_below_zero(swept):
+    """Issue 58: a latency, a throughput, a score, a share of images cannot be below zero, nor can its interval's
+    lower bound: summary.json, every CSV of the summary folder and every point of every metric of the MLflow parent
+    and children (a bound of a difference, which may be negative, left aside: conftest.lower_bounds). The latency's
+    interval is there in each, so the walk is not empty."""
+    import mlflow
+
+    outcome, _, _ = swept
+    found = summary_lower_bounds(outcome.summary_dir)
+    client = mlflow.MlflowClient(f"sqlite:///{outcome.summary_dir.parents[2] / 'mlflow.db'}")
+    runs = client.search_runs([client.get_run(outcome.parent_run_id).info.experiment_id])
+    assert len(runs) == 5  # the parent and its 4 trials
+    for run in runs:
+        points = {
+            f"{key}/step{m.step}": m.value
+            for key in run.data.metrics
+            if LOWER_BOUND.search(key)
+            for m in client.get_metric_history(run.info.run_id, key)
+        }
+        found[f"MLflow run {run.info.run_name}"] = list(lower_bounds(points))
+    below = [(source, where, v) for source, bounds in found.items() for where, v, nonnegative in bounds
+             if nonnegative and v < 0]  # fmt: skip
+    assert not below, below
+    rows = json.loads((outcome.summary_dir / "summary.json").read_text())["rows"]
+    assert all(0 < r["latency_ms_ci_low"] <= r["latency_ms"] <= r["latency_ms_ci_high"] for r in rows)
+
+    def said(source: str, name: str) -> int:
+        return sum(where.split("/")[-1].startswith(name) for where, _, _ in found[source])
+
+    assert said("summary.json", "latency_ms_ci_low") == said("summary.csv", "latency_ms_ci_low") == len(rows)
+    parent = next(s for s in found if s == "MLflow run sweep resomap-smoke")
+    assert sum("latency_p50_ms_ci_low" in where for where, _, _ in found[parent]) == len(rows)
+    children = [s for s in found if s.startswith("MLflow run ") and s != parent]
+    assert all(any("profile/latency_median_low_ms" in where for where, _, _ in found[s]) for s in children)
 
 
 def test_a_summary_json_without_sections_gets_them_built_again(swept, tmp_path: Path):

@@ -425,13 +425,6 @@ def test_paired_front_is_never_empty_when_the_drops_run_in_a_circle():
     assert [n for n, s in found.items() if not s.on_front] == ["d"] and found["d"].dropped_by == "a"
 
 
-def test_spread_interval_is_the_seed_interval_of_the_same_values():
-    values = np.array([4.0, 5.0, 7.0])
-    direct = stats.seed_interval(values, 0.9)
-    assert stats.spread_interval(values.mean(), values.std(ddof=1), 3, 0.9) == pytest.approx((direct.low, direct.high))
-    assert stats.spread_interval(5.0, None, 3) == (None, None) and stats.spread_interval(5.0, 1.0, 1) == (None, None)
-
-
 # ------------------------------------------------------------------------------------------------ per-image scores
 
 

@@ -50,6 +50,9 @@ class ProfileSummary:
     batch_size: int = 1
     device: str = ""
     noisy: bool = False  # the timing stayed disturbed after its re-measurements (profile.json: noise_reasons)
+    # every timed inference call (ms): the summary's interval of the median latency (stats.timing_interval); None in
+    # results written before they were kept
+    latency_calls_ms: list[float] | None = None
 
     @classmethod
     def from_profile(cls, prof: Any) -> ProfileSummary:
@@ -66,6 +69,7 @@ class ProfileSummary:
             batch_size=prof.batch_size,
             device=prof.device_name,
             noisy=bool(getattr(prof, "noisy", False)),
+            latency_calls_ms=list(prof.latency.calls_ms) or None,
         )
 
     @classmethod

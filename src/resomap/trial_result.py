@@ -117,7 +117,7 @@ class TrialResult:
         for res, metrics in sorted(self.cross_resolution.items(), key=lambda kv: int(kv[0])):
             lines.append(f"tested at {res} px: accuracy {metrics.accuracy:.4f}, macro-F1 {metrics.macro_f1:.4f}")
         for k, v in sorted(dataclasses.asdict(self.profile).items() if self.profile else []):
-            lines.append(f"profile {k}: {v}")
+            lines.append(f"profile {k}: {f'{len(v)} values (result.json)' if isinstance(v, list) else v}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines) + "\n"
 

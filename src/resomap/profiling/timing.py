@@ -48,7 +48,9 @@ class LatencyStats:
     """Latency of one call (a whole batch), in milliseconds, over `iters` timed calls.
 
     iqr_ms: interquartile range of the calls; median_low_ms/median_high_ms: the interval of the median
-    (median_interval, 95%). Profiles written before these were kept read back with 0 / the median.
+    (median_interval, 95%); calls_ms: every timed call in the order timed (the summary's interval of the median at
+    its own level: stats.timing_interval). Profiles written before these were kept read back with 0 / the median /
+    no calls.
     """
 
     median_ms: float
@@ -62,6 +64,7 @@ class LatencyStats:
     iqr_ms: float = 0.0
     median_low_ms: float | None = None
     median_high_ms: float | None = None
+    calls_ms: list[float] = field(default_factory=list)
 
     @classmethod
     def from_seconds(cls, samples: Sequence[float]) -> LatencyStats:
@@ -71,7 +74,7 @@ class LatencyStats:
         _, lo, hi = median_interval(ms)
         return cls(
             float(p50), float(p90), float(p99), float(ms.mean()), std, float(ms.min()), float(ms.max()), ms.size,
-            float(p75 - p25), lo, hi,
+            float(p75 - p25), lo, hi, ms.tolist(),
         )  # fmt: skip
 
     @property

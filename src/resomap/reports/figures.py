@@ -24,6 +24,7 @@ from matplotlib.patches import Patch
 
 from resomap.plotstyle import MATRIX_CMAP, fit_text, label_points, method_colour, resolution_axis, save_figure
 from resomap.plotstyle import STYLE as BASE_STYLE
+from resomap.reports.tradeoff import from_zero
 from resomap.summary.rows import SummaryRow
 from resomap.summary.text import trivial_label
 
@@ -78,22 +79,30 @@ def _dodge(n_models: int, i: int) -> float:
     return 2 ** (0.06 * (i - (n_models - 1) / 2)) if n_models > 1 else 1.0
 
 
+TIMING_BAND = "{level:.0%} CI of the median call (the seeds' intervals, lowest to highest)"
+
+
 def metric_vs_resolution(rows: list[SummaryRow], panels: list[tuple[str, str]], title: str) -> plt.Figure | None:
-    """One panel per (column, label); a line per model with a band of +/- one std across seeds where seeds > 1."""
+    """One panel per (column, label) of a nonnegative cost; a line per model with the band of its interval (the
+    rows' ``<column>_ci_low`` / ``_ci_high``: latency and throughput from the trials' timed calls) where it has one.
+    No band of ± one std: for a skewed cost over two seeds it runs below zero. The axis starts at zero or above."""
     panels = [(c, lab) for c, lab in panels if any(math.isfinite(_f(r.value(c))) for r in rows)]
     if not panels:
         return None
+    banded = False
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.8), squeeze=False)
         for ax, (col, label) in zip(axes[0], panels):
             for model, rs in _by_model(rows).items():
                 x = np.array([r.resolution for r in rs])
                 y = _column(rs, col)
-                err = np.nan_to_num(_column(rs, f"{col}_std"))
+                low, high = _column(rs, f"{col}_ci_low"), _column(rs, f"{col}_ci_high")
                 colour = _colours(rows)[model]
                 ax.plot(x, y, marker="o", label=model, color=colour)
-                if any(_seeds(r) > 1 for r in rs):
-                    ax.fill_between(x, y - err, y + err, alpha=0.2, color=colour, lw=0)
+                has = np.isfinite(low) & np.isfinite(high)
+                if has.any():
+                    banded = True
+                    ax.fill_between(x, low, high, where=has, alpha=0.2, color=colour, lw=0, interpolate=False)
             _resolution_axis(ax, rows)
             values = _column(rows, col)
             values = values[np.isfinite(values)]
@@ -101,10 +110,11 @@ def metric_vs_resolution(rows: list[SummaryRow], panels: list[tuple[str, str]], 
                 ax.set_yscale("log")
                 label += " (log scale)"
             ax.set_ylabel(label)
+            from_zero(ax, "y")
         handles, labels = axes[0][0].get_legend_handles_labels()
-        if any(_seeds(r) > 1 for r in rows):
+        if banded:
             handles.append(Patch(color="grey", alpha=0.3, lw=0))
-            labels.append("± 1 std across seeds")
+            labels.append(fit_text(TIMING_BAND.format(level=_level(rows)), 2.2, 7))
         fig.legend(handles, labels, loc="outside right upper", frameon=False)
         fig.suptitle(title)
     return fig
@@ -262,9 +272,10 @@ def _quality_legend(colours: dict[str, str], marks: _Marks, level: float, margin
 
 
 def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
-    """Accuracy (pooled, with its bootstrap interval) against inference latency (mean, +/- one std across seeds)
-    for every model x resolution; the front of the estimates (the rows' `on_estimate_front`, decided by the summary:
-    no point is both faster and more accurate) drawn as a step line through its points."""
+    """Accuracy (pooled, with its bootstrap interval) against inference latency (mean over seeds, with its interval
+    from the trials' timed calls where the rows have one) for every model x resolution; the front of the estimates
+    (the rows' `on_estimate_front`, decided by the summary: no point is both faster and more accurate) drawn as a
+    step line through its points."""
     pts = [r for r in rows if math.isfinite(_f(r.latency_ms)) and math.isfinite(_f(r.score(r.headline)[0]))]
     if not pts:
         return None
@@ -272,7 +283,7 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
     front = sorted((r for r in pts if r.on_estimate_front), key=lambda r: (_f(r.latency_ms), -r.score(r.headline)[0]))
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.6, 3.4))
-        any_ci, any_std, points = _pareto_points(ax, pts, _colours(rows))
+        any_ci, any_timed, points = _pareto_points(ax, pts, _colours(rows))
         if front:
             fx = [_f(r.latency_ms) for r in front]
             fy = [_f(r.score(r.headline)[0]) for r in front]
@@ -280,6 +291,8 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
         costs = [_f(r.latency_ms) for r in pts]
         if min(costs) > 0 and max(costs) / min(costs) > 20:
             ax.set_xscale("log")
+        from_zero(ax, "x")
+        from_zero(ax, "y")
         ax.set_xlabel("inference latency, batch 1 (ms)")
         ax.set_ylabel(f"test {words}")
         ax.set_title(f"{words} vs latency (labels: resolution in px)")
@@ -287,8 +300,8 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
         notes = []
         if any_ci:
             notes.append(f"{words}: {_level(rows):.0%} CI over test images")
-        if any_std:
-            notes.append("latency: ± 1 std across seeds")
+        if any_timed:
+            notes.append("latency: " + TIMING_BAND.format(level=_level(rows)))
         caption = ["error bars: " + "; ".join(notes)] if notes else []
         if any(r.profile_noisy for r in pts):
             caption.append("circled, '?': latency measured on a disturbed machine (noisy)")
@@ -301,25 +314,25 @@ def pareto_figure(rows: list[SummaryRow]) -> plt.Figure | None:
 
 def _pareto_points(ax: plt.Axes, pts: list[SummaryRow], colours: dict[str, str]) -> tuple[bool, bool, list]:
     """Each model's points with their error bars, noisy ones circled; returns (any accuracy interval drawn, any
-    latency spread drawn, the points' labels (text, x, y, colour): the resolution)."""
+    latency interval drawn, the points' labels (text, x, y, colour): the resolution)."""
     labels = []
-    any_ci = any_std = False
+    any_ci = any_timed = False
     for model, rs in _by_model(pts).items():
         x = _column(rs, "latency_ms")
         y = np.array([_f(r.score(r.headline)[0]) for r in rs])
         low, high = _column(rs, f"{rs[0].headline}_ci_low"), _column(rs, f"{rs[0].headline}_ci_high")
-        xstd = np.array([_f(r.latency_ms_std) if _seeds(r) > 1 else math.nan for r in rs])
+        xlow, xhigh = _column(rs, "latency_ms_ci_low"), _column(rs, "latency_ms_ci_high")
         yerr = np.vstack([np.nan_to_num(y - low), np.nan_to_num(high - y)])
         any_ci |= bool(np.isfinite(low).any())
-        any_std |= bool(np.isfinite(xstd).any())
+        any_timed |= bool(np.isfinite(xlow).any())
         colour = colours[model]
-        xerr = np.nan_to_num(xstd)
+        xerr = np.vstack([np.nan_to_num(x - xlow), np.nan_to_num(xhigh - x)])
         ax.errorbar(x, y, yerr=yerr, xerr=xerr, fmt="o", ms=4, capsize=2, lw=1, label=model, color=colour)
         noisy = np.array([bool(r.profile_noisy) for r in rs])
         if noisy.any():  # disturbed latency: an open marker around the point
             ax.scatter(x[noisy], y[noisy], s=90, facecolors="none", edgecolors=colour, lw=1, ls=":")
         labels += [(f"{r.resolution}{'?' if r.profile_noisy else ''}", xi, yi, colour) for r, xi, yi in zip(rs, x, y)]
-    return any_ci, any_std, labels
+    return any_ci, any_timed, labels
 
 
 def cross_resolution_heatmap(model: str, rows: list[SummaryRow]) -> plt.Figure | None:

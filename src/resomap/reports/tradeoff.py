@@ -72,10 +72,21 @@ def _tradeoff_panel(ax: Any, entry: Mapping[str, Any], fig: Any, fit_text: Any) 
     if norm is not None:
         bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.85)
         bar.set_label(fit_text(f"quality: {axes['quality']['words']}", 2.6, 7), fontsize=7)
+    from_zero(ax, "x")  # a cost and a score: neither below zero
+    from_zero(ax, "y")
     ax.set_xlabel(axes["cost"]["words"])
     ax.set_ylabel(f"test {axes['score']['words']}")
     ax.set_title(entry["model"] if norm is not None else f"{entry['model']} (no explanation quality: grey)")
     return labels
+
+
+def from_zero(ax: Any, which: str) -> None:
+    """A linear axis (``which``: "x" or "y") of a nonnegative quantity starts at zero where its automatic limits
+    (the margin around the data and its error bars) would start below it."""
+    x = which == "x"
+    low, high = ax.get_xlim() if x else ax.get_ylim()
+    if (ax.get_xscale() if x else ax.get_yscale()) == "linear" and low < 0 <= high:
+        (ax.set_xlim if x else ax.set_ylim)(0, high)
 
 
 def tradeoff_files(front3: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:

@@ -11,9 +11,9 @@ is the bottom layer (settings come in as plain values).
   :func:`pooled_macro_f1`: bootstrap intervals over test images (``scipy.stats.bootstrap``);
   :func:`twoway_bootstrap`: the grand mean over test images and training seeds, both resampled (>= 3 seeds).
 - :mod:`~resomap.stats.intervals`: :class:`Interval`; :func:`seed_interval` (mean, std and Student-t interval across
-  seeds), :func:`spread_interval` (the same from a kept mean, std and count), :func:`t_interval`,
-  :func:`crossed_interval` (seeds x images, both random), :func:`wilson_interval` (a count of images as a share of
-  them, statsmodels' Wilson interval).
+  seeds), :func:`t_interval`, :func:`crossed_interval` (seeds x images, both random), :func:`wilson_interval` (a
+  count of images as a share of them, statsmodels' Wilson interval), :func:`timing_interval` (a timing over the
+  seeds' trials from each trial's timed calls: the range of their intervals of the median, never below zero).
 - :mod:`~resomap.stats.paired`: :func:`paired_test` (McNemar's exact test, ``statsmodels``, clustered over images
   with several seeds, or a paired bootstrap
   with a sign-flip p-value), :func:`paired_score_test` (any per-image score), :func:`holm`.
@@ -68,10 +68,11 @@ from resomap.stats.design import design_needs, plan_power, relabel_min_p, relabe
 from resomap.stats.interaction import Interaction, interaction_test
 from resomap.stats.intervals import (
     Interval,
+    calls_needed,
     crossed_interval,
     seed_interval,
-    spread_interval,
     t_interval,
+    timing_interval,
     wilson_interval,
 )
 from resomap.stats.median import MedianInterval, median_interval, ratio_interval
@@ -143,7 +144,6 @@ __all__ = [
     "pareto_indices",
     "decide_differences",
     "paired_front",
-    "spread_interval",
     "pooled_macro_f1",
     "ratio_interval",
     "relabel_test",
@@ -153,5 +153,7 @@ __all__ = [
     "sign_flip_test",
     "smallest_sufficient_resolution",
     "t_interval",
+    "timing_interval",
+    "calls_needed",
     "wilson_interval",
 ]

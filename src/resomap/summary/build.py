@@ -38,7 +38,7 @@ from resomap.summary.aligned import load_records as _load_records
 from resomap.summary.answer import cross_model_answer
 from resomap.summary.convergence import convergence_columns
 from resomap.summary.decision import compare_models
-from resomap.summary.front import Measured, estimate_front, tradeoffs
+from resomap.summary.front import Measured, estimate_front, timing_columns, tradeoffs
 from resomap.summary.groups import group_decisions
 from resomap.summary.per_class import class_decisions
 from resomap.summary.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, SummaryRow
@@ -142,7 +142,8 @@ def _row(model: str, res: int, members: list[TrialRecord], cfg: StatsConfig) -> 
         over_seeds[name] = float(finite.mean()) if finite.size else None
         over_seeds[f"{name}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else None
     intervals = interval_columns(members, cfg)
-    note = intervals.pop("note")
+    timing = timing_columns(results, cfg.level)
+    note = "; ".join(filter(None, [intervals.pop("note"), timing.pop("note", "")]))
     task_metrics = _task_metrics(members[0].task.headline, results)
     noisy = sum(bool((m.get("profile") or {}).get("noisy")) for m in results)
     if noisy:
@@ -157,6 +158,7 @@ def _row(model: str, res: int, members: list[TrialRecord], cfg: StatsConfig) -> 
         task_metrics=task_metrics,
         profile_noisy=noisy > 0,
         **intervals,
+        **timing,
         note=note,
         cross_resolution=_mean_cross(results),
         explain_costs=explain_costs(results),

@@ -9,8 +9,10 @@ The axes of a model, each from what the summary already holds, and the test of e
   averaged within each image); higher is better;
 - cost: inference latency at batch 1, each trial's own measurement; the difference is Welch's t-test over the
   seeds of the two resolutions (each trial is timed in its own process, so seed 42 at one resolution shares nothing
-  with seed 42 at another: the seeds are not paired). With one seed at some resolution latency cannot be tested:
-  GMACs instead (a count: compared exactly), else the cost gives no evidence; lower is better;
+  with seed 42 at another: the seeds are not paired). Its interval is the summary row's (`timing_columns`: from the
+  lowest to the highest of the seeds' order-statistic intervals of their median call, never below zero), not one
+  over the seeds' medians. With one seed at some resolution latency cannot be tested: GMACs instead (a count:
+  compared exactly), else the cost gives no evidence; lower is better;
 - quality: an explanation score's excess over random maps (explanations/quality.csv) of the first method (by name)
   that has one with its interval at every resolution of the model, the first score of QUALITY_SCORES it has; the
   difference is the sign-flip test of the per-probe-image differences (the same probe images at every resolution,
@@ -35,12 +37,13 @@ from typing import Any
 import numpy as np
 
 from resomap.results import QUALITY_SCORES
-from resomap.stats import Axis, Coordinate, Difference, paired_front, paired_score_test, pareto_front, spread_interval
+from resomap.stats import Axis, Coordinate, Difference, paired_front, paired_score_test, pareto_front, timing_interval
 from resomap.summary.rows import TWOWAY_WORDS, SummaryRow
 
 AXES = ("score", "cost", "quality")
 ON_FRONT = "on the front"
 QUALITY_INTERVAL = "bootstrap interval over the probe images, each image's seeds together"
+LATENCY_INTERVAL = "the seeds' order-statistic intervals of their median call, lowest to highest"
 RULE = (
     "A resolution is dropped from a model's front only when another resolution is shown better on at least one"
     " axis and worse on none. Shown better: a two-sided test of the difference between the two resolutions rejects"
@@ -73,6 +76,25 @@ class Measured:
             if t.get("model") == model and t.get("status", "FINISHED") == "FINISHED" and finite(value):
                 out[int(t["resolution"])].append(float(value))
         return dict(out)
+
+
+def timing_columns(results: Sequence[Mapping[str, Any]], level: float) -> dict[str, Any]:
+    """SummaryRow's latency_ms_ci_low/high and throughput_ips_ci_low/high of one model x resolution: each an
+    interval over its seeds' trials from each trial's timed calls (stats.timing_interval at ``level``: the lowest
+    to the highest of the trials' intervals of their median call; throughput from the same calls as images per
+    second), never below zero; ``note`` says why there is none. Nothing when no trial kept its calls (profiling
+    off, results written before they were kept)."""
+    profiles = [t.get("profile") or {} for t in results]
+    calls = [p.get("latency_calls_ms") or [] for p in profiles]
+    if not any(calls):
+        return {}
+    latency = timing_interval(calls, level)
+    if not latency.available:
+        return {"note": f"latency interval not available: {latency.reason}"}
+    images = [int(p.get("batch_size") or 1) for p in profiles]
+    throughput = timing_interval([[n * 1000.0 / ms for ms in c] for n, c in zip(images, calls, strict=True)], level)
+    return {"latency_ms_ci_low": latency.low, "latency_ms_ci_high": latency.high,
+            "throughput_ips_ci_low": throughput.low, "throughput_ips_ci_high": throughput.high}  # fmt: skip
 
 
 def front_inputs(summary: Any, comparison: Any, stats: Any) -> tuple[list[dict[str, Any]], Measured]:
@@ -131,19 +153,16 @@ def _score_axis(model: str, rs: list[SummaryRow], measured: Measured) -> Found |
     return axis | {"test": "paired test on the same test images"}, coords, diffs
 
 
-def _cost_axis(rs: list[SummaryRow], level: float, latencies: Mapping[int, list[float]]) -> Found | str:
-    """Latency with Welch's t-test over seeds; GMACs (a count, exact) where latency has one seed at some
-    resolution or is missing; the reason when neither is everywhere."""
+def _cost_axis(rs: list[SummaryRow], latencies: Mapping[int, list[float]]) -> Found | str:
+    """Latency with Welch's t-test over seeds, each resolution with its row's interval; GMACs (a count, exact)
+    where latency has one seed at some resolution or is missing; the reason when neither is everywhere."""
     res = [r.resolution for r in rs]
     has_latency = all(finite(r.latency_ms) for r in rs)
+    latency = {r.resolution: _coordinate(r.latency_ms, r.latency_ms_ci_low, r.latency_ms_ci_high) for r in rs}
     if has_latency and all(len(latencies.get(x, [])) >= 2 for x in res):
-        coords = {}
-        for r in rs:
-            coords[r.resolution] = _coordinate(r.latency_ms, *spread_interval(r.latency_ms, r.latency_ms_std,
-                                                                              r.n_seeds, level))  # fmt: skip
         diffs = [_welch(a, b, latencies[a], latencies[b]) for a, b in _pairs(res)]
         axis = {"name": "cost", "words": "latency, batch 1 (ms)", "column": "latency_ms"}
-        return axis | {"interval": "Student-t interval over seeds", "test": "Welch's t-test over seeds"}, coords, diffs
+        return axis | {"interval": _latency_words(latency), "test": "Welch's t-test over seeds"}, latency, diffs
     if all(finite(r.gmacs) for r in rs):
         coords = {r.resolution: _coordinate(r.gmacs) for r in rs}
         gmacs = {r.resolution: float(r.gmacs) for r in rs}  # type: ignore[arg-type]
@@ -157,12 +176,20 @@ def _cost_axis(rs: list[SummaryRow], level: float, latencies: Mapping[int, list[
             diffs,
         )
     if has_latency:  # one seed, no count to fall back on: measured, but no test can tell the resolutions apart
-        coords = {r.resolution: _coordinate(r.latency_ms) for r in rs}
         why = "one seed at some resolution: latency cannot be tested, so it keeps every resolution"
         diffs = [Difference("cost", str(a), str(b), None, reason=why) for a, b in _pairs(res)]
-        axis = {"name": "cost", "words": "latency, batch 1 (ms)", "column": "latency_ms", "interval": "no interval"}
-        return axis | {"test": "none (one seed)", "why": why}, coords, diffs
+        axis = {"name": "cost", "words": "latency, batch 1 (ms)", "column": "latency_ms"}
+        return axis | {"interval": _latency_words(latency), "test": "none (one seed)", "why": why}, latency, diffs
     return "no cost: latency and GMACs missing at some resolution"
+
+
+def _latency_words(coords: Mapping[int, Coordinate]) -> str:
+    """Which interval the latency coordinates carry: LATENCY_INTERVAL, where only some resolutions have one, or
+    none (the trials kept too few timed calls, or none)."""
+    have = sum(c.has_interval for c in coords.values())
+    if not have:
+        return "no interval (too few timed calls kept; see the rows' notes)"
+    return LATENCY_INTERVAL if have == len(coords) else f"{LATENCY_INTERVAL}, where the trials kept enough calls"
 
 
 def _welch(a: int, b: int, at_a: Sequence[float], at_b: Sequence[float]) -> Difference:
@@ -249,7 +276,7 @@ def _model_front(
     level = next((float(r.ci_level) for r in rs if finite(r.ci_level)), 0.95)
     resolutions = [r.resolution for r in rs]
     axes, coords, diffs, missing = [score[0]], {"score": score[1]}, list(score[2]), []
-    cost = _cost_axis(rs, level, measured.latencies(model))
+    cost = _cost_axis(rs, measured.latencies(model))
     for name, found in (("cost", cost), ("quality", _quality_axis(model, resolutions, quality, measured))):
         if isinstance(found, str):
             missing.append(f"{found}: {name} left out")

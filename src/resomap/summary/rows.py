@@ -70,8 +70,16 @@ class SummaryRow:
     test_macro_recall_std: float | None = None
     latency_ms: float | None = over_seeds("profile", "latency_median_ms", by_resolution="latency_p50_ms")
     latency_ms_std: float | None = None
+    # the latency's interval over the seeds' trials from each trial's timed calls at ci_level (summary.front.
+    # timing_columns, stats.timing_interval: the lowest to the highest of the trials' order-statistic intervals of
+    # their median call), never below zero; None where a trial kept too few calls (the note says so) or none
+    latency_ms_ci_low: float | None = statistic(by_resolution="latency_p50_ms_ci_low")
+    latency_ms_ci_high: float | None = statistic(by_resolution="latency_p50_ms_ci_high")
     throughput_ips: float | None = over_seeds("profile", "throughput_inference_ips")
     throughput_ips_std: float | None = None
+    # the inference throughput's interval from the same calls (images per second of each call)
+    throughput_ips_ci_low: float | None = statistic()
+    throughput_ips_ci_high: float | None = statistic()
     train_throughput_ips: float | None = over_seeds("profile", "throughput_train_ips")
     train_throughput_ips_std: float | None = None
     peak_memory_mb: float | None = over_seeds("profile", "peak_memory_mb", by_resolution="peak_memory_mb")

@@ -116,6 +116,7 @@ def headline_cells(
     trivial = trivial_words(rows)
     named = baseline_names(rows)
     said = first.say(first.headline)
+    timed = any(_ok(r.latency_ms_ci_low) for r in rows)
     header = [
         "model",
         "px",
@@ -123,7 +124,7 @@ def headline_cells(
         *([f"above {trivial} [{pct} CI] (its {said}; {ABOVE_P})"] if trivial else []),
         *(f"above {baseline_label(rows, n)} [{pct} CI] (its {said}; {ABOVE_P})" for n in named),
         "undertrained",
-        "latency ms",
+        f"latency ms [{pct} CI]" if timed else "latency ms",
         "vs reference",
         "smallest sufficient",
     ]
@@ -135,13 +136,21 @@ def headline_cells(
             *([above_trivial(r)] if trivial else []),
             *(above_baseline(r, name) for name in named),
             undertrained_cell(r.undertrained),
-            fmt_spread(r.value("latency_ms"), r.value("latency_ms_std")),
+            latency_cell(r, timed),
             r.verdict or "-",
             _mark(r, withheld) or "-",
         ]
         for r in rows
     ]
     return header, body
+
+
+def latency_cell(r: SummaryRow, timed: bool) -> str:
+    """The latency over seeds: with its interval from the trials' timed calls where the table has them (``timed``:
+    '2.104 [1.998, 2.230]', the estimate alone where this row lacks one), else the mean ± std across seeds."""
+    if timed:
+        return fmt_interval(r.latency_ms, r.latency_ms_ci_low, r.latency_ms_ci_high)
+    return fmt_spread(r.latency_ms, r.latency_ms_std)
 
 
 def detail_cells(rows: list[SummaryRow]) -> tuple[list[str], list[list[str]]]:
