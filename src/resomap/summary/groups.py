@@ -28,7 +28,7 @@ import numpy as np
 
 from resomap import stats
 from resomap.config.schema import StatsConfig
-from resomap.summary.aligned import TrialRecord
+from resomap.summary.aligned import TrialRecord, deterministic
 from resomap.summary.decision import (
     by_model,
     decide,
@@ -77,8 +77,9 @@ def group_decisions(records: Iterable[TrialRecord], cfg: StatsConfig) -> GroupDe
         kept, _ = kept_resolutions(model, by_res, cfg)
         task = next(iter(by_res.values()))[0].task
         found = scores_by_resolution(kept, task) if kept else "every resolution was dropped"
+        fixed = deterministic(kept)  # one fit: one seed decides as several (the model's decision does the same)
         for name in names:
-            mine = model_group_rows(model, name, codes[name], found, task, cfg)
+            mine = model_group_rows(model, name, codes[name], found, task, cfg, fixed)
             rows += mine
             steps = _interactions(model, name, mine, (codes[name], found, task), cfg) if _apart(mine) else []
             differ += _differ(model, name, mine, steps) + _too_few_values(model, name, mine)
@@ -87,9 +88,16 @@ def group_decisions(records: Iterable[TrialRecord], cfg: StatsConfig) -> GroupDe
 
 
 def model_group_rows(
-    model: str, name: str, group: tuple[dict[int, int], list[str]], found: Any, task: Any, cfg: StatsConfig
+    model: str,
+    name: str,
+    group: tuple[dict[int, int], list[str]],
+    found: Any,
+    task: Any,
+    cfg: StatsConfig,
+    fixed: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per value of group `name` for one model (module doc); `found`: the model's Compared or a reason."""
+    """One row per value of group `name` for one model (module doc); `found`: the model's Compared or a reason;
+    `fixed`: the model's seeds are one fit (summary.aligned.deterministic)."""
     by_index, values = group
     alpha = family_alpha(model, cfg, len(values))
     headline = task.scores[0]
@@ -115,7 +123,7 @@ def model_group_rows(
             rows.append(_not_decided(row, f"n too small: {int(chosen.sum())} test image(s) of {name} = {value}"))
             continue
         scores = {r: np.asarray(a, dtype=float)[:, chosen] for r, a in arrays.items()}
-        rows.append(_decided(row, scores, headline, len(found.seeds), cfg))
+        rows.append(_decided(row, scores, headline, len(found.seeds), cfg, fixed))
     return rows
 
 
@@ -124,10 +132,13 @@ def _image_codes(by_index: Mapping[int, int], found: Any) -> np.ndarray:
     return np.array([by_index.get(int(i), -1) for i in found.common], dtype=np.int64)
 
 
-def _decided(row: dict[str, Any], scores: dict[int, np.ndarray], headline: Any, n_seeds: int, cfg: StatsConfig):
+def _decided(
+    row: dict[str, Any], scores: dict[int, np.ndarray], headline: Any, n_seeds: int, cfg: StatsConfig, fixed: bool
+):
     """The value's decision at the row's Bonferroni alpha, and its score at every resolution with its interval."""
     images = f"test images of {row['group']} = {row['value']}"
-    decision = decide(scores, cfg, alpha=row["alpha"], binary=headline.binary, words=headline.words, images=images)
+    kw = {"binary": headline.binary, "words": headline.words, "images": images, "deterministic": fixed}
+    decision = decide(scores, cfg, alpha=row["alpha"], **kw)
     settings = {"level": cfg.level, "resamples": cfg.resamples, "seed": cfg.seed}
     found = {r: stats.bootstrap_scores(v, **settings) for r, v in sorted(scores.items())}
     said = (
