@@ -5,6 +5,7 @@ HTML report on the parent, one line per trial on the console; the UI app's model
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import os
 from pathlib import Path
@@ -290,6 +291,79 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     for run_id, n in counts.items():
         assert len(client.list_artifacts(run_id, "images")) == n  # nothing logged twice
     assert len(client.search_runs([exp.experiment_id])) == 1 + len(RESOLUTIONS)
+
+
+def test_a_closed_form_run_shows_the_fit_chosen_on_validation_and_its_penalty_grid(project: Path):
+    """pixel_logreg (one solver fit per penalty, the best on validation kept): its run's train/* and val/* are the
+    chosen fit's (the convergence record's best epoch, the penalty the summary names), one point each; no `epoch`
+    nor epoch counts; the grid is `penalty/*` against the penalty's index and a table with the chosen row marked."""
+    args = ["-q", "sweep", "--preset", "smoke", "sweep.models=[pixel_logreg]", "sweep.resolutions=[16]"]
+    assert main([*args, "profiling.enabled=false", "explainability.enabled=false"]) == 0
+    client = _client(project)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("resomap-smoke").experiment_id], "tags.`resomap.kind` = 'trial'"
+    )
+    result = json.loads((trial_summary(project, "pixel_logreg", 16) / "result.json").read_text())
+    history, best = result["history"], result["convergence"]["best_epoch"]
+    chosen = history[best]
+    summary_dir = project / "model_summaries" / "_sweep" / "resomap-smoke"
+    (row,) = json.loads((summary_dir / "summary.json").read_text())["rows"]
+    assert [c["penalty"] for c in row["convergence"]] == [chosen["train/penalty_C"]]  # what the summary says
+    metrics = run.data.metrics
+    for key in ("train/loss", "train/accuracy", "train/penalty_C", "val/loss", "val/accuracy", "val/macro_f1"):
+        assert metrics[key] == pytest.approx(chosen[key]), key
+        assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] == [(0, metrics[key])]
+    assert not [k for k in metrics if "epoch" in k], metrics  # neither `epoch`, best_epoch nor epoch seconds
+    assert metrics["convergence/undertrained"] == float(result["convergence"]["undertrained"])
+    # the grid: each penalty's fit, step = its index (strongest penalty first)
+    for key, name in (("penalty/C", "train/penalty_C"), ("penalty/val_loss", "val/loss"), ("penalty/fit_time_s", None)):
+        points = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        assert [step for step, _ in points] == list(range(len(history)))
+        if name is not None:
+            assert [value for _, value in points] == pytest.approx([h[name] for h in history]), key
+    table = client.download_artifacts(run.info.run_id, "penalty_grid.csv", str(project))
+    with open(table, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [float(r["penalty/C"]) for r in rows] == [h["train/penalty_C"] for h in history]
+    assert [int(r["chosen"]) for r in rows] == [int(i == best) for i in range(len(history))]
+    assert f"penalty chosen on validation: C = {chosen['train/penalty_C']:g}" in run.data.tags["mlflow.note.content"]
+
+
+def test_a_resumed_closed_form_fit_logs_the_penalties_its_run_lacks_as_its_grid():
+    """The live callback: a closed-form fit's rows go to the grid (`penalty/*`, step = the penalty's index, no
+    `epoch`); a penalty the run holds already (an earlier attempt) is not logged twice; a gradient fit's epochs stay
+    epochs."""
+    from types import SimpleNamespace
+
+    from resomap.tracking.live import MlflowCallback
+
+    class Held:
+        def __init__(self, held: dict[str, list[int]]):
+            self.held, self.logged = held, []
+
+        def metric_history(self, run_id, key):
+            return [SimpleNamespace(step=s) for s in self.held.get(key, [])]
+
+        def log_metrics(self, run_id, metrics, step=None):
+            self.logged.append((step, dict(metrics)))
+
+    def fit(callback, rows):
+        callback.on_fit_start(None)
+        for i, row in enumerate(rows):
+            callback.on_train_epoch_end(None, {k: v for k, v in row.items() if not k.startswith("val/")})
+            callback.on_validation_end(SimpleNamespace(epoch=i), {k: v for k, v in row.items() if k.startswith("val/")})
+
+    grid = [
+        {"epoch": i, "train/loss": 1.0 / (i + 1), "train/penalty_C": c, "val/loss": 0.5}
+        for i, c in enumerate((1e-3, 1e-2, 1e-1))
+    ]
+    tracker = Held({"penalty/C": [0, 1], "epoch": [0, 1, 2]})  # an earlier attempt logged two penalties
+    fit(MlflowCallback(tracker, "run"), grid)
+    assert tracker.logged == [(2, {"penalty/train_loss": 1 / 3, "penalty/C": 0.1, "penalty/val_loss": 0.5})]
+    epochs = [{"epoch": i, "train/loss": 1.0, "val/loss": 0.5} for i in range(3)]
+    tracker = Held({"penalty/C": [0, 1, 2], "epoch": [0]})
+    fit(MlflowCallback(tracker, "run"), epochs)
+    assert [step for step, _ in tracker.logged] == [1, 2] and all("epoch" in m for _, m in tracker.logged)
 
 
 def test_the_ui_app_defaults_the_browser_to_model_training():

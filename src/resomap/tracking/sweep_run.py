@@ -225,9 +225,9 @@ def child_records(
 
 def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mapping[str, Any] | None) -> str:
     """A trial run's description (markdown): its test score, its model @ resolution's pooled score with interval,
-    whether it is undertrained (its own convergence record), where that model @ resolution stands against the
-    baselines (`against`: the summary's words, summary.build.SweepSummary.baselines_at) and its model's
-    recommendation."""
+    whether it is undertrained (its own convergence record; a closed-form fit: the penalty it chose), where that
+    model @ resolution stands against the baselines (`against`: the summary's words,
+    summary.build.SweepSummary.baselines_at) and its model's recommendation."""
     model, resolution, seed = trial.get("model"), trial.get("resolution"), trial.get("seed")
     lines = [f"**{model} at {resolution} px, seed {seed}**", ""]
     if row is not None:
@@ -241,7 +241,12 @@ def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mappi
             lines.append(f"- {model} at {resolution} px over {seeds}: {interval}")
     conv = trial.get("convergence") or {}
     if conv:
+        from resomap.summary.convergence import chosen_penalty
+
         said = f"undertrained: {conv.get('undertrained_reason')}" if conv.get("undertrained") else "not undertrained"
+        penalty = chosen_penalty(trial.get("history") or [], conv.get("best_epoch"))  # a closed-form fit's
+        if penalty is not None:
+            said += f"; penalty chosen on validation: C = {penalty:g}"
         lines.append(f"- training: {said}")
     if against:
         lines.append(f"- baselines: {against}")
