@@ -32,11 +32,12 @@ from resomap.config import Config
 from resomap.records import PROBE_IMAGES_DIR
 from resomap.tracking.live import GRID_C, PENALTY, chosen_fit, grid_points, is_grid_row
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
-from resomap.tracking.views import LATENCY_METRIC, RESOLUTION_METRIC, SCORE_METRIC
+from resomap.tracking.views import LATENCY_METRIC, RESOLUTION_METRIC, SCORE_METRIC, TRAIN_TIME_METRIC
 
 log = logging.getLogger(__name__)
 
 TRIAL_KEY_TAG = "resomap.trial_key"
+KIND_TAG = "resomap.kind"  # "trial" on a trial's run (the sweep's parent: "sweep")
 GROUP_TAG = "model_resolution"  # <model>@<resolution>: MLflow's group-by over seeds
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
@@ -99,7 +100,7 @@ def config_digest(cfg: Config) -> str:
 def trial_tags(key: str, data: Mapping[str, Any], cfg: Config) -> dict[str, Any]:
     return {
         TRIAL_KEY_TAG: key,
-        "resomap.kind": "trial",
+        KIND_TAG: "trial",
         **{k: data[k] for k in ("model", "family", "resolution", "seed")},
         GROUP_TAG: f"{data['model']}@{data['resolution']}",  # group-by without the seed: mean and spread over seeds
         "dataset": cfg.data.dataset,
@@ -273,8 +274,8 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
 
 def table_metrics(data: Mapping[str, Any]) -> dict[str, float]:
     """The runs table's and the sweep view's metrics of one result (resomap.tracking.views): its resolution (the
-    charts' x axis), its headline test score (its task's first score: accuracy, mIoU) to 3 decimals and its median
-    latency to 3 significant digits (MLflow's table prints every digit a metric holds)."""
+    charts' x axis), its headline test score (its task's first score: accuracy, mIoU) to 3 decimals, its median
+    latency and its training seconds to 3 significant digits (MLflow's table prints every digit a metric holds)."""
     from resomap.tasks import of_result
 
     out = {RESOLUTION_METRIC: float(data["resolution"])}
@@ -284,6 +285,8 @@ def table_metrics(data: Mapping[str, Any]) -> dict[str, float]:
     latency = (data.get("profile") or {}).get("latency_median_ms")
     if is_number(latency):
         out[LATENCY_METRIC] = float(f"{latency:.3g}")
+    if is_number(data.get("train_time_s")):
+        out[TRAIN_TIME_METRIC] = float(f"{data['train_time_s']:.3g}")
     return out
 
 
