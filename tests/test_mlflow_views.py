@@ -5,6 +5,7 @@ HTML report on the parent, one line per trial on the console; the UI app's model
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import os
 from pathlib import Path
@@ -25,7 +26,10 @@ from resomap.tracking.sweep_run import resolution_points
 from resomap.tracking.views import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
+    HEADROOM,
     LATENCY_METRIC,
+    MODELS_TAG,
+    PALETTE,
     PARALLEL_TAG,
     RECOMMENDED_TAG,
     RESOLUTION_METRIC,
@@ -34,6 +38,13 @@ from resomap.tracking.views import (
     SCORE_METRIC,
     VIEW_COLUMNS,
     VIEW_TAG,
+    chart_ranges,
+    experiment_tags,
+    group_id,
+    model_colors,
+    view_charts,
+    view_ranges,
+    with_ranges,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,8 +78,16 @@ def test_experiments_are_tagged_model_training_with_the_runs_view(project: Path)
         assert view["groupsExpanded"] == {"param.model": True}  # the parent's group open (the models' open anyway)
         # charts against resolution: each line card's x axis is the resolution metric, per group (model)
         lines = {c["metricKey"]: c for c in view["compareRunCharts"]}
-        assert list(lines) == ["score", "latency_ms", "agreement/saliency", "agreement/gradcam"]
+        methods = ("saliency", "gradcam")
+        costs = ["test/macro_f1", "profile/peak_memory_mb", "profile/gmacs", "train_time_s"]
+        explain = [f"explain/{m}/seconds" for m in methods]
+        assert list(lines) == ["score", "latency_ms", *(f"agreement/{m}" for m in methods), *costs, explain[0]]
+        assert lines[explain[0]]["selectedMetricKeys"] == explain  # every method's seconds in one card
         assert all(c["xAxisKey"] == "metric" and c["selectedXAxisMetricKey"] == "resolution" for c in lines.values())
+        # the score with its pooled interval, each agreement with its chance level (drawn dashed beside it)
+        assert lines["score"]["selectedMetricKeys"] == ["score", "score_low", "score_high"]
+        assert lines["agreement/gradcam"]["selectedMetricKeys"] == ["agreement/gradcam", "agreement_chance/gradcam"]
+        assert json.loads(tags[MODELS_TAG]) == ["tiny_cnn"]  # the smoke preset's: the order of their colours
         assert view["useGroupedValuesInCharts"] and view["compareRunSections"][0]["uuid"] == "against resolution"
         # the parallel-coordinates view: the same runs ungrouped (MLflow's card refuses grouped string params)
         parallel = json.loads(tags[PARALLEL_TAG])
@@ -186,6 +205,20 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         assert f"- test accuracy: {run.data.metrics['test/accuracy']:.3f} (this seed)" in child_note
         assert f"over 1 seed: {row['test_accuracy_pooled']:.3f} [{low:.3f}, {high:.3f}]" in child_note
         assert "- training: " in child_note and "- baselines: " in child_note and "'s decision: " in child_note
+        assert "penalty chosen" not in child_note  # a gradient fit: its epochs, no penalty grid
+        # the map agreement beside its chance level (maps of different probe images), what the view draws
+        assert {"agreement/gradcam", "agreement_chance/gradcam"} <= set(run.data.metrics)
+    # the sweep view's line cards: a y range holding every value of the trial runs, with HEADROOM of their span
+    # above the highest (plotly's toolbar covers the top of a chart); a card with no values keeps MLflow's
+    view = client.get_experiment(exp.experiment_id).tags[VIEW_TAG]
+    for card in json.loads(view)["compareRunCharts"]:
+        values = [r.data.metrics[k] for r in runs.values() for k in card["selectedMetricKeys"] if k in r.data.metrics]
+        if not values:
+            assert card["range"] == {}, card
+            continue
+        low, high, got = min(values), max(values), card["range"]
+        assert got["yMin"] <= low and got["yMax"] > high, card
+        assert got["yMax"] - high >= HEADROOM * (high - low) - 1e-9, card  # float rounding of the bound
     # one model, one seed: no answer across models and no smallest sufficient resolution shown; the parent's
     # `recommended` says the model's own result, and it holds no score (never the highest raw one)
     top = max(RESOLUTIONS)
@@ -291,7 +324,158 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     assert "[sync] 2 logged" in capsys.readouterr().out
     for run_id, n in counts.items():
         assert len(client.list_artifacts(run_id, "images")) == n  # nothing logged twice
+    assert client.get_experiment(exp.experiment_id).tags[VIEW_TAG] == view  # the same runs, the same ranges
     assert len(client.search_runs([exp.experiment_id])) == 1 + len(RESOLUTIONS)
+
+
+def test_a_closed_form_run_shows_the_fit_chosen_on_validation_and_its_penalty_grid(project: Path):
+    """pixel_logreg (one solver fit per penalty, the best on validation kept): its run's train/* and val/* are the
+    chosen fit's (the convergence record's best epoch, the penalty the summary names), one point each; no `epoch`
+    nor epoch counts; the grid is `penalty/*` against the penalty's index and a table with the chosen row marked."""
+    args = ["-q", "sweep", "--preset", "smoke", "sweep.models=[pixel_logreg]", "sweep.resolutions=[16]"]
+    assert main([*args, "profiling.enabled=false", "explainability.enabled=false"]) == 0
+    client = _client(project)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("resomap-smoke").experiment_id], "tags.`resomap.kind` = 'trial'"
+    )
+    result = json.loads((trial_summary(project, "pixel_logreg", 16) / "result.json").read_text())
+    history, best = result["history"], result["convergence"]["best_epoch"]
+    chosen = history[best]
+    summary_dir = project / "model_summaries" / "_sweep" / "resomap-smoke"
+    (row,) = json.loads((summary_dir / "summary.json").read_text())["rows"]
+    assert [c["penalty"] for c in row["convergence"]] == [chosen["train/penalty_C"]]  # what the summary says
+    metrics = run.data.metrics
+    for key in ("train/loss", "train/accuracy", "train/penalty_C", "val/loss", "val/accuracy", "val/macro_f1"):
+        assert metrics[key] == pytest.approx(chosen[key]), key
+        assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] == [(0, metrics[key])]
+    assert not [k for k in metrics if "epoch" in k], metrics  # neither `epoch`, best_epoch nor epoch seconds
+    assert metrics["convergence/undertrained"] == float(result["convergence"]["undertrained"])
+    # the grid: each penalty's fit, step = its index (strongest penalty first)
+    for key, name in (("penalty/C", "train/penalty_C"), ("penalty/val_loss", "val/loss"), ("penalty/fit_time_s", None)):
+        points = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        assert [step for step, _ in points] == list(range(len(history)))
+        if name is not None:
+            assert [value for _, value in points] == pytest.approx([h[name] for h in history]), key
+    table = client.download_artifacts(run.info.run_id, "penalty_grid.csv", str(project))
+    with open(table, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [float(r["penalty/C"]) for r in rows] == [h["train/penalty_C"] for h in history]
+    assert [int(r["chosen"]) for r in rows] == [int(i == best) for i in range(len(history))]
+    assert f"penalty chosen on validation: C = {chosen['train/penalty_C']:g}" in run.data.tags["mlflow.note.content"]
+
+
+def test_a_resumed_closed_form_fit_logs_the_penalties_its_run_lacks_as_its_grid():
+    """The live callback: a closed-form fit's rows go to the grid (`penalty/*`, step = the penalty's index, no
+    `epoch`); a penalty the run holds already (an earlier attempt) is not logged twice; a gradient fit's epochs stay
+    epochs."""
+    from types import SimpleNamespace
+
+    from resomap.tracking.live import MlflowCallback
+
+    class Held:
+        def __init__(self, held: dict[str, list[int]]):
+            self.held, self.logged = held, []
+
+        def metric_history(self, run_id, key):
+            return [SimpleNamespace(step=s) for s in self.held.get(key, [])]
+
+        def log_metrics(self, run_id, metrics, step=None):
+            self.logged.append((step, dict(metrics)))
+
+    def fit(callback, rows):
+        callback.on_fit_start(None)
+        for i, row in enumerate(rows):
+            callback.on_train_epoch_end(None, {k: v for k, v in row.items() if not k.startswith("val/")})
+            callback.on_validation_end(SimpleNamespace(epoch=i), {k: v for k, v in row.items() if k.startswith("val/")})
+
+    grid = [
+        {"epoch": i, "train/loss": 1.0 / (i + 1), "train/penalty_C": c, "val/loss": 0.5}
+        for i, c in enumerate((1e-3, 1e-2, 1e-1))
+    ]
+    tracker = Held({"penalty/C": [0, 1], "epoch": [0, 1, 2]})  # an earlier attempt logged two penalties
+    fit(MlflowCallback(tracker, "run"), grid)
+    assert tracker.logged == [(2, {"penalty/train_loss": 1 / 3, "penalty/C": 0.1, "penalty/val_loss": 0.5})]
+    epochs = [{"epoch": i, "train/loss": 1.0, "val/loss": 0.5} for i in range(3)]
+    tracker = Held({"penalty/C": [0, 1, 2], "epoch": [0]})
+    fit(MlflowCallback(tracker, "run"), epochs)
+    assert [step for step, _ in tracker.logged] == [1, 2] and all("epoch" in m for _, m in tracker.logged)
+
+
+def test_chart_ranges_leave_room_above_the_values_and_none_below_zero_for_positive_ones():
+    charts = view_charts(("gradcam",))
+    runs = [
+        {"score": 0.62, "score_low": 0.5, "score_high": 0.74, "latency_ms": 0.2, "agreement/gradcam": -0.2},
+        {"score": 0.9, "score_low": 0.8, "score_high": 0.97, "latency_ms": 8.0, "agreement_chance/gradcam": 0.1},
+        {"score": float("nan"), "other": 5.0},
+    ]
+    ranges = chart_ranges(runs, charts)
+    assert set(ranges) == {"resomap-score", "resomap-latency", "resomap-agreement-gradcam"}  # no value, no range
+    for uuid, (low, high) in {
+        "resomap-score": (0.5, 0.97),
+        "resomap-latency": (0.2, 8.0),
+        "resomap-agreement-gradcam": (-0.2, 0.1),
+    }.items():
+        got = ranges[uuid]
+        assert got["yMin"] <= low and got["yMax"] - high >= HEADROOM * (high - low) - 1e-9, (uuid, got)
+        assert got["yMax"] - high <= (HEADROOM + 0.1) * (high - low), (uuid, got)  # room, not a flat line
+    assert ranges["resomap-latency"]["yMin"] == 0.0  # 0.2 - FOOTROOM of 7.8 would be below zero
+    assert ranges["resomap-agreement-gradcam"]["yMin"] < -0.2  # a negative agreement keeps room below
+    one = chart_ranges([{"latency_ms": 3.0}], charts)["resomap-latency"]
+    assert one["yMin"] <= 3.0 < one["yMax"]  # one value: a span of its tenth
+    view = json.dumps({"compareRunCharts": charts})
+    assert view_ranges(with_ranges(view, ranges)) == ranges
+
+
+def test_the_sweep_view_with_every_explainer_fits_in_an_experiment_tag():
+    """MLflow refuses an experiment tag longer than MAX_EXPERIMENT_TAG_VAL_LENGTH (the view would be lost): the view
+    of a config explaining with every registered method, its y ranges set, fits."""
+    from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH
+
+    from resomap.explain.methods import registry
+    from resomap.sweep.builtins import register_builtins
+
+    register_builtins()
+    methods = sorted(registry.EXPLAINERS.names())
+    assert len(methods) >= 14
+    charts = view_charts(methods)
+    ranges = {c["uuid"]: {"yMin": -0.123456, "yMax": 1234.56} for c in charts}
+    assert len(with_ranges(experiment_tags(methods, ["a", "b"])[VIEW_TAG], ranges)) < MAX_EXPERIMENT_TAG_VAL_LENGTH
+
+
+def test_each_model_of_an_experiment_gets_its_own_colour_and_keeps_it():
+    colors = model_colors([["tiny_cnn", "lite0_linear"], ["lite0_linear", "resnet18", "tiny_cnn"]])
+    assert colors["tiny_cnn"] == PALETTE[0] and colors["lite0_linear"] == PALETTE[1]  # the most recent first
+    assert colors["resnet18"] == PALETTE[2]  # not a colour its experiment's other models have
+    many = [f"m{i}" for i in range(len(PALETTE) + 2)]
+    colors = model_colors([many])
+    assert len({colors[m] for m in many[: len(PALETTE)]}) == len(PALETTE)  # the palette, then it repeats
+
+
+def test_the_ui_app_colours_each_models_group_from_the_store(project: Path, monkeypatch: pytest.MonkeyPatch):
+    """The page `resomap ui` serves sets each model's group colour (the browser's experimentRunColors) from the
+    store's ResoMap experiments, the latest updated first."""
+    import mlflow.server.handlers as handlers
+    from mlflow.server.constants import BACKEND_STORE_URI_ENV_VAR
+
+    from resomap.tracking.ui_app import OWN_COLORS, colors_script, store_colors
+
+    for name, models in (("older", ["tiny_cnn", "resnet18"]), ("newer", ["lite0_linear", "tiny_cnn"])):
+        cfg = load("configs", "smoke", [f"mlflow.experiment={name}", f"sweep.models=[{','.join(models)}]"])
+        assert Tracker(cfg).experiment_id
+        assert Tracker(load("configs", "smoke", [f"mlflow.experiment={name}"])).experiment_id  # tiny_cnn only
+        assert json.loads(_client(project).get_experiment_by_name(name).tags[MODELS_TAG]) == models  # the rest kept
+    assert store_colors() == {}  # not in a server: nothing read
+    monkeypatch.setenv(BACKEND_STORE_URI_ENV_VAR, f"sqlite:///{project / 'mlflow.db'}")
+    monkeypatch.setattr(handlers, "_tracking_store", None)
+    try:
+        colors = store_colors()
+    finally:
+        handlers._tracking_store = None
+    newer = model_colors([["lite0_linear", "tiny_cnn"], ["tiny_cnn", "resnet18"]])
+    assert colors == {group_id(m): c for m, c in newer.items()}
+    assert colors[group_id("resnet18")] not in {colors[group_id("tiny_cnn")]}
+    script = colors_script(colors)
+    assert json.dumps(colors, sort_keys=True) in script and OWN_COLORS in script and colors_script({}) == ""
 
 
 def test_the_ui_app_defaults_the_browser_to_model_training():

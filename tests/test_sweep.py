@@ -443,8 +443,9 @@ def test_results_name_their_machine_and_a_summary_of_two_machines_says_so(projec
 
 def test_a_rerun_failed_trial_logs_each_epoch_once(project: Path, capsys, monkeypatch: pytest.MonkeyPatch):
     """A trial that failed after training is run again by --rerun-failed into the same MLflow run: a closed-form
-    model refits every penalty from the start (epochs 0..4, the same scores), and the run keeps one point per epoch
-    and metric, not two (the live callback skips the epochs the run already holds, as publish does)."""
+    model refits every penalty from the start (epochs 0..4, the same scores), and the run keeps one point per
+    penalty of its grid (`penalty/*`, step = the penalty's index) and metric, not two (the live callback skips the
+    penalties the run already holds, as publish does), and its chosen fit's train/* and val/* once."""
     import resomap.stages
 
     evaluate = resomap.stages.evaluate_trained
@@ -465,5 +466,7 @@ def test_a_rerun_failed_trial_logs_each_epoch_once(project: Path, capsys, monkey
     client, exp = _client(project)
     (run,) = client.search_runs([exp], f"tags.`{TRIAL_KEY_TAG}` != ''")
     assert run.info.run_id == result["run_id"]
-    for key in ("epoch", "val/loss", "val/accuracy", "train/loss"):
+    for key in ("penalty/C", "penalty/val_loss", "penalty/val_accuracy", "penalty/train_loss"):
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == epochs, key
+    for key in ("val/loss", "val/accuracy", "train/loss", "train/penalty_C"):
+        assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [0], key

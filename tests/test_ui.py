@@ -1,12 +1,14 @@
 """`resomap ui`: its error paths (fast), and a headless-Chromium walk through a real sweep in the MLflow UI
 (marker `browser`, run by .ci/browser): a fresh browser opens the experiment on its runs table (model training,
 not GenAI); the first link `resomap ui` prints opens the runs grouped by model and sorted by resolution, score and
-latency as metric columns and the parent's one "best" = the report's recommendation; the sweep view's chart of the
-score against resolution per model and its parallel-coordinates view; a child's map whole in its image card;
-the children's image grid, whose step slider shows the children trained at each resolution; a child's
-metric, parent and confusion matrix; the parent's accuracy against resolution (step = resolution), its image grid
-whose step moves one model's probe map across resolutions, and the HTML report in its artifacts with a working
-slider. Screenshots go to $RESOMAP_SCREENSHOTS or .ci/screenshots/."""
+latency as metric columns and the parent's one "best" = the report's recommendation; the sweep view's charts
+against resolution, one line per model in its own hue, the score with its interval, every chart's highest point
+clear of plotly's toolbar, and its parallel-coordinates view; a child's map whole in its image card; the
+children's image grid, whose step slider shows the children trained at each resolution; a child's metric, parent
+and confusion matrix; a closed-form child (lite0_linear) showing the fit chosen on validation; the parent's
+accuracy against resolution (step = resolution), its image grid whose step moves one model's probe map across
+resolutions, and the HTML report in its artifacts with a working slider. Screenshots go to $RESOMAP_SCREENSHOTS
+or .ci/screenshots/."""
 
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ import pytest
 from conftest import free_port
 from resomap.cli import build_parser, main
 from resomap.errors import ResoMapError
+from resomap.tracking.views import group_id, model_colors, view_charts
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-MODELS, RESOLUTIONS = ("tiny_cnn", "simple_cnn"), (32, 48)
+MODELS, RESOLUTIONS = ("tiny_cnn", "lite0_linear"), (32, 48)  # a gradient fit, a closed-form one
 CHILDREN = [f"{m}@{r}" for m in MODELS for r in RESOLUTIONS]
 EXPERIMENT, PARENT = "resomap-smoke", "sweep resomap-smoke"
 
@@ -457,6 +460,68 @@ def _image_runs(driver, card) -> set[str]:
     return set(driver.execute_script(script, card))
 
 
+# MLflow's lines of a chart (plotly traces: the faded copies and the seeds' bands are not hovered): each with its
+# group (the model's: tracking.views.group_id), metric, x values, colour and dash
+LINES = (
+    "return arguments[0].data.filter(t => t.uuid && t.hoverinfo !== 'skip' && t.x && t.x.length)"
+    ".map(t => ({group: t.uuid, metric: t.metricKey, x: t.x, y: t.y, colour: t.marker.color, dash: t.line.dash}))"
+)
+# the highest point of a chart's lines: its x, y, model, where it is drawn (viewport px) and its offset from the
+# plot's centre (where the pointer goes), and the toolbar's box
+HIGHEST = (
+    "const p = arguments[0], L = p._fullLayout, s = L._size, r = p.getBoundingClientRect();"
+    "let top = null;"
+    "for (const t of p.data) { if (!t.uuid || t.hoverinfo === 'skip' || !t.x) continue;"
+    "  t.x.forEach((x, i) => { if (top === null || t.y[i] > top.y) top = {x: x, y: t.y[i], group: t.uuid}; }); }"
+    "top.model = top.group.replace('param.model.', '');"
+    "top.px = r.left + s.l + L.xaxis.l2p(top.x); top.py = r.top + s.t + L.yaxis.l2p(top.y);"
+    "top.dx = Math.round(top.px - (r.left + r.width / 2)); top.dy = Math.round(top.py - (r.top + r.height / 2));"
+    "const m = p.querySelector('.modebar').getBoundingClientRect();"
+    "top.toolbar = [m.left, m.top, m.right, m.bottom];"
+    "return top;"
+)
+
+
+def _chart_card(page: _Page, title: str):
+    """The sweep view's chart card titled `title` (MLflow titles a card by its metric keys), in view, drawn."""
+    from selenium.webdriver.common.by import By
+
+    card = page.visible(By.XPATH, f"//h4[@title='{title}']/ancestor::*[.//*[contains(@class, 'js-plotly-plot')]][1]")
+    page.d.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
+    plot = card.find_element(By.CSS_SELECTOR, ".js-plotly-plot")
+    page.wait.until(lambda d: d.execute_script(LINES, plot), f"no line drawn in {title}")
+    return card
+
+
+def _hover_highest(page: _Page, plot) -> tuple[dict, bool, str]:
+    """Point at a chart's highest point: (the point, whether plotly's toolbar, shown while pointing, covers it,
+    the text of MLflow's tooltip)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    top = page.d.execute_script(HIGHEST, plot)
+
+    def pointed(d) -> str:  # from outside the plot onto it, then to the point, as a hand moves (again until shown)
+        heading = plot.find_element(By.XPATH, "ancestor::*[.//h4][1]//h4")
+        pointer = ActionChains(d).move_to_element(heading).move_to_element(plot).pause(0.3)
+        pointer.move_to_element_with_offset(plot, top["dx"], top["dy"]).pause(0.5).perform()
+        return "".join(e.text for e in d.find_elements(By.CSS_SELECTOR, "[data-testid='tooltip-container']"))
+
+    tip = page.wait.until(pointed, f"no tooltip on the highest point {top}")
+    under = "const e = document.elementFromPoint(arguments[0], arguments[1]); return !!(e && e.closest('.modebar'))"
+    covered = page.d.execute_script(under, top["px"], top["py"])
+    left, upper, right, lower = top["toolbar"]
+    covered = covered or (left <= top["px"] <= right and upper - 4 <= top["py"] <= lower + 4)  # a marker's radius
+    return top, covered, tip
+
+
+def _hue(colour: str) -> float:
+    """The hue (degrees) of a #rrggbb colour."""
+    import colorsys
+
+    return 360 * colorsys.rgb_to_hsv(*(int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)))[0]
+
+
 class _Page:
     """The driver with bounded waits on explicit conditions, and numbered screenshots."""
 
@@ -508,6 +573,7 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     from mlflow import MlflowClient
     from PIL import Image
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     url, link = ui_url
     client = MlflowClient(f"sqlite:///{swept / 'mlflow.db'}")
@@ -591,22 +657,54 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     page.wait.until(by_latency, "the runs are not ordered by latency")
     page.shot("runs_sorted_by_latency")
 
-    # the sweep view's charts: test score against resolution, one line per model, its x axis the resolution in px
+    # the sweep view's charts against resolution (its x axis titled so), one line per model in the colour resomap
+    # gave it (colour-blind-safe hues that differ): the score with its interval pooled over the seeds (dashed and
+    # dotted beside it), latency, each method's map agreement with its chance level, the costs
     browser.get(url + "/#/experiments")  # a route change first: a hash change within the runs page keeps its mode
     page.visible(By.LINK_TEXT, EXPERIMENT)
     browser.get(link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART"))
     page.visible(By.XPATH, "//*[normalize-space(text())='against resolution']")
-    card = page.visible(By.XPATH, "//h4[@title='score']/ancestor::*[.//*[contains(@class, 'js-plotly-plot')]][1]")
+    card = _chart_card(page, "score vs score_low vs score_high")
     plot = card.find_element(By.CSS_SELECTOR, ".js-plotly-plot")
-    # the lines (a band from the lowest to the highest seed is a closed path with a gap, drawn beside each)
-    traces = "return arguments[0].data.filter(t => t.x && t.x.length && !t.x.includes(null)).map(t => t.x)"
-    drawn = page.wait.until(lambda d: d.execute_script(traces, plot), "no line drawn")
-    assert {tuple(x) for x in drawn} == {tuple(RESOLUTIONS)} and len(drawn) >= len(MODELS), drawn  # at 32, 48 px
+    drawn = page.wait.until(lambda d: d.execute_script(LINES, plot), "no line drawn")
+    assert {tuple(t["x"]) for t in drawn} == {tuple(RESOLUTIONS)}, drawn  # at 32, 48 px
+    assert sorted((t["group"], t["metric"]) for t in drawn) == sorted(
+        (group_id(m), k) for m in MODELS for k in ("score", "score_low", "score_high")
+    ), drawn
+    assert {t["dash"] for t in drawn} == {"solid", "dash", "dot"}  # the score, its interval's bounds
     assert browser.execute_script("return arguments[0].layout.xaxis.title.text", plot) == "resolution"
+    colours = {t["group"]: t["colour"] for t in drawn}
+    assert colours == {group_id(m): c for m, c in model_colors([list(MODELS)]).items()}, colours
+    hues = [_hue(c) for c in colours.values()]
+    assert min(abs(hues[0] - hues[1]), 360 - abs(hues[0] - hues[1])) >= 30, colours  # distinct hues, not two pinks
     legend = card.text
-    assert all(f"{m} (score)" in legend for m in MODELS), legend
+    assert all(f"{m} (score{end})" in legend for m in MODELS for end in ("", "_low", "_high")), legend
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", card)
     page.shot("charts_score_against_resolution")
+    # every chart's highest point can be hovered: plotly's toolbar shows over the top of a plot while the pointer is
+    # on it, and the charts' y range leaves room above their values (tracking.views.chart_ranges)
+    from resomap.config import load
+
+    methods = load("configs", "smoke", []).explainability.methods
+    for chart in view_charts(methods):
+        keys = chart["selectedMetricKeys"]  # MLflow titles a card by its first 3 keys
+        title = " vs ".join(keys[:3]) + (f" + {len(keys) - 3} more" if len(keys) > 3 else "")
+        shown = _chart_card(page, title).find_element(By.CSS_SELECTOR, ".js-plotly-plot")
+        top, covered, tip = _hover_highest(page, shown)
+        assert not covered, (title, top)
+        assert tip.startswith(f"resolution {top['x']}\n") and top["model"] in tip, (title, top, tip)
+        if title.startswith("agreement/gradcam"):
+            assert any(t["metric"] == "agreement_chance/gradcam" for t in browser.execute_script(LINES, shown))
+            page.shot("charts_agreement_hovered")
+    # a colour picked by hand (MLflow keeps it in the browser, as resomap's page keeps its own) stays on a new visit
+    pick = "const k = 'experimentRunColors', a = JSON.parse(localStorage.getItem(k)); a[arguments[0]] = arguments[1];"
+    browser.execute_script(pick + "localStorage.setItem(k, JSON.stringify(a))", group_id(MODELS[0]), "#123456")
+    browser.get(url + "/")  # a new page load (not a hash change): resomap's page sets the colours again
+    page.visible(By.LINK_TEXT, EXPERIMENT)
+    browser.get(link.replace("compareRunsMode=TABLE", "compareRunsMode=CHART"))
+    plot = _chart_card(page, "score vs score_low vs score_high").find_element(By.CSS_SELECTOR, ".js-plotly-plot")
+    again = {t["group"]: t["colour"] for t in page.wait.until(lambda d: d.execute_script(LINES, plot))}
+    assert again == {**colours, group_id(MODELS[0]): "#123456"}, again
 
     # the parallel-coordinates view: model, resolution, seed -> score, latency over every run
     browser.get(url + "/#/experiments")
@@ -671,11 +769,36 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     page.open_artifact("figures", "confusion_matrix.png", Image.open(matrix).width)
     page.shot("child_confusion_matrix")
 
+    # a closed-form child (lite0_linear: one fit per penalty of a grid, the best on validation kept): its run shows
+    # the chosen fit, the one its convergence record and the summary name (val/loss and train/penalty_C of the
+    # grid's row at the best epoch), no epoch metric, and the whole grid as penalty/* (step = the penalty's index)
+    where = ("lite0_linear", max(RESOLUTIONS))
+    fitted = runs["{}@{}".format(*where)]
+    result = json.loads(next(swept.glob("model_summaries/*/{}/{}/seed*/result.json".format(*where))).read_text())
+    best = result["convergence"]["best_epoch"]
+    chosen = next(row for i, row in enumerate(result["history"]) if row.get("epoch", i) == best)
+    summary_rows = json.loads((summary_dir / "summary.json").read_text())["rows"]
+    row = next(r for r in summary_rows if (r["model"], r["resolution"]) == where)
+    assert [c["penalty"] for c in row["convergence"]] == [chosen["train/penalty_C"]]  # what the summary says
+    grid = sorted((m.step, m.value) for m in client.get_metric_history(fitted.info.run_id, "penalty/C"))
+    assert grid == [(i, h["train/penalty_C"]) for i, h in enumerate(result["history"])]
+    browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{fitted.info.run_id}")
+    box = page.visible(By.CSS_SELECTOR, "input[placeholder='Search metrics']")
+    for key in ("epoch", "val/loss", "train/penalty_C"):
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(key)
+        table = box.find_element(By.XPATH, "ancestor::*[.//*[@role='row']][1]")
+        rows = lambda d, t=table: [r.text.split("\n") for r in t.find_elements(By.CSS_SELECTOR, "[role='row']")][1:]  # noqa: E731
+        if key == "epoch":  # not one: nor convergence/best_epoch, nor per-fit seconds named by epochs
+            page.wait.until(lambda d, t=table: "No metrics match" in t.text, "an epoch metric on a closed-form run")
+            continue
+        shown = page.wait.until(lambda d, k=key, f=rows: [r for r in f(d) if r[0] == k], f"{key} not shown")
+        assert float(shown[0][1]) == pytest.approx(chosen[key]), (key, shown, chosen)
+    page.shot("closed_form_child_chosen_fit")
+
     # the parent's charts: accuracy against resolution (step = resolution)
     browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}/model-metrics")
     search = page.visible(By.CSS_SELECTOR, "input[placeholder='Search metric charts']")
-    from selenium.webdriver.common.keys import Keys
-
     search.send_keys(Keys.CONTROL, "a")  # the box keeps the last run page's search
     search.send_keys("by_resolution/tiny_cnn/test_accuracy")
     page.visible(By.XPATH, "//*[starts-with(normalize-space(text()), 'by_resolution/tiny_cnn')]")
@@ -687,7 +810,7 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     page.shot("parent_accuracy_vs_resolution")
 
     # the parent's image grid: one probe map of one model; its step slider moves across resolutions
-    key = "probe/simple_cnn/gradcam/00"  # the first image card (sections are sorted by key)
+    key = "probe/lite0_linear/gradcam/00"  # the first image card (sections are sorted by key)
     card = page.visible(By.XPATH, f"//h4[@title='{key}']/ancestor::*[.//input][1]")
     # it opens at step 0 (MLflow's default) on the overview: the map at every resolution, titled "all resolutions"
     opened = page.wait.until(lambda d: _loaded_images(d, card), "the image card opens empty")

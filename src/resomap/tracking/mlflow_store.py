@@ -193,7 +193,7 @@ class Tracker:
             exp_id = client.create_experiment(self.experiment_name, artifact_location=location)
             self._tag_experiment(client, exp_id, config_view_tags(self.cfg))
             return exp_id
-        wanted = config_view_tags(self.cfg)  # an experiment made before ResoMap tagged it, or by hand
+        wanted = config_view_tags(self.cfg, exp.tags)  # an experiment made before ResoMap tagged it, or by hand
         self._tag_experiment(client, exp.experiment_id, {k: v for k, v in wanted.items() if exp.tags.get(k) != v})
         return exp.experiment_id
 
@@ -208,6 +208,15 @@ class Tracker:
             log.warning(
                 "MLflow: the sweep view was not saved on experiment %s (%s); runs are logged as ever", exp_id, msg
             )
+
+    def experiment_tags(self) -> dict[str, str]:
+        """The experiment's tags (empty when the store cannot be reached)."""
+        found = self._soft("read the experiment", self.client.get_experiment, self.experiment_id)
+        return dict(found.tags) if found is not None else {}
+
+    def tag_experiment(self, tags: Mapping[str, str]) -> None:
+        """Set the experiment's `tags` (the sweep view's y ranges once a summary is made); refused: one warning."""
+        self._tag_experiment(self.client, self.experiment_id, tags)
 
     # ---------------------------------------------------------------- runs
     def start_run(self, name: str, tags: Mapping[str, Any] | None = None, parent_run_id: str | None = None) -> str:
@@ -410,7 +419,10 @@ class NullTracker:
     def artifact_paths(self, run_id: str) -> set[str]:
         return set()
 
-    start_run = get_run = _nothing
+    def experiment_tags(self) -> dict[str, str]:
+        return {}
+
+    start_run = get_run = tag_experiment = _nothing
     find_runs = metric_history = _no_runs
     has_logged_model = replace_metrics = _false
     end_run = reopen_run = log_params = log_metrics = set_tags = delete_tag = _nothing

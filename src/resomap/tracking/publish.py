@@ -30,17 +30,20 @@ from typing import Any, Protocol
 
 from resomap.config import Config
 from resomap.records import PROBE_IMAGES_DIR
+from resomap.tracking.live import GRID_C, PENALTY, chosen_fit, grid_points, is_grid_row
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
-from resomap.tracking.views import LATENCY_METRIC, RESOLUTION_METRIC, SCORE_METRIC
+from resomap.tracking.views import LATENCY_METRIC, RESOLUTION_METRIC, SCORE_METRIC, TRAIN_TIME_METRIC
 
 log = logging.getLogger(__name__)
 
 TRIAL_KEY_TAG = "resomap.trial_key"
+KIND_TAG = "resomap.kind"  # "trial" on a trial's run (the sweep's parent: "sweep")
 GROUP_TAG = "model_resolution"  # <model>@<resolution>: MLflow's group-by over seeds
 ARTIFACT_FOLDERS = {".png": "figures", ".pdf": "figures", ".npz": "explanations"}
 NAMED_FOLDERS = {"profile.txt": "profile", "profile.json": "profile"}
 ALWAYS_REFRESHED = ("summary.txt", "failure.txt", "config.yaml")
 CONVERGENCE_METRICS = ("best_epoch", "epochs_run", "still_improving", "undertrained")  # convergence/<name>
+GRID_CONVERGENCE_METRICS = ("undertrained",)  # a closed-form fit's: its grid and train/penalty_C say the rest
 # plain names for the figures a reader sorts the runs table by (the profile's own JSON keeps its field names)
 HEADLINE_NAMES = {
     "profile/latency_median_ms": "profile/latency_p50_ms",
@@ -97,7 +100,7 @@ def config_digest(cfg: Config) -> str:
 def trial_tags(key: str, data: Mapping[str, Any], cfg: Config) -> dict[str, Any]:
     return {
         TRIAL_KEY_TAG: key,
-        "resomap.kind": "trial",
+        KIND_TAG: "trial",
         **{k: data[k] for k in ("model", "family", "resolution", "seed")},
         GROUP_TAG: f"{data['model']}@{data['resolution']}",  # group-by without the seed: mean and spread over seeds
         "dataset": cfg.data.dataset,
@@ -187,7 +190,39 @@ def _log_content(tracker: Any, run: Any, trial: PublishTrial, data: dict[str, An
     _log_metrics_once(tracker, run, metric_points(data, trial.summary_dir))
     _log_inputs(tracker, run, trial, data)
     have = _log_files(tracker, run_id, trial, data)
+    if GRID_TABLE not in have:
+        _log_grid_table(tracker, run_id, data)
     _log_probe_images(tracker, run_id, trial.summary_dir, data, have)
+
+
+GRID_TABLE = "penalty_grid.csv"  # a closed-form fit's grid: one row per penalty, the chosen one marked
+
+
+def grid_table(data: Mapping[str, Any]) -> str | None:
+    """A closed-form fit's penalty grid as CSV (the grid curve's `penalty/*` values by penalty, strongest first,
+    `chosen` 1 at the penalty chosen on validation), or None for any other fit."""
+    import csv
+    import io
+
+    history = data.get("history") or []
+    if not history or not is_grid_row(history[0]):
+        return None
+    best = (data.get("convergence") or {}).get("best_epoch")
+    rows = []
+    for i, row in enumerate(history):
+        chosen = best is not None and int(row.get("epoch", i)) == int(best)
+        rows.append({GRID_C: row[PENALTY], "chosen": int(chosen), **grid_points(row)})
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def _log_grid_table(tracker: Any, run_id: str, data: Mapping[str, Any]) -> None:
+    table = grid_table(data)
+    if table is not None:
+        tracker.log_text(run_id, table, GRID_TABLE)
 
 
 def convergence_tags(data: Mapping[str, Any]) -> dict[str, str]:
@@ -201,22 +236,30 @@ def convergence_tags(data: Mapping[str, Any]) -> dict[str, str]:
 
 
 def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, float]]:
-    """key -> {step: value}: per-epoch history (step = epoch index), then the step-0 summary metrics: test,
-    test_at_<res>/accuracy, explanation quality, the profile (ModelProfile.as_metrics of profile.json) and the
-    runs table's (`table_metrics`)."""
+    """key -> {step: value}: per-epoch history (step = epoch index; a closed-form fit's penalty grid as
+    `penalty/*` with step = the penalty's index, resomap.tracking.live.grid_points), then the step-0 summary
+    metrics: a closed-form fit's chosen fit (`chosen_fit`: its train/* and val/*), test, test_at_<res>/accuracy,
+    explanation quality, the profile (ModelProfile.as_metrics of profile.json) and the runs table's
+    (`table_metrics`)."""
     points: dict[str, dict[int, float]] = {}
-    for i, row in enumerate(data.get("history") or []):
+    history = data.get("history") or []
+    for i, row in enumerate(history):
         step = int(row.get("epoch", i))
-        for key, value in row.items():
+        for key, value in (grid_points(row) if is_grid_row(row) else row).items():
             if is_number(value):
                 points.setdefault(key, {})[step] = float(value)
-    flat = dict(data.get("test") or {})
+    conv = data.get("convergence") or {}
+    kept = CONVERGENCE_METRICS
+    flat: dict[str, Any] = {}
+    if history and is_grid_row(history[0]):  # its epochs are penalties: the chosen fit, not epoch counts
+        flat.update(chosen_fit(history, conv.get("best_epoch")))
+        kept = GRID_CONVERGENCE_METRICS
+    flat.update(data.get("test") or {})
     for res, metrics in (data.get("cross_resolution") or {}).items():
         if "accuracy" in metrics:
             flat[f"test_at_{res}/accuracy"] = metrics["accuracy"]
     flat.update((data.get("explain") or {}).get("metrics") or {})
-    conv = data.get("convergence") or {}
-    flat.update({f"convergence/{k}": float(conv[k]) for k in CONVERGENCE_METRICS if conv.get(k) is not None})
+    flat.update({f"convergence/{k}": float(conv[k]) for k in kept if conv.get(k) is not None})
     if data.get("profile") and (folder / "profile.json").is_file():
         from resomap.profiling import load_profile
 
@@ -231,8 +274,8 @@ def metric_points(data: Mapping[str, Any], folder: Path) -> dict[str, dict[int, 
 
 def table_metrics(data: Mapping[str, Any]) -> dict[str, float]:
     """The runs table's and the sweep view's metrics of one result (resomap.tracking.views): its resolution (the
-    charts' x axis), its headline test score (its task's first score: accuracy, mIoU) to 3 decimals and its median
-    latency to 3 significant digits (MLflow's table prints every digit a metric holds)."""
+    charts' x axis), its headline test score (its task's first score: accuracy, mIoU) to 3 decimals, its median
+    latency and its training seconds to 3 significant digits (MLflow's table prints every digit a metric holds)."""
     from resomap.tasks import of_result
 
     out = {RESOLUTION_METRIC: float(data["resolution"])}
@@ -242,6 +285,8 @@ def table_metrics(data: Mapping[str, Any]) -> dict[str, float]:
     latency = (data.get("profile") or {}).get("latency_median_ms")
     if is_number(latency):
         out[LATENCY_METRIC] = float(f"{latency:.3g}")
+    if is_number(data.get("train_time_s")):
+        out[TRAIN_TIME_METRIC] = float(f"{data['train_time_s']:.3g}")
     return out
 
 

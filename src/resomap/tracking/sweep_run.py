@@ -4,6 +4,7 @@ and the probe images, each only when the run lacks it or it changed."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,13 +22,17 @@ from resomap.tracking.note import (
     log_note_figures,
     parent_note,
 )
-from resomap.tracking.publish import _held_images
+from resomap.tracking.publish import KIND_TAG, _held_images
 from resomap.tracking.views import (
+    AGREEMENT_CHANCE,
     AGREEMENT_METRIC,
     RECOMMENDED_TAG,
     SCORE_HIGH,
     SCORE_LOW,
     SCORE_METRIC,
+    VIEW_TAG,
+    chart_ranges,
+    with_ranges,
 )
 
 log = logging.getLogger(__name__)
@@ -68,6 +73,18 @@ def agreement_at(matrices: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, i
             others = [v for j, v in enumerate(matrix[i]) if j != i and v is not None]
             if others:
                 out.setdefault((model, int(resolution)), {})[method] = sum(others) / len(others)
+    return out
+
+
+def agreement_chance(matrices: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """model -> {method: the chance level of its maps' Spearman agreement across resolutions (maps of different
+    probe images, the comparison's main grid)}."""
+    out: dict[str, dict[str, float]] = {}
+    for name, entry in matrices.items():
+        model, method = name.rsplit("/", 1)
+        value = (entry.get("chance") or {}).get("spearman")
+        if is_number(value) and value == value:
+            out.setdefault(model, {})[method] = float(value)
     return out
 
 
@@ -179,6 +196,7 @@ def publish_sweep(
     log_changed(tracker, parent, metrics, tags, drop=drop, drop_metrics=gone)
     matrices = comparison.matrices if comparison is not None else {}
     tag_children(tracker, parent, child_records(summary, matrices))
+    fit_view_ranges(tracker)
     log_metric_points(tracker, parent, resolution_points(summary.rows, matrices), namespace=BY_RESOLUTION)
 
 
@@ -208,9 +226,10 @@ def child_records(
 ) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
     """run id -> (metrics, tags) the summary adds to each trial's run: the interval of its model @ resolution's
     headline score pooled over the seeds (the summary row's, summary.rows.SummaryRow.score; 3 decimals), each
-    method's map agreement at its resolution (`agreement_at`) and its description (`child_note`)."""
+    method's map agreement at its resolution (`agreement_at`) with its chance level (`agreement_chance`) and its
+    description (`child_note`)."""
     rows = {(r.model, int(r.resolution)): r for r in summary.rows}
-    agreement = agreement_at(matrices)
+    agreement, chance = agreement_at(matrices), agreement_chance(matrices)
     decisions = {r["model"]: r for r in summary.recommendations}
     out: dict[str, tuple[dict[str, float], dict[str, str]]] = {}
     for trial in summary.trials:  # result.json trees (resomap.trial_result.TrialResult.to_dict)
@@ -224,6 +243,8 @@ def child_records(
             metrics.update({SCORE_LOW: round(float(low), 3), SCORE_HIGH: round(float(high), 3)})
         for method, value in agreement.get(where, {}).items():
             metrics[AGREEMENT_METRIC + method] = round(float(value), 3)
+            if method in chance.get(where[0], {}):
+                metrics[AGREEMENT_CHANCE + method] = round(chance[where[0]][method], 3)
         against = summary.baselines_at(*where) if hasattr(summary, "baselines_at") else ""
         note = child_note(trial, row, against, decisions.get(trial.get("model")))
         out[trial["run_id"]] = (metrics, {NOTE_TAG: note})
@@ -232,9 +253,9 @@ def child_records(
 
 def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mapping[str, Any] | None) -> str:
     """A trial run's description (markdown): its test score, its model @ resolution's pooled score with interval,
-    whether it is undertrained (its own convergence record), where that model @ resolution stands against the
-    baselines (`against`: the summary's words, summary.build.SweepSummary.baselines_at) and its model's
-    recommendation."""
+    whether it is undertrained (its own convergence record; a closed-form fit: the penalty it chose), where that
+    model @ resolution stands against the baselines (`against`: the summary's words,
+    summary.build.SweepSummary.baselines_at) and its model's recommendation."""
     model, resolution, seed = trial.get("model"), trial.get("resolution"), trial.get("seed")
     lines = [f"**{model} at {resolution} px, seed {seed}**", ""]
     if row is not None:
@@ -248,7 +269,12 @@ def child_note(trial: Mapping[str, Any], row: Any, against: str, decision: Mappi
             lines.append(f"- {model} at {resolution} px over {seeds}: {interval}")
     conv = trial.get("convergence") or {}
     if conv:
+        from resomap.summary.convergence import chosen_penalty
+
         said = f"undertrained: {conv.get('undertrained_reason')}" if conv.get("undertrained") else "not undertrained"
+        penalty = chosen_penalty(trial.get("history") or [], conv.get("best_epoch"))  # a closed-form fit's
+        if penalty is not None:
+            said += f"; penalty chosen on validation: C = {penalty:g}"
         lines.append(f"- training: {said}")
     if against:
         lines.append(f"- baselines: {against}")
@@ -267,6 +293,24 @@ def recommended_words(summary: SweepSummary) -> str:
         return "no answer: no finished trial"
     text = short_answer(summary.answer, summary.rows, summary.recommendations)
     return text if len(text) <= 250 else text[:249] + "…"
+
+
+def fit_view_ranges(tracker: Any) -> None:
+    """Give the sweep view's charts y ranges that hold every value of the experiment's trial runs with room above
+    (resomap.tracking.views.chart_ranges: plotly's toolbar covers the top of a chart), set when they changed. The
+    experiment's runs, not only this sweep's: the view shows them all. A store that cannot be read is left."""
+    view = tracker.experiment_tags().get(VIEW_TAG)
+    if not view:
+        return
+    try:
+        runs = tracker.find_runs(f"tags.`{KIND_TAG}` = 'trial'")
+    except Exception as exc:
+        log.log(warn_level(tracker), "MLflow: the sweep view's chart ranges not set (%s)", exc)
+        return
+    charts = json.loads(view).get("compareRunCharts") or []
+    fitted = with_ranges(view, chart_ranges((r.data.metrics for r in runs), charts))
+    if fitted != view:
+        tracker.tag_experiment({VIEW_TAG: fitted})
 
 
 ChildRecords = Mapping[str, tuple[Mapping[str, float], Mapping[str, str]]]  # run id -> (metrics, tags)

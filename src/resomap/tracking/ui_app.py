@@ -4,7 +4,9 @@ MLflow 3.17 chooses between its GenAI and model-training views with a switch kep
 `mlflow.workflowType_v1`, GenAI unless the user flipped it); the experiment's `mlflow.experimentKind` tag, which
 ResoMap sets, is not what its UI reads while that switch exists. So the page at `/` is MLflow's index.html with
 one line of script that sets the switch to model training when the browser has no choice stored yet (DEFAULTS):
-a user who picked GenAI keeps it. Everything else is MLflow's app, untouched.
+a user who picked GenAI keeps it. The same script gives each model's group of runs its colour (`colors_script`:
+MLflow otherwise picks a group's colour by a hash of its id, and two models can come out in near hues).
+Everything else is MLflow's app, untouched.
 
 Registered as the `resomap` app of MLflow's `mlflow.app` entry-point group (pyproject.toml), started with
 `mlflow server --app-name resomap`; MLflow's app is imported on the first request, so `mlflow server` itself does
@@ -23,13 +25,50 @@ DEFAULTS = {"mlflow.workflowType_v1": "machine_learning", "mlflow.assistant.fab.
 _SET_MISSING = "for(var k in d){if(localStorage.getItem(k)===null)localStorage.setItem(k,JSON.stringify(d[k]))}"
 SCRIPT = "<script>try{var d=" + json.dumps(DEFAULTS) + ";" + _SET_MISSING + "}catch(e){}</script>"
 
+# MLflow keeps a group's colour in localStorage "experimentRunColors" (group id -> colour; a user's pick from the runs
+# table goes there too). The colours resomap set are remembered in OWN_COLORS, so a colour is replaced only where
+# the browser holds none or still holds resomap's: a colour the user picked stays.
+OWN_COLORS = "resomap.groupColors"
+_SET_COLORS = (
+    "var K='experimentRunColors',M='" + OWN_COLORS + "',a=JSON.parse(localStorage.getItem(K)||'{}'),"
+    "m=JSON.parse(localStorage.getItem(M)||'{}');for(var g in w){if(!(g in a)||a[g]===m[g]){a[g]=w[g];m[g]=w[g]}}"
+    "localStorage.setItem(K,JSON.stringify(a));localStorage.setItem(M,JSON.stringify(m))"
+)
+
+
+def colors_script(colors: dict[str, str]) -> str:
+    """The script that sets each group's colour (group id -> colour) where the user picked none; "" for none."""
+    if not colors:
+        return ""
+    return "<script>try{var w=" + json.dumps(colors, sort_keys=True) + ";" + _SET_COLORS + "}catch(e){}</script>"
+
+
+def store_colors() -> dict[str, str]:
+    """Group id -> colour of each model of the store's ResoMap experiments (resomap.tracking.views.model_colors
+    over their MODELS_TAG, the most recently updated first); empty outside an MLflow server or when the store
+    cannot be read (MLflow's own colours then)."""
+    from mlflow.server.constants import BACKEND_STORE_URI_ENV_VAR
+
+    from resomap.tracking.views import MODELS_TAG, group_id, held_models, model_colors
+
+    if not os.environ.get(BACKEND_STORE_URI_ENV_VAR):  # not the server's process: no store of its own
+        return {}
+    try:
+        from mlflow.server.handlers import _get_tracking_store
+
+        found = _get_tracking_store().search_experiments(max_results=1000, order_by=["last_update_time DESC"])
+    except Exception:  # the page works without them
+        return {}
+    lists = [held_models(e.tags.get(MODELS_TAG)) for e in found if MODELS_TAG in (e.tags or {})]
+    return {group_id(m): c for m, c in model_colors(lists).items()}
+
 
 class ModelTrainingFirst:
     """ASGI app: GET / answers MLflow's index.html with SCRIPT in its head; every other request goes to MLflow."""
 
     def __init__(self) -> None:
         self._mlflow: Any = None
-        self._index: bytes | None = None
+        self._index: tuple[int, str] | None = None  # where the scripts go in MLflow's index.html, and the page
 
     @property
     def mlflow_app(self) -> Any:
@@ -40,7 +79,8 @@ class ModelTrainingFirst:
         return self._mlflow
 
     def index(self) -> bytes | None:
-        """MLflow's index.html with the script, or None when MLflow has none (it then answers / itself)."""
+        """MLflow's index.html with the scripts (the colours read from the store on every load, so a new sweep's
+        models have theirs), or None when MLflow has none (it then answers / itself)."""
         if self._index is None:
             from mlflow.server import app as flask_app
 
@@ -50,9 +90,9 @@ class ModelTrainingFirst:
             with open(path, encoding="utf-8") as f:
                 html = f.read()
             head = html.find("<head>")
-            at = head + len("<head>") if head >= 0 else 0
-            self._index = (html[:at] + SCRIPT + html[at:]).encode("utf-8")
-        return self._index
+            self._index = head + len("<head>") if head >= 0 else 0, html
+        at, html = self._index
+        return (html[:at] + SCRIPT + colors_script(store_colors()) + html[at:]).encode("utf-8")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         app = self.mlflow_app

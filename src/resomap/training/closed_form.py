@@ -1,6 +1,7 @@
 """What the Trainer does for a closed-form model (``closed_form = True``: resomap.models.classical) instead of
-gradient steps: one solver fit per penalty on the unaugmented training images, each scored as an epoch; and the
-process's peak memory every epoch records.
+gradient steps: one solver fit per penalty on the unaugmented training images, each scored as an epoch (a history
+row with its `train/penalty_C`; MLflow gets these rows as the penalty grid `penalty/*` and the run's own metrics
+as the chosen fit's: resomap.tracking.live); and the process's peak memory every epoch records.
 
 Each fit is deterministic (the same rows, labels, weights and penalty give the same solution), so its result (the
 fitted linear layer and its training metrics) is kept in `<output_dir>/<cache_dir>/fits/` under a digest of those
