@@ -48,7 +48,8 @@ def test_summary_md_opens_on_the_answer_and_says_each_thing_once(swept):
     assert first[4].startswith(f"Use {model} at {res} px, chosen on validation (validation accuracy:"), first[4]
     joined = " ".join(" ".join(first).split())
     assert "non-inferior within 0.02" in joined or "No configuration is cheaper" in joined
-    assert re.search(r": test accuracy [^;]*, \w+ recall \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \(\d+ test images\)", joined)
+    recall = r": test accuracy [^;]*, \w+ recall \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \(\d+ test images\)"
+    assert re.search(recall, joined)
     for m in MODELS:  # a line per model, its own decision, within the first 15 lines
         assert any(line.startswith(f"- {m}: ") for line in first), m
     assert md.lower().count("deterministic") <= len(MODELS)
