@@ -45,20 +45,22 @@ def header(path: Path) -> Header | None:
 
     try:
         with Image.open(path) as im:
-            if im.mode in ("RGB", "RGBA") and _rawmode(im).startswith(("RGB;16", "RGBA;16")):
-                return Header(im.mode, "16", False)  # 16 bits per channel that Pillow would read as 8
+            if _rgb16(im):
+                return Header(im.mode, "16", False)
             return Header(im.mode, DEEP_GRAY.get(im.mode, "8"), im.mode in GRAY_MODES)
     except (OSError, ValueError, Image.DecompressionBombError):
         return None
 
 
-def _rawmode(im) -> str:
-    """The layout of the file's pixels as Pillow's decoder reads them ('RGB;16B': 16 bits per channel); '' if none."""
+def _rgb16(im) -> bool:
+    """Whether an opened (not yet decoded) image is RGB(A) of 16 bits per channel, which Pillow would read as 8: the
+    layout its decoder reads the file's pixels in ('RGB;16B')."""
     try:
         args = im.tile[0][-1]
     except (IndexError, TypeError):
-        return ""
-    return str(args if isinstance(args, str) else (args[0] if args else ""))
+        return False
+    rawmode = str(args if isinstance(args, str) else (args[0] if args else ""))
+    return im.mode in ("RGB", "RGBA") and rawmode.startswith(("RGB;16", "RGBA;16"))
 
 
 def read_pixels(path: Path, channels: int, exif: bool) -> np.ndarray:
@@ -68,7 +70,7 @@ def read_pixels(path: Path, channels: int, exif: bool) -> np.ndarray:
     from PIL import Image
 
     with Image.open(path) as im:
-        rgb16 = im.mode in ("RGB", "RGBA") and _rawmode(im).startswith(("RGB;16", "RGBA;16"))
+        rgb16 = _rgb16(im)  # before the EXIF is read: reading it may decode the image
         turn = _orientation(im) if exif else 1  # (a PNG's EXIF may follow its pixels: Pillow decodes them to find it)
         if rgb16:
             arr = _read_rgb16(path)
