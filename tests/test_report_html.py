@@ -841,6 +841,16 @@ def test_report_on_a_read_only_file_system_says_to_use_out(tmp_path: Path, capsy
     assert "report.html (read-only file system); pass --out" in _report_refused(tmp_path, capsys)
 
 
+def test_report_out_a_folder_is_one_line(tmp_path: Path, capsys):
+    """--out naming an existing folder: one line saying to name the file, exit 2, nothing written there."""
+    _bare_sweep(tmp_path)
+    (tmp_path / "out").mkdir()
+    assert main(["report", "--summaries", str(tmp_path / "model_summaries"), "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "is a folder; give the report's file" in err, err
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 @pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: Path):

@@ -178,14 +178,19 @@ def test_ui_on_every_interface_warns_once_and_prints_an_address_other_machines_c
         # one addressed to another name
         assert _api_status(port, parts.netloc) == 200
         assert _api_status(port, f"evil.example:{port}") == 403
+        # the page at / is refused to a foreign Host as the API is (it is served after MLflow's Host check)
+        assert _api_status(port, parts.netloc, "/") == 200
+        assert _api_status(port, f"127.0.0.1:{port}", "/") == 200
+        for foreign in ("evil.example.com", f"evil.example.com:{port}"):
+            assert _api_status(port, foreign, "/") == 403, foreign
     _, alive = psutil.wait_procs(server, timeout=30)  # killed on leaving (a clean stop: the slow tests below)
     assert not alive, [p.cmdline() for p in alive]
 
 
-def _api_status(port: int, host_header: str) -> int:
-    """The status of an MLflow REST call sent to 127.0.0.1:`port` with `host_header` as its Host header (as a
-    client that was given that address would send it), whatever its answer."""
-    query = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1"
+def _api_status(port: int, host_header: str, path: str = "/api/2.0/mlflow/experiments/search?max_results=1") -> int:
+    """The status of an MLflow REST call (or a GET of another `path`) sent to 127.0.0.1:`port` with `host_header` as
+    its Host header (as a client that was given that address would send it), whatever its answer."""
+    query = f"http://127.0.0.1:{port}{path}"
     request = urllib.request.Request(query, headers={"Host": host_header})
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
@@ -279,6 +284,8 @@ def test_server_on_every_interface_answers_the_address_it_prints(project: Path):
         assert _api_status(port, f"{socket.gethostname()}:{port}") == 200
         for foreign in (f"evil.example:{port}", "evil.example", f"mlflow.lab.example.evil.example:{port}"):
             assert _api_status(port, foreign) == 403, foreign
+            assert _api_status(port, foreign, "/") == 403, foreign
+        assert _api_status(port, f"mlflow.lab.example:{port}", "/") == 200
 
 
 @pytest.mark.parametrize("host", ["999.1.1.1", "203.0.113.254", "no-such-host.invalid"])
