@@ -864,8 +864,9 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     more = browser.find_elements(By.XPATH, "//*[normalize-space(text())='Show more']")  # MLflow folds long ones
     if more:
         more[0].click()
-    page.visible(By.XPATH, f"//p[starts-with(normalize-space(), 'Use {best.split(' ')[1]} ') or "
-                           f"starts-with(normalize-space(), 'No answer across models')]")  # fmt: skip
+    said = json.loads((swept / "model_summaries" / "_sweep" / EXPERIMENT / "summary.json").read_text())["answer"]
+    first = f"Use {said['use_model']} at {said['use_resolution']} px" if said["available"] else "No answer across"
+    page.visible(By.XPATH, f"//p[starts-with(normalize-space(), '{first}')]")
     for model in MODELS:
         page.visible(By.XPATH, f"//li[starts-with(normalize-space(), '{model}: ')]")
     img = page.visible(By.CSS_SELECTOR, "img[src*='figures%2Foverview%2Faccuracy_vs_resolution.png']")
