@@ -139,6 +139,33 @@ def test_a_probe_run_in_a_worker_reaches_the_driver_whole(tmp_path: Path):
     assert len(answer["lines"]) == 1 and "cost probe: 2 model x resolution pair(s)" in answer["lines"][0]
 
 
+def test_the_probe_times_each_models_explanations_once_and_prices_its_other_resolutions_by_pixels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from resomap.sweep import eta as eta_module
+    from resomap.sweep.plan import plan
+
+    calls: list[tuple[str, int, bool]] = []
+
+    def timed(trial, prepared, device, train_s, warm):  # the stage's seconds, as the real one returns them
+        calls.append((trial.model, trial.resolution, warm))
+        return {"tiny_cnn": 3.0, "pixel_logreg": 0.5}[trial.model]
+
+    monkeypatch.setattr(eta_module, "_explain_seconds", timed)
+    cfg = tiny_sweep_config(tmp_path, ["tiny_cnn", "pixel_logreg"], [16, 32], ["saliency"], 2, "system.threads=1")
+    probes = eta_module.probe(plan(cfg, check=False), report=lambda line: None)
+    assert sorted(probes) == [("pixel_logreg", 16), ("pixel_logreg", 32), ("tiny_cnn", 16), ("tiny_cnn", 32)]
+    # one stage per model at its smallest resolution; the cheaper training step first, with the untimed warm-up
+    assert probes[("pixel_logreg", 16)].image_s < probes[("tiny_cnn", 16)].image_s
+    assert calls == [("pixel_logreg", 16, True), ("tiny_cnn", 16, False)]
+    assert probes[("tiny_cnn", 16)].explain_s == 3.0 and probes[("tiny_cnn", 32)].explain_s == 3.0 * 4
+    assert probes[("pixel_logreg", 32)].explain_s == 0.5 * 4
+    off = tiny_sweep_config(tmp_path / "off", ["tiny_cnn"], [16, 32], ["saliency"], 2, "explainability.enabled=false")
+    calls.clear()
+    assert all(p.explain_s == 0 for p in eta_module.probe(plan(off, check=False), lambda line: None).values())
+    assert calls == []
+
+
 def test_a_probe_workers_answer_sets_the_probes_and_a_broken_one_leaves_the_eta_per_pixel():
     import io
     from types import SimpleNamespace

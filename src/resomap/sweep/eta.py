@@ -11,9 +11,11 @@ the cache it makes is the one the trial then reads) and model, and times
                fit would choose under the load of the moment: the pair's predicted training seconds and its
                seconds per image of a training step;
     the trial's explanation stage on one probe image (`explain_s`: that image's seconds, without the explainers'
-               one-time set-up, x the probe images): the part of a trial outside training that grows with the
-               resolution (ROAD's imputation, the sanity check's re-explanations: on the default settings most of
-               a 128 px tiny_cnn trial), which the trials done at one resolution cannot tell.
+               one-time set-up, x the probe images), once per model at its smallest resolution and priced at its
+               others by their pixels: the part of a trial outside training that grows with the resolution
+               (ROAD's imputation, the sanity check's re-explanations: on the default settings most of a 128 px
+               tiny_cnn trial), which the trials done at one resolution cannot tell, and which a model not yet
+               run would otherwise not be priced for at all.
 
 A pending trial then costs
 
@@ -198,7 +200,6 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     out: dict[Pair, Probe] = {}
     start = time.perf_counter()
     decode = 0.0
-    warm = True  # the explanation libraries' first imports and calls, paid once, before any explanation is timed
     for pair, trial in first.items():
         cfg = trial.cfg
         try:
@@ -211,14 +212,13 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
                 prepared = prepare_trial(trial, cfg, device)  # as the trial builds them (grad checkpointing too)
                 t2 = time.perf_counter()
                 train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(prepared.model, prepared.bundle)
-                explain_s = _explain_seconds(trial, prepared, device, train_s, warm)
-                warm = warm and not cfg.explainability.enabled
             decode += t1 - t0
             stopping = cfg.training.early_stopping
             fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs
-            out[pair] = Probe(train_s, image_s, epochs, fewest, t2 - t1, explain_s)
+            out[pair] = Probe(train_s, image_s, epochs, fewest, t2 - t1)
         except Exception as exc:  # priced per pixel instead; the trial itself says what is wrong
             log.info("cost probe of %s@%s failed (%s: %s)", pair[0], pair[1], type(exc).__name__, exc)
+    out = _with_explanations(first, out)
     if out:
         train = sum(p.train_s for p in out.values())
         rest = sum(p.fixed_s() for p in out.values())
@@ -227,6 +227,40 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
             f"(data {decode:.1f} s); one trial of each: training predicted at {train / 60:.1f} min (all planned "
             f"epochs), data, model and explanations at {rest / 60:.1f} min"
         )
+    return out
+
+
+def _with_explanations(first: dict[Pair, Any], probes: dict[Pair, Probe]) -> dict[Pair, Probe]:
+    """`probes` with their explain_s: each model's explanation stage timed at its smallest probed resolution
+    (`_explain_seconds`) and priced at its other resolutions by their pixels (its methods' passes, imputations and
+    re-explanations run over every pixel). Timing every pair cost most of the probe (the quickstart: 35 of 59 s)
+    and told the ETA little the trials done do not: a model's first trial then calibrates the rest of its trials
+    (Eta._rest). The model with the cheapest training step goes first, after an untimed run that pays the
+    explanation libraries' one-time imports and first calls where they cost least."""
+    from resomap.runtime import apply_system, resolve_device
+    from resomap.sweep.trial import prepare_trial
+    from resomap.training.threads import kept_threads
+
+    out = dict(probes)
+    timed: dict[str, Pair] = {}
+    for pair in sorted(out, key=lambda p: p[1]):
+        if first[pair].cfg.explainability.enabled:
+            timed.setdefault(pair[0], pair)
+    warm = True
+    for model, pair in sorted(timed.items(), key=lambda kv: out[kv[1]].image_s):
+        trial = first[pair]
+        try:
+            device = resolve_device(trial.cfg.system)
+            with kept_threads():
+                apply_system(trial.cfg.system, device)
+                prepared = prepare_trial(trial, trial.cfg, device)  # from the cache its probe made
+                seconds = _explain_seconds(trial, prepared, device, out[pair].train_s, warm)
+        except Exception as exc:  # its explanations priced by the trials done instead
+            log.info("cost probe of %s@%s's explanations failed (%s: %s)", *pair, type(exc).__name__, exc)
+            continue
+        warm = False
+        for other in [p for p in out if p[0] == model]:
+            out[other] = dataclasses.replace(out[other], explain_s=seconds * (other[1] / pair[1]) ** 2)
     return out
 
 
