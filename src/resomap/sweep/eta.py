@@ -197,7 +197,9 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     from resomap.training.threads import kept_threads
 
     first = {(t.model, t.resolution): t for t in first_of_pairs(trials)}
+    smallest = {pair for pair in first if pair[1] == min(r for m, r in first if m == pair[0])}
     out: dict[Pair, Probe] = {}
+    kept: dict[Pair, Any] = {}  # the data and model of each model's smallest pair: its explanations are timed
     start = time.perf_counter()
     decode = 0.0
     for pair, trial in first.items():
@@ -216,9 +218,11 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
             stopping = cfg.training.early_stopping
             fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs
             out[pair] = Probe(train_s, image_s, epochs, fewest, t2 - t1)
+            if pair in smallest and cfg.explainability.enabled:
+                kept[pair] = prepared
         except Exception as exc:  # priced per pixel instead; the trial itself says what is wrong
             log.info("cost probe of %s@%s failed (%s: %s)", pair[0], pair[1], type(exc).__name__, exc)
-    out = _with_explanations(first, out)
+    out = _with_explanations(first, out, kept)
     if out:
         train = sum(p.train_s for p in out.values())
         rest = sum(p.fixed_s() for p in out.values())
@@ -230,36 +234,30 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     return out
 
 
-def _with_explanations(first: dict[Pair, Any], probes: dict[Pair, Probe]) -> dict[Pair, Probe]:
-    """`probes` with their explain_s: each model's explanation stage timed at its smallest probed resolution
-    (`_explain_seconds`) and priced at its other resolutions by their pixels (its methods' passes, imputations and
-    re-explanations run over every pixel). Timing every pair cost most of the probe (the quickstart: 35 of 59 s)
-    and told the ETA little the trials done do not: a model's first trial then calibrates the rest of its trials
-    (Eta._rest). The model with the cheapest training step goes first, after an untimed run that pays the
-    explanation libraries' one-time imports and first calls where they cost least."""
+def _with_explanations(first: dict[Pair, Any], probes: dict[Pair, Probe], kept: dict[Pair, Any]) -> dict[Pair, Probe]:
+    """`probes` with their explain_s: each model's explanation stage timed at its smallest resolution
+    (`_explain_seconds` on `kept`, that pair's data and model as its probe built them) and priced at its other
+    resolutions by their pixels (its methods' passes, imputations and re-explanations run over every pixel).
+    Timing every pair cost most of the probe (the quickstart: 35 of 59 s) and told the ETA little the trials done
+    do not: a model's first trial then calibrates the rest of its trials (Eta._rest). The model with the cheapest
+    training step goes first, after an untimed run that pays the explanation libraries' one-time imports and first
+    calls where they cost least."""
     from resomap.runtime import apply_system, resolve_device
-    from resomap.sweep.trial import prepare_trial
     from resomap.training.threads import kept_threads
 
-    out = dict(probes)
-    timed: dict[str, Pair] = {}
-    for pair in sorted(out, key=lambda p: p[1]):
-        if first[pair].cfg.explainability.enabled:
-            timed.setdefault(pair[0], pair)
-    warm = True
-    for model, pair in sorted(timed.items(), key=lambda kv: out[kv[1]].image_s):
+    out, warm = dict(probes), True
+    for pair in sorted(kept, key=lambda p: out[p].image_s):
         trial = first[pair]
         try:
             device = resolve_device(trial.cfg.system)
             with kept_threads():
                 apply_system(trial.cfg.system, device)
-                prepared = prepare_trial(trial, trial.cfg, device)  # from the cache its probe made
-                seconds = _explain_seconds(trial, prepared, device, out[pair].train_s, warm)
+                seconds = _explain_seconds(trial, kept.pop(pair), device, out[pair].train_s, warm)
         except Exception as exc:  # its explanations priced by the trials done instead
             log.info("cost probe of %s@%s's explanations failed (%s: %s)", *pair, type(exc).__name__, exc)
             continue
         warm = False
-        for other in [p for p in out if p[0] == model]:
+        for other in [p for p in out if p[0] == pair[0]]:
             out[other] = dataclasses.replace(out[other], explain_s=seconds * (other[1] / pair[1]) ** 2)
     return out
 
