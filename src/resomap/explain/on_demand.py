@@ -18,7 +18,7 @@ import json
 import logging
 import shutil
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,14 +98,14 @@ def maps_on_demand(
     previous: str | Path | None = None,
     device: Any = None,
     loaded: dict[tuple, Any] | None = None,
-    threads: int | None = None,
+    threads: Callable[[], int] | None = None,
 ) -> Path | None:
     """Write `path` (a sensitive_maps.npz) with the maps of every request, reusing the entries of `previous` (the
     summary's earlier file) that still hold; `cfg`: the sweep's config (its explainability section is what is
     explained with; a checkpoint without its trial's config.yaml beside it is rebuilt with this one); `loaded`:
     `load_checkpoints`' answer for some of the requests (each used once, then let go); `threads`: torch's intra-op
-    threads for the explanations (default: one per core other processes leave free). Returns the path, or None
-    when there is nothing to explain (no file is written)."""
+    threads for the next request's explanations, asked before each (default: one per core other processes leave
+    free, asked once). Returns the path, or None when there is nothing to explain (no file is written)."""
     if not requests:
         return None
     path, settings = Path(path), settings_key(cfg)
@@ -113,13 +113,14 @@ def maps_on_demand(
     wanted = [_identity(r, settings) for r in requests]
     found = [_reusable(old, w) if w["stamp"] is not None else None for w in wanted]
     loaded = loaded if loaded is not None else {}
+    entries = []
     with kept_threads():
-        if not all(found):  # one intra-op thread per core the figure workers and other processes leave free: two
-            torch.set_num_threads(threads or auto_threads())  # spinning on two busy cores made it ten times slower
-        entries = [
-            f or _explained(r, w, cfg, device, loaded.pop(_key(r), None))
-            for r, w, f in zip(requests, wanted, found, strict=True)
-        ]
+        if not all(found) and threads is None:  # one intra-op thread per core the figure workers and other
+            torch.set_num_threads(auto_threads())  # processes leave free: two spinning on two busy cores made it
+        for req, want, reused in zip(requests, wanted, found, strict=True):  # ten times slower (runtime)
+            if reused is None and threads is not None:
+                torch.set_num_threads(threads())
+            entries.append(reused or _explained(req, want, cfg, device, loaded.pop(_key(req), None)))
     if previous is not None and [m for _, m in entries] == [m for _, m in old]:  # every entry reused: kept as it was
         if Path(previous).resolve() != path.resolve():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -38,9 +38,10 @@ class SensitiveMaps:
 
         self.cfg, self.out_dir, self.beside = cfg, Path(out_dir), beside
         previous = on_demand_file(previous_dir) if previous_dir is not None else None
-        if previous is not None and Path(previous).is_file() and check_zip(previous) is not None:
-            previous = None  # cut short (the sweep named it): made again from the checkpoints, not read
+        if previous is not None and (not previous.is_file() or check_zip(previous) is not None):
+            previous = None  # none, or cut short (the sweep named it): made again from the checkpoints, not read
         self.previous = previous
+        self.waiting = False  # the summary's own thread waits for the maps: they may take every core
         self.summary: Any = None
         self._loaded: Future | None = None
         self._made: Future | None = None
@@ -54,7 +55,20 @@ class SensitiveMaps:
         from resomap.reports.sensitive_maps import shown_checkpoints
 
         shown = shown_checkpoints(self.out_dir, trials)
-        self._loaded = self.beside.submit(load_checkpoints, shown, self.cfg)
+        self._loaded = self.beside.submit(self._beside_the_summary, load_checkpoints, shown, self.cfg)
+
+    @staticmethod
+    def _beside_the_summary(fn: Any, *args: Any) -> Any:
+        """fn(*args) with torch's intra-op threads on the cores the summary's own thread and other processes leave
+        free (two threads spinning on two busy cores made it ten times slower: resomap.runtime.auto_threads)."""
+        import torch
+
+        from resomap.runtime import auto_threads, others_busy_cores
+        from resomap.training.threads import kept_threads
+
+        with kept_threads():
+            torch.set_num_threads(auto_threads(others_busy_cores() + 1.0))
+            return fn(*args)
 
     def start(self, summary: Any) -> None:
         """Start explaining the images `summary` names (nothing when explanations are off or no image is lost)."""
@@ -74,10 +88,17 @@ class SensitiveMaps:
         requests = map_requests(self.out_dir, self.summary.sensitive_images, self.summary.trials)
         loaded = self._loaded.result() if self._loaded is not None else {}
         self._loaded = None
-        # beside the summary's own thread: one core fewer for the explanations' intra-op threads
-        threads = auto_threads(others_busy_cores() + 1.0) if self.beside is not None else None
+
+        counts: dict[bool, int] = {}
+
+        def threads() -> int:  # one core fewer for the explanations while the summary's own thread works
+            waiting = self.waiting
+            if waiting not in counts:  # measured once each way (others_busy_cores watches the load 0.1 s)
+                counts[waiting] = auto_threads(others_busy_cores() + (0.0 if waiting else 1.0))
+            return counts[waiting]
+
         return maps_on_demand(requests, self.cfg, on_demand_file(self.out_dir), self.previous, loaded=loaded,
-                              threads=threads)  # fmt: skip
+                              threads=threads if self.beside is not None else None)  # fmt: skip
 
     def figures(self) -> list[Path]:
         """Wait for the maps; figures/sensitive_images_<model>.png in the summary folder (drawn by a figure worker
@@ -86,7 +107,7 @@ class SensitiveMaps:
             return []
         from resomap.reports.sensitive_maps import sensitive_figures
 
-        summary = self.summary
+        summary, self.waiting = self.summary, True
         try:
             self._made.result()
             return sensitive_figures(self.out_dir, summary.sensitive_images, summary.trials, self.out_dir / "figures")
