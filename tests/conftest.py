@@ -16,10 +16,22 @@ from typing import Any
 
 import pytest
 
+# pytest-xdist's workers share the machine's cores: each worker's torch (and every process it starts) keeps to one
+# intra-op thread, so two workers on two cores do not oversubscribe them (two threads per process beside another
+# busy process made tiny models 10-15x slower: resomap.runtime.auto_threads). Set before torch is imported.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+
 import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before any test loads a config)
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = "resomap-smoke"  # experiment.name of the smoke preset
+MAX_WORKERS = 4  # pytest-xdist's workers with -n auto: one per core up to this (each sweep test takes memory)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """-n auto: a worker per core, at most MAX_WORKERS."""
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
 def trial_summary(root: Path, model: str, res: int, seed: int = 42, experiment: str = SMOKE) -> Path:

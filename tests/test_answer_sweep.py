@@ -17,7 +17,10 @@ import pytest
 
 from conftest import tiny_sweep_config
 
+pytestmark = pytest.mark.slow  # two real sweeps (a pretrained backbone, MLflow on): about 2 minutes on 2 cores
+
 MODELS, RESOLUTIONS = ["lite0_linear", "pixel_logreg"], [32, 48]
+MORE_IMAGES = ("data.synthetic.num_images=240",)  # about 36 test images: intervals over them, a model that learned
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +28,19 @@ def swept(tmp_path_factory):
     from resomap.sweep.sweep import run_sweep
 
     root = tmp_path_factory.mktemp("answer")
-    cfg = tiny_sweep_config(root, MODELS, RESOLUTIONS, ["saliency"], 2, "mlflow.enabled=true", "sweep.seeds=[42,43]")
+    cfg = tiny_sweep_config(
+        root, MODELS, RESOLUTIONS, ["saliency"], 2, "mlflow.enabled=true", "sweep.seeds=[42,43]", *MORE_IMAGES
+    )
     outcome = run_sweep(cfg)
     assert not outcome.failed and outcome.parent_run_id
     return outcome, root
 
 
 def _sentences(md: str) -> list[str]:
-    """The sentences of summary.md's text (tables and headings left out), wrapped lines joined."""
+    """The sentences of summary.md's text (tables and headings left out), wrapped lines joined; a list item is a
+    sentence of its own."""
     text = " ".join(ln for ln in md.splitlines() if ln and not ln.startswith(("|", "#", "**")))
-    return [s.strip() for s in re.split(r"(?<=[.;])\s+(?=[A-Z-])", " ".join(text.split())) if len(s.strip()) > 40]
+    return [s.strip() for s in re.split(r"(?<=\.)\s+(?=[A-Z-])", " ".join(text.split())) if len(s.strip()) > 40]
 
 
 def test_summary_md_opens_on_the_answer_and_says_each_thing_once(swept):
@@ -82,7 +88,7 @@ def test_one_seed_decides_for_fits_deterministic_by_their_spec(tmp_path: Path, s
 
     outcome, _ = swept
     two = {r["model"]: r for r in json.loads((outcome.summary_dir / "summary.json").read_text())["recommendations"]}
-    cfg = tiny_sweep_config(tmp_path, MODELS, RESOLUTIONS, ["saliency"], 2, "sweep.seeds=[42]")
+    cfg = tiny_sweep_config(tmp_path, MODELS, RESOLUTIONS, ["saliency"], 2, "sweep.seeds=[42]", *MORE_IMAGES)
     one = run_sweep(cfg)
     data = json.loads((one.summary_dir / "summary.json").read_text())
     for rec in data["recommendations"]:

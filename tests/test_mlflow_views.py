@@ -494,7 +494,9 @@ def test_the_ui_app_defaults_the_browser_to_model_training():
         sent.append(message)
 
     async def call(path: str, method: str = "GET"):
-        await app({"type": "http", "path": path, "method": method}, None, send)
+        await app(
+            {"type": "http", "path": path, "method": method, "headers": [(b"host", b"127.0.0.1:5000")]}, None, send
+        )
 
     asyncio.run(call("/"))
     body = sent[1]["body"].decode()
@@ -507,6 +509,43 @@ def test_the_ui_app_defaults_the_browser_to_model_training():
     asyncio.run(call("/ajax-api/2.0/mlflow/experiments/search"))
     asyncio.run(call("/static-files/main.js"))
     assert passed == ["/ajax-api/2.0/mlflow/experiments/search", "/static-files/main.js"]
+
+
+def test_the_ui_page_is_refused_to_a_foreign_host_as_mlflows_api_is(monkeypatch: pytest.MonkeyPatch):
+    """GET / of the app `resomap ui` and `resomap server` serve, in-process with MLflow's real app behind it: a
+    request addressed to a foreign name (DNS rebinding) is refused, 403, with MLflow's own answer, as every API call
+    with that Host is; one addressed to the loopback address and port gets the page."""
+    from mlflow.server.security_utils import INVALID_HOST_MSG
+
+    from resomap.tracking.ui_app import SCRIPT, ModelTrainingFirst
+
+    for name in ("MLFLOW_SERVER_ALLOWED_HOSTS", "MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE"):
+        monkeypatch.delenv(name, raising=False)  # MLflow's default check: loopback and private addresses
+    app = ModelTrainingFirst()
+
+    def get(path: str, host: str) -> tuple[int, bytes]:
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        scope = {
+            "type": "http", "http_version": "1.1", "method": "GET", "scheme": "http", "path": path,
+            "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": [(b"host", host.encode())],
+            "server": ("127.0.0.1", 5000), "client": ("127.0.0.1", 40000),
+        }  # fmt: skip
+        asyncio.run(app(scope, receive, send))
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+    for host in ("evil.example.com", "evil.example.com:5000"):
+        status, body = get("/", host)
+        assert status == 403 and body.decode() == INVALID_HOST_MSG, (host, status)
+        assert get("/api/2.0/mlflow/experiments/search", host)[0] == 403  # the API refuses it alike
+    status, body = get("/", "127.0.0.1:5000")
+    assert status == 200 and SCRIPT in body.decode()
 
 
 def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):

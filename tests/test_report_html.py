@@ -880,6 +880,16 @@ def test_report_on_a_read_only_file_system_says_to_use_out(tmp_path: Path, capsy
     assert "report.html (read-only file system); pass --out" in _report_refused(tmp_path, capsys)
 
 
+def test_report_out_a_folder_is_one_line(tmp_path: Path, capsys):
+    """--out naming an existing folder: one line saying to name the file, exit 2, nothing written there."""
+    _bare_sweep(tmp_path)
+    (tmp_path / "out").mkdir()
+    assert main(["report", "--summaries", str(tmp_path / "model_summaries"), "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "is a folder; give the report's file" in err, err
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 @pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: Path):
@@ -943,10 +953,13 @@ def test_report_opens_from_disk_and_its_slider_moves(sweep_dir: Path, tmp_path: 
         wrong = "return Array.from(document.querySelectorAll('.strip figure.wrong figcaption'))"
         wrong += ".filter(c => c.offsetParent !== null).map(c => c.textContent)"
         assert all("✗" in caption for caption in driver.execute_script(wrong))
-        first = driver.find_element(By.CSS_SELECTOR, "#answer ul").text  # the answer, per model
+        # the answer, per model: each model's own line says whether it learned (against the majority class, the
+        # epoch budget)
+        lines = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#answer ul li")]
         for model in MODELS:
-            assert f"{model}:" in first
-        assert first.count("Learned: ") == len(MODELS) and "the majority class (" in first
+            own = [line for line in lines if line.startswith(f"{model}:")]
+            assert len(own) == 1, (model, lines)
+            assert "above the majority class (" in own[0] and "undertrained" in own[0], own[0]
         decided = driver.find_element(By.CSS_SELECTOR, "#decision ul").text  # then the decisions in full
         assert decided.count("training: ") == decided.count("baselines: ") == len(MODELS)
         assert "undertrained" in decided and "the majority class (" in decided

@@ -628,6 +628,12 @@ class _RecordingTracker:
     def artifact_paths(self, run_id):
         return set(self.artifacts)
 
+    def experiment_tags(self):  # no sweep view on this experiment: the charts' ranges are not set
+        return {}
+
+    def tag_experiment(self, tags):
+        self.calls.append(("experiment tags", dict(tags)))
+
     def log_image(self, run_id, image, key, step):
         self.calls.append(("image", key, step))
         self.artifacts.add(f"images/{key.replace('/', '~')}+step+{step}+timestamp+0+x.png")

@@ -91,6 +91,9 @@ EARLY = [
     (["explain", "--checkpoint", "none.pt", "--method", "gradcm"], "did you mean gradcam"),
     (["explain", "--checkpoint", "none.pt", "--method", "gradcam"], "checkpoint not found"),
     (["analyze", "--checkpoint-dir", "none", "--output-dir", "out"], "checkpoint folder not found"),
+    (["explain", "--checkpoint", "gone/best.pt", "--method", "gradcam"], "checkpoint not found"),
+    (["report", "--sweep", "doesnotexist"], "no sweep 'doesnotexist'"),
+    (["report"], "no finished sweep under model_summaries"),
 ]
 if not torch.cuda.is_available():
     EARLY.append(([*BAD, "system.device=cuda"], "no CUDA GPU"))
@@ -107,6 +110,22 @@ def test_mistakes_are_answered_before_torch_is_imported(tmp_path, args, needle):
     assert report["rc"] == 2 and len(errors) == 1 and needle in errors[0], proc.stderr
     assert report["loaded"] == [], f"{' '.join(args)} imported torch before answering"
     assert list(tmp_path.iterdir()) == [], "a mistake must not create files"
+
+
+def test_train_refuses_bad_data_before_torch_is_imported(tmp_path):
+    """`resomap train` reads a dataset of the user's files before torch, as `resomap sweep` does: an image folder
+    whose files are not images is refused in one line, exit 2, torch never imported, nothing written beside it."""
+    for name in ("ok", "bad"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(6):
+            (tmp_path / "data" / name / f"{i}.png").write_bytes(b"not an image")
+    args = [*BAD, "data.dataset=imagefolder", "data.imagefolder.root=data"]
+    proc = subprocess.run([sys.executable, "-c", TORCH_PROBE, *args], cwd=tmp_path, capture_output=True, text=True)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    errors = [line for line in proc.stderr.splitlines() if re.match(r"resomap( \w+)?: error:", line)]
+    assert report["rc"] == 2 and len(errors) == 1 and "12 of 12 images could not be read" in errors[0], proc.stderr
+    assert report["loaded"] == [], "train imported torch before refusing its data"
+    assert [p.name for p in tmp_path.iterdir()] == ["data"], "a refusal must not create files"
 
 
 def test_help_imports_no_torch(tmp_path):

@@ -5,6 +5,7 @@ count stays set after fit and a resumed fit keeps it; the record reaches result.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,15 @@ TIMING = ("train/epoch_time_s", "train/images_per_s", "train/peak_memory_mb", "v
 
 
 @pytest.fixture(autouse=True)
-def threads_put_back():
+def threads_put_back(monkeypatch):
+    """torch's thread count put back after each test; and the machine's cores as a sweep outside the tests sees
+    them: a pytest-xdist worker keeps to one thread (OMP_NUM_THREADS=1, tests/conftest.py), which would leave these
+    tests of the thread choice one candidate to measure."""
+    from resomap import runtime
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(runtime, "_DEFAULT_THREADS", len(runtime.usable_cpus()))
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)

@@ -1,7 +1,7 @@
 """`resomap ui`: its error paths (fast), and a headless-Chromium walk through a real sweep in the MLflow UI
 (marker `browser`, run by .ci/browser): a fresh browser opens the experiment on its runs table (model training,
 not GenAI); the first link `resomap ui` prints opens the runs grouped by model and sorted by resolution, score and
-latency as metric columns and the parent's one "best" = the report's recommendation; the sweep view's charts
+latency as metric columns and the parent's one "best" = the report's answer across models; the sweep view's charts
 against resolution, one line per model in its own hue, the score with its interval, every chart's highest point
 clear of plotly's toolbar, and its parallel-coordinates view; a child's map whole in its image card; the
 children's image grid, whose step slider shows the children trained at each resolution; a child's metric, parent
@@ -31,6 +31,8 @@ import pytest
 from conftest import free_port
 from resomap.cli import build_parser, main
 from resomap.errors import ResoMapError
+from resomap.summary.answer_text import answer_line, own_words
+from resomap.summary.sweep_summary import SweepSummary
 from resomap.tracking.views import group_id, model_colors, view_charts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,14 +210,19 @@ def test_ui_on_every_interface_warns_once_and_prints_an_address_other_machines_c
         # one addressed to another name
         assert _api_status(port, parts.netloc) == 200
         assert _api_status(port, f"evil.example:{port}") == 403
+        # the page at / is refused to a foreign Host as the API is (it is served after MLflow's Host check)
+        assert _api_status(port, parts.netloc, "/") == 200
+        assert _api_status(port, f"127.0.0.1:{port}", "/") == 200
+        for foreign in ("evil.example.com", f"evil.example.com:{port}"):
+            assert _api_status(port, foreign, "/") == 403, foreign
     _, alive = psutil.wait_procs(server, timeout=30)  # killed on leaving (a clean stop: the slow tests below)
     assert not alive, [p.cmdline() for p in alive]
 
 
-def _api_status(port: int, host_header: str) -> int:
-    """The status of an MLflow REST call sent to 127.0.0.1:`port` with `host_header` as its Host header (as a
-    client that was given that address would send it), whatever its answer."""
-    query = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1"
+def _api_status(port: int, host_header: str, path: str = "/api/2.0/mlflow/experiments/search?max_results=1") -> int:
+    """The status of an MLflow REST call (or a GET of another `path`) sent to 127.0.0.1:`port` with `host_header` as
+    its Host header (as a client that was given that address would send it), whatever its answer."""
+    query = f"http://127.0.0.1:{port}{path}"
     request = urllib.request.Request(query, headers={"Host": host_header})
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
@@ -309,6 +316,8 @@ def test_server_on_every_interface_answers_the_address_it_prints(project: Path):
         assert _api_status(port, f"{socket.gethostname()}:{port}") == 200
         for foreign in (f"evil.example:{port}", "evil.example", f"mlflow.lab.example.evil.example:{port}"):
             assert _api_status(port, foreign) == 403, foreign
+            assert _api_status(port, foreign, "/") == 403, foreign
+        assert _api_status(port, f"mlflow.lab.example:{port}", "/") == 200
 
 
 @pytest.mark.parametrize("host", ["999.1.1.1", "203.0.113.254", "no-such-host.invalid"])
@@ -654,14 +663,15 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
         score
     )
     assert cell(child.info.run_id, "metrics.`latency_ms`") == str(child.data.metrics["latency_ms"])
-    # the parent row (MLflow's group of runs without a model, opened): its "recommended" is the report's
+    # the parent row (MLflow's group of runs without a model, opened): its "recommended" is the report's answer
+    # across models, and resomap.best the configuration it names
     summary_dir = swept / "model_summaries" / "_sweep" / EXPERIMENT
-    recs = json.loads((summary_dir / "summary.json").read_text())["recommendations"]
+    answer = json.loads((summary_dir / "summary.json").read_text())["answer"]
     best = runs[PARENT].data.tags["recommended"]
-    if any(r["recommended"] for r in recs):
-        assert best.split(" ")[0] == runs[PARENT].data.tags["resomap.best"]
+    if answer["available"]:
+        assert best.startswith(f"use {answer['use']} (") and runs[PARENT].data.tags["resomap.best"] == answer["use"]
     else:
-        assert best.startswith("no recommendation: ") and "resomap.best" not in runs[PARENT].data.tags
+        assert best.startswith("no answer across models: ") and "resomap.best" not in runs[PARENT].data.tags
     page.wait.until(lambda d: cell(parent, "tags.`recommended`") == best, "the parent's recommendation not shown")
     page.shot("runs_grouped_by_model")
     # sorting by latency (a click on its header, a metric column: MLflow's store orders it by value) orders each
@@ -875,17 +885,19 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     # intervals (MLflow's own charts above read "Step"): a copy of the run's artifact, in view without a scroll
     # sideways, linking to the full-size file
     browser.get(f"{url}/#/experiments/{exp.experiment_id}/runs/{parent}")
-    # it opens on the answer, in view before MLflow's "Show more": the one "best", then each model's decision
+    # it opens on the answer, in view before MLflow's "Show more": the answer across models (the `recommended` tag
+    # in full); unfolded, the answer's paragraph and each model's own line follow it
     answer = page.visible(By.XPATH, "//*[normalize-space(text())='Answer']/ancestor::p[1]")
     best = runs[PARENT].data.tags["recommended"]
-    said = "no recommendation" if best.startswith("no recommendation") else best.split(" ")[0] + " recommended"
-    assert said in answer.text, answer.text
-    for model in MODELS:
-        page.visible(By.XPATH, f"//li[starts-with(normalize-space(), '{model}: ')]")
+    assert best in " ".join(answer.text.split()), answer.text
     page.shot("parent_opens_on_the_answer")
     more = browser.find_elements(By.XPATH, "//*[normalize-space(text())='Show more']")  # MLflow folds long ones
     if more:
         more[0].click()
+    page.visible(By.XPATH, f"//p[starts-with(normalize-space(), 'Use {best.split(' ')[1]} ') or "
+                           f"starts-with(normalize-space(), 'No answer across models')]")  # fmt: skip
+    for model in MODELS:
+        page.visible(By.XPATH, f"//li[starts-with(normalize-space(), '{model}: ')]")
     img = page.visible(By.CSS_SELECTOR, "img[src*='figures%2Foverview%2Faccuracy_vs_resolution.png']")
     loaded = "return arguments[0].complete && arguments[0].naturalWidth"
     figure = Path(runs[PARENT].info.artifact_uri.removeprefix("file://")) / "figures" / "accuracy_vs_resolution.png"
@@ -935,7 +947,9 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
     recs = [r for r in data["recommendations"] if r.get("sentence")]
     assert [li.text.split(": ")[0] for li in answers] == [r["model"] for r in recs]
     for li, rec in zip(answers, recs, strict=True):
-        assert li.text.startswith(f"{rec['model']}: {rec['recommendation']}"), li.text
+        assert li.text.startswith(f"{rec['model']}: {own_words(rec)}"), li.text
+    said = page.visible(By.XPATH, "//section[@id='answer']/p[1]").text  # the answer across models above them
+    assert said == answer_line(data["answer"], SweepSummary.from_dict(data).rows), said
     assert all(li.rect["y"] + li.rect["height"] <= fold for li in answers), "an answer below the first screen"
     items = page.visible(By.XPATH, "//section[@id='decision']/ul").find_elements(By.XPATH, "./li")
     assert [li.text.split("\n")[0] for li in items] == [r["sentence"] for r in recs]

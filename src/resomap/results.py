@@ -189,6 +189,24 @@ def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
     return sorted(p.parent.name for p in base.glob("*/summary.json")) if base.is_dir() else []
 
 
+def find_sweep(name: str | None, root: str | Path = "model_summaries") -> Path:
+    """The folder of sweep `name` (a name under <root>/_sweep/ or a folder holding summary.json); None: the only
+    or most recently summarised sweep. An unknown name raises DataError listing the known sweeps. Plain file
+    reads: `resomap report` answers a missing sweep before it imports the report's libraries (torch among them)."""
+    base = Path(root) / SWEEP_DIR
+    known = known_sweeps(root)
+    if name is None:
+        if not known:
+            raise DataError(f"no finished sweep under {base} (run `resomap sweep` first, or pass --sweep)")
+        return max((base / k for k in known), key=lambda p: (p / "summary.json").stat().st_mtime)
+    if (Path(name) / "summary.json").is_file():
+        return Path(name)
+    if name in known:
+        return base / name
+    listed = ", ".join(known) if known else f"none under {base}"
+    raise DataError(f"no sweep {name!r}; known sweeps: {listed}")
+
+
 def _find(name_or_folder: str | Path, root: str | Path) -> Path:
     given = Path(name_or_folder)
     if (given / "summary.json").is_file():

@@ -98,11 +98,18 @@ def _check_checkpoints(root: str) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from resomap.errors import DataError
-    from resomap.reports.html import ReportNotWritable, find_sweep, write_report
+    from resomap.results import find_sweep
     from resomap.summary_check import check_summary
 
+    # the arguments and the sweep's files checked before the report's libraries (torch among them) are imported
     folder = find_sweep(args.sweep, args.summaries)
     check_summary(folder)  # a file cut short: named with the command that rebuilds it, not a traceback
+    if args.out and Path(args.out).is_dir():
+        raise DataError(
+            f"--out {args.out} is a folder; give the report's file, e.g. --out {Path(args.out) / 'report.html'}"
+        )
+    from resomap.reports.html import ReportNotWritable, write_report
+
     try:
         out = write_report(folder, Path(args.out) if args.out else None)
     except ReportNotWritable as exc:  # a sweep folder one may read but not write (a shared, read-only copy)

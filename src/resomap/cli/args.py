@@ -60,8 +60,9 @@ def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None, i
     if inputs is not None and early is not None:
         preflight.train_inputs_fit(early, inputs)
         check_pretrained(early)
-        if inputs == "sweep.resolutions":  # a sweep: its data files read before torch (train reads them as it builds)
-            check_data_files(early, record=not getattr(args, "dry_run", False))
+        # the data files read before torch: a sweep's for every data seed, train's for experiment.seed (its seed)
+        seeds = early.sweep.seeds if inputs == "sweep.resolutions" else [early.experiment.seed]
+        check_data_files(early, record=not getattr(args, "dry_run", False), seeds=seeds)
     from resomap.config import load
     from resomap.sweep.builtins import register_builtins
 
@@ -73,13 +74,13 @@ def load_config(args: argparse.Namespace, extra: dict[str, Any] | None = None, i
     return cfg
 
 
-def check_data_files(cfg: Any, record: bool) -> None:
-    """`resomap train`'s checks of a dataset of the user's files (resomap.data.verify: unreadable images over
-    data.max_bad_fraction, an empty class, a split that cannot be made, too few test images for the probe set), run
-    by the sweep before torch is imported: one line, nothing written. Once per data seed of sweep.seeds; a pass
-    is recorded with the resolution cache (`record`; not on a dry run), where the sweep's per-trial check reads it
-    (sweep.plan.check_data, which also covers the models' data overrides). A dataset registered by a plugin is
-    left to that check."""
+def check_data_files(cfg: Any, record: bool, seeds: Any = None) -> None:
+    """The checks of a dataset of the user's files (resomap.data.verify: unreadable images over
+    data.max_bad_fraction, an empty class, a split that cannot be made, too few test images for the probe set, a
+    data.bit_depth the files exceed), run by `resomap sweep` and `resomap train` before torch is imported: one
+    line, nothing written. Once per data seed of `seeds` (default sweep.seeds); a pass is recorded with the
+    resolution cache (`record`; not on a dry run), where the sweep's per-trial check reads it (sweep.plan.check_data,
+    which also covers the models' data overrides). A dataset registered by a plugin is left to that check."""
     import dataclasses
 
     from resomap.config.groups import group_options
@@ -97,7 +98,7 @@ def check_data_files(cfg: Any, record: bool) -> None:
     cfg = dataclasses.replace(cfg, data=data)
     seen = set()
     with quiet_log():
-        for seed in cfg.sweep.seeds:
+        for seed in cfg.sweep.seeds if seeds is None else seeds:
             if data_seed(cfg, seed) not in seen:
                 seen.add(data_seed(cfg, seed))
                 check_files(cfg, seed, record=record)

@@ -179,10 +179,11 @@ def _dry_run(cfg: Any, why: str, skipped: list[tuple[str, int, int]], rerun_fail
     trials = plan(cfg)
     states = describe_plan(trials)
     todo = _todo(cfg, rerun_failed, states)
-    if todo:
-        check_data(todo, record=False)
+    said = check_data(todo, record=False) if todo else []
     print(f"sweep '{cfg.experiment.name}': {len(trials)} trials ({cfg.sweep.executor} executor)")
     print(f"precision: {cfg.system.precision} ({why})")
+    for line in said:  # the image files' bit depth when deeper than 8 bits
+        print(line)
     for trial, state in states:
         print(f"  {trial.name:<28} key {trial.key}  {state}")
     seeds = cfg.sweep.seeds

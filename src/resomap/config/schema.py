@@ -31,7 +31,7 @@ class ExperimentConfig:
     output_dir: str = "."  # root under which checkpoint_dir, summary_dir and the MLflow store live
     checkpoint_dir: str = "checkpoints"  # holds {experiment}/{family}/{model}/{resolution}/seed{S}/ (under output_dir)
     summary_dir: str = "model_summaries"  # holds {experiment}/{model}/{resolution}/seed{S}/ and _sweep/{experiment}/
-    cache_dir: str = ".cache/resomap"  # resized uint8 image caches (relative to output_dir)
+    cache_dir: str = ".cache/resomap"  # resized image caches (relative to output_dir)
     task: str = "classification"  # what every model of the sweep learns: a registered task (resomap tasks)
 
 
@@ -204,7 +204,7 @@ class AugmentationConfig:
 
 @dataclass(frozen=True)
 class CacheConfig:
-    memory_budget_mb: int = 2048  # resized uint8 images kept in RAM up to this size, else on disk
+    memory_budget_mb: int = 2048  # resized images (uint8; uint16: deeper data) kept in RAM up to this size, else disk
     disk: bool = True  # also write the resized images to cache_dir for reuse across processes
 
 
@@ -218,6 +218,11 @@ class DataConfig(GroupSection):
     limit: int | None = None  # keep at most this many images (stratified); null keeps all
     max_bad_fraction: float = 0.05  # unreadable images are skipped with a warning up to this fraction
     upsample: Literal["refuse", "bilinear"] = "refuse"  # above a dataset's native side: refuse, or upsample bilinearly
+    # image files (imagefolder, csv, segfolder, segcsv): the value read as white, one scale for all the data (never
+    # per image); auto: the files' own depth (8 for L/RGB/P, 16 for 16-bit PNG/TIFF; 32-bit integer or float images:
+    # the data's largest value rounded up to 12, 16 or 32 bits, or its float range); 12: 12-bit values in 16-bit files
+    bit_depth: Literal["auto", 8, 12, 16] = "auto"
+    exif_orientation: bool = True  # imagefolder, csv: turn each image upright as its EXIF orientation tag says
     split: SplitConfig = field(default_factory=SplitConfig)
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)

@@ -1,4 +1,5 @@
-"""Datasets, stratified splits, the per-resolution uint8 cache, batched augmentation and device loaders.
+"""Datasets, stratified splits, the per-resolution cache (uint8; uint16 for images deeper than 8 bits), batched
+augmentation and device loaders.
 
 bundle = build(cfg, resolution=64, seed=42, device=device)
 for epoch in range(epochs):

@@ -15,7 +15,7 @@ import torch
 from resomap.config.schema import Config, SystemConfig
 from resomap.data.augment import BatchAugment
 from resomap.data.cache import CacheEntry, get_resized, has_dense_targets
-from resomap.data.loader import BatchLoader, Normalizer
+from resomap.data.loader import BatchLoader, Normalizer, widened
 from resomap.data.registry import open_dataset
 from resomap.data.split import SPLITS
 from resomap.data.verify import data_seed, splitter, subset_of
@@ -51,6 +51,8 @@ class DataBundle:
     # the groups the dataset declares (ELPV: cell_type, defect_probability): name -> (a code per raw-dataset image,
     # the codes' names); the trial records its test images' codes (sweep.trial_records.data_record)
     groups: dict[str, tuple[np.ndarray, list[str]]] = field(default_factory=dict)
+    # the image files' bit depth and how they are read, in words (resomap.data.images); None for other datasets
+    depth: str | None = None
 
     def targets(self, split: str) -> torch.Tensor | None:
         """Segmentation: uint8 class-index masks [N, R, R] (train at the trial's resolution, val/test at the
@@ -76,8 +78,8 @@ class DataBundle:
         return torch.from_numpy(self._positions[split])
 
     def images(self, split: str) -> torch.Tensor:
-        """uint8 [N, C, r, r] on the CPU (a copy)."""
-        return self._entry.images[self._rows(split)]
+        """uint8 [N, C, r, r] on the CPU (a copy); int32 of 16-bit values (0..65535) for data deeper than 8 bits."""
+        return widened(self._entry.images[self._rows(split)])
 
     def masks(self, split: str) -> torch.Tensor | None:
         """bool [N, r, r], or None when the dataset has no masks."""
@@ -88,14 +90,15 @@ class DataBundle:
         return torch.from_numpy(self._labels[split])
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """uint8 batch (any device) -> float32 normalised exactly like the loaders' batches."""
+        """A batch of `images` (any device) -> float32 normalised exactly like the loaders' batches."""
         return self.normalizer(x)
 
     def describe(self) -> str:
         sizes = ", ".join(f"{s} {len(self.splits[s])}" for s in SPLITS)
         task = f" ({self.variant})" if self.variant else ""
+        depth = f", {self.depth}" if self.depth and not self.depth.startswith("8-bit") else ""
         return (
-            f"{self.dataset}{task} at {self.resolution} px, {self.channels} channel(s): {sizes}; "
+            f"{self.dataset}{task} at {self.resolution} px, {self.channels} channel(s){depth}: {sizes}; "
             f"{self.num_classes} classes ({', '.join(self.class_names)}); cache: {self.cache_location}"
         )
 
@@ -187,8 +190,7 @@ def build(
     the resolution cache keeps newly decoded images: a data error leaves no cache behind."""
     if resolution < 1:
         raise DataError(f"resolution must be a positive number of pixels, got {resolution}")
-    dc, device = cfg.data, torch.device(device)
-    dseed = data_seed(cfg, seed)
+    dc, device, dseed = cfg.data, torch.device(device), data_seed(cfg, seed)
     raw = open_dataset(dc, seed=dseed)
     labels, class_names, subset = subset_of(raw, dc)
     cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
@@ -228,6 +230,7 @@ def build(
         _positions=positions,
         _labels=split_labels,
         groups=declared_groups(raw),
+        depth=getattr(getattr(raw, "depth", None), "words", None),
     )
     if seg:  # a class per pixel: the masks and what their metrics need
         bundle.task, bundle.reference_resolution = seg["task"], seg["reference_resolution"]

@@ -1,4 +1,6 @@
-"""Resolution cache: every image decoded once and kept resized per (dataset content, resolution) as uint8.
+"""Resolution cache: every image decoded once and kept resized per (dataset content, resolution) as uint8, or as
+uint16 on 0..65535 for data deeper than 8 bits (resomap.data.images: the dataset's `depth`), so a 16-bit image keeps
+its precision; the dataset's fingerprint names its bit-depth setting, and an entry of the other type is not read.
 
 Level 1 is a per-process dict (LRU, up to data.cache.memory_budget_mb); level 2 is
 <output_dir>/<cache_dir>/<key>/<resolution>.npy (+ .masks.npy, + .json written last as the commit marker),
@@ -21,6 +23,7 @@ import numpy as np
 
 from resomap.atomic import write_atomic
 from resomap.config.schema import CacheConfig
+from resomap.data.images import BitDepthError
 from resomap.data.registry import RawDataset, digest
 from resomap.errors import DataError
 
@@ -34,7 +37,7 @@ FORMAT_VERSION = 1
 
 @dataclass
 class CacheEntry:
-    images: torch.Tensor  # uint8 [N, C, r, r], N = len(indices); memory-mapped when over budget
+    images: torch.Tensor  # uint8 (uint16: deep data) [N, C, r, r], N = len(indices); memory-mapped when over budget
     masks: torch.Tensor | None  # bool [N, r, r]
     bad: np.ndarray  # positions (into indices) of images that could not be read (zero-filled)
     location: str  # "memory", or the .npy path
@@ -44,7 +47,7 @@ class CacheEntry:
     @property
     def nbytes(self) -> int:
         extra = sum(t.numel() for t in (self.masks, self.targets) if t is not None)
-        return self.images.numel() + extra
+        return self.images.numel() * self.images.element_size() + extra
 
 
 _MEMORY: OrderedDict[tuple[str, int], CacheEntry] = OrderedDict()
@@ -68,10 +71,19 @@ def cache_key(raw: RawDataset, indices: np.ndarray) -> str:
     return f"{raw.fingerprint}-{'all' if full else 'sub' + digest([indices.astype(np.int64).tobytes()], 10)}"
 
 
+def image_dtype(raw: RawDataset) -> type:
+    """What the cache keeps the dataset's pixels as: uint16 for data deeper than 8 bits (its `depth`), else uint8."""
+    depth = getattr(raw, "depth", None)
+    return np.uint16 if depth is not None and depth.deep else np.uint8
+
+
 def resize_image(arr: np.ndarray, resolution: int, channels: int) -> np.ndarray:
-    """uint8 (H, W[, C]) -> uint8 (C, r, r), antialiased bilinear (PIL filters over the whole source footprint)."""
+    """uint8 (H, W[, C]) -> uint8 (C, r, r), antialiased bilinear (PIL filters over the whole source footprint);
+    uint16 -> uint16 the same way, in 32-bit float."""
     from PIL import Image
 
+    if arr.dtype == np.uint16:
+        return _resize_deep(arr, resolution, channels)
     if arr.ndim == 3 and channels == 1:
         arr = arr[..., 0] if arr.shape[2] != 3 else np.asarray(Image.fromarray(arr).convert("L"))
     im = Image.fromarray(np.ascontiguousarray(arr, dtype=np.uint8))
@@ -81,6 +93,23 @@ def resize_image(arr: np.ndarray, resolution: int, channels: int) -> np.ndarray:
         im = im.resize((resolution, resolution), Image.BILINEAR)
     out = np.asarray(im)
     return out[None] if out.ndim == 2 else out.transpose(2, 0, 1)
+
+
+def _resize_deep(arr: np.ndarray, resolution: int, channels: int) -> np.ndarray:
+    """uint16 (H, W[, C]) -> uint16 (C, r, r): each channel resized as PIL's 32-bit float image with the filter the
+    8-bit images get (a colour image made gray with PIL's L weights, ITU-R 601-2)."""
+    from PIL import Image
+
+    x = np.asarray(arr, dtype=np.float32)
+    if x.ndim == 3 and channels == 1:
+        x = x[..., 0] if x.shape[2] != 3 else x @ np.asarray([0.299, 0.587, 0.114], dtype=np.float32)
+    planes = [x] if x.ndim == 2 else [x[..., k] for k in range(x.shape[2])]
+    if channels == 3 and len(planes) == 1:
+        planes = planes * 3
+    if planes[0].shape != (resolution, resolution):
+        size = (resolution, resolution)
+        planes = [np.asarray(Image.fromarray(np.ascontiguousarray(p)).resize(size, Image.BILINEAR)) for p in planes]
+    return np.clip(np.rint(np.stack(planes[:channels])), 0, 65535).astype(np.uint16)
 
 
 def resize_mask(mask: np.ndarray, resolution: int) -> np.ndarray:
@@ -106,7 +135,7 @@ def has_dense_targets(raw: RawDataset) -> bool:
 
 def _decode_all(raw: RawDataset, indices: np.ndarray, resolution: int):
     n, c = len(indices), raw.channels
-    images = np.zeros((n, c, resolution, resolution), dtype=np.uint8)
+    images = np.zeros((n, c, resolution, resolution), dtype=image_dtype(raw))
     masks = np.zeros((n, resolution, resolution), dtype=bool) if raw.has_masks else None
     targets = np.zeros((n, resolution, resolution), dtype=np.uint8) if has_dense_targets(raw) else None
     bad: list[int] = []
@@ -116,6 +145,8 @@ def _decode_all(raw: RawDataset, indices: np.ndarray, resolution: int):
             images[pos] = resize_image(raw.load(i), resolution, c)
             if targets is not None:  # a mask that cannot be read or holds unknown classes: the pair is skipped
                 targets[pos] = resize_targets(raw.seg_mask(i), resolution)
+        except BitDepthError:  # the setting is wrong, not the file: never skipped as unreadable
+            raise
         except Exception as exc:  # PIL raises many types (OSError, SyntaxError, ValueError...) for corrupt files
             _unreadable(raw, i, pos, exc, bad, reasons)
             continue
@@ -142,6 +173,8 @@ def read_all(raw: RawDataset, indices: np.ndarray) -> tuple[np.ndarray, dict[int
             raw.load(i)
             if dense:
                 raw.seg_mask(i)
+        except BitDepthError:  # as _decode_all
+            raise
         except Exception as exc:  # as _decode_all: any error of a corrupt file marks it unreadable
             _unreadable(raw, i, pos, exc, bad, reasons)
     return np.asarray(bad, dtype=np.int64), reasons
@@ -199,7 +232,7 @@ def _write_disk(
     log.info("wrote resolution cache %s", img_path)
 
 
-def _read_disk(folder: Path, resolution: int, n: int, mmap: bool) -> CacheEntry | None:
+def _read_disk(folder: Path, resolution: int, n: int, mmap: bool, dtype: type = np.uint8) -> CacheEntry | None:
     import torch  # here: the data's checks (read_all, resomap.data.verify) run before torch is imported
 
     img_path, mask_path, meta_path = _paths(folder, resolution)
@@ -213,7 +246,7 @@ def _read_disk(folder: Path, resolution: int, n: int, mmap: bool) -> CacheEntry 
         targets = np.load(folder / f"{resolution}.targets.npy", mmap_mode=mode) if meta.get("targets") else None
     except (OSError, ValueError, KeyError, IndexError):
         return None
-    if list(images.shape) != meta["shape"]:
+    if list(images.shape) != meta["shape"] or images.dtype != dtype:
         return None
     location = str(img_path) if mmap else "memory"
     masks_t = torch.from_numpy(masks) if masks is not None else None
@@ -259,10 +292,10 @@ def get_resized(
         return entry
     budget = cfg.memory_budget_mb * 2**20
     folder = Path(cache_root) / key
-    c, n = raw.channels, len(indices)
-    size = n * resolution * resolution * (c + (1 if raw.has_masks else 0) + (1 if has_dense_targets(raw) else 0))
-    over = size > budget
-    entry = _read_disk(folder, resolution, n, mmap=over)
+    c, n, dtype = raw.channels, len(indices), image_dtype(raw)
+    per_pixel = c * np.dtype(dtype).itemsize + (1 if raw.has_masks else 0) + (1 if has_dense_targets(raw) else 0)
+    over = n * resolution * resolution * per_pixel > budget
+    entry = _read_disk(folder, resolution, n, mmap=over, dtype=dtype)
     if entry is not None and has_dense_targets(raw) and entry.targets is None:
         entry = None  # written without class-index masks: decode again
     if entry is not None:
@@ -279,7 +312,7 @@ def get_resized(
         if cfg.disk or over:
             _write_disk(folder, resolution, images, masks, bad, targets, reasons)
         if over:  # over the memory budget: serve from the memory-mapped file instead of RAM
-            entry = _read_disk(folder, resolution, n, mmap=True) or entry
+            entry = _read_disk(folder, resolution, n, mmap=True, dtype=dtype) or entry
     if entry.location == "memory" and cfg.disk:
         entry.location = f"memory + {folder}"
     if not over:

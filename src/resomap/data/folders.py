@@ -1,7 +1,8 @@
 """Datasets read from image files: `imagefolder` (root/<class>/<image>) and `csv` (a path,label manifest).
 
-Files are only listed here (and their headers read, to decide grayscale vs RGB); pixels are decoded once, when
-the resolution cache is built. A file that cannot be read there is skipped (see cache.py).
+Files are only listed here (and their headers read, to decide grayscale vs RGB and the data's bit depth); pixels
+are decoded once, when the resolution cache is built, at their full precision and turned upright by their EXIF
+orientation (resomap.data.images). A file that cannot be read there is skipped (see cache.py).
 """
 
 from __future__ import annotations
@@ -17,28 +18,17 @@ import numpy as np
 
 from resomap.config import register_check
 from resomap.config.schema import DataConfig
+from resomap.data.images import BitDepth, check_setting, depth_of, header, read_pixels
 from resomap.data.registry import digest, register_dataset
 from resomap.errors import DataError
 
 log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
-GRAY_MODES = ("L", "1")
-
-
-def _is_gray(path: Path) -> bool:
-    """Reads the header only; a file unreadable here counts as gray so it does not force RGB (it is skipped later)."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return im.mode in GRAY_MODES
-    except (OSError, ValueError, Image.DecompressionBombError):
-        return True
 
 
 class FileDataset:
-    """Images listed by path with integer labels; decoded with PIL on `load`."""
+    """Images listed by path with integer labels; decoded on `load` at the data's bit depth (`depth`)."""
 
     has_masks = False
     user_files = True  # files that can be missing or corrupt: read ahead by the sweep's check (data.verify.check)
@@ -50,12 +40,18 @@ class FileDataset:
         class_names: list[str],
         kind: str,
         split_of: list[str] | None = None,
+        bit_depth: str | int = "auto",
+        exif: bool = True,
     ):
         self.paths = paths
         self.labels = np.asarray(labels, dtype=np.int64)
         self.class_names = class_names
-        self.channels = 1 if all(_is_gray(p) for p in paths) else 3
-        self.fingerprint = f"{kind}-" + digest(_stat_parts(paths) + class_names + [self.channels])
+        self.headers = [header(p) for p in paths]  # an unreadable file counts as gray (it is skipped later)
+        self.channels = 1 if all(h is None or h.gray for h in self.headers) else 3
+        self.bit_depth, self.exif = bit_depth, exif  # data.bit_depth, data.exif_orientation
+        settings = [f"bit_depth={bit_depth}", f"exif={exif}"]  # what the cached pixels also depend on
+        self.fingerprint = f"{kind}-" + digest(_stat_parts(paths) + class_names + [self.channels, *settings])
+        check_setting(bit_depth, paths, self.headers)  # a setting the files cannot take: refused when opened
         # the user's own train/val/test assignment per image (None: ResoMap splits)
         self.predefined_splits = None if split_of is None else np.asarray(split_of)
         # the groups the summary also decides each model on (stats.groups): name -> (a code per image, the names)
@@ -64,12 +60,15 @@ class FileDataset:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def load(self, i: int) -> np.ndarray:
-        from PIL import Image
+    @property
+    def depth(self) -> BitDepth:
+        """The data's bit depth (resomap.data.images.resolve_depth), found once per process: from the headers, and
+        for 32-bit integer or float files under auto from their values."""
+        return depth_of(self.fingerprint, self.bit_depth, self.paths, self.headers)
 
-        with Image.open(self.paths[i]) as im:
-            im = im.convert("L" if self.channels == 1 else "RGB")
-            return np.asarray(im, dtype=np.uint8)
+    def load(self, i: int) -> np.ndarray:
+        """uint8 (H, W[, 3]) for 8-bit data, uint16 on 0..65535 for deeper data (scaled by its depth)."""
+        return self.depth.scaled(read_pixels(self.paths[i], self.channels, self.exif), str(self.paths[i]))
 
     def mask(self, i: int) -> np.ndarray:
         raise DataError("file datasets have no object masks")
@@ -174,7 +173,7 @@ def _split_folders(root: Path) -> dict[str, Path] | None:
     return None
 
 
-def _predefined(root: Path, folders: dict[str, Path], levels: int = 0) -> FileDataset:
+def _predefined(root: Path, folders: dict[str, Path], levels: int = 0, **settings: Any) -> FileDataset:
     per_split = {split: _class_folders(folder, levels) for split, folder in folders.items()}
     classes = sorted({c for names, _, _ in per_split.values() for c in names})
     index = {name: k for k, name in enumerate(classes)}
@@ -187,7 +186,7 @@ def _predefined(root: Path, folders: dict[str, Path], levels: int = 0) -> FileDa
         split_of += [split] * len(files)
     shown = ", ".join(f"{s} {split_of.count(s)}" for s in PREDEFINED if s in folders)
     log.info("imagefolder %s: %d images in %d classes, predefined splits (%s)", root, len(paths), len(classes), shown)
-    return FileDataset(paths, labels, classes, "imagefolder", split_of)
+    return FileDataset(paths, labels, classes, "imagefolder", split_of, **settings)
 
 
 def folder_classes(options: ImageFolderOptions) -> list[str] | None:
@@ -226,6 +225,11 @@ def _with_folder_groups(found: FileDataset, names: list[str]) -> FileDataset:
     return found
 
 
+def file_settings(cfg: DataConfig) -> dict[str, Any]:
+    """How the data section reads image files: data.bit_depth and data.exif_orientation, as FileDataset takes them."""
+    return {"bit_depth": cfg.bit_depth, "exif": cfg.exif_orientation}
+
+
 @register_dataset(
     "imagefolder", options=ImageFolderOptions, masks=False, classes=folder_classes, groups=lambda o: list(o.groups)
 )
@@ -242,10 +246,11 @@ def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
         )
     folders, levels = _split_folders(root), len(options.groups)
     if folders is not None:
-        return _with_folder_groups(_predefined(root, folders, levels), options.groups)
+        return _with_folder_groups(_predefined(root, folders, levels, **file_settings(cfg)), options.groups)
     classes, paths, labels = _class_folders(root, levels)
     log.info("imagefolder %s: %d images in %d classes", root, len(paths), len(classes))
-    return _with_folder_groups(FileDataset(paths, labels, classes, "imagefolder"), options.groups)
+    found = FileDataset(paths, labels, classes, "imagefolder", **file_settings(cfg))
+    return _with_folder_groups(found, options.groups)
 
 
 @dataclass(frozen=True)
@@ -301,7 +306,7 @@ def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
         if "train" not in split_of:
             raise DataError(f"data.csv.manifest {manifest}: no row has split 'train'; add training images")
     log.info("csv %s: %d images in %d classes", manifest, len(paths), len(classes))
-    found = FileDataset(paths, labels, classes, "csv", split_of)
+    found = FileDataset(paths, labels, classes, "csv", split_of, **file_settings(cfg))
     if options.groups:
         found.groups = group_codes([tuple(r.get(g, "") for g in options.groups) for r in rows], options.groups)
     return found

@@ -1,4 +1,6 @@
-"""In-memory batch loaders over the uint8 resolution cache (no per-sample Python transforms)."""
+"""In-memory batch loaders over the resolution cache (no per-sample Python transforms): uint8 images, or uint16 on
+0..65535 for data deeper than 8 bits, widened to int32 on the host (`widened`: torch's uint16 has few operations on
+any device) and divided by the data's white (`Normalizer.white`) into [0, 1]."""
 
 from __future__ import annotations
 
@@ -9,35 +11,57 @@ from torch.utils.data import DataLoader
 
 from resomap.data.augment import BatchAugment
 
+WHITE = {torch.uint8: 255.0, torch.uint16: 65535.0}  # the cached value of white, by the cache's type
+
+
+def widened(images: torch.Tensor) -> torch.Tensor:
+    """Cached images as the loaders hand them on: uint8 as they are, uint16 as int32 (same values)."""
+    return images.to(torch.int32) if images.dtype == torch.uint16 else images
+
+
+def as_uint8(images: torch.Tensor) -> torch.Tensor:
+    """Images for figures (the probe overlays): uint8 as they are, 16-bit values (uint16, or int32 from `widened`)
+    scaled to 0..255."""
+    if images.dtype == torch.uint8:
+        return images
+    return (images.to(torch.float32) * (255.0 / 65535.0)).round().clamp(0, 255).to(torch.uint8)
+
 
 class Normalizer:
-    """uint8 [B, C, r, r] -> float32 normalised with per-channel mean/std (in 0..1 units, from the train split)."""
+    """Cached images [B, C, r, r] -> float32 normalised with per-channel mean/std (in 0..1 units, from the train
+    split); `white`: the cached value read as 1 (255 for uint8, 65535 for 16-bit data)."""
 
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor):
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, white: float = 255.0):
         self.mean = mean.float().view(1, -1, 1, 1)
         self.std = std.float().clamp(min=1e-6).view(1, -1, 1, 1)
+        self.white = float(white)
 
     @classmethod
     def from_images(cls, images: torch.Tensor, positions: torch.Tensor, chunk: int = 1024) -> Normalizer:
-        """Per-channel mean/std over `images[positions]`, read in chunks (the cache may be memory-mapped)."""
-        c = images.shape[1]
+        """Per-channel mean/std over `images[positions]` on the 0..1 scale of their type, read in chunks (the cache
+        may be memory-mapped)."""
+        c, white = images.shape[1], WHITE[images.dtype]
         total = torch.zeros(c, dtype=torch.float64)
         total_sq = torch.zeros(c, dtype=torch.float64)
         for start in range(0, len(positions), chunk):
-            x = images[positions[start : start + chunk]].to(torch.float64) / 255.0
+            x = images[positions[start : start + chunk]].to(torch.float64) / white
             total += x.sum(dim=(0, 2, 3))
             total_sq += (x * x).sum(dim=(0, 2, 3))
         count = max(1, len(positions) * images.shape[2] * images.shape[3])
         mean = total / count
         std = (total_sq / count - mean**2).clamp(min=0).sqrt()
-        return cls(mean, std)
+        return cls(mean, std, white)
+
+    def unit(self, x: torch.Tensor) -> torch.Tensor:
+        """Cached values (any device) -> float [0, 1]."""
+        return x.float() / self.white
 
     def scaled(self, x: torch.Tensor) -> torch.Tensor:
         """float [0, 1] -> normalised."""
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scaled(x.float() / 255.0)
+        return self.scaled(self.unit(x))
 
 
 class _Batches(torch.utils.data.Dataset):
@@ -53,7 +77,7 @@ class _Batches(torch.utils.data.Dataset):
 
     def __getitem__(self, rows: list[int]) -> tuple[torch.Tensor, ...]:
         index = torch.as_tensor(rows, dtype=torch.long)
-        x, y = self.images[self.positions[index]], self.labels[index]
+        x, y = widened(self.images[self.positions[index]]), self.labels[index]
         return (x, y) if self.weights is None else (x, y, self.weights[index])
 
 
@@ -196,7 +220,7 @@ class BatchLoader(EpochBatches):
             yield from self._workers
             return
         for rows in self.batch_positions():
-            batch = (self.images[self.positions[rows]], self.labels[rows])
+            batch = (widened(self.images[self.positions[rows]]), self.labels[rows])
             if self.weights is not None:
                 batch = (*batch, self.weights[rows])
             yield tuple(t.pin_memory() for t in batch) if self.pin_memory else batch
@@ -210,10 +234,10 @@ class BatchLoader(EpochBatches):
             if y.dim() > 1:  # segmentation masks: moved with the image, int64 for the losses
                 y = y.long()
                 if self.augment is not None:
-                    x, y = self.augment.pair(x.float() / 255.0, y, gen)
+                    x, y = self.augment.pair(self.normalizer.unit(x), y, gen)
                     yield self.normalizer.scaled(x), y, *extra
                     continue
             if self.augment is None:
                 yield self.normalizer(x), y, *extra
             else:
-                yield self.normalizer.scaled(self.augment(x.float() / 255.0, gen)), y, *extra
+                yield self.normalizer.scaled(self.augment(self.normalizer.unit(x), gen)), y, *extra

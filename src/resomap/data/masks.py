@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from resomap.config.schema import DataConfig
-from resomap.data.folders import IMAGE_SUFFIXES, _is_gray, _stat_parts
+from resomap.data.folders import IMAGE_SUFFIXES, _stat_parts
+from resomap.data.images import BitDepth, check_setting, depth_of, header, read_pixels
 from resomap.data.registry import digest, register_dataset
 from resomap.errors import DataError
 
@@ -146,6 +147,7 @@ class SegFileDataset:
         class_names: list[str],
         kind: str,
         split_of: list[str] | None = None,
+        bit_depth: str | int = "auto",
     ):
         if not images:
             raise DataError(f"{kind}: no images found")
@@ -159,19 +161,25 @@ class SegFileDataset:
         self.images, self.masks = images, masks
         self.class_names = list(class_names)
         self.labels = np.zeros(len(images), dtype=np.int64)
-        self.channels = 1 if all(_is_gray(p) for p in images) else 3
+        self.headers = [header(p) for p in images]
+        self.channels = 1 if all(h is None or h.gray for h in self.headers) else 3
+        self.bit_depth = bit_depth  # data.bit_depth; images and masks are read as stored (no EXIF turn)
+        check_setting(bit_depth, images, self.headers)
         parts = _stat_parts(images) + _stat_parts(masks) + self.class_names + [self.channels]
-        self.fingerprint = f"{kind}-" + digest(parts)
+        self.fingerprint = f"{kind}-" + digest(parts + ([] if bit_depth == "auto" else [f"bit_depth={bit_depth}"]))
         self.predefined_splits = None if split_of is None else np.asarray(split_of)
 
     def __len__(self) -> int:
         return len(self.images)
 
-    def load(self, i: int) -> np.ndarray:
-        from PIL import Image
+    @property
+    def depth(self) -> BitDepth:
+        """The images' bit depth (resomap.data.images), found once per process."""
+        return depth_of(self.fingerprint, self.bit_depth, self.images, self.headers)
 
-        with Image.open(self.images[i]) as im:
-            return np.asarray(im.convert("L" if self.channels == 1 else "RGB"), dtype=np.uint8)
+    def load(self, i: int) -> np.ndarray:
+        """uint8 for 8-bit images, uint16 on 0..65535 for deeper ones (scaled by the data's depth)."""
+        return self.depth.scaled(read_pixels(self.images[i], self.channels, False), str(self.images[i]))
 
     def seg_mask(self, i: int) -> np.ndarray:
         from PIL import Image
@@ -235,7 +243,7 @@ def segfolder(cfg: DataConfig, options: SegFolderOptions) -> SegFileDataset:
     if missing:
         raise _pair_missing("data.segfolder", missing, len(images))
     log.info("segfolder %s: %d image/mask pairs, %d classes", root, len(images), len(classes))
-    return SegFileDataset(images, [by_stem[p.stem] for p in images], classes, "segfolder")
+    return SegFileDataset(images, [by_stem[p.stem] for p in images], classes, "segfolder", bit_depth=cfg.bit_depth)
 
 
 @dataclass(frozen=True)
@@ -276,7 +284,7 @@ def segcsv(cfg: DataConfig, options: SegCsvOptions) -> SegFileDataset:
         if None in split_of or "train" not in split_of:
             raise DataError(f"data.segcsv.manifest {manifest}: split must be train, val or test, with some train rows")
     log.info("segcsv %s: %d image/mask pairs, %d classes", manifest, len(images), len(classes))
-    return SegFileDataset(images, masks, classes, "segcsv", split_of)
+    return SegFileDataset(images, masks, classes, "segcsv", split_of, bit_depth=cfg.bit_depth)
 
 
 # ---------------------------------------------------------------- bundle support

@@ -29,7 +29,8 @@ class RawDataset(Protocol):
 
     def __len__(self) -> int: ...
 
-    def load(self, i: int) -> np.ndarray: ...  # uint8 (H, W) or (H, W, C)
+    # uint8 (H, W) or (H, W, C); uint16 on 0..65535 for a dataset whose `depth` (resomap.data.images.BitDepth) is deep
+    def load(self, i: int) -> np.ndarray: ...
 
     def mask(self, i: int) -> np.ndarray: ...  # bool (H, W); only when has_masks
 

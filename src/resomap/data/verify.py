@@ -17,6 +17,7 @@ import numpy as np
 
 from resomap.config.schema import Config
 from resomap.data.cache import cache_key, check_passed, read_all, record_check
+from resomap.data.images import BitDepth
 from resomap.data.registry import RawDataset, digest, open_dataset
 from resomap.data.split import limit_subset, predefined_positions, split_indices
 from resomap.errors import ConfigError, DataError
@@ -130,10 +131,11 @@ def check(
     also: tuple = (),
     record: bool = True,
     files_only: bool = False,
-) -> None:
+) -> BitDepth | None:
     """build's checks of the data, without building it: the dataset opens, its images are read (unreadable ones
-    within data.max_bad_fraction), the split can be made and passes the caller's `check`; a DataError (or the
-    caller's error) otherwise. One read of every image, at its own size, kept nowhere (no resolution cache).
+    within data.max_bad_fraction, none over a configured data.bit_depth), the split can be made and passes the
+    caller's `check`; a DataError (or the caller's error) otherwise. One read of every image, at its own size, kept
+    nowhere (no resolution cache). Returns the image files' bit depth (resomap.data.images), None for other data.
 
     A pass is recorded beside the data's resolution cache (`record` and data.cache.disk), keyed like it on the
     dataset's fingerprint (its files, their sizes and mtimes) plus the settings these checks read (the data
@@ -144,7 +146,10 @@ def check(
     dseed = data_seed(cfg, seed)
     raw = open_dataset(dc, seed=dseed)  # a file dataset checks here that its files are listed (an empty class)
     if files_only and not getattr(raw, "user_files", False):
-        return
+        return None
+    depth = getattr(raw, "depth", None)
+    if depth is not None:
+        log.info("data: %s", depth.words)
     labels, class_names, subset = subset_of(raw, dc)
     cache_root = Path(cfg.experiment.output_dir) / cfg.experiment.cache_dir
     predefined = getattr(raw, "predefined_splits", None)
@@ -159,19 +164,20 @@ def check(
     )
     key = cache_key(raw, subset)
     if check_passed(cache_root, key, settings):
-        return
+        return depth
     bad, reasons = read_all(raw, subset)
     splitter(raw, subset, labels, class_names, dc, dseed, check)(bad, reasons)
     if record and dc.cache.disk:
         record_check(cache_root, key, settings)
+    return depth
 
 
-def check_files(cfg: Config, seed: int, *, record: bool = True) -> None:
+def check_files(cfg: Config, seed: int, *, record: bool = True) -> BitDepth | None:
     """`check` of a dataset of the user's files with the probe set's check, as `resomap sweep` runs it at load
     (once before torch is imported, resomap.cli.args, and per trial setting after: sweep.trial.check_data); the
     same settings, so a pass recorded by one is read by the other."""
     ec = cfg.explainability
-    check(cfg, seed, enough_probes(cfg), also=(ec.enabled, ec.probe_size), record=record, files_only=True)
+    return check(cfg, seed, enough_probes(cfg), also=(ec.enabled, ec.probe_size), record=record, files_only=True)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from resomap.config import Config
+from resomap.data.loader import as_uint8
 from resomap.errors import ExplainError
 from resomap.explain.methods.probe import PROBE_KEY, PROBE_MASKS_KEY, explain_probe_set
 from resomap.explain.methods.targets import classes_and_regions, region_mean
@@ -61,7 +62,7 @@ def explain_images(
         "methods": list(maps),
         "failed": failed,
     }
-    arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[rows].cpu().numpy()})
+    arrays = dict(maps, **{PROBE_KEY: as_uint8(bundle.images("test")[rows]).cpu().numpy()})
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
     return arrays, meta
 

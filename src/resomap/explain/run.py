@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from resomap.config import Config
+from resomap.data.loader import as_uint8
 from resomap.errors import ConfigError
 from resomap.explain.evaluation.intervals import interval_metrics
 from resomap.explain.evaluation.quality import quality_context, quality_scores
@@ -141,7 +142,7 @@ def explain_trial(
         **predictions,
         **_outcome_meta(found, budget_words, context, scored),
     }
-    arrays = dict(maps, **{PROBE_KEY: bundle.images("test")[probe_local].cpu().numpy()})
+    arrays = dict(maps, **{PROBE_KEY: as_uint8(bundle.images("test")[probe_local]).cpu().numpy()})
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
     path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
     return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))

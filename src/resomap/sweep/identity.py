@@ -29,6 +29,9 @@ _KEY_EXCLUDE = (
 # Datasets whose `groups` option came after their sweeps: left empty, it is out of the key. Set, it is in it: each
 # trial records its test images' group codes (result.json data.groups), so trials run without them are run again.
 _GROUPS_ADDED = ("csv", "imagefolder")
+# Data settings that came after sweeps were run, at their defaults: out of the key (set otherwise, in it), so the
+# trials of 8-bit images without an EXIF turn keep their keys.
+_DATA_ADDED = {"bit_depth": "auto", "exif_orientation": True}
 
 
 _SEED_FOLDER = re.compile(r"seed\d+")
@@ -200,6 +203,9 @@ def _key_tree(cfg: Config, model: str | None = None) -> dict[str, Any]:
         options = tree["data"].get(dataset)
         if isinstance(options, dict) and options.get("groups") == []:
             options.pop("groups")
+    for key, default in _DATA_ADDED.items():
+        if tree["data"].get(key) == default:
+            tree["data"].pop(key)
     if task != "classification":  # classification keys stay what they were before the task axis
         tree["experiment"]["task"] = task
     return tree

@@ -208,17 +208,19 @@ def check_memory(trials: list[Trial], channels: int = 1) -> None:
         )
 
 
-def check_data(trials: list[Trial], record: bool = True) -> None:
+def check_data(trials: list[Trial], record: bool = True) -> list[str]:
     """The data checks `resomap train` runs (sweep.trial.check_data: the dataset opens, its image files read,
     unreadable ones within data.max_bad_fraction, the split, the probe set) for the trials to run, before anything
     is created: a DataError (one line, exit 2) instead of every trial failing in turn. Once per data setting (the
     data section and data seed: model overrides may change them), quietly: what the data says on the way (its size,
     images skipped under the threshold) each trial says again. `record`: keep a pass with the resolution cache (a
-    dry run writes nothing)."""
+    dry run writes nothing). Returns a line per bit depth of image files deeper than 8 bits
+    ("data: 16-bit images, ..."), what the sweep says before its trials."""
     from resomap.data.verify import data_seed, quiet_log
     from resomap.sweep.trial import check_data as check_trial_data
 
     seen: set[str] = set()
+    lines: list[str] = []
     with quiet_log():
         for t in trials:
             ec = t.cfg.explainability
@@ -226,7 +228,11 @@ def check_data(trials: list[Trial], record: bool = True) -> None:
             same = repr((data, data_seed(t.cfg, t.seed), ec.enabled, ec.probe_size, t.cfg.experiment.output_dir))
             if same not in seen:
                 seen.add(same)
-                check_trial_data(t, t.cfg, record=record)
+                depth = check_trial_data(t, t.cfg, record=record)
+                line = f"data: {depth.words}" if depth is not None and depth.deep else None
+                if line and line not in lines:
+                    lines.append(line)
+    return lines
 
 
 def sweep_key(trials: list[Trial]) -> str:

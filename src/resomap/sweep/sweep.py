@@ -147,13 +147,15 @@ def run_sweep(
     waited for: the parent closes once these have results)."""
     cfg, trials = _planned(cfg, only)
     rerun = cfg.sweep.rerun_failed if rerun_failed is None else rerun_failed
-    todo = _todo(describe_plan(trials), rerun)
+    todo, said = _todo(describe_plan(trials), rerun), []
     if todo:  # bad input fails here, before anything is written (lock included)
         check_plan(cfg)  # explainer names and model input sides (imports and builds: only when something is to run)
         check_memory(todo, _channels(cfg))  # a resolution whose activations cannot fit in memory
-        check_data(todo)  # missing or corrupt image files, a split that cannot be made: `resomap train`'s checks
+        said = check_data(todo)  # missing or corrupt image files, a split that cannot be made: `resomap train`'s
         check_reachable(cfg, default_tracking_uri(cfg))  # a Ray head or tracking server that does not answer
     with sweep_lock(cfg, wait=wait, report=report):
+        for line in said:  # the image files' bit depth when deeper than 8 bits
+            report(line)
         return _run_sweep(cfg, trials, executor, rerun, report)
 
 

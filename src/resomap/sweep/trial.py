@@ -219,15 +219,15 @@ def prepare_data(trial: Trial, cfg: Config, device: Any = "cpu") -> Any:
     return bundle
 
 
-def check_data(trial: Trial, cfg: Config, *, record: bool = True) -> None:
+def check_data(trial: Trial, cfg: Config, *, record: bool = True) -> Any:
     """prepare_data's checks (the same functions, the same one-line errors) without building the data: what
     `resomap sweep` (and its dry run) runs at load, before anything is created. The images are read once, only for
     a dataset of the user's files, and a pass is recorded with the resolution cache (`record`) so that unchanged
-    data is not read again (resomap.data.verify.check)."""
+    data is not read again (resomap.data.verify.check). Returns the image files' bit depth (None: other data)."""
     from resomap.data.verify import check_files
 
     _check_model_task(trial, cfg)
-    check_files(cfg, trial.seed, record=record)
+    return check_files(cfg, trial.seed, record=record)
 
 
 def _check_model_task(trial: Trial, cfg: Config) -> None:

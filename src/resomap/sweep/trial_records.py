@@ -28,6 +28,7 @@ def data_record(bundle: Any) -> dict[str, Any]:
         "classes": list(bundle.class_names),
         "train_counts": train_counts(bundle),
         "channels": int(bundle.channels),
+        "bit_depth": getattr(bundle, "depth", None),  # image files: the depth found and how it was read (data.images)
         "data_seed": int(bundle.data_seed),
         "augmentation": augmentation_record(bundle),
         "groups": groups_record(bundle),

@@ -118,7 +118,8 @@ def _answer(summary: SweepSummary) -> list[str]:
         score = fmt_interval(*row.score(row.headline)) if row is not None else "-"
         said = f", {row.say(row.headline)} {score} at {row.resolution} px" if score != "-" else ""
         seeds = max((int(r.n_seeds or 0) for r in summary.rows if r.model == rec["model"]), default=0)
-        said += f"; deterministic: its {seeds} seeds are one replicate" if rec.get("deterministic") else ""
+        one = f"its {seeds} seed{'s are' if seeds != 1 else ' is'} one replicate"
+        said += f"; deterministic: {one}" if rec.get("deterministic") else ""
         lines.append(f"- {rec['model']}: {decision_words(rec)}{said}")
     if not lines:
         return []

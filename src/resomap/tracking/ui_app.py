@@ -5,8 +5,9 @@ MLflow 3.17 chooses between its GenAI and model-training views with a switch kep
 ResoMap sets, is not what its UI reads while that switch exists. So the page at `/` is MLflow's index.html with
 one line of script that sets the switch to model training when the browser has no choice stored yet (DEFAULTS):
 a user who picked GenAI keeps it. The same script gives each model's group of runs its colour (`colors_script`:
-MLflow otherwise picks a group's colour by a hash of its id, and two models can come out in near hues).
-Everything else is MLflow's app, untouched.
+MLflow otherwise picks a group's colour by a hash of its id, and two models can come out in near hues). The page
+is served only to a request whose Host header MLflow's own check allows (`host_allowed`); any other goes to MLflow,
+which refuses it (403) as it refuses such an API call. Everything else is MLflow's app, untouched.
 
 Registered as the `resomap` app of MLflow's `mlflow.app` entry-point group (pyproject.toml), started with
 `mlflow server --app-name resomap`; MLflow's app is imported on the first request, so `mlflow server` itself does
@@ -63,8 +64,25 @@ def store_colors() -> dict[str, str]:
     return {group_id(m): c for m, c in model_colors(lists).items()}
 
 
+def host_allowed(scope: dict) -> bool:
+    """Whether MLflow's Host check (its DNS-rebinding protection: --allowed-hosts, MLFLOW_SERVER_ALLOWED_HOSTS or its
+    default of loopback and private addresses) lets this request through, by MLflow's own rules and settings."""
+    from mlflow.environment_variables import MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE
+    from mlflow.server.fastapi_security import get_allowed_hosts
+    from mlflow.server.security_utils import is_allowed_host_header
+
+    if MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE.get() == "true":
+        return True
+    allowed = get_allowed_hosts()
+    if not allowed or "*" in allowed:  # MLflow adds no Host check then
+        return True
+    host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+    return is_allowed_host_header(allowed, host)
+
+
 class ModelTrainingFirst:
-    """ASGI app: GET / answers MLflow's index.html with SCRIPT in its head; every other request goes to MLflow."""
+    """ASGI app: GET / answers MLflow's index.html with SCRIPT in its head to a request MLflow's Host check allows;
+    every other request goes to MLflow (a foreign Host: its 403)."""
 
     def __init__(self) -> None:
         self._mlflow: Any = None
@@ -96,7 +114,8 @@ class ModelTrainingFirst:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         app = self.mlflow_app
-        if scope["type"] == "http" and scope.get("path") == "/" and scope.get("method") in ("GET", "HEAD"):
+        page = scope["type"] == "http" and scope.get("path") == "/" and scope.get("method") in ("GET", "HEAD")
+        if page and host_allowed(scope):
             body = self.index()
             if body is not None:
                 headers = [

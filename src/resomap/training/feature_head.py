@@ -124,7 +124,7 @@ def _digest(
     for tensor in (model.input_mean, model.input_std):
         h.update(tensor.detach().cpu().numpy().tobytes())
     for loader in (getattr(data, split) for split in splits):
-        h.update(loader.images[loader.positions].numpy().tobytes())  # uint8 [N, C, r, r]
+        h.update(loader.images[loader.positions].numpy().tobytes())  # uint8 (uint16: deeper data) [N, C, r, r]
         h.update(loader.labels.numpy().tobytes())
     return h.hexdigest()
 
