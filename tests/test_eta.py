@@ -84,6 +84,25 @@ def test_rest_of_a_trial_is_what_the_probe_measured_plus_what_the_models_trials_
     assert slower.trial_seconds(("m", 128)) - eta.trial_seconds(("m", 128)) == pytest.approx(3.0)
 
 
+def test_a_models_trials_done_price_its_explanations_by_pixels_in_place_of_the_probe():
+    # m's first trial measured its explanations (the probe did not: 0); n's are the probe's until a trial of n is done
+    probes = {
+        ("m", 32): Probe(1.0, 1e-4, prepare_s=0.1),
+        ("m", 64): Probe(4.0, 4e-4, prepare_s=0.2),
+        ("n", 64): Probe(2.0, 2e-4, prepare_s=0.2, explain_s=30.0),
+    }
+    eta = Eta([("m", 32), ("m", 64), ("n", 64)], probes)
+    eta.finished(("m", 32), 1.0 + 0.1 + 6.0 + 2.0, 1.0, explain_s=6.0)  # 2 s of testing, profiling and MLflow
+    assert eta._rest("m") == pytest.approx(2.0)  # its own explanations taken out, not the probe's 0
+    assert eta.trial_seconds(("m", 64)) == pytest.approx(4.0 + 0.2 + 6.0 * 4 + 2.0)  # 4x the pixels
+    assert eta.trial_seconds(("n", 64)) == pytest.approx(2.0 + 0.2 + 30.0 + 2.0)  # no trial of n yet: the probe's
+    eta.finished(("n", 64), 2.0 + 0.2 + 20.0 + 2.0, 2.0, explain_s=20.0)
+    assert eta._explain(("n", 64), probes[("n", 64)]) == pytest.approx(20.0)
+    failed = Eta([("m", 64)], probes)
+    failed.finished(("m", 32), 3.0, None)  # failed: no explanations measured, the probe's still price them
+    assert failed._explain(("m", 64), probes[("m", 64)]) == 0.0
+
+
 def test_rest_leaves_out_the_first_trial_once_two_others_exist():
     probes = {("m", r): Probe(0.0, r * 1e-3, explain_s=r / 8) for r in (16, 32, 64, 128)}
     eta = Eta([("m", 16), ("m", 32), ("m", 64), ("m", 128)], probes)
@@ -130,13 +149,49 @@ def test_a_probe_run_in_a_worker_reaches_the_driver_whole(tmp_path: Path):
     from resomap.sweep.executors import probe_from_specs, probes_from, trial_spec
     from resomap.sweep.plan import plan
 
-    cfg = tiny_sweep_config(tmp_path, ["tiny_cnn"], [16, 32], ["saliency"], 2, "system.threads=1")
+    cfg = tiny_sweep_config(tmp_path, ["pixel_logreg", "tiny_cnn"], [16, 32], ["saliency"], 2, "system.threads=1")
     trials = plan(cfg, check=False)
     answer = json.loads(json.dumps(probe_from_specs([trial_spec(t, None) for t in trials])))  # as a worker prints it
     probes = probes_from(answer)
-    assert sorted(probes) == [("tiny_cnn", 16), ("tiny_cnn", 32)]
-    assert all(p.train_s > 0 and p.prepare_s > 0 and p.explain_s > 0 and p.epochs == 1 for p in probes.values())
-    assert len(answer["lines"]) == 1 and "cost probe: 2 model x resolution pair(s)" in answer["lines"][0]
+    assert sorted(probes) == [("pixel_logreg", 16), ("pixel_logreg", 32), ("tiny_cnn", 16), ("tiny_cnn", 32)]
+    assert all(p.train_s > 0 and p.prepare_s > 0 and p.epochs >= 1 for p in probes.values())
+    first, other = trials[0].model, next(t.model for t in trials if t.model != trials[0].model)
+    assert all(p.explain_s > 0 for (m, _), p in probes.items() if m == other)  # timed at 16 px, priced at 32
+    assert probes[(other, 32)].explain_s == pytest.approx(4 * probes[(other, 16)].explain_s)
+    assert all(p.explain_s == 0 for (m, _), p in probes.items() if m == first)  # its first trial times them
+    assert len(answer["lines"]) == 1 and "cost probe: 4 model x resolution pair(s)" in answer["lines"][0]
+
+
+def test_the_probe_times_each_models_explanations_once_and_prices_its_other_resolutions_by_pixels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from resomap.sweep import eta as eta_module
+    from resomap.sweep.plan import plan
+
+    calls: list[tuple[str, int, bool]] = []
+
+    def timed(trial, prepared, device, train_s, warm):  # the stage's seconds, as the real one returns them
+        calls.append((trial.model, trial.resolution, warm))
+        return {"tiny_cnn": 3.0, "pixel_logreg": 0.5}[trial.model]  # simple_cnn: not asked
+
+    monkeypatch.setattr(eta_module, "_explain_seconds", timed)
+    models = ["simple_cnn", "tiny_cnn", "pixel_logreg"]
+    cfg = tiny_sweep_config(tmp_path, models, [16, 32], ["saliency"], 2, "system.threads=1")
+    trials = plan(cfg, check=False)
+    assert trials[0].model == "simple_cnn"  # the first trial times its model's explanations: none here
+    probes = eta_module.probe(trials, report=lambda line: None)
+    assert sorted(probes) == [(m, r) for m in sorted(models) for r in (16, 32)]
+    # one stage per other model at its smallest resolution; the cheaper training step first, with the warm-up
+    assert probes[("pixel_logreg", 16)].image_s < probes[("tiny_cnn", 16)].image_s
+    assert calls == [("pixel_logreg", 16, True), ("tiny_cnn", 16, False)]
+    assert probes[("tiny_cnn", 16)].explain_s == 3.0 and probes[("tiny_cnn", 32)].explain_s == 3.0 * 4
+    assert probes[("pixel_logreg", 32)].explain_s == 0.5 * 4
+    assert probes[("simple_cnn", 16)].explain_s == probes[("simple_cnn", 32)].explain_s == 0
+    off = tiny_sweep_config(tmp_path / "off", ["pixel_logreg", "tiny_cnn"], [16, 32], ["saliency"], 2,
+                            "explainability.enabled=false")  # fmt: skip
+    calls.clear()
+    assert all(p.explain_s == 0 for p in eta_module.probe(plan(off, check=False), lambda line: None).values())
+    assert calls == []
 
 
 def test_a_probe_workers_answer_sets_the_probes_and_a_broken_one_leaves_the_eta_per_pixel():

@@ -723,6 +723,45 @@ def test_a_rerun_reuses_the_maps_and_recomputes_only_what_changed(on_demand: dic
     assert len(calls) == len(RESOLUTIONS)  # the one image left outside the probe set, at each resolution
 
 
+def test_the_maps_made_beside_the_summary_are_the_maps_made_in_line(on_demand: dict, tmp_path: Path, monkeypatch):
+    """The sweep's summary makes the maps in a thread (sweep.sensitive.SensitiveMaps): the checkpoints loaded before
+    the images are known, each once, then explained: the same entries and maps as made in line, and the figure."""
+    import resomap.explain.on_demand as od
+    from resomap.explain.on_demand import load_on_demand
+    from resomap.sweep.sensitive import SensitiveMaps, aside
+
+    loads = []
+    original = od._load
+    monkeypatch.setattr(od, "_load", lambda *a: loads.append(a[0]) or original(*a))
+    folder, summary = tmp_path / "beside", on_demand["summary"]
+    with aside() as beside:
+        maps = SensitiveMaps(on_demand["cfg"], folder, None, beside)
+        maps.prepare(summary.trials)
+        maps.start(summary)
+        figures = maps.figures()
+    assert figures == [folder / "figures" / f"sensitive_images_{MODELS[0]}.png"] and figures[0].is_file()
+    assert sorted((r.model, r.resolution) for r in loads) == [(m, r) for m in MODELS for r in RESOLUTIONS]
+    assert all(r.index == () for r in loads)  # loaded ahead, before the images were named
+    ahead = load_on_demand(folder / "explanations" / "sensitive_maps.npz")
+    in_line = load_on_demand(on_demand["copy"] / "explanations" / "sensitive_maps.npz")
+    assert len(ahead) == len(in_line) == len(RESOLUTIONS)
+    said = ("prob", "true_prob")  # what the model said: floats, computed alike (at another thread count, maybe)
+    for (a, ma), (b, mb) in zip(ahead, in_line, strict=True):
+        assert {k: v for k, v in ma.items() if k not in said} == {k: v for k, v in mb.items() if k not in said}
+        assert all(np.allclose(ma[k], mb[k], atol=1e-6) for k in said)
+        assert a.keys() == b.keys() and all(np.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_loading_ahead_stops_at_its_memory_budget(on_demand: dict):
+    from resomap.explain.on_demand import load_checkpoints
+    from resomap.reports.sensitive_maps import shown_checkpoints
+
+    shown = shown_checkpoints(on_demand["copy"], on_demand["data"]["trials"])
+    assert len(shown) == len(MODELS) * len(RESOLUTIONS)
+    assert len(load_checkpoints(shown, on_demand["cfg"])) == len(shown)
+    assert len(load_checkpoints(shown, on_demand["cfg"], budget_mb=1e-6)) == 1  # the first one, then no more
+
+
 def test_a_missing_checkpoint_is_said_for_that_image(on_demand: dict, tmp_path: Path):
     """The trial at 24 px without its checkpoint (gone since): its maps are said to be missing with the path, the
     other resolution's maps still shown, nothing fails."""

@@ -104,9 +104,39 @@ def test_ui_starts_only_what_browsing_needs(project: Path, monkeypatch: pytest.M
     assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"  # no job runner, no task consumers
     monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "true")
     assert server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"  # the user's choice wins
-    cmd = ui_command(load("configs", None, []), "127.0.0.1", free_port())
-    assert cmd[cmd.index("--app-name") + 1] == "resomap"  # the installed entry point: model-training first
+    cfg = load("configs", None, [])
+    cmd = ui_command(cfg, "127.0.0.1", free_port())
+    assert cmd[1:3] == ["-m", "mlflow"] and cmd[cmd.index("--app-name") + 1] == "resomap"  # only its job runner
+    monkeypatch.delenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION")
+    cmd = ui_command(cfg, "127.0.0.1", free_port())
+    assert cmd[1:3] == ["-m", "resomap.tracking.ui_server"]  # MLflow's app as resomap.tracking.ui_app serves it
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+
+
+def test_the_server_process_gives_mlflows_app_the_settings_mlflow_server_gives_it():
+    """resomap.tracking.ui_server sets, before MLflow's server module is imported, the variables `mlflow server`
+    sets for its uvicorn process; their names are written out there and must be MLflow's."""
+    import mlflow.environment_variables as variables
+    import mlflow.server.constants as constants
+
+    from resomap.tracking import ui_server
+
+    names = ("BACKEND_STORE_URI", "REGISTRY_STORE_URI", "ARTIFACT_ROOT", "SERVE_ARTIFACTS", "ARTIFACTS_DESTINATION")
+    for name in names:
+        assert getattr(ui_server, f"{name}_ENV_VAR") == getattr(constants, f"{name}_ENV_VAR")
+    pairs = {"ALLOWED_HOSTS": "MLFLOW_SERVER_ALLOWED_HOSTS", "SGI_NAME": "_MLFLOW_SGI_NAME",
+             "BOOT_ID": "_MLFLOW_SERVER_BOOT_ID", "IN_JOB_EXECUTOR": "_MLFLOW_IN_JOB_EXECUTOR",
+             "WORKSPACES": "MLFLOW_ENABLE_WORKSPACES"}  # fmt: skip
+    for ours, theirs in pairs.items():
+        assert getattr(ui_server, f"{ours}_ENV_VAR") == getattr(variables, theirs).name
+    store = "sqlite:////srv/mlflow.db"
+    env = ui_server.server_settings(store, "mlflow-artifacts:/", True, "/srv/mlartifacts", ["a.example", "b:8443"])
+    assert env[constants.BACKEND_STORE_URI_ENV_VAR] == env[constants.REGISTRY_STORE_URI_ENV_VAR] == store
+    assert env[constants.SERVE_ARTIFACTS_ENV_VAR] == "true"
+    assert env[constants.ARTIFACTS_DESTINATION_ENV_VAR] == "/srv/mlartifacts"
+    assert env["MLFLOW_SERVER_ALLOWED_HOSTS"] == "a.example,b:8443"
+    plain = ui_server.server_settings(store, "./mlruns")
+    assert constants.SERVE_ARTIFACTS_ENV_VAR not in plain and "MLFLOW_SERVER_ALLOWED_HOSTS" not in plain
 
 
 def _as_from_a_terminal(ignored: tuple[signal.Signals, ...] = ()):

@@ -20,6 +20,7 @@ from resomap.reports.probe_images import trial_probe_images
 from resomap.runtime import machine_record
 from resomap.stages import Comparison, evaluate_trained
 from resomap.summary.rows import SummaryRow
+from resomap.sweep.sensitive import SensitiveMaps, aside
 from resomap.sweep.summarise import summary_phase
 from resomap.trial_result import TrialResult
 
@@ -79,11 +80,15 @@ def analyze_checkpoints(req: AnalyzeRequest) -> AnalysisReport:
         raise CheckpointError(none_analysed(req.checkpoint_dir, list(failed.values())))
     out = req.output_dir
     models = [r.to_dict() | extra[r.name] for r in results]
-    # the sweep's summary phase, at the trials' stats and explainability settings
-    summary, _, figures, comparison = summary_phase(
-        results, analysis_folders(out, models), first.stats, first.explainability, out, maps=(first, out),
-        summarised=models, files=False,
-    )  # fmt: skip
+    # the sweep's summary phase, at the trials' stats and explainability settings; the maps of the sensitive images
+    # made beside it
+    with aside() as beside:
+        maps = SensitiveMaps(first, out, out, beside)
+        summary, _, figures, comparison = summary_phase(
+            results, analysis_folders(out, models), first.stats, first.explainability, out, maps=maps,
+            summarised=models, files=False,
+        )  # fmt: skip
+        figures += maps.figures()
     report_path, summary_path = write_report(out, models, summary, comparison, failed)
     rows = summary.rows
     return AnalysisReport(out, report_path, summary_path, results, rows, comparison, failed, figures + comparison.files)

@@ -18,7 +18,7 @@ import json
 import logging
 import shutil
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,21 +97,30 @@ def maps_on_demand(
     path: str | Path,
     previous: str | Path | None = None,
     device: Any = None,
+    loaded: dict[tuple, Any] | None = None,
+    threads: Callable[[], int] | None = None,
 ) -> Path | None:
     """Write `path` (a sensitive_maps.npz) with the maps of every request, reusing the entries of `previous` (the
     summary's earlier file) that still hold; `cfg`: the sweep's config (its explainability section is what is
-    explained with; a checkpoint without its trial's config.yaml beside it is rebuilt with this one). Returns the
-    path, or None when there is nothing to explain (no file is written)."""
+    explained with; a checkpoint without its trial's config.yaml beside it is rebuilt with this one); `loaded`:
+    `load_checkpoints`' answer for some of the requests (each used once, then let go); `threads`: torch's intra-op
+    threads for the next request's explanations, asked before each (default: one per core other processes leave
+    free, asked once). Returns the path, or None when there is nothing to explain (no file is written)."""
     if not requests:
         return None
     path, settings = Path(path), settings_key(cfg)
     old = load_on_demand(previous) if previous is not None and Path(previous).is_file() else []
     wanted = [_identity(r, settings) for r in requests]
     found = [_reusable(old, w) if w["stamp"] is not None else None for w in wanted]
+    loaded = loaded if loaded is not None else {}
+    entries = []
     with kept_threads():
-        if not all(found):  # one intra-op thread per core the figure workers and other processes leave free: two
-            torch.set_num_threads(auto_threads())  # spinning on two busy cores made it ten times slower (runtime)
-        entries = [f or _explained(r, w, cfg, device) for r, w, f in zip(requests, wanted, found, strict=True)]
+        if not all(found) and threads is None:  # one intra-op thread per core the figure workers and other
+            torch.set_num_threads(auto_threads())  # processes leave free: two spinning on two busy cores made it
+        for req, want, reused in zip(requests, wanted, found, strict=True):  # ten times slower (runtime)
+            if reused is None and threads is not None:
+                torch.set_num_threads(threads())
+            entries.append(reused or _explained(req, want, cfg, device, loaded.pop(_key(req), None)))
     if previous is not None and [m for _, m in entries] == [m for _, m in old]:  # every entry reused: kept as it was
         if Path(previous).resolve() != path.resolve():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,8 +135,11 @@ def _identity(req: MapRequest, settings: str) -> dict[str, Any]:
             "settings": settings}  # fmt: skip
 
 
-def _explained(req: MapRequest, wanted: dict[str, Any], cfg: Config, device: Any) -> tuple[dict, dict[str, Any]]:
-    """(arrays, meta) of one request explained from its checkpoint, or ({}, meta with `unavailable`)."""
+def _explained(
+    req: MapRequest, wanted: dict[str, Any], cfg: Config, device: Any, loaded: Any = None
+) -> tuple[dict, dict[str, Any]]:
+    """(arrays, meta) of one request explained from its checkpoint (`loaded`: its model and data, or the error
+    loading them raised, from `load_checkpoints`), or ({}, meta with `unavailable`)."""
     meta = dict(wanted)
     if wanted["stamp"] is None:
         where = f" ({req.checkpoint})" if req.checkpoint else ""
@@ -135,7 +147,11 @@ def _explained(req: MapRequest, wanted: dict[str, Any], cfg: Config, device: Any
         log.warning("%s: no maps on demand: %s", req.model, meta["unavailable"])
         return {}, meta
     try:
-        arrays, explained = _explain(req, cfg, device)
+        if isinstance(loaded, BaseException):
+            raise loaded
+        trained, bundle = loaded or _load(req, cfg, device)
+        log.info("maps on demand: %s at %d px, images %s", req.model, req.resolution, list(req.index))
+        arrays, explained = _explain(req, trained, bundle)
     except Exception as exc:  # a checkpoint that cannot be loaded, data that changed: said, the others still made
         if disk_full(exc) is not None:
             raise
@@ -147,8 +163,46 @@ def _explained(req: MapRequest, wanted: dict[str, Any], cfg: Config, device: Any
     return arrays, {**explained, **meta}
 
 
-def _explain(req: MapRequest, cfg: Config, device: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    from resomap.explain.images import explain_images
+LOAD_BUDGET_MB = 1024.0  # models and data `load_checkpoints` holds at once
+
+
+def _key(req: MapRequest) -> tuple:
+    """What a request's model and data are loaded from (its images aside)."""
+    return req.model, req.resolution, req.seed, req.checkpoint
+
+
+def load_checkpoints(
+    requests: Sequence[MapRequest], cfg: Config, device: Any = None, budget_mb: float = LOAD_BUDGET_MB
+) -> dict[tuple, Any]:
+    """The model and data of each request's checkpoint ({key: (trained, bundle), or the error loading raised}),
+    loaded ahead of `maps_on_demand` (the sweep's summary does it while its statistics are computed), in order,
+    until they hold `budget_mb` (the rest is loaded when explained); a checkpoint that is not there is left to
+    `maps_on_demand` to say so."""
+    out: dict[tuple, Any] = {}
+    held = 0.0
+    for req in requests:
+        if held >= budget_mb or _key(req) in out or _stamp(req.checkpoint) is None:
+            continue
+        try:
+            trained, bundle = out[_key(req)] = _load(req, cfg, device)
+        except Exception as exc:  # said in the entry, as when loaded then
+            if disk_full(exc) is not None:
+                raise
+            out[_key(req)] = exc
+            continue
+        held += _megabytes(trained.model, bundle)
+    return out
+
+
+def _megabytes(model: Any, bundle: Any) -> float:
+    """The memory a loaded model's weights and its data's images (uint8, every split) hold."""
+    weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    images = sum(len(rows) for rows in bundle.splits.values()) * bundle.channels * bundle.resolution**2
+    return (weights + images) / 2**20
+
+
+def _load(req: MapRequest, cfg: Config, device: Any) -> tuple[Any, Any]:
+    """(the trained model restored from the request's checkpoint, its data at that resolution and seed)."""
     from resomap.training.restore import checkpoint_config, load_bundle, restore_checkpoint
 
     def trial_config() -> Config:  # the trial's own config with the sweep's explanation settings
@@ -156,8 +210,12 @@ def _explain(req: MapRequest, cfg: Config, device: Any) -> tuple[dict[str, np.nd
 
     expect = {"model": req.model, "resolution": req.resolution}
     trained = restore_checkpoint(req.checkpoint, trial_config, expect=expect, device=device)
-    bundle = load_bundle(trained, trained.cfg)
-    log.info("maps on demand: %s at %d px, images %s", req.model, req.resolution, list(req.index))
+    return trained, load_bundle(trained, trained.cfg)
+
+
+def _explain(req: MapRequest, trained: Any, bundle: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from resomap.explain.images import explain_images
+
     return explain_images(trained.model, trained.spec, bundle, trained.cfg, req.seed, req.index, trained.device)
 
 

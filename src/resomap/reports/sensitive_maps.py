@@ -43,19 +43,28 @@ def map_requests(
     """Per model with probe maps, its most sensitive lost images (`images`: sensitive_images.csv's rows) outside
     the probe set of the seed the report shows, at each resolution of that seed's finished trials (`trials`:
     result.json trees with their best_checkpoint); a model whose trials saved no maps gets none."""
-    maps, seed_of = shown_maps(Path(sweep_dir), list(trials))
+    maps, _ = shown_maps(Path(sweep_dir), list(trials))
+    shown = shown_checkpoints(sweep_dir, trials)
     out = []
     for model, lost in sorted(most_sensitive(images, SHOWN).items()):
         if model not in maps:
             continue
         probe = _probe_index(maps[model].values())
         outside = tuple(int(im["index"]) for im in lost if int(im["index"]) not in probe)
-        if not outside:
-            continue
-        for t in sorted(trials, key=lambda t: int(t["resolution"])):
-            if t.get("status") == "FINISHED" and str(t["model"]) == model and int(t.get("seed") or 0) == seed_of[model]:
-                checkpoint = t.get("best_checkpoint")
-                out.append(MapRequest(model, int(t["resolution"]), seed_of[model], checkpoint or None, outside))
+        if outside:
+            out += [dataclasses.replace(req, index=outside) for req in shown if req.model == model]
+    return out
+
+
+def shown_checkpoints(sweep_dir: Path, trials: Sequence[Mapping[str, Any]]) -> list[MapRequest]:
+    """The checkpoints `map_requests` explains from, before the images are known (no `index`): per model with probe
+    maps, the seed the report shows at each resolution of its finished trials."""
+    maps, seed_of = shown_maps(Path(sweep_dir), list(trials))
+    out = []
+    for t in sorted(trials, key=lambda t: (str(t["model"]), int(t["resolution"]))):
+        model = str(t["model"])
+        if model in maps and t.get("status") == "FINISHED" and int(t.get("seed") or 0) == seed_of[model]:
+            out.append(MapRequest(model, int(t["resolution"]), seed_of[model], t.get("best_checkpoint") or None, ()))
     return out
 
 

@@ -11,9 +11,11 @@ the cache it makes is the one the trial then reads) and model, and times
                fit would choose under the load of the moment: the pair's predicted training seconds and its
                seconds per image of a training step;
     the trial's explanation stage on one probe image (`explain_s`: that image's seconds, without the explainers'
-               one-time set-up, x the probe images): the part of a trial outside training that grows with the
-               resolution (ROAD's imputation, the sanity check's re-explanations: on the default settings most of
-               a 128 px tiny_cnn trial), which the trials done at one resolution cannot tell.
+               one-time set-up, x the probe images), once per model at its smallest resolution and priced at its
+               others by their pixels: the part of a trial outside training that grows with the resolution
+               (ROAD's imputation, the sanity check's re-explanations: on the default settings most of a 128 px
+               tiny_cnn trial), which a model not yet run would otherwise not be priced for at all. Not for the
+               model of the first trial: that trial measures it before the ETA is first given.
 
 A pending trial then costs
 
@@ -22,9 +24,11 @@ A pending trial then costs
                of the fewest early stopping allows and all of them) x k, k = measured /
                predicted seconds per epoch of the trials done (that model's own, shrunk toward all trials',
                shrunk toward 1: the probe counts as one trial)
-    the rest:  prepare_s + explain_s + what the model's trials done took besides these and their training (test
-               evaluation, profiling, MLflow: the mean of that model's, else of all trials done; the first trial,
-               which carries the process's one-time imports, counts only until two others exist)
+    the rest:  prepare_s + the explanations (the model's trials done: their explanation stage's seconds, each
+               priced at this resolution by its pixels; else explain_s) + what the model's trials done took
+               besides these and their training (test evaluation, profiling, MLflow: the mean of that model's, else
+               of all trials done; the first trial, which carries the process's one-time imports, counts only
+               until two others exist)
 
 and the ETA is the time `slots` parallel workers take for them, each taking the next pending trial when free (one
 worker: their sum). The executors that run several trials at once say how many (`slots`): local-gpus one per
@@ -74,6 +78,7 @@ class Done:
     seconds: float  # the whole trial
     train_s: float | None  # its training (None: it failed; it then calibrates nothing)
     epochs: int = 0  # the epochs it ran (early stopping ends some before the planned ones); 0: not known
+    explain_s: float | None = None  # its explanation stage (None: not known; 0: explanations off)
 
 
 class Eta:
@@ -86,10 +91,13 @@ class Eta:
         self.slots = max(int(slots), 1)
         self.done: list[Done] = []
 
-    def finished(self, pair: Pair, seconds: float, train_s: float | None, epochs: int = 0) -> None:
+    def finished(
+        self, pair: Pair, seconds: float, train_s: float | None, epochs: int = 0, explain_s: float | None = None
+    ) -> None:
         if pair in self.pending:
             self.pending.remove(pair)
-        self.done.append(Done(pair, float(seconds), train_s, int(epochs or 0)))
+        explain = None if explain_s is None else float(explain_s)
+        self.done.append(Done(pair, float(seconds), train_s, int(epochs or 0), explain))
 
     def seconds_left(self) -> float | None:
         """The predicted wall seconds of every pending trial, or None before any trial finished (nothing to
@@ -103,7 +111,19 @@ class Eta:
         if probe is None:
             return self._per_pixel(pair)
         train = probe.train_s * self._epoch_share(pair[0], probe) * self._train_factor(pair[0])
-        return train + max(probe.fixed_s() + self._rest(pair[0]), 0.0)
+        return train + max(probe.prepare_s + self._explain(pair, probe) + self._rest(pair[0]), 0.0)
+
+    def _explain(self, pair: Pair, probe: Probe) -> float:
+        """The explanation stage of a pending trial: what the model's trials done spent on theirs, each priced at
+        this resolution by its pixels (their mean), else the probe's."""
+        own = [d.explain_s * (pair[1] / d.pair[1]) ** 2 for d in self.done if d.pair[0] == pair[0] and d.explain_s]
+        return statistics.mean(own) if own else probe.explain_s
+
+    @staticmethod
+    def _outside(d: Done, p: Probe) -> float:
+        """What a trial done spent outside its training and the parts measured on their own (its data and model,
+        its explanations: measured by the trial, else as the probe priced them)."""
+        return d.seconds - d.train_s - p.prepare_s - (d.explain_s if d.explain_s is not None else p.explain_s)
 
     def _calibrated(self) -> list[tuple[Done, Probe]]:
         return [(d, self.probes[d.pair]) for d in self.done if d.train_s is not None and d.pair in self.probes]
@@ -150,8 +170,8 @@ class Eta:
             rows = rows[1:]
         if not rows:
             return statistics.mean(max(d.seconds - (d.train_s or 0.0), 0.0) for d in self.done)
-        own = [d.seconds - d.train_s - p.fixed_s() for d, p in rows if d.pair[0] == model]
-        return statistics.mean(own or [d.seconds - d.train_s - p.fixed_s() for d, p in rows])
+        own = [self._outside(d, p) for d, p in rows if d.pair[0] == model]
+        return statistics.mean(own or [self._outside(d, p) for d, p in rows])
 
     def _per_pixel(self, pair: Pair) -> float:
         """Without a probe: this model's seconds per pixel over its trials done, else the mean of every model's,
@@ -195,10 +215,12 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     from resomap.training.threads import kept_threads
 
     first = {(t.model, t.resolution): t for t in first_of_pairs(trials)}
+    smallest = {pair for pair in first if pair[1] == min(r for m, r in first if m == pair[0])}
+    smallest -= {pair for pair in smallest if pair[0] == trials[0].model}  # its first trial times them (`_explain`)
     out: dict[Pair, Probe] = {}
+    kept: dict[Pair, Any] = {}  # the data and model of each model's smallest pair: its explanations are timed
     start = time.perf_counter()
     decode = 0.0
-    warm = True  # the explanation libraries' first imports and calls, paid once, before any explanation is timed
     for pair, trial in first.items():
         cfg = trial.cfg
         try:
@@ -211,14 +233,15 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
                 prepared = prepare_trial(trial, cfg, device)  # as the trial builds them (grad checkpointing too)
                 t2 = time.perf_counter()
                 train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(prepared.model, prepared.bundle)
-                explain_s = _explain_seconds(trial, prepared, device, train_s, warm)
-                warm = warm and not cfg.explainability.enabled
             decode += t1 - t0
             stopping = cfg.training.early_stopping
             fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs
-            out[pair] = Probe(train_s, image_s, epochs, fewest, t2 - t1, explain_s)
+            out[pair] = Probe(train_s, image_s, epochs, fewest, t2 - t1)
+            if pair in smallest and cfg.explainability.enabled:
+                kept[pair] = prepared
         except Exception as exc:  # priced per pixel instead; the trial itself says what is wrong
             log.info("cost probe of %s@%s failed (%s: %s)", pair[0], pair[1], type(exc).__name__, exc)
+    out = _with_explanations(first, out, kept)
     if out:
         train = sum(p.train_s for p in out.values())
         rest = sum(p.fixed_s() for p in out.values())
@@ -227,6 +250,35 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
             f"(data {decode:.1f} s); one trial of each: training predicted at {train / 60:.1f} min (all planned "
             f"epochs), data, model and explanations at {rest / 60:.1f} min"
         )
+    return out
+
+
+def _with_explanations(first: dict[Pair, Any], probes: dict[Pair, Probe], kept: dict[Pair, Any]) -> dict[Pair, Probe]:
+    """`probes` with their explain_s: the explanation stage of each model in `kept` (all but the first trial's:
+    that trial measures its model's, before the ETA is first given) timed at its smallest resolution
+    (`_explain_seconds` on that pair's data and model as its probe built them) and priced at its other resolutions
+    by their pixels (its methods' passes, imputations and re-explanations run over every pixel). Timing every pair
+    was most of the probe (the quickstart: 35 of 59 s) and told the ETA little the trials done do not: once a
+    model has a trial done, its trials' own explanation seconds price the rest (Eta._explain). The model with the
+    cheapest training step goes first, after an untimed run that pays the explanation libraries' one-time imports
+    and first calls where they cost least."""
+    from resomap.runtime import apply_system, resolve_device
+    from resomap.training.threads import kept_threads
+
+    out, warm = dict(probes), True
+    for pair in sorted(kept, key=lambda p: out[p].image_s):
+        trial = first[pair]
+        try:
+            device = resolve_device(trial.cfg.system)
+            with kept_threads():
+                apply_system(trial.cfg.system, device)
+                seconds = _explain_seconds(trial, kept.pop(pair), device, out[pair].train_s, warm)
+        except Exception as exc:  # its explanations priced by the trials done instead
+            log.info("cost probe of %s@%s's explanations failed (%s: %s)", *pair, type(exc).__name__, exc)
+            continue
+        warm = False
+        for other in [p for p in out if p[0] == pair[0]]:
+            out[other] = dataclasses.replace(out[other], explain_s=seconds * (other[1] / pair[1]) ** 2)
     return out
 
 

@@ -22,6 +22,7 @@ from resomap.layout import Layout
 from resomap.summary_check import STATE_FILE, damage_words, summary_damage, summary_files, sweep_command
 from resomap.sweep.identity import Trial
 from resomap.sweep.plan import load_result, plan
+from resomap.sweep.sensitive import SensitiveMaps
 from resomap.sweep.trial import TrialResult
 from resomap.tracking import default_tracking_uri
 
@@ -197,17 +198,23 @@ def _build_summary(
     results: list[TrialResult], cfg: Config, dirs: tuple[Path, Path], folders: dict, clock: _Clock, run: tuple
 ) -> tuple:
     """The summary's files in `dirs` = (the staging folder, the summary folder it replaces, whose maps on demand
-    are reused), through `summary_phase`. Once the figures are handed over, the parent run's probe images (they
-    need no summary file) are drawn and logged to `run` = (tracker, parent run or None) while the workers finish.
-    (Forking the workers before the statistics, to draw these images on the idle core, measured 1.3 s slower: the
-    workers then import what the figures need.)"""
+    are reused), through `summary_phase`, with a thread beside it (sweep.sensitive.aside) that draws the parent
+    run's probe images (they need no summary file) while the statistics are computed, then makes the sensitive
+    images' maps; the probe images are logged to `run` = (tracker, parent run or None) while the maps are made and
+    the figure workers finish. (Forking the workers before the statistics, to draw these images on the idle core,
+    measured 1.3 s slower: the workers then import what the figures need.)"""
     from resomap.plotstyle import parallel_saves
+    from resomap.sweep.sensitive import SensitiveMaps, aside
 
     (out_dir, previous), (tracker, parent) = dirs, run
-    with parallel_saves() as written:  # figures drawn in worker processes while the next are built
-        built = summary_phase(results, folders, cfg.stats, cfg.explainability, out_dir, clock, maps=(cfg, previous))
-        if parent is not None:
-            _publish_probe_images(tracker, parent, folders, clock)
+    with parallel_saves() as written, aside() as beside:  # figures drawn in worker processes while the next are built
+        drawn = beside.submit(_probe_images, folders) if parent is not None else None
+        maps = SensitiveMaps(cfg, out_dir, previous, beside)
+        built = summary_phase(results, folders, cfg.stats, cfg.explainability, out_dir, clock, maps=maps)
+        if drawn is not None:
+            _publish_probe_images(tracker, parent, drawn, clock)
+        with clock("sensitive maps"):  # what is left of them, then their figures handed to the workers
+            built[2].extend(maps.figures())
         with clock("figure files"):  # the drawing still under way
             written()
     with clock("report"):
@@ -222,17 +229,18 @@ def summary_phase(
     explainability: Any,
     out_dir: Path,
     clock: _Clock | None = None,
-    maps: tuple[Config, Path | None] | None = None,
+    maps: SensitiveMaps | None = None,
     summarised: list[Any] | None = None,
     files: bool = True,
 ) -> tuple[Any, list[Path], list[Path], Any]:
     """The summary phase a sweep and `resomap analyze` share: the summary built once (summary.build_summary), the
     sweep figures drawn from its decided parts while the explanations are compared across resolutions
-    (stages.compare_stage, each deterministic model one replicate), the trade-off figure, the summary's files, and
-    with `maps` = (config, the previous summary folder) the maps of the most sensitive images outside the probe set.
-    `summarised`: what the summary reads in place of `results` (their dicts with more keys); `files`: write the
-    summary's files (summary.csv, summary.json, ...; `resomap analyze` writes its own report). Returns (summary, its
-    files, the figures, the comparison)."""
+    (stages.compare_stage, each deterministic model one replicate), the trade-off figure and the summary's files;
+    `maps` (sweep.sensitive.SensitiveMaps) is started on the maps of the most sensitive images outside the probe
+    set: its checkpoints loaded once the figures are handed over, its images explained once the summary names them
+    (the caller waits for them: `maps.figures()`). `summarised`: what the summary reads in place of `results`
+    (their dicts with more keys); `files`: write the summary's files (summary.csv, summary.json, ...; `resomap
+    analyze` writes its own report). Returns (summary, its files, the figures, the comparison)."""
     from resomap.reports import sweep_figures
     from resomap.reports.explain_comparison import draw_comparison
     from resomap.reports.tradeoff import tradeoff_files
@@ -240,7 +248,6 @@ def summary_phase(
     from resomap.summary import build_summary, write_summary
     from resomap.summary.build import Explained
     from resomap.summary.front import front_inputs
-    from resomap.sweep.sensitive import sensitive_maps
 
     clock = clock or _Clock({})
     figures: list[Path] = []
@@ -252,6 +259,8 @@ def summary_phase(
                 sweep_figures(decided.rows, out_dir / "figures", decided.paired_tests, decided.recommendations,
                               decided.trials)
             )  # fmt: skip
+        if maps is not None:  # the figure workers are forked: the maps' thread starts beside them
+            maps.prepare(decided.trials)
         with clock("explanations"):
             only = decided.deterministic_models()  # one replicate each: no seed floor, no relabelling test
             comparison = compare_stage(results, explainability, out_dir / "explanations", stats, only)
@@ -262,11 +271,10 @@ def summary_phase(
 
     with clock.excluding("statistics", ("figures", "explanations")):
         summary = build_summary(summarised or results, folders, stats, explain=explain)
+        if maps is not None:  # the most sensitive images outside the probe set, explained on demand
+            maps.start(summary)
         tables = write_summary(summary, out_dir) if files else []
         figures += tradeoff_files(summary.front3, out_dir / "figures")
-    if maps is not None:
-        with clock("sensitive maps"):  # the most sensitive images outside the probe set, explained on demand
-            figures += sensitive_maps(summary, maps[0], out_dir, maps[1])
     return summary, tables, figures, held["comparison"]
 
 
@@ -281,17 +289,23 @@ def _moved(built: tuple, staging: Path, out_dir: Path) -> tuple:
     return summary, [move(p) for p in tables], [move(p) for p in figures], comparison, page and move(page)
 
 
-def _publish_probe_images(tracker: Any, parent: str, folders: dict, clock: _Clock) -> None:
-    """The parent run's probe images (MLflow's image grid) from the trials' maps (`sweep_probe_images`)."""
+def _probe_images(folders: dict) -> dict:
+    """The parent run's probe images (MLflow's image grid) drawn from the trials' maps (`sweep_probe_images`)."""
     from resomap.explain.run import MAPS_FILE
     from resomap.reports.probe_images import sweep_probe_images
-    from resomap.tracking.sweep_run import publish_sweep_images
 
     shown = {}  # the first seed of each (model, resolution) in the parent's image grid
     for (model, resolution, _seed), folder in sorted(folders.items()):
         shown.setdefault((model, resolution), folder / MAPS_FILE)
-    with clock("probe images"):
-        images = sweep_probe_images(shown)
+    return sweep_probe_images(shown)
+
+
+def _publish_probe_images(tracker: Any, parent: str, drawn: Any, clock: _Clock) -> None:
+    """The parent run's probe images, once `drawn` (a Future of `_probe_images`), logged to it."""
+    from resomap.tracking.sweep_run import publish_sweep_images
+
+    with clock("probe images"):  # what is left of their drawing
+        images = drawn.result()
     with clock("MLflow"):
         publish_sweep_images(tracker, parent, images)
 

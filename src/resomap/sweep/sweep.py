@@ -111,7 +111,8 @@ class Progress:
     def record(self, result: TrialResult, seconds: float) -> None:
         finished = result.status == "FINISHED"
         train_s = result.train_time_s if finished else None
-        self.eta.finished((result.model, result.resolution), seconds, train_s, result.epochs_run)
+        explain_s = (result.explain.seconds if result.explain is not None else 0.0) if finished else None
+        self.eta.finished((result.model, result.resolution), seconds, train_s, result.epochs_run, explain_s)
         if finished:
             self.done += 1
         else:

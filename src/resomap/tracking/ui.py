@@ -207,11 +207,13 @@ def local_url(address: str, port: int) -> str:
 def ui_command(
     cfg: Config, host: str, port: int, workers: int | None = None, serve: bool = False, allowed: Sequence[str] = ()
 ) -> list[str]:
-    """The `mlflow server` command line; one worker per 2 cores (at least 1) keeps small machines responsive.
-    `serve` (`resomap server`): a tracking server for sweeps whose workers log over HTTP: the store may be new,
-    and artifacts are taken in by the server (`--serve-artifacts`) into <output_dir>/mlartifacts, so no worker
-    needs the server's disk. `allowed`: host names requests may be addressed to besides this machine's
-    (`allowed_hosts`)."""
+    """The server's command line: `python -m resomap.tracking.ui_server` (MLflow's app, imported once, in uvicorn:
+    `mlflow server` imports MLflow twice before it answers), or `mlflow server --app-name resomap` where the user
+    turned MLflow's job execution on (only `mlflow server` starts its job runner); the same options either way.
+    One worker per 2 cores (at least 1) keeps small machines responsive. `serve` (`resomap server`): a tracking
+    server for sweeps whose workers log over HTTP: the store may be new, and artifacts are taken in by the server
+    (`--serve-artifacts`) into <output_dir>/mlartifacts, so no worker needs the server's disk. `allowed`: host
+    names requests may be addressed to besides this machine's (`allowed_hosts`)."""
     uri = default_tracking_uri(cfg)
     if uri.startswith(("http://", "https://")):
         raise ResoMapError(f"mlflow.tracking_uri is the server {uri}; open it in a browser (nothing to start here)")
@@ -221,7 +223,8 @@ def ui_command(
             raise ResoMapError(f"no MLflow store at {db}; run `resomap sweep` or `resomap train` first")
     address = check_bind(host, port)
     n = workers or max(1, (os.cpu_count() or 2) // 2)
-    exe = [sys.executable, "-m", "mlflow", "server"]
+    jobs = job_execution()
+    exe = [sys.executable, "-m", *(("mlflow", "server") if jobs else ("resomap.tracking.ui_server",))]
     cmd = [*exe, "--backend-store-uri", uri, "--host", host, "--port", str(port), "--workers", str(n)]
     if serve:
         if uri.startswith("sqlite:///"):
@@ -231,9 +234,9 @@ def ui_command(
     hosts = allowed_hosts(address, host, port, allowed)
     if hosts is not None:
         cmd += ["--allowed-hosts", ",".join(hosts)]
-    if _app_registered():
+    if jobs and _app_registered():
         cmd += ["--app-name", APP_NAME]
-    else:
+    elif jobs:
         log.warning("resomap's MLflow app is not installed (pip install -e .); the UI opens on MLflow's GenAI view")
     return cmd
 
@@ -257,7 +260,7 @@ def wait_until_up(url: str, timeout_s: float = 240.0, proc: subprocess.Popen | N
                 if resp.status == 200:
                     return True
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.1)
     return False
 
 
@@ -270,6 +273,12 @@ LIGHT_SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "GIT_PYTHON_R
 def server_env() -> dict[str, str]:
     """The environment of the server process: the light settings unless the user set them otherwise."""
     return {**LIGHT_SERVER_ENV, **os.environ}
+
+
+def job_execution() -> bool:
+    """Whether the user turned MLflow's job execution on (MLFLOW_SERVER_ENABLE_JOB_EXECUTION, read as MLflow reads
+    it): `mlflow server` then starts its job runner, which ResoMap's own server process does not."""
+    return server_env()["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"].strip().lower() in ("true", "1")
 
 
 def ui_log_path(cfg: Config) -> Path:
