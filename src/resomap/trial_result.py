@@ -75,6 +75,12 @@ class TrialResult:
         if evaluation.explain is not None:
             self.notes += [f"explainer {m} failed: {r}" for m, r in evaluation.explain.failed.items()]
 
+    @property
+    def cause(self) -> str:
+        """Why the trial did not finish, in one line: its error; a result without one (written by hand, or an
+        interrupted attempt of an earlier version) says its status and where the traceback would be."""
+        return self.error or f"ended {self.status} with no error recorded (see failure.txt in its summary folder)"
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON tree of result.json (a missing profile or explanation is {}, as files have always said)."""
         data = dataclasses.asdict(self)

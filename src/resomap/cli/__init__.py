@@ -1,6 +1,7 @@
 """The `resomap` command: argument parsing, printing and exit codes (0 ok, 1 a trial failed, 2 bad input).
 
 A full disk (ENOSPC) that ends a command is said in one line naming the file and the space left, exit code 2.
+Ctrl-C or SIGTERM ends it with `resomap: interrupted`, exit 130 (143 for SIGTERM): resomap.interrupts.
 
 One module per command group (run: train/sweep/sync, listing: the registries and config, ui, perf: profile/bench,
 analysis: explain/analyze); each imports what its command needs when the command runs, so `--help`, the
@@ -10,12 +11,14 @@ listings and config errors answer without loading the explanation, tracking or p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import warnings
 from collections.abc import Sequence
 
+from resomap import interrupts
 from resomap.cli import analysis, listing, perf, run, ui
 from resomap.cli.args import OneLineParser
 from resomap.errors import ResoMapError
@@ -48,23 +51,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:  # MLflow sets its own loggers to INFO when imported (database set-up lines)
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not ours
-    try:
-        return int(args.func(args) or 0)
-    except ResoMapError as exc:
-        print(f"resomap: error: {exc}", file=sys.stderr)
-        return 2
-    except PermissionError as exc:  # another user's files: say which, not a traceback
-        where = exc.filename or "a file"
-        print(f"resomap: error: {where}: permission denied; ask its owner for access (chmod g+rX)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("resomap: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # a full disk: the file and the space left, not a traceback
-        from resomap.atomic import disk_full
+    # `resomap ui` and `resomap server` stop their server on a signal themselves (exit 0)
+    signals = contextlib.nullcontext() if getattr(args, "own_signals", False) else interrupts.handled()
+    with signals:
+        try:
+            code = int(args.func(args) or 0)
+            interrupts.check()  # a signal whose KeyboardInterrupt was lost in a callback still ends the command
+            return code
+        except ResoMapError as exc:
+            print(f"resomap: error: {exc}", file=sys.stderr)
+            return 2
+        except PermissionError as exc:  # another user's files: say which, not a traceback
+            where = exc.filename or "a file"
+            print(f"resomap: error: {where}: permission denied; ask its owner for access (chmod g+rX)", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: 130 or 143
+            print(interrupts.LINE, file=sys.stderr)
+            return interrupts.exit_code()
+        except Exception as exc:  # a full disk: the file and the space left, not a traceback
+            from resomap.atomic import disk_full
 
-        full = disk_full(exc)
-        if full is None:
-            raise
-        print(f"resomap: error: {full}; free some space, then run the command again", file=sys.stderr)
-        return 2
+            full = disk_full(exc)
+            if full is None:
+                raise
+            print(f"resomap: error: {full}; free some space, then run the command again", file=sys.stderr)
+            return 2

@@ -160,7 +160,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 f"FAILED {r.name}: the disk was full; free some space, then run the sweep again: it retries the trial"
             )
         else:
-            print(f"FAILED {r.name}: {r.error}")
+            print(f"FAILED {r.name}: {r.cause}")
     if outcome.parent_run_id:
         from resomap.tracking import default_tracking_uri
 

@@ -124,7 +124,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
     p.add_argument("--allowed-hosts", type=allowed_host_list, default=[], metavar="HOSTS", help=ALLOWED_HOSTS_HELP)
     add_config_args(p)
-    p.set_defaults(func=cmd_ui, serve=False)
+    p.set_defaults(func=cmd_ui, serve=False, own_signals=True)
     p = sub.add_parser(
         "server",
         help="start an MLflow tracking server over the project's store for sweeps on several machines "
@@ -135,4 +135,4 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--workers", type=positive_int, help="server worker processes (default: cores / 2)")
     p.add_argument("--allowed-hosts", type=allowed_host_list, default=[], metavar="HOSTS", help=ALLOWED_HOSTS_HELP)
     add_config_args(p)
-    p.set_defaults(func=cmd_ui, serve=True)
+    p.set_defaults(func=cmd_ui, serve=True, own_signals=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from resomap import interrupts
 from resomap.config import Config, build, to_dict
 from resomap.config.groups import group_options, register_group
 from resomap.errors import ConfigError
@@ -136,6 +137,7 @@ def local(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, progress,
     """Trials one after another in this process."""
     results = []
     for trial in trials:
+        interrupts.check()  # a Ctrl-C lost in a callback: no trial starts after it
         start = time.perf_counter()
         result = run_trial(trial, tracker=tracker, parent_run_id=parent_run_id)
         progress.record(result, time.perf_counter() - start)
@@ -161,6 +163,7 @@ def local_gpus(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, prog
     if first:  # the first GPU probes while the others start on the trials
         running[gpus[0]] = (None, _start_worker({"probe": [trial_spec(t, None) for t in first]}, gpus[0]), 0.0)
     while queue or running:
+        interrupts.check()
         for gpu in gpus:
             if gpu not in running and queue:
                 trial = queue.pop(0)
@@ -225,6 +228,10 @@ def _probe_collected(proc: subprocess.Popen, progress: Any, report: Callable[[st
 
 
 def _collect(trial: Trial, proc: subprocess.Popen) -> TrialResult:
+    """The worker's result; a worker stopped by Ctrl-C or SIGTERM left its trial resumable (resomap.sweep.worker):
+    the sweep stops too, with no failure recorded."""
+    if proc.returncode in {code for sig in interrupts.WATCHED for code in (128 + sig, -sig)}:
+        raise KeyboardInterrupt
     try:
         return TrialResult.from_dict(_answer(proc))
     except (ValueError, TypeError):
@@ -312,6 +319,7 @@ def ray_executor(trials: list[Trial], *, cfg: Config, tracker, parent_run_id, pr
         pending = {remote.remote(trial_spec(t, parent_run_id, uri, threads)): (t, time.perf_counter()) for t in trials}
         results = []
         while pending:
+            interrupts.check()
             done, _ = ray.wait([*pending, *([probing] if probing else [])], num_returns=1)
             if probing is not None and done[0] == probing:
                 try:

@@ -291,7 +291,8 @@ def trial_state(trial: Trial) -> str:
     user has no permission to read). Partial: to resume or redo, with its checkpoints when they are whole (run_trial
     decides): a last.pt of an interrupted attempt; a result.json that does not read; a finished result a file of
     which is damaged (`damaged_file`); a failure a plain rerun retries (its `failure_kind` in RETRIED_FAILURES: the
-    disk was full). The last three are named in one warning line each (once per process). A trial still in the
+    disk was full); a result neither finished nor failed (RUNNING: an interrupt wrote it, as older versions did).
+    The last four are named in one warning line each (once per process). A trial still in the
     seed layout without an experiment level has the state its folders there give: the sweep moves them before it
     runs anything."""
     if unreadable_result(trial) is not None:
@@ -302,6 +303,9 @@ def trial_state(trial: Trial) -> str:
         if damage is None:
             return "done"
         _warn_once(f"{trial.name}: {damage}; the sweep does the trial again")
+        return "partial"
+    if result is not None and result.status != "FAILED":  # RUNNING: an interrupt wrote it in earlier versions
+        _warn_once(f"{trial.name}: {where / 'result.json'} is of an interrupted attempt; the sweep resumes it")
         return "partial"
     if result is not None:
         if result.failure_kind not in RETRIED_FAILURES:

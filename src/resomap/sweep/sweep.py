@@ -2,9 +2,10 @@
 
 Resumable: a finished trial whose result.json (for its exact key) and files are whole is skipped; an interrupted
 one resumes from its last.pt and reuses its MLflow child run (found by the trial-key tag), so a sweep killed at any
-moment and started again ends with every trial exactly once. A finished trial with a damaged file, and one that
-failed because the disk was full, is run again (resomap.sweep.plan.trial_state, one warning line each); other
-failures only with --rerun-failed, which the run says in one line.
+moment and started again ends with every trial exactly once. Ctrl-C or SIGTERM (resomap.interrupts) leaves the
+same state as a kill, with the trial's and the sweep's runs closed KILLED instead of left RUNNING. A finished trial
+with a damaged file, and one that failed because the disk was full, is run again (resomap.sweep.plan.trial_state,
+one warning line each); other failures only with --rerun-failed, which the run says in one line.
 
 The store being unreachable never stops a sweep: the parent and child runs are looked up softly, trials train
 untracked (`tracked: false` in result.json), and `sync_sweep` (run at the end of a sweep when some result is
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from resomap import interrupts
 from resomap.atomic import discard_staging, write_text
 from resomap.config import Config
 from resomap.errors import DataError
@@ -128,7 +130,7 @@ class Progress:
                 figures.append(f"latency {result.profile.latency_median_ms:.2f} ms")
             what = ", ".join(figures) or "finished"
         else:
-            what = f"FAILED: {result.error}"
+            what = f"FAILED: {result.cause}"
         return f"{self.line()} | {result.name} in {seconds:.0f} s: {what}"
 
 
@@ -211,8 +213,6 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
         if unchanged is not None:
             report("[sweep] nothing to do: every trial has its result and the summary is current")
             return SweepOutcome(unchanged[0], unchanged[1], out_dir, [], len(trials))
-    from resomap.sweep.executors import get_executor, probed
-
     tracker = make_tracker(cfg)
     identity, grid = sweep_identity(cfg), sweep_key(trials)
     parent = open_parent(tracker, cfg, identity, len(trials), legacy_key=grid)
@@ -221,13 +221,7 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     if moved:
         log.warning("%s", moved)
     if todo:
-        run = executor or get_executor(cfg.sweep.executor)
-        first = probed(todo, cfg) if executor is None and cfg.sweep.executor == "local" else []
-        if first:
-            from resomap.sweep.eta import probe
-
-            progress.eta.probes = probe(first, report)  # trials run here, one after another: priced by a probe here
-        new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
+        new = _run_trials(cfg, todo, executor, tracker, parent, progress, report)
         progress.ended = time.perf_counter() - progress.start
     estimates = _estimates(progress)
     if estimates is not None:  # kept beside the summary until it holds them: a kill in the summary phase loses none
@@ -248,6 +242,30 @@ def _run_sweep(cfg: Config, trials: list[Trial], executor: Any, rerun: bool, rep
     _save_state(cfg, trials, out_dir, parent, closed and all(r.tracked for r in results))
     report(progress.line())
     return SweepOutcome(results, parent, out_dir, figures, len(trials) - len(todo))
+
+
+def _run_trials(
+    cfg: Config, todo: list[Trial], executor: Any, tracker: Any, parent: str | None, progress: Progress, report: Any
+) -> list[TrialResult]:
+    """The pending trials through the executor. An interrupt (Ctrl-C, SIGTERM: resomap.interrupts) closes the
+    parent run KILLED, as each trial's own run (the next run of the sweep reopens them), and is raised on; one lost
+    in a callback is raised here, before the summary phase."""
+    from resomap.sweep.executors import get_executor, probed
+
+    try:
+        run = executor or get_executor(cfg.sweep.executor)
+        first = probed(todo, cfg) if executor is None and cfg.sweep.executor == "local" else []
+        if first:
+            from resomap.sweep.eta import probe
+
+            progress.eta.probes = probe(first, report)  # trials run here, one after another: priced by a probe here
+        new = run(todo, cfg=cfg, tracker=tracker, parent_run_id=parent, progress=progress, report=report)
+        interrupts.check()
+        return new
+    except KeyboardInterrupt:
+        if parent is not None:
+            tracker.end_run(parent, "KILLED")
+        raise
 
 
 @contextlib.contextmanager

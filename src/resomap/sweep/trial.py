@@ -37,9 +37,9 @@ def run_trial(
     """Train and evaluate one trial, write its summary folder, then publish it to MLflow. A failure is recorded
     in the result (and the run closed as FAILED with the reason), so a sweep goes on. With `reraise`, user errors
     (ResoMapError) found while preparing data and model are raised before anything is written, and later ones
-    after the result is written and published."""
-    from resomap.models import get_spec
-    from resomap.runtime import apply_system, describe_device, machine_record, resolve_device
+    after the result is written and published. An interrupt (KeyboardInterrupt: Ctrl-C, SIGTERM) is raised on
+    with nothing written and the run closed KILLED: the trial stays resumable (`_interrupted`)."""
+    from resomap.runtime import apply_system, describe_device, resolve_device
     from resomap.tracking import NullTracker
     from resomap.training import distributed
 
@@ -48,16 +48,9 @@ def run_trial(
     device = resolve_device(trial.cfg.system)
     apply_system(trial.cfg.system, device)
     log.info("trial %s on %s", trial.name, describe_device(device))
-    spec = get_spec(trial.model)
-    family = spec.family
-    result = TrialResult(trial.key, trial.name, trial.model, family, trial.resolution, trial.seed, "RUNNING")
-    result.deterministic = spec.deterministic
-    result.task = trial.cfg.experiment.task
-    result.environment["device"] = describe_device(device)
-    result.environment.update(machine_record(device))  # CPU model and capability, bf16 flags, GPU: bf16 differs
-    result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
+    result = _started(trial, device)
     if not distributed.is_rank0():
-        return _follow_rank0(trial, device, family, result)
+        return _follow_rank0(trial, device, result.family, result)
     prepared, early = None, None
     try:
         prepared = prepare_trial(trial, trial.cfg, device)
@@ -68,21 +61,47 @@ def run_trial(
         early = exc
     live = _open_live_run(tracker, trial, result, parent_run_id)  # (tracker, run id) for per-epoch metrics
     result.run_id = live[1]
-    failure = trial.summary_dir / "failure.txt"
+    error = None
     try:
         if early is not None:
             raise early
         _fit_with_oom_retry(trial, prepared, device, live, result, fresh)
         result.status = "FINISHED"
-        failure.unlink(missing_ok=True)  # left by an earlier failed attempt
+        (trial.summary_dir / "failure.txt").unlink(missing_ok=True)  # left by an earlier failed attempt
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (resomap.interrupts)
+        _interrupted(trial, *live)
+        raise
     except Exception as exc:
         _failed(trial, result, exc)
-        if reraise and isinstance(exc, ResoMapError):
-            raise
-    finally:
-        result.finished_at = time.time()
-        _save_and_publish(trial, result, tracker, parent_run_id, prepared)
+        error = exc
+    result.finished_at = time.time()
+    _save_and_publish(trial, result, tracker, parent_run_id, prepared)
+    if reraise and isinstance(error, ResoMapError):
+        raise error
     return result
+
+
+def _started(trial: Trial, device: Any) -> TrialResult:
+    """The trial's result as it starts (RUNNING, never saved so): what it is and where it runs."""
+    from resomap.models import get_spec
+    from resomap.runtime import describe_device, machine_record
+
+    spec = get_spec(trial.model)
+    result = TrialResult(trial.key, trial.name, trial.model, spec.family, trial.resolution, trial.seed, "RUNNING")
+    result.deterministic = spec.deterministic
+    result.task = trial.cfg.experiment.task
+    result.environment["device"] = describe_device(device)
+    result.environment.update(machine_record(device))  # CPU model and capability, bf16 flags, GPU: bf16 differs
+    result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
+    return result
+
+
+def _interrupted(trial: Trial, tracker: Any, run_id: str | None) -> None:
+    """An interrupted trial stays resumable, as after a kill: no result.json (the sweep would count it as failed),
+    its last.pt kept for the next run to resume from, its MLflow run closed KILLED (that run reopens it)."""
+    log.info("%s interrupted: running the same command again resumes it", trial.name)
+    if run_id is not None:
+        tracker.end_run(run_id, "KILLED")
 
 
 def _failed(trial: Trial, result: TrialResult, exc: BaseException) -> None:
@@ -171,30 +190,52 @@ def _resume_point(folder: Path, key: str, fresh: bool) -> Path | None:
     """last.pt of an interrupted (or finished) attempt at this exact trial, when every checkpoint in the folder is
     whole; checkpoints of another config, or with a damaged one among them (a resume could not restore it, nor
     test the best one), are discarded and the trial trains from the start (the thread count its first attempt
-    measured is kept unless `fresh`: resomap.training.threads.STORE)."""
+    measured is kept unless `fresh`: resomap.training.threads.STORE). A last.pt that does not load (damaged, or
+    refused by the safe loader: pickled code) is set aside as last.pt.refused, in one warning (`_set_aside`)."""
     from resomap.filecheck import check_zip
     from resomap.training.threads import STORE as THREADS_STORE
 
     last = folder / "last.pt"
-    if folder.exists() and not fresh and last.exists():
+    if folder.exists() and not fresh and last.exists() and not _set_aside(last):
         old_key = _checkpoint_key(folder)
         damaged = [(p, why) for p in sorted(folder.glob("*.pt")) if (why := check_zip(p))]
         if old_key == key and not damaged:
             return last
-        if damaged:  # a damaged best checkpoint is named by sweep.plan.trial_state already; a damaged last.pt not
-            path, why = next(((p, w) for p, w in damaged if p == last), damaged[0])
-            level = logging.WARNING if path == last else logging.INFO
-            log.log(level, "%s: %s; the trial trains again from the start", path, why)
+        if damaged:  # a damaged best checkpoint is named by sweep.plan.trial_state already
+            log.info("%s: %s; the trial trains again from the start", *damaged[0])
         else:
             log.warning("%s holds checkpoints of another config (%s, now %s); starting afresh", folder, old_key, key)
     for path in sorted(folder.iterdir()) if folder.exists() else []:
         if path.name == THREADS_STORE and not fresh:  # the trial's measured thread count (it carries its key)
+            continue
+        if path.suffix == REFUSED:  # set aside for whoever wants to look at it
             continue
         if not path.is_dir() or path.is_symlink():
             path.unlink()
         elif not _SEED_FOLDER.fullmatch(path.name):  # another seed's folder inside an old-layout folder is kept
             shutil.rmtree(path)
     return None
+
+
+REFUSED = ".refused"  # the suffix of a last.pt set aside
+
+
+def _set_aside(last: Path) -> bool:
+    """Whether last.pt was set aside: a file the checkpoint loader refuses (garbage, cut short, pickled code that
+    the safe loader would not run: resomap.training.load_checkpoint) is renamed last.pt.refused beside it, said in
+    one warning, so that the trial trains from the start instead of failing on it."""
+    from resomap.errors import CheckpointError
+    from resomap.training import load_checkpoint
+
+    try:
+        load_checkpoint(last)
+        return False
+    except CheckpointError as exc:
+        why = str(exc).split("; ")[0]  # the path and the cause; not its advice (delete, re-save), done here
+    aside = last.with_name(last.name + REFUSED)
+    last.replace(aside)
+    log.warning("%s; set aside as %s, the trial trains from the start", why, aside.name)
+    return True
 
 
 @dataclasses.dataclass

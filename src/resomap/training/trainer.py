@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from resomap import interrupts
 from resomap.config import config_hash
 from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
@@ -254,6 +255,7 @@ class Trainer:
             self._call("on_fit_start")
             progress.start(start, epochs)
             for epoch in range(start, epochs):
+                interrupts.check()  # a Ctrl-C lost in a callback stops the fit here (resomap.interrupts)
                 if self.should_stop or self._out_of_time():
                     break
                 self.epoch = epoch
