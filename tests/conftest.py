@@ -44,18 +44,31 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # -m selection (pytest's cache, written by the controller at the end of a run); a file never timed by this checkout
 # takes its estimate below (the default suite under -n auto on 2 busy cores, seconds), else 0.2 s a test.
 FILE_SECONDS = "resomap/file_seconds"
-ESTIMATED_SECONDS = {
-    "tests/test_segmentation.py": 130,
+ESTIMATED_SECONDS = {  # a run on 2 cores that another job kept busy (load about 5)
+    "tests/test_adaptive_model.py": 145,
+    "tests/test_registries.py": 135,
+    "tests/test_mlflow_views.py": 135,
+    "tests/test_segmentation.py": 120,
+    "tests/test_adaptive.py": 110,
+    "tests/test_trial_files.py": 105,
+    "tests/test_figures.py": 100,
     "tests/test_report_html_seg.py": 100,
-    "tests/test_classical.py": 90,
-    "tests/test_figures.py": 75,
+    "tests/test_models.py": 95,
+    "tests/test_profiling.py": 90,
+    "tests/test_eta.py": 85,
     "tests/test_report_html.py": 70,
-    "tests/test_adaptive_model.py": 70,
-    "tests/test_sections.py": 65,
-    "tests/test_adaptive.py": 60,
-    "tests/test_eta.py": 55,
-    "tests/test_decide.py": 50,
-    "tests/test_mlflow_views.py": 45,
+    "tests/test_decide.py": 70,
+    "tests/test_startup.py": 55,
+    "tests/test_threads.py": 50,
+    "tests/test_classical.py": 50,
+    "tests/test_sections.py": 45,
+    "tests/test_sweep.py": 45,
+    "tests/test_analysis.py": 45,
+    "tests/test_per_image.py": 45,
+    "tests/test_parent_follows.py": 40,
+    "tests/test_timing.py": 40,
+    "tests/test_cli.py": 40,
+    "tests/test_experiments_isolated.py": 35,
 }
 PER_TEST_SECONDS = 0.2
 
