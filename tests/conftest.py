@@ -34,6 +34,91 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
+# ------------------------------------------------------------------------------------------------ the order of files
+
+# pytest-xdist's --dist loadfile hands a worker a whole file at a time, in the collection's order (addopts has
+# --no-loadscope-reorder: by default xdist hands out the files with the most tests first, which left the longest
+# file, test_report_html_seg.py with its 2 tests, among the last while the other worker ran out of work). The
+# slowest files go first, so the last ones handed out are short and the workers finish together (longest processing
+# time first). A file's seconds are its tests' setup, call and teardown in the last run that ran it under the same
+# -m selection (pytest's cache, written by the controller at the end of a run); a file never timed by this checkout
+# takes its estimate below (the default suite under -n auto on 2 busy cores, seconds), else 0.2 s a test.
+FILE_SECONDS = "resomap/file_seconds"
+ESTIMATED_SECONDS = {  # a run on 2 cores that another job kept busy (load about 5)
+    "tests/test_adaptive_model.py": 145,
+    "tests/test_registries.py": 135,
+    "tests/test_mlflow_views.py": 135,
+    "tests/test_segmentation.py": 120,
+    "tests/test_adaptive.py": 110,
+    "tests/test_trial_files.py": 105,
+    "tests/test_figures.py": 100,
+    "tests/test_report_html_seg.py": 100,
+    "tests/test_models.py": 95,
+    "tests/test_profiling.py": 90,
+    "tests/test_eta.py": 85,
+    "tests/test_report_html.py": 70,
+    "tests/test_decide.py": 70,
+    "tests/test_startup.py": 55,
+    "tests/test_threads.py": 50,
+    "tests/test_classical.py": 50,
+    "tests/test_sections.py": 45,
+    "tests/test_sweep.py": 45,
+    "tests/test_analysis.py": 45,
+    "tests/test_per_image.py": 45,
+    "tests/test_parent_follows.py": 40,
+    "tests/test_timing.py": 40,
+    "tests/test_cli.py": 40,
+    "tests/test_experiments_isolated.py": 35,
+}
+PER_TEST_SECONDS = 0.2
+
+
+class FileOrder:
+    """The files of a run ordered slowest first (stable: a file's tests keep their order and stay together), and
+    each file's seconds recorded for the next run. A plugin of its own: `-p no:resomap_file_order` keeps the order
+    the files were given in (with --no-loadscope-reorder, the order xdist hands them out)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seconds: dict[str, float] = {}
+
+    def _known(self) -> dict[str, float]:
+        cache = getattr(self.config, "cache", None)  # None under -p no:cacheprovider
+        stored = cache.get(FILE_SECONDS, {}) if cache is not None else {}
+        return dict(stored.get(self.config.option.markexpr or "", {})) if isinstance(stored, dict) else {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        known = self._known()
+        files = [item.nodeid.split("::", 1)[0] for item in items]
+        counts = {f: files.count(f) for f in set(files)}
+
+        def cost(f: str) -> float:
+            return known.get(f, ESTIMATED_SECONDS.get(f, PER_TEST_SECONDS * counts[f]))
+
+        order = {f: (-cost(f), -counts[f], i) for i, f in enumerate(dict.fromkeys(files))}
+        items[:] = [item for _, item in sorted(zip(files, items), key=lambda pair: order[pair[0]])]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        file = report.nodeid.split("::", 1)[0]
+        self.seconds[file] = self.seconds.get(file, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        cache = getattr(self.config, "cache", None)
+        if cache is None or hasattr(self.config, "workerinput") or not self.seconds:  # the controller writes it
+            return
+        stored = cache.get(FILE_SECONDS, {})
+        stored = stored if isinstance(stored, dict) else {}
+        selection = self.config.option.markexpr or ""
+        stored[selection] = {**stored.get(selection, {}), **{f: round(s, 1) for f, s in self.seconds.items()}}
+        cache.set(FILE_SECONDS, stored)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.is_blocked("resomap_file_order"):
+        config.pluginmanager.register(FileOrder(config), "resomap_file_order")
+
+
 def trial_summary(root: Path, model: str, res: int, seed: int = 42, experiment: str = SMOKE) -> Path:
     """A trial's summary folder (result.json, predictions.csv) in output folder `root` (resomap.layout)."""
     from resomap.layout import Layout

@@ -112,6 +112,16 @@ def _classified(rng, z: np.ndarray, seeds: int, spread: float, seed_sd: float, r
     return z + w + e > stats.norm.ppf(1 - rate) * total
 
 
+def _per_rep(metric, prediction: np.ndarray, score: np.ndarray | None = None) -> np.ndarray:
+    """values() of every simulated sweep at once: [REPS, seeds, N] predictions (and scores) stacked into REPS x
+    seeds rows of one call, split back into [REPS, seeds, N]. values() computes each row from that row and the
+    labels alone (a seed's recalls, F1s, AUROC), so this equals a call per sweep; macro-F1's class count is the
+    largest label or prediction, 2 either way here (LABEL holds both classes)."""
+    reps, seeds, n = prediction.shape
+    flat = None if score is None else score.reshape(reps * seeds, n)
+    return values(metric, LABEL, prediction.reshape(reps * seeds, n), flat).reshape(reps, seeds, n)
+
+
 def _macro_f1(recalls: np.ndarray) -> float:
     """The population macro-F1 of two classes with these recalls at the test split's class shares."""
     pi = N1 / N
@@ -145,7 +155,7 @@ def test_label_metrics_hold_their_error_at_the_margin_at_model_scope(metric):
                 ref = _classified(rng, z, seeds, spread, seed_sd, recalls)
                 low = _classified(rng, z, seeds, spread, seed_sd, _at_margin(metric, recalls))
                 pred_ref, pred_low = np.where(ref, LABEL, 1 - LABEL), np.where(low, LABEL, 1 - LABEL)
-                d = np.stack([values(m, LABEL, pred_low[i]) - values(m, LABEL, pred_ref[i]) for i in range(REPS)])
+                d = _per_rep(m, pred_low) - _per_rep(m, pred_ref)
                 rates[seeds, seed_sd, spread] = scopes.rejects(d, -MARGIN, ALPHA, binary=False, scope="model").mean()
     assert max(rates.values()) <= 0.055, rates
     assert min(rates.values()) > 0.005, rates  # it does decide
@@ -168,8 +178,8 @@ def test_auroc_holds_its_error_at_the_margin_at_model_scope():
                 + math.sqrt(1 - rho) * rng.standard_normal((REPS, seeds, N))
                 for auc in (0.85, 0.85 - MARGIN)
             )
-            none = np.zeros((seeds, N), np.int64)
-            d = np.stack([values(metric, LABEL, none, b[i]) - values(metric, LABEL, none, a[i]) for i in range(REPS)])
+            none = np.zeros((REPS, seeds, N), np.int64)  # AUROC reads the scores only
+            d = _per_rep(metric, none, b) - _per_rep(metric, none, a)
             rates[seeds, rho, seed_sd] = scopes.rejects(d, -MARGIN, ALPHA, binary=False, scope="model").mean()
     assert max(rates.values()) <= 0.055, rates
     assert min(rates.values()) > 0.003, rates
