@@ -67,6 +67,33 @@ def test_an_address_nothing_answers_on_fails_within_seconds():
     check_address("auto")  # left to ray.init (RAY_ADDRESS, a running local head)
 
 
+@pytest.mark.parametrize(
+    ("address", "env", "joined"),
+    [(None, None, "local"), (None, "10.0.0.5:6379", None), ("auto", None, "auto"), ("auto", "10.0.0.5:6379", "auto")],
+)
+def test_a_null_address_starts_a_ray_of_its_own_unless_ray_address_names_one(address, env, joined, monkeypatch):
+    """ray.init(address=None) joins the newest Ray started on the machine (another sweep's, or a stale record of a
+    dead one): a null sweep.ray.address asks for a local Ray of its own; RAY_ADDRESS (ray job submit) still joins."""
+    import sys
+    import types
+
+    from resomap.sweep.executors import _start_ray
+
+    asked = []
+    fake = types.SimpleNamespace(
+        is_initialized=lambda: False,
+        init=lambda address, **_: asked.append(address),
+        cluster_resources=lambda: {"CPU": 2.0},
+    )
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    cfg = load(CONFIGS, preset="smoke", overrides=["sweep.executor=ray", f"sweep.ray.address={address or 'null'}"])
+    assert _start_ray(cfg) == (fake, True) and asked == [joined]
+
+
 def test_a_tracking_server_that_does_not_answer_fails_within_seconds():
     start = time.monotonic()
     with pytest.raises(ConfigError, match=r"mlflow.tracking_uri=http://127.0.0.1:\d+: the tracking server does not"):

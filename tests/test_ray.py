@@ -37,7 +37,7 @@ def local_ray():
     attaches to it and leaves it running. Shut down at the end of the module."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -266,8 +266,11 @@ def _start_ray(cfg: Config) -> tuple[Any, bool]:
         return ray, False
     address = group_options(cfg.sweep, "ray").address
     check_address(address)  # ray.init would wait minutes on an address nothing answers
+    # null: a Ray of this sweep's own. ray.init(address=None) would join the newest Ray started on this machine
+    # (another sweep's, a test's, or a dead one's stale record), unless RAY_ADDRESS names the cluster to join.
+    join = address or (None if os.environ.get("RAY_ADDRESS") else "local")
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        ray.init(address=join, include_dashboard=False, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         hint = ""
@@ -280,7 +283,8 @@ def _start_ray(cfg: Config) -> tuple[Any, bool]:
 
 @dataclasses.dataclass(frozen=True)
 class RayOptions:
-    address: str | None = None  # ray.init(address=...): host:port of a running head, 'auto', or null (a local Ray)
+    # ray.init(address=...): host:port of a running head, 'auto', or null (a Ray of its own; RAY_ADDRESS's if set)
+    address: str | None = None
     gpus_per_trial: float = 1.0  # Ray resource request per trial (on a GPU cluster)
     cpus_per_trial: float = 1.0  # Ray resource request per trial; also the trial's torch threads
     # a folder every node sees at the same path (NFS, a mounted bucket): the sweep's checkpoints, results, cache
