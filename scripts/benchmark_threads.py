@@ -181,11 +181,25 @@ def train_configs(args: argparse.Namespace, out: str, size: int) -> dict[str, An
 
 
 def epoch_rate(cfg: Any, data: Any, initial: torch.nn.Module) -> tuple[float, dict[str, Any]]:
-    """(images/s of one training epoch of Trainer.fit on a copy of `initial`, the fit's thread record)."""
-    from resomap.training import Trainer
+    """(images/s of one training epoch of Trainer.fit on a copy of `initial`, the fit's thread record). Each fit
+    gets an empty machine record (resomap.training.threads.cache_dir), so `auto` measures under this round's load
+    as a first fit of the step on a machine does; a user's record is neither read nor written."""
+    import tempfile
 
-    trainer = Trainer(cfg, torch.device("cpu"))
-    history = trainer.fit(copy.deepcopy(initial), data).history
+    from resomap.training import Trainer
+    from resomap.training.threads import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    with tempfile.TemporaryDirectory(prefix="resomap-bench-cache-") as folder:
+        os.environ[CACHE_ENV] = folder
+        try:
+            trainer = Trainer(cfg, torch.device("cpu"))
+            history = trainer.fit(copy.deepcopy(initial), data).history
+        finally:
+            if before is None:
+                os.environ.pop(CACHE_ENV, None)
+            else:
+                os.environ[CACHE_ENV] = before
     return history[-1]["train/images_per_s"], trainer.meta.get("threads", {})
 
 

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -21,6 +22,11 @@ import pytest
 # busy process made tiny models 10-15x slower: resomap.runtime.auto_threads). Set before torch is imported.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
+
+# this machine's thread-count records (resomap.training.threads.cache_dir) are kept out of the user's cache: the
+# tests' fits neither read a count measured outside them nor leave one behind; each test gets its own folder
+# (`own_machine_records`), this one holds what module-scoped fixtures measure
+SESSION_CACHE = os.environ["RESOMAP_CACHE_DIR"] = tempfile.mkdtemp(prefix="resomap-tests-cache-")
 
 import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before any test loads a config)
 
@@ -114,6 +120,10 @@ class FileOrder:
         cache.set(FILE_SECONDS, stored)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.is_blocked("resomap_file_order"):
         config.pluginmanager.register(FileOrder(config), "resomap_file_order")
@@ -145,6 +155,14 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def own_machine_records(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own record of this machine's thread counts: no test reuses a count another one measured."""
+    folder = tmp_path_factory.mktemp("machine-cache")
+    monkeypatch.setenv("RESOMAP_CACHE_DIR", str(folder))
+    return folder
 
 
 @pytest.fixture

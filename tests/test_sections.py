@@ -43,6 +43,7 @@ def swept(tmp_path_factory, request):
     register_section("broken_part", title="Never shown", order=66)(broken)
     request.addfinalizer(lambda: (SECTIONS.unregister("sweep_size"), SECTIONS.unregister("broken_part")))
     extra = ("mlflow.enabled=true", "profiling.iters=6")  # 6 timed calls: the latency's 95% interval
+    extra += (f"mlflow.tracking_uri=sqlite:///{root / 'mlflow.db'}",)  # the store _views reads, whatever the env says
     cfg = tiny_sweep_config(root, ["tiny_cnn", "pixel_logreg"], [16, 24], ["saliency"], 2, *extra)
     caplog = logging.getLogger("resomap.summary.sections")
     records: list[str] = []

@@ -1,5 +1,6 @@
-"""system.threads 0 on the CPU: each fit times a few real training steps at 1 and all cores and keeps the fastest
-count (resomap.training.threads); a count set in the config wins; the measurement changes no training result; the
+"""system.threads 0 on the CPU: a fit times a few real training steps at 1 and all cores and keeps the fastest
+count (resomap.training.threads), once per training step and machine (every later fit of the step takes that
+count, whatever the load); a count set in the config wins; the measurement changes no training result; the
 count stays set after fit and a resumed fit keeps it; the record reaches result.json and the trial's MLflow run."""
 
 from __future__ import annotations
@@ -207,8 +208,9 @@ def test_a_trial_measures_once_and_every_later_attempt_keeps_its_count(tmp_path:
     assert torch.get_num_threads() == 1
     assert json.loads(store[0].read_text()) == saved  # a kept record is not written again
 
-    # another trial's record, a cut-short file or a config count: not used
+    # another trial's record, a cut-short file or a config count: not used (nor this machine's record of the step)
     for key, text, count in [("key-b", None, 0), ("key-a", store[0].read_text()[:20], 0), ("key-a", None, 2)]:
+        (threads.cache_dir() / threads.MACHINE_FILE).unlink(missing_ok=True)
         if text is not None:
             store[0].write_text(text)
         monkeypatch.setattr(threads, "choose_threads", fixed_choice(2))
@@ -217,6 +219,136 @@ def test_a_trial_measures_once_and_every_later_attempt_keeps_its_count(tmp_path:
         trainer.fit(tiny(), toy_data())
         assert trainer.meta["threads"]["chosen"] == 2, (key, text, count)
         assert "kept" not in trainer.meta["threads"]["reason"]
+
+
+def never_measured(*args, **kwargs):
+    raise AssertionError("measured although this machine has a record of the step")
+
+
+def test_a_step_measured_on_this_machine_is_kept_by_every_later_fit_whatever_the_load(monkeypatch, caplog):
+    """The first fit of a step measures and keeps its record for this machine; a later fit of the same step (another
+    trial, another sweep) trains at that count without measuring; another step, another machine or a cut-short
+    record file measures again; a cache folder that cannot be written costs a warning, not the fit."""
+    monkeypatch.setattr(threads, "choose_threads", fixed_choice(1))
+    first = Trainer(cfg_of(0), CPU)
+    first.fit(tiny(), toy_data())
+    path = threads.cache_dir() / threads.MACHINE_FILE
+    saved = json.loads(path.read_text())
+    assert list(saved) == [threads.machine_key()] and len(saved[threads.machine_key()]) == 1
+    (step,) = saved[threads.machine_key()]
+    params = sum(p.numel() for p in tiny().parameters())
+    assert step.startswith(f'["resomap.models.small.ConvNet",{params},[16,3,16,16],') and "AdamW" in step, step
+
+    monkeypatch.setattr(threads, "choose_threads", never_measured)
+    torch.set_num_threads(2)  # what torch's default would be: the kept count is set instead
+    again = Trainer(cfg_of(0), CPU)
+    again.fit(tiny(), toy_data())
+    record = again.meta["threads"]
+    assert record["chosen"] == 1 and torch.get_num_threads() == 1
+    assert record["reason"] == "kept from this machine's first measurement of this step (fake)"
+    assert json.loads(path.read_text()) == saved  # a kept record is not written again
+
+    monkeypatch.setattr(threads, "choose_threads", fixed_choice(2))
+    gen = torch.Generator().manual_seed(1)
+    other = in_memory_data(torch.randn(40, 3, 16, 16, generator=gen), torch.arange(40) % 2, batch_size=8, seed=0)
+    trainer = Trainer(cfg_of(0), CPU)
+    trainer.fit(tiny(), other)  # another step: batches of 8
+    assert trainer.meta["threads"]["chosen"] == 2 and len(json.loads(path.read_text())[threads.machine_key()]) == 2
+
+    monkeypatch.setattr(threads, "machine_key", lambda: "another CPU")
+    trainer = Trainer(cfg_of(0), CPU)
+    trainer.fit(tiny(), toy_data())
+    assert trainer.meta["threads"]["chosen"] == 2 and set(json.loads(path.read_text())) == {
+        "another CPU",
+        next(k for k in saved),
+    }
+
+    path.write_text(path.read_text()[:30])  # cut short (a full disk, a kill mid-write by another tool)
+    trainer = Trainer(cfg_of(0), CPU)
+    trainer.fit(tiny(), toy_data())
+    assert trainer.meta["threads"]["chosen"] == 2 and list(json.loads(path.read_text())) == ["another CPU"]
+
+    blocked = path.parent / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv(threads.CACHE_ENV, str(blocked / "cache"))
+    trainer = Trainer(cfg_of(0), CPU)
+    with caplog.at_level("WARNING", logger="resomap.training.threads"):
+        trainer.fit(tiny(), toy_data())
+    assert trainer.meta["threads"]["chosen"] == 2
+    assert "the next fit of this step measures its thread count again" in caplog.text
+
+
+def test_a_kept_count_that_now_runs_far_slower_than_measured_is_said_once(tmp_path: Path, monkeypatch, caplog):
+    """A count kept from the trial's (or the machine's) measurement whose first epoch runs more than KEPT_SLOWER
+    times slower per image than measured: one warning naming the count and the way to speed up; the count kept."""
+    store = (tmp_path / threads.STORE, "key-a")
+    for per_image, warned in [(1e-9, True), (10.0, False)]:  # far faster than any real step, far slower
+        record = {"chosen": 1, "candidates": {"1": per_image, "2": per_image}, "reason": "measured", "rounds": 1}
+        threads.store_record(store, record)
+        monkeypatch.setattr(threads, "choose_threads", never_measured)
+        trainer = Trainer(cfg_of(0, epochs=2), CPU)
+        trainer.threads_store = store
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="resomap.training.threads"):
+            trainer.fit(tiny(), toy_data())
+        said = [r.getMessage() for r in caplog.records if "busier now" in r.getMessage()]
+        assert trainer.meta["threads"]["chosen"] == 1 and len(said) == int(warned), (per_image, said)
+        if warned:
+            assert "1 torch thread(s) kept" in said[0] and "system.threads=1" in said[0]
+            assert float(said[0].split("run ")[1].split("x slower")[0]) > threads.KEPT_SLOWER
+
+
+def test_the_machine_record_lives_in_the_users_cache(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv(threads.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert threads.cache_dir() == tmp_path / "xdg" / "resomap"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert threads.cache_dir() == tmp_path / "home" / ".cache" / "resomap"
+    monkeypatch.setenv(threads.CACHE_ENV, str(tmp_path / "mine"))
+    assert threads.cache_dir() == tmp_path / "mine"
+
+
+@pytest.mark.slow
+def test_a_sweep_run_idle_and_again_beside_busy_processes_gives_identical_predictions(tmp_path: Path, procs):
+    """Default settings (system.threads 0, OMP_NUM_THREADS unset): the sweep run on an idle machine measures each
+    step's count and keeps it for the machine; the same sweep in another folder while two CPU-bound processes keep
+    both cores busy trains every trial at the kept count (a new measurement would pick for that load) and writes
+    byte-identical predictions."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    args = ["sweep", "--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false"]
+    args += ["mlflow.enabled=false", "sweep.models=[simple_cnn]", "sweep.resolutions=[16,24]"]
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MLFLOW_TRACKING_URI")}
+    env["RESOMAP_CACHE_DIR"] = str(tmp_path / "machine")
+    folders = []
+    for name in ("idle", "busy"):
+        root = tmp_path / name
+        root.mkdir()
+        shutil.copytree(REPO / "configs", root / "configs")
+        busy = []
+        if name == "busy":
+            burn = [sys.executable, "-c", "while True: pass"]
+            busy = [subprocess.Popen(burn, start_new_session=True) for _ in range(2)]
+            procs.extend(busy)
+        run = subprocess.run([sys.executable, "-m", "resomap.cli", *args], cwd=root, env=env, capture_output=True,
+                             text=True, timeout=900)  # fmt: skip
+        for p in busy:
+            p.kill()
+        assert run.returncode == 0, run.stderr[-3000:]
+        folders.append(root)
+    for res in (16, 24):
+        idle, busy = (trial_summary(root, "simple_cnn", res) for root in folders)
+        first = json.loads((idle / "result.json").read_text())["environment"]
+        second = json.loads((busy / "result.json").read_text())["environment"]
+        assert second["threads"] == first["threads"], (res, first, second)
+        if len(threads.thread_candidates(default=len(os.sched_getaffinity(0)), capped=False)) > 1:
+            assert "s/image" in first["threads_measured"], first  # measured on the idle machine
+        assert (busy / "predictions.csv").read_bytes() == (idle / "predictions.csv").read_bytes(), res
 
 
 def test_a_rerun_of_a_trial_after_its_checkpoints_are_gone_keeps_the_measured_count(project: Path, capsys):

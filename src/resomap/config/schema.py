@@ -172,7 +172,7 @@ class SystemConfig:
     num_workers: int = 0  # DataLoader worker processes
     persistent_workers: bool = False  # keep workers between epochs (num_workers > 0)
     pin_memory: Literal["auto", "on", "off"] = "auto"  # page-locked host batches; auto: on CUDA only
-    threads: int = 0  # torch intra-op threads; 0: auto, training measures 1 vs all cores per fit (docs/performance.md)
+    threads: int = 0  # torch intra-op threads; 0: auto, measured once per training step and machine (performance.md)
     # set by the sweep, not by hand: the keys above it resolved from auto (a model with a faster path of its own on
     # this device, e.g. fp32 for depthwise convolutions on a CPU, takes it only for those keys); in no trial key
     resolved_from_auto: list[str] = field(default_factory=list)

@@ -10,6 +10,13 @@ and result.json; a resumed fit keeps the count of the run it resumes (same float
 A trial measures once: the record is also stored beside its checkpoints (STORE, with the trial's key) as soon as it
 is measured, so a trial killed before its first checkpoint, or run again after its checkpoints were discarded,
 trains at the count its first attempt chose, whatever the load is when it runs again.
+
+A machine measures once per training step: the first measurement of a step (the model, its input batch's shape and
+dtype, the precision, the optimizer) is also kept in this machine's record (MACHINE_FILE in `cache_dir()`: CPU
+model, usable cores, torch version and thread candidates in its key), and every later fit of that step on this
+machine trains at that count, whatever the load when it starts: a sweep run idle and the same sweep run beside
+busy processes train at one count and give identical predictions (docs/performance.md "What makes two runs
+bit-identical").
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ BUDGET_S = 2.0  # no new round once the timed rounds took this long (one at leas
 MARGIN = 0.05  # a higher count must be this much faster per image: fewer threads degrade less when load comes
 DROP_RATIO, DROP_S = 3.0, 0.25  # a warm-up step this many times and seconds slower than the fastest: no rounds
 STORE = "threads.json"  # a trial's measured record, beside its checkpoints: {"key": trial key, "record": ...}
+MACHINE_FILE = "threads.json"  # this machine's records, in cache_dir(): {machine key: {step key: record}}
+KEPT_SLOWER = 4.0  # a kept count's first epoch this many times slower per image than measured: a warning
+CACHE_ENV = "RESOMAP_CACHE_DIR"  # where this machine's records are kept (default: $XDG_CACHE_HOME/resomap)
 
 
 def thread_candidates(cores: int | None = None, default: int | None = None, capped: bool | None = None) -> list[int]:
@@ -149,15 +159,19 @@ def preset_record(
         return fixed_record(torch.get_num_threads(), "not measured with system.compile: torch's default")
     kept = _recorded(resumed)
     if kept is not None:
-        record, why = copy.deepcopy(kept), str(kept.get("reason", ""))
-        record["reason"] = why if why.startswith("kept") else f"kept from the checkpoint resumed ({why})"
-        return record
+        return kept_record(kept, "kept from the checkpoint resumed")
     kept = stored_record(*store) if store is not None else None
     if kept is not None:
-        record, why = copy.deepcopy(kept), str(kept.get("reason", ""))
-        record["reason"] = why if why.startswith("kept") else f"kept from the trial's first measurement ({why})"
-        return record
+        return kept_record(kept, "kept from the trial's first measurement")
     return None
+
+
+def kept_record(kept: dict[str, Any], source: str) -> dict[str, Any]:
+    """A copy of a measured record a fit reuses, its reason saying where it came from (once: a record kept from a
+    kept one keeps the first source)."""
+    record, why = copy.deepcopy(kept), str(kept.get("reason", ""))
+    record["reason"] = why if why.startswith("kept") else f"{source} ({why})"
+    return record
 
 
 def stored_record(path: Path, key: str) -> dict[str, Any] | None:
@@ -185,6 +199,91 @@ def store_record(store: tuple[Path, str] | None, record: dict[str, Any]) -> None
         write_text(path, json.dumps({"key": key, "record": record}, indent=1, sort_keys=True))
     except OSError as exc:
         log.warning("%s not written (%s): a rerun of this trial measures its thread count again", path, exc)
+
+
+def cache_dir() -> Path:
+    """This user's resomap cache on this machine: $RESOMAP_CACHE_DIR, else $XDG_CACHE_HOME/resomap, else
+    ~/.cache/resomap."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "resomap"
+
+
+def machine_key() -> str:
+    """What a thread count's speed depends on besides the step: the CPU model, the cores this process may use,
+    torch's version and default count, and the candidate counts (OMP_NUM_THREADS caps them)."""
+    from resomap.runtime import cpu_model
+
+    parts = [cpu_model(), len(usable_cpus()), torch.__version__, default_threads(), thread_candidates()]
+    return json.dumps(parts, separators=(",", ":"))
+
+
+def step_key(model: torch.nn.Module, x: torch.Tensor, optimizer: Any, amp: Any, channels_last: bool) -> str:
+    """A training step as its speed at a thread count depends on it: the model's class and parameter count, the
+    batch's shape and dtype, the autocast dtype, the memory format and the optimizer's class."""
+    kind = type(model)
+    params = sum(p.numel() for p in model.parameters())
+    parts = [f"{kind.__module__}.{kind.__qualname__}", params, list(x.shape), str(x.dtype), str(amp), channels_last]
+    return json.dumps([*parts, type(optimizer).__name__], separators=(",", ":"))
+
+
+def machine_record(step: str) -> dict[str, Any] | None:
+    """This machine's record for `step` (`keep_machine_record`), None when there is none or the file is unreadable
+    (measure again)."""
+    try:
+        saved = json.loads((cache_dir() / MACHINE_FILE).read_text())
+        found = saved[machine_key()][step]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return _recorded(found)
+
+
+def keep_machine_record(step: str, record: dict[str, Any]) -> None:
+    """Add `record` for `step` to this machine's records: under a lock (two sweeps measuring at once keep both
+    steps), written atomically; the first record of a step stays (it is the one earlier fits trained at). Not
+    written (a warning) when the cache folder refuses: the fit goes on, the next fit of the step measures again."""
+    from filelock import FileLock, Timeout  # torch's own dependency
+
+    from resomap.atomic import write_text
+
+    if not record.get("candidates"):  # nothing was measured (one usable core): nothing to keep
+        return
+    path = cache_dir() / MACHINE_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock", timeout=30):
+            try:
+                saved = json.loads(path.read_text())
+            except (OSError, ValueError):
+                saved = {}
+            if not isinstance(saved, dict):
+                saved = {}
+            mine = saved.setdefault(machine_key(), {})
+            if not isinstance(mine, dict) or _recorded(mine.get(step)) is None:
+                saved[machine_key()] = {**(mine if isinstance(mine, dict) else {}), step: record}
+                write_text(path, json.dumps(saved, indent=1, sort_keys=True))
+    except (OSError, Timeout) as exc:
+        log.warning("%s not written (%s): the next fit of this step measures its thread count again", path, exc)
+
+
+def warn_if_slower(record: dict[str, Any] | None, epoch: dict[str, Any], name: str) -> None:
+    """A kept count (this machine's record, the trial's, a checkpoint's) whose first epoch (`epoch`, its history
+    entry) ran more than KEPT_SLOWER times slower per image than its steps when measured: the machine is busier
+    than it was then. Said once per fit, with the way to speed it up; the count is kept (results do not follow the
+    load)."""
+    record = record or {}
+    measured = (record.get("candidates") or {}).get(str(record.get("chosen")))
+    rate = epoch.get("train/images_per_s")
+    if not str(record.get("reason", "")).startswith("kept") or not measured or not rate or rate != rate:
+        return
+    now = 1.0 / rate
+    if now > KEPT_SLOWER * measured:
+        log.warning(
+            "%s: %d torch thread(s) kept from an earlier measurement run %.0fx slower per image than when measured "
+            "(%.3g s against %.3g s): this machine is busier now. The count is kept so the results do not depend on "
+            "the load; for speed set system.threads=1 (results then differ in the last bits)",
+            name, record["chosen"], now / measured, now, measured,
+        )  # fmt: skip
 
 
 def _recorded(record: Any) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from resomap.config.schema import Config
 from resomap.errors import CheckpointError, TrainingError
 from resomap.runtime import apply_system, autocast_dtype, resolve_channels_last, resolve_precision, seed_everything
 from resomap.tasks import EvalContext, task_of
-from resomap.training import distributed, feature_head
+from resomap.training import distributed, feature_head, threads
 from resomap.training.checkpoint import FORMAT, load_checkpoint, rng_state, set_rng_state
 from resomap.training.closed_form import fit_closed_form, peak_memory_mb, probe_closed_form
 from resomap.training.convergence import Convergence, convergence
@@ -203,32 +203,42 @@ class Trainer:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
 
     def _choose_threads(self, data: Any, resumed: Any) -> None:
-        """system.threads 0 on the CPU: the fastest thread count of a few real training steps (1, all cores;
-        resomap.training.threads), taken before the first epoch with the weights, optimizer, scheduler, scaler and
-        RNG put back after, so the fit is the one that count fixed in the config gives. It stays set after fit;
-        the record is meta['threads'] (checkpoints, result.json); a resumed fit keeps `resumed`, the record of the
-        checkpoint it restored."""
-        from resomap.training import threads
-
+        """system.threads 0 on the CPU: the thread count of this training step on this machine
+        (resomap.training.threads): its first measurement here (a few real training steps at 1 and all cores,
+        taken before the first epoch with the weights, optimizer, scheduler, scaler and RNG put back after, so the
+        fit is the one that count fixed in the config gives), kept in the machine's record and reused by every
+        later fit of the step, whatever the load. It stays set after fit; the record is meta['threads']
+        (checkpoints, result.json); a resumed fit keeps `resumed`, the record of the checkpoint it restored."""
         record = threads.preset_record(self.cfg.system, self.device, resumed, self.threads_store)
         batch = threads.first_batch(data.train) if record is None else None
         if record is None and batch is None:
             record = threads.fixed_record(torch.get_num_threads(), "not measured: no training batch")
         elif record is None:
             x, y, *w = batch
-            when, self._sched_when = self._sched_when, "never"  # a one-cycle schedule must not run out of steps
-            ema, updates, self.ema = self.ema, self._updates, None  # nor may the weights' average see these steps
-            try:
-                with threads.training_state_kept(self.model, self.optimizer, self.scheduler, self.scaler):
-                    self.model.train()
-                    record = threads.choose_threads(lambda: self._train_step(x, y, w, 1, update=True), y.shape[0])
-            finally:
-                self._sched_when, self.ema, self._updates = when, ema, updates
+            step = threads.step_key(self.model, x, self.optimizer, self.amp_dtype, self.channels_last)
+            kept = threads.machine_record(step)  # this step was measured on this machine before: that count
+            if kept is not None:
+                record = threads.kept_record(kept, "kept from this machine's first measurement of this step")
+            else:
+                record = self._measure_threads(x, y, w)
+                threads.keep_machine_record(step, record)  # every later fit of this step on this machine keeps it
             log.info("%s: %d torch thread(s), %s", self.run_name or "fit", record["chosen"], record["reason"])
             threads.store_record(self.threads_store, record)  # every later attempt at the trial keeps it
         if self.device.type == "cpu" and torch.get_num_threads() != record["chosen"]:
             torch.set_num_threads(record["chosen"])
         self.meta["threads"] = record
+
+    def _measure_threads(self, x: torch.Tensor, y: torch.Tensor, w: list) -> dict[str, Any]:
+        """threads.choose_threads on training steps of the batch (x, y, *w); the schedule, the weights' average and
+        the training state are as before it."""
+        when, self._sched_when = self._sched_when, "never"  # a one-cycle schedule must not run out of steps
+        ema, updates, self.ema = self.ema, self._updates, None  # nor may the weights' average see these steps
+        try:
+            with threads.training_state_kept(self.model, self.optimizer, self.scheduler, self.scaler):
+                self.model.train()
+                return threads.choose_threads(lambda: self._train_step(x, y, w, 1, update=True), y.shape[0])
+        finally:
+            self._sched_when, self.ema, self._updates = when, ema, updates
 
     # ------------------------------------------------------------ fit
 
@@ -260,6 +270,8 @@ class Trainer:
                     break
                 self.epoch = epoch
                 self._run_epoch(data, seed, progress)
+                if epoch == start:  # a kept count far slower than measured: the machine is busier now
+                    threads.warn_if_slower(self.meta.get("threads"), self.history[-1], self.run_name or "fit")
                 progress.epoch_end(epoch, epochs, self.history[-1])
             distributed.check_in_sync(self.model)
             self._call("on_fit_end")
