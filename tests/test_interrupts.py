@@ -1,10 +1,11 @@
-"""Interrupts with real processes (issue 62 items 1 and 6): Ctrl-C (SIGINT) or SIGTERM to a sweep's process group
+"""Interrupts with real processes (issue 62 items 1, 4 and 6): Ctrl-C (SIGINT) or SIGTERM to a sweep's process group
 while a trial trains ends it with `resomap: interrupted` (130, 143), leaves no result.json, closes the trial's and
 the sweep's MLflow runs KILLED, and a plain rerun resumes the trial from its last.pt, reusing its run, with the
 predictions of an uninterrupted sweep. A last.pt that does not load (garbage bytes, pickled code the safe loader
 refuses) is set aside as last.pt.refused in one warning and the trial trains from the start. resomap.interrupts:
 a second signal during the clean-up ends the process at once; an interrupt whose KeyboardInterrupt is lost in a
-garbage-collector callback still stops it. A result without an error never prints `FAILED <trial>: None`."""
+garbage-collector callback still stops it. A result without an error never prints `FAILED <trial>: None`. A sweep
+killed in its summary phase (SIGTERM, SIGKILL, SIGINT to its own process) leaves no figure worker behind (item 4)."""
 
 from __future__ import annotations
 
@@ -254,3 +255,36 @@ def test_a_result_without_an_error_is_resumed_or_named_with_its_cause(project: P
     (line,) = [ln for ln in out.splitlines() if ln.startswith("FAILED ")]
     assert line == f"FAILED {trial.name}: ended FAILED with no error recorded (see failure.txt in its summary folder)"
     assert "None" not in out
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT])
+def test_a_sweep_killed_in_its_summary_phase_leaves_no_process_of_its_group(tmp_path: Path, procs, sig):
+    """The signal to the sweep's own process only (`kill <pid>`, not its group), once its figure workers run (the
+    summary phase): within 10 s no process of its group is left (the workers watch the sweep; SIGKILL gives the
+    sweep no clean-up of its own)."""
+    import psutil
+
+    root = _project(tmp_path / "p")
+    args = [a for a in ARGS if not a.startswith(("explainability", "training.epochs"))] + ["training.epochs=1"]
+    args += ["mlflow.enabled=false", "explainability.methods=[saliency]", "explainability.probe_size=4"]
+    proc = start_logged(procs, [sys.executable, "-m", "resomap.cli", "sweep", *args], root, "sweep.log")
+    sweep = psutil.Process(proc.pid)
+    wait_for("the summary phase's figure workers", lambda: len(sweep.children()) >= 1, proc, timeout=300)
+    workers = sweep.children(recursive=True)
+    os.kill(proc.pid, sig)
+    deadline = time.monotonic() + 10
+    while not _group_gone(proc.pid) and time.monotonic() < deadline:
+        proc.poll()  # reap the sweep itself (a zombie still counts as a member of the group)
+        time.sleep(0.1)
+    left = [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert _group_gone(proc.pid) or not left, [(p.pid, p.cmdline()) for p in left]
+    assert not left, [(p.pid, p.cmdline()) for p in left]

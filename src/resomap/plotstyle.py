@@ -227,18 +227,81 @@ def parallel_saves(workers: int | None = None) -> Iterator[Callable[[], None]]:
     # what this process holds now is left out of the workers' garbage collections (Python's advice before a fork:
     # a collection would touch, and so copy, every page of a heap that holds a trained sweep's objects)
     gc.freeze()
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    pending: list[Any] = []
+    context = multiprocessing.get_context("fork")
+    pool, pending, ended = None, [], False
 
     def wait() -> None:
         while pending:
             pending.pop(0).result()
 
-    _SAVER.append((pool, pending))
     try:
-        yield wait
-        wait()
-    finally:
-        _SAVER.pop()
-        pool.shutdown(wait=True, cancel_futures=True)
+        with _interrupts_held():  # an interrupt between a fork and the pool's record of it would leave a worker
+            pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),))
+            pool.submit(int)  # with fork every worker starts at the first submit: all of them, here
+        _SAVER.append((pool, pending))
+        try:
+            yield wait
+            wait()
+            ended = True
+        finally:
+            _SAVER.pop()
+    finally:  # an error or an interrupt (Ctrl-C, SIGTERM, also one held above): the drawings are not waited for
+        if pool is not None and not ended:
+            _stop_workers(pool)
+        if pool is not None:
+            pool.shutdown(wait=ended, cancel_futures=True)
         gc.unfreeze()
+
+
+PARENT_POLL_S = 0.2  # how often a figure worker looks whether the process that started it is still there
+
+
+def _worker_start(parent: int) -> None:
+    """A figure worker's set-up: Ctrl-C is the parent's to handle (the terminal sends it to the whole group; the
+    parent stops the workers), SIGTERM ends it at once (it inherited the parent's handlers), and a thread ends it
+    when the parent is gone (SIGKILL leaves the parent no clean-up: without this the workers would wait on their
+    queue forever, orphans)."""
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # held by the parent while it forked (`_interrupts_held`)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (blocked, then delivered) while the block runs, on the main thread where the
+    platform can; elsewhere as they are."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _stop_workers(pool: Any) -> None:
+    """Terminate the pool's worker processes (ProcessPoolExecutor.terminate_workers from Python 3.14; before it the
+    pool's own table of them)."""
+    stop = getattr(pool, "terminate_workers", None)
+    if stop is not None:
+        stop()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            proc.terminate()
