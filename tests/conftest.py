@@ -166,11 +166,30 @@ def own_machine_records(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     return folder
 
 
+# the smoke preset without explanations, profiling or checkpoint logging, at one torch thread: a count measured per
+# run may differ from a reference run's (the sweeps of tests/test_interrupts.py and tests/test_sweep_faults.py)
+QUIET_SMOKE = [
+    "--preset",
+    "smoke",
+    "explainability.enabled=false",
+    "profiling.enabled=false",
+    "mlflow.log_checkpoint=false",
+    "system.threads=1",
+]
+
+
+def project_at(root: Path) -> Path:
+    """`root` made (with its parents) as a project folder: a copy of the repo's configs inside."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "configs", root / "configs")
+    return root
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh project folder holding a copy of the repo's configs, the tests running inside it, with no tracking
     URI from the environment."""
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    project_at(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path

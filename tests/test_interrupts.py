@@ -21,28 +21,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bad_checkpoints, run_cli, start_logged, trial_checkpoints, trial_summary, wait_for
+from conftest import (
+    QUIET_SMOKE,
+    bad_checkpoints,
+    project_at,
+    run_cli,
+    start_logged,
+    trial_checkpoints,
+    trial_summary,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL, RES = "tiny_cnn", 32
 EPOCHS = 8
-ARGS = [
-    "--preset",
-    "smoke",
-    "explainability.enabled=false",
-    "profiling.enabled=false",
-    "mlflow.log_checkpoint=false",
-    f"sweep.models=[{MODEL}]",
-    f"sweep.resolutions=[{RES}]",
-    f"training.epochs={EPOCHS}",
-    "system.threads=1",  # fixed: a count measured per run may differ from the reference's
-]
-
-
-def _project(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(REPO / "configs", root / "configs")
-    return root
+ARGS = [*QUIET_SMOKE, f"sweep.models=[{MODEL}]", f"sweep.resolutions=[{RES}]", f"training.epochs={EPOCHS}"]
 
 
 def _sweep(root: Path) -> subprocess.CompletedProcess:
@@ -75,7 +68,7 @@ def _runs(root: Path) -> tuple[list, list]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
     """predictions.csv of the sweep run once, uninterrupted."""
-    root = _project(tmp_path_factory.mktemp("uninterrupted"))
+    root = project_at(tmp_path_factory.mktemp("uninterrupted"))
     done = _sweep(root)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return _predictions(root)
@@ -87,7 +80,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_an_interrupted_trial_resumes_on_a_plain_rerun_with_the_uninterrupted_results(
     tmp_path: Path, procs, uninterrupted: str, sig: int
 ):
-    root = _project(tmp_path / "p")
+    root = project_at(tmp_path / "p")
     last = trial_checkpoints(root, MODEL, RES) / "last.pt"
     proc = start_logged(procs, [sys.executable, "-m", "resomap.cli", "sweep", *ARGS], root, "first.log")
     wait_for("the trial's first last.pt", last.exists, proc, timeout=180)
@@ -121,7 +114,7 @@ def test_a_last_pt_that_does_not_load_is_set_aside_and_the_trial_trains_from_the
     """An unfinished trial's last.pt of random bytes, or a torch zip whose pickle calls os.system (what
     torch.load(weights_only=True) refuses): one warning names it and why, it is renamed last.pt.refused, the trial
     trains from the start (the predictions of the uninterrupted sweep) and the sweep ends 0; nothing ran."""
-    root = _project(tmp_path / "p")
+    root = project_at(tmp_path / "p")
     folder = trial_checkpoints(root, MODEL, RES)
     folder.mkdir(parents=True)
     if bad == "garbage":
@@ -273,7 +266,7 @@ def test_a_sweep_killed_in_its_summary_phase_leaves_no_process_of_its_group(tmp_
     sweep no clean-up of its own)."""
     import psutil
 
-    root = _project(tmp_path / "p")
+    root = project_at(tmp_path / "p")
     args = [a for a in ARGS if not a.startswith(("explainability", "training.epochs"))] + ["training.epochs=1"]
     args += ["mlflow.enabled=false", "explainability.methods=[saliency]", "explainability.probe_size=4"]
     proc = start_logged(procs, [sys.executable, "-m", "resomap.cli", "sweep", *args], root, "sweep.log")

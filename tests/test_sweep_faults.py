@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -20,32 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, start_logged, trial_checkpoints, trial_summary, wait_for
+from conftest import QUIET_SMOKE, free_port, project_at, start_logged, trial_checkpoints, trial_summary, wait_for
 from resomap.cli import main
 from resomap.training import load_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
 MLFLOW = Path(sys.executable).with_name("mlflow")
-ARGS = [
-    "--preset",
-    "smoke",
-    "explainability.enabled=false",
-    "profiling.enabled=false",
-    "mlflow.log_checkpoint=false",
-    "sweep.models=[tiny_cnn,simple_cnn]",
-    "sweep.resolutions=[16,24]",
-    "training.epochs=3",
-    "system.threads=1",  # fixed: a count measured per trial may differ from the reference sweep's
-]
+ARGS = [*QUIET_SMOKE, "sweep.models=[tiny_cnn,simple_cnn]", "sweep.resolutions=[16,24]", "training.epochs=3"]
 TRIALS = [(m, r) for m in ("tiny_cnn", "simple_cnn") for r in (16, 24)]
 
 pytestmark = pytest.mark.slow
-
-
-def _project(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(REPO / "configs", root / "configs")
-    return root
 
 
 def _sweep_cmd(*extra: str) -> list[str]:
@@ -95,7 +77,7 @@ def _runs(uri: str) -> tuple[object, list, list]:
 
 
 def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path: Path, procs, monkeypatch):
-    root = _project(tmp_path / "killed")
+    root = project_at(tmp_path / "killed")
     kills = [
         ("the MLflow parent run exists", lambda: _parent_exists(root)),
         ("a trial has last.pt and no result", lambda: _training_without_result(root)),
@@ -124,7 +106,7 @@ def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path: Pa
     for path in checkpoints:
         assert "model" in load_checkpoint(path)
 
-    ref = _project(tmp_path / "reference")
+    ref = project_at(tmp_path / "reference")
     monkeypatch.chdir(ref)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert main(["-q", "sweep", *ARGS]) == 0
@@ -149,7 +131,7 @@ def test_a_trial_killed_then_resumed_beside_busy_processes_keeps_its_threads_and
     args = [a for a in ARGS if not a.startswith(("system.threads", "sweep.models", "sweep.resolutions"))]
     args += ["system.threads=0", "sweep.models=[simple_cnn]", "sweep.resolutions=[24]"]
     cmd = [sys.executable, "-m", "resomap.cli", "sweep", *args]
-    root = _project(tmp_path / "killed")
+    root = project_at(tmp_path / "killed")
     store = trial_checkpoints(root, "simple_cnn", 24) / "threads.json"
     proc = start_logged(procs, cmd, root, "sweep.log")
     wait_for("the trial's thread count is stored", store.exists, proc, timeout=240)
@@ -164,7 +146,7 @@ def test_a_trial_killed_then_resumed_beside_busy_processes_keeps_its_threads_and
     got = _result(root, "simple_cnn", 24)
     assert got["environment"]["threads"] == str(chosen)
 
-    ref = _project(tmp_path / "reference")
+    ref = project_at(tmp_path / "reference")
     monkeypatch.chdir(ref)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert main(["-q", "sweep", *args, f"system.threads={chosen}"]) == 0
@@ -192,7 +174,7 @@ def _start_server(procs: list, root: Path, port: int) -> subprocess.Popen:
 
 
 def test_tracking_server_killed_mid_sweep_then_sync_logs_everything(tmp_path: Path, procs):
-    root = _project(tmp_path / "p")
+    root = project_at(tmp_path / "p")
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     server = _start_server(procs, root, port)
@@ -244,7 +226,7 @@ def _no_duplicate_points(client, run) -> None:
 
 
 def test_two_identical_sweeps_train_each_trial_once_beside_another_experiment(tmp_path: Path, procs):
-    root = _project(tmp_path / "p")
+    root = project_at(tmp_path / "p")
     # both wait: which of the two takes the lock first is a race (the refusal without --wait: tests/test_sharing.py)
     first = start_logged(procs, _sweep_cmd("--wait"), root, "first.log")
     second = start_logged(procs, _sweep_cmd("--wait"), root, "second.log")
@@ -285,7 +267,7 @@ def _whole(folder: Path, files: set[str]) -> float:
 
 
 def test_sigkill_during_the_summary_swap_leaves_the_old_or_the_new_summary_whole(tmp_path: Path, procs):
-    root = _project(tmp_path / "p")
+    root = project_at(tmp_path / "p")
     args = ["mlflow.enabled=false", "sweep.models=[tiny_cnn]", "training.epochs=1"]
     assert start_logged(procs, _sweep_cmd(*args), root, "sweep.log").wait(timeout=400) == 0
     folder = root / "model_summaries" / "_sweep" / "resomap-smoke"

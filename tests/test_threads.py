@@ -315,11 +315,10 @@ def test_a_sweep_run_idle_and_again_beside_busy_processes_gives_identical_predic
     step's count and keeps it for the machine; the same sweep in another folder while two CPU-bound processes keep
     both cores busy trains every trial at the kept count (a new measurement would pick for that load) and writes
     byte-identical predictions."""
-    import shutil
     import subprocess
     import sys
 
-    from conftest import REPO
+    from conftest import project_at
 
     args = ["sweep", "--preset", "smoke", "explainability.enabled=false", "profiling.enabled=false"]
     args += ["mlflow.enabled=false", "sweep.models=[simple_cnn]", "sweep.resolutions=[16,24]"]
@@ -327,9 +326,7 @@ def test_a_sweep_run_idle_and_again_beside_busy_processes_gives_identical_predic
     env["RESOMAP_CACHE_DIR"] = str(tmp_path / "machine")
     folders = []
     for name in ("idle", "busy"):
-        root = tmp_path / name
-        root.mkdir()
-        shutil.copytree(REPO / "configs", root / "configs")
+        root = project_at(tmp_path / name)
         busy = []
         if name == "busy":
             burn = [sys.executable, "-c", "while True: pass"]

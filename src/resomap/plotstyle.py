@@ -246,9 +246,9 @@ def parallel_saves(workers: int | None = None) -> Iterator[Callable[[], None]]:
         finally:
             _SAVER.pop()
     finally:  # an error or an interrupt (Ctrl-C, SIGTERM, also one held above): the drawings are not waited for
-        if pool is not None and not ended:
-            _stop_workers(pool)
         if pool is not None:
+            if not ended:
+                _stop_workers(pool)
             pool.shutdown(wait=ended, cancel_futures=True)
         gc.unfreeze()
 

@@ -256,11 +256,11 @@ def keep_machine_record(step: str, record: dict[str, Any]) -> None:
                 saved = json.loads(path.read_text())
             except (OSError, ValueError):
                 saved = {}
-            if not isinstance(saved, dict):
-                saved = {}
-            mine = saved.setdefault(machine_key(), {})
-            if not isinstance(mine, dict) or _recorded(mine.get(step)) is None:
-                saved[machine_key()] = {**(mine if isinstance(mine, dict) else {}), step: record}
+            saved = saved if isinstance(saved, dict) else {}
+            key = machine_key()
+            mine = saved.get(key) if isinstance(saved.get(key), dict) else {}
+            if _recorded(mine.get(step)) is None:
+                saved[key] = {**mine, step: record}
                 write_text(path, json.dumps(saved, indent=1, sort_keys=True))
     except (OSError, Timeout) as exc:
         log.warning("%s not written (%s): the next fit of this step measures its thread count again", path, exc)
