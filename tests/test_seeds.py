@@ -173,6 +173,27 @@ def test_results_written_before_the_environment_was_kept_say_nothing_of_it():
     assert TrialResult.from_dict(old).environment == {}
 
 
+def test_environment_names_mlflow_skinny_when_the_full_mlflow_is_not_installed(monkeypatch):
+    from resomap import records
+
+    real = metadata.version
+
+    def installed(skinny: bool):
+        def version(name: str) -> str:
+            if name == "mlflow" or (name == "mlflow-skinny" and not skinny):
+                raise metadata.PackageNotFoundError(name)
+            return "3.17.2" if name == "mlflow-skinny" else real(name)
+
+        return version
+
+    for skinny, want in ((True, "3.17.2"), (False, None)):
+        monkeypatch.setattr(metadata, "version", installed(skinny))
+        records._environment.cache_clear()
+        assert records.environment()["mlflow"] == want
+        assert records.environment()["torch"] == real("torch")
+    records._environment.cache_clear()
+
+
 # ---------------------------------------------------------------- adding seeds to a finished sweep (processes)
 
 

@@ -40,6 +40,9 @@ SEG_OVERLAYS_FILE = "seg_overlays.png"  # a segmentation trial's true and predic
 PROBE_IMAGES_DIR = "probe_images"
 # the distributions whose versions every result records (read from installed metadata: nothing is imported)
 LIBRARIES = ("torch", "torchvision", "timm", "captum", "grad-cam", "numpy", "mlflow")
+# a library that is also installed under another distribution's name, without the full one (mlflow-skinny: the
+# client alone, as on a machine given only what a sweep imports)
+DISTRIBUTION_ALIASES = {"mlflow": ("mlflow-skinny",)}
 COLUMNS = ("test_resolution", "index", "label", "prediction", "correct", "score")
 
 
@@ -177,10 +180,13 @@ def _environment() -> tuple[tuple[str, str | None], ...]:
 
     found: dict[str, str | None] = {"python": platform.python_version()}
     for dist in LIBRARIES:
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = None
+        found[dist] = None
+        for name in (dist, *DISTRIBUTION_ALIASES.get(dist, ())):
+            try:
+                found[dist] = metadata.version(name)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     found["platform"] = platform.platform()
     return tuple(found.items())
 
