@@ -28,6 +28,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # tests' fits neither read a count measured outside them nor leave one behind; each test gets its own folder
 # (`own_machine_records`), this one holds what module-scoped fixtures measure
 SESSION_CACHE = os.environ["RESOMAP_CACHE_DIR"] = tempfile.mkdtemp(prefix="resomap-tests-cache-")
+# no test touches the network: weights asked for with `models.pretrained: {<model>: hub}` come from caches the tests
+# prepare (resomap.models.hub downloads nothing while HF_HUB_OFFLINE is set)
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 import resomap.sweep.builtins  # noqa: F401  (the registries' config groups, before any test loads a config)
 
@@ -168,6 +171,17 @@ def own_machine_records(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
 
 # the smoke preset without explanations, profiling or checkpoint logging, at one torch thread: a count measured per
 # run may differ from a reference run's (the sweeps of tests/test_interrupts.py and tests/test_sweep_faults.py)
+def imagenet_photo(name: str, side: int) -> Any:
+    """scikit-image's photo `name` (chelsea: a cat, coffee: a cup) as a [1, 3, side, side] batch of 0..1 pixels
+    (antialiased resize): what an ImageNet classifier must name."""
+    import torch
+    import torch.nn.functional as F
+    from skimage import data as skdata
+
+    img = torch.from_numpy(getattr(skdata, name)()).permute(2, 0, 1)[None].float() / 255.0
+    return F.interpolate(img, size=(side, side), mode="bilinear", antialias=True, align_corners=False)
+
+
 QUIET_SMOKE = [
     "--preset",
     "smoke",

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from skimage import data as skdata
 
-from conftest import REPO, bad_checkpoints, run_cli, tiny_sweep_config, trial_checkpoints, trial_summary
+from conftest import REPO, bad_checkpoints, imagenet_photo, run_cli, tiny_sweep_config, trial_checkpoints, trial_summary
 from resomap.config import load
 from resomap.config.schema import FinetuneConfig, ModelsConfig
 from resomap.errors import ConfigError, ModelError
@@ -26,12 +25,6 @@ from resomap.models.backbones import BACKBONES, efficientnet_pytorch_to_timm, we
 from resomap.models.pretrained import STAGES, FrozenLinear, create_backbone
 
 INSTALLED = [name for name, b in BACKBONES.items() if importlib.util.find_spec(b.module) is not None]
-
-
-def _photo(name: str, side: int) -> torch.Tensor:
-    """scikit-image's photo `name` as a [1, 3, side, side] batch of 0..1 pixels (antialiased resize)."""
-    img = torch.from_numpy(getattr(skdata, name)()).permute(2, 0, 1)[None].float() / 255.0
-    return F.interpolate(img, size=(side, side), mode="bilinear", antialias=True, align_corners=False)
 
 
 def test_lite0_ships_with_the_default_install_and_its_file_is_the_one_named():
@@ -48,8 +41,8 @@ def test_each_backbone_reads_imagenet_photos_right(name):
     net = create_backbone(name, 3, imagenet_head=True).eval()
     mean, std = torch.tensor(backbone.mean).view(1, 3, 1, 1), torch.tensor(backbone.std).view(1, 3, 1, 1)
     with torch.no_grad():
-        cat = net((_photo("chelsea", backbone.native) - mean) / std).softmax(1)
-        cup = net((_photo("coffee", backbone.native) - mean) / std).softmax(1)
+        cat = net((imagenet_photo("chelsea", backbone.native) - mean) / std).softmax(1)
+        cup = net((imagenet_photo("coffee", backbone.native) - mean) / std).softmax(1)
     assert 281 <= int(cat.argmax()) <= 285, int(cat.argmax())
     assert 967 <= int(cup.argmax()) <= 968, int(cup.argmax())
     assert float(cat.max()) > 0.5 and float(cup.max()) > 0.5  # not a lucky top-1 over a flat distribution
@@ -67,7 +60,7 @@ def test_the_mapping_covers_every_tensor_and_refuses_a_key_it_does_not_know():
 def test_grayscale_goes_through_the_summed_stem_and_the_data_normalisation_is_undone():
     """A 1-channel model sees the same as the 3-channel one given the grey image in all three channels; its input in
     the data pipeline's normalisation gives the same logits as raw 0..1 pixels with the identity normalisation."""
-    img = _photo("chelsea", 96).mean(1, keepdim=True)
+    img = imagenet_photo("chelsea", 96).mean(1, keepdim=True)
     one = FrozenLinear("efficientnet_lite0", 1, 2).eval()
     three = FrozenLinear("efficientnet_lite0", 3, 2).eval()
     with torch.no_grad():

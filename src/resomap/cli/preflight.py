@@ -50,6 +50,7 @@ def config(args: argparse.Namespace, extra: Mapping[str, Any] | None = None, fol
 def _check_paths(cfg: Any) -> None:
     """The selected dataset's `root` folder or `manifest` file, and the models' pretrained weight files, exist
     (the same words as the dataset and weight loaders; what is inside them is checked when they are read)."""
+    from resomap.config.schema import is_hub
     from resomap.errors import CheckpointError, DataError
 
     name = cfg.data.dataset
@@ -62,7 +63,14 @@ def _check_paths(cfg: Any) -> None:
         raise DataError(f"data.{name}.manifest {Path(manifest).expanduser()} does not exist")
     used = {str(m).lower() for m in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]}
     for model, path in cfg.models.pretrained.items():
-        if str(model).lower() in used and not Path(path).is_file():
+        if str(model).lower() not in used:
+            continue
+        if is_hub(path):  # the published weights, found (or fetched, where allowed) before anything is created
+            from resomap.models import canonical_name
+            from resomap.models.hub import fetch, locate
+
+            fetch(locate(canonical_name(str(model))))
+        elif not Path(path).is_file():
             raise CheckpointError(f"pretrained weights file {path} does not exist; fix models.pretrained")
 
 

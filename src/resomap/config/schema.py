@@ -15,6 +15,14 @@ Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 DEVICES: tuple[str, ...] = get_args(Device)  # the one list of device choices (config, CLI flags)
 PRECISIONS: tuple[str, ...] = get_args(Precision)  # the one list of precision choices
+PRETRAINED_HUB = "hub"  # the models.pretrained value that asks for the library's published weights (resomap.models.hub)
+
+
+def is_hub(value: object) -> bool:
+    """Whether a models.pretrained value asks for the published weights (`hub`) rather than naming a file."""
+    return isinstance(value, str) and value.strip().lower() == PRETRAINED_HUB
+
+
 MAX_RESOLUTION = 8192  # the largest input side accepted anywhere (config and CLI); memory sets the real limit
 # keys that left the schema -> where they are set now: refused at load with a line naming the new key
 MOVED_KEYS = {
@@ -260,7 +268,9 @@ class ModelsConfig:
         "head": ("lite0_head", "lite1_head", "lite2_head"),
     }
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
-    pretrained: dict[str, str] = field(default_factory=dict)  # model name -> local state_dict file
+    # model name -> a local state_dict file, or `hub`: timm's / torchvision's published weights from the user's caches
+    # (Hugging Face, torch hub; fetched once where online and HF_HUB_OFFLINE is unset: resomap.models.hub)
+    pretrained: dict[str, str] = field(default_factory=dict)
     dropout: float = 0.0  # classifier dropout where the model has one
     width: int = 32  # channels of the first stage of the small ResNets (small_resnet*); each stage doubles them
     min_cam_size: int = 4  # smallest feature-map side a CAM target layer may have

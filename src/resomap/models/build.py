@@ -11,8 +11,9 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from resomap.config.schema import ModelsConfig
+from resomap.config.schema import ModelsConfig, is_hub
 from resomap.errors import ConfigError, ModelError
+from resomap.models import hub
 from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name, list_models
 from resomap.models.spec import ModelSpec
 from resomap.models.timm_models import create_timm, spec_from_model, timm_arch, timm_spec
@@ -62,7 +63,8 @@ def _pretrained_path(key: str, cfg: ModelsConfig) -> str | None:
 
 
 def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig) -> tuple[nn.Module, ModelSpec]:
-    """Build a model (random init, or cfg.pretrained[name] from a local file) and its spec.
+    """Build a model (random init, or cfg.pretrained[name]: a local file, or `hub`, the library's published weights
+    from the user's cache, resomap.models.hub) and its spec.
 
     grayscale 'adapt': the input conv takes `in_channels` (3-channel weights are summed over channels).
     grayscale 'repeat' with 1 channel: the model stays 3-channel, a forward pre-hook repeats the channel; the
@@ -72,13 +74,17 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
     key = canonical_name(name)
     repeat = cfg.grayscale == "repeat" and in_channels == 1
     build_channels = 3 if repeat else in_channels
+    path = _pretrained_path(key, cfg)
+    published = hub.fetch(hub.locate(key)) if is_hub(path) else None
+    if published is not None:
+        log.info("%s: pretrained weights from %s", key, published)
     if is_timm_name(key):
-        model = create_timm(timm_arch(key), num_classes, build_channels, cfg)
+        model = create_timm(timm_arch(key), num_classes, build_channels, cfg, weights=published)
         spec = spec_from_model(key, model)
     else:
         model = MODELS.get(key)(num_classes, build_channels, cfg)
         spec = get_spec(key)
-    path = _pretrained_path(key, cfg)
+    path = None if published is not None and is_timm_name(key) else (published or path)
     if path:
         target = getattr(model, "backbone", None) if hasattr(model, "adopt_input_stats") else None
         target = target if target is not None else model  # a pretrained entry: the file replaces its backbone's

@@ -29,6 +29,7 @@ def register_model(
     blocks: int | None = None,
     cpu_fast_path: dict[str, Any] | None = None,
     deterministic: bool = False,
+    hub: str | None = None,
 ) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
     `family` is any short word (it names a checkpoint folder: checkpoints/<exp>/<family>/<model>/...). `task`: the
@@ -42,7 +43,8 @@ def register_model(
     leaves them on auto (resomap.sweep.identity.model_fast_path); `deterministic`: its fit does not depend on the
     training seed, by construction (a closed-form fit on fixed features: the classical baselines, a frozen backbone
     with a closed-form head), so its seeds are one replicate and one seed decides about the model as several do
-    (the summary warns when its seeds disagree)."""
+    (the summary warns when its seeds disagree). `hub`: the library whose published pretrained weights
+    `models.pretrained: {name: hub}` loads (resomap.models.hub: "torchvision", its weight enums' DEFAULT)."""
     if not isinstance(revision, int) or revision < 1:
         raise ValueError(f"model '{name}': revision must be an integer >= 1, got {revision!r}")
     if not family or not family.replace("_", "").replace("-", "").isalnum():
@@ -54,6 +56,7 @@ def register_model(
     meta = {"revision": revision} if revision > 1 else {}
     found = {"weights": weights, "min_resolution": min_resolution, "blocks": blocks, "cpu_fast_path": cpu_fast_path}
     found["deterministic"] = True if deterministic else None
+    found["hub"] = hub
     meta.update({key: value for key, value in found.items() if value is not None})
     return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task, **meta)
 

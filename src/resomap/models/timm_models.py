@@ -1,4 +1,5 @@
-"""`timm:<name>`: any timm architecture (pretrained=False), with CAM candidates derived from the model itself."""
+"""`timm:<name>`: any timm architecture (random init, or timm's pretrained weights from a local file:
+resomap.models.hub), with CAM candidates derived from the model itself."""
 
 from __future__ import annotations
 
@@ -29,11 +30,17 @@ def timm_arch(name: str) -> str:
     return arch
 
 
-def create_timm(arch: str, num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
-    """timm.create_model without downloads; ViT-like models get dynamic_img_size so any resolution works."""
+def create_timm(
+    arch: str, num_classes: int, in_channels: int, cfg: ModelsConfig, weights: str | None = None
+) -> nn.Module:
+    """timm.create_model without downloads; ViT-like models get dynamic_img_size so any resolution works. `weights`:
+    a file of timm's published weights for `arch` (resomap.models.hub), loaded by timm itself (its checkpoint filter,
+    a head of another class count left at its init, the input convolution adapted to `in_channels`)."""
     import timm
 
     kwargs = {"pretrained": False, "num_classes": num_classes, "in_chans": in_channels, "drop_rate": cfg.dropout}
+    if weights:
+        kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": str(weights)})
     try:
         return timm.create_model(arch, dynamic_img_size=True, **kwargs)
     except TypeError as exc:  # architectures without a token grid do not take the argument

@@ -1,4 +1,5 @@
-"""torchvision architectures (weights=None: nothing is downloaded; local weights come from models.pretrained).
+"""torchvision architectures, built with weights=None; their pretrained weights come from models.pretrained (a local
+file, or `hub`: torchvision's published weights through torch's hub cache, resomap.models.hub).
 
 torchvision is imported when a model is built, not when the names are registered: it takes seconds to import
 (it pulls in torch._dynamo), and listing models or checking a config must not wait for it.
@@ -35,7 +36,7 @@ def _register_tv(name: str, family: str, cam_layers: tuple[str, ...], dropout: b
 
     build.__name__ = build.__qualname__ = name
     build.__doc__ = f"torchvision {name} (weights=None)."
-    register_model(name, family=family, cam_layers=cam_layers)(build)
+    register_model(name, family=family, cam_layers=cam_layers, hub="torchvision")(build)
 
 
 for _name, _layers in VGG_CAM_LAYERS.items():
