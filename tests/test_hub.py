@@ -177,6 +177,13 @@ def test_a_sweep_trains_a_timm_model_from_its_published_weights(project, hf_cach
     assert code == 0, err
     result = json.loads((trial_summary(project, LITE0, 32) / "result.json").read_text())
     assert result["status"] == "FINISHED"
+    said = f"{LITE0_REPO} (timm, Hugging Face)"
+    assert result["environment"]["pretrained"] == said
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], f"params.model = '{LITE0}'")
+    assert [run.data.params.get("pretrained") for run in runs] == [said]
     # the trial started from the published weights: one epoch moved a deep block a little (a random init is far)
     from safetensors.torch import load
 

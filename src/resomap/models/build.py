@@ -57,7 +57,9 @@ def _check_args(num_classes: int, in_channels: int, cfg: ModelsConfig) -> None:
         raise ConfigError(f"models.grayscale=repeat needs 1- or 3-channel input, got {in_channels}; use adapt")
 
 
-def _pretrained_path(key: str, cfg: ModelsConfig) -> str | None:
+def pretrained_entry(key: str, cfg: ModelsConfig) -> str | None:
+    """cfg.pretrained's value for the model `key` (canonical; a `timm:<arch>` model also under its bare arch):
+    a weights file, `hub`, or None."""
     paths = {str(k).lower(): v for k, v in cfg.pretrained.items()}
     return paths.get(key) or (paths.get(key[len(TIMM_PREFIX) :]) if is_timm_name(key) else None)
 
@@ -74,7 +76,7 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
     key = canonical_name(name)
     repeat = cfg.grayscale == "repeat" and in_channels == 1
     build_channels = 3 if repeat else in_channels
-    path = _pretrained_path(key, cfg)
+    path = pretrained_entry(key, cfg)
     published = hub.fetch(hub.locate(key)) if is_hub(path) else None
     if published is not None:
         log.info("%s: pretrained weights from %s", key, published)

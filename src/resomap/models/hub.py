@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from resomap.config.schema import is_hub
 from resomap.errors import ConfigError, ModelError
 from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name
 
@@ -124,6 +125,14 @@ def _hf_cached(repo: str, filename: str, revision: str | None) -> Path | None:
 
     found = try_to_load_from_cache(repo, filename, cache_dir=str(hf_cache()), revision=revision)
     return Path(found) if isinstance(found, str) else None
+
+
+def describe(model: str, value: str) -> str:
+    """A models.pretrained value as a run's param: the published weights' name and source for `hub`, else the file."""
+    if not is_hub(value):
+        return str(value)
+    weights = locate(model)
+    return f"{weights.name} ({weights.library}, {'Hugging Face' if weights.repo else weights.url})"
 
 
 def fetch(weights: HubWeights) -> Path:

@@ -83,7 +83,9 @@ def run_trial(
 
 def _started(trial: Trial, device: Any) -> TrialResult:
     """The trial's result as it starts (RUNNING, never saved so): what it is and where it runs."""
-    from resomap.models import get_spec
+    from resomap.models import canonical_name, get_spec
+    from resomap.models.build import pretrained_entry
+    from resomap.models.hub import describe
     from resomap.runtime import describe_device, machine_record
 
     spec = get_spec(trial.model)
@@ -93,6 +95,9 @@ def _started(trial: Trial, device: Any) -> TrialResult:
     result.environment["device"] = describe_device(device)
     result.environment.update(machine_record(device))  # CPU model and capability, bf16 flags, GPU: bf16 differs
     result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
+    entry = pretrained_entry(canonical_name(trial.model), trial.cfg.models)
+    if entry:  # where its pretrained weights come from (models.pretrained): a file, or the published ones' name
+        result.environment["pretrained"] = describe(canonical_name(trial.model), entry)
     return result
 
 

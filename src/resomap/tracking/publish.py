@@ -121,6 +121,9 @@ def open_run(tracker: Any, trial: PublishTrial, data: Mapping[str, Any], parent_
         return run_id
     run_id = tracker.start_run(trial.name, tags=trial_tags(trial.key, data, trial.cfg), parent_run_id=parent_run_id)
     params = trial_params(trial.cfg, data["model"], data.get("family", ""), data["resolution"], data["seed"])
+    pretrained = (data.get("environment") or {}).get("pretrained")
+    if pretrained:  # where its pretrained weights came from (models.pretrained), a column of the runs table
+        params["pretrained"] = pretrained
     tracker.log_params(run_id, params)
     return run_id
 
