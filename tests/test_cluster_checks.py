@@ -13,7 +13,7 @@ import pytest
 from conftest import free_port, run_cli  # free_port: released, so nothing answers there
 from resomap.config import load
 from resomap.errors import ConfigError
-from resomap.sweep.cluster import check_address, check_cluster, check_tracking, node_probe, placed
+from resomap.sweep.cluster import check_address, check_cluster, check_tracking, data_paths, node_probe, placed
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 
@@ -178,3 +178,9 @@ def test_storage_becomes_the_output_folder_and_object_storage_is_refused(tmp_pat
     assert placed(local).experiment.output_dir == "."
     with pytest.raises(ConfigError, match=r"sweep.ray.storage='s3://bucket/x': .* mount it"):
         placed(load(CONFIGS, "smoke", ["sweep.executor=ray", "sweep.ray.storage=s3://bucket/x"]))
+
+
+def test_hub_weights_are_no_file_the_nodes_must_share(tmp_path: Path):
+    weights = tmp_path / "w.pt"
+    cfg = load(CONFIGS, "smoke", ["models.pretrained.resnet18=hub", f"models.pretrained.tiny_cnn={weights}"])
+    assert data_paths(cfg) == {"models.pretrained.tiny_cnn": str(weights)}  # hub: each node's own cache

@@ -317,6 +317,9 @@ class MlflowConfig:
     log_model: bool = True  # mlflow.pytorch.log_model of the best model
     log_checkpoint: bool = True  # the best checkpoint file as an artifact
     retries: int = 5  # attempts per tracking call (exponential backoff)
+    # who writes this folder's runs (their resomap.origin tag): null: <host>:<output folder>, fixed once by the sweep;
+    # runs of the same trials from another origin are never written to (name the old one after moving a folder)
+    origin: str | None = None
 
 
 @dataclass(frozen=True)

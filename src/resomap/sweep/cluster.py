@@ -26,6 +26,7 @@ from typing import Any
 
 from resomap.config import Config
 from resomap.config.groups import group_options
+from resomap.config.schema import is_hub
 from resomap.errors import ConfigError
 from resomap.tracking import default_tracking_uri
 
@@ -108,7 +109,8 @@ def data_paths(cfg: Config) -> dict[str, str]:
         if isinstance(value, str) and value:
             out[f"data.{name}.{key}"] = value
     for model, path in (cfg.models.pretrained or {}).items():
-        out[f"models.pretrained.{model}"] = str(path)
+        if not is_hub(path):  # `hub`: each node reads its own cache (resomap.models.hub), not a shared file
+            out[f"models.pretrained.{model}"] = str(path)
     return out
 
 

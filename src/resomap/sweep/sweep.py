@@ -61,6 +61,7 @@ from resomap.sweep.plan import (
 from resomap.sweep.summarise import _results, _save_state, _summarise, _unchanged, summary_line
 from resomap.sweep.trial import TrialResult
 from resomap.tracking import default_tracking_uri, make_tracker
+from resomap.tracking.origin import origin
 from resomap.tracking.parent import close_parent, open_parent
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,8 @@ def _planned(cfg: Config, only: set[tuple[str, int, int]] | None) -> tuple[Confi
     """The config as every trial, the parent run and the summary see it, and the trials this run plans."""
     cfg = pin_precision(cfg)  # auto decided once, for every trial, the parent run and the summary
     cfg = placed(cfg)  # sweep.ray.storage: the sweep's files go there, on the driver and every worker
+    # the runs' writer, fixed here: a worker on another host logs as this folder (resomap.tracking.mlflow_store)
+    cfg = dataclasses.replace(cfg, mlflow=dataclasses.replace(cfg.mlflow, origin=origin(cfg)))
     return cfg, [t for t in plan(cfg, check=False) if only is None or (t.model, t.resolution, t.seed) in only]
 
 

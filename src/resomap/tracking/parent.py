@@ -21,6 +21,7 @@ from typing import Any
 
 from resomap.config import Config, dump_yaml, flatten
 from resomap.tracking.mlflow_store import warn_level
+from resomap.tracking.origin import ORIGIN_TAG, origin, own_runs
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,14 @@ def open_parent(
     flat = flatten(cfg)
     grid = {f"resomap.grid.{k.split('.', 1)[1]}": flat[k] for k in GRID_KEYS}
     try:
-        run_id = _find(tracker, key, legacy_key)
+        here = origin(cfg)
+        run_id = _find(tracker, key, legacy_key, here)
         if run_id is not None:
             if reopen:
                 tracker.reopen_run(run_id)
-            tracker.set_tags(run_id, {SWEEP_KEY_TAG: key, "resomap.trials": trials, **grid})
+            tracker.set_tags(run_id, {SWEEP_KEY_TAG: key, "resomap.trials": trials, ORIGIN_TAG: here, **grid})
             return run_id
-        tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": trials, **grid}
+        tags = {SWEEP_KEY_TAG: key, "resomap.kind": "sweep", "resomap.trials": trials, ORIGIN_TAG: here, **grid}
         run_id = tracker.start_run(f"sweep {cfg.experiment.name}", tags=tags)
     except Exception as exc:
         tracker.failures.append(f"open sweep run: {type(exc).__name__}: {exc}")
@@ -73,9 +75,10 @@ def open_parent(
     return run_id
 
 
-def _find(tracker: Any, key: str, legacy_key: str | None) -> str | None:
+def _find(tracker: Any, key: str, legacy_key: str | None, here: str) -> str | None:
+    """This folder's parent (resomap.tracking.mlflow_store.own_runs): another folder's of the same sweep is not it."""
     for tag in [key, legacy_key] if legacy_key else [key]:
-        found = tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{tag}'")
+        found = own_runs(tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{tag}'"), here)
         if found:
             return min(found, key=lambda r: r.info.start_time).info.run_id  # the first, if a race made two
     return None

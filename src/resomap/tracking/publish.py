@@ -32,6 +32,7 @@ from resomap.config import Config
 from resomap.records import PROBE_IMAGES_DIR
 from resomap.tracking.live import GRID_C, PENALTY, chosen_fit, grid_points, is_grid_row
 from resomap.tracking.mlflow_store import is_number, log_points, warn_level
+from resomap.tracking.origin import ORIGIN_TAG, origin, own_runs
 from resomap.tracking.views import LATENCY_METRIC, RESOLUTION_METRIC, SCORE_METRIC, TRAIN_TIME_METRIC
 
 log = logging.getLogger(__name__)
@@ -89,11 +90,14 @@ CONFIG_DIGEST_TAG = "resomap.config_digest"
 
 def config_digest(cfg: Config) -> str:
     """The first 12 hex digits of the SHA-256 of the trial's resolved config as YAML (what its config.yaml holds):
-    runs trained with the same settings carry the same digest."""
+    runs trained with the same settings carry the same digest, whichever folder wrote them (mlflow.origin is left
+    out)."""
+    import dataclasses
     import hashlib
 
     from resomap.config import dump_yaml
 
+    cfg = dataclasses.replace(cfg, mlflow=dataclasses.replace(cfg.mlflow, origin=None))  # who wrote it, not what
     return hashlib.sha256(dump_yaml(cfg).encode()).hexdigest()[:12]
 
 
@@ -105,20 +109,37 @@ def trial_tags(key: str, data: Mapping[str, Any], cfg: Config) -> dict[str, Any]
         GROUP_TAG: f"{data['model']}@{data['resolution']}",  # group-by without the seed: mean and spread over seeds
         "dataset": cfg.data.dataset,
         CONFIG_DIGEST_TAG: config_digest(cfg),
+        ORIGIN_TAG: origin(cfg),
         **{f"resomap.env.{k}": v for k, v in (data.get("environment") or {}).items() if v},  # versions, device
     }
 
 
+_OTHER_WRITERS: set[str] = set()  # the other origins this process has said it found
+
+
 def open_run(tracker: Any, trial: PublishTrial, data: Mapping[str, Any], parent_run_id: str | None, reopen: bool):
-    """The trial's run id: the one found by its trial-key tag (reopened when `reopen`), else a new one with its
-    tags and params. Raises when the store cannot be reached."""
-    existing = tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{trial.key}'")
+    """The trial's run id: the one this folder writes, found by its trial-key and origin tags (reopened when
+    `reopen`), else a new one with its tags and params (a run of the same trial from another folder or host is never
+    written to: one writer per run). Raises when the store cannot be reached."""
+    here = origin(trial.cfg)
+    found = tracker.find_runs(f"tags.`{TRIAL_KEY_TAG}` = '{trial.key}'")
+    existing = own_runs(found, here)
     if existing:
         run_id = existing[0].info.run_id
+        if ORIGIN_TAG not in existing[0].data.tags:  # written before runs carried their origin: now this folder's
+            tracker.set_tags(run_id, {ORIGIN_TAG: here})
         if reopen:
             tracker.reopen_run(run_id)
             log.info("reusing MLflow run %s for %s", run_id, trial.name)
         return run_id
+    other = found[0].data.tags.get(ORIGIN_TAG) if found else None
+    if other and other not in _OTHER_WRITERS:  # another folder or host writes those runs: said once per process
+        _OTHER_WRITERS.add(other)
+        log.warning(
+            "MLflow: this experiment holds runs of the same trials written from %s (e.g. %s's, %s); this folder "
+            "(%s) logs runs of its own beside them",
+            other, trial.name, found[0].info.status, here,
+        )  # fmt: skip
     run_id = tracker.start_run(trial.name, tags=trial_tags(trial.key, data, trial.cfg), parent_run_id=parent_run_id)
     params = trial_params(trial.cfg, data["model"], data.get("family", ""), data["resolution"], data["seed"])
     pretrained = (data.get("environment") or {}).get("pretrained")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from resomap.atomic import write_text
+from resomap.tracking.origin import origin, own_runs
 from resomap.tracking.publish import TRIAL_KEY_TAG, LoadModel, PublishTrial, publish
 
 log = logging.getLogger(__name__)
@@ -86,10 +87,10 @@ def sync_results(
             report.already.append(trial.name)
         elif runs is None:
             report.failed[trial.name] = reason
-        elif data.get("tracked") and _closed_once(runs.get(trial.key, [])):
+        elif data.get("tracked") and _closed_once(own_runs(runs.get(trial.key, []), origin(trial.cfg))):
             report.already.append(trial.name)
         else:
-            data["run_id"] = _held_run(data, runs.get(trial.key, []))
+            data["run_id"] = _held_run(data, own_runs(runs.get(trial.key, []), origin(trial.cfg)))
             run_id = publish(data, trial, tracker, parent_run_id, load_model=load_model)
             if run_id is None:
                 error = (tracker.failures[-1] if tracker.failures else "not published").splitlines()[0]
