@@ -152,6 +152,19 @@ def test_online_but_unreachable_is_one_line_at_once(project, hf_cache, monkeypat
     assert "torchvision.models.get_model('resnet18', weights='DEFAULT')" in err
 
 
+def test_a_cache_folder_that_cannot_be_written_names_it_and_the_setting_that_moves_it(
+    project, tmp_path, monkeypatch, capsys
+):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_HUB_CACHE", str(blocker / "hub"))  # no folder can be made under a file (root or not)
+    monkeypatch.setattr("socket.getaddrinfo", lambda *_a, **_k: pytest.fail("the network was asked"))
+    code, _, err = run_cli(["sweep", *QUIET_SMOKE, f"sweep.models=[{LITE0}]", f"models.pretrained.{LITE0}=hub"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"the weights cache {blocker / 'hub'} is not writable" in err and "set HF_HUB_CACHE" in err
+
+
 def test_hub_for_a_model_without_published_weights_is_a_config_error(project, hf_cache, capsys):
     with pytest.raises(ConfigError, match=r"'hub' weights exist for timm:<name> and the torchvision models"):
         hub_module.locate("tiny_cnn")

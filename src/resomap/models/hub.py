@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,7 @@ def _download(weights: HubWeights) -> Path:
             f"{weights.model}: no pretrained weights in {weights.where} and HF_HUB_OFFLINE is set, so nothing is "
             f"downloaded; on a connected machine run: {weights.fetch} (or unset HF_HUB_OFFLINE)"
         )
+    _writable(weights.looked, "HF_HUB_CACHE (or HF_HOME)" if weights.repo else "TORCH_HOME")
     try:
         _reachable(weights.url or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
         if weights.repo:
@@ -174,6 +176,20 @@ def _download(weights: HubWeights) -> Path:
         raise ModelError(
             f"{weights.model}: pretrained weights {weights.name} could not be fetched from "
             f"{weights.url or weights.repo} ({reason}); on a connected machine run: {weights.fetch}"
+        ) from None
+
+
+def _writable(folder: Path, setting: str) -> None:
+    """The cache folder the weights would be written to can be made and written, else one line naming it and the
+    setting that moves it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".resomap-write-check-"):
+            pass
+    except OSError as exc:
+        raise ModelError(
+            f"the weights cache {folder} is not writable ({exc.strerror or type(exc).__name__}); set {setting} to a "
+            "folder you can write"
         ) from None
 
 
