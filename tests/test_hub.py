@@ -178,7 +178,9 @@ def test_models_pretrained_lists_what_this_machine_holds(hf_cache, tmp_path, lit
     code, out, _ = run_cli(["models", "--pretrained"], capsys)
     assert code == 0
     rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
-    assert LITE0 in rows and LITE0_REPO in rows[LITE0] and str(hf_cache) in rows[LITE0]
+    named = "timm:" + LITE0_REPO.split("/", 1)[1]  # with the tag the cache holds: what finds them
+    assert named in rows and LITE0_REPO in rows[named] and str(hf_cache) in rows[named]
+    build_model(named, 2, 3, ModelsConfig(pretrained={named: "hub"}))  # the listed name finds them
     assert "resnet18" in rows and "ResNet18_Weights.IMAGENET1K_V1" in rows["resnet18"]
     assert "efficientnet_lite0" in out  # the weight packages installed with ResoMap
 

@@ -253,7 +253,7 @@ def found_on_this_machine() -> list[HubWeights]:
         repo = folder.name[len("models--") :].replace("--", "/")
         path = next((p for p in (_hf_cached(repo, f, None) for f in HF_FILES) if p is not None), None)
         if path is not None:
-            arch = repo.split("/", 1)[1].split(".", 1)[0]
+            arch = repo.split("/", 1)[1]  # with its tag: the name that finds these weights (the default may be another)
             weights = HubWeights(TIMM_PREFIX + arch, "timm", repo, "Hugging Face", repo, None, None, path, cache, "")
             found.append(weights)
     checkpoints = torch_checkpoints()
