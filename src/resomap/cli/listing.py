@@ -27,16 +27,20 @@ def _pretrained_sources() -> int:
     from resomap.models.backbones import BACKBONES, package_installed
     from resomap.models.hub import found_on_this_machine, hf_cache, torch_checkpoints
 
-    print(f"{'model':<30}{'source':<42}weights")
+    rows = []
     for name in list_models():
         weights = MODELS.meta(name).get("weights")
         if weights:
             backbone = next((b for b in BACKBONES.values() if b.package == weights["package"]), None)
             held = backbone is not None and package_installed(backbone)
-            print(f"{name:<30}{'package ' + weights['package']:<42}{'installed' if held else weights['install']}")
+            rows.append((name, f"package {weights['package']}", "installed" if held else weights["install"]))
     for found in found_on_this_machine():
         where = "Hugging Face cache" if found.source == "Hugging Face" else "torch hub cache"
-        print(f"{found.model:<30}{where:<42}{found.name}: {found.path}")
+        rows.append((found.model, where, f"{found.name}: {found.path}"))
+    width = max(len(row[0]) for row in [("model",), *rows]) + 2  # a timm name with its tag can be long
+    print(f"{'model':<{width}}{'source':<42}weights")
+    for model, source, weights_text in rows:
+        print(f"{model:<{width}}{source:<42}{weights_text}")
     print(f"looked in {hf_cache()} and {torch_checkpoints()}; use one with models.pretrained: {{<model>: hub}}")
     return 0
 
