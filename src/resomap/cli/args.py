@@ -109,14 +109,8 @@ def check_pretrained(cfg: Any) -> None:
     (resomap.checkpoint_files: truncated, pickled code or no checkpoint at all end the command in one line);
     .safetensors files hold no code and are read by safetensors."""
     from resomap import checkpoint_files
-    from resomap.config.schema import is_hub
+    from resomap.cli.preflight import pretrained_files
 
-    used = {str(m).lower() for m in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]}
-    for model, path in cfg.models.pretrained.items():
-        if str(model).lower() in used and is_hub(path):
-            from resomap.models import canonical_name
-            from resomap.models.hub import fetch, locate
-
-            path = fetch(locate(canonical_name(str(model))))
-        if str(model).lower() in used and not str(path).endswith(".safetensors"):
+    for path in pretrained_files(cfg).values():
+        if not path.endswith(".safetensors"):
             checkpoint_files.check(path, "pretrained weights")

@@ -23,16 +23,16 @@ def _options(registry: Any, name: str) -> str:
 
 def _pretrained_sources() -> int:
     """`resomap models --pretrained`: the pretrained weights this machine holds, by source (resomap.models.hub)."""
+    import importlib.util
+
     from resomap.models import MODELS, list_models
-    from resomap.models.backbones import BACKBONES, package_installed
     from resomap.models.hub import found_on_this_machine, hf_cache, torch_checkpoints
 
     rows = []
     for name in list_models():
         weights = MODELS.meta(name).get("weights")
         if weights:
-            backbone = next((b for b in BACKBONES.values() if b.package == weights["package"]), None)
-            held = backbone is not None and package_installed(backbone)
+            held = importlib.util.find_spec(weights["module"]) is not None  # found, not imported
             rows.append((name, f"package {weights['package']}", "installed" if held else weights["install"]))
     for found in found_on_this_machine():
         where = "Hugging Face cache" if found.source == "Hugging Face" else "torch hub cache"

@@ -50,7 +50,6 @@ def config(args: argparse.Namespace, extra: Mapping[str, Any] | None = None, fol
 def _check_paths(cfg: Any) -> None:
     """The selected dataset's `root` folder or `manifest` file, and the models' pretrained weight files, exist
     (the same words as the dataset and weight loaders; what is inside them is checked when they are read)."""
-    from resomap.config.schema import is_hub
     from resomap.errors import CheckpointError, DataError
 
     name = cfg.data.dataset
@@ -61,17 +60,29 @@ def _check_paths(cfg: Any) -> None:
     manifest = getattr(options, "manifest", None)
     if manifest and not Path(manifest).expanduser().is_file():
         raise DataError(f"data.{name}.manifest {Path(manifest).expanduser()} does not exist")
+    for path in pretrained_files(cfg).values():
+        if not Path(path).is_file():
+            raise CheckpointError(f"pretrained weights file {path} does not exist; fix models.pretrained")
+
+
+def pretrained_files(cfg: Any) -> dict[str, str]:
+    """The models.pretrained entries of the models the command trains (model -> weights file), `hub` resolved to the
+    published weights in the user's cache: located, fetched where allowed and checked against their hash, before
+    anything is created (resomap.models.hub; torch is imported only then)."""
+    from resomap.config.schema import is_hub
+
     used = {str(m).lower() for m in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]}
+    files = {}
     for model, path in cfg.models.pretrained.items():
         if str(model).lower() not in used:
             continue
-        if is_hub(path):  # the published weights, found (or fetched, where allowed) before anything is created
+        if is_hub(path):
             from resomap.models import canonical_name
             from resomap.models.hub import fetch, locate
 
-            fetch(locate(canonical_name(str(model))))
-        elif not Path(path).is_file():
-            raise CheckpointError(f"pretrained weights file {path} does not exist; fix models.pretrained")
+            path = fetch(locate(canonical_name(str(model))))
+        files[str(model)] = str(path)
+    return files
 
 
 def check_device(device: str) -> None:

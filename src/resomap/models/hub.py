@@ -101,7 +101,7 @@ def _locate_timm(model: str) -> HubWeights:
     if cfg.hf_hub_id:
         repo, _, revision = cfg.hf_hub_id.partition("@")
         files = (cfg.hf_hub_filename,) if cfg.hf_hub_filename else HF_FILES
-        found = next((p for p in (_hf_cached(repo, f, revision or None) for f in files) if p is not None), None)
+        found = _hf_cached(repo, files, revision or None)
         return HubWeights(model, "timm", repo, "Hugging Face", repo, revision or None, None, found, hf_cache(), fetch)
     path = torch_checkpoints() / os.path.basename(cfg.url)
     return HubWeights(
@@ -121,11 +121,15 @@ def _locate_torchvision(model: str) -> HubWeights:
     )  # fmt: skip
 
 
-def _hf_cached(repo: str, filename: str, revision: str | None) -> Path | None:
+def _hf_cached(repo: str, filenames: tuple[str, ...], revision: str | None) -> Path | None:
+    """The first of the repo's files `filenames` the Hugging Face cache holds, else None."""
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(repo, filename, cache_dir=str(hf_cache()), revision=revision)
-    return Path(found) if isinstance(found, str) else None
+    for filename in filenames:
+        found = try_to_load_from_cache(repo, filename, cache_dir=str(hf_cache()), revision=revision)
+        if isinstance(found, str):
+            return Path(found)
+    return None
 
 
 def describe(model: str, value: str) -> str:
@@ -251,7 +255,7 @@ def found_on_this_machine() -> list[HubWeights]:
     cache = hf_cache()
     for folder in sorted(cache.glob("models--timm--*")) if cache.is_dir() else []:
         repo = folder.name[len("models--") :].replace("--", "/")
-        path = next((p for p in (_hf_cached(repo, f, None) for f in HF_FILES) if p is not None), None)
+        path = _hf_cached(repo, HF_FILES, None)
         if path is not None:
             arch = repo.split("/", 1)[1]  # with its tag: the name that finds these weights (the default may be another)
             weights = HubWeights(TIMM_PREFIX + arch, "timm", repo, "Hugging Face", repo, None, None, path, cache, "")

@@ -95,9 +95,10 @@ def _started(trial: Trial, device: Any) -> TrialResult:
     result.environment["device"] = describe_device(device)
     result.environment.update(machine_record(device))  # CPU model and capability, bf16 flags, GPU: bf16 differs
     result.environment["precision"] = trial.cfg.system.precision  # resolved (pin_precision): never auto
-    entry = pretrained_entry(canonical_name(trial.model), trial.cfg.models)
+    key = canonical_name(trial.model)
+    entry = pretrained_entry(key, trial.cfg.models)
     if entry:  # where its pretrained weights come from (models.pretrained): a file, or the published ones' name
-        result.environment["pretrained"] = describe(canonical_name(trial.model), entry)
+        result.environment["pretrained"] = describe(key, entry)
     return result
 
 

@@ -81,16 +81,17 @@ def sync_results(
         runs = None
     for trial in trials:
         data = read_result(trial)
+        mine = own_runs(runs.get(trial.key, []), origin(trial.cfg)) if runs is not None else []
         if data is None:
             report.missing.append(trial.name)
         elif runs is None and data.get("tracked"):
             report.already.append(trial.name)
         elif runs is None:
             report.failed[trial.name] = reason
-        elif data.get("tracked") and _closed_once(own_runs(runs.get(trial.key, []), origin(trial.cfg))):
+        elif data.get("tracked") and _closed_once(mine):
             report.already.append(trial.name)
         else:
-            data["run_id"] = _held_run(data, own_runs(runs.get(trial.key, []), origin(trial.cfg)))
+            data["run_id"] = _held_run(data, mine)
             run_id = publish(data, trial, tracker, parent_run_id, load_model=load_model)
             if run_id is None:
                 error = (tracker.failures[-1] if tracker.failures else "not published").splitlines()[0]
