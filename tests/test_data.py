@@ -452,6 +452,34 @@ def test_corrupt_files_are_skipped_under_the_threshold(tmp_path, caplog):
     assert sum(len(v) for v in bundle.splits.values()) == 19 and 0 not in np.concatenate(list(bundle.splits.values()))
 
 
+def test_a_skipped_image_is_said_once_per_sweep_and_by_its_dry_run(project, capsys, caplog):
+    """An unreadable image under data.max_bad_fraction: the dry run lists it; the sweep says it once, ahead of its
+    trials (each trial reads the data again: an 8-trial sweep said it 24 times before), and a later run of the sweep
+    (its data check passed and recorded) says it again, once."""
+    from conftest import run_cli
+
+    root = image_folder(project, per_class=10)
+    (root / "cat" / "img000.png").write_bytes(b"not a png")
+    args = ["sweep", "--preset", "smoke", "sweep.models=[pixel_logreg]", "sweep.resolutions=[16,24]"]
+    args += ["data.dataset=imagefolder", f"data.imagefolder.root={root}", "data.max_bad_fraction=0.1"]
+    args += ["mlflow.enabled=false", "profiling.enabled=false", "explainability.enabled=false", "stats.resamples=200"]
+    line = "data: 1 of 20 images could not be read ("
+
+    def said(out: str, err: str) -> int:
+        logged = sum("could not be read" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+        return sum("could not be read" in text for text in (out + err).splitlines()) + logged
+
+    code, out, err = run_cli(["sweep", "--dry-run", *args[1:]], capsys)
+    assert code == 0 and line in out and "img000.png); every trial skips them" in out, err
+    assert said(out, err) == 1 and not (project / "model_summaries").exists()
+    for run in range(2):
+        with caplog.at_level(logging.WARNING, logger="resomap"):
+            code, out, err = run_cli([*args, f"sweep.seeds=[{run}]"], capsys)
+        assert code == 0 and line in out, err
+        assert said(out, err) == 1, (out, err)
+
+
 def test_corrupt_files_over_the_threshold_raise(tmp_path):
     root = image_folder(tmp_path, per_class=10)
     for name in ("img000.png", "img001.png", "img002.png"):

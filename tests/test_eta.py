@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -220,7 +221,7 @@ def _outputs(root: Path) -> dict[str, tuple]:
     return out
 
 
-def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_path: Path):
+def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_path: Path, caplog):
     from resomap.sweep import run_sweep
 
     lines: dict[bool, list[str]] = {True: [], False: []}
@@ -255,3 +256,16 @@ def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_
         report=rebuilt.append,
     )
     assert not any("cost probe" in line for line in rebuilt) and eta_csv.read_text() == before
+    # cut mid-row (a full disk, a copy): the next run rebuilds the summary with the file's whole rows, said once
+    whole = before.splitlines(keepends=True)
+    eta_csv.write_text("".join(whole[:3]) + whole[3][:7])
+    with caplog.at_level(logging.WARNING, logger="resomap"):
+        run_sweep(
+            tiny_sweep_config(
+                tmp_path / "True", models, [16, 32], ["saliency"], 2, "stats.level=0.9", "system.threads=1"
+            ),
+            report=rebuilt.append,
+        )
+    assert eta_csv.read_text() == "".join(whole[:3])  # header and the two whole rows
+    said = [r.getMessage() for r in caplog.records if "eta.csv" in r.getMessage()]
+    assert any("rebuilt from its 2 whole row(s), 1 cut row(s) left out" in line for line in said), said

@@ -109,6 +109,90 @@ def label_points(ax: plt.Axes, labels: Iterable[tuple[str, float, float, str]]) 
     return drawn
 
 
+# ---------------------------------------------------------------- class names in any script
+
+_LAST_RESORT = "LastResort"  # matplotlib's own fallback font: a box for every character, so never "the" font
+_CHARMAPS: dict[str, frozenset[int]] = {}
+_FONT_FOR: dict[str, str | None] = {}
+_NOTED: set[str] = set()
+
+
+def _charmap(path: str) -> frozenset[int]:
+    """The characters the font file at `path` has glyphs for (read once per process)."""
+    if path not in _CHARMAPS:
+        from matplotlib import ft2font
+
+        try:
+            _CHARMAPS[path] = frozenset(ft2font.FT2Font(path).get_charmap())
+        except (OSError, RuntimeError, ValueError):  # a font file matplotlib lists but cannot open
+            _CHARMAPS[path] = frozenset()
+    return _CHARMAPS[path]
+
+
+def _missing(text: str) -> str:
+    """The characters of `text` the style's font has no glyph for (spaces and controls aside)."""
+    from matplotlib import font_manager
+
+    if text.isascii():
+        return ""
+    default = _charmap(font_manager.findfont(font_manager.FontProperties(family=plt.rcParams["font.family"])))
+    return "".join(sorted({c for c in text if c.isprintable() and not c.isspace() and ord(c) not in default}))
+
+
+def glyph_font(text: str) -> str | None:
+    """The family of an installed font (matplotlib's font list) that has a glyph for every character of `text` the
+    style's font lacks (a CJK class name): "" when the style's font draws them all, None when no installed font
+    does. Regular faces first; matplotlib's Last Resort font (boxes) never counts."""
+    from matplotlib import font_manager
+
+    missing = _missing(text)
+    if not missing:
+        return ""
+    if missing not in _FONT_FOR:
+        fonts = sorted(font_manager.fontManager.ttflist, key=lambda f: (f.style != "normal", f.weight != 400, f.name))
+        codes = {ord(c) for c in missing}
+        _FONT_FOR[missing] = next(
+            (f.name for f in fonts if _LAST_RESORT not in f.fname and codes <= _charmap(f.fname)), None
+        )
+    return _FONT_FOR[missing]
+
+
+def class_label(name: Any, index: Any) -> str:
+    """A class name as the figures write it: as it is when an installed font draws it (figures pick that font for
+    the text: `glyph_fonts`), else `class <index>`, said once per process in a note naming what to install
+    (the figure would show boxes: matplotlib warns "Glyph ... missing" per character)."""
+    name = str(name)
+    if glyph_font(name) is not None:
+        return name
+    if not _NOTED:
+        _NOTED.add(name)
+        log.warning(
+            "no installed font has the characters of class name %r (and maybe others): figures name such classes "
+            "by index (class %s); install a font that has them (e.g. Noto Sans CJK) to see the names",
+            name,
+            index,
+        )
+    return f"class {index}"
+
+
+def class_labels(names: Iterable[Any]) -> list[str]:
+    """`class_label` of each class name, by its index."""
+    return [class_label(name, i) for i, name in enumerate(names)]
+
+
+def glyph_fonts(fig: plt.Figure) -> None:
+    """Each text of `fig` with characters the style's font lacks drawn with an installed font that has them, as a
+    fallback after the style's font (matplotlib takes each glyph from the first family that has it). Every figure
+    written through `save_figure`/`save_drawn` gets it; a figure saved otherwise calls it before saving."""
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        found = glyph_font(text.get_text()) if text.get_text() else ""
+        if found:
+            families = list(plt.rcParams["font.family"])
+            text.set_fontfamily([*families, found] if found not in families else families)
+
+
 def _label_box(px: float, py: float, place: tuple, size: tuple[float, float], pt: float) -> tuple:
     """(left, bottom, right, top) of a label at `place` (dx, dy in points, ha) from the point (px, py)."""
     dx, dy, ha = place
@@ -186,6 +270,7 @@ def _pickled(fig: plt.Figure) -> bytes | None:
 def _write(fig: plt.Figure | bytes, paths: list[Path]) -> None:
     """Lay out `fig` (or its pickle) once and write it to each path at the style's dpi."""
     fig = pickle.loads(fig) if isinstance(fig, bytes) else fig
+    glyph_fonts(fig)
     # the style's dpi given here: rc_context's savefig.dpi ends with the block that drew the figure
     dpi = STYLE["savefig.dpi"]
     bbox = _laid_out(fig, dpi)

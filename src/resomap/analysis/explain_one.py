@@ -136,7 +136,10 @@ def method_figures(maps_path: Path, trained: TrainedModel, class_names: list[str
     arrays, meta = load_maps(maps_path)
     images = arrays[PROBE_KEY]
     targets = meta.get("targets") or []
-    captions = [str(class_names[t]) if 0 <= t < len(class_names) else str(t) for t in targets]
+    from resomap.plotstyle import class_labels
+
+    shown = class_labels(class_names)  # by index where no installed font draws one
+    captions = [shown[t] if 0 <= t < len(shown) else str(t) for t in targets]
     files: list[Path] = []
     for method in meta.get("methods", []):
         title = f"{trained.name} @ {trained.resolution}px: {method}"

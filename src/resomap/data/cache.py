@@ -184,18 +184,27 @@ def _check_record(cache_root: Path, key: str, settings: str) -> Path:
     return Path(cache_root) / key / f"checked-{settings}.json"
 
 
-def check_passed(cache_root: Path, key: str, settings: str) -> bool:
-    """Whether the data of cache key `key` passed its checks under `settings` (record_check)."""
-    return _check_record(cache_root, key, settings).is_file()
+def check_passed(cache_root: Path, key: str, settings: str) -> list[str] | None:
+    """The lines of images skipped (data.max_bad_fraction) when the data of cache key `key` passed its checks under
+    `settings` (record_check; [] when none was skipped), or None when no pass is recorded."""
+    path = _check_record(cache_root, key, settings)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none, or unreadable: the checks run again
+        return None
+    skipped = record.get("skipped") if isinstance(record, dict) and record.get("passed") else None  # older: none
+    return [str(line) for line in skipped] if isinstance(skipped, list) else None
 
 
-def record_check(cache_root: Path, key: str, settings: str) -> None:
+def record_check(cache_root: Path, key: str, settings: str, skipped: list[str] = ()) -> None:
     """Record that the data of `key` passed its checks under `settings` (a digest of what they read), beside that
-    data's resolution cache: the key changes with any file's size or mtime, so a changed file is read again."""
+    data's resolution cache, with the lines of the images it skipped (said again when the pass is read): the key
+    changes with any file's size or mtime, so a changed file is read again."""
     path = _check_record(cache_root, key, settings)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_save(path, json.dumps({"version": FORMAT_VERSION, "passed": True}).encode())
+        record = {"version": FORMAT_VERSION, "passed": True, "skipped": list(skipped)}
+        _atomic_save(path, json.dumps(record).encode())
     except OSError as exc:  # only a shortcut: the next check reads the files again
         log.debug("data check not recorded in %s: %s", path, exc)
 

@@ -67,8 +67,45 @@ def usable(
             f"{msg}: {fraction:.1%} is over data.max_bad_fraction={max_fraction}; "
             "fix or remove those files, or raise data.max_bad_fraction"
         )
-    log.warning("%s; skipped them", msg)
+    skipped(msg)
     return ok
+
+
+_FOUND: list[str] = []  # the skipped-image lines of this process, each time one is found
+_SAID: set[str] = set()  # those said (a sweep says each once, ahead of its trials: resomap.sweep.plan.check_data)
+_AHEAD = False  # a sweep's worker process: its driver said them before any trial started
+
+
+def skipped(line: str) -> None:
+    """Images skipped under data.max_bad_fraction (`line` names them): a warning the first time in a process, unless
+    the sweep said it ahead of its trials (resomap.sweep.plan.check_data); found either way (`found_since`)."""
+    _FOUND.append(line)
+    if line in _SAID or _AHEAD or not log.isEnabledFor(logging.WARNING):  # said, or a quiet check ahead of trials
+        log.debug("%s; skipped them", line)
+        return
+    _SAID.add(line)
+    log.warning("%s; skipped them", line)
+
+
+def found_count() -> int:
+    """How many skipped-image lines were found in this process so far (a start for `found_since`)."""
+    return len(_FOUND)
+
+
+def found_since(start: int) -> list[str]:
+    """The skipped-image lines found in this process since `start` (`found_count`), each once, in order."""
+    return list(dict.fromkeys(_FOUND[start:]))
+
+
+def said(lines: list[str]) -> None:
+    """`lines` (from `found_since`) said by the caller: the trials do not warn of them again."""
+    _SAID.update(lines)
+
+
+def said_ahead() -> None:
+    """This process runs trials of a sweep whose driver said the skipped images before they started (a worker)."""
+    global _AHEAD
+    _AHEAD = True
 
 
 def data_seed(cfg: Config, trial_seed: int) -> int:
@@ -163,12 +200,16 @@ def check(
         ]
     )
     key = cache_key(raw, subset)
-    if check_passed(cache_root, key, settings):
+    recorded = check_passed(cache_root, key, settings)
+    if recorded is not None:  # passed before: what it skipped then is said again
+        for line in recorded:
+            skipped(line)
         return depth
+    start = found_count()
     bad, reasons = read_all(raw, subset)
     splitter(raw, subset, labels, class_names, dc, dseed, check)(bad, reasons)
     if record and dc.cache.disk:
-        record_check(cache_root, key, settings)
+        record_check(cache_root, key, settings, found_since(start))
     return depth
 
 

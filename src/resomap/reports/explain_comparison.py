@@ -11,7 +11,7 @@ from typing import Any
 from resomap.explain.evaluation.compare import NO_FLOOR, fmt_value
 from resomap.explain.evaluation.measures import METRICS
 from resomap.explain.methods.registry import per_map_scaled
-from resomap.plotstyle import save_drawn
+from resomap.plotstyle import class_labels, save_drawn
 from resomap.reports.explain_figures import (
     QUALITY_SCORES,
     Verdict,
@@ -75,6 +75,7 @@ def verdicts_of(meta_by_res: dict, i: int) -> dict[int, Verdict]:
     out = {}
     for res, meta in meta_by_res.items():
         names, targets, preds, probs = (meta.get(k) or [] for k in ("class_names", "targets", "pred", "prob"))
+        names = class_labels(names)  # by index where no installed font draws one
         if i < len(preds) and i < len(targets) and i < len(probs):
             true, pred = (str(names[c]) if 0 <= c < len(names) else str(c) for c in (int(targets[i]), int(preds[i])))
             out[res] = Verdict(true, pred, float(probs[i]))

@@ -368,12 +368,13 @@ def probe_overlays(
     one scale across resolutions; without it, or for a CAM method, each map is scaled to its own [min, max]. The
     caption says which."""
     from resomap.explain.methods.probe import PROBE_KEY
+    from resomap.plotstyle import class_labels
 
     arrays, meta = _contents(maps_path)
     images = arrays.get(PROBE_KEY)
     if images is None:
         return []
-    names = meta.get("class_names") or []
+    names = class_labels(meta.get("class_names") or [])  # by index where no installed font draws one
     targets = meta.get("targets") or []
     preds, probs, true_probs = meta.get("pred") or [], meta.get("prob") or [], meta.get("true_prob") or []
     index = meta.get("index") or list(range(len(images)))

@@ -144,7 +144,10 @@ def sensitive_figures(
 
 def _row(image: Mapping[str, Any], found: ImageMaps | None, method: str) -> dict[str, Any]:
     """One image of the figure: its title and per resolution (overlay RGB, what the model said, right or not)."""
+    from resomap.plotstyle import class_label
+
     name = image.get("class_name") or image.get("label") or "?"
+    name = class_label(name, image.get("label", "?"))  # by index where no installed font draws it
     at = ", ".join(str(r) for r in image["lost_at"])
     demand = found is not None and found.on_demand
     panels = {

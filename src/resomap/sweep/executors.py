@@ -98,9 +98,11 @@ def _trial_from_spec(spec: dict[str, Any]) -> Trial:
     """The trial of a spec, in a worker. A relative output folder resolves against the driver's working directory
     (which must then exist here: one machine or a shared path); an absolute one (sweep.ray.storage) needs no
     working directory at all."""
+    from resomap.data.verify import said_ahead
     from resomap.sweep.builtins import register_builtins
 
     register_builtins()  # a fresh worker process: the registries' config groups and checks
+    said_ahead()  # the driver's data check said the skipped images before any trial started
     cfg = build(spec["config"])
     if not Path(cfg.experiment.output_dir).is_absolute() and os.getcwd() != spec.get("cwd"):
         if not spec.get("cwd") or not os.path.isdir(spec["cwd"]):

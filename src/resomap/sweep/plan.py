@@ -215,12 +215,14 @@ def check_data(trials: list[Trial], record: bool = True) -> list[str]:
     data section and data seed: model overrides may change them), quietly: what the data says on the way (its size,
     images skipped under the threshold) each trial says again. `record`: keep a pass with the resolution cache (a
     dry run writes nothing). Returns a line per bit depth of image files deeper than 8 bits
-    ("data: 16-bit images, ..."), what the sweep says before its trials."""
-    from resomap.data.verify import data_seed, quiet_log
+    ("data: 16-bit images, ...") and per set of images skipped as unreadable (within data.max_bad_fraction), what
+    the sweep says before its trials."""
+    from resomap.data.verify import data_seed, found_count, found_since, quiet_log, said
     from resomap.sweep.trial import check_data as check_trial_data
 
     seen: set[str] = set()
     lines: list[str] = []
+    start = found_count()
     with quiet_log():
         for t in trials:
             ec = t.cfg.explainability
@@ -232,7 +234,9 @@ def check_data(trials: list[Trial], record: bool = True) -> list[str]:
                 line = f"data: {depth.words}" if depth is not None and depth.deep else None
                 if line and line not in lines:
                     lines.append(line)
-    return lines
+    skips = found_since(start)
+    said(skips)  # said once here, by the sweep (and its dry run), not again by each trial
+    return lines + [f"data: {line}; every trial skips them" for line in skips]
 
 
 def sweep_key(trials: list[Trial]) -> str:

@@ -38,6 +38,7 @@ def _results(trials: list[Trial], new: list[TrialResult] = ()) -> list[TrialResu
 
 
 ESTIMATES_FILE = "eta.csv"
+ESTIMATES_HEADER = "trial,seconds,elapsed_s,trials_left,eta_s,actual_s,ratio"  # written by sweep._estimates
 
 
 def results_digest(trials: list[Trial]) -> str:
@@ -165,8 +166,10 @@ def _summarise(
             estimates = pending.read_text(encoding="utf-8")
         if estimates is not None:
             write_text(staging / ESTIMATES_FILE, estimates)
-        elif (out_dir / ESTIMATES_FILE).is_file() and check_file(out_dir / ESTIMATES_FILE) is None:  # not a torn one
-            shutil.copy2(out_dir / ESTIMATES_FILE, staging / ESTIMATES_FILE)
+        elif (out_dir / ESTIMATES_FILE).is_file():  # the earlier one: kept, or its whole rows when it was cut
+            kept = _whole_estimates(out_dir / ESTIMATES_FILE)
+            if kept is not None:
+                write_text(staging / ESTIMATES_FILE, kept)
         write_text(staging / STATE_FILE, _state(cfg, trials, staging, parent, published=False))
         replace_dir(staging, out_dir)
         pending.unlink(missing_ok=True)
@@ -183,6 +186,32 @@ def _summarise(
     if parent is not None:
         _publish_summary(tracker, parent, summary, tables, figures, comparison, page, clock)
     return figures + ([page] if page else []) + comparison.files
+
+
+def _whole_estimates(path: Path) -> str | None:
+    """The text of the summary's earlier eta.csv: as it is when whole; when cut (a full disk, a copy or a hand),
+    rebuilt from its header and whole rows, the cut row left out and said in one warning; None when not even the
+    header is left (said the same way)."""
+    import csv
+    import io
+
+    problem = check_file(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        _warn_once(f"{path}: does not read ({type(exc).__name__}); the new summary has no eta.csv")
+        return None
+    if problem is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    header = next(csv.reader(io.StringIO(lines[0]))) if lines and lines[0].endswith("\n") else []
+    if header != ESTIMATES_HEADER.split(","):
+        _warn_once(f"{path}: {problem}, no header left; the new summary has no eta.csv")
+        return None
+    rows = [line for line in lines[1:] if line.endswith("\n") and len(next(csv.reader([line]), [])) == len(header)]
+    dropped = len(lines) - 1 - len(rows)
+    _warn_once(f"{path}: rebuilt from its {len(rows)} whole row(s), {dropped} cut row(s) left out")
+    return lines[0] + "".join(rows)
 
 
 def _in_place(path: str | None, staging: Path, out_dir: Path) -> Path:

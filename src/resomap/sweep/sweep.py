@@ -58,7 +58,7 @@ from resomap.sweep.plan import (
     sweep_key,
     unreadable_result,
 )
-from resomap.sweep.summarise import _results, _save_state, _summarise, _unchanged, summary_line
+from resomap.sweep.summarise import ESTIMATES_HEADER, _results, _save_state, _summarise, _unchanged, summary_line
 from resomap.sweep.trial import TrialResult
 from resomap.tracking import default_tracking_uri, make_tracker
 from resomap.tracking.origin import origin
@@ -334,7 +334,7 @@ def _estimates(progress: Progress) -> str | None:
     trials then took (how good the estimate was; scripts/benchmark_eta.py reads it); None when no trial ran."""
     if not progress.estimates or progress.ended is None:
         return None
-    lines = ["trial,seconds,elapsed_s,trials_left,eta_s,actual_s,ratio"]
+    lines = [ESTIMATES_HEADER]
     for name, seconds, elapsed, left, eta in progress.estimates:
         actual = progress.ended - elapsed
         known = eta is not None and left and eta > 0 and actual > 0  # a test's instant trials take no time

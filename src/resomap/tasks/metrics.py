@@ -45,6 +45,9 @@ def counts_figure(cm: np.ndarray, class_names: Sequence[str], title: str, unit: 
     annotated with count and percent; `unit` names what the rows count (a class's images or its pixels)."""
     from matplotlib.figure import Figure  # Figure() needs no pyplot state and renders with Agg
 
+    from resomap.plotstyle import class_labels, glyph_fonts
+
+    class_names = class_labels(class_names)  # by index where no installed font draws one
     n = len(class_names)
     rows = cm.sum(axis=1, keepdims=True)
     rate = np.divide(cm, rows, out=np.zeros(cm.shape, dtype=float), where=rows > 0)
@@ -63,4 +66,5 @@ def counts_figure(cm: np.ndarray, class_names: Sequence[str], title: str, unit: 
         for j in range(n):
             color = "white" if rate[i, j] > 0.5 else "black"
             ax.text(j, i, f"{cm[i, j]}\n{rate[i, j]:.0%}", ha="center", va="center", color=color, fontsize=font)
+    glyph_fonts(fig)  # a class name in a script the style's font lacks: an installed font that has it
     return fig

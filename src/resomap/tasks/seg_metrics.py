@@ -283,6 +283,8 @@ def overlay_figure(ctx: EvalContext, bundle: DataBundle, title: str, n: int = 4)
     prediction overlays a trial writes as seg_overlays.png (logged to MLflow with the trial's figures)."""
     from matplotlib.figure import Figure
 
+    from resomap.plotstyle import class_labels, glyph_fonts
+
     n = min(n, len(bundle.splits["test"]))
     images = bundle.images("test")[:n]
     target = bundle.targets("test")[:n].long()
@@ -309,5 +311,7 @@ def overlay_figure(ctx: EvalContext, bundle: DataBundle, title: str, n: int = 4)
             )
             ax.set_title(f"#{int(bundle.splits['test'][i])} {name}", fontsize=8)
             ax.axis("off")
-    fig.suptitle(f"{title}: classes {', '.join(bundle.class_names[1:])} over the image ({bundle.resolution} px in)")
+    names = class_labels(bundle.class_names)[1:]  # by index where no installed font draws one
+    fig.suptitle(f"{title}: classes {', '.join(names)} over the image ({bundle.resolution} px in)")
+    glyph_fonts(fig)
     return fig
