@@ -138,6 +138,19 @@ def test_real_process_exit_code_and_no_traceback(project: Path):
     assert line.endswith("(see: resomap models)")
 
 
+@pytest.mark.parametrize("command", [["models"], ["config", "--doc"]], ids=["short", "longer than a buffer"])
+def test_a_closed_pipe_ends_the_command_quietly(project: Path, command: list[str]):
+    """`resomap models | head -1`: the reader gone before the command writes (its output under or over Python's
+    8 KB stdout buffer) ends it with 141 (128 + SIGPIPE) and nothing on stderr, not a BrokenPipeError traceback
+    or Python's "Exception ignored" at exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "resomap.cli", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # before the interpreter is even up: its first write finds no reader
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err
+
+
 def test_models_and_config_commands(project: Path, capsys):
     code, out, _ = run_cli(["models"], capsys)
     assert code == 0 and "resnet18" in out and "tiny_cnn" in out and "timm:" in out

@@ -655,15 +655,35 @@ def _probe_set_too_large(root: Path) -> list[str]:
     return ["data.dataset=csv", "data.csv.manifest=m.csv"]
 
 
+def _one_class_folder(root: Path) -> list[str]:
+    write_images(root / "images" / "cat", 8)
+    return ["data.dataset=imagefolder", "data.imagefolder.root=images"]
+
+
+def _one_label_csv(root: Path) -> list[str]:
+    paths = write_images(root / "imgs", 8)
+    (root / "m.csv").write_text("path,label\n" + "".join(f"imgs/{p.name},a\n" for p in paths))
+    return ["data.dataset=csv", "data.csv.manifest=m.csv"]
+
+
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
+        (_one_class_folder, "data.imagefolder.root images holds one class (cat); a classifier needs at least two"),
+        (_one_label_csv, "data.csv.manifest m.csv labels one class (a); a classifier needs at least two"),
         (_bad_csv, "2 of 2 images could not be read (gone.png, gone2.png)"),
         (_corrupt_folder, "2 of 10 images could not be read"),
         (_too_few_per_class, "too few images for a stratified train/val/test split"),
         (_probe_set_too_large, "explainability.probe_size: expected at most the 2 test images of csv, got 4"),
     ],
-    ids=["unreadable-csv", "corrupt-imagefolder", "too-few-per-class", "probe-set"],
+    ids=[
+        "one-class-folder",
+        "one-label-csv",
+        "unreadable-csv",
+        "corrupt-imagefolder",
+        "too-few-per-class",
+        "probe-set",
+    ],
 )
 def test_train_on_bad_data_says_one_line_and_leaves_nothing(project: Path, capsys, setup, message):
     """`resomap train` on data that fails its checks: the one-line error is the only output (no device, precision

@@ -127,7 +127,12 @@ def test_torchvision_file_whose_hash_is_not_the_published_one_stops_the_sweep(pr
     assert not (project / "checkpoints").exists() and not (project / "model_summaries").exists()
 
 
-def test_offline_without_the_weights_says_where_it_looked_and_how_to_fetch_them(project, hf_cache, capsys):
+@pytest.mark.parametrize("cached", ["nothing", "another repo of the architecture"])
+def test_offline_without_the_weights_says_where_it_looked_and_how_to_fetch_them(project, hf_cache, capsys, cached):
+    """The same line whether the preflight sees at once that nothing can be cached (before torch is imported) or
+    has to ask timm which file it would read (a repo of the architecture is there, without that file)."""
+    if cached != "nothing":
+        (hf_cache / "models--timm--resnet10t.other_tag" / "snapshots").mkdir(parents=True)
     code, _, err = run_cli(
         ["sweep", *QUIET_SMOKE, "sweep.models=[timm:resnet10t]", "models.pretrained.timm:resnet10t=hub"], capsys
     )

@@ -209,6 +209,33 @@ def test_an_interrupt_lost_in_a_garbage_collector_callback_still_stops_the_comma
     assert "Exception ignored" not in err and "KeyboardInterrupt" not in err, err
 
 
+def test_a_signal_while_the_handlers_are_restored_is_said_and_coded_not_a_death_by_sigint():
+    """Ctrl-C in the instant `handled()` puts the handlers back, as a command ends (a sweep stopped once in 29 runs
+    died of SIGINT, exit -2, instead of exiting 143): the signal waits until they are back, then ends the command
+    with its line and code. The instant is made here: the signal is sent from inside the first restore."""
+    proc = _python(
+        """
+        import os, signal
+        from resomap import interrupts
+        from resomap.cli import main
+
+        real, sent = signal.signal, []
+
+        def restoring(sig, handler):
+            if handler is not interrupts._handler and not sent:  # the first handler put back
+                sent.append(sig)
+                os.kill(os.getpid(), signal.SIGINT)
+            return real(sig, handler)
+
+        signal.signal = restoring
+        raise SystemExit(main(["explainers"]))
+        """
+    )
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert err.strip().splitlines()[-1] == "resomap: interrupted" and "Traceback" not in err, err
+
+
 def test_handlers_come_back_and_an_ignored_signal_stays_ignored():
     from resomap import interrupts
 

@@ -82,7 +82,21 @@ def handled() -> Iterator[None]:
         sys.unraisablehook = _unraisable(hook)
         yield
     finally:
-        for sig, old in before.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
-        sys.unraisablehook = hook
-        _received.clear()
+        with _held():  # a signal now waits for the handlers before it, not half of them restored
+            for sig, old in before.items():
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+            sys.unraisablehook = hook
+            _received.clear()
+
+
+@contextlib.contextmanager
+def _held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked while the block runs, then delivered (where the platform can block them)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(WATCHED))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)

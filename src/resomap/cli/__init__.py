@@ -44,6 +44,15 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # a signal in the moments around the command's own handling (interrupts.handled
+        # winding down): said and coded like any other, not Python's death by SIGINT (-2) with a traceback
+        print(interrupts.LINE, file=sys.stderr)
+        return interrupts.exit_code()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args)
@@ -56,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with signals:
         try:
             code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a closed pipe is said here (BrokenPipeError below), not at the interpreter's exit
             interrupts.check()  # a signal whose KeyboardInterrupt was lost in a callback still ends the command
             return code
         except ResoMapError as exc:
@@ -65,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = exc.filename or "a file"
             print(f"resomap: error: {where}: permission denied; ask its owner for access (chmod g+rX)", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # the reader went away (`resomap ... | head`): stop quietly, as a shell tool does
+            with contextlib.suppress(OSError):  # stdout's flush at exit would raise again
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141  # 128 + SIGPIPE
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: 130 or 143
             print(interrupts.LINE, file=sys.stderr)
             return interrupts.exit_code()

@@ -81,21 +81,13 @@ def check_data_files(cfg: Any, record: bool, seeds: Any = None) -> None:
     line, nothing written. Once per data seed of `seeds` (default sweep.seeds); a pass is recorded with the
     resolution cache (`record`; not on a dry run), where the sweep's per-trial check reads it (sweep.plan.check_data,
     which also covers the models' data overrides). A dataset registered by a plugin is left to that check."""
-    import dataclasses
-
-    from resomap.config.groups import group_options
+    from resomap.cli.preflight import live_data_options
     from resomap.data import list_datasets
     from resomap.data.verify import check_files, data_seed, quiet_log
 
     if cfg.data.dataset not in list_datasets():
         return
-    # the early config's dataset options are the catalog's stand-ins (the names set, None for the rest): the values
-    # set go to the live registry's options classes (config.groups.group_options), as the full load gives them
-    stand_ins = cfg.data.__dict__.get("options") or {}
-    given = {k: {f: x for f, x in dataclasses.asdict(v).items() if x is not None} for k, v in stand_ins.items()}
-    data = dataclasses.replace(cfg.data, options=given)
-    data = dataclasses.replace(data, options={k: group_options(data, k) for k in given})
-    cfg = dataclasses.replace(cfg, data=data)
+    cfg = live_data_options(cfg)
     seen = set()
     with quiet_log():
         for seed in cfg.sweep.seeds if seeds is None else seeds:

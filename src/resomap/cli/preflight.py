@@ -44,13 +44,41 @@ def config(args: argparse.Namespace, extra: Mapping[str, Any] | None = None, fol
     _check_task(cfg, where)
     check_device(cfg.system.device)
     _check_paths(cfg)
+    _check_data_section(cfg, where)
     return cfg
+
+
+def live_data_options(cfg: Any) -> Any:
+    """The early config with its dataset options as the live registry's options classes: the catalog's stand-ins
+    hold the names set (None for the rest); the values set go to config.groups.group_options, as the full load
+    gives them."""
+    import dataclasses
+
+    from resomap.config.groups import group_options
+
+    stand_ins = cfg.data.__dict__.get("options") or {}
+    given = {k: {f: x for f, x in dataclasses.asdict(v).items() if x is not None} for k, v in stand_ins.items()}
+    data = dataclasses.replace(cfg.data, options=given)
+    data = dataclasses.replace(data, options={k: group_options(data, k) for k in given})
+    return dataclasses.replace(cfg, data=data)
+
+
+def _check_data_section(cfg: Any, where: Any) -> None:
+    """The data section's load-time checks (resomap.data.checks: augmentation ranges, each split's size, a probe
+    set larger than the test set of a dataset whose size the config gives) before torch is imported; the full load
+    runs them again. A dataset of a plugin is left to it."""
+    from resomap.config.checks import failing
+    from resomap.data import list_datasets
+    from resomap.data.checks import check_data
+
+    if cfg.data.dataset in list_datasets():
+        check_data(live_data_options(cfg), failing(where))
 
 
 def _check_paths(cfg: Any) -> None:
     """The selected dataset's `root` folder or `manifest` file, and the models' pretrained weight files, exist
     (the same words as the dataset and weight loaders; what is inside them is checked when they are read)."""
-    from resomap.errors import CheckpointError, DataError
+    from resomap.errors import CheckpointError, ConfigError, DataError
 
     name = cfg.data.dataset
     options = cfg.data.options.get(name)
@@ -63,6 +91,12 @@ def _check_paths(cfg: Any) -> None:
     for path in pretrained_files(cfg).values():
         if not Path(path).is_file():
             raise CheckpointError(f"pretrained weights file {path} does not exist; fix models.pretrained")
+    out = Path(cfg.experiment.output_dir).expanduser()
+    there = next((p for p in (out, *out.parents) if p.exists()), None)  # the output folder or its nearest parent
+    if there is not None and not there.is_dir():
+        raise ConfigError(
+            f"experiment.output_dir {out}: {there} is a file, not a folder; set experiment.output_dir=<a folder>"
+        )
 
 
 def pretrained_files(cfg: Any) -> dict[str, str]:
@@ -77,12 +111,26 @@ def pretrained_files(cfg: Any) -> dict[str, str]:
         if str(model).lower() not in used:
             continue
         if is_hub(path):
+            _surely_missing(str(model))  # offline with nothing cached: refused before timm and torch are imported
             from resomap.models import canonical_name
             from resomap.models.hub import fetch, locate
 
             path = fetch(locate(canonical_name(str(model))))
         files[str(model)] = str(path)
     return files
+
+
+def _surely_missing(model: str) -> None:
+    """A timm model's hub weights while HF_HUB_OFFLINE is set and no cache holds anything of that architecture:
+    resomap.models.hub's one line at once (asking timm which file it would read imports torch: seconds)."""
+    from resomap import hub_cache
+
+    arch = model[len(TIMM_PREFIX) :] if model.lower().startswith(TIMM_PREFIX) else None
+    if arch and hub_cache.offline() and hub_cache.timm_surely_missing(arch):
+        from resomap.errors import ModelError
+
+        where = f"the Hugging Face cache ({hub_cache.hf_cache()})"
+        raise ModelError(hub_cache.offline_message(model, where, hub_cache.TIMM_FETCH.format(arch=arch)))
 
 
 def check_device(device: str) -> None:

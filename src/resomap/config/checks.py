@@ -119,6 +119,22 @@ def _check_training(cfg: Config, need: Callable[[bool, str, str, Any], None]) ->
     )
 
 
+# the URI schemes MLflow keeps runs under (mlflow.store.tracking's registry; "postgresql+psycopg2" counts as
+# postgresql); anything else ends a sweep's tracking in a warning per run, not a refusal
+TRACKING_SCHEMES = (
+    "file",
+    "sqlite",
+    "http",
+    "https",
+    "postgresql",
+    "mysql",
+    "mssql",
+    "databricks",
+    "databricks-uc",
+    "uc",
+)
+
+
 def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None:
     problem = folder_name_problem(cfg.experiment.name)  # the experiment's folders are named after it
     need(problem is None, "experiment.name", problem or "", cfg.experiment.name)
@@ -132,6 +148,12 @@ def _check_rest(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> Non
     )
     need(cfg.models.width >= 4, "models.width", "an integer >= 4", cfg.models.width)
     need(cfg.system.num_workers >= 0, "system.num_workers", "an integer >= 0", cfg.system.num_workers)
+    threads = "0 (chosen per machine and model) or a positive count of torch threads"
+    need(cfg.system.threads >= 0, "system.threads", threads, cfg.system.threads)
+    uri = cfg.mlflow.tracking_uri or ""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    stores = "a folder, file:, sqlite:///, http(s):// (a resomap server) or a database URI MLflow stores runs in"
+    need(not scheme or scheme in TRACKING_SCHEMES, "mlflow.tracking_uri", stores, uri)
     need(
         cfg.explainability.probe_size >= 1,
         "explainability.probe_size",

@@ -163,6 +163,13 @@ def _class_folders(root: Path, levels: int = 0) -> tuple[list[str], list[Path], 
     return classes, paths, labels
 
 
+def _two_classes(classes: list[str], where: str, add: str) -> None:
+    """A classifier needs two classes at least: one is a DataError naming it (a sweep on one class trains and scores
+    1.0 on every image, deciding nothing)."""
+    if len(classes) < 2:
+        raise DataError(f"{where} one class ({classes[0]}); a classifier needs at least two: add {add}")
+
+
 def _split_folders(root: Path) -> dict[str, Path] | None:
     """root/train/<class>/, root/val/<class>/ (or valid, validation), root/test/<class>/, as torchvision users keep
     them: every subfolder is a split name and there is a train split."""
@@ -176,6 +183,7 @@ def _split_folders(root: Path) -> dict[str, Path] | None:
 def _predefined(root: Path, folders: dict[str, Path], levels: int = 0, **settings: Any) -> FileDataset:
     per_split = {split: _class_folders(folder, levels) for split, folder in folders.items()}
     classes = sorted({c for names, _, _ in per_split.values() for c in names})
+    _two_classes(classes, f"data.imagefolder.root {root} holds", "a folder of images per class in each split")
     index = {name: k for k, name in enumerate(classes)}
     paths: list[Path] = []
     labels: list[int] = []
@@ -248,6 +256,7 @@ def imagefolder(cfg: DataConfig, options: ImageFolderOptions) -> FileDataset:
     if folders is not None:
         return _with_folder_groups(_predefined(root, folders, levels, **file_settings(cfg)), options.groups)
     classes, paths, labels = _class_folders(root, levels)
+    _two_classes(classes, f"data.imagefolder.root {root} holds", "a folder of images per class")
     log.info("imagefolder %s: %d images in %d classes", root, len(paths), len(classes))
     found = FileDataset(paths, labels, classes, "imagefolder", **file_settings(cfg))
     return _with_folder_groups(found, options.groups)
@@ -292,6 +301,7 @@ def csv_manifest(cfg: DataConfig, options: CsvOptions) -> FileDataset:
     if not rows:
         raise DataError(f"data.csv.manifest {manifest} has no rows; add path,label lines below the header")
     classes = sorted({r["label"] for r in rows})
+    _two_classes(classes, f"data.csv.manifest {manifest} labels", "rows of another label")
     index = {name: k for k, name in enumerate(classes)}
     paths = [manifest.parent / r["path"] for r in rows]
     labels = [index[r["label"]] for r in rows]

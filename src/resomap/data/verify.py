@@ -72,18 +72,16 @@ def usable(
 
 
 _FOUND: list[str] = []  # the skipped-image lines of this process, each time one is found
-_SAID: set[str] = set()  # those said (a sweep says each once, ahead of its trials: resomap.sweep.plan.check_data)
-_AHEAD = False  # a sweep's worker process: its driver said them before any trial started
+_SAID: set[str] = set()  # those the running sweep said ahead of its trials (resomap.sweep.plan.check_data)
 
 
 def skipped(line: str) -> None:
-    """Images skipped under data.max_bad_fraction (`line` names them): a warning the first time in a process, unless
-    the sweep said it ahead of its trials (resomap.sweep.plan.check_data); found either way (`found_since`)."""
+    """Images skipped under data.max_bad_fraction (`line` names them): a warning, unless the sweep said it ahead of
+    its trials (resomap.sweep.plan.check_data, `said`); found either way (`found_since`)."""
     _FOUND.append(line)
-    if line in _SAID or _AHEAD or not log.isEnabledFor(logging.WARNING):  # said, or a quiet check ahead of trials
+    if line in _SAID or not log.isEnabledFor(logging.WARNING):  # said, or a quiet check ahead of trials
         log.debug("%s; skipped them", line)
         return
-    _SAID.add(line)
     log.warning("%s; skipped them", line)
 
 
@@ -97,15 +95,17 @@ def found_since(start: int) -> list[str]:
     return list(dict.fromkeys(_FOUND[start:]))
 
 
-def said(lines: list[str]) -> None:
-    """`lines` (from `found_since`) said by the caller: the trials do not warn of them again."""
+def said(lines: list[str], *, anew: bool = False) -> None:
+    """`lines` (from `found_since`) said by the caller: the trials do not warn of them again. `anew`: these are all
+    that are said (a sweep's check ahead of its trials: what an earlier sweep of this process said is not)."""
+    if anew:
+        _SAID.clear()
     _SAID.update(lines)
 
 
-def said_ahead() -> None:
-    """This process runs trials of a sweep whose driver said the skipped images before they started (a worker)."""
-    global _AHEAD
-    _AHEAD = True
+def said_lines() -> list[str]:
+    """The skipped-image lines said in this process (a sweep's driver hands them to its worker processes)."""
+    return sorted(_SAID)
 
 
 def data_seed(cfg: Config, trial_seed: int) -> int:

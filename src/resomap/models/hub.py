@@ -29,6 +29,7 @@ from pathlib import Path
 
 from resomap.config.schema import is_hub
 from resomap.errors import ConfigError, ModelError
+from resomap.hub_cache import TIMM_FETCH, hf_cache, offline, offline_message, torch_hub
 from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name
 
 HF_FILES = ("model.safetensors", "pytorch_model.bin")  # what timm reads from a Hugging Face repo, in its order
@@ -36,24 +37,9 @@ _HASH_IN_NAME = re.compile(r"-([a-f0-9]{8,})\.")  # torch.hub's check_hash conve
 _SHA256 = re.compile(r"^[a-f0-9]{64}$")
 
 
-def offline() -> bool:
-    """HF_HUB_OFFLINE, read when asked (not when huggingface_hub was imported)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def hf_cache() -> Path:
-    """The Hugging Face hub cache folder, as huggingface_hub resolves it."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
 def torch_checkpoints() -> Path:
     """torch.hub's weights folder (torch.hub.get_dir()/checkpoints)."""
-    import torch
-
-    return Path(torch.hub.get_dir()) / "checkpoints"
+    return torch_hub() / "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -95,7 +81,7 @@ def _locate_timm(model: str) -> HubWeights:
 
     arch = model[len(TIMM_PREFIX) :]
     cfg = get_pretrained_cfg(arch)
-    fetch = f"python -c \"import timm; timm.create_model('{arch}', pretrained=True)\""
+    fetch = TIMM_FETCH.format(arch=arch)
     if cfg is None or not (cfg.hf_hub_id or cfg.url):
         raise ModelError(f"{model}: timm publishes no pretrained weights for it; give a weights file instead")
     if cfg.hf_hub_id:
@@ -149,10 +135,7 @@ def fetch(weights: HubWeights) -> Path:
 
 def _download(weights: HubWeights) -> Path:
     if offline():
-        raise ModelError(
-            f"{weights.model}: no pretrained weights in {weights.where} and HF_HUB_OFFLINE is set, so nothing is "
-            f"downloaded; on a connected machine run: {weights.fetch} (or unset HF_HUB_OFFLINE)"
-        )
+        raise ModelError(offline_message(weights.model, weights.where, weights.fetch))
     _writable(weights.looked, "HF_HUB_CACHE (or HF_HOME)" if weights.repo else "TORCH_HOME")
     try:
         _reachable(weights.url or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")

@@ -48,8 +48,10 @@ def trial_spec(
 ) -> dict[str, Any]:
     """A JSON-able description of a trial for a worker process or a Ray task: its config (with `tracking_uri`,
     the store the driver resolved, so a worker logs where the driver does whatever its environment says), the
-    parent run it logs under, the driver's working directory (where a relative output folder resolves) and the
-    torch threads it may use (None: torch's default)."""
+    parent run it logs under, the driver's working directory (where a relative output folder resolves), the
+    torch threads it may use (None: torch's default) and the data's lines the driver said."""
+    from resomap.data.verify import said_lines
+
     config = to_dict(trial.cfg)
     if tracking_uri:
         config["mlflow"] = {**config.get("mlflow", {}), "tracking_uri": tracking_uri}  # mlflow.* is in no trial key
@@ -61,6 +63,7 @@ def trial_spec(
         "parent_run_id": parent_run_id,
         "cwd": os.getcwd(),
         "threads": threads,
+        "said": said_lines(),  # the skipped images the driver said ahead of the trials: not said again there
     }
 
 
@@ -98,11 +101,11 @@ def _trial_from_spec(spec: dict[str, Any]) -> Trial:
     """The trial of a spec, in a worker. A relative output folder resolves against the driver's working directory
     (which must then exist here: one machine or a shared path); an absolute one (sweep.ray.storage) needs no
     working directory at all."""
-    from resomap.data.verify import said_ahead
+    from resomap.data.verify import said
     from resomap.sweep.builtins import register_builtins
 
     register_builtins()  # a fresh worker process: the registries' config groups and checks
-    said_ahead()  # the driver's data check said the skipped images before any trial started
+    said(spec.get("said") or [])  # the driver's data check said them before any trial started
     cfg = build(spec["config"])
     if not Path(cfg.experiment.output_dir).is_absolute() and os.getcwd() != spec.get("cwd"):
         if not spec.get("cwd") or not os.path.isdir(spec["cwd"]):

@@ -235,7 +235,7 @@ def check_data(trials: list[Trial], record: bool = True) -> list[str]:
                 if line and line not in lines:
                     lines.append(line)
     skips = found_since(start)
-    said(skips)  # said once here, by the sweep (and its dry run), not again by each trial
+    said(skips, anew=True)  # said once here, by the sweep (and its dry run), not again by each trial
     return lines + [f"data: {line}; every trial skips them" for line in skips]
 
 
