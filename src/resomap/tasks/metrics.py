@@ -66,5 +66,5 @@ def counts_figure(cm: np.ndarray, class_names: Sequence[str], title: str, unit: 
         for j in range(n):
             color = "white" if rate[i, j] > 0.5 else "black"
             ax.text(j, i, f"{cm[i, j]}\n{rate[i, j]:.0%}", ha="center", va="center", color=color, fontsize=font)
-    glyph_fonts(fig)  # a class name in a script the style's font lacks: an installed font that has it
+    glyph_fonts(fig, ticks=True)  # a class name in a script the style's font lacks: an installed font that has it
     return fig
