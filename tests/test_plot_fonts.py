@@ -53,7 +53,7 @@ def fonts(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(font_manager.fontManager, "ttflist", list(font_manager.fontManager.ttflist))
     for cache in ("_CHARMAPS", "_FONT_FOR"):
         monkeypatch.setattr(plotstyle, cache, {})
-    monkeypatch.setattr(plotstyle, "_NOTED", set())
+    monkeypatch.setattr(plotstyle, "_NOTED", False)
     font_manager.fontManager._findfont_cached.cache_clear()
     yield font_manager.fontManager
     font_manager.fontManager._findfont_cached.cache_clear()

@@ -114,7 +114,7 @@ def label_points(ax: plt.Axes, labels: Iterable[tuple[str, float, float, str]]) 
 _LAST_RESORT = "LastResort"  # matplotlib's own fallback font: a box for every character, so never "the" font
 _CHARMAPS: dict[str, frozenset[int]] = {}
 _FONT_FOR: dict[str, str | None] = {}
-_NOTED: set[str] = set()
+_NOTED = False  # the note of class names no installed font draws: said once per process
 
 
 def _charmap(path: str) -> frozenset[int]:
@@ -161,11 +161,12 @@ def class_label(name: Any, index: Any) -> str:
     """A class name as the figures write it: as it is when an installed font draws it (figures pick that font for
     the text: `glyph_fonts`), else `class <index>`, said once per process in a note naming what to install
     (the figure would show boxes: matplotlib warns "Glyph ... missing" per character)."""
+    global _NOTED
     name = str(name)
     if glyph_font(name) is not None:
         return name
     if not _NOTED:
-        _NOTED.add(name)
+        _NOTED = True
         log.warning(
             "no installed font has the characters of class name %r (and maybe others): figures name such classes "
             "by index (class %s); install a font that has them (e.g. Noto Sans CJK) to see the names",

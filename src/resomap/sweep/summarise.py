@@ -193,7 +193,6 @@ def _whole_estimates(path: Path) -> str | None:
     rebuilt from its header and whole rows, the cut row left out and said in one warning; None when not even the
     header is left (said the same way)."""
     import csv
-    import io
 
     problem = check_file(path)
     try:
@@ -204,7 +203,7 @@ def _whole_estimates(path: Path) -> str | None:
     if problem is None:
         return text
     lines = text.splitlines(keepends=True)
-    header = next(csv.reader(io.StringIO(lines[0]))) if lines and lines[0].endswith("\n") else []
+    header = next(csv.reader(lines[:1])) if lines and lines[0].endswith("\n") else []
     if header != ESTIMATES_HEADER.split(","):
         _warn_once(f"{path}: {problem}, no header left; the new summary has no eta.csv")
         return None

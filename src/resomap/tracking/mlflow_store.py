@@ -73,7 +73,7 @@ def artifact_root(cfg: Config) -> str:
     return (Path(cfg.experiment.output_dir) / "mlartifacts").resolve().as_uri()
 
 
-PNG_LEVEL = 1  # zlib level of the step images MLflow writes: their encoding was most of a summary's MLflow time
+PNG_LEVEL = 1  # zlib level of MLflow's step images (via Pillow's encoderinfo): a 400 px map 3.8 ms, 9.8 ms at 6
 
 
 class Tracker:
@@ -334,10 +334,10 @@ class Tracker:
         self._soft("log figure", self.client.log_figure, run_id, figure, artifact_file)
 
     def log_image(self, run_id: str, image: Any, key: str, step: int) -> None:
-        """A step-indexed image (MLflow's image grid and its step slider; ResoMap's step is the resolution). A PIL
-        image is written by MLflow as PNG at zlib level 1 (Pillow reads the level from the image's `encoderinfo`):
-        a 400 px probe map took 3.8 ms against 9.8 ms at the default level 6, for 51 KB against 43 KB."""
-        if hasattr(image, "encoderinfo") or type(image).__module__.startswith("PIL."):
+        """A step-indexed image (MLflow's step slider; ResoMap's step is the resolution); a PIL one PNG at PNG_LEVEL."""
+        from PIL import Image
+
+        if isinstance(image, Image.Image):
             image.encoderinfo = {**getattr(image, "encoderinfo", {}), "compress_level": PNG_LEVEL}
         self._soft("log image", self.client.log_image, run_id, image, key=key, step=int(step), synchronous=True)
 

@@ -76,7 +76,7 @@ def open_parent(
 
 
 def _find(tracker: Any, key: str, legacy_key: str | None, here: str) -> str | None:
-    """This folder's parent (resomap.tracking.mlflow_store.own_runs): another folder's of the same sweep is not it."""
+    """This folder's parent (resomap.tracking.origin.own_runs): another folder's of the same sweep is not it."""
     for tag in [key, legacy_key] if legacy_key else [key]:
         found = own_runs(tracker.find_runs(f"tags.`{SWEEP_KEY_TAG}` = '{tag}'"), here)
         if found:
