@@ -193,8 +193,12 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
     logreg = [x for x in findings if x.startswith("pixel_logreg /")]
     tiny = [x for x in findings if x.startswith("tiny_cnn /")]
     one_fit = "no seed floor and no relabelling test: its 2 seeds are one fit"
-    assert logreg and all(x.endswith(f"{one_fit}.") for x in logreg)
+    # the comparison's words, then where it looks decided: the closed-form fit against its shift floor, as one fit;
+    # the trained model against its cross-seed floor
+    assert logreg and all(x.split(" Where it looks (")[0].endswith(f"{one_fit}.") for x in logreg)
+    assert all("against its 1-pixel-shift floor" in x and "; this fit on these" in x for x in logreg)
     assert tiny and all("cross-seed floor" in x and "one fit" not in x for x in tiny)
+    assert all("against its cross-seed floor" in x.split(" Where it looks (")[1] for x in tiny)
     with (folder / "explanations" / "agreement.csv").open(newline="") as fh:
         seed_rows = {r["model"] for r in csv.DictReader(fh) if r["kind"] == "seed"}
     assert seed_rows == {"tiny_cnn"}  # no cross-seed floor for pixel_logreg

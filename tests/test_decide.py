@@ -162,7 +162,15 @@ def test_dry_run_of_the_quickstart_states_the_detectable_margin_and_what_the_exp
     needs = next(ln for ln in text.splitlines() if ln.startswith("to show the margin 0.02 with power 0.8:"))
     seeds, images = plan["joint_needed"]
     assert f"about {images} test images x {seeds} seeds" in needs
-    assert "smallest p is 0.167: it cannot reach p <= 0.05, so no decision on maps: needs >= 3 seeds" in text
+    assert "smallest p is 0.167: it cannot reach p <= 0.05, so no decision against the cross-seed floor" in text
+    # the map decision against the shift floor decides without seeds: its power for the preset's 12 probe images,
+    # at the assumed spread before any run (stats.margin's normal approximation, checked against plan numbers)
+    from resomap.stats.margin import detectable_margin, units_needed
+
+    maps = next(ln for ln in text.splitlines() if ln.startswith("maps: "))
+    assert "over 12 probe images" in maps and "of 0.15 (assumed 0.15: no earlier run of this sweep)" in maps
+    assert f"shows margins of {detectable_margin(0.15, 12):.3g} and larger with power 0.8" in maps
+    assert f"the margin 0.1 (explainability.map_margin) needs about {units_needed(0.15, 0.1)} probe images" in maps
     assert "seeds: with 2 the model-scope test is very conservative wherever the seeds differ" in text  # issue 47
     assert (
         main(["sweep", "--dry-run", "--preset", "quickstart", f"experiment.output_dir={out}", "sweep.seeds=[1,2,3]"])

@@ -84,9 +84,11 @@ def test_experiments_are_tagged_model_training_with_the_runs_view(project: Path)
         assert list(lines) == ["score", "latency_ms", *(f"agreement/{m}" for m in methods), *costs, explain[0]]
         assert lines[explain[0]]["selectedMetricKeys"] == explain  # every method's seconds in one card
         assert all(c["xAxisKey"] == "metric" and c["selectedXAxisMetricKey"] == "resolution" for c in lines.values())
-        # the score with its pooled interval, each agreement with its chance level (drawn dashed beside it)
+        # the score with its pooled interval, each agreement with its shift floor and chance level (drawn dashed
+        # and dotted beside it)
         assert lines["score"]["selectedMetricKeys"] == ["score", "score_low", "score_high"]
-        assert lines["agreement/gradcam"]["selectedMetricKeys"] == ["agreement/gradcam", "agreement_chance/gradcam"]
+        agreement = ["agreement/gradcam", "agreement_shift_floor/gradcam", "agreement_chance/gradcam"]
+        assert lines["agreement/gradcam"]["selectedMetricKeys"] == agreement
         assert json.loads(tags[MODELS_TAG]) == ["tiny_cnn"]  # the smoke preset's: the order of their colours
         assert view["useGroupedValuesInCharts"] and view["compareRunSections"][0]["uuid"] == "against resolution"
         # the parallel-coordinates view: the same runs ungrouped (MLflow's card refuses grouped string params)
@@ -206,8 +208,12 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
         assert f"over 1 seed: {row['test_accuracy_pooled']:.3f} [{low:.3f}, {high:.3f}]" in child_note
         assert "- training: " in child_note and "- baselines: " in child_note and "'s decision: " in child_note
         assert "penalty chosen" not in child_note  # a gradient fit: its epochs, no penalty grid
-        # the map agreement beside its chance level (maps of different probe images), what the view draws
-        assert {"agreement/gradcam", "agreement_chance/gradcam"} <= set(run.data.metrics)
+        # the map agreement beside its shift floor at this resolution and its chance level (maps of different probe
+        # images), what the view draws; the floor is a map's agreement with itself, so it is a real agreement value
+        assert {"agreement/gradcam", "agreement_shift_floor/gradcam", "agreement_chance/gradcam"} <= set(
+            run.data.metrics
+        )
+        assert -1 <= run.data.metrics["agreement_shift_floor/gradcam"] <= 1
     # the sweep view's line cards: a y range holding every value of the trial runs, with HEADROOM of their span
     # above the highest (plotly's toolbar covers the top of a chart); a card with no values keeps MLflow's
     view = client.get_experiment(exp.experiment_id).tags[VIEW_TAG]

@@ -124,9 +124,12 @@ def test_the_report_holds_every_model_resolution_and_probe_map(sweep_dir: Path):
     assert all(html.escape(s, quote=True) in agreement for s in statements)  # in full further down
     # each finding is its statement's head, measure and decision without the references' detail
     assert len(findings) == len(statements) == len(MODELS) * len(METHODS)
+    # (where it looks, decided, is said word for word in both: the rest is compared)
     for short, full in zip(findings, statements, strict=True):
+        short, where = short.split(" Where it looks (")
+        assert f" Where it looks ({where.split('):')[0]}" in full
         head = short.split(":")[0]
-        assert full.startswith(head) and len(short) < len(full) / 2
+        assert full.startswith(head) and len(short) < len(full.split(" Where it looks (")[0]) / 2
         decision = short.rsplit(": ", 1)[-1] if "no decision" not in short else "no decision"
         assert decision.split(" (")[0] in full
     # the answer, then the decisions, then the table of numbers; the paired tests further down
@@ -1029,3 +1032,36 @@ def _part(text: str, key: str) -> str:
     """One <section> of the page, whole."""
     start = text.index(f'<section id="{key}">')
     return text[start : text.index("</section>", start)]
+
+
+def test_where_each_model_looks_is_decided_in_the_files_the_sweep_wrote(sweep_dir: Path):
+    """Every model x method x step has a row in map_decisions.csv with its floor and verdict; each trial's npz holds
+    the shift floor's maps; the Answer of summary.md (and the summary.json every view renders) says where each
+    model looks at its smallest resolution, and report.html draws its mean maps with the verdicts."""
+    import numpy as np
+    import pandas as pd
+
+    from resomap.explain.methods.probe import load_maps
+    from resomap.results import load_sweep
+
+    rows = pd.read_csv(sweep_dir / "explanations" / "map_decisions.csv")
+    pd.testing.assert_frame_equal(load_sweep(NAME, root=sweep_dir.parents[1]).map_decisions, rows)
+    assert sorted(rows.groupby(["model", "method", "resolution", "reference"]).groups) == [
+        (model, method, 16, 24) for model in sorted(MODELS) for method in sorted(METHODS)
+    ]
+    # one seed of a model trained per resolution: its floor is the shift floor, and 3 probe images decide nothing
+    assert set(rows.floor_kind) == {"shift"} and set(rows.verdict) <= {"undecided", "chance"}
+    assert ((rows.floor > -1) & (rows.floor <= 1) & (rows.images + rows.left_out == PROBES)).all()
+    arrays, meta = load_maps(trial_summary(sweep_dir.parents[2], "tiny_cnn", 24, experiment=NAME) / "explanations.npz")
+    assert meta["floor"] == {"nuisance": "shift", "pixels": 1, "failed": {}}
+    for method in METHODS:
+        assert arrays[f"floor__{method}"].shape == arrays[method].shape
+        assert not np.array_equal(arrays[f"floor__{method}"], arrays[method])  # the shifted image's map, moved back
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert [s.split(",")[0] for s in summary["map_answers"]] == sorted(MODELS)
+    answer = (sweep_dir / "summary.md").read_text().split("## Decision per model")[0]
+    for said in summary["map_answers"]:
+        assert said.startswith(f"{said.split(',')[0]}, where it looks at 16 px against 24 px (agreement: the share")
+        assert said.split(" (")[0] in answer.replace("\n", " ").replace("  ", " ")
+    html = (sweep_dir / "report.html").read_text()
+    assert "Where the maps sit" in html and "tiny_cnn: mean maps and verdicts" in html

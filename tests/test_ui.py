@@ -734,7 +734,8 @@ def test_mlflow_ui_shows_sweep(ui_url: tuple[str, str], swept: Path, browser, sh
         assert not covered, (title, top)
         assert tip.startswith(f"resolution {top['x']}\n") and top["model"] in tip, (title, top, tip)
         if title.startswith("agreement/gradcam"):
-            assert any(t["metric"] == "agreement_chance/gradcam" for t in browser.execute_script(LINES, shown))
+            drawn = {t["metric"] for t in browser.execute_script(LINES, shown)}  # the floor and chance beside it
+            assert {"agreement/gradcam", "agreement_shift_floor/gradcam", "agreement_chance/gradcam"} <= drawn, drawn
             page.shot("charts_agreement_hovered")
     # a colour picked by hand (MLflow keeps it in the browser, as resomap's page keeps its own) stays on a new visit
     pick = "const k = 'experimentRunColors', a = JSON.parse(localStorage.getItem(k)); a[arguments[0]] = arguments[1];"

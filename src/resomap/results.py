@@ -182,6 +182,8 @@ class SweepResults:
     # ones in the order the fixed sequence tested them); `answer` the whole record (summary.json `answer`)
     answer_steps: Any = None
     answer: dict[str, Any] | None = None
+    # where it looks, decided: a row per model x method x step (explanations/map_decisions.csv; empty without it)
+    map_decisions: Any = None
 
 
 def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
@@ -293,8 +295,6 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
             frames.append(_records(pd.read_csv(path), trial))
     columns = list(frames[0].columns) if frames else list(PREDICTION_COLUMNS)
     predictions = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    agreement_csv = folder / "explanations" / "agreement.csv"
-    agreement = pd.read_csv(agreement_csv) if agreement_csv.is_file() else pd.DataFrame()
     sensitive_csv = folder / SENSITIVE_IMAGES_FILE
     sensitive = pd.read_csv(sensitive_csv) if sensitive_csv.is_file() else pd.DataFrame()
     return SweepResults(
@@ -304,7 +304,7 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         predictions=predictions,
         paired_tests=pd.DataFrame(data.get("paired_tests", []), columns=list(PAIRED_COLUMNS)),
         recommendations=pd.DataFrame(data.get("recommendations", []), columns=list(RECOMMENDATION_COLUMNS)),
-        agreement=agreement,
+        agreement=_csv(folder / "explanations" / "agreement.csv"),
         trials=pd.DataFrame(trials),
         stats=dict(data.get("stats") or {}),
         class_decisions=pd.DataFrame(data.get("class_decisions") or [], columns=list(CLASS_DECISION_COLUMNS)),
@@ -315,7 +315,14 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         front_tests=pd.DataFrame(front_tests(data.get("front3") or []), columns=list(FRONT_TEST_COLUMNS)),
         answer_steps=pd.DataFrame((data.get("answer") or {}).get("steps") or [], columns=list(ANSWER_COLUMNS)),
         answer=data.get("answer"),
+        map_decisions=_csv(folder / "explanations" / "map_decisions.csv"),
     )
+
+
+def _csv(path: Path) -> Any:
+    import pandas as pd
+
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
 
 
 QUALITY_SCORES = {  # quality.csv score -> what its panel's axis says (every one: > 0 = better than random maps)

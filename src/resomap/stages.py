@@ -128,6 +128,8 @@ class Comparison:
     floors: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # '<model>/<method>/<metric>'
     statements: list[str] = dataclasses.field(default_factory=list)
     findings: list[str] = dataclasses.field(default_factory=list)  # the statements in short (findings.txt)
+    map_rows: list[dict] = dataclasses.field(default_factory=list)  # where it looks, decided (map_decisions.csv)
+    map_answers: list[str] = dataclasses.field(default_factory=list)  # one sentence per model (the Answer's)
     # what its figures are drawn from (crossres.ComparisonData) until reports.explain_comparison draws them
     figure_data: Any = dataclasses.field(default=None, repr=False)
 
@@ -385,13 +387,20 @@ def compare_stage(
     found = data.study
     if found.rows:
         files.append(write_rows(found.rows, out_dir / "agreement.csv"))
+    if found.map_rows:
+        from resomap.explain.evaluation.where import csv_rows
+
+        files.append(write_rows(csv_rows(found.map_rows), out_dir / "map_decisions.csv"))
     if found.statements:
         files.append(write_text(out_dir / "agreement.txt", "\n".join(found.statements) + "\n"))
         files.append(write_text(out_dir / FINDINGS_FILE, "\n".join(found.findings) + "\n"))
         for line in found.statements:
             log.info("%s", line)
     matrices = _matrices(found.rows)
-    return Comparison(files, found.rows, matrices, found.floors, found.statements, found.findings, data)
+    return Comparison(
+        files, found.rows, matrices, found.floors, found.statements, found.findings, found.map_rows,
+        found.map_answers, data,
+    )  # fmt: skip
 
 
 def _finite(values: list[float]) -> bool:
@@ -402,7 +411,8 @@ def _matrices(rows: list[dict]) -> dict[str, dict[str, Any]]:
     """'<model>/<method>' -> {'resolutions', 'grid', 'floor_on_diagonal', '<metric>': [[...]], 'chance': {metric:
     value}} from the rows of the main grid (the largest in the rows): off the diagonal the cross-resolution
     agreement, on it the cross-seed agreement at that resolution (the noise floor) when >= 2 seeds, else 1.0.
-    Undefined values are None (JSON null)."""
+    Undefined values are None (JSON null). 'shift_floor': {resolution: the mean agreement of the maps there with
+    their shifted-and-undone maps} (Spearman; explain.evaluation.where's floor), where saved."""
     main: dict[str, int] = {}
     for row in rows:
         if row.get("kind") in ("resolution", "seed"):
@@ -410,8 +420,12 @@ def _matrices(rows: list[dict]) -> dict[str, dict[str, Any]]:
             main[name] = max(main.get(name, 0), int(row.get("grid", 0) or 0))
     pairs: dict[str, dict[str, dict[tuple[int, int], float]]] = defaultdict(lambda: defaultdict(dict))
     chance: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    shift: dict[str, dict[int, float]] = defaultdict(dict)
     for row in rows:
         kind = row.get("kind")
+        if kind == "shift_floor" and row.get("metric") == "spearman":
+            shift[f"{row['model']}/{row['method']}"][int(row["a"])] = row["value"]
+            continue
         if kind not in ("resolution", "seed", "chance") or "method" not in row:
             continue
         name = f"{row['model']}/{row['method']}"
@@ -434,5 +448,6 @@ def _matrices(rows: list[dict]) -> dict[str, dict[str, Any]]:
                 matrix[index[a], index[b]] = matrix[index[b], index[a]] = value
             entry[metric] = [[float(v) if math.isfinite(v) else None for v in line] for line in matrix.tolist()]
         entry["chance"] = {m: (float(np.mean(v)) if _finite(v) else None) for m, v in chance[name].items()}
+        entry["shift_floor"] = {str(r): float(v) for r, v in sorted(shift[name].items()) if math.isfinite(v)}
         out[name] = entry
     return out

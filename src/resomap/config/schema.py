@@ -300,13 +300,30 @@ class ExplainabilityConfig(GroupSection):
     sanity_threshold: float = 0.5  # fixed threshold when there is no unrelated-image reference (one image)
     budget_share: float | None = None  # skip a method whose predicted cost exceeds this share of the training time
     always: list[str] = field(default_factory=list)  # methods run whatever the budget (asked for explicitly)
+    # the floor every model's maps have (deterministic ones too): each probe image also explained moved floor_shift
+    # pixels (edges replicated), its map moved back; the agreement across resolutions is decided against it
+    floor: Literal["shift", "none"] = "shift"
+    floor_shift: int = 1  # pixels at the model's own resolution (>= 1)
+    # "looks at the same places" when the maps' mass agreement (share of |map| mass in the same cells of a map_grid
+    # grid) is shown no more than this below its floor, "elsewhere" when shown more
+    map_margin: float = 0.1
+    map_grid: int = 16  # cells a side of the grid where it looks is decided on (>= 4; at most common_grid is used)
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # explainability.<method>.*: its own
 
     def __post_init__(self) -> None:
-        if self.budget_share is not None and not self.budget_share > 0:
-            from resomap.errors import ConfigError
+        from resomap.errors import ConfigError
 
+        if self.budget_share is not None and not self.budget_share > 0:
             raise ConfigError(f"explainability.budget_share must be null or a positive number, got {self.budget_share}")
+        shift = self.floor_shift
+        if isinstance(shift, bool) or not isinstance(shift, int) or shift < 1:
+            raise ConfigError(f"explainability.floor_shift must be a whole number of pixels >= 1, got {shift!r}")
+        margin = self.map_margin
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+            raise ConfigError(f"explainability.map_margin must be a share of mass in [0, 1), got {margin!r}")
+        grid = self.map_grid
+        if isinstance(grid, bool) or not isinstance(grid, int) or grid < 4:
+            raise ConfigError(f"explainability.map_grid must be a whole number of cells >= 4, got {grid!r}")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,12 @@ regular checkerboard, or no texture) tells the object from the background, and r
 intensity) does not single it out (maps of randomly initialised models hit it at about chance). Antialiased
 downsampling below ~size / detail_size px averages the cells away: the class becomes unreadable, while the
 object remains a smoother patch of the residual background texture.
+
+With `cue` > 0 a coarse cue joins the fine detail: a bright uniform square (CUE_SIDE of the side) in a random
+corner, in class-1 images with probability (1 + cue) / 2 and in class-0 images with (1 - cue) / 2. It is visible at
+every resolution and predicts the class less well than the detail (at best (1 + cue) / 2), so a model that reads
+the detail where it can looks at the object, and where the detail is gone can only look at the corner (the map
+decision's known answer: tests/test_where_known.py). `cue_mask(i)` is its square (empty where absent).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ COARSE_FACTOR = 4  # a coarse image's cells are this many times detail_size: its
 COARSE_RADIUS = 2.0  # and its object this many times larger (radius 0.2-0.4 of the side), so that it still holds
 # several cells at 4x smaller images: with the fine images' radius a coarse object held 1-3 cells and tiny_cnn read
 # the coarse images' class at 0.88-0.96 whatever the resolution
+CUE_SIDE = 0.2  # the cue square's side as a share of the image side
+CUE_LEVEL = 250.0  # its intensity: brighter than any background cell
 DETAIL_GROUP = "detail"  # the group the dataset declares when some images are coarse: fine or coarse
 
 
@@ -49,11 +57,19 @@ class SyntheticDataset:
     has_masks = True
     class_names = CLASS_NAMES
 
-    def __init__(self, num_images: int, size: int, detail_size: int, seed: int = 0, coarse_share: float = 0.0):
-        if num_images < 2 or size < 8 or detail_size < 1 or not 0.0 <= coarse_share <= 1.0:
+    def __init__(
+        self,
+        num_images: int,
+        size: int,
+        detail_size: int,
+        seed: int = 0,
+        coarse_share: float = 0.0,
+        cue: float = 0.0,
+    ):
+        if num_images < 2 or size < 8 or detail_size < 1 or not 0.0 <= coarse_share <= 1.0 or not 0.0 <= cue <= 1.0:
             raise DataError(
-                "data.synthetic needs num_images >= 2, size >= 8, detail_size >= 1 and 0 <= coarse_share <= 1; "
-                f"got {num_images}, {size}, {detail_size}, {coarse_share}"
+                "data.synthetic needs num_images >= 2, size >= 8, detail_size >= 1, 0 <= coarse_share <= 1 and "
+                f"0 <= cue <= 1; got {num_images}, {size}, {detail_size}, {coarse_share}, {cue}"
             )
         self.size = size
         self.detail_size = detail_size
@@ -68,6 +84,11 @@ class SyntheticDataset:
         if coarse_share > 0:
             self.fingerprint += f"-coarse{coarse_share:g}-r{COARSE_RADIUS:g}"
             self.groups[DETAIL_GROUP] = (self.coarse.astype(np.int64), ["fine", "coarse"])
+        draw = np.random.default_rng([seed, 13]).random(num_images)
+        self.has_cue = draw < np.where(self.labels == 1, (1 + cue) / 2, (1 - cue) / 2) if cue > 0 else draw < 0
+        self.cue_corner = np.random.default_rng([seed, 17]).integers(0, 4, num_images)
+        if cue > 0:
+            self.fingerprint += f"-cue{cue:g}"
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -89,6 +110,17 @@ class SyntheticDataset:
     def mask(self, i: int) -> np.ndarray:
         return self._mask(self._shape(i))
 
+    def cue_mask(self, i: int) -> np.ndarray:
+        """bool [size, size]: image i's cue square (all False where it has none)."""
+        out = np.zeros((self.size, self.size), dtype=bool)
+        if self.has_cue[i]:
+            side = max(1, round(CUE_SIDE * self.size))
+            top, left = divmod(int(self.cue_corner[i]), 2)
+            rows = slice(self.size - side, None) if top else slice(0, side)
+            cols = slice(self.size - side, None) if left else slice(0, side)
+            out[rows, cols] = True
+        return out
+
     def load(self, i: int) -> np.ndarray:
         shape = self._shape(i)
         mask = self._mask(shape)
@@ -103,6 +135,7 @@ class SyntheticDataset:
         else:
             obj = np.full_like(img, shape.level)
         img[mask] = obj[mask]
+        img[self.cue_mask(i)] = CUE_LEVEL
         img += np.random.default_rng([self.seed, i, 2]).normal(0, NOISE_STD, img.shape)
         return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 
@@ -117,6 +150,9 @@ class SyntheticOptions:
     detail_size: int = 3  # side of the class-deciding detail; unreadable below ~size/detail_size px
     # share of images whose detail is 4x coarser on a 2x larger object (the group `detail`: fine / coarse)
     coarse_share: float = 0.0
+    # a coarse cue beside the detail: a bright corner square in class 1 with probability (1 + cue) / 2, class 0
+    # with (1 - cue) / 2 (visible at every resolution, a weaker predictor than the detail); 0: none
+    cue: float = 0.0
 
 
 @register_dataset(
@@ -131,5 +167,10 @@ class SyntheticOptions:
 )
 def synthetic(cfg: DataConfig, options: SyntheticOptions, seed: int = 0) -> SyntheticDataset:
     return SyntheticDataset(
-        options.num_images, options.size, options.detail_size, seed=seed, coarse_share=options.coarse_share
+        options.num_images,
+        options.size,
+        options.detail_size,
+        seed=seed,
+        coarse_share=options.coarse_share,
+        cue=options.cue,
     )

@@ -23,6 +23,7 @@ from resomap.explain.evaluation.intervals import interval_metrics
 from resomap.explain.evaluation.quality import quality_context, quality_scores
 from resomap.explain.evaluation.sanity import random_weight_maps, sanity_check
 from resomap.explain.images import cam_layer_name, maps_meta, said_of, test_batch
+from resomap.explain.methods.nuisance import FLOOR_PREFIX, shift_floor_maps
 from resomap.explain.methods.probe import (
     MAPS_FILE,
     PROBE_KEY,
@@ -132,6 +133,7 @@ def explain_trial(
     )
     maps, failed = found.maps, found.failed
     metrics = {k: v for method, cost in found.costs.items() for k, v in cost.metrics(method).items()}
+    floor, floor_meta = _floor_maps(model, images, targets, maps, ec, kw, metrics)
     metrics.update({f"explain/{m}/skipped": 1.0 for m in found.skipped})
     metrics.update(_map_counts(maps, spec.name, bundle.resolution))
     predictions = said_of(model, images, targets, ec.batch_size, spec.name)
@@ -141,11 +143,35 @@ def explain_trial(
         **maps_meta(spec, bundle, seed, cam_layer, targets, raw),
         **predictions,
         **_outcome_meta(found, budget_words, context, scored),
+        **floor_meta,
     }
     arrays = dict(maps, **{PROBE_KEY: as_uint8(bundle.images("test")[probe_local]).cpu().numpy()})
+    arrays.update({FLOOR_PREFIX + m: v for m, v in floor.items()})
     arrays.update({PROBE_MASKS_KEY: masks} if masks is not None else {})
     path = save_maps(out_dir / MAPS_FILE, arrays, meta) if maps else None
     return ExplainOutcome(path, metrics, failed, cam_layer, time.perf_counter() - start, dict(found.skipped))
+
+
+def _floor_maps(
+    model: nn.Module, images: torch.Tensor, targets: torch.Tensor, maps: dict, ec: Any, kw: dict, metrics: dict
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The shift floor's maps of every method that gave maps (explainability.floor: the probe images moved
+    explainability.floor_shift pixels, each map moved back; resomap.explain.methods.nuisance), and the npz meta
+    saying so (`floor`); each method's time in metrics['explain/<method>/floor_seconds']. A method whose shifted
+    run fails keeps its maps, with no floor (said in the meta)."""
+    if ec.floor != "shift" or not maps:
+        return {}, {"floor": {"nuisance": "none"}}
+    floor: dict[str, np.ndarray] = {}
+    failed: dict[str, str] = {}
+    for method in maps:
+        start = time.perf_counter()
+        found, why = shift_floor_maps(model, images, targets, [method], ec.floor_shift, **kw)
+        metrics[f"explain/{method}/floor_seconds"] = time.perf_counter() - start
+        floor.update(found)
+        failed.update(why)
+    for method, reason in failed.items():
+        log.warning("shift floor of %s not computed: %s", method, reason)
+    return floor, {"floor": {"nuisance": "shift", "pixels": int(ec.floor_shift), "failed": failed}}
 
 
 def _cost_factor(ec: Any, masks: Any) -> dict[str, float]:

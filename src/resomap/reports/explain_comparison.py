@@ -8,8 +8,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from resomap.explain.evaluation.compare import NO_FLOOR, fmt_value
+from resomap.explain.evaluation.compare import NO_FLOOR
 from resomap.explain.evaluation.measures import METRICS
+from resomap.explain.evaluation.references import fmt_value
 from resomap.explain.methods.registry import per_map_scaled
 from resomap.plotstyle import class_labels, save_drawn
 from resomap.reports.explain_figures import (
@@ -19,14 +20,16 @@ from resomap.reports.explain_figures import (
     probe_grid,
     quality_vs_resolution,
 )
+from resomap.reports.where_figures import where_figures
 
 __all__ = ["PROBE_FORMATS", "draw_comparison", "verdicts_of"]
 
 
 def draw_comparison(comparison: Any, max_probe_figures: int = 4) -> list[Path]:
     """Draw the figures of a comparison (resomap.stages.Comparison, whose `figure_data` is crossres's
-    ComparisonData) under its folder: agreement/, probes/ (the first `max_probe_figures` probe images) and
-    quality/; adds them to `comparison.files` and returns them. A comparison with nothing compared draws nothing."""
+    ComparisonData) under its folder: agreement/, probes/ (the first `max_probe_figures` probe images),
+    quality/ and where/ (the mean maps per model with each step's verdict: reports.where_figures); adds them to
+    `comparison.files` and returns them. A comparison with nothing compared draws nothing."""
     data = getattr(comparison, "figure_data", None)
     if data is None:
         return []
@@ -35,6 +38,7 @@ def draw_comparison(comparison: Any, max_probe_figures: int = 4) -> list[Path]:
     images = defaultdict(dict, data.images)
     files += _probe_figures(data.maps, images, out_dir / "probes", max_probe_figures, data.metas)
     files += _quality_figures(data.quality_rows, out_dir / "quality")
+    files += where_figures(data.placements, data.study.map_rows, out_dir / "where")
     comparison.files.extend(files)
     comparison.figure_data = None  # the maps are not kept once drawn
     return files

@@ -140,6 +140,18 @@ def agreement_section(sweep_dir: Path) -> str:
             " sweep has several seeds. All metrics and their"
             f' references: explanations/agreement.csv.</p><div class="figs">{figs(across)}</div>'
         )
+    where = sorted((folder / "where").glob("*_where.png")) if (folder / "where").is_dir() else []
+    if where:
+        parts.append(
+            "<h3>Where the maps sit</h3>"
+            '<p class="small muted">Per model the mean map over the probe images at each resolution (each |map| of'
+            " mass 1 on the common grid; + its centre of mass), a row per method and explained class, each panel with"
+            " its step's verdict against the reference and its share of mass in the region (the object mask where the"
+            " data has one, else the central quarter). Every number: explanations/map_decisions.csv.</p>"
+            '<div class="figs">'
+            + "".join(_figure(p, f"{p.stem.removesuffix('_where')}: mean maps and verdicts") for p in where)
+            + "</div>"
+        )
     if between:
         parts.append(f'<h3>Between methods, at each resolution</h3><div class="figs">{figs(between)}</div>')
     return "".join(parts) or '<p class="muted">No agreement results (fewer than two resolutions with maps).</p>'

@@ -20,6 +20,10 @@ is the bottom layer (settings come in as plain values).
 - :mod:`~resomap.stats.permutation`: :func:`sign_flip` / :func:`sign_flip_test` (exact on 1/k lattices such as
   seed-averaged 0/1 outcomes, else Monte Carlo with a stated standard error), :func:`relabel_test` (resolution
   labels within seeds).
+- :mod:`~resomap.stats.margin`: :func:`~resomap.stats.margin.margin_test` and
+  :func:`~resomap.stats.margin.margin_verdicts` (paired differences against a margin, three ways: shown within,
+  shown beyond, undecided; one-sided sign-flip tests with the bounds they give, Holm per direction: the map
+  decision, resomap.explain.evaluation.where), :func:`~resomap.stats.margin.detectable_margin`.
 - :mod:`~resomap.stats.interaction`: :func:`interaction_test` (does a step's per-image difference to the reference
   differ between the values of a group: each pair of values, test images and training seeds as replicates, unequal
   sizes and spreads allowed, Bonferroni over the pairs).

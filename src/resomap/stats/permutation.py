@@ -131,6 +131,8 @@ def _on_lattice(d: np.ndarray, lattice: int | None) -> tuple[int, np.ndarray] | 
     for k in [*given, *range(1, MAX_LATTICE + 1)]:
         scaled = d * k
         whole = np.rint(scaled)
+        if not whole.all():  # a nonzero difference rounded to 0 (e.g. 1e-17 of float noise) lies on no lattice
+            continue
         if np.all(np.abs(scaled - whole) <= LATTICE_TOLERANCE * np.maximum(1.0, np.abs(scaled))):
             return (k, whole.astype(np.int64)) if np.abs(whole).max() <= MAX_LATTICE_SUM else None
     return None

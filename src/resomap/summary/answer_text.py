@@ -209,3 +209,25 @@ ANSWER_METHOD = (
     "with the configuration to use descriptively (paired image bootstrap interval and one-sided sign-flip p, "
     "outside that family), and gives the recall of the class with the fewest test images (or of stats.metric's class)."
 )
+
+
+MAP_METHOD = (
+    "Where it looks: per model, method and resolution against the reference, probe images are the unit, every "
+    "agreement the share of |map| mass in the same cells of an explainability.map_grid grid (1 - the total variation "
+    "distance of the maps scaled to mass 1). For one fit (a model whose seeds give one fit, or one seed) the floor "
+    "is each map against the map of the same image moved explainability.floor_shift pixels and moved back, at both "
+    "resolutions (the shift floor), and the agreement across resolutions pairs each map with the other resolution's "
+    "shifted map, so both hold the same nuisance; for a model trained per resolution with 2 or more seeds the floor "
+    "is two seeds' maps of the image at one resolution and the agreement pairs the same two seeds across resolutions "
+    "(the cross-seed floor, over disjoint pairs of seeds). 'Looks at the same places' when the mean difference is "
+    "shown above minus explainability.map_margin, 'elsewhere' when shown below it, else 'undecided' with the "
+    "one-sided bounds of the difference (the smallest margin these images show it within); one-sided sign-flip "
+    "tests over the images, Holm over each model's methods and steps (a seeded simulation holds them at alpha: "
+    "tests/test_where.py). First, a map must be shown to agree with its floor map more than with other images' maps, "
+    "else 'at chance': its maps do not follow the image and nothing is said of where it looks. Maps that cannot be "
+    "ranked (constant, non-finite) are counted and left out. Beside each verdict: the share of map mass in the "
+    "object mask (the central quarter where the data has no masks), how far the maps' centre of mass moved, and "
+    "whether the maps at that resolution are shown more faithful than random maps (deletion, insertion; Holm over "
+    "the model's methods, resolutions and both). A verdict is about this fit (or these seeds) on these probe "
+    "images, not about the model on other images."
+)

@@ -90,6 +90,7 @@ class Explained:
     quality: list[dict[str, Any]]
     measured: Measured
     findings: list[str]
+    map_answers: list[str] = dataclasses.field(default_factory=list)
 
 
 def assemble(**parts: Any) -> SweepSummary:
@@ -284,6 +285,7 @@ def build_summary(
         group_differ=grouped.differ,
         group_interactions=grouped.interactions,
         explanation_findings=list(explained.findings) if explained is not None else [],
+        map_answers=list(explained.map_answers) if explained is not None else [],
         adaptive=adaptive,
         answer=answer,
     )

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from resomap.blocks import Block, Bullets, Section, Table, Text, bullets, nested, table
 from resomap.records import machine_lines
 from resomap.registry import Registry
-from resomap.summary.answer_text import ANSWER_METHOD, answer_line, model_line
+from resomap.summary.answer_text import ANSWER_METHOD, MAP_METHOD, answer_line, model_line
 from resomap.summary.front import tradeoff_cells, tradeoff_lines
 from resomap.summary.groups import group_cells, group_note
 from resomap.summary.per_class import class_cells, class_note
@@ -101,9 +101,10 @@ def answer(summary: SweepSummary) -> list[Block]:
     model: its own smallest sufficient resolution, its score there against the configuration to use, whether it
     learned, and its one caution; the reasons in full are under the decision."""
     lines = [model_line(rec, summary.rows, summary.answer) for rec in summary.recommendations]
+    where = [bullets(summary.map_answers)] if summary.map_answers else []
     if summary.answer is None:  # a summary.json written before the answer across models
-        return [bullets(lines)] if lines else []
-    return [Text(answer_line(summary.answer, summary.rows)), *([bullets(lines)] if lines else [])]
+        return [*([bullets(lines)] if lines else []), *where]
+    return [Text(answer_line(summary.answer, summary.rows)), *([bullets(lines)] if lines else []), *where]
 
 
 @register_section("decision", title="Decision per model (non-inferiority to the reference)", order=10)
@@ -218,7 +219,8 @@ def methods(summary: SweepSummary) -> list[Block]:
     if not stats:
         return []
     across = [Text(ANSWER_METHOD)] if (summary.answer or {}).get("available") else []
-    return [Text(describe_stats(stats, summary.paired_tests)), *across]
+    maps = [Text(MAP_METHOD)] if summary.map_answers else []
+    return [Text(describe_stats(stats, summary.paired_tests)), *across, *maps]
 
 
 __all__ = ["SECTIONS", "Bullets", "Section", "Table", "Text", "build_sections", "register_section", "section_names"]

@@ -67,6 +67,8 @@ class SweepSummary:
     group_interactions: list[GroupInteraction] = dataclasses.field(default_factory=list)
     # the comparison of the sweep's maps in short, a finding per model x method (its measure and decision)
     explanation_findings: list[str] = dataclasses.field(default_factory=list)
+    # where each model looks, decided against its maps' shift floor: one sentence per model (the Answer's)
+    map_answers: list[str] = dataclasses.field(default_factory=list)
     # an adaptive sweep's record (sweep.adaptive: rounds, looks, seeds; summary.json's "adaptive"); None otherwise
     adaptive: Adaptive | None = None
     # the answer across models (summary.answer: the configuration to use, chosen on validation, and the cheaper

@@ -29,7 +29,51 @@ def power_lines(cfg: Config) -> list[str]:
     lines = _design_lines(cfg, n_test, seeds, resolutions, metric_words, unit) if n_test >= 2 else []
     if cfg.explainability.enabled and len(resolutions) > 1:
         lines.append(_explanation_line(seeds, len(resolutions), 1 - cfg.stats.level))
+        if cfg.explainability.floor == "shift":
+            lines.append(map_power_line(cfg))
     return lines
+
+
+ASSUMED_MAP_SD = 0.15  # the per-image SD of (agreement - floor) the plan assumes before any run of the sweep
+
+
+def map_power_line(cfg: Config) -> str:
+    """What the map decision (explain.evaluation.where) can show with the configured probe size and margin: the
+    smallest margin it decides with power 0.8 and the probe images the configured margin needs, from the per-image
+    spread of (agreement - floor) in this sweep's last map_decisions.csv (the largest: the method that needs the
+    most images), else ASSUMED_MAP_SD."""
+    from resomap.stats.margin import detectable_margin, units_needed
+
+    ec, alpha = cfg.explainability, 1 - cfg.stats.level
+    sd, where = ASSUMED_MAP_SD, f"assumed {ASSUMED_MAP_SD:g}: no earlier run of this sweep"
+    observed = _observed_map_sd(cfg)
+    if observed is not None:
+        sd, where = observed
+    n = int(ec.probe_size)
+    shown = detectable_margin(sd, n, alpha, 0.8)
+    needed = units_needed(sd, ec.map_margin, alpha, 0.8)
+    return (
+        f"maps: where it looks is decided per method and step against each map's {ec.floor_shift}-pixel-shift floor "
+        f"over {n} probe images (one-sided alpha {alpha:.2g} before Holm): with a per-image SD of (agreement - floor) "
+        f"of {sd:.3g} ({where}) it shows margins of {shown:.3g} and larger with power 0.8; the margin "
+        f"{ec.map_margin:g} (explainability.map_margin) needs about {needed} probe images (explainability.probe_size)"
+    )
+
+
+def _observed_map_sd(cfg: Config) -> tuple[float, str] | None:
+    """(the largest per-image SD of the map decisions of this sweep's last summary, where from) or None."""
+    import csv
+
+    path = summary_folder(cfg) / "explanations" / "map_decisions.csv"
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            sds = [float(r["sd"]) for r in csv.DictReader(fh) if r.get("sd") not in (None, "", "nan")]
+    except (OSError, ValueError, KeyError):
+        return None
+    sds = [s for s in sds if s == s]
+    if not sds:
+        return None
+    return max(sds), f"observed: the largest of {len(sds)} decisions in the last {path.name}"
 
 
 def _planned_test(cfg: Config) -> tuple[int, str, str]:
@@ -259,4 +303,7 @@ def _explanation_line(seeds: int, n_res: int, alpha: float) -> str:
             f"{head}: it can decide at alpha {alpha:.2g} (the summary states the smallest agreement drop these seeds "
             "could show beside each 'not shown')"
         )
-    return f"{head}: it cannot reach p <= {alpha:.2g}, so no decision on maps: needs >= {needed} seeds (sweep.seeds)"
+    return (
+        f"{head}: it cannot reach p <= {alpha:.2g}, so no decision against the cross-seed floor: needs >= {needed} "
+        "seeds (sweep.seeds)"
+    )

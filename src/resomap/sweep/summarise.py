@@ -295,7 +295,7 @@ def summary_phase(
             quality, measured = front_inputs(decided, comparison, stats)
             draw_comparison(comparison)
         held["comparison"] = comparison
-        return Explained(quality, measured, list(comparison.findings))
+        return Explained(quality, measured, list(comparison.findings), list(comparison.map_answers))
 
     with clock.excluding("statistics", ("figures", "explanations")):
         summary = build_summary(summarised or results, folders, stats, explain=explain)

@@ -25,6 +25,7 @@ from resomap.tracking.note import (
 from resomap.tracking.publish import KIND_TAG, _held_images
 from resomap.tracking.views import (
     AGREEMENT_CHANCE,
+    AGREEMENT_FLOOR,
     AGREEMENT_METRIC,
     RECOMMENDED_TAG,
     SCORE_HIGH,
@@ -73,6 +74,18 @@ def agreement_at(matrices: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, i
             others = [v for j, v in enumerate(matrix[i]) if j != i and v is not None]
             if others:
                 out.setdefault((model, int(resolution)), {})[method] = sum(others) / len(others)
+    return out
+
+
+def agreement_floor(matrices: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
+    """(model, resolution) -> {method: the mean Spearman agreement of the model's maps there with their
+    shifted-and-undone maps (the floor where it looks is decided against: explain.evaluation.where)}."""
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    for name, entry in matrices.items():
+        model, method = name.rsplit("/", 1)
+        for resolution, value in (entry.get("shift_floor") or {}).items():
+            if is_number(value) and value == value:
+                out.setdefault((model, int(resolution)), {})[method] = float(value)
     return out
 
 
@@ -226,10 +239,11 @@ def child_records(
 ) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
     """run id -> (metrics, tags) the summary adds to each trial's run: the interval of its model @ resolution's
     headline score pooled over the seeds (the summary row's, summary.rows.SummaryRow.score; 3 decimals), each
-    method's map agreement at its resolution (`agreement_at`) with its chance level (`agreement_chance`) and its
+    method's map agreement at its resolution (`agreement_at`) with its shift floor there (`agreement_floor`) and
+    chance level (`agreement_chance`) and its
     description (`child_note`)."""
     rows = {(r.model, int(r.resolution)): r for r in summary.rows}
-    agreement, chance = agreement_at(matrices), agreement_chance(matrices)
+    agreement, chance, floor = agreement_at(matrices), agreement_chance(matrices), agreement_floor(matrices)
     decisions = {r["model"]: r for r in summary.recommendations}
     out: dict[str, tuple[dict[str, float], dict[str, str]]] = {}
     for trial in summary.trials:  # result.json trees (resomap.trial_result.TrialResult.to_dict)
@@ -245,6 +259,8 @@ def child_records(
             metrics[AGREEMENT_METRIC + method] = round(float(value), 3)
             if method in chance.get(where[0], {}):
                 metrics[AGREEMENT_CHANCE + method] = round(chance[where[0]][method], 3)
+            if method in floor.get(where, {}):
+                metrics[AGREEMENT_FLOOR + method] = round(floor[where][method], 3)
         against = summary.baselines_at(*where) if hasattr(summary, "baselines_at") else ""
         note = child_note(trial, row, against, decisions.get(trial.get("model")))
         out[trial["run_id"]] = (metrics, {NOTE_TAG: note})

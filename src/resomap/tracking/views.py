@@ -34,6 +34,7 @@ LATENCY_METRIC = "latency_ms"  # the trial's median latency, 3 significant digit
 TRAIN_TIME_METRIC = "train_time_s"  # the trial's training seconds, 3 significant digits
 AGREEMENT_METRIC = "agreement/"  # + method: mean Spearman of the model's maps here with those at its other resolutions
 AGREEMENT_CHANCE = "agreement_chance/"  # + method: that agreement's chance level (maps of different probe images)
+AGREEMENT_FLOOR = "agreement_shift_floor/"  # + method: its floor here (the maps against their shifted-and-undone maps)
 RECOMMENDED_TAG = "recommended"  # the parent's one "best": the report's recommendation, or "no recommendation: ..."
 
 VIEW_KEY = "resomap"
@@ -95,16 +96,17 @@ COST_CHARTS = (
 def view_charts(methods: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The sweep view's chart cards, in order, each against resolution: test score with its interval (pooled over
     the seeds: score_low dashed, score_high dotted; MLflow's own band is the spread of a group's runs, its seeds),
-    latency, each method's map agreement with its chance level (dashed), then macro-F1, memory, GMACs, training
-    time and the methods' explanation seconds (a card with no values is hidden: `hideEmptyCharts`)."""
+    latency, each method's map agreement with its shift floor (dashed) and chance level (dotted), then macro-F1,
+    memory, GMACs, training time and the methods' explanation seconds (a card with no values is hidden:
+    `hideEmptyCharts`)."""
     charts = [
         _line("resomap-score", (SCORE_METRIC, SCORE_LOW, SCORE_HIGH), "test score and its 95% interval"),
         _line("resomap-latency", (LATENCY_METRIC,), "latency (ms)"),
         *(
             _line(
                 f"resomap-agreement-{m}",
-                (AGREEMENT_METRIC + m, AGREEMENT_CHANCE + m),
-                f"{m} map agreement and its chance level",
+                (AGREEMENT_METRIC + m, AGREEMENT_FLOOR + m, AGREEMENT_CHANCE + m),
+                f"{m} map agreement, its shift floor (dashed) and chance (dotted)",
             )
             for m in methods
         ),

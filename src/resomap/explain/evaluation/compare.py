@@ -13,7 +13,8 @@ References (`study`) beside every number:
 - seed (the noise floor, >= 2 seeds): agreement of two seeds' maps at the same resolution; cross-resolution
   agreement is given as a ratio to it and tested against it (`resomap.stats.relabel_test`). A deterministic model
   (its seeds one fit, `study`'s ``deterministic``) is one replicate: only its first seed's maps are compared, with
-  no floor and no relabelling test (identical maps would give a floor of 1.00 that says nothing about noise).
+  no seed floor and no relabelling test; where it looks is decided for every model against its shift floor
+  (`explain.evaluation.where`).
 A cross-resolution row's value is the mean over every pair (seed s at r1, seed t at r2), same-seed pairs included
 (`same_seed` holds those alone); its floor is the mean of the cross-seed agreement at r1 and at r2.
 """
@@ -37,12 +38,14 @@ from resomap.explain.evaluation.references import (
     REFERENCES,
     comparable,
     fmt,
+    fmt_value,
     grid_effect,
     left_out,
     map_rows,
     reference_maps,
     reference_words,
 )
+from resomap.explain.evaluation.where import FloorInputs, answer_sentence, decided, method_words
 from resomap.stats import RelabelTest, relabel_seeds_needed, relabel_test
 
 log = logging.getLogger(__name__)
@@ -152,26 +155,32 @@ class Study:
     statements: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # the statements in short: measure and decision only
     grid: int = 0
+    map_rows: list[dict] = field(default_factory=list)  # where it looks, decided (explain.evaluation.where)
+    map_answers: list[str] = field(default_factory=list)  # one sentence per model (the Answer's)
 
 
 Maps = Mapping[str, Mapping[int, Mapping[int, Mapping[str, np.ndarray]]]]  # [model][seed][resolution][method]
 Images = Mapping[str, Mapping[int, Mapping[int, np.ndarray]]]  # [model][seed][resolution] -> uint8 [N,C,r,r]
 
 
-def fmt_value(v: float) -> str:
-    return "n.a." if not math.isfinite(v) else f"{v:.2f}"
-
-
 def study(
-    maps: Maps, images: Images, cfg: ExplainabilityConfig, deterministic: Mapping[str, int] | None = None
+    maps: Maps,
+    images: Images,
+    cfg: ExplainabilityConfig,
+    deterministic: Mapping[str, int] | None = None,
+    where: FloorInputs | None = None,
 ) -> Study:
     """The comparison of a sweep: maps[model][seed][resolution][method] ([N,H,W], the same probe images for every
     seed and resolution of a model) and the probe images (for the model-free references), at cfg.common_grid and
     at `second_grid` of it; one sentence per model x method with the grid effect and the maps left out.
     ``deterministic``: model -> seed count of the models whose seeds are one fit (the summary's
-    ``deterministic_models``): one replicate, compared on their first seed with no floor and no relabelling test."""
+    ``deterministic_models``): one replicate, compared on their first seed with no floor and no relabelling test.
+    ``where``: what deciding where it looks needs beside the maps (explain.evaluation.where.decided)."""
     grids = [cfg.common_grid] + [g for g in [second_grid(cfg.common_grid)] if g]
     out = Study(grid=cfg.common_grid)
+    if where is not None:
+        out.map_rows, floor_rows = decided(maps, where, cfg, deterministic)
+        out.rows += floor_rows
     for model in sorted(maps):
         per_seed = {s: maps[model][s] for s in sorted(maps[model])}
         one_fit = (deterministic or {}).get(model, 0)
@@ -192,10 +201,12 @@ def study(
                 continue
             if said[0]:
                 full, short = said[0]
-                extra = [grid_effect(out.rows, model, method), left_out(out.rows, model, method)]
+                where = method_words(out.map_rows, model, method)
+                extra = [where, grid_effect(out.rows, model, method), left_out(out.rows, model, method)]
                 out.statements.append(" ".join([full, *[e for e in extra if e]]))
-                out.findings.append(short)
+                out.findings.append(" ".join([short, *[e for e in [where] if e]]))
         _method_rows(out, model, per_seed, grids[0], cfg.top_k_percent)
+    out.map_answers = [said for said in (answer_sentence(out.map_rows, m) for m in sorted(maps)) if said]
     return out
 
 

@@ -17,17 +17,24 @@ from resomap.atomic import write_text
 from resomap.config.schema import ExplainabilityConfig
 from resomap.explain.evaluation.compare import Study, study
 from resomap.explain.evaluation.intervals import quality_lines, quality_table, seed_means
-from resomap.explain.methods.probe import PROBE_KEY, load_maps
+from resomap.explain.evaluation.placement import placements
+from resomap.explain.evaluation.where import FloorInputs
+from resomap.explain.methods.nuisance import FLOOR_PREFIX
+from resomap.explain.methods.probe import PROBE_KEY, PROBE_MASKS_KEY, load_maps
 
 log = logging.getLogger(__name__)
 
 
-def load_sweep_maps(entries: Iterable[tuple], metas: dict | None = None):
+def load_sweep_maps(
+    entries: Iterable[tuple], metas: dict | None = None, floors: dict | None = None, masks: dict | None = None
+):
     """entries (model, resolution, seed, npz) -> maps[model][seed][res][method], images[model][seed][res] (uint8
     [N,C,r,r]). A seed whose probe images differ from the lowest seed's at some resolution (maps written before
     the probe set followed the data seed) is left out of the comparison with a warning: only maps of the same
     images can be compared across seeds. `metas`, when given, is filled with metas[model][seed][res] = the npz's
-    meta (targets, the model's predictions and probabilities, class names)."""
+    meta (targets, the model's predictions and probabilities, class names); `floors`, when given, with
+    floors[model][seed][res][method] = the method's shift-floor maps (explain.methods.nuisance), where saved;
+    `masks` with masks[model][res] = the probe images' object masks (bool [N,r,r]), where the data has them."""
     maps: dict[str, dict[int, dict[int, dict[str, np.ndarray]]]] = defaultdict(lambda: defaultdict(dict))
     images: dict[str, dict[int, dict[int, np.ndarray]]] = defaultdict(lambda: defaultdict(dict))
     for entry in entries:
@@ -36,10 +43,15 @@ def load_sweep_maps(entries: Iterable[tuple], metas: dict | None = None):
             continue
         arrays, meta = load_maps(path)
         maps[model][seed][res] = {m: arrays[m] for m in meta.get("methods", []) if m in arrays}
+        if floors is not None:
+            held = {m: arrays[FLOOR_PREFIX + m] for m in meta.get("methods", []) if FLOOR_PREFIX + m in arrays}
+            floors.setdefault(model, {}).setdefault(seed, {})[res] = held
         if metas is not None:
             metas.setdefault(model, {}).setdefault(seed, {})[res] = meta
         if PROBE_KEY in arrays:
             images[model][seed][res] = arrays[PROBE_KEY]
+        if masks is not None and PROBE_MASKS_KEY in arrays:
+            masks.setdefault(model, {})[res] = arrays[PROBE_MASKS_KEY]
     for model in list(maps):
         seeds = sorted(maps[model])
         ref = images[model].get(seeds[0], {})
@@ -49,6 +61,7 @@ def load_sweep_maps(entries: Iterable[tuple], metas: dict | None = None):
             if not same:
                 log.warning("%s seed %s explained other probe images than seed %s: left out", model, seed, seeds[0])
                 del maps[model][seed]
+                (floors or {}).get(model, {}).pop(seed, None)
                 images[model].pop(seed, None)
     return maps, images
 
@@ -66,6 +79,7 @@ class ComparisonData:
     quality_rows: list[dict]
     out_dir: Path
     quality_images: dict = dataclasses.field(default_factory=dict)
+    placements: list = dataclasses.field(default_factory=list)  # where the maps sit (explain.evaluation.placement)
 
 
 def compare_sweep(
@@ -81,17 +95,40 @@ def compare_sweep(
     ``deterministic_models``) are compared as one replicate (compare.study); returns (files, what the figures are
     drawn from: the study with its tidy rows, matrices, floors and statements)."""
     metas: dict = {}
-    maps, images = load_sweep_maps(entries, metas)
-    found = study(maps, images, cfg, deterministic)
+    floors: dict = {}
+    masks: dict = {}
+    maps, images = load_sweep_maps(entries, metas, floors, masks)
+    reference = getattr(stats, "reference", None)
+    at_reference = {mo: by_res[reference if reference in by_res else max(by_res)] for mo, by_res in masks.items()}
     per_trial = _per_trial(metas)
+    means = seed_means(per_trial)
+    failed = {
+        (mo, res, method): str(why)
+        for mo, by_seed in metas.items()
+        for by_res in by_seed.values()
+        for res, meta in by_res.items()
+        for method, why in (meta.get("failed") or {}).items()
+    }
+    inputs = FloorInputs(floors, at_reference, reference, 1.0 - getattr(stats, "level", 0.95), means, failed)
+    found = study(maps, images, cfg, deterministic, inputs)
     quality_rows = quality_rows_of(metas, stats)
     files: list[Path] = write_quality(quality_rows, out_dir)
     first = {mo: per_seed[min(per_seed)] for mo, per_seed in maps.items() if per_seed}  # probe figures: lowest seed
     first_images = {mo: images[mo].get(min(maps[mo]), {}) for mo in first}
     first_meta = {mo: metas.get(mo, {}).get(min(maps[mo]), {}) for mo in first}
-    return files, ComparisonData(
-        found, first, first_images, first_meta, quality_rows, Path(out_dir), seed_means(per_trial)
-    )
+    placed = [p for mo in first for p in _placements(mo, first[mo], first_meta[mo], at_reference.get(mo), cfg)]
+    return files, ComparisonData(found, first, first_images, first_meta, quality_rows, Path(out_dir), means, placed)
+
+
+def _placements(model: str, maps: dict, metas: dict, masks: Any, cfg: ExplainabilityConfig) -> list:
+    """Where one model's maps sit (explain.evaluation.placement), classes by the reference trial's targets."""
+    if len(maps) < 2 or not metas:
+        return []
+    meta = metas[max(metas)]
+    targets = meta.get("targets") or []
+    if len(targets) != len(next(iter(next(iter(maps.values())).values()), [])):
+        return []
+    return placements(maps, np.asarray(targets), meta.get("class_names") or [], masks, model, cfg.common_grid)
 
 
 def quality_rows_of(metas: dict, stats: Any = None) -> list[dict]:
@@ -125,13 +162,15 @@ def write_quality(rows: list[dict], out_dir: Path) -> list[Path]:
 def mean_agreement(rows: list[dict]) -> dict[str, float]:
     """MLflow metric names -> values, at the main grid (the largest grid in the rows of a model and method):
     'agreement/<model>/<method>/<metric>' the mean cross-resolution agreement, 'agreement_floor/...' the mean
-    cross-seed agreement at the same resolution (>= 2 seeds), 'agreement_chance/...' its chance level (maps of
-    different probe images) and 'agreement_model_free/...' the model-free reference."""
+    cross-seed agreement at the same resolution (>= 2 seeds), 'agreement_shift_floor/...' the mean agreement of
+    the maps with their shifted-and-undone maps (the floor of every model), 'agreement_chance/...' its chance
+    level (maps of different probe images) and 'agreement_model_free/...' the model-free reference."""
     main: dict[tuple, int] = {}
     for row in rows:
         key = (row.get("model"), row.get("method"))
         main[key] = max(main.get(key, 0), int(row.get("grid", 0) or 0))
     names = {"resolution": "agreement", "seed": "agreement_floor", "model_free": "agreement_model_free"}
+    names["shift_floor"] = "agreement_shift_floor"  # the maps against their shifted-and-undone maps (where.py)
     acc: dict[str, list[float]] = defaultdict(list)
     for row in rows:
         kind = row.get("kind")

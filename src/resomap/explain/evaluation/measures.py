@@ -23,6 +23,7 @@ with its noise floor is `explain.evaluation.compare`.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,20 @@ def _matched(metric: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if metric == "mass":
         return 1.0 - 0.5 * np.abs(x - y).sum(1)
     raise ExplainError(f"unknown agreement metric '{metric}'; use one of {', '.join(METRICS)}")
+
+
+def per_image(a: Prepared, b: Prepared, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the measure between image i's maps [N], its chance: image i's map in `a` against every other image's map in
+    `b`, averaged [N]); raw values (mass not rescaled); nan where a map cannot be ranked (constant, non-finite)."""
+    x, y = a.arrays[metric], b.arrays[metric]
+    m = _cross(metric, x, y)
+    if len(m) < 2:
+        return np.diag(m).copy(), np.full(len(m), np.nan)
+    off = np.where(np.eye(len(m), dtype=bool), np.nan, m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row of nan (a constant map) has no chance level
+        chance = np.nanmean(off, axis=1)
+    return np.diag(m).copy(), chance
 
 
 def pair_matrix(a: np.ndarray, b: np.ndarray, metric: str, top_k_percent: float) -> np.ndarray:

@@ -87,6 +87,10 @@ def left_out(rows: list[dict], model: str, method: str) -> str:
     )
 
 
+def fmt_value(v: float) -> str:
+    return "n.a." if not math.isfinite(v) else f"{v:.2f}"
+
+
 def fmt(v: float, sign: bool = False) -> str:
     return "n.a." if not math.isfinite(v) else (f"{v:+.2f}" if sign else f"{v:.2f}")
 
