@@ -139,7 +139,9 @@ def test_constant_maps_are_counted_and_left_out_and_said():
     maps["m"][0][48]["x"][:3] = 0.0  # a method that gave all-zero maps on three images
     (row,) = decide_maps(maps, floors, grid=32, top_k=10.0, margin=0.1, deterministic={"m": 1})
     assert (row["images"], row["left_out"]) == (9, 3)
-    assert "these 9 probe images (3 left out: a constant or non-finite map)" in method_words([row], "m", "x")
+    said = method_words([row], "m", "x")
+    assert "this fit on these 12 probe images" in said
+    assert "48 px against 64 px (on 9 images: 3 left out, a constant or non-finite map) " in said
 
 
 def test_maps_saved_without_a_floor_are_not_decided_and_say_why():

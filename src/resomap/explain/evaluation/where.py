@@ -314,10 +314,9 @@ def _mean(values: np.ndarray) -> float:
 
 
 def scope_words(row: Mapping[str, Any]) -> str:
-    """What a verdict is about: this fit (a deterministic model) or these seeds, on these probe images (and how
-    many were left out: a constant or non-finite map at either resolution)."""
-    n, out = int(row.get("images", 0)), int(row.get("left_out", 0) or 0)
-    images = f"these {n} probe images" + (f" ({out} left out: a constant or non-finite map)" if out else "")
+    """What a verdict is about: this fit (a deterministic model) or these seeds, on these probe images (the methods'
+    maps left out are said with each verdict: `left_words`)."""
+    images = f"these {int(row.get('images', 0)) + int(row.get('left_out', 0) or 0)} probe images"
     if row.get("deterministic") or int(row.get("seeds", 0)) <= 1:
         return f"this fit on {images}"
     pairs = int(row.get("seed_pairs", 0) or 0)
@@ -378,6 +377,12 @@ def _with_placement(words: str, row: Mapping[str, Any]) -> str:
     return f"{words}; {placed}" if placed else words
 
 
+def left_words(row: Mapping[str, Any]) -> str:
+    """' (on 10 images: 2 left out, a constant or non-finite map)' where a method's maps were left out."""
+    out = int(row.get("left_out", 0) or 0)
+    return f" (on {int(row.get('images', 0))} images: {out} left out, a constant or non-finite map)" if out else ""
+
+
 def faithful_words(row: Mapping[str, Any]) -> str:
     """'its maps at 32 px shown more faithful than random maps (deletion)' or 'not shown ...' (Holm over the
     model's methods, resolutions and both scores)."""
@@ -397,7 +402,8 @@ def method_words(rows: list[Mapping[str, Any]], model: str, method: str) -> str:
         return ""
     first = mine[0]
     steps = "; ".join(
-        f"{r['resolution']} px against {r['reference']} px {_with_placement(verdict_words(r, short=True), r)}"
+        f"{r['resolution']} px against {r['reference']} px{left_words(r)} "
+        + _with_placement(verdict_words(r, short=True), r)
         for r in mine
     )
     return f"Where it looks ({_measure(first)}; {scope_words(first)}): {steps}."
@@ -412,7 +418,7 @@ def answer_sentence(rows: list[Mapping[str, Any]], model: str) -> str:
     step = [r for r in mine if r["resolution"] == low]
     first = step[0]
     parts = "; ".join(
-        f"{r['method']} "
+        f"{r['method']}{left_words(r)} "
         + (_with_placement(verdict_words(r, short=True), r) if r["verdict"] == BEYOND else verdict_words(r, short=True))
         for r in step
     )
