@@ -282,6 +282,12 @@ def test_a_sweep_in_mlflow_reads_well_and_publishing_again_adds_nothing(project:
     answer = note.split("**Decision per model")[0]
     assert "No answer across models: one model in this sweep (tiny_cnn): its own decision is the answer." in answer
     assert f"\n- tiny_cnn: {top} px until shown otherwise" in answer
+    # and where the model looks, decided, in the Answer's own words (summary.json's map_answers)
+    (where,) = json.loads((summary_dir / "summary.json").read_text())["map_answers"]
+    assert (
+        where.startswith(f"tiny_cnn, where it looks at {min(RESOLUTIONS)} px against {top} px")
+        and f"- {where}" in answer
+    )
     decisions = "**Decision per model (non-inferiority to the reference)**"
     assert decisions in note and sentences and all(f"- {s}" in note for s in sentences)
     # under each decision, how the model trained and where it stands against the majority class (summary.standing)

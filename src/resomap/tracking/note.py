@@ -106,8 +106,8 @@ def _answer(summary: SweepSummary) -> list[str]:
     """The answer as MLflow's folded description shows it (its first five lines or so): the answer across models in
     full (the configuration to use, how it was chosen, the class that matters, the cheapest configuration shown as
     good), then a line per model, its own smallest sufficient resolution in a few words (`decision_words`) and its
-    score with interval there; the lines per model in full, with whether the model learned and its caution, are
-    the first section of summary.md and the report."""
+    score with interval there, and where each model looks, decided (`map_answers`); the lines per model in full,
+    with whether the model learned and its caution, are the first section of summary.md and the report."""
     from resomap.summary.answer_text import answer_line
     from resomap.summary.text import fmt_interval
 
@@ -121,6 +121,8 @@ def _answer(summary: SweepSummary) -> list[str]:
         one = f"its {seeds} seed{'s are' if seeds != 1 else ' is'} one replicate"
         said += f"; deterministic: {one}" if rec.get("deterministic") else ""
         lines.append(f"- {rec['model']}: {decision_words(rec)}{said}")
+    if summary.map_answers:  # where each model looks, decided: in full, as the Answer of summary.md says it
+        lines += ["", *(f"- {said}" for said in summary.map_answers)]
     if not lines:
         return []
     return [*lines, "", "*The answer in full: summary.md and the report.*"]
