@@ -16,6 +16,7 @@ from sklearn.preprocessing import StandardScaler
 from conftest import REPO, smoke_sweep_at_16, tiny_sweep_config, trial_summary
 from resomap.cli import main
 from resomap.config.schema import ModelsConfig
+from resomap.explain.methods.probe import load_maps
 from resomap.models import build_model
 from resomap.models.classical import PixelLogistic
 from resomap.stats import bootstrap_scores, sign_flip
@@ -183,6 +184,17 @@ def test_a_closed_form_baselines_seeds_are_one_replicate_in_a_real_sweep(tmp_pat
         assert rows[("tiny_cnn", res)]["deterministic"] is False
         for model in ("pixel_logreg", "tiny_cnn"):  # two seeds: no interval over test images and training seeds
             assert rows[(model, res)]["twoway_ci_low"] is None
+        # the deterministic fit's second seed took the first seed's maps (the same fit: the same predictions) and
+        # spent no time explaining; tiny_cnn's seeds are two fits, each explained
+        first, second = (trial_summary(tmp_path, "pixel_logreg", res, s) for s in (42, 43))
+        record = json.loads((second / "result.json").read_text())["explain"]
+        assert record["reused_from"] == 42 and record["seconds"] == 0.0
+        assert record["metrics"] == json.loads((first / "result.json").read_text())["explain"]["metrics"]
+        (a_maps, _), (b_maps, b_meta) = (load_maps(f / "explanations.npz") for f in (first, second))
+        assert b_meta["seed"] == 43 and b_meta["reused_from"] == 42
+        assert set(a_maps) == set(b_maps) and all(np.array_equal(a_maps[k], b_maps[k]) for k in a_maps)
+        tiny = json.loads((trial_summary(tmp_path, "tiny_cnn", res, 43) / "result.json").read_text())["explain"]
+        assert tiny.get("reused_from") is None and tiny["seconds"] > 0
     said = "deterministic: its 2 seeds are one replicate."  # in the answer's line for the model, once
     assert recs["pixel_logreg"]["deterministic"] is True and "one replicate" not in recs["pixel_logreg"]["sentence"]
     assert recs["tiny_cnn"]["deterministic"] is False and "one replicate" not in recs["tiny_cnn"]["sentence"]

@@ -88,6 +88,7 @@ class ExplainSummary:
     seconds: float = 0.0
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # method -> why (explainability.budget_share)
+    reused_from: int | None = None  # a deterministic fit's maps taken from this seed's trial (`reused_explanation`)
 
     @classmethod
     def from_outcome(cls, outcome: Any) -> ExplainSummary:
@@ -294,6 +295,40 @@ def explain_stage(
     return ExplainSummary.from_outcome(outcome)
 
 
+def reused_explanation(
+    spec: Any, out_dir: Path, seed: int, siblings: Mapping[int, str] | None
+) -> ExplainSummary | None:
+    """A deterministic model's explanation from a finished trial of another seed at the same resolution (`siblings`:
+    seed -> the trial key it must carry, so the current config made it) whose fit is this one (its predictions.csv
+    byte for byte this trial's): its explanations.npz copied here with this seed in its meta, and its explain record
+    with `reused_from` set and no seconds of this trial; None where there is no such trial (this one explains).
+    The summary compares a deterministic model's first seed alone, so explaining an identical fit again is time
+    spent for nothing (the quickstart: about 35 s of its 12 trials)."""
+    import json
+
+    from resomap.explain.methods.probe import MAPS_FILE, load_maps, save_maps
+
+    mine = out_dir / "predictions.csv"
+    if not getattr(spec, "deterministic", False) or not siblings or not mine.is_file():
+        return None
+    for other, key in sorted(siblings.items()):
+        sibling = out_dir.parent / f"seed{int(other)}"
+        try:
+            record = json.loads((sibling / "result.json").read_text(encoding="utf-8"))
+            same = (sibling / "predictions.csv").read_bytes() == mine.read_bytes()
+        except (OSError, ValueError):
+            continue
+        found = ExplainSummary.from_dict(record.get("explain") or {})
+        mapped = found is not None and bool(found.maps) and (sibling / MAPS_FILE).is_file()
+        if record.get("status") != "FINISHED" or record.get("key") != key or not same or not mapped:
+            continue
+        arrays, meta = load_maps(sibling / MAPS_FILE)
+        path = save_maps(out_dir / MAPS_FILE, arrays, {**meta, "seed": seed, "reused_from": record.get("seed")})
+        log.info("%s: seed %s's maps reused (a deterministic fit, the same predictions)", out_dir, record.get("seed"))
+        return dataclasses.replace(found, maps=str(path), seconds=0.0, reused_from=record.get("seed"))
+    return None
+
+
 def training_seconds(trainer: Any) -> float | None:
     """The trainer's training time: the sum of its epochs' train/epoch_time_s (resumed epochs included); None
     for a trainer that has not trained (resomap analyze)."""
@@ -316,9 +351,11 @@ def evaluate_trained(
     num_classes: int | None = None,
     profile_warmup: int | None = None,
     profile_iters: int | None = None,
+    siblings: Mapping[int, str] | None = None,
 ) -> Evaluation:
     """Test, test at every resolution of cfg.sweep the model takes (per-image records in out_dir/predictions.csv),
-    profile (profiling.enabled), explain (explainability.enabled)."""
+    profile (profiling.enabled), explain (explainability.enabled; a deterministic model's maps taken from a finished
+    trial of `siblings`, seed -> trial key, whose fit is this one: `reused_explanation`)."""
     import torch
 
     from resomap.models import unwrap
@@ -348,7 +385,7 @@ def evaluate_trained(
         )
     explain = None
     if cfg.explainability.enabled:
-        explain = explain_stage(
+        explain = reused_explanation(spec, out_dir, seed, siblings) or explain_stage(
             plain.to(device), spec, bundle, cfg, seed, out_dir, device, train_seconds=training_seconds(trainer)
         )
     return Evaluation(test, cross, prof, explain, records, describe_device(torch.device(device)))

@@ -398,9 +398,19 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
         device=device,
         out_dir=trial.summary_dir,
         trainer=trainer,
+        siblings=_sibling_keys(trial) if prepared.spec.deterministic else None,
     )
     trial_probe_images(found, trial.summary_dir)  # what tracking logs as the run's probe images
     result.apply(found)
+
+
+def _sibling_keys(trial: Trial) -> dict[int, str]:
+    """seed -> trial key of this sweep's other seeds at the trial's model and resolution (a deterministic model's
+    maps are taken from such a finished trial of the same fit: stages.reused_explanation)."""
+    from resomap.sweep.identity import trial_key
+
+    seeds = [int(s) for s in trial.cfg.sweep.seeds if int(s) != trial.seed]
+    return {s: trial_key(trial.cfg, trial.model, trial.resolution, s) for s in seeds}
 
 
 def _learning_rate(trial: Trial, prepared: _Prepared, device: Any) -> tuple[Config, float | None]:
