@@ -13,20 +13,13 @@ import numpy as np
 
 from resomap.explain.evaluation.placement import REGION_WORDS
 from resomap.explain.evaluation.where import VERDICT_WORDS
-from resomap.plotstyle import class_labels, glyph_fonts, save_drawn
+from resomap.plotstyle import MAP_CMAP, STYLE, class_labels, fit_text, glyph_fonts, plt, save_drawn
 
 Panel = tuple[str, np.ndarray, tuple[float, float]]  # title, mean map [g,g], centre of mass (y, x) in fractions
 
 
 def mean_maps(rows: Sequence[tuple[str, Sequence[Panel | None]]], columns: Sequence[str], title: str) -> Any:
     """A grid of mean maps: one row per (label, panels), one column per resolution (None: no map there)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from resomap.plotstyle import STYLE, fit_text
-
     n_rows, n_cols = len(rows), len(columns)
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(n_rows, n_cols, figsize=(2.0 * n_cols + 1.2, 2.0 * n_rows + 0.6), squeeze=False)
@@ -40,7 +33,7 @@ def mean_maps(rows: Sequence[tuple[str, Sequence[Panel | None]]], columns: Seque
                     continue
                 words, mean, (cy, cx) = panel
                 side = mean.shape[-1]
-                ax.imshow(mean, cmap="inferno", interpolation="nearest")
+                ax.imshow(mean, cmap=MAP_CMAP, interpolation="nearest")
                 ax.plot([cx * side - 0.5], [cy * side - 0.5], marker="+", color="cyan", ms=9, mew=1.6)
                 ax.set_title(fit_text(f"{columns[j]}: {words}", 1.9, 7), fontsize=7)
                 if j == 0:

@@ -204,7 +204,7 @@ def study(
                 where = method_words(out.map_rows, model, method)
                 extra = [where, grid_effect(out.rows, model, method), left_out(out.rows, model, method)]
                 out.statements.append(" ".join([full, *[e for e in extra if e]]))
-                out.findings.append(" ".join([short, *[e for e in [where] if e]]))
+                out.findings.append(" ".join(x for x in (short, where) if x))
         _method_rows(out, model, per_seed, grids[0], cfg.top_k_percent)
     out.map_answers = [said for said in (answer_sentence(out.map_rows, m) for m in sorted(maps)) if said]
     return out

@@ -197,14 +197,13 @@ def _step(model, method, res, ref, seeds, where, grid, top_k, margin, alpha, one
         return row | {"images": 0, "left_out": 0, "verdict": NO_FLOOR, "why": "no maps at both resolutions"}
     prep = {(s, r): _prep(per_seed[s][r][method], method, grid, top_k) for s in used for r in (res, ref)}
     a, c, same, shift_r, shift_ref, crossed, placed = [], [], [], [], [], [], []
-    region_kind = ""
+    region, region_kind = region_of(masks, prep[used[0], ref].n, grid)  # the same probe images at every seed
     for s in used:
         agree, chance = per_image(prep[s, res], prep[s, ref], METRIC)
         a.append(agree)
         c.append(chance)
         same.append(0.5 * (per_image(*[prep[s, res]] * 2, METRIC)[1] + per_image(*[prep[s, ref]] * 2, METRIC)[1]))
         here, there = per_seed[s][res][method], per_seed[s][ref][method]
-        region, region_kind = region_of(masks, len(there), grid)
         placed.append(step_placement(normalised(here, grid), normalised(there, grid), region))
         fl_here = floor_seed.get(s, {}).get(res, {}).get(method)
         fl_there = floor_seed.get(s, {}).get(ref, {}).get(method)
@@ -259,9 +258,7 @@ def shift_floor_rows(maps: Maps, floors: Maps, cfg: Any, deterministic: Mapping 
                     fl = floors.get(model, {}).get(s, {}).get(res, {}).get(method)
                     if fl is None:
                         continue
-                    prep = [
-                        Prepared(resample(comparable(x, method), cfg.common_grid), cfg.top_k_percent) for x in (m, fl)
-                    ]
+                    prep = [_prep(x, method, cfg.common_grid, cfg.top_k_percent) for x in (m, fl)]
                     found[(method, res)].append(nanmean(per_image(*prep, SPEARMAN)[0]))
         rows += [
             {"model": model, "method": me, "grid": cfg.common_grid, "kind": "shift_floor", "metric": SPEARMAN}
