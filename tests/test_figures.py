@@ -6,6 +6,7 @@ checked when it is saved (matplotlib's Figure.savefig is wrapped), so a figure t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,21 @@ def test_figures_are_saved_at_the_styles_dpi(tmp_path):
 def test_figures_written_by_worker_processes_are_the_ones_written_here(tmp_path):
     """Inside parallel_saves (the sweep's summary) forked processes write the figures: the same pixels at the
     style's dpi and the same PDF page as a save in this process, all written when the block ends; a figure that
-    cannot be written raises there."""
+    cannot be written raises there. Checked in a fresh interpreter, as a sweep runs it: the workers are forks of
+    the process, and this test's process holds whatever the tests before it left (once, in CI, a worker's pixels
+    differed from this process's there and nowhere else)."""
+    import subprocess
+    import sys
+
+    check = f"import test_figures as t; t.worker_saves_match(__import__('pathlib').Path({str(tmp_path)!r}))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "checked 3 worker figures", done.stdout
+
+
+def worker_saves_match(tmp_path: Path) -> None:
+    """The body of the test above, in the process that runs it."""
     import matplotlib.pyplot as plt
     import numpy as np
     from PIL import Image
@@ -193,8 +208,13 @@ def test_figures_written_by_worker_processes_are_the_ones_written_here(tmp_path)
     with parallel_saves(workers=2) as wait:
         there = [save_figure(figure(), tmp_path / "there", f"f{i}") for i in range(3)]
         wait()
+    expected = np.asarray(Image.open(here[0]))
     for png, pdf in there:
-        assert np.array_equal(np.asarray(Image.open(png)), np.asarray(Image.open(here[0])))
+        pixels = np.asarray(Image.open(png))
+        differ = np.argwhere((pixels != expected).any(axis=-1)) if pixels.shape == expected.shape else None
+        assert differ is not None and len(differ) == 0, (
+            png.name, pixels.shape, expected.shape, None if differ is None else (len(differ), differ.min(0), differ.max(0))
+        )
         assert round(Image.open(png).info["dpi"][0]) == STYLE["savefig.dpi"]
         assert pdf.read_bytes().split(b"MediaBox")[1][:60] == here[1].read_bytes().split(b"MediaBox")[1][:60]
     with parallel_saves(workers=2):  # a figure that cannot be pickled is written in this process
@@ -202,10 +222,16 @@ def test_figures_written_by_worker_processes_are_the_ones_written_here(tmp_path)
         fig.axes[0].xaxis.set_major_formatter(lambda x, pos: f"{x:.0f} px")
         (unpicklable,) = save_figure(fig, tmp_path / "here", "lambda", formats=("png",))
     assert round(Image.open(unpicklable).info["dpi"][0]) == STYLE["savefig.dpi"]
-    with pytest.raises(ValueError, match="frac"), parallel_saves(workers=2):
-        fig = figure()
-        fig.axes[0].set_title(r"$\frac{$")  # fails when drawn: in a worker
-        save_figure(fig, tmp_path / "bad", "bad")
+    raised = None
+    try:
+        with parallel_saves(workers=2):
+            fig = figure()
+            fig.axes[0].set_title(r"$\frac{$")  # fails when drawn: in a worker
+            save_figure(fig, tmp_path / "bad", "bad")
+    except ValueError as exc:
+        raised = exc
+    assert raised is not None and "frac" in str(raised), raised
+    print(f"checked {len(there)} worker figures")
 
 
 def test_every_png_the_sweep_wrote_is_at_the_styles_dpi(drawn, figures_root):
