@@ -183,6 +183,22 @@ def test_loaders_yield_normalised_batches(tmp_path):
     assert abs(train.mean().item()) < 1e-3 and abs(train.std().item() - 1) < 1e-2
 
 
+def test_the_normaliser_is_computed_once_per_cache_entry_and_split(tmp_path):
+    """A second bundle of the same images and split (the next trial, a checkpoint the summary loads) takes the
+    normaliser computed for the first, the same statistics as computed afresh; another split gets its own."""
+    from resomap.data.loader import Normalizer
+
+    cfg = make_cfg(tmp_path)
+    first, again = build(cfg, 16, seed=0, device="cpu"), build(cfg, 16, seed=1, device="cpu")
+    assert again.normalizer is first.normalizer
+    fresh = Normalizer.from_images(first._entry.images, torch.from_numpy(first._positions["train"]))
+    assert torch.equal(fresh.mean, first.normalizer.mean) and torch.equal(fresh.std, first.normalizer.std)
+    other = build(make_cfg(tmp_path, {"split": {"val": 0.3, "test": 0.3}}), 16, seed=0, device="cpu")
+    assert other._entry is first._entry and other.normalizer is not first.normalizer
+    fresh = Normalizer.from_images(other._entry.images, torch.from_numpy(other._positions["train"]))
+    assert torch.equal(fresh.mean, other.normalizer.mean)
+
+
 def test_train_never_ends_in_a_batch_of_one(tmp_path):
     n_train = build(make_cfg(tmp_path), 16, seed=0, device="cpu").train.num_samples
     cfg = make_cfg(tmp_path, training={"batch_size": n_train - 1})

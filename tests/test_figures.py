@@ -211,10 +211,9 @@ def worker_saves_match(tmp_path: Path) -> None:
     expected = np.asarray(Image.open(here[0]))
     for png, pdf in there:
         pixels = np.asarray(Image.open(png))
-        differ = np.argwhere((pixels != expected).any(axis=-1)) if pixels.shape == expected.shape else None
-        assert differ is not None and len(differ) == 0, (
-            png.name, pixels.shape, expected.shape, None if differ is None else (len(differ), differ.min(0), differ.max(0))
-        )
+        assert pixels.shape == expected.shape, (png.name, pixels.shape, expected.shape)
+        differ = np.argwhere((pixels != expected).any(axis=-1))  # where, said when any do
+        assert len(differ) == 0, (png.name, len(differ), differ.min(0), differ.max(0))
         assert round(Image.open(png).info["dpi"][0]) == STYLE["savefig.dpi"]
         assert pdf.read_bytes().split(b"MediaBox")[1][:60] == here[1].read_bytes().split(b"MediaBox")[1][:60]
     with parallel_saves(workers=2):  # a figure that cannot be pickled is written in this process

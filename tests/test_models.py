@@ -305,7 +305,10 @@ def test_grad_checkpointing_keeps_gradients_and_names(name):
     plain = grads()
     assert set_grad_checkpointing(model, True)
     checkpointed = grads()
-    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(plain, checkpointed))
+    # torch.allclose's rule (|a - b| <= atol + rtol |b|, rtol 1e-5) with two temporaries, in place: allclose took
+    # 6-9 s on vgg11's 100M-element classifier weight here (a fresh 400 MB tensor per step), this 0.6 s; stricter
+    # only where a gradient is infinite
+    assert all(bool((a - b).abs_().le_(b.abs().mul_(1e-5).add_(1e-4)).all()) for a, b in zip(plain, checkpointed))
     assert [n for n, _ in model.named_modules()] == names
     assert set_grad_checkpointing(model, False)
     assert all(not hasattr(m, "_plain_forward") for m in model.modules())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -171,6 +172,16 @@ def _train_weights(cfg: Config, raw: Any, subset: np.ndarray, train: np.ndarray)
     return np.asarray(confidence, dtype=np.float32)[subset][train]
 
 
+def train_normalizer(entry: CacheEntry, train: np.ndarray) -> Normalizer:
+    """The per-channel normaliser of the training images at `train` (positions into `entry`), computed once per
+    cache entry and split (kept on the entry: the sweep's trials and the summary's checkpoints read one entry)."""
+    key = hashlib.blake2b(np.ascontiguousarray(train, dtype=np.int64).tobytes(), digest_size=16).digest()
+    found = entry.normalizers.get(key)
+    if found is None:
+        found = entry.normalizers[key] = Normalizer.from_images(entry.images, torch.from_numpy(train))
+    return found
+
+
 def declared_groups(raw: Any) -> dict[str, tuple[np.ndarray, list[str]]]:
     """The groups a raw dataset declares (its `groups`: name -> (a code per image, the codes' names)), {} if none."""
     found = getattr(raw, "groups", None) or {}
@@ -203,7 +214,7 @@ def build(
     entry = get_resized(raw, subset, resolution, dc.cache, cache_root, check=keep)
     positions = checked[0] if checked else split(entry.bad, entry.reasons)
     split_labels = {s: labels[subset][p] for s, p in positions.items()}
-    normalizer = Normalizer.from_images(entry.images, torch.from_numpy(positions["train"]))
+    normalizer = train_normalizer(entry, positions["train"])
     seg: dict[str, Any] = {}
     if has_dense_targets(raw):  # a class per pixel: the loaders yield masks (train side r, val/test reference side)
         from resomap.data.masks import segmentation_targets

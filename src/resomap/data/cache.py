@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,10 @@ class CacheEntry:
     location: str  # "memory", or the .npy path
     targets: torch.Tensor | None = None  # uint8 [N, r, r] class-index masks (segmentation datasets)
     reasons: dict[int, str] = field(default_factory=dict)  # bad position -> what is wrong, when not unreadable
+    # the training split's normalisers computed from these images (data.loader.Normalizer), by a digest of the
+    # split's positions: each trial of a sweep and each checkpoint the summary loads reads the same entry (the
+    # statistics of 1,747 ELPV cells at 128 px took 1.1 s each time)
+    normalizers: dict[bytes, Any] = field(default_factory=dict, repr=False)
 
     @property
     def nbytes(self) -> int:
