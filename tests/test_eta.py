@@ -233,6 +233,15 @@ def test_sweep_probes_each_pair_changes_no_result_and_records_its_estimates(tmp_
         run_sweep(cfg, report=lines[on].append)
     probe_lines = [line for line in lines[True] if "cost probe" in line]
     assert len(probe_lines) == 1 and "4 model x resolution pair(s)" in probe_lines[0], lines[True]
+    # its time split into the trials' own work (decoding, pixel_logreg's fits kept for its trials) and its own
+    parts = re.search(
+        r"in ([\d.]+) s \(the trials' own work: ([\d.]+) s decoding their images, ([\d.]+) s of closed-form fits the "
+        r"trials read back; ([\d.]+) s the probe's own\)",
+        probe_lines[0],
+    )
+    assert parts is not None, probe_lines[0]
+    total, decode, kept, own = map(float, parts.groups())
+    assert kept > 0 and abs(total - decode - kept - own) <= 0.15, probe_lines[0]
     assert not any("cost probe" in line for line in lines[False])
     with_probe, without = _outputs(tmp_path / "True"), _outputs(tmp_path / "False")
     assert len(with_probe) == 4 and with_probe == without  # same metrics, epochs and predictions, image by image

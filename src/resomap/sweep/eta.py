@@ -212,6 +212,7 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     from resomap.runtime import apply_system, resolve_device
     from resomap.sweep.trial import prepare_data, prepare_trial
     from resomap.training import Trainer
+    from resomap.training.closed_form import KEPT_SECONDS
     from resomap.training.threads import kept_threads
 
     first = {(t.model, t.resolution): t for t in first_of_pairs(trials)}
@@ -219,7 +220,7 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     smallest -= {pair for pair in smallest if pair[0] == trials[0].model}  # its first trial times them (`_explain`)
     out: dict[Pair, Probe] = {}
     kept: dict[Pair, Any] = {}  # the data and model of each model's smallest pair: its explanations are timed
-    start = time.perf_counter()
+    start, kept_before = time.perf_counter(), KEPT_SECONDS[0]
     decode = 0.0
     for pair, trial in first.items():
         cfg = trial.cfg
@@ -245,12 +246,20 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
     if out:
         train = sum(p.train_s for p in out.values())
         rest = sum(p.fixed_s() for p in out.values())
+        seconds, kept = time.perf_counter() - start, KEPT_SECONDS[0] - kept_before
         report(
-            f"[sweep] cost probe: {len(out)} model x resolution pair(s) in {time.perf_counter() - start:.1f} s "
-            f"(data {decode:.1f} s); one trial of each: training predicted at {train / 60:.1f} min (all planned "
-            f"epochs), data, model and explanations at {rest / 60:.1f} min"
+            f"[sweep] cost probe: {len(out)} model x resolution pair(s) in {seconds:.1f} s ({_trial_work(decode, kept)}"
+            f"{seconds - decode - kept:.1f} s the probe's own); one trial of each: training predicted at "
+            f"{train / 60:.1f} min (all planned epochs), data, model and explanations at {rest / 60:.1f} min"
         )
     return out
+
+
+def _trial_work(decode: float, kept: float) -> str:
+    """What of the probe's time was the trials' own work, done once for them: the resolutions' images decoded
+    into the cache they read, and closed-form fits kept on disk (training.closed_form.kept_fit)."""
+    fits = f", {kept:.{1 if kept >= 0.05 else 2}f} s of closed-form fits the trials read back" if kept > 0 else ""
+    return f"the trials' own work: {decode:.1f} s decoding their images{fits}; "
 
 
 def _with_explanations(first: dict[Pair, Any], probes: dict[Pair, Probe], kept: dict[Pair, Any]) -> dict[Pair, Probe]:

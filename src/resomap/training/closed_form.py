@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FIT_FORMAT = "resomap-fit-1"  # what a kept fit holds; bump when fit_arrays changes what it computes
+# seconds this process spent solving fits it kept on disk for the trials (kept_fit): the cost probe says how much
+# of its time was such trial work
+KEPT_SECONDS = [0.0]
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -189,6 +192,7 @@ def kept_fit(trainer: FitHost, model: nn.Module, inputs: Any, fit: tuple) -> dic
                 return {k: float(v) for k, v in found["metrics"].items()}
         except Exception as exc:  # a damaged file is solved again, not trusted
             log.warning("kept fit %s unreadable (%s): fitting again", path, exc)
+    start = time.perf_counter()
     metrics = model.fit_arrays(x, y, penalty, weights)
     if cfg.data.cache.disk:
         from resomap.atomic import save_atomic
@@ -196,4 +200,5 @@ def kept_fit(trainer: FitHost, model: nn.Module, inputs: Any, fit: tuple) -> dic
         kept = {"format": FIT_FORMAT, "linear": model.linear.state_dict(), "metrics": metrics}
         path.parent.mkdir(parents=True, exist_ok=True)
         save_atomic(path, lambda tmp: torch.save(kept, tmp))
+        KEPT_SECONDS[0] += time.perf_counter() - start
     return metrics
