@@ -129,6 +129,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A shell's background job (`pytest &` in a script) starts with SIGINT ignored, and every process it starts
+    # inherits that: the sweeps the interrupt tests start would never see their Ctrl-C. The suite's processes take
+    # Python's own handler back, so the processes they start get the default, as from a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not config.pluginmanager.is_blocked("resomap_file_order"):
         config.pluginmanager.register(FileOrder(config), "resomap_file_order")
 

@@ -596,20 +596,28 @@ def test_models_are_logged_in_pt2_and_reload_in_eval_mode(project: Path):
 
 
 def test_segmentation_overlays_become_an_image_at_the_resolution(tmp_path: Path):
+    """The overlays (RGBA) become an RGB image at step = resolution, as the images' writer lays it out."""
     from PIL import Image
 
     from resomap.records import SEG_OVERLAYS_FILE
+    from resomap.tracking.images import write_step_images
     from resomap.tracking.publish import _log_probe_images
 
     Image.new("RGBA", (40, 30), (255, 0, 0, 255)).save(tmp_path / SEG_OVERLAYS_FILE)
     logged = []
 
     class Recorder:
-        def log_image(self, run_id, image, key, step):
-            logged.append((key, step, image.mode, image.size))
+        def log_images(self, run_id, images):
+            images = list(images)
+            write_step_images(tmp_path / "images", images)
+            logged.extend((key, step) for key, step, _ in images)
 
     _log_probe_images(Recorder(), "r", tmp_path, {"resolution": 64, "task": "segmentation"}, set())
-    assert logged == [("segmentation/overlays", 64, "RGB", (40, 30))]
+    assert logged == [("segmentation/overlays", 64)]
+    (png,) = (tmp_path / "images").glob("segmentation~overlays+step+64+timestamp+*.png")
+    with Image.open(png) as image:
+        assert (image.mode, image.size, image.getpixel((0, 0))) == ("RGB", (40, 30), (255, 0, 0))
+    assert len(list((tmp_path / "images").glob("*+compressed.webp"))) == 1
     held = {"images/segmentation~overlays+step+64+timestamp+1+u.png"}
     _log_probe_images(Recorder(), "r", tmp_path, {"resolution": 64, "predictions": "seg_predictions.csv"}, held)
     assert len(logged) == 1  # held at this step: not logged again

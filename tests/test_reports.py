@@ -634,9 +634,10 @@ class _RecordingTracker:
     def tag_experiment(self, tags):
         self.calls.append(("experiment tags", dict(tags)))
 
-    def log_image(self, run_id, image, key, step):
-        self.calls.append(("image", key, step))
-        self.artifacts.add(f"images/{key.replace('/', '~')}+step+{step}+timestamp+0+x.png")
+    def log_images(self, run_id, images):
+        for key, step, _ in images:
+            self.calls.append(("image", key, step))
+            self.artifacts.add(f"images/{key.replace('/', '~')}+step+{step}+timestamp+0+x.png")
 
 
 def test_parent_run_gets_tables_and_headline_numbers_once(fake):

@@ -68,7 +68,8 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class Decided:
     """The summary's decided parts before the explanations are compared (what `build_summary`'s `explain` gets):
-    the rows, the paired tests, each model's decision and the trials."""
+    the rows, the paired tests, each model's decision, the trials and the images that need the pixels (so the
+    caller can start explaining them beside the comparison)."""
 
     rows: list[SummaryRow]
     paired_tests: list[PairedTest]
@@ -76,6 +77,7 @@ class Decided:
     trials: list[Trial]
     stats: Stats
     answer: Answer | None = None
+    sensitive_images: list[Any] = dataclasses.field(default_factory=list)
 
     def deterministic_models(self) -> dict[str, int]:
         """model -> its seed count, for each deterministic model (sweep_summary.deterministic_models)."""
@@ -264,10 +266,10 @@ def build_summary(
         trials.append({**result, "folder": str(folder) if folder is not None else None})
     classes = class_decisions(records, cfg)
     answer = cross_model_answer(records, recs, rows, classes, cfg)
-    decided = Decided(rows, paired, recs, trials, dataclasses.asdict(cfg), answer)
+    found = sensitivity(records, recs, cfg)
+    decided = Decided(rows, paired, recs, trials, dataclasses.asdict(cfg), answer, found.images)
     explained = explain(decided) if explain is not None else None
     ran_on = machines(d.get("environment") for d in dicts if d.get("status") == "FINISHED")
-    found = sensitivity(records, recs, cfg)
     grouped = group_decisions(records, cfg)
     return assemble(
         rows=rows,

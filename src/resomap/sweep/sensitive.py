@@ -6,11 +6,11 @@ checkpoints, images and explainability settings are unchanged), and reports.sens
 figures/sensitive_images_<model>.png, logged to the parent run with the other figures.
 
 `SensitiveMaps` makes them beside the rest of the summary phase, in a thread: it loads the checkpoints the report
-shows while the statistics are computed (`prepare`, once the figure workers are forked), explains the images once
-the summary names them (`start`) while the summary's files and the parent run's probe images are made, and
-`figures` waits for them. Loading the checkpoints again was half of the summary phase of the quickstart (8.2 of
-17.4 s), after everything else, on one of its two cores; the maps are the ones made in line (the same checkpoints,
-images and settings)."""
+shows while the statistics are computed (`prepare`, once the figure workers are forked), explains the images as
+soon as the summary's decided parts name them (`start`, before the explanations are compared) while the
+comparison, the summary's files and the parent run's probe images are made, and `figures` waits for them.
+Loading the checkpoints again was half of the summary phase of the quickstart (8.2 of 17.4 s), after everything
+else, on one of its two cores; the maps are the ones made in line (the same checkpoints, images and settings)."""
 
 from __future__ import annotations
 

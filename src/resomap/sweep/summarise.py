@@ -265,10 +265,11 @@ def summary_phase(
     sweep figures drawn from its decided parts while the explanations are compared across resolutions
     (stages.compare_stage, each deterministic model one replicate), the trade-off figure and the summary's files;
     `maps` (sweep.sensitive.SensitiveMaps) is started on the maps of the most sensitive images outside the probe
-    set: its checkpoints loaded once the figures are handed over, its images explained once the summary names them
-    (the caller waits for them: `maps.figures()`). `summarised`: what the summary reads in place of `results`
-    (their dicts with more keys); `files`: write the summary's files (summary.csv, summary.json, ...; `resomap
-    analyze` writes its own report). Returns (summary, its files, the figures, the comparison)."""
+    set: its checkpoints loaded once the figures are handed over, its images explained as soon as the decided
+    parts name them, beside the comparison (the caller waits for them: `maps.figures()`). `summarised`: what the
+    summary reads in place of `results` (their dicts with more keys); `files`: write the summary's files
+    (summary.csv, summary.json, ...; `resomap analyze` writes its own report). Returns (summary, its files, the
+    figures, the comparison)."""
     from resomap.reports import sweep_figures
     from resomap.reports.explain_comparison import draw_comparison
     from resomap.reports.tradeoff import tradeoff_files
@@ -287,8 +288,9 @@ def summary_phase(
                 sweep_figures(decided.rows, out_dir / "figures", decided.paired_tests, decided.recommendations,
                               decided.trials)
             )  # fmt: skip
-        if maps is not None:  # the figure workers are forked: the maps' thread starts beside them
-            maps.prepare(decided.trials)
+        if maps is not None:  # the figure workers are forked: the maps' thread starts beside them, on the
+            maps.prepare(decided.trials)  # checkpoints, then on the images the summary names
+            maps.start(decided)
         with clock("explanations"):
             only = decided.deterministic_models()  # one replicate each: no seed floor, no relabelling test
             comparison = compare_stage(results, explainability, out_dir / "explanations", stats, only)
@@ -299,8 +301,6 @@ def summary_phase(
 
     with clock.excluding("statistics", ("figures", "explanations")):
         summary = build_summary(summarised or results, folders, stats, explain=explain)
-        if maps is not None:  # the most sensitive images outside the probe set, explained on demand
-            maps.start(summary)
         tables = write_summary(summary, out_dir) if files else []
         figures += tradeoff_files(summary.front3, out_dir / "figures")
     return summary, tables, figures, held["comparison"]

@@ -403,15 +403,17 @@ def _log_probe_images(tracker: Any, run_id: str, folder: Path, data: dict[str, A
     for path in sorted((folder / PROBE_IMAGES_DIR).glob("*/*.png")):
         if path.stem.isdigit():
             pictures.append((probe_image_key(path.parent.name, int(path.stem)), path))
+    readable = []
     for key, path in pictures:
         if path.is_file() and (key, resolution) not in held:
             try:
                 with Image.open(path) as image:
-                    picture = image.convert("RGB")
+                    image.load()
             except OSError as exc:  # unreadable file: the npz and figures still hold the maps
                 log.warning("%s not logged: %s", path, exc)
                 continue
-            tracker.log_image(run_id, picture, key=key, step=resolution)
+            readable.append((key, resolution, path))
+    tracker.log_images(run_id, readable)
 
 
 def _held_images(have: set[str]) -> set[tuple[str, int]]:

@@ -155,11 +155,11 @@ def publish_sweep_images(tracker: Any, run_id: str, images: Mapping[tuple[str, s
     except Exception as exc:
         log.log(warn_level(tracker), "MLflow: images of run %s not listed (%s)", run_id, exc)
         return
+    pending = []
     for (model, method, position), by_step in sorted(images.items()):
         key = f"probe/{mlflow_name(model)}/{method}/{position:02d}"
-        for step, array in sorted(by_step.items()):
-            if (key, int(step)) not in held:
-                tracker.log_image(run_id, Image.fromarray(array), key=key, step=int(step))
+        pending += [(key, int(step), array) for step, array in sorted(by_step.items()) if (key, int(step)) not in held]
+    tracker.log_images(run_id, ((key, step, Image.fromarray(array)) for key, step, array in pending))
 
 
 def publish_sweep(
