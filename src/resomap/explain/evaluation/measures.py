@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,17 +87,33 @@ def _mass(maps: np.ndarray) -> np.ndarray:
 
 
 class Prepared:
-    """A map set [N,g,g] with what each measure needs, computed once: z-scored ranks, tie-safe top-k% masks,
-    normalised |mass|. All three are permutation-equivariant per map, so pixel-shuffled maps are shuffles of them."""
+    """A map set [N,g,g] with what each measure needs, computed once, when a measure first asks (`arrays`):
+    z-scored ranks, tie-safe top-k% masks, normalised |mass|. All three are permutation-equivariant per map, so
+    pixel-shuffled maps are shuffles of them. (The maps' decision reads only the mass: ranking every map was
+    most of its time.)"""
 
     def __init__(self, maps: np.ndarray, top_k_percent: float) -> None:
         maps = np.asarray(maps, dtype=np.float32)
         self.n = len(maps)
-        self.arrays = {
-            "spearman": _ranks(maps),
-            "topk_iou": top_mask(maps, top_k_percent).reshape(len(maps), -1).astype(np.float64),
-            "mass": _mass(maps),
-        }
+        self.arrays = _Arrays(
+            {
+                "spearman": lambda: _ranks(maps),
+                "topk_iou": lambda: top_mask(maps, top_k_percent).reshape(len(maps), -1).astype(np.float64),
+                "mass": lambda: _mass(maps),
+            }
+        )
+
+
+class _Arrays(dict):
+    """metric -> its prepared array, made by its maker on first access."""
+
+    def __init__(self, makers: Mapping[str, Callable[[], np.ndarray]]) -> None:
+        super().__init__()
+        self._makers = makers
+
+    def __missing__(self, metric: str) -> np.ndarray:
+        self[metric] = value = self._makers[metric]()
+        return value
 
 
 def _cross(metric: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
