@@ -72,3 +72,17 @@ def test_a_key_log_image_refuses_is_refused_before_anything_is_written(tmp_path:
     with pytest.raises(ValueError, match="image key 'probe/a:b'"):
         write_step_images(tmp_path, [("probe/a:b", 32, Image.new("RGB", (4, 4)))])
     assert not list(tmp_path.iterdir())
+
+
+def test_an_image_file_that_does_not_read_is_left_out_with_a_warning(tmp_path: Path, caplog):
+    from PIL import Image
+
+    from resomap.tracking.images import write_step_images
+
+    good, cut = tmp_path / "good.png", tmp_path / "cut.png"
+    Image.new("RGB", (8, 8), (0, 128, 255)).save(good)
+    cut.write_bytes(good.read_bytes()[:20])
+    with caplog.at_level("WARNING", logger="resomap"):
+        assert write_step_images(tmp_path / "images", [("probe/a/00", 32, cut), ("probe/a/01", 32, good)]) == 1
+    assert sorted(p.name.split("+")[0] for p in (tmp_path / "images").iterdir()) == ["probe~a~01", "probe~a~01"]
+    assert any("cut.png not logged" in r.getMessage() for r in caplog.records)

@@ -11,6 +11,7 @@ fails there."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import tempfile
@@ -18,6 +19,8 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 PNG_LEVEL = 1  # zlib level of the PNGs: a 400 px map 3.8 ms, 9.8 ms at 6 (MLflow's default)
 _KEY = re.compile(r"^[a-zA-Z0-9_\-./ ]+$")  # the characters log_image accepts in a key
@@ -33,7 +36,8 @@ def step_image_stem(key: str, step: int, timestamp: int) -> str:
 def write_step_images(folder: Path, images: Iterable[tuple[str, int, Any]]) -> int:
     """Each (key, step, image) of `images` into `folder` (the run's images/ artifact folder, to be uploaded), as
     log_image writes it; `image` a PIL image or the path of an image file (a PNG in RGB is copied as it is, not
-    encoded again). Returns how many."""
+    encoded again; a file that does not read is left out, with a warning: the npz and the figures still hold its
+    maps). Returns how many were written."""
     from mlflow.tracking.multimedia import compress_image_size
     from mlflow.utils.time import get_current_time_millis
     from PIL import Image
@@ -41,12 +45,17 @@ def write_step_images(folder: Path, images: Iterable[tuple[str, int, Any]]) -> i
     images = list(images)
     stems = [step_image_stem(key, step, get_current_time_millis()) for key, step, _ in images]  # every key checked
     folder.mkdir(parents=True, exist_ok=True)
+    written = 0
     for stem, (_, _, image) in zip(stems, images):
         png = folder / f"{stem}.png"
         if isinstance(image, (str, Path)):
-            with Image.open(image) as opened:
-                picture = opened.convert("RGB") if opened.mode != "RGB" else opened.copy()
-                same = opened.format == "PNG" and opened.mode == "RGB"
+            try:
+                with Image.open(image) as opened:
+                    picture = opened.convert("RGB") if opened.mode != "RGB" else opened.copy()
+                    same = opened.format == "PNG" and opened.mode == "RGB"
+            except OSError as exc:
+                log.warning("%s not logged: %s", image, exc)
+                continue
             if same:
                 shutil.copyfile(image, png)
             else:
@@ -55,7 +64,8 @@ def write_step_images(folder: Path, images: Iterable[tuple[str, int, Any]]) -> i
             picture = image
             picture.save(png, compress_level=PNG_LEVEL)
         compress_image_size(picture).save(folder / f"{stem}+compressed.webp")
-    return len(images)
+        written += 1
+    return written
 
 
 def upload_step_images(client: Any, run_id: str, images: list[tuple[str, int, Any]]) -> None:
@@ -65,6 +75,7 @@ def upload_step_images(client: Any, run_id: str, images: list[tuple[str, int, An
     from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_IMAGES
 
     with tempfile.TemporaryDirectory(prefix="resomap-images-") as tmp:
-        write_step_images(Path(tmp), images)
+        if not write_step_images(Path(tmp), images):
+            return
         client.log_artifacts(run_id, tmp, "images")
     client.set_tag(run_id, MLFLOW_LOGGED_IMAGES, True)

@@ -394,7 +394,6 @@ def _log_probe_images(tracker: Any, run_id: str, folder: Path, data: dict[str, A
     """Each probe image's captioned map (the explain stage's PNGs, probe_images/<method>/<nn>.png) as an MLflow
     image at step = resolution, and the figures the trial's task shows in the report (resomap.tasks
     `report_figures`, e.g. a segmenter's test overlays); images the run holds at this step are not logged again."""
-    from PIL import Image
 
     from resomap.tasks import of_result
 
@@ -403,17 +402,9 @@ def _log_probe_images(tracker: Any, run_id: str, folder: Path, data: dict[str, A
     for path in sorted((folder / PROBE_IMAGES_DIR).glob("*/*.png")):
         if path.stem.isdigit():
             pictures.append((probe_image_key(path.parent.name, int(path.stem)), path))
-    readable = []
-    for key, path in pictures:
-        if path.is_file() and (key, resolution) not in held:
-            try:
-                with Image.open(path) as image:
-                    image.load()
-            except OSError as exc:  # unreadable file: the npz and figures still hold the maps
-                log.warning("%s not logged: %s", path, exc)
-                continue
-            readable.append((key, resolution, path))
-    tracker.log_images(run_id, readable)
+    tracker.log_images(  # a file that does not read is left out, with a warning (tracking.images)
+        run_id, [(key, resolution, path) for key, path in pictures if path.is_file() and (key, resolution) not in held]
+    )
 
 
 def _held_images(have: set[str]) -> set[tuple[str, int]]:

@@ -79,11 +79,12 @@ def _ranks(maps: np.ndarray) -> np.ndarray:
         return np.where(sd > 0, r / sd, np.nan)
 
 
-def _mass(maps: np.ndarray) -> np.ndarray:
+def mass_normalised(maps: np.ndarray) -> np.ndarray:
+    """float64 [N,P]: each map's |values| scaled to mass 1; a map with no mass or a non-finite value: all nan."""
     a = np.abs(np.asarray(maps, dtype=np.float64)).reshape(len(maps), -1)
     s = a.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(s > 0, a / s, np.nan)
+        return np.where(np.isfinite(s) & (s > 0), a / s, np.nan)
 
 
 class Prepared:
@@ -99,7 +100,7 @@ class Prepared:
             {
                 "spearman": lambda: _ranks(maps),
                 "topk_iou": lambda: top_mask(maps, top_k_percent).reshape(len(maps), -1).astype(np.float64),
-                "mass": lambda: _mass(maps),
+                "mass": lambda: mass_normalised(maps),
             }
         )
 

@@ -17,17 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from resomap.explain.evaluation.measures import resample
+from resomap.explain.evaluation.measures import mass_normalised, resample
 
 REGION_WORDS = {"mask": "the object mask", "centre": "the central quarter"}
 
 
 def normalised(maps: np.ndarray, grid: int) -> np.ndarray:
     """float64 [N,g,g]: |maps| on the grid, each scaled to mass 1 (a map with no mass or a non-finite value: nan)."""
-    m = np.abs(resample(np.nan_to_num(np.asarray(maps, dtype=np.float32), nan=np.inf), grid)).astype(np.float64)
-    total = m.sum(axis=(1, 2), keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(np.isfinite(total) & (total > 0), m / total, np.nan)
+    on_grid = resample(np.nan_to_num(np.asarray(maps, dtype=np.float32), nan=np.inf), grid)
+    return mass_normalised(on_grid).reshape(on_grid.shape)
 
 
 def centre_of_mass(norm: np.ndarray) -> np.ndarray:
