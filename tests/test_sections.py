@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import LOWER_BOUND, lower_bounds, summary_lower_bounds, tiny_sweep_config
@@ -176,6 +177,43 @@ def test_no_lower_bound_of_a_nonnegative_quantity_is_below_zero(swept):
     assert sum("latency_p50_ms_ci_low" in where for where, _, _ in found[parent]) == len(rows)
     children = [s for s in found if s.startswith("MLflow run ") and s != parent]
     assert all(any("profile/latency_median_low_ms" in where for where, _, _ in found[s]) for s in children)
+
+
+def test_each_model_tested_above_its_training_resolution_is_decided_in_one_sentence(swept):
+    """summary.train_test from the sweep's own files: each model trained at 16 px and tested at 24 px against itself
+    tested at 16 px, its difference what the trials' predictions.csv give (read here with the csv module), one
+    sentence per model in summary.json, summary.md and report.html."""
+    import csv
+    import html
+
+    from resomap.stats import ABOVE_VERDICTS
+
+    outcome, _, _ = swept
+    folder = outcome.summary_dir
+    data = json.loads((folder / "summary.json").read_text())
+    rows = data["train_test"]
+    assert [r["model"] for r in rows] == ["pixel_logreg", "tiny_cnn"]
+    md = " ".join((folder / "summary.md").read_text(encoding="utf-8").split())  # wrapped lines joined
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    for row in rows:
+        (pair,) = row["pairs"]
+        assert (pair["trained"], pair["tested"], pair["verdict"] in ABOVE_VERDICTS) == (16, 24, True)
+        assert row["alpha"] == pytest.approx(0.05) and row["correction"] == "Bonferroni over 1 pair"
+        right: dict[int, list[float]] = {16: [], 24: []}
+        for trial in data["trials"]:
+            if trial["model"] == row["model"] and trial["resolution"] == 16:
+                with (folder / trial["folder"] / "predictions.csv").open(newline="") as fh:
+                    for line in csv.DictReader(fh):
+                        right[int(line["test_resolution"])].append(float(line["correct"]))
+        assert len(right[16]) == len(right[24]) > 0
+        assert pair["difference"] == pytest.approx(np.mean(right[24]) - np.mean(right[16]), abs=1e-12)
+        assert f"- {row['sentence']}" in md and html.escape(row["sentence"], quote=False) in page
+        assert row["sentence"].startswith(f"{row['model']}, tested above its training resolution (accuracy")
+    from resomap.results import load_sweep
+
+    frame = load_sweep(folder).train_test  # the notebook view: one row per pair
+    assert list(frame["model"]) == ["pixel_logreg", "tiny_cnn"] and list(frame["tested"]) == [24, 24]
+    assert list(frame["difference"]) == [r["pairs"][0]["difference"] for r in rows]
 
 
 def test_a_summary_json_without_sections_gets_them_built_again(swept, tmp_path: Path):

@@ -11,6 +11,7 @@ Example::
     own.groupby(["model", "resolution", "seed"])["correct"].mean()   # per-trial test accuracy
     sweep.paired_tests.query("significant")
     sweep.class_decisions[["model", "class", "n_images", "resolution", "reason"]]  # per class, minority first
+    sweep.train_test.query("verdict == 'better'")  # tested above the training resolution: shown better
     sweep.groups.query("group == 'cell_type'")  # per group value and resolution: the score, its interval, the decision
     sweep.sensitivity[["model", "resolution", "lost", "lost_low", "lost_high", "seed_dependent"]]
     sweep.sensitive_images.query("status == 'lost'")  # the images each model needs the pixels for
@@ -39,6 +40,7 @@ from resomap.schema import (
     RecommendationRow,
     SensitiveImage,
     Sensitivity,
+    TrainTestPair,
     keys,
 )
 
@@ -105,6 +107,11 @@ def group_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # summary.json's class_decisions (resomap.summary.per_class): one row per classification model x class, the
 # minority class first; `verdicts` each resolution's verdict with its bounds (a list of dicts)
 CLASS_DECISION_COLUMNS = keys(ClassDecision)
+
+# summary.json's train_test (resomap.summary.train_test): one row per model x (trained, tested above it) pair, with
+# the model's family alpha and correction
+TRAIN_TEST_MODEL = ("model", "metric", "alpha", "correction", "margin", "scope", "deterministic")
+TRAIN_TEST_COLUMNS = (*TRAIN_TEST_MODEL, *keys(TrainTestPair))
 
 # resolution-sensitive test images (resomap.summary.sensitivity): summary.json's `sensitivity` rows (one per model x
 # resolution below its reference) and the per-image rows of sensitive_images.csv in the summary folder
@@ -184,6 +191,9 @@ class SweepResults:
     answer: dict[str, Any] | None = None
     # where it looks, decided: a row per model x method x step (explanations/map_decisions.csv; empty without it)
     map_decisions: Any = None
+    # one row per model x (trained, tested above it) pair: better, non-inferior, worse or undecided (TRAIN_TEST_COLUMNS;
+    # empty for a summary written before it, or a sweep that tests no model above its training resolution)
+    train_test: Any = None
 
 
 def known_sweeps(root: str | Path = "model_summaries") -> list[str]:
@@ -316,7 +326,13 @@ def load_sweep(name_or_folder: str | Path, *, root: str | Path = "model_summarie
         answer_steps=pd.DataFrame((data.get("answer") or {}).get("steps") or [], columns=list(ANSWER_COLUMNS)),
         answer=data.get("answer"),
         map_decisions=_csv(folder / "explanations" / "map_decisions.csv"),
+        train_test=pd.DataFrame(_pairs(data.get("train_test") or []), columns=list(TRAIN_TEST_COLUMNS)),
     )
+
+
+def _pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """summary.json's train_test rows flattened: one per pair, with its model's columns."""
+    return [{**{k: row.get(k) for k in TRAIN_TEST_MODEL}, **pair} for row in rows for pair in row["pairs"]]
 
 
 def _csv(path: Path) -> Any:

@@ -136,6 +136,44 @@ ClassDecision = TypedDict(
 )
 
 
+class TrainTestPair(TypedDict):
+    """A model trained at `trained` px tested at `tested` px against itself tested at `trained` px (same images and
+    seeds), a TrainTest's `pairs` item (summary.train_test)."""
+
+    trained: int
+    tested: int
+    score_trained: float  # the decision metric tested at the training resolution (mean over seeds and images)
+    score_tested: float
+    images: str  # what the images counted are, in words
+    verdict: str  # better | non-inferior | worse | undecided (stats.ABOVE_VERDICTS)
+    difference: float  # score_tested - score_trained
+    low: Number  # its one-sided bounds at the row's alpha
+    high: Number
+    p_noninferior: Number  # one-sided p of H0 "difference <= -margin"
+    p_better: Number  # one-sided p of H0 "difference <= 0"
+    detectable: Number
+    n_images: int
+    n_seeds: int  # replicates tested (1 for a deterministic model)
+    untestable: str | None  # why no test ran, where none did
+
+
+class TrainTest(TypedDict):
+    """One model tested above the resolutions it was trained at (summary.train_test): its pairs, one family."""
+
+    model: str
+    metric: str  # the decision metric in words
+    n_pairs: int
+    alpha: float  # the one-sided alpha of each pair: the model's alpha / n_pairs
+    level: float
+    correction: str  # "Bonferroni over K pairs"
+    margin: float
+    scope: str
+    deterministic: bool
+    pairs: list[TrainTestPair]
+    notes: list[str]  # trained resolutions not compared, and why
+    sentence: str
+
+
 class Interval(TypedDict):
     estimate: Number
     low: Number

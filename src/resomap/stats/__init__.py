@@ -59,11 +59,13 @@ from resomap.stats.bootstrap import (
     twoway_bootstrap,
 )
 from resomap.stats.decide import (
+    ABOVE_VERDICTS,
     VERDICTS,
     Decision,
     Settings,
     Step,
     Verdict,
+    better_or_noninferior,
     fixed_sequence,
     noninferiority,
     replicate_differences,
@@ -107,6 +109,8 @@ __all__ = [
     "Verdict",
     "design_needs",
     "noninferiority",
+    "better_or_noninferior",
+    "ABOVE_VERDICTS",
     "fixed_sequence",
     "replicate_differences",
     "Step",

@@ -381,3 +381,56 @@ def _summary(
         f"undecided {where}: no smaller resolution shown non-inferior to {ref} px at margin {margin:g}; "
         f"{detectable}; {needs}"
     )
+
+
+ABOVE_VERDICTS = ("better", "non-inferior", "worse", "undecided")
+
+
+def better_or_noninferior(
+    d: Any,
+    *,
+    margin: float,
+    alpha: float,
+    binary: bool,
+    power: float = 0.8,
+    scope: str = "model",
+    seed_sd: float = 0.02,
+    deterministic: bool = False,
+) -> dict[str, Any]:
+    """Whether configuration B is shown better than A or no worse than A by more than ``margin``, from the per-image
+    differences ``d`` = B - A [S, N] (row s: replicate s of both, the same N images), by the tests and scopes of
+    :func:`noninferiority`'s steps: H0 "mean <= -margin" (p_noninferior) and H0 "mean <= 0" (p_better), each at
+    the one-sided ``alpha``. The second null lies inside the first, so the two claims together keep the error at
+    alpha (a test that shows "better" shows "non-inferior" too). Verdicts (ABOVE_VERDICTS): ``better`` (p_better <
+    alpha), ``non-inferior``, ``worse`` (the one-sided upper bound below -margin) or ``undecided``; with the
+    difference, its one-sided bounds at alpha and the margin the design detects. ``deterministic``: both sides are
+    one fit (their seeds one replicate: the first row is tested, its seed part known to be 0)."""
+    margin, power = check_margin(margin), check_power(power)
+    alpha, scope, seed_sd = check_alpha(alpha), check_scope(scope), check_seed_sd(seed_sd)
+    d = np.asarray(d, dtype=float)
+    if d.ndim != 2 or d.size == 0:
+        raise ConfigError(f"d must be [seeds, images] per-image differences, got shape {d.shape}")
+    d, scope = (d[:1], "checkpoint") if deterministic else (d, scope)
+    found = _step(d, margin, alpha, power, binary, scope, seed_sd)
+    p_noninferior = found["p_value"]
+    p_better = None if p_noninferior is None else scopes.p_value(d, 0.0, binary=binary, scope=scope)
+    if p_better is not None and p_better < alpha:
+        verdict = "better"
+    elif p_noninferior is not None and p_noninferior < alpha:
+        verdict = "non-inferior"
+    elif found["high"] is not None and found["high"] < -margin:
+        verdict = "worse"
+    else:
+        verdict = "undecided"
+    return {
+        "verdict": verdict,
+        "difference": found["difference"],
+        "low": found["low"],
+        "high": found["high"],
+        "p_noninferior": p_noninferior,
+        "p_better": p_better,
+        "detectable": found["detectable"],
+        "n_images": found["n_images"],
+        "n_seeds": int(d.shape[0]),
+        "untestable": found["untestable"],
+    }

@@ -45,6 +45,7 @@ from resomap.summary.rows import EXPLAIN_COST, ROW_COLUMNS, SEED_COLUMNS, Summar
 from resomap.summary.sensitivity import sensitivity
 from resomap.summary.sweep_summary import SweepSummary, deterministic_models, json_safe
 from resomap.summary.text import baseline_caveat, decision_sentence
+from resomap.summary.train_test import train_test_decisions
 from resomap.summary.uncertainty import baseline_columns, interval_columns, named_best, reference_flaw, sufficiency
 
 log = logging.getLogger(__name__)
@@ -280,6 +281,7 @@ def build_summary(
         machines=ran_on,
         machines_warning=machines_warning(ran_on),
         class_decisions=classes,
+        train_test=train_test_decisions(records, cfg),
         sensitivity=found.rows,
         sensitive_images=found.images,
         front3=tradeoffs(rows, explained.quality, explained.measured) if explained is not None else [],

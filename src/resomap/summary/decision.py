@@ -50,8 +50,21 @@ class Compared:
 
 def scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) -> Compared | str:
     """The resolutions' scores on the seeds and images every compared resolution has (Compared); or a reason."""
+    return compared({r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}, task)
+
+
+def scores_by_test_resolution(members: list[TrialRecord], task: Task) -> Compared | str:
+    """One trained resolution's seeds (`members`) tested at every resolution they were tested at, keyed by the test
+    resolution, on the seeds and images every test resolution has (Compared); or a reason."""
+    tested = sorted({t for m in members if m.own is not None for t, table in m.tables.items() if len(table.index)})
+    return compared(
+        {t: {m.id[2]: m.tables[t] for m in members if m.own is not None and t in m.tables} for t in tested}, task
+    )
+
+
+def compared(usable: Mapping[int, Mapping[int, Any]], task: Task) -> Compared | str:
+    """{resolution: {seed: ScoreTable}} on the seeds and images every resolution has (Compared); or a reason."""
     notes: list[str] = []
-    usable = {r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}
     skipped = sorted(r for r, p in usable.items() if not p)
     usable = {r: p for r, p in usable.items() if p}
     if not usable:

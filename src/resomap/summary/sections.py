@@ -42,6 +42,8 @@ from resomap.summary.text import (
     training_cells,
     training_note,
 )
+from resomap.summary.train_test import SECTION_TITLE as TRAIN_TEST_TITLE
+from resomap.summary.train_test import TRAIN_TEST_NOTE
 
 log = logging.getLogger(__name__)
 SectionFn = Callable[[SweepSummary], Iterable[Block]]
@@ -136,6 +138,13 @@ def results(summary: SweepSummary) -> list[Block]:
         return []
     head = table(*headline_cells(rows, recs))
     return [head, table(*detail_cells(rows), title="In detail (means ± std over seeds; costs per image)")]
+
+
+@register_section("train_test", title=TRAIN_TEST_TITLE, order=25)
+def train_test(summary: SweepSummary) -> list[Block]:
+    """One sentence per model tested above a resolution it was trained at (summary.train_test)."""
+    found = summary.train_test
+    return [bullets(r["sentence"] for r in found), Text(TRAIN_TEST_NOTE)] if found else []
 
 
 @register_section("training", title="Training", order=30)

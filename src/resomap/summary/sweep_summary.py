@@ -27,6 +27,7 @@ from resomap.schema import (
     SensitiveImage,
     Sensitivity,
     Stats,
+    TrainTest,
     Trial,
 )
 from resomap.summary.rows import SummaryRow
@@ -49,6 +50,9 @@ class SweepSummary:
     # per classification model and class, the minority class first: the decision on the class's recall at the
     # Bonferroni alpha over the model's classes (summary.per_class; results.CLASS_DECISION_COLUMNS)
     class_decisions: list[ClassDecision] = dataclasses.field(default_factory=list)
+    # per model tested above a resolution it was trained at: each (trained, tested) pair decided better, non-inferior,
+    # worse or undecided at the Bonferroni alpha over the model's pairs (summary.train_test)
+    train_test: list[TrainTest] = dataclasses.field(default_factory=list)
     # per model x resolution below its reference: the images lost, gained and seed-dependent with Wilson intervals
     # (summary.sensitivity; results.SENSITIVITY_COLUMNS); the lost and gained images are `sensitive_images`, written
     # to sensitive_images.csv rather than summary.json
