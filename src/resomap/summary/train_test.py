@@ -127,7 +127,8 @@ def train_test_sentence(row: Mapping[str, Any]) -> str:
     counts = {v: sum(p["verdict"] == v for p in pairs) for v in stats.ABOVE_VERDICTS}
     tally = ", ".join(f"{v} {n}" for v, n in counts.items() if n)
     first = pairs[0]
-    seeds = "its seeds one replicate (deterministic)" if row.get("deterministic") else f"{first['n_seeds']} seed(s)"
+    one_fit = "one fit: its seeds give the same predictions"
+    seeds = one_fit if row.get("deterministic") else f"{first['n_seeds']} seed(s)"
     head = (
         f"{row['model']}, tested above its training resolution ({row['metric']} on the same {first['n_images']} "
         f"{first['images']}, {seeds}; margin {row['margin']:g}, {row['correction']}: one-sided alpha "
@@ -143,7 +144,7 @@ def train_test_sentence(row: Mapping[str, Any]) -> str:
 
 TRAIN_TEST_NOTE = (
     "Each model as trained at a resolution r, tested at each larger resolution t of the sweep against itself tested at "
-    "r, on the same test images and seeds (paired; a deterministic model's seeds one replicate): 'better' is shown "
+    "r, on the same test images and seeds (paired; the seeds of one fit count once): 'better' is shown "
     "above 0 (one-sided p < alpha), 'non-inferior' no more than the margin below, 'worse' more than the margin below "
     "(the one-sided upper bound under -margin); 'undecided' is not 'the same'. A model's pairs are one family "
     "(Bonferroni). Pretrained models trained with random-resized crops often score higher tested above their training "
