@@ -228,7 +228,12 @@ def _check_hog(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None
         )
 
 
-MODEL_FIT_KEYS = ("weights", "min_resolution", "blocks")  # the model registry metadata check_model_fit reads
+MODEL_FIT_KEYS = (
+    "weights",
+    "min_resolution",
+    "blocks",
+    "min_frozen",
+)  # the model registry metadata check_model_fit reads
 
 
 def check_model_fit(
@@ -251,10 +256,12 @@ def check_model_fit(
         below = sorted({int(r) for m, r in pairs if m == model and smallest and int(r) < int(smallest)})
         if below:
             fail("sweep.resolutions", f"at least {smallest} px for {model} (its smallest input side)", below)
-        blocks = meta.get("blocks")
-        frozen = cfg.models.finetune.freeze_blocks
-        if blocks is not None and not 0 <= frozen <= int(blocks):
-            fail("models.finetune.freeze_blocks", f"0 to {blocks} for {model} (its stages; 0: end to end)", frozen)
+        blocks, fewest = meta.get("blocks"), int(meta.get("min_frozen") or 0)
+        section = "partial" if fewest else "finetune"  # a partial fine-tune's frozen stages are its own section's
+        frozen = (cfg.models.partial if fewest else cfg.models.finetune).freeze_blocks
+        if blocks is not None and not fewest <= frozen <= int(blocks):
+            said = "the frozen ones run once and are cached; 0: a *_finetune model" if fewest else "0: end to end"
+            fail(f"models.{section}.freeze_blocks", f"{fewest} to {blocks} for {model} (its stages; {said})", frozen)
 
 
 def check_dataset_fit(cfg: Config, meta: dict[str, Any], fail: Callable[[str, str, Any], None]) -> None:

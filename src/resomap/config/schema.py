@@ -254,6 +254,14 @@ class FinetuneConfig:
 
 
 @dataclass(frozen=True)
+class PartialConfig:
+    # lite<N>_partial (resomap.models.pretrained): the stem and the first K stages frozen, their maps computed once per
+    # image and view and cached; the stages above, the head convolution and the classifier trained over the cache
+    freeze_blocks: int = 6  # K, 1 to 7 (6: the last stage trains; >= 5x end-to-end's images/s at 128 px on a CPU)
+    backbone_lr_scale: float = 0.1  # the trained stages' learning rate: this times training.optimizer.lr (head: 1x)
+
+
+@dataclass(frozen=True)
 class HeadConfig:
     # lite<N>_head (resomap.models.pretrained): the head trained on the frozen backbone's cached features
     hidden: int = 0  # 0: a linear head; N: an MLP with N hidden units (GELU, models.dropout before each layer)
@@ -264,7 +272,14 @@ class ModelsConfig:
     # the sections read by named models only: part of those models' trial keys, not of the others' (sweep.trial)
     MODEL_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "hog": ("hog_svm",),
-        "finetune": ("lite0_finetune", "lite1_finetune", "lite2_finetune"),
+        "finetune": (
+            "lite0_finetune",
+            "lite1_finetune",
+            "lite2_finetune",
+            "lite0_partial",
+            "lite1_partial",
+            "lite2_partial",
+        ),
         "head": ("lite0_head", "lite1_head", "lite2_head"),
     }
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
@@ -277,6 +292,7 @@ class ModelsConfig:
     cam_layer_policy: Literal["common", "per_resolution"] = "common"  # common: one CAM layer at all sweep resolutions
     hog: HogConfig = field(default_factory=HogConfig)  # hog_svm's features
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)  # lite<N>_finetune's frozen stages, lr scale
+    partial: PartialConfig = field(default_factory=PartialConfig)  # lite<N>_partial's frozen and cached stages
     head: HeadConfig = field(default_factory=HeadConfig)  # lite<N>_head's head on cached features
 
 

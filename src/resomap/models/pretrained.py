@@ -13,6 +13,11 @@ backbones), in the ways a CPU and a GPU can use them:
   they stay in eval mode), `backbone_lr_scale` gives the trained backbone a smaller learning rate than the head.
   K = 0 trains end to end: the GPU's path (on this kind of 2-core CPU a 3x3 depthwise convolution trains at 1-3
   GFLOP/s whatever the format or precision).
+- `lite<N>_partial`: `lite<N>_finetune` with K = `models.partial.freeze_blocks` >= 1 over a cache: the frozen stem
+  and first K stages run once per image and symmetry view, their output maps kept on disk in float16 (keyed like
+  the pooled features), and the Trainer trains the top stages, the head convolution and the classifier over them
+  (resomap.training.feature_head): the early high-resolution stages, most of a step's time on a CPU, never run
+  again while it trains.
 
 Every variant takes the data pipeline's normalised input (the dataset's own mean and std, `adopt_input_stats`,
 kept as buffers so checkpoints carry them) and turns it into the backbone's own input ([-1, 1] pixels); a
@@ -22,13 +27,15 @@ adapt_input_conv).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Iterator
 
 import torch
 from torch import nn
 
-from resomap.config.schema import ModelsConfig
+from resomap.config.schema import FinetuneConfig, ModelsConfig
 from resomap.errors import ModelError
 from resomap.models.backbones import BACKBONES, Backbone, efficientnet_pytorch_to_timm, weights_file
 from resomap.models.classical import PENALTIES, PixelLogistic
@@ -118,6 +125,7 @@ class PooledFeatures(PretrainedBase):
     convolution."""
 
     frozen_features = True  # forward(images) is the head on `pooled`: a test evaluation may read them cached
+    cache_key = "pooled"  # what `pooled` returns, for the feature cache's key (resomap.training.feature_head)
 
     @functools.cached_property
     def feature_size(self) -> int:
@@ -200,6 +208,11 @@ class FrozenHead(PooledFeatures):
             self.feature_mean.copy_(mean.to(self.feature_mean))
             self.feature_std.copy_(std.clamp_min(1e-6).to(self.feature_std))
 
+    def adopt_features(self, train: torch.Tensor) -> None:
+        """The cached training features [V, N, F] (every view) the head will read: their mean and std."""
+        flat = train.reshape(-1, train.shape[-1]).float()
+        self.adopt_feature_stats(flat.mean(0), flat.std(0))
+
     def param_groups(self) -> list[dict]:
         """Only the head trains."""
         return [{"params": list(self.head.parameters())}]
@@ -248,6 +261,51 @@ class Finetune(PretrainedBase):
         return self.chunked(self._logits, x)
 
 
+class PartialFinetune(Finetune):
+    """`Finetune` with its frozen part run once: the stem and the first K = `freeze_blocks` stages (in eval mode, as
+    Finetune keeps them) give maps that are cached for every training image and view (`pooled`: what the cache
+    holds, the maps flattened) and the Trainer trains the rest on them (resomap.training.feature_head). forward
+    takes images [B, C, r, r] (the whole network, as Finetune's) or, in training, cached maps [B, F]."""
+
+    feature_head = True  # the Trainer trains it on the cached maps (resomap.training.feature_head)
+    frozen_features = True  # forward(images) is the top on `pooled`: a test evaluation may read them cached
+
+    def __init__(self, backbone: str, in_channels: int, num_classes: int, cfg: ModelsConfig) -> None:
+        part = cfg.partial  # models.partial: Finetune's two settings, K at least 1
+        if not 1 <= part.freeze_blocks <= STAGES:
+            raise ModelError(
+                f"models.partial.freeze_blocks: 1 to {STAGES} for a cached partial fine-tune (the stages run once), "
+                f"got {part.freeze_blocks}; 0 trains end to end: use lite<N>_finetune"
+            )
+        own = FinetuneConfig(freeze_blocks=part.freeze_blocks, backbone_lr_scale=part.backbone_lr_scale)
+        super().__init__(backbone, in_channels, num_classes, dataclasses.replace(cfg, finetune=own))
+        self.cache_key = f"stages<{self.freeze_blocks}"
+        last = [m for m in self.backbone.blocks[self.freeze_blocks - 1][-1].modules() if isinstance(m, nn.BatchNorm2d)]
+        self.cached_channels = int(last[-1].num_features)  # the channels of the cached maps
+
+    def pooled(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, C, r, r] data-normalised images -> [B, F]: the frozen part's output maps, flattened."""
+        net = self.backbone
+        h = net.bn1(net.conv_stem(self.to_backbone(x)))
+        return net.blocks[: self.freeze_blocks](h).flatten(1).float()
+
+    def adopt_features(self, train: torch.Tensor) -> None:
+        """Nothing to adopt: the trained stages read the maps as the frozen ones give them."""
+
+    def classify(self, flat: torch.Tensor) -> torch.Tensor:
+        """[B, F] cached maps -> logits: the trained stages, the head convolution, pooling and the classifier."""
+        net, channels = self.backbone, self.cached_channels
+        side = round(math.sqrt(flat.shape[1] // channels))
+        h = flat.float().reshape(flat.shape[0], channels, side, side)
+        h = net.bn2(net.conv_head(net.blocks[self.freeze_blocks :](h)))
+        return self.classifier(self.dropout(net.global_pool(h)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # cached maps (training, validation)
+            return self.classify(x)
+        return self.chunked(lambda part: self.classify(self.pooled(part)), x)
+
+
 def _register(backbone: Backbone) -> None:
     short = backbone.name.removeprefix("efficientnet_")
     common = {
@@ -272,14 +330,19 @@ def _register(backbone: Backbone) -> None:
     def finetune(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
         return Finetune(backbone.name, in_channels, num_classes, cfg)
 
+    def partial(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
+        return PartialFinetune(backbone.name, in_channels, num_classes, cfg)
+
     for fn, kind, doc in (
         (linear, "linear", "frozen, a linear head on pooled multi-depth features fitted in closed form"),
         (head, "head", "frozen, a head trained on cached pooled features of every symmetry view (models.head)"),
         (finetune, "finetune", "fine-tuned (models.finetune: frozen stages, backbone learning-rate scale)"),
+        (partial, "partial", "fine-tuned above models.finetune.freeze_blocks frozen stages, run once and cached"),
     ):
         fn.__name__ = fn.__qualname__ = f"{short}_{kind}"
         fn.__doc__ = f"{backbone.name}, ImageNet weights ({backbone.package}, {backbone.licence}): {doc}."
-        extra = {"blocks": STAGES} if kind == "finetune" else {}
+        extra = {"blocks": STAGES} if kind in ("finetune", "partial") else {}
+        extra |= {"min_frozen": 1} if kind == "partial" else {}  # at least one stage frozen: what is cached
         extra |= {"deterministic": True} if kind == "linear" else {}  # a closed-form fit on frozen features
         register_model(fn.__name__, **common, **extra)(fn)
 

