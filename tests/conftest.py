@@ -67,6 +67,7 @@ ESTIMATED_SECONDS = {  # a quiet run on the 2-core AVX-512 host, 2026-12-05: a f
     "tests/test_figures.py": 35,
     "tests/test_eta.py": 35,
     "tests/test_trial_files.py": 30,
+    "tests/test_partial_finetune.py": 30,  # measured 2026-12-05 (its 5 tests, one a 2-trial sweep)
     "tests/test_report_html.py": 25,
     "tests/test_mlflow_views.py": 25,
     "tests/test_classical.py": 25,
@@ -85,6 +86,7 @@ ESTIMATED_SECONDS = {  # a quiet run on the 2-core AVX-512 host, 2026-12-05: a f
     "tests/test_answer_error.py": 10,
     "tests/test_reports.py": 10,
     "tests/test_scope.py": 10,
+    "tests/test_train_test.py": 10,  # measured 2026-12-05: 6 s
     "tests/test_sharing.py": 10,
 }
 PER_TEST_SECONDS = 0.2

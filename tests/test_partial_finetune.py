@@ -134,3 +134,21 @@ def test_a_partial_fine_tune_sweeps_at_two_resolutions(tmp_path):
         assert result.status == "FINISHED" and set(result.cross_resolution) == {"32", "48"}
         assert result.explain.maps and not result.explain.failed, result.explain  # its Grad-CAM maps
         assert result.explain.cam_layer is not None
+
+
+def test_the_cost_probe_prices_the_cache_pass_and_leaves_the_frozen_stages_as_they_were(tmp_path, monkeypatch):
+    """Trainer.probe_seconds of a partial fine-tune: the frozen part timed on PROBE_BATCHES batches (priced per image),
+    steps of the trained part on maps of the right size; the frozen stages' weights and batch-norm statistics are
+    the pretrained ones afterwards."""
+    calls = []
+    real = feature_head.extract
+    monkeypatch.setattr(
+        feature_head, "extract", lambda t, m, loader, tr, b=None, **k: calls.append(b) or real(t, m, loader, tr, b, **k)
+    )
+    cfg, prepared = _prepared(tmp_path, "lite0_partial")
+    model = prepared.model
+    before = {k: v.clone() for k, v in model.backbone.state_dict().items() if k.startswith(("conv_stem", "bn1"))}
+    seconds, per_step, epochs = Trainer(cfg, "cpu").probe_seconds(model, prepared.bundle)
+    assert calls == [feature_head.PROBE_BATCHES] and epochs == 3 and seconds > 0 and per_step > 0
+    after = model.backbone.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())

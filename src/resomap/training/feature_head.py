@@ -285,9 +285,11 @@ def probe_seconds(trainer: FitHost, model: nn.Module, data: Any, steps: int = 2)
         t0 = time.perf_counter()
         rows = extract(trainer, model, data.train, transforms, PROBE_BATCHES).shape[1]
         per_image = (time.perf_counter() - t0) / max(rows * len(transforms), 1)
-    side = int(data.resolution)
+    side, was_training = int(data.resolution), model.training
+    model.eval()  # batch-norm statistics untouched by the dry image
     with torch.no_grad():  # what one image's cached features hold at this resolution
         size = model.pooled(torch.zeros(1, model.in_channels, side, side, device=trainer.device)).shape[1]
+    model.train(was_training)
     fake = torch.randn(data.train.batch_size, size)
     labels = torch.zeros(data.train.batch_size, dtype=torch.long)
     loader = FeatureLoader(fake[None], labels, batch_size=data.train.batch_size, device=trainer.device)
