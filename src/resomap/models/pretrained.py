@@ -337,7 +337,7 @@ def _register(backbone: Backbone) -> None:
         (linear, "linear", "frozen, a linear head on pooled multi-depth features fitted in closed form"),
         (head, "head", "frozen, a head trained on cached pooled features of every symmetry view (models.head)"),
         (finetune, "finetune", "fine-tuned (models.finetune: frozen stages, backbone learning-rate scale)"),
-        (partial, "partial", "fine-tuned above models.finetune.freeze_blocks frozen stages, run once and cached"),
+        (partial, "partial", "fine-tuned above models.partial.freeze_blocks frozen stages, run once and cached"),
     ):
         fn.__name__ = fn.__qualname__ = f"{short}_{kind}"
         fn.__doc__ = f"{backbone.name}, ImageNet weights ({backbone.package}, {backbone.licence}): {doc}."
