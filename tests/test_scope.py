@@ -232,3 +232,21 @@ def test_a_table_where_no_image_changes_outcome_has_both_bounds(seeds, alpha, n)
         assert below and not scopes.rejects(-d[None], -(high - 1e-7), alpha, binary=True, scope=scope)[0]
     if alpha == 0.05:
         assert want == pytest.approx({26: 0.094, 200: 0.013}[n], abs=5e-4)
+
+
+def test_the_quantiles_are_scipy_stats_own_bit_for_bit():
+    """scope._upper_quantile (the special functions norm.isf and t.isf call, without their argument handling) gives
+    scipy.stats' values exactly: 4,000 alphas from 1e-300 to 1 at df 0 (the normal) and 1 to 655, and the edges (0,
+    1/2, 1, outside [0, 1], nan)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    alphas = np.concatenate([rng.random(2000), 10 ** rng.uniform(-300, -1, 2000), [0.0, 0.5, 1.0, 1.5, -0.1, np.nan]])
+    for df in (0, 1, 2, 3, 5, 10, 50, 179, 655):
+        want = stats.norm.isf(alphas) if df == 0 else stats.t.isf(alphas, df)
+        found = scopes._upper_quantile(alphas, df)
+        assert np.array_equal(found, want, equal_nan=True), df
+        real = ~np.isnan(want)
+        assert np.array_equal(np.signbit(found[real]), np.signbit(want[real])), df  # 0.0 at 1/2, not -0.0
+        cached = [scopes._isf(float(a), df) for a in alphas[real][::97]]
+        assert cached == list(want[real][::97]), df
