@@ -152,3 +152,19 @@ def test_the_cost_probe_prices_the_cache_pass_and_leaves_the_frozen_stages_as_th
     assert calls == [feature_head.PROBE_BATCHES] and epochs == 3 and seconds > 0 and per_step > 0
     after = model.backbone.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
+
+
+def test_partial_options_are_in_the_partial_models_trial_keys_only():
+    """models.partial is read by lite<N>_partial alone: its K changes their trial keys, and every other model's key
+    and the sweep's identity stay what they were before the section existed (a finished sweep is not run again)."""
+    from resomap.config import with_overrides
+    from resomap.sweep.identity import sweep_identity, trial_key
+
+    cfg = load(None, "smoke")
+    other = with_overrides(cfg, {"models.partial.freeze_blocks": 5})
+    assert trial_key(cfg, "lite0_partial", 32, 42) != trial_key(other, "lite0_partial", 32, 42)
+    for model in ("tiny_cnn", "pixel_logreg", "lite0_linear", "lite0_finetune"):
+        assert trial_key(cfg, model, 32, 42) == trial_key(other, model, 32, 42), model
+    assert sweep_identity(cfg) == sweep_identity(other)
+    finetuned = with_overrides(cfg, {"models.finetune.freeze_blocks": 3})  # lite0_finetune's section, not partial's
+    assert trial_key(cfg, "lite0_partial", 32, 42) == trial_key(finetuned, "lite0_partial", 32, 42)

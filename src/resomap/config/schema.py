@@ -272,14 +272,8 @@ class ModelsConfig:
     # the sections read by named models only: part of those models' trial keys, not of the others' (sweep.trial)
     MODEL_SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
         "hog": ("hog_svm",),
-        "finetune": (
-            "lite0_finetune",
-            "lite1_finetune",
-            "lite2_finetune",
-            "lite0_partial",
-            "lite1_partial",
-            "lite2_partial",
-        ),
+        "finetune": ("lite0_finetune", "lite1_finetune", "lite2_finetune"),
+        "partial": ("lite0_partial", "lite1_partial", "lite2_partial"),
         "head": ("lite0_head", "lite1_head", "lite2_head"),
     }
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
