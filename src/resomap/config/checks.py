@@ -228,12 +228,8 @@ def _check_hog(cfg: Config, need: Callable[[bool, str, str, Any], None]) -> None
         )
 
 
-MODEL_FIT_KEYS = (
-    "weights",
-    "min_resolution",
-    "blocks",
-    "min_frozen",
-)  # the model registry metadata check_model_fit reads
+# the model registry metadata check_model_fit reads
+MODEL_FIT_KEYS = ("weights", "min_resolution", "blocks", "min_frozen")
 
 
 def check_model_fit(

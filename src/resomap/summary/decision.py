@@ -53,10 +53,12 @@ def scores_by_resolution(by_res: Mapping[int, list[TrialRecord]], task: Task) ->
     return compared({r: {m.id[2]: m.own for m in ms if m.own is not None} for r, ms in by_res.items()}, task)
 
 
-def scores_by_test_resolution(members: list[TrialRecord], task: Task) -> Compared | str:
-    """One trained resolution's seeds (`members`) tested at every resolution they were tested at, keyed by the test
-    resolution, on the seeds and images every test resolution has (Compared); or a reason."""
-    tested = sorted({t for m in members if m.own is not None for t, table in m.tables.items() if len(table.index)})
+def scores_by_test_resolution(members: list[TrialRecord], task: Task, lowest: int = 0) -> Compared | str:
+    """One trained resolution's seeds (`members`) tested at every resolution from `lowest` up they were tested at,
+    keyed by the test resolution, on the seeds and images every one of those has (Compared); or a reason."""
+    tested = sorted(
+        {t for m in members if m.own is not None for t, table in m.tables.items() if t >= lowest and len(table.index)}
+    )
     return compared(
         {t: {m.id[2]: m.tables[t] for m in members if m.own is not None and t in m.tables} for t in tested}, task
     )

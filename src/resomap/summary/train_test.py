@@ -54,7 +54,7 @@ def model_train_test(model: str, by_res: Mapping[int, list[TrialRecord]], cfg: S
     for trained, members in sorted(kept.items()):
         if not any(t > trained for m in members for t in m.tables):
             continue
-        compared = scores_by_test_resolution(members, task)
+        compared = scores_by_test_resolution(members, task, trained)
         chosen = compared if isinstance(compared, str) else decision_scores(compared, task, cfg.metric, names)
         if isinstance(chosen, str):
             notes.append(f"trained at {trained} px: not compared: {chosen}")
@@ -103,7 +103,8 @@ def _pair(trained: int, tested: int, chosen: Any, alpha: float, cfg: StatsConfig
 
 
 def _pair_words(pair: Mapping[str, Any]) -> str:
-    """'at 128 px worse (-0.031 [-0.052, -0.011], p(better) 0.99)': the verdict, the difference and its bounds."""
+    """'at 128 px worse by more than the margin (-0.148 [-0.194, -0.102])': the verdict, the difference and its
+    one-sided bounds (and the p of the claim made)."""
     if pair.get("low") is None or pair.get("high") is None:
         why = str(pair.get("untestable") or "not testable")
         return f"at {pair['tested']} px undecided ({pair['difference']:+.3f}; {why})"

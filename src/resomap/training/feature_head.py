@@ -78,8 +78,8 @@ class FeatureLoader(EpochBatches):
     def __iter__(self):
         gen = self._generator(1)
         n = self.num_samples
-        order = torch.randperm(n, generator=self._generator(0) if self.image_order else gen) if self.shuffle else None
-        order = torch.arange(n) if order is None else order
+        ordered = self._generator(0) if self.image_order else gen  # stream 0: a BatchLoader's order
+        order = torch.randperm(n, generator=ordered) if self.shuffle else torch.arange(n)
         views = self.features.shape[0]
         view = torch.randint(views, (n,), generator=gen) if self.random_view and views > 1 else torch.zeros(n).long()
         for rows in self.batched(order):
