@@ -33,14 +33,18 @@ import torch
 
 def _models(freeze: int, channels: int):
     from resomap.config.schema import FinetuneConfig, ModelsConfig, PartialConfig
-    from resomap.models.pretrained import Finetune, PartialFinetune
+    from resomap.models.pretrained import lite_net
+    from resomap.models.recipes import Finetune, PartialFinetune
 
     def cfg(k: int) -> ModelsConfig:
         return dataclasses.replace(ModelsConfig(), finetune=FinetuneConfig(k), partial=PartialConfig(max(k, 1)))
 
-    e2e = Finetune("efficientnet_lite0", channels, 2, cfg(0))
-    frozen = Finetune("efficientnet_lite0", channels, 2, cfg(freeze))
-    cached = PartialFinetune("efficientnet_lite0", channels, 2, cfg(freeze))
+    def net():
+        return lite_net("efficientnet_lite0", channels)
+
+    e2e = Finetune(net(), channels, 2, cfg(0))
+    frozen = Finetune(net(), channels, 2, cfg(freeze))
+    cached = PartialFinetune(net(), channels, 2, cfg(freeze))
     return {name: m.to(memory_format=torch.channels_last).train() for name, m in
             (("e2e", e2e), ("frozen", frozen), ("cached", cached))}  # fmt: skip
 

@@ -235,7 +235,7 @@ def _fitted(tmp_path: Path, seed: int):
     from resomap.training import Trainer
 
     cfg, prepared = _trial(tmp_path, seed)
-    return prepared.model, Trainer(cfg, "cpu").fit(prepared.model, prepared.bundle)
+    return prepared.model, Trainer(cfg, "cpu", spec=prepared.spec).fit(prepared.model, prepared.bundle)
 
 
 def _count_fits(monkeypatch) -> list[float]:
@@ -274,7 +274,7 @@ def test_the_fits_the_cost_probe_times_are_kept_for_the_trial(tmp_path, monkeypa
 
     calls = _count_fits(monkeypatch)
     cfg, prepared = _trial(tmp_path, 1)
-    Trainer(cfg, "cpu").probe_seconds(prepared.model, prepared.bundle)
+    Trainer(cfg, "cpu", spec=prepared.spec).probe_seconds(prepared.model, prepared.bundle)
     ends = [PixelLogistic.penalties[0], PixelLogistic.penalties[-1]]
     assert calls == ends and "fit_arrays" not in vars(prepared.model)  # the two ends timed; the method put back
     calls.clear()

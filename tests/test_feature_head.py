@@ -1,4 +1,4 @@
-"""A head trained on a frozen backbone's cached features (lite<N>_head: resomap.models.pretrained.FrozenHead,
+"""A head trained on a frozen backbone's cached features (lite<N>_head: resomap.models.recipes.FrozenHead,
 resomap.training.feature_head): the features of every symmetry view computed once and read back by later seeds, the
 Trainer's loop over them, the model the same on images as on its features, seeds as replicates, the cost probe."""
 
@@ -9,7 +9,9 @@ import torch
 
 from conftest import REPO
 from resomap.config import load
-from resomap.models.pretrained import FrozenHead, create_backbone
+from resomap.models import get_spec
+from resomap.models.pretrained import create_backbone
+from resomap.models.recipes import FrozenHead
 from resomap.training import Trainer, feature_head
 from resomap.training.feature_head import FeatureLoader
 
@@ -91,7 +93,7 @@ def test_the_head_trains_on_cached_views_and_a_later_seed_reads_them_back(tmp_pa
     cfg, prepared = _prepared(tmp_path, 1)
     model, bundle = prepared.model, prepared.bundle
     assert isinstance(model, FrozenHead)
-    fit = Trainer(cfg, "cpu").fit(model, bundle)
+    fit = Trainer(cfg, "cpu", spec=prepared.spec).fit(model, bundle)
     assert calls == [8, 1]  # the synthetic set declares both flips and quarter turns: 8 views; validation as is
     files = list((tmp_path / cfg.experiment.cache_dir / "features").glob("*.pt"))
     assert len(files) == 1
@@ -114,14 +116,14 @@ def test_the_head_trains_on_cached_views_and_a_later_seed_reads_them_back(tmp_pa
     # a second seed: the cache is read (no backbone pass), the head starts and ends elsewhere (a replicate)
     calls.clear()
     cfg2, prepared2 = _prepared(tmp_path, 2)
-    Trainer(cfg2, "cpu").fit(prepared2.model, prepared2.bundle)
+    Trainer(cfg2, "cpu", spec=prepared2.spec).fit(prepared2.model, prepared2.bundle)
     assert calls == []
     assert not torch.equal(prepared2.model.head.weight, model.head.weight)
 
     # a damaged cache file is computed again, not trusted
     files[0].write_bytes(b"not a torch file")
     cfg3, prepared3 = _prepared(tmp_path, 3)
-    Trainer(cfg3, "cpu").fit(prepared3.model, prepared3.bundle)
+    Trainer(cfg3, "cpu", spec=prepared3.spec).fit(prepared3.model, prepared3.bundle)
     assert calls == [8, 1] and torch.load(files[0], weights_only=True)["format"] == feature_head.FORMAT
 
 
@@ -129,7 +131,7 @@ def test_views_follow_the_augmentation_switch_and_an_mlp_head_is_a_config_away(t
     calls = _count_extracts(monkeypatch)
     cfg, prepared = _prepared(tmp_path, 1, "data.augmentation.enabled=false", "models.head.hidden=16")
     assert isinstance(prepared.model.head, torch.nn.Sequential) and prepared.model.head[0].out_features == 16
-    Trainer(cfg, "cpu").fit(prepared.model, prepared.bundle)
+    Trainer(cfg, "cpu", spec=prepared.spec).fit(prepared.model, prepared.bundle)
     assert calls == [1, 1]  # no augmentation: the images as they are
 
 
@@ -142,7 +144,7 @@ def test_the_cost_probe_prices_every_view_and_takes_no_backbone_step(tmp_path, m
         "extract",
         lambda t, m, loader, tr, b=None, **k: batches.append(b) or real(t, m, loader, tr, b, **k),
     )
-    seconds, per_step, epochs = Trainer(cfg, "cpu").probe_seconds(prepared.model, prepared.bundle)
+    seconds, per_step, epochs = Trainer(cfg, "cpu", spec=prepared.spec).probe_seconds(prepared.model, prepared.bundle)
     assert batches == [feature_head.PROBE_BATCHES] and epochs == 4
     assert seconds > 0 and per_step > 0
     fresh = create_backbone("efficientnet_lite0", prepared.model.in_channels).state_dict()
@@ -171,15 +173,15 @@ def test_a_resumed_head_fit_ends_where_the_uninterrupted_one_does(tmp_path):
 
     one = ("system.threads=1", "models.dropout=0.3")  # one thread: the same sums in the same order; dropout: RNG
     cfg, straight = _prepared(tmp_path, 1, *one)
-    plain = Trainer(cfg, "cpu").fit(straight.model, straight.bundle)
+    plain = Trainer(cfg, "cpu", spec=straight.spec).fit(straight.model, straight.bundle)
     ck = tmp_path / "ck"
     cfg, crashed = _prepared(tmp_path, 1, *one)
     with pytest.raises(_Crash):
-        Trainer(cfg, "cpu", [TopKCheckpoint(ck, "val/loss", "min", 1), _CrashAfter(1)]).fit(
+        Trainer(cfg, "cpu", [TopKCheckpoint(ck, "val/loss", "min", 1), _CrashAfter(1)], spec=crashed.spec).fit(
             crashed.model, crashed.bundle
         )
     cfg, again = _prepared(tmp_path, 1, *one)
-    resumed = Trainer(cfg, "cpu", [TopKCheckpoint(ck, "val/loss", "min", 1)]).fit(
+    resumed = Trainer(cfg, "cpu", [TopKCheckpoint(ck, "val/loss", "min", 1)], spec=again.spec).fit(
         again.model, again.bundle, resume_from=ck / "last.pt"
     )
     assert resumed.resumed_from_epoch == 1 and len(resumed.history) == len(plain.history) == 4
@@ -197,7 +199,7 @@ def test_a_frozen_backbones_test_features_are_computed_once_and_predict_as_the_i
     calls = _count_extracts(monkeypatch)
     cfg, prepared = _prepared(tmp_path, 1, "training.epochs=1")
     model, bundle = prepared.model, prepared.bundle
-    trainer = Trainer(cfg, "cpu")
+    trainer = Trainer(cfg, "cpu", spec=prepared.spec)
     trainer.fit(model, bundle)
     calls.clear()
     first = evaluate_at(model, cfg, 32, 1, "cpu", trainer=trainer, bundle=bundle)
@@ -209,5 +211,5 @@ def test_a_frozen_backbones_test_features_are_computed_once_and_predict_as_the_i
         assert found.metrics == {k: float(v) for k, v in metrics.items()}
         assert (list(found.y_true), list(found.y_pred)) == (list(y_true), list(y_pred))
         assert list(found.score) == list(score)
-    unfrozen = torch.nn.Linear(2, 2)  # a model whose forward is not a head on pooled features: the images
-    assert feature_head.test_loader(trainer, unfrozen, bundle) is bundle.test
+    unfrozen = torch.nn.Linear(2, 2)  # a model whose spec names no frozen features (a gradient model): the images
+    assert feature_head.test_loader(Trainer(cfg, "cpu", spec=get_spec("tiny_cnn")), unfrozen, bundle) is bundle.test

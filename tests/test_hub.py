@@ -212,3 +212,23 @@ def test_a_sweep_trains_a_timm_model_from_its_published_weights(project, hf_cach
     key = "blocks.5.0.conv_pw.weight"
     start = load(lite0_timm_bytes)[key]
     assert float((trained[key].float() - start).norm()) < 0.1 * float(start.norm())
+
+
+def test_a_recipe_on_published_timm_weights_reads_what_the_lite_package_recipe_reads(hf_cache, lite0_timm_bytes):
+    """`timm:tf_efficientnet_lite0@linear` on timm's published weights (here the Lite0 package's, in the hub layout)
+    is lite0_linear: the layout read from timm's feature_info is Lite's (its 7 stages, the taps at stride 8 and
+    deeper and the head convolution) and the pooled features of a photo are the same to the bit."""
+    from resomap.models.pretrained import LITE_LAYOUT
+
+    write_hf_cache(hf_cache, LITE0_REPO, "model.safetensors", lite0_timm_bytes)
+    recipe, spec = build_model(f"{LITE0}@linear", 2, 3, ModelsConfig(pretrained={LITE0: "hub"}))
+    package, _ = build_model("lite0_linear", 2, 3, ModelsConfig())
+    assert recipe.layout == LITE_LAYOUT and (spec.fit, spec.features, spec.deterministic) == (
+        "closed_form",
+        "pooled",
+        True,
+    )
+    photo = (imagenet_photo("chelsea", 128) - 0.5) / 0.5
+    recipe.eval(), package.eval()
+    with torch.no_grad():
+        assert torch.equal(recipe.pooled(photo), package.pooled(photo))

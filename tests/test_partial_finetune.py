@@ -1,4 +1,4 @@
-"""Partial fine-tuning over cached maps (lite<N>_partial: resomap.models.pretrained.PartialFinetune through
+"""Partial fine-tuning over cached maps (lite<N>_partial: resomap.models.recipes.PartialFinetune through
 resomap.training.feature_head): the frozen stem and first K stages run once per image, their maps cached and read
 back by a later seed; the fit over the cache is the fit a fine-tune with the same K makes on the images (to float
 tolerance with a float32 cache, the same predictions with the float16 one); K = 0 is refused before anything is
@@ -11,7 +11,8 @@ import torch
 
 from conftest import REPO, run_cli
 from resomap.config import load
-from resomap.models.pretrained import Finetune, PartialFinetune
+from resomap.models.pretrained import lite_net
+from resomap.models.recipes import Finetune, PartialFinetune
 from resomap.training import Trainer, feature_head
 
 
@@ -56,7 +57,7 @@ def _prepared(tmp_path, model: str, seed: int = 1, *extra: str):
 
 def _fit_and_test(tmp_path, model: str) -> tuple[list[float], torch.Tensor, torch.nn.Module]:
     cfg, prepared = _prepared(tmp_path, model)
-    fit = Trainer(cfg, "cpu").fit(prepared.model, prepared.bundle)
+    fit = Trainer(cfg, "cpu", spec=prepared.spec).fit(prepared.model, prepared.bundle)
     prepared.model.eval()
     with torch.no_grad():
         logits = torch.cat([prepared.model(x) for x, *_ in prepared.bundle.test.plain()])
@@ -83,7 +84,12 @@ def test_the_fit_over_cached_maps_is_the_fine_tune_on_images(tmp_path, monkeypat
     assert exact == pytest.approx(on_images, rel=1e-4) and torch.equal(exact_logits.argmax(1), images_logits.argmax(1))
     assert (exact_logits - images_logits).abs().max() < 5e-3 < (cached_logits - images_logits).abs().max()
     # the frozen stages unchanged, the ones above them trained
-    fresh = Finetune("efficientnet_lite0", partial.in_channels, 2, load(str(REPO / "configs"), "smoke", []).models)
+    fresh = Finetune(
+        lite_net("efficientnet_lite0", partial.in_channels),
+        partial.in_channels,
+        2,
+        load(str(REPO / "configs"), "smoke", []).models,
+    )
     before, after = fresh.backbone.state_dict(), partial.backbone.state_dict()
     frozen = ("conv_stem.", "bn1.", "blocks.0.", "blocks.1.", "blocks.2.", "blocks.3.")
     assert all(torch.equal(after[k], before[k]) for k in after if k.startswith(frozen))
@@ -94,16 +100,16 @@ def test_the_fit_over_cached_maps_is_the_fine_tune_on_images(tmp_path, monkeypat
 def test_a_later_seed_reads_the_cached_maps_back(tmp_path, monkeypatch):
     calls = _count_extracts(monkeypatch)
     cfg, prepared = _prepared(tmp_path, "lite0_partial", 1)
-    Trainer(cfg, "cpu").fit(prepared.model, prepared.bundle)
+    Trainer(cfg, "cpu", spec=prepared.spec).fit(prepared.model, prepared.bundle)
     assert calls == [1, 1]
     calls.clear()
     cfg2, prepared2 = _prepared(tmp_path, "lite0_partial", 2)
-    Trainer(cfg2, "cpu").fit(prepared2.model, prepared2.bundle)
+    Trainer(cfg2, "cpu", spec=prepared2.spec).fit(prepared2.model, prepared2.bundle)
     assert calls == []  # no pass over the frozen stages: the maps read back
     assert not torch.equal(prepared2.model.classifier.weight, prepared.model.classifier.weight)  # a replicate
     # another K is another cache
     cfg3, prepared3 = _prepared(tmp_path, "lite0_partial", 1, "models.partial.freeze_blocks=5")
-    Trainer(cfg3, "cpu").fit(prepared3.model, prepared3.bundle)
+    Trainer(cfg3, "cpu", spec=prepared3.spec).fit(prepared3.model, prepared3.bundle)
     assert calls == [1, 1]
 
 
@@ -148,7 +154,7 @@ def test_the_cost_probe_prices_the_cache_pass_and_leaves_the_frozen_stages_as_th
     cfg, prepared = _prepared(tmp_path, "lite0_partial")
     model = prepared.model
     before = {k: v.clone() for k, v in model.backbone.state_dict().items() if k.startswith(("conv_stem", "bn1"))}
-    seconds, per_step, epochs = Trainer(cfg, "cpu").probe_seconds(model, prepared.bundle)
+    seconds, per_step, epochs = Trainer(cfg, "cpu", spec=prepared.spec).probe_seconds(model, prepared.bundle)
     assert calls == [feature_head.PROBE_BATCHES] and epochs == 3 and seconds > 0 and per_step > 0
     after = model.backbone.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())

@@ -22,7 +22,8 @@ from resomap.config.schema import FinetuneConfig, ModelsConfig
 from resomap.errors import ConfigError, ModelError
 from resomap.models import build_model, get_spec
 from resomap.models.backbones import BACKBONES, efficientnet_pytorch_to_timm, weights_file
-from resomap.models.pretrained import STAGES, FrozenLinear, create_backbone
+from resomap.models.pretrained import STAGES, create_backbone, lite_net
+from resomap.models.recipes import FrozenLinear
 
 INSTALLED = [name for name, b in BACKBONES.items() if importlib.util.find_spec(b.module) is not None]
 
@@ -61,8 +62,8 @@ def test_grayscale_goes_through_the_summed_stem_and_the_data_normalisation_is_un
     """A 1-channel model sees the same as the 3-channel one given the grey image in all three channels; its input in
     the data pipeline's normalisation gives the same logits as raw 0..1 pixels with the identity normalisation."""
     img = imagenet_photo("chelsea", 96).mean(1, keepdim=True)
-    one = FrozenLinear("efficientnet_lite0", 1, 2).eval()
-    three = FrozenLinear("efficientnet_lite0", 3, 2).eval()
+    one = FrozenLinear(lite_net("efficientnet_lite0", 1), 1, 2).eval()
+    three = FrozenLinear(lite_net("efficientnet_lite0", 3), 3, 2).eval()
     with torch.no_grad():
         f1 = one.pooled(img)
         f3 = three.pooled(img.expand(-1, 3, -1, -1))
@@ -282,8 +283,10 @@ def test_the_cost_probe_of_the_frozen_model_reads_a_few_batches_and_prices_all(m
 
     monkeypatch.setattr("resomap.training.closed_form.train_arrays", counted)
     steps = []
-    monkeypatch.setattr(Trainer, "_train_step", lambda self, *a, **k: steps.append(1))
-    seconds, per_image, fits = Trainer(trial.cfg, "cpu").probe_seconds(prepared.model, prepared.bundle)
+    monkeypatch.setattr(Trainer, "train_step", lambda self, *a, **k: steps.append(1))
+    seconds, per_image, fits = Trainer(trial.cfg, "cpu", spec=prepared.spec).probe_seconds(
+        prepared.model, prepared.bundle
+    )
     n_train = prepared.bundle.train.num_samples
     assert not steps and fits == len(FrozenLinear.penalties)
     assert seen == [PROBE_FEATURE_BATCHES * 8] and n_train > seen[0]

@@ -135,13 +135,13 @@ def test_measuring_changes_no_training_result(monkeypatch, ema):
     weights' moving average, and consume RNG) gives the same weights and history as the same count fixed in the
     config."""
     monkeypatch.setattr(threads, "thread_candidates", lambda *a, **k: [1, 2])
-    steps, real_step = [], Trainer._train_step
+    steps, real_step = [], Trainer.train_step
 
     def counted(self, *args, **kwargs):
         steps.append(1)
         return real_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(Trainer, "_train_step", counted)
+    monkeypatch.setattr(Trainer, "train_step", counted)
     measured_model, trainer = tiny(), Trainer(cfg_of(0, ema=ema), CPU)
     measured = trainer.fit(measured_model, toy_data())
     record = trainer.meta["threads"]

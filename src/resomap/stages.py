@@ -362,7 +362,7 @@ def evaluate_trained(
     from resomap.runtime import describe_device
     from resomap.training import Trainer
 
-    trainer = trainer if trainer is not None else Trainer(cfg, device)
+    trainer = trainer if trainer is not None else Trainer(cfg, device, spec=spec)
     test = test_stage(model, bundle, trainer, title, out_dir, num_classes)
     own = (bundle.resolution, test)
     kw = {"trainer": trainer, "num_classes": num_classes}

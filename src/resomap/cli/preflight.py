@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from resomap.config.schema import RECIPE_NAMES
 from resomap.errors import ConfigError, UnknownNameError
 
 TIMM_PREFIX = "timm:"  # resomap.models.registry's; any timm model name is checked when the model is built
@@ -105,7 +106,8 @@ def pretrained_files(cfg: Any) -> dict[str, str]:
     anything is created (resomap.models.hub; torch is imported only then)."""
     from resomap.config.schema import is_hub
 
-    used = {str(m).lower() for m in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]}
+    named = [str(m) for m in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]]
+    used = {n.lower() for n in named} | {recipe_base(n).lower() for n in named}  # a recipe reads its backbone's
     files = {}
     for model, path in cfg.models.pretrained.items():
         if str(model).lower() not in used:
@@ -115,7 +117,7 @@ def pretrained_files(cfg: Any) -> dict[str, str]:
             from resomap.models import canonical_name
             from resomap.models.hub import fetch, locate
 
-            path = fetch(locate(canonical_name(str(model))))
+            path = fetch(locate(canonical_name(recipe_base(str(model)))))
         files[str(model)] = str(path)
     return files
 
@@ -192,7 +194,8 @@ def _check_task(cfg: Any, where: Any) -> None:
     name = tasks.resolve(task)
     for model in [*cfg.sweep.models, *(pair[0] for pair in cfg.sweep.include)]:
         check_model(model)
-        found = "classification" if str(model).lower().startswith(TIMM_PREFIX) else models.meta(model).get("task")
+        base = recipe_base(model)
+        found = "classification" if base.lower().startswith(TIMM_PREFIX) else models.meta(base).get("task")
         if (found or "classification") != name:
             raise ConfigError(
                 f"{where('sweep.models')}: sweep.models: expected {name} models (experiment.task={name}), "
@@ -207,7 +210,11 @@ def _check_task(cfg: Any, where: Any) -> None:
         )
     check_dataset_fit(cfg, meta, failing(where))
     check_model_fit(
-        cfg, lambda model: {} if model.lower().startswith(TIMM_PREFIX) else models.meta(model), failing(where)
+        cfg,
+        lambda model: (
+            {} if recipe_base(model) != model or model.lower().startswith(TIMM_PREFIX) else models.meta(model)
+        ),
+        failing(where),
     )
 
 
@@ -216,9 +223,23 @@ def check_model(name: str) -> None:
     from resomap import catalog
 
     models = catalog.registry("model")
-    if models is None or str(name).lower().startswith(TIMM_PREFIX) or catalog.plugins_installed():
+    base = recipe_base(name)
+    if models is None or base.lower().startswith(TIMM_PREFIX) or catalog.plugins_installed():
         return
-    models.resolve(name)
+    models.resolve(base)
+    if base != str(name) and models.meta(base).get("hub") != "torchvision":
+        raise UnknownNameError(f"'{name}': recipes take timm:<name> or a torchvision model of `resomap models`")
+
+
+def recipe_base(name: str) -> str:
+    """The backbone of a recipe name ('resnet18@linear' -> 'resnet18'; resomap.models.recipes), else the name; an
+    unknown recipe raises UnknownNameError."""
+    base, sep, recipe = str(name).rpartition("@")
+    if not sep:
+        return str(name)
+    if recipe.strip().lower() not in RECIPE_NAMES:
+        raise UnknownNameError(f"no recipe '{recipe}' in '{name}'; use one of {', '.join(RECIPE_NAMES)} after '@'")
+    return base
 
 
 def dataset_channels(name: str) -> int:

@@ -267,6 +267,11 @@ class HeadConfig:
     hidden: int = 0  # 0: a linear head; N: an MLP with N hidden units (GELU, models.dropout before each layer)
 
 
+# the ways of using a pretrained backbone a model name asks for after '@' (resomap.models.recipes):
+# `timm:convnext_tiny@partial`, `resnet18@linear`
+RECIPE_NAMES = ("linear", "head", "finetune", "partial")
+
+
 @dataclass(frozen=True)
 class ModelsConfig:
     # the sections read by named models only: part of those models' trial keys, not of the others' (sweep.trial)
@@ -276,6 +281,14 @@ class ModelsConfig:
         "partial": ("lite0_partial", "lite1_partial", "lite2_partial"),
         "head": ("lite0_head", "lite1_head", "lite2_head"),
     }
+
+    @classmethod
+    def reads(cls, model: str, section: str) -> bool:
+        """Whether `model` reads models.<section> (MODEL_SECTIONS): a model named there, or a recipe name
+        `<backbone>@<section>` of the finetune, partial and head recipes (resomap.models.recipes)."""
+        name = str(model).lower()
+        return name in cls.MODEL_SECTIONS[section] or (section != "hog" and name.endswith(f"@{section}"))
+
     grayscale: Literal["repeat", "adapt"] = "adapt"  # 1-channel input: repeat to 3 channels or adapt conv1
     # model name -> a local state_dict file, or `hub`: timm's / torchvision's published weights from the user's caches
     # (Hugging Face, torch hub; fetched once where online and HF_HUB_OFFLINE is unset: resomap.models.hub)

@@ -12,8 +12,10 @@ import torch.utils.checkpoint
 from torch import nn
 
 from resomap.config.schema import ModelsConfig, is_hub
-from resomap.errors import ConfigError, ModelError
+from resomap.errors import ConfigError, ModelError, UnknownNameError
 from resomap.models import hub
+from resomap.models.layouts import timm_layout, torchvision_layout
+from resomap.models.recipes import IMAGENET_MEAN, IMAGENET_STD, RECIPE_KIND, RECIPE_SEP, RECIPES, Net, build_recipe
 from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name, list_models
 from resomap.models.spec import ModelSpec
 from resomap.models.timm_models import create_timm, spec_from_model, timm_arch, timm_spec
@@ -29,21 +31,43 @@ class ModelRow(NamedTuple):
     cam_layer: str  # deepest CAM candidate
 
 
+def split_recipe(name: str) -> tuple[str, str | None]:
+    """'timm:resnet18@linear' -> ('timm:resnet18', 'linear'); a name without '@' -> (name, None)."""
+    base, sep, recipe = str(name).rpartition(RECIPE_SEP)
+    return (base, recipe.strip().lower()) if sep else (str(name), None)
+
+
 def canonical_name(name: str) -> str:
-    """Registry key or 'timm:<arch>'; unknown names raise UnknownNameError with close names."""
+    """Registry key, 'timm:<arch>', or either's '<base>@<recipe>' (resomap.models.recipes: a timm model or a
+    torchvision model of the registry); unknown names raise UnknownNameError with close names."""
+    base, recipe = split_recipe(name)
+    if recipe is not None:
+        if recipe not in RECIPES:
+            raise UnknownNameError(f"no recipe '{recipe}' in '{name}'; use one of {', '.join(RECIPES)} after '@'")
+        found = canonical_name(base)
+        if not is_timm_name(found) and MODELS.meta(found).get("hub") != "torchvision":
+            tv = ", ".join(n for n in list_models() if MODELS.meta(n).get("hub") == "torchvision")
+            raise UnknownNameError(f"'{name}': recipes take timm:<name> or a torchvision model ({tv})")
+        return f"{found}{RECIPE_SEP}{recipe}"
     if is_timm_name(name):
         return TIMM_PREFIX + timm_arch(name)
     return MODELS.resolve(name)
 
 
 def get_spec(name: str) -> ModelSpec:
-    """The ModelSpec of a registered name or of `timm:<name>` (case-insensitive)."""
+    """The ModelSpec of a registered name, of `timm:<name>` or of a recipe name (case-insensitive)."""
     key = canonical_name(name)
+    base, recipe = split_recipe(key)
+    if recipe is not None:  # the base's CAM candidates, inside the recipe's `backbone`
+        own = get_spec(base)
+        kind = RECIPE_KIND[recipe]
+        cams = tuple(f"backbone.{layer}" for layer in own.cam_layers)
+        return ModelSpec(name=key, family=own.family, cam_layers=cams, **kind)
     if is_timm_name(key):
         return timm_spec(key)
     meta = MODELS.meta(key)
-    deterministic = bool(meta.get("deterministic", False))
-    return ModelSpec(name=key, family=meta["family"], cam_layers=meta["cam_layers"], deterministic=deterministic)
+    kind = {k: meta[k] for k in ("deterministic", "fit", "features") if k in meta}
+    return ModelSpec(name=key, family=meta["family"], cam_layers=meta["cam_layers"], **kind)
 
 
 def _check_args(num_classes: int, in_channels: int, cfg: ModelsConfig) -> None:
@@ -61,6 +85,9 @@ def pretrained_entry(key: str, cfg: ModelsConfig) -> str | None:
     """cfg.pretrained's value for the model `key` (canonical; a `timm:<arch>` model also under its bare arch):
     a weights file, `hub`, or None."""
     paths = {str(k).lower(): v for k, v in cfg.pretrained.items()}
+    base, recipe = split_recipe(key)
+    if recipe is not None and key not in paths:  # a recipe's backbone: the entry of its base model too
+        return pretrained_entry(base, cfg)
     return paths.get(key) or (paths.get(key[len(TIMM_PREFIX) :]) if is_timm_name(key) else None)
 
 
@@ -74,28 +101,49 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
     """
     _check_args(num_classes, in_channels, cfg)
     key = canonical_name(name)
+    base, recipe = split_recipe(key)
     repeat = cfg.grayscale == "repeat" and in_channels == 1
     build_channels = 3 if repeat else in_channels
     path = pretrained_entry(key, cfg)
-    published = hub.fetch(hub.locate(key)) if is_hub(path) else None
+    published = hub.fetch(hub.locate(base)) if is_hub(path) else None
     if published is not None:
         log.info("%s: pretrained weights from %s", key, published)
-    if is_timm_name(key):
-        model = create_timm(timm_arch(key), num_classes, build_channels, cfg, weights=published)
-        spec = spec_from_model(key, model)
+    if is_timm_name(base):
+        model = create_timm(timm_arch(base), num_classes, build_channels, cfg, weights=published)
+        spec = spec_from_model(base, model)
     else:
-        model = MODELS.get(key)(num_classes, build_channels, cfg)
-        spec = get_spec(key)
-    path = None if published is not None and is_timm_name(key) else (published or path)
+        model = MODELS.get(base)(num_classes, build_channels, cfg)
+        spec = get_spec(base)
+    path = None if published is not None and is_timm_name(base) else (published or path)
     if path:
         target = getattr(model, "backbone", None) if hasattr(model, "adopt_input_stats") else None
         target = target if target is not None else model  # a pretrained entry: the file replaces its backbone's
         first_conv = getattr(target, "pretrained_cfg", {}).get("first_conv") or first_conv_name(target)
         load_pretrained(target, path, num_classes, input_conv=first_conv)
+    if recipe is not None:  # the built (and loaded) model as the backbone of the recipe
+        model = as_recipe(base, recipe, model, build_channels, num_classes, cfg)
+        spec = get_spec(key)
     if repeat:
         add_grayscale_repeat(model)
     log.debug("built %s (%d classes, %d input channels, grayscale=%s)", key, num_classes, in_channels, cfg.grayscale)
     return model, spec
+
+
+def as_recipe(base: str, recipe: str, model: nn.Module, in_channels: int, num_classes: int, cfg: ModelsConfig):
+    """`recipe` (resomap.models.recipes) on the built model `base` (its weights loaded): its classifier dropped, its
+    layout read from the model (resomap.models.layouts)."""
+    if is_timm_name(base):
+        model.reset_classifier(0)
+        layout = timm_layout(model, base)
+        mean, std = model.pretrained_cfg.get("mean", IMAGENET_MEAN), model.pretrained_cfg.get("std", IMAGENET_STD)
+    else:
+        layout = torchvision_layout(model, base)
+        for head in ("fc", "classifier"):  # what reads the pooled features: the recipe brings its own
+            if hasattr(model, head):
+                setattr(model, head, nn.Identity())
+        mean, std = IMAGENET_MEAN, IMAGENET_STD
+    net = Net(model, layout, tuple(mean), tuple(std), base)
+    return build_recipe(recipe, net, in_channels, num_classes, cfg)
 
 
 def check_input_size(model: nn.Module, name: str, resolution: int, in_channels: int) -> None:

@@ -2,8 +2,8 @@
 
 `pixel_logreg` is a model like any other (registered, trained by the Trainer, checkpointed, tested at every
 resolution, profiled and explained), so every sweep can put a deep model's accuracy beside what a linear model of
-the same pixels reaches on the same split at the same resolution. The Trainer sees `closed_form = True` and, instead
-of epochs of gradient steps, calls `fit_arrays` once per value of the L2 penalty on a fixed grid (weakest
+the same pixels reaches on the same split at the same resolution. The Trainer reads its spec's fit, "closed_form",
+and, instead of epochs of gradient steps, calls `fit_arrays` once per value of the L2 penalty on a fixed grid (weakest
 regularisation last), each "epoch" scored on the validation split like a deep model's epoch, so the best checkpoint
 is the penalty chosen on validation (never on test) and the convergence record reads the same way.
 
@@ -33,7 +33,6 @@ MAX_ITER = 500  # lbfgs iterations per fit; a fit that needs more is recorded as
 
 
 class PixelLogistic(nn.Module):
-    closed_form = True  # the Trainer fits it with fit_arrays (resomap.training.trainer), not by gradient steps
     penalties = PENALTIES
 
     def __init__(self, in_channels: int, num_classes: int) -> None:
@@ -144,7 +143,7 @@ def class_rows(clf, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     return coef, intercept
 
 
-@register_model("pixel_logreg", family="classical", cam_layers=("pixels",), deterministic=True)
+@register_model("pixel_logreg", family="classical", cam_layers=("pixels",), deterministic=True, fit="closed_form")
 def pixel_logreg(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
     """Logistic regression on the standardised raw pixels (scikit-learn), the classical baseline."""
     return PixelLogistic(in_channels, num_classes)

@@ -1,9 +1,9 @@
 """A second classical baseline: HOG features and a linear SVM, fitted by scikit-learn.
 
-`hog_svm` is fitted like `pixel_logreg` (resomap.models.classical): the Trainer sees `closed_form = True` and calls
-`fit_arrays` once per value of the SVM's C on a fixed grid (strongest penalty first), each fit scored on validation
-as an "epoch". The module is plain torch, so it is checkpointed, tested at every resolution, profiled and explained
-like any model: input (resized to the trained side) -> grey (the channels' mean) -> HOG features -> one
+`hog_svm` is fitted like `pixel_logreg` (resomap.models.classical): the Trainer reads its spec's fit, "closed_form",
+and calls `fit_arrays` once per value of the SVM's C on a fixed grid (strongest penalty first), each fit scored on
+validation as an "epoch". The module is plain torch, so it is checkpointed, tested at every resolution, profiled and
+explained like any model: input (resized to the trained side) -> grey (the channels' mean) -> HOG features -> one
 `nn.Linear` holding scikit-learn's StandardScaler + LinearSVC, whose logits are the SVM's decision function (a binary
 fit's one row z split as +z/2, -z/2, as `classical.class_rows` does; one-vs-rest rows for more classes).
 
@@ -98,7 +98,6 @@ def _orientation_bins(g_row: torch.Tensor, g_col: torch.Tensor, orientations: in
 
 
 class HogSvm(nn.Module):
-    closed_form = True  # the Trainer fits it with fit_arrays (resomap.training.trainer), not by gradient steps
     penalties = PENALTIES
 
     def __init__(self, in_channels: int, num_classes: int, cells_per_side: int = 8, orientations: int = 9) -> None:
@@ -209,7 +208,9 @@ class HogSvm(nn.Module):
 
 
 # revision 2: Grad-CAM on cells
-@register_model("hog_svm", family="classical", cam_layers=("cells", "pixels"), revision=2, deterministic=True)
+@register_model(
+    "hog_svm", family="classical", cam_layers=("cells", "pixels"), revision=2, deterministic=True, fit="closed_form"
+)
 def hog_svm(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
     """A linear SVM on standardised HOG features (scikit-image's HOG in torch, scikit-learn's LinearSVC)."""
     return HogSvm(in_channels, num_classes, cfg.hog.cells_per_side, cfg.hog.orientations)

@@ -8,6 +8,7 @@ from typing import Any
 from torch import nn
 
 from resomap.config.schema import ModelsConfig
+from resomap.models.spec import FEATURE_KINDS, FIT_KINDS
 from resomap.registry import Registry
 
 ModelFn = Callable[[int, int, ModelsConfig], nn.Module]
@@ -31,6 +32,8 @@ def register_model(
     cpu_fast_path: dict[str, Any] | None = None,
     deterministic: bool = False,
     hub: str | None = None,
+    fit: str = "gradient",
+    features: str = "none",
 ) -> Callable[[ModelFn], ModelFn]:
     """Register `fn(num_classes, in_channels, cfg) -> nn.Module`; cam_layers are dotted names, deepest first. `family`
     is any short word (it names a checkpoint folder: checkpoints/<exp>/<family>/<model>/...). `task`: the registered
@@ -46,7 +49,9 @@ def register_model(
     construction (a closed-form fit on fixed features: the classical baselines, a frozen backbone with a closed-form
     head), so its seeds are one replicate and one seed decides about the model as several do (the summary warns when
     its seeds disagree). `hub`: the library whose published pretrained weights `models.pretrained: {name: hub}`
-    loads (resomap.models.hub: "torchvision", its weight enums' DEFAULT)."""
+    loads (resomap.models.hub: "torchvision", its weight enums' DEFAULT). `fit`: how the
+    Trainer fits it, and `features`: what its frozen part gives to a cache (resomap.models.spec.FIT_KINDS,
+    FEATURE_KINDS: the ModelSpec's typed fields)."""
     if not isinstance(revision, int) or revision < 1:
         raise ValueError(f"model '{name}': revision must be an integer >= 1, got {revision!r}")
     if not family or not family.replace("_", "").replace("-", "").isalnum():
@@ -55,11 +60,15 @@ def register_model(
         raise ValueError(f"model '{name}': give at least one CAM layer candidate")
     if not task or not str(task).replace("_", "").isalnum():
         raise ValueError(f"model '{name}': task must be a task's name (resomap.tasks), got {task!r}")
+    if fit not in FIT_KINDS or features not in FEATURE_KINDS:
+        raise ValueError(f"model '{name}': fit one of {FIT_KINDS}, features one of {FEATURE_KINDS}")
     meta = {"revision": revision} if revision > 1 else {}
     found = {"weights": weights, "min_resolution": min_resolution, "blocks": blocks, "min_frozen": min_frozen}
     found["cpu_fast_path"] = cpu_fast_path
     found["deterministic"] = True if deterministic else None
     found["hub"] = hub
+    found["fit"] = None if fit == "gradient" else fit
+    found["features"] = None if features == "none" else features
     meta.update({key: value for key, value in found.items() if value is not None})
     return MODELS.register(name, family=family, cam_layers=tuple(cam_layers), task=task, **meta)
 

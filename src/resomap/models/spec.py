@@ -7,6 +7,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -14,6 +15,19 @@ from torch import nn
 from resomap.errors import ModelError
 
 log = logging.getLogger(__name__)
+
+
+# How the Trainer fits a model (ModelSpec.fit): "gradient", its loop on images; "closed_form", one solve on the
+# training set's arrays (resomap.training.closed_form: the classical baselines, a frozen backbone's linear head);
+# "feature_head", its loop on what the model's frozen part gives, computed once per image and view and cached
+# (resomap.training.feature_head: a head on pooled features, the top of a partial fine-tune on cached maps)
+FitKind = Literal["gradient", "closed_form", "feature_head"]
+FIT_KINDS: tuple[str, ...] = ("gradient", "closed_form", "feature_head")
+# What a model's frozen part gives and the feature cache keeps (ModelSpec.features): "none" (nothing frozen is
+# read apart), "pooled" (a frozen backbone's pooled features: lite<N>_linear, lite<N>_head), "maps" (the output
+# maps of its frozen first stages: lite<N>_partial)
+FeatureKind = Literal["none", "pooled", "maps"]
+FEATURE_KINDS: tuple[str, ...] = ("none", "pooled", "maps")
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,8 @@ class ModelSpec:
     num_prefix_tokens: int = 0
     cam_resolutions: tuple[int, ...] = ()  # set by with_cam_policy('common', ...): one CAM layer for all of these
     deterministic: bool = False  # its fit does not depend on the training seed, by construction (register_model)
+    fit: FitKind = "gradient"  # how the Trainer fits it (FIT_KINDS)
+    features: FeatureKind = "none"  # what its frozen part gives, cached (FEATURE_KINDS)
 
     def reshape_transform(self, resolution: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         """None for CNNs; for token models a callable [B, N, C] -> [B, C, g, g], g = resolution // patch_size."""

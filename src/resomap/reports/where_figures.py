@@ -50,6 +50,8 @@ def where_figures(placements: Sequence[Any], decisions: Sequence[Mapping[str, An
     for model in sorted({p.model for p in placements}):
         mine = [p for p in placements if p.model == model]
         resolutions = sorted({r for p in mine for r in p.mean})
+        if not resolutions:  # no placement measured (e.g. no probe image of a class with a mask): nothing to draw
+            continue
         reference = next((int(r["reference"]) for r in decisions if r["model"] == model), max(resolutions))
         rows = []
         for p in mine:

@@ -55,7 +55,7 @@ def catalog() -> dict:
             meta, entry = reg._meta[name], {}
             if meta.get("options") is not None:
                 entry["options"] = [f.name for f in dataclasses.fields(meta["options"])]
-            for key in ("task", "channels", "targets", "native", "confidence", "revision", *MODEL_FIT_KEYS):
+            for key in ("task", "channels", "targets", "native", "confidence", "revision", "hub", *MODEL_FIT_KEYS):
                 if key in meta:
                     entry[key] = list(meta[key]) if isinstance(meta[key], tuple) else meta[key]
             entries[name] = entry

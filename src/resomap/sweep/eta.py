@@ -233,7 +233,9 @@ def probe(trials: list[Any], report: Callable[[str], None] = log.info) -> dict[P
                 t1 = time.perf_counter()
                 prepared = prepare_trial(trial, cfg, device)  # as the trial builds them (grad checkpointing too)
                 t2 = time.perf_counter()
-                train_s, image_s, epochs = Trainer(cfg, device).probe_seconds(prepared.model, prepared.bundle)
+                train_s, image_s, epochs = Trainer(cfg, device, spec=prepared.spec).probe_seconds(
+                    prepared.model, prepared.bundle
+                )
             decode += t1 - t0
             stopping = cfg.training.early_stopping
             fewest = min(stopping.patience + 1, epochs) if stopping.enabled else epochs

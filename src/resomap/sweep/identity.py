@@ -183,8 +183,8 @@ def _key_tree(cfg: Config, model: str | None = None) -> dict[str, Any]:
     that named models read (ModelsConfig.MODEL_SECTIONS: models.hog) only in those models' trees (`model`), so
     adding such a section kept every other key."""
     tree = to_dict(cfg)
-    for section, readers in type(cfg.models).MODEL_SECTIONS.items():
-        if model is None or model.lower() not in readers:
+    for section in type(cfg.models).MODEL_SECTIONS:
+        if model is None or not type(cfg.models).reads(model, section):
             tree["models"].pop(section, None)
     for dotted in _KEY_EXCLUDE:
         node = tree

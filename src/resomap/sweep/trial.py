@@ -311,7 +311,7 @@ def _follow_rank0(trial: Trial, device: Any, family: str, result: TrialResult) -
     prepared = prepare_trial(trial, trial.cfg, device)
     resume = distributed.share_from_rank0(None)
     callbacks = _callbacks(trial.cfg, trial.checkpoint_dir(family), {}, None, None)
-    trainer = Trainer(trial.cfg, device, callbacks=callbacks, run_name=trial.name)
+    trainer = Trainer(trial.cfg, device, callbacks=callbacks, run_name=trial.name, spec=prepared.spec)
     fit = trainer.fit(prepared.model, prepared.bundle, resume_from=resume)
     result.status, result.epochs_run, result.best_val = "FINISHED", len(fit.history), fit.best_score
     return result
@@ -369,7 +369,7 @@ def _train_and_evaluate(trial: Trial, prepared: _Prepared, device: Any, live: tu
     }
     callbacks = _callbacks(cfg, folder, meta, *live)
     store = (folder / THREADS_STORE, trial.key)  # the count the first attempt measured, reused by every other
-    trainer = Trainer(cfg, device, callbacks=callbacks, run_name=trial.name)
+    trainer = Trainer(cfg, device, callbacks=callbacks, run_name=trial.name, spec=prepared.spec)
     trainer.threads_store = store
     start = time.perf_counter()
     fit = trainer.fit(model, bundle, resume_from=resume)
@@ -422,8 +422,8 @@ def _learning_rate(trial: Trial, prepared: _Prepared, device: Any) -> tuple[Conf
     from resomap.training.lr_find import lr_range_test
 
     cfg = prepared.cfg
-    model = prepared.model  # a closed-form fit has no learning rate; a head on cached features is not found one here
-    if not cfg.training.lr_find.enabled or any(getattr(model, kind, False) for kind in ("closed_form", "feature_head")):
+    # a closed-form fit has no learning rate; a head on cached features is not found one here
+    if not cfg.training.lr_find.enabled or prepared.spec.fit != "gradient":
         return cfg, None
     record_path = trial.lr_find_file(prepared.spec.family)  # beside the seeds' folders
     key = trial_key(cfg, trial.model, trial.resolution, 0)

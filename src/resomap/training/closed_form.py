@@ -1,4 +1,4 @@
-"""What the Trainer does for a closed-form model (``closed_form = True``: resomap.models.classical) instead of
+"""What the Trainer does for a closed-form model (ModelSpec.fit "closed_form": resomap.models.classical) instead of
 gradient steps: one solver fit per penalty on the unaugmented training images, each scored as an epoch (a history
 row with its `train/penalty_C`; MLflow gets these rows as the penalty grid `penalty/*` and the run's own metrics
 as the chosen fit's: resomap.tracking.live); and the process's peak memory every epoch records.
@@ -63,9 +63,9 @@ def fit_closed_form(trainer: FitHost, model: nn.Module, data: Any) -> FitResult:
     seed_everything(trainer.cfg.experiment.seed)
     trainer.history, trainer.should_stop, trainer.epoch = [], False, 0
     model.prepare_fit(int(data.resolution))
-    trainer._setup(model, data)
+    trainer.setup(model, data)
     val = data.val
-    if getattr(model, "pooled", None) is not None:  # a frozen backbone: its features from the cache (feature_head)
+    if trainer.features == "pooled":  # a frozen backbone: its features from the cache (feature_head)
         from resomap.training.feature_head import closed_form_arrays
 
         x, y, val = closed_form_arrays(trainer, model, data)
@@ -74,26 +74,26 @@ def fit_closed_form(trainer: FitHost, model: nn.Module, data: Any) -> FitResult:
         x, y, weights = train_arrays(trainer, data)
     inputs = _digest_arrays(model, x, y, weights)
     try:
-        trainer._call("on_fit_start")
+        trainer.call_hooks("on_fit_start")
         for epoch, penalty in enumerate(model.penalties):
             if trainer.should_stop:
                 break
             trainer.epoch = epoch
-            trainer._call("on_train_epoch_start")
+            trainer.call_hooks("on_train_epoch_start")
             t0 = time.perf_counter()
             metrics = {"epoch": epoch, **kept_fit(trainer, model, inputs, (x, y, penalty, weights))}
             elapsed = time.perf_counter() - t0
             metrics.update({"train/epoch_time_s": elapsed, "train/images_per_s": len(y) / max(elapsed, 1e-9)})
             metrics.update({"train/peak_memory_mb": peak_memory_mb(trainer.device), "train/penalty_C": penalty})
-            trainer._call("on_train_epoch_end", metrics)
+            trainer.call_hooks("on_train_epoch_end", metrics)
             metrics.update(trainer.evaluate(trainer.model, val, prefix="val")[0])
             trainer.history.append(metrics)
-            trainer._call("on_validation_end", metrics)
-        trainer._call("on_fit_end")
+            trainer.call_hooks("on_validation_end", metrics)
+        trainer.call_hooks("on_fit_end")
     except BaseException as exc:
-        trainer._call("on_exception", exc)
+        trainer.call_hooks("on_exception", exc)
         raise
-    fit = trainer._result(0, None, epochs_planned=len(model.penalties))
+    fit = trainer.fit_result(0, None, epochs_planned=len(model.penalties))
     fit.convergence = closed_form_convergence(fit.convergence, trainer.history, model.penalties)
     return fit
 
@@ -105,12 +105,13 @@ def train_arrays(
     labels [N] and per-image weights (the loader's sample weights times the loss's class weights; None when neither
     applies), for a closed-form fit; `batches`: only the loader's first so many batches (the cost probe)."""
     xs, ys, ws = [], [], []
-    inputs = getattr(trainer.model, "fit_inputs", None)  # what the model fits on (pooled features), else the pixels
+    pooled = trainer.features == "pooled"  # a frozen backbone: it fits on its pooled features, else on the pixels
+    inputs = trainer.model.fit_inputs if pooled else None
     with torch.no_grad():
         for i, (x, y, *w) in enumerate(data.train.plain()):  # w: the images' loss weights (training.sample_weights)
             if batches is not None and i >= batches:
                 break
-            rows = inputs(trainer._inputs(x)) if inputs is not None else x
+            rows = inputs(trainer.prepare_inputs(x)) if inputs is not None else x
             xs.append(rows.float().flatten(1).cpu().numpy())
             ys.append(y.cpu().numpy())
             ws.extend(t.cpu().numpy() for t in w)
@@ -123,7 +124,7 @@ def fit_weights(trainer: FitHost, y: np.ndarray, weights: Any) -> np.ndarray | N
     loss's class weights; None when neither applies."""
     if weights is not None:
         weights = np.asarray(weights.cpu().numpy() if isinstance(weights, torch.Tensor) else weights, np.float32)
-    classes = getattr(trainer._criterion, "weight", None)  # the class weights the deep models' loss applies
+    classes = getattr(trainer.criterion, "weight", None)  # the class weights the deep models' loss applies
     if classes is not None:  # the same weighting as theirs (scikit-learn's class_weight is this product too)
         per_class = classes.detach().cpu().numpy()[y]
         weights = per_class if weights is None else weights * per_class
@@ -140,7 +141,7 @@ def probe_closed_form(trainer: FitHost, model: nn.Module, data: Any) -> tuple[fl
     `probe_fit_seconds` (else one fit at its middle penalty x the number of penalties), on those rows scaled to all
     (lbfgs' cost grows about linearly with rows). Fits timed on all the training rows are the trial's own: they are
     kept (kept_fit), so the trial reads them back."""
-    few = PROBE_FEATURE_BATCHES if hasattr(model, "fit_inputs") else None
+    few = PROBE_FEATURE_BATCHES if trainer.features == "pooled" else None
     t0 = time.perf_counter()
     x, y, weights = train_arrays(trainer, data, few)
     per_image = (time.perf_counter() - t0) / max(len(y), 1)  # seconds per training image of the data pass

@@ -1,4 +1,4 @@
-"""What the Trainer does for a head on a frozen backbone's cached features (``feature_head = True``:
+"""What the Trainer does for a head on a frozen backbone's cached features (ModelSpec.fit "feature_head":
 resomap.models.pretrained.FrozenHead, and PartialFinetune, whose "features" are the frozen stages' output maps and
 whose trained part is the stages above them): the pooled features of every training image under every view of the
 dataset's declared symmetries (data.augmentation on; else the image as it is) and of every validation image,
@@ -118,14 +118,12 @@ def _digest(
 ) -> str:
     """What the cached features depend on: the images of the splits (their bytes), their normalisation, the
     backbone and its weights, the input channels, the resolution, the views and the numeric path."""
-    from resomap.models.backbones import BACKBONES
-
     h = hashlib.blake2b(digest_size=16)
-    parts = [FORMAT, model.backbone_name, BACKBONES[model.backbone_name].sha256, model.in_channels]  # checked at load
+    parts = [FORMAT, model.backbone_name, model.weights_id, model.in_channels]  # a package's file: checked at load
     parts += [int(data.resolution), view_names, str(dtype), trainer.precision, trainer.channels_last]
     parts.append(trainer.device.type)
     parts += [] if splits == ("train", "val") else list(splits)  # the training caches' keys as they were
-    parts += [] if model.cache_key == "pooled" else [model.cache_key]  # a partial fine-tune's maps (pooled: as were)
+    parts += [model.cache_key] if trainer.features == "maps" else []  # a partial fine-tune's maps (pooled: as were)
     h.update(repr(parts).encode())
     for tensor in (model.input_mean, model.input_std):
         h.update(tensor.detach().cpu().numpy().tobytes())
@@ -148,12 +146,12 @@ def extract(
     parts: list[list[torch.Tensor]] = [[] for _ in transforms]
     was_training = model.training
     model.eval()
-    with torch.no_grad(), trainer._autocast():
+    with torch.no_grad(), trainer.autocast():
         for i, (x, *_) in enumerate(loader.plain()):
             if batches is not None and i >= batches:
                 break
             for view, transform in zip(parts, transforms, strict=True):
-                feats = model.chunked(model.pooled, trainer._inputs(transform(x)))
+                feats = model.chunked(model.pooled, trainer.prepare_inputs(transform(x)))
                 view.append(feats.to(dtype).cpu())
     model.train(was_training)
     return torch.stack([torch.cat(view) for view in parts])
@@ -233,7 +231,7 @@ def feature_data(trainer: FitHost, model: nn.Module, data: Any) -> FeatureData:
             seed=tl.seed,
             random_view=True,
             weights=tl.weights,
-            image_order=model.cache_key != "pooled",  # cached maps in the images' batches (lite<N>_partial)
+            image_order=trainer.features == "maps",  # cached maps in the images' batches (lite<N>_partial)
         ),
         val=FeatureLoader(val, vl.labels, batch_size=vl.batch_size, device=trainer.device),
         num_classes=int(data.num_classes),
@@ -243,16 +241,16 @@ def feature_data(trainer: FitHost, model: nn.Module, data: Any) -> FeatureData:
 
 
 def test_loader(trainer: FitHost, model: nn.Module, data: Any) -> Any:
-    """What a test evaluation of `model` on `data` reads: for a head on a frozen backbone's pooled features
-    (``frozen_features``: lite<N>_linear, lite<N>_head) a loader of the test images' features at this resolution,
-    in float32 and in the test loader's order, computed once and cached (every seed's trial and every other
-    resolution's cross-resolution test of the same backbone read them: the backbone's passes over the test images
-    were most of such a trial's evaluation); else `data.test` itself. The features are the ones the model's forward
-    computes on those batches, so the predictions are the same."""
+    """What a test evaluation of `model` on `data` reads: for a model with a frozen part (the spec's features
+    "pooled" or "maps": lite<N>_linear, lite<N>_head, lite<N>_partial) a loader of what that part gives for the test
+    images at this resolution, in float32 and in the test loader's order, computed once and cached (every seed's
+    trial and every other resolution's cross-resolution test of the same backbone read them: the backbone's passes
+    over the test images were most of such a trial's evaluation); else `data.test` itself. The features are the ones
+    the model's forward computes on those batches, so the predictions are the same."""
     from resomap.models import unwrap
 
     plain = unwrap(model)
-    if not getattr(plain, "frozen_features", False):
+    if trainer.features == "none":
         return data.test
     loader = data.test
     view_names, transforms = views(trainer.cfg, single=True)
@@ -294,13 +292,13 @@ def probe_seconds(trainer: FitHost, model: nn.Module, data: Any, steps: int = 2)
     labels = torch.zeros(data.train.batch_size, dtype=torch.long)
     loader = FeatureLoader(fake[None], labels, batch_size=data.train.batch_size, device=trainer.device)
     head = FeatureData(loader, loader, int(data.num_classes), int(data.resolution), data.train_labels)
-    trainer._setup(model, head)
+    trainer.setup(model, head)
     model.train()
     x, y = next(iter(loader))
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
-        trainer._train_step(x, y, [], 1, update=True)
+        trainer.train_step(x, y, [], 1, update=True)
         if i:
             times.append((time.perf_counter() - t0) / y.shape[0])
     step = float(np.median(times))

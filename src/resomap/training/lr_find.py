@@ -62,7 +62,7 @@ def lr_range_test(trainer: Any, model: torch.nn.Module, data: Any, cfg: LrFindCo
     state after the test are as before it). Returns {"lr", "lr_min_loss", "lrs", "losses", "steps"}."""
     rng = rng_state()
     work = copy.deepcopy(model)
-    trainer._setup(work, data)
+    trainer.setup(work, data)
     trainer.scheduler, trainer._sched_when = None, "never"
     trainer.ema = None
     work.train()
@@ -74,7 +74,7 @@ def lr_range_test(trainer: Any, model: torch.nn.Module, data: Any, cfg: LrFindCo
         lr = cfg.start_lr * gamma**step
         for group in trainer.optimizer.param_groups:
             group["lr"] = lr
-        _, loss = trainer._train_step(x, y, w, 1, update=True)
+        _, loss = trainer.train_step(x, y, w, 1, update=True)
         value = float(loss.detach())
         if not math.isfinite(value):
             break

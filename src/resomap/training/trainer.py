@@ -7,7 +7,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from resomap.training.fit_result import FitResult
 from resomap.training.optim import EPOCH, STEP, build_optimizer, build_scheduler
 from resomap.training.progress import Progress
 
+if TYPE_CHECKING:
+    from resomap.models.spec import FeatureKind, FitKind, ModelSpec
+
 log = logging.getLogger(__name__)
 
 _NAN_CHECK_EVERY = 32  # optimiser-side host syncs: one per this many batches, to fail early on NaN
@@ -36,10 +39,23 @@ class Trainer:
     """Trains a model on `data` (train/val loaders, num_classes, train_labels) as `cfg.training` says.
 
     Attributes for callbacks: epoch, should_stop, model, optimizer, history, meta, checkpoint_payload().
+    `spec`: the model's ModelSpec (resomap.models.get_spec): its `fit` says how the model is fitted (its loop on
+    images, a closed-form solve, its loop on the frozen part's cached outputs) and its `features` what a frozen
+    part gives; without one the model is trained by gradient on images.
     """
 
-    def __init__(self, cfg: Config, device: torch.device, callbacks: list | tuple = (), run_name: str = ""):
+    def __init__(
+        self,
+        cfg: Config,
+        device: torch.device,
+        callbacks: list | tuple = (),
+        run_name: str = "",
+        spec: ModelSpec | None = None,
+    ):
         self.cfg, self.device, self.run_name = cfg, torch.device(device), run_name
+        self.spec = spec
+        self.fit_kind: FitKind = spec.fit if spec is not None else "gradient"
+        self.features: FeatureKind = spec.features if spec is not None else "none"
         self.threads_store: tuple[Path, str] | None = None  # (file, trial key): a trial's count, measured once
         self.callbacks = sorted(callbacks, key=lambda cb: getattr(cb, "order", 0))
         self.precision, _ = resolve_precision(cfg.system.precision, self.device)  # auto: what the hardware has
@@ -55,7 +71,7 @@ class Trainer:
         self.scaler: torch.amp.GradScaler | None = None
         self._forward: nn.Module | None = None
         self._train_forward: nn.Module | None = None  # DistributedDataParallel under torchrun, else _forward
-        self._criterion: nn.Module | None = None
+        self.criterion: nn.Module | None = None
         self.task = task_of(cfg)  # loss, training accuracy and evaluation of experiment.task (resomap.tasks)
         self._pixels = 1  # labels per image in train/accuracy: 1 per image, r * r per-pixel labels
         self._sched_when = "never"
@@ -66,7 +82,7 @@ class Trainer:
 
     # ------------------------------------------------------------ callbacks and state
 
-    def _call(self, hook: str, *args: Any) -> None:
+    def call_hooks(self, hook: str, *args: Any) -> None:
         for cb in self.callbacks:
             fn = getattr(cb, hook, None)
             if fn is not None:
@@ -132,7 +148,7 @@ class Trainer:
 
     # ------------------------------------------------------------ setup
 
-    def _setup(self, model: nn.Module, data: Any) -> None:
+    def setup(self, model: nn.Module, data: Any) -> None:
         cfg, sysc = self.cfg, self.cfg.system
         apply_system(sysc, self.device)
         self.model = model = self.place(model, data)
@@ -146,7 +162,7 @@ class Trainer:
         self.meta["num_classes"] = num_classes
         if getattr(data, "resolution", None) is not None:
             self.meta["resolution"] = int(data.resolution)
-        self._criterion = self.task.criterion(cfg, data, self.device)  # the task's loss (resomap.tasks)
+        self.criterion = self.task.criterion(cfg, data, self.device)  # the task's loss (resomap.tasks)
         groups = getattr(model, "param_groups", None)  # a fine-tuned backbone: its own learning-rate scale
         params = groups() if callable(groups) else model.parameters()
         self.optimizer = build_optimizer(params, cfg.training.optimizer, self.device)
@@ -171,7 +187,7 @@ class Trainer:
         min(decay, (1 + n) / (10 + n)) (TensorFlow's ExponentialMovingAverage with num_updates), so the first epochs
         are not the initial weights'."""
         ec = self.cfg.training.ema
-        if not ec.enabled or getattr(model, "closed_form", False):
+        if not ec.enabled or self.fit_kind == "closed_form":
             return None
         from torch.optim.swa_utils import AveragedModel
 
@@ -194,12 +210,12 @@ class Trainer:
         """What validation scores and checkpoints keep: the weights' moving average when training.ema is on."""
         return self.ema.module if self.ema is not None else self.model
 
-    def _autocast(self):
+    def autocast(self):
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
+    def prepare_inputs(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
 
     def _choose_threads(self, data: Any, resumed: Any) -> None:
@@ -236,7 +252,7 @@ class Trainer:
         try:
             with threads.training_state_kept(self.model, self.optimizer, self.scheduler, self.scaler):
                 self.model.train()
-                return threads.choose_threads(lambda: self._train_step(x, y, w, 1, update=True), y.shape[0])
+                return threads.choose_threads(lambda: self.train_step(x, y, w, 1, update=True), y.shape[0])
         finally:
             self._sched_when, self.ema, self._updates = when, ema, updates
 
@@ -244,15 +260,15 @@ class Trainer:
 
     def fit(self, model: nn.Module, data: Any, resume_from: str | Path | None = None) -> FitResult:
         """Train for cfg.training.epochs (or until a callback sets should_stop); resume from a last.pt. A model
-        with ``closed_form = True`` (the classical baseline, resomap.models.classical) is fitted instead."""
-        if getattr(model, "closed_form", False):
+        whose spec's fit is "closed_form" (the classical baselines, resomap.models.classical) is fitted instead."""
+        if self.fit_kind == "closed_form":
             return fit_closed_form(self, model, data)
-        if getattr(model, "feature_head", False):  # trained on its frozen backbone's cached features
+        if self.fit_kind == "feature_head":  # trained on its frozen part's cached outputs
             data = feature_head.feature_data(self, model, data)
         seed = self.cfg.experiment.seed
         seed_everything(seed)
         self.history, self.should_stop, self.epoch, self.stopped_by_time = [], False, 0, False
-        self._setup(model, data)
+        self.setup(model, data)
         start, resumed, self._resumed_threads = 0, None, None
         if resume_from is not None:
             resumed = self._restore(Path(resume_from))
@@ -262,7 +278,7 @@ class Trainer:
         epochs = self.cfg.training.epochs
         progress = Progress(self.cfg.training.progress, self.run_name)
         try:
-            self._call("on_fit_start")
+            self.call_hooks("on_fit_start")
             progress.start(start, epochs)
             for epoch in range(start, epochs):
                 interrupts.check()  # a Ctrl-C lost in a callback stops the fit here (resomap.interrupts)
@@ -274,13 +290,13 @@ class Trainer:
                     threads.warn_if_slower(self.meta.get("threads"), self.history[-1], self.run_name or "fit")
                 progress.epoch_end(epoch, epochs, self.history[-1])
             distributed.check_in_sync(self.model)
-            self._call("on_fit_end")
+            self.call_hooks("on_fit_end")
         except BaseException as exc:
-            self._call("on_exception", exc)
+            self.call_hooks("on_exception", exc)
             raise
         finally:
             progress.close()
-        return self._result(start, resumed)
+        return self.fit_result(start, resumed)
 
     def _elapsed(self) -> float:
         """Seconds of training so far, epochs of a resumed attempt included (read from the history)."""
@@ -310,12 +326,12 @@ class Trainer:
         (closed_form.probe_closed_form), a head on cached features prices its feature pass
         (feature_head.probe_seconds). `model` is trained in place: pass one that is thrown away. The sweep's ETA
         weighs trials by these (resomap.sweep.eta)."""
-        if getattr(model, "feature_head", False):  # a head on cached features (resomap.training.feature_head)
+        if self.fit_kind == "feature_head":  # a head on cached features (resomap.training.feature_head)
             return feature_head.probe_seconds(self, model, data, steps)
-        closed = getattr(model, "closed_form", False)
+        closed = self.fit_kind == "closed_form"
         if closed:
             model.prepare_fit(int(data.resolution))
-        self._setup(model, data)
+        self.setup(model, data)
         if closed:  # no gradient step: its data pass and solver are timed (resomap.training.closed_form)
             return probe_closed_form(self, model, data)
         self._choose_threads(data, None)  # left set after the probe, as after a fit: the caller may put its own back
@@ -328,7 +344,7 @@ class Trainer:
                 x, y, *w = next(batches)
             except StopIteration:
                 break
-            self._train_step(x, y, w, 1, update=True)
+            self.train_step(x, y, w, 1, update=True)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             if i:
@@ -340,9 +356,9 @@ class Trainer:
     def _run_epoch(self, data: Any, seed: int, progress: Progress) -> None:
         # Dropout etc. depend only on (seed, epoch), not on how many epochs ran in this process.
         torch.manual_seed(seed * 100_003 + self.epoch)
-        self._call("on_train_epoch_start")
+        self.call_hooks("on_train_epoch_start")
         metrics = self._train_epoch(data.train, progress)
-        self._call("on_train_epoch_end", metrics)
+        self.call_hooks("on_train_epoch_end", metrics)
         t0 = time.perf_counter()
         val = self.evaluate(self.eval_model, data.val, prefix="val")[0]
         metrics.update(val)
@@ -353,7 +369,7 @@ class Trainer:
             else:
                 self.scheduler.step()
         self.history.append(metrics)
-        self._call("on_validation_end", metrics)
+        self.call_hooks("on_validation_end", metrics)
         self.should_stop = distributed.share_from_rank0(self.should_stop)  # every rank stops at the same epoch
 
     def _optimizer_step(self) -> None:
@@ -386,7 +402,7 @@ class Trainer:
         t0 = time.perf_counter()
         for i, (x, y, *w) in enumerate(progress.batches(loader, self.epoch, n)):
             group = min(k, n - (i // k) * k)  # the last accumulation group of an epoch may be shorter
-            out, loss = self._train_step(x, y, w, group, update=(i + 1) % k == 0 or i + 1 == n)
+            out, loss = self.train_step(x, y, w, group, update=(i + 1) % k == 0 or i + 1 == n)
             losses.append(loss.detach())
             sizes.append(y.shape[0])
             correct += self.task.correct(out, y)
@@ -417,12 +433,12 @@ class Trainer:
             "lr": lr,
         }
 
-    def _train_step(self, x: torch.Tensor, y: torch.Tensor, w: list, group: int, update: bool) -> tuple:
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, w: list, group: int, update: bool) -> tuple:
         """Forward, loss and backward of one batch (a 1/group share of an accumulation group); the optimiser
         steps when `update`. Returns (outputs, loss)."""
-        with self._autocast():
-            out = self._train_forward(self._inputs(x))
-            loss = self._criterion(out.float(), y, *w)  # w: the images' loss weights, when the loader has them
+        with self.autocast():
+            out = self._train_forward(self.prepare_inputs(x))
+            loss = self.criterion(out.float(), y, *w)  # w: the images' loss weights, when the loader has them
         self.scaler.scale(loss / group if group > 1 else loss).backward()
         if update:
             self._optimizer_step()
@@ -456,9 +472,9 @@ class Trainer:
         the config and the classes (`num_classes`, else the fitted data's)."""
         forward = self._forward if model is self.model and self._forward is not None else model
         classes = num_classes if num_classes is not None else self.meta.get("num_classes")
-        return EvalContext(self.cfg, model, forward, self._inputs, self._autocast, self.device, classes)
+        return EvalContext(self.cfg, model, forward, self.prepare_inputs, self.autocast, self.device, classes)
 
-    def _result(self, start: int, resumed: int | None, epochs_planned: int | None = None) -> FitResult:
+    def fit_result(self, start: int, resumed: int | None, epochs_planned: int | None = None) -> FitResult:
         best_path = last_path = best_score = None
         for cb in self.callbacks:
             if getattr(cb, "last_path", None) is not None:
