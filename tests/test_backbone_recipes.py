@@ -159,15 +159,17 @@ def test_every_listed_model_is_named_where_it_is_defined():
 
 
 @pytest.mark.parametrize(
-    ("model", "words"),
+    ("model", "frozen", "words"),
     [
-        (f"{TIMM}@frozen", "no recipe 'frozen'"),
-        ("tiny_cnn@linear", "recipes take timm:<name> or a torchvision model"),
-        ("timm:vit_tiny_patch16_224@partial", "does not run as the sequence of its stages"),
+        (f"{TIMM}@frozen", 2, "no recipe 'frozen'"),
+        ("tiny_cnn@linear", 2, "recipes take timm:<name> or a torchvision model"),
+        ("timm:vit_tiny_patch16_224@partial", 2, "does not run as the sequence of its stages"),
+        (f"{TIMM}@partial", 6, f"models.partial.freeze_blocks: expected 1 to 4 for {TIMM}@partial"),  # 4 stages
     ],
 )
-def test_a_recipe_that_cannot_be_built_is_refused_in_one_line(tmp_path, capsys, model, words):
+def test_a_recipe_that_cannot_be_built_is_refused_in_one_line(tmp_path, capsys, model, frozen, words):
     args = ["train", "--model", model, "--resolution", "32", "--config-dir", str(REPO / "configs")]
-    args += [f"experiment.output_dir={tmp_path}", "mlflow.enabled=false", "models.partial.freeze_blocks=2"]
+    args += [f"experiment.output_dir={tmp_path}", "mlflow.enabled=false", f"models.partial.freeze_blocks={frozen}"]
     code, _, err = run_cli(args, capsys)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not any(tmp_path.iterdir())  # nothing written

@@ -256,7 +256,11 @@ def check_model_fit(
         section = "partial" if fewest else "finetune"  # a partial fine-tune's frozen stages are its own section's
         frozen = (cfg.models.partial if fewest else cfg.models.finetune).freeze_blocks
         if blocks is not None and not fewest <= frozen <= int(blocks):
-            said = "the frozen ones run once and are cached; 0: a *_finetune model" if fewest else "0: end to end"
+            said = (
+                "the frozen ones run once and are cached; 0: a *_finetune model, an @finetune recipe"
+                if fewest
+                else "0: end to end"
+            )
             fail(f"models.{section}.freeze_blocks", f"{fewest} to {blocks} for {model} (its stages; {said})", frozen)
 
 

@@ -14,7 +14,7 @@ from torch import nn
 from resomap.config.schema import ModelsConfig, is_hub
 from resomap.errors import ConfigError, ModelError, UnknownNameError
 from resomap.models import hub
-from resomap.models.layouts import timm_layout, torchvision_layout
+from resomap.models.layouts import timm_layout, timm_stages, torchvision_layout, torchvision_stages
 from resomap.models.recipes import IMAGENET_MEAN, IMAGENET_STD, RECIPE_KIND, RECIPE_SEP, RECIPES, Net, build_recipe
 from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name, list_models
 from resomap.models.spec import ModelSpec
@@ -144,6 +144,22 @@ def as_recipe(base: str, recipe: str, model: nn.Module, in_channels: int, num_cl
         mean, std = IMAGENET_MEAN, IMAGENET_STD
     net = Net(model, layout, tuple(mean), tuple(std), base)
     return build_recipe(recipe, net, in_channels, num_classes, cfg)
+
+
+@functools.lru_cache(maxsize=64)
+def recipe_meta(name: str) -> dict:
+    """What the config check reads of a recipe name (resomap.config.checks.check_model_fit): the finetune and partial
+    recipes' stages (`blocks`; the partial one must freeze at least one: `min_frozen`), counted on the base model
+    built on the meta device (names only: no weights, no forward)."""
+    base, recipe = split_recipe(canonical_name(name))
+    if recipe not in ("finetune", "partial"):
+        return {}
+    with torch.device("meta"):
+        if is_timm_name(base):
+            _, stages = timm_stages(create_timm(timm_arch(base), 0, 3, ModelsConfig()), base)
+        else:
+            _, stages = torchvision_stages(MODELS.get(base)(2, 3, ModelsConfig()), base)
+    return {"blocks": len(stages), "min_frozen": 1} if recipe == "partial" else {"blocks": len(stages)}
 
 
 def check_input_size(model: nn.Module, name: str, resolution: int, in_channels: int) -> None:

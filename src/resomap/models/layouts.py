@@ -74,8 +74,9 @@ def _not_sequential(name: str, why: str) -> ModelError:
     )
 
 
-def timm_layout(model: nn.Module, name: str) -> Layout:
-    """The layout of a timm model built with num_classes=0 (see the module's docstring)."""
+def timm_stages(model: nn.Module, name: str) -> tuple[list[str], list[str]]:
+    """(the children a timm model's forward applies in order, its stages among them), from names alone (a model on
+    the meta device will do: the config check counts the stages so)."""
     infos = [info["module"] for info in getattr(model, "feature_info", None) or [] if info.get("module")]
     if not infos:
         raise _not_sequential(name, "no feature_info")
@@ -85,6 +86,23 @@ def timm_layout(model: nn.Module, name: str) -> Layout:
     stages = stages or [n for n in infos if n in names and _has_weights(model.get_submodule(n))]
     if not stages:
         raise _not_sequential(name, "its feature_info stages are not among its children")
+    return names, stages
+
+
+def torchvision_stages(model: nn.Module, name: str) -> tuple[list[str], list[str]]:
+    """(the children before a torchvision classifier's avgpool, in order; its stages among them), from names alone."""
+    if not hasattr(model, "avgpool"):
+        raise _not_sequential(name, "no avgpool")
+    names = _flattened(model, {"features"}, stop="avgpool")
+    stages = [n for n in names if n.startswith("layer")] or [n for n in names if n.startswith("features.")]
+    if not stages:
+        raise _not_sequential(name, "no layer<i> or features stages")
+    return names, stages
+
+
+def timm_layout(model: nn.Module, name: str) -> Layout:
+    """The layout of a timm model built with num_classes=0 (see the module's docstring)."""
+    names, stages = timm_stages(model, name)
 
     def walk(x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         return _run(model, names, x), model.forward_features(x)
@@ -105,17 +123,14 @@ def timm_layout(model: nn.Module, name: str) -> Layout:
 def torchvision_layout(model: nn.Module, name: str) -> Layout:
     """The layout of a torchvision classifier (see the module's docstring), checked against its own forward: the
     input its `avgpool` receives."""
-    if not hasattr(model, "avgpool"):
-        raise _not_sequential(name, "no avgpool")
-    names = _flattened(model, {"features"}, stop="avgpool")
-    stages = [n for n in names if n.startswith("layer")] or [n for n in names if n.startswith("features.")]
+    names, stages = torchvision_stages(model, name)
     seen: list[torch.Tensor] = []
     handle = model.avgpool.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
     try:
         outs = _dry(model, lambda x: (_run(model, names, x), model(x))[0])
     finally:
         handle.remove()
-    if not stages or not seen or not _same(outs[-1], seen[0]):
+    if not seen or not _same(outs[-1], seen[0]):
         raise _not_sequential(name, "its children before avgpool in order do not give what avgpool reads")
     positions = tuple(names.index(s) for s in stages)
     return Layout(tuple(names), positions, _taps(outs, positions, 64), pool="avg")

@@ -163,6 +163,14 @@ def _model_meta(name: str) -> dict[str, Any]:
     """The model's registry metadata ({} for timm: names and unknown names, reported where models resolve)."""
     from resomap.models.registry import MODELS, is_timm_name
 
+    if "@" in str(name):  # a recipe of a timm or torchvision backbone (resomap.models.recipes): its stages
+        from resomap.errors import ModelError
+        from resomap.models.build import recipe_meta
+
+        try:
+            return recipe_meta(str(name))
+        except (UnknownNameError, ModelError):
+            return {}  # reported where the model is built
     if is_timm_name(name):
         return {}
     try:

@@ -38,22 +38,12 @@ _NAN_CHECK_EVERY = 32  # optimiser-side host syncs: one per this many batches, t
 class Trainer:
     """Trains a model on `data` (train/val loaders, num_classes, train_labels) as `cfg.training` says.
 
-    Attributes for callbacks: epoch, should_stop, model, optimizer, history, meta, checkpoint_payload().
-    `spec`: the model's ModelSpec (resomap.models.get_spec): its `fit` says how the model is fitted (its loop on
-    images, a closed-form solve, its loop on the frozen part's cached outputs) and its `features` what a frozen
-    part gives; without one the model is trained by gradient on images.
+    Attributes for callbacks: epoch, should_stop, model, optimizer, history, meta, checkpoint_payload(). `spec`: the
+    model's ModelSpec, whose `fit` and `features` say how it is fitted (none: by gradient on images).
     """
 
-    def __init__(
-        self,
-        cfg: Config,
-        device: torch.device,
-        callbacks: list | tuple = (),
-        run_name: str = "",
-        spec: ModelSpec | None = None,
-    ):
+    def __init__(self, cfg: Config, device: torch.device, callbacks=(), run_name="", spec: ModelSpec | None = None):
         self.cfg, self.device, self.run_name = cfg, torch.device(device), run_name
-        self.spec = spec
         self.fit_kind: FitKind = spec.fit if spec is not None else "gradient"
         self.features: FeatureKind = spec.features if spec is not None else "none"
         self.threads_store: tuple[Path, str] | None = None  # (file, trial key): a trial's count, measured once
