@@ -101,6 +101,8 @@ def test_layouts_come_from_timm_feature_info_and_torchvisions_stages():
     assert isinstance(tv, FrozenLinear) and tv.layout.pool == "avg" and isinstance(tv.backbone.fc, torch.nn.Identity)
     x = torch.randn(2, 3, 48, 48)
     assert tv.eval()(x).shape == (2, 2) and tv.feature_size == 2 * (128 + 256 + 512)
+    tuned = build_model(f"{TIMM}@finetune", 2, 3, ModelsConfig(dropout=0.5))[0]  # models.dropout once: the recipe's
+    assert tuned.dropout.p == 0.5 and tuned.backbone.drop_rate == 0.0
 
 
 def test_the_fit_kind_is_a_typed_field_of_the_spec():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Iterable
@@ -108,8 +109,9 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
     published = hub.fetch(hub.locate(base)) if is_hub(path) else None
     if published is not None:
         log.info("%s: pretrained weights from %s", key, published)
-    if is_timm_name(base):
-        model = create_timm(timm_arch(base), num_classes, build_channels, cfg, weights=published)
+    if is_timm_name(base):  # a recipe's backbone without timm's own head dropout: the recipe applies models.dropout
+        own = dataclasses.replace(cfg, dropout=0.0) if recipe is not None else cfg
+        model = create_timm(timm_arch(base), num_classes, build_channels, own, weights=published)
         spec = spec_from_model(base, model)
     else:
         model = MODELS.get(base)(num_classes, build_channels, cfg)
