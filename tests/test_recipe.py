@@ -154,15 +154,18 @@ def test_the_symmetry_average_of_an_invariant_model_is_the_model():
     assert not torch.allclose(symmetry_average(directional, ["hflip"])(x).softmax(1), directional(x).softmax(1))
 
 
-def test_a_trial_reports_the_tta_score_beside_the_plain_one(tmp_path):
+@pytest.mark.parametrize(
+    "model", ["tiny_cnn", "lite0_linear"]
+)  # lite0_linear: its plain score read off cached features
+def test_a_trial_reports_the_tta_score_beside_the_plain_one(tmp_path, model):
     from resomap.sweep import run_sweep
 
     cfg = tiny_sweep_config(
-        tmp_path, ["tiny_cnn"], [32], ["saliency"], 2, "training.tta=[hflip,rot90]", "explainability.enabled=false",
+        tmp_path, [model], [32], ["saliency"], 2, "training.tta=[hflip,rot90]", "explainability.enabled=false",
         "profiling.enabled=false",
     )  # fmt: skip
     (result,) = run_sweep(cfg).results
-    (found,) = trial_summary(tmp_path, "tiny_cnn", 32).parent.glob("**/result.json")
+    (found,) = trial_summary(tmp_path, model, 32).parent.glob("**/result.json")
     metrics = json.loads(found.read_text())["test"]
     assert {"test/accuracy", "test_tta/accuracy"} <= set(metrics)
     assert result.status == "FINISHED"

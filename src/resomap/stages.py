@@ -167,11 +167,15 @@ def evaluate_at(
     return _evaluate(trainer, model, bundle, prefix, num_classes)
 
 
-def _evaluate(trainer: Any, model: Any, bundle: Any, prefix: str, num_classes: int | None) -> EvalResult:
-    """The model on bundle.test; the loader keeps the order of bundle.splits['test'] (no shuffling)."""
+def _evaluate(
+    trainer: Any, model: Any, bundle: Any, prefix: str, num_classes: int | None, cached: bool = True
+) -> EvalResult:
+    """The model on bundle.test; the loader keeps the order of bundle.splits['test'] (no shuffling). `cached`: the
+    trainer's model itself, whose frozen part's test outputs may be read from the cache; False for another module
+    around it (the test-time average), which reads the images."""
     from resomap.training.feature_head import test_loader
 
-    loader = test_loader(trainer, model, bundle)  # a frozen backbone's test features are computed once, cached
+    loader = test_loader(trainer, model, bundle) if cached else bundle.test  # a frozen part's outputs: cached
     metrics, y_true, y_pred, *more = trainer.evaluate(model, loader, prefix=prefix, num_classes=num_classes)
     index = np.asarray(bundle.splits["test"], dtype=np.int64)
     if len(index) != len(y_true):
@@ -190,7 +194,7 @@ def test_stage(
     if tta:  # test-time augmentation: its scores beside the plain ones (test_tta/*), never instead of them
         from resomap.data.symmetry import symmetry_average
 
-        averaged = _evaluate(trainer, symmetry_average(model, tta), bundle, "test_tta", num_classes)
+        averaged = _evaluate(trainer, symmetry_average(model, tta), bundle, "test_tta", num_classes, cached=False)
         found.metrics.update(averaged.metrics)  # every key under the test_tta/ prefix
     log.info("%s test: %s", title, ", ".join(f"{k}={v:.4f}" for k, v in sorted(found.metrics.items())))
     trainer.task.test_outputs(found, trainer.eval_context(model), bundle, title, out_dir)
