@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from resomap.config.schema import RECIPE_NAMES
+from resomap.config.schema import split_recipe
 from resomap.errors import ConfigError, UnknownNameError
 
 TIMM_PREFIX = "timm:"  # resomap.models.registry's; any timm model name is checked when the model is built
@@ -234,12 +234,7 @@ def check_model(name: str) -> None:
 def recipe_base(name: str) -> str:
     """The backbone of a recipe name ('resnet18@linear' -> 'resnet18'; resomap.models.recipes), else the name; an
     unknown recipe raises UnknownNameError."""
-    base, sep, recipe = str(name).rpartition("@")
-    if not sep:
-        return str(name)
-    if recipe.strip().lower() not in RECIPE_NAMES:
-        raise UnknownNameError(f"no recipe '{recipe}' in '{name}'; use one of {', '.join(RECIPE_NAMES)} after '@'")
-    return base
+    return split_recipe(name)[0]
 
 
 def dataset_channels(name: str) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, get_args
 
 from resomap.config.groups import Group, GroupSection
+from resomap.errors import UnknownNameError
 
 Device = Literal["auto", "cpu", "cuda"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -270,6 +271,19 @@ class HeadConfig:
 # the ways of using a pretrained backbone a model name asks for after '@' (resomap.models.recipes):
 # `timm:convnext_tiny@partial`, `resnet18@linear`
 RECIPE_NAMES = ("linear", "head", "finetune", "partial")
+RECIPE_SEP = "@"
+
+
+def split_recipe(name: str) -> tuple[str, str | None]:
+    """'timm:resnet18@Linear' -> ('timm:resnet18', 'linear'); a name without '@' -> (name, None); an unknown recipe
+    raises UnknownNameError. Read without torch: the CLI's preflight and the model registry parse names alike."""
+    base, sep, recipe = str(name).rpartition(RECIPE_SEP)
+    if not sep:
+        return str(name), None
+    recipe = recipe.strip().lower()
+    if recipe not in RECIPE_NAMES:
+        raise UnknownNameError(f"no recipe '{recipe}' in '{name}'; use one of {', '.join(RECIPE_NAMES)} after '@'")
+    return base, recipe
 
 
 @dataclass(frozen=True)

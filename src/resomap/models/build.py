@@ -12,11 +12,11 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from resomap.config.schema import ModelsConfig, is_hub
+from resomap.config.schema import RECIPE_SEP, ModelsConfig, is_hub, split_recipe
 from resomap.errors import ConfigError, ModelError, UnknownNameError
 from resomap.models import hub
 from resomap.models.layouts import timm_layout, timm_stages, torchvision_layout, torchvision_stages
-from resomap.models.recipes import IMAGENET_MEAN, IMAGENET_STD, RECIPE_KIND, RECIPE_SEP, RECIPES, Net, build_recipe
+from resomap.models.recipes import IMAGENET_MEAN, IMAGENET_STD, RECIPE_KIND, Net, build_recipe
 from resomap.models.registry import MODELS, TIMM_PREFIX, is_timm_name, list_models
 from resomap.models.spec import ModelSpec
 from resomap.models.timm_models import create_timm, spec_from_model, timm_arch, timm_spec
@@ -32,19 +32,11 @@ class ModelRow(NamedTuple):
     cam_layer: str  # deepest CAM candidate
 
 
-def split_recipe(name: str) -> tuple[str, str | None]:
-    """'timm:resnet18@linear' -> ('timm:resnet18', 'linear'); a name without '@' -> (name, None)."""
-    base, sep, recipe = str(name).rpartition(RECIPE_SEP)
-    return (base, recipe.strip().lower()) if sep else (str(name), None)
-
-
 def canonical_name(name: str) -> str:
     """Registry key, 'timm:<arch>', or either's '<base>@<recipe>' (resomap.models.recipes: a timm model or a
     torchvision model of the registry); unknown names raise UnknownNameError with close names."""
-    base, recipe = split_recipe(name)
+    base, recipe = split_recipe(name)  # an unknown recipe: UnknownNameError
     if recipe is not None:
-        if recipe not in RECIPES:
-            raise UnknownNameError(f"no recipe '{recipe}' in '{name}'; use one of {', '.join(RECIPES)} after '@'")
         found = canonical_name(base)
         if not is_timm_name(found) and MODELS.meta(found).get("hub") != "torchvision":
             tv = ", ".join(n for n in list_models() if MODELS.meta(n).get("hub") == "torchvision")
@@ -109,13 +101,10 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
     published = hub.fetch(hub.locate(base)) if is_hub(path) else None
     if published is not None:
         log.info("%s: pretrained weights from %s", key, published)
-    if is_timm_name(base):  # a recipe's backbone without timm's own head dropout: the recipe applies models.dropout
-        own = dataclasses.replace(cfg, dropout=0.0) if recipe is not None else cfg
-        model = create_timm(timm_arch(base), num_classes, build_channels, own, weights=published)
-        spec = spec_from_model(base, model)
-    else:
-        model = MODELS.get(base)(num_classes, build_channels, cfg)
-        spec = get_spec(base)
+    # a recipe's timm backbone without timm's own head dropout: the recipe applies models.dropout
+    own = dataclasses.replace(cfg, dropout=0.0) if recipe is not None and is_timm_name(base) else cfg
+    model = _build_base(base, num_classes, build_channels, own, published)
+    spec = spec_from_model(base, model) if is_timm_name(base) else get_spec(base)
     path = None if published is not None and is_timm_name(base) else (published or path)
     if path:
         target = getattr(model, "backbone", None) if hasattr(model, "adopt_input_stats") else None
@@ -129,6 +118,13 @@ def build_model(name: str, num_classes: int, in_channels: int, cfg: ModelsConfig
         add_grayscale_repeat(model)
     log.debug("built %s (%d classes, %d input channels, grayscale=%s)", key, num_classes, in_channels, cfg.grayscale)
     return model, spec
+
+
+def _build_base(base: str, num_classes: int, in_channels: int, cfg: ModelsConfig, weights=None) -> nn.Module:
+    """A registered model or `timm:<arch>` (canonical), `weights` a file of timm's published ones for the latter."""
+    if is_timm_name(base):
+        return create_timm(timm_arch(base), num_classes, in_channels, cfg, weights=weights)
+    return MODELS.get(base)(num_classes, in_channels, cfg)
 
 
 def as_recipe(base: str, recipe: str, model: nn.Module, in_channels: int, num_classes: int, cfg: ModelsConfig):
@@ -157,10 +153,8 @@ def recipe_meta(name: str) -> dict:
     if recipe not in ("finetune", "partial"):
         return {}
     with torch.device("meta"):
-        if is_timm_name(base):
-            _, stages = timm_stages(create_timm(timm_arch(base), 0, 3, ModelsConfig()), base)
-        else:
-            _, stages = torchvision_stages(MODELS.get(base)(2, 3, ModelsConfig()), base)
+        net = _build_base(base, 2, 3, ModelsConfig())
+    _, stages = (timm_stages if is_timm_name(base) else torchvision_stages)(net, base)
     return {"blocks": len(stages), "min_frozen": 1} if recipe == "partial" else {"blocks": len(stages)}
 
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from resomap.errors import ModelError
 from resomap.models.recipes import Layout
+from resomap.models.spec import input_channels
 
 TAP_STRIDE = 8  # the pooled features read the stages at this stride and deeper (Lite's taps: its stages 2-6)
 
@@ -52,14 +53,9 @@ def _dry(model: nn.Module, fn):
     model.eval()
     try:
         with torch.no_grad():
-            return fn(torch.randn(1, _in_channels(model), 64, 64, generator=torch.Generator().manual_seed(0)))
+            return fn(torch.randn(1, input_channels(model), 64, 64, generator=torch.Generator().manual_seed(0)))
     finally:
         model.train(was)
-
-
-def _in_channels(model: nn.Module) -> int:
-    conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
-    return conv.in_channels if conv is not None else 3
 
 
 def _taps(outs: list[torch.Tensor], stages: tuple[int, ...], side: int) -> tuple[int, ...]:

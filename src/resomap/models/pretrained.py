@@ -110,8 +110,10 @@ WORDS = {
 }
 
 
-def _lite(model: str, backbone: str, recipe: str) -> None:
-    """Register `model`: `recipe` (resomap.models.recipes) on the Lite backbone `backbone`."""
+def _lite(model: str) -> None:
+    """Register `model`, lite<N>_<recipe>: that recipe (resomap.models.recipes) on efficientnet_lite<N>."""
+    short, recipe = model.split("_")
+    backbone = f"efficientnet_{short}"
     found = BACKBONES[backbone]
 
     def build(num_classes: int, in_channels: int, cfg: ModelsConfig) -> nn.Module:
@@ -122,15 +124,9 @@ def _lite(model: str, backbone: str, recipe: str) -> None:
     register_model(model, **_common(found), **KIND[recipe])(build)
 
 
-_lite("lite0_linear", "efficientnet_lite0", "linear")
-_lite("lite0_head", "efficientnet_lite0", "head")
-_lite("lite0_finetune", "efficientnet_lite0", "finetune")
-_lite("lite0_partial", "efficientnet_lite0", "partial")
-_lite("lite1_linear", "efficientnet_lite1", "linear")
-_lite("lite1_head", "efficientnet_lite1", "head")
-_lite("lite1_finetune", "efficientnet_lite1", "finetune")
-_lite("lite1_partial", "efficientnet_lite1", "partial")
-_lite("lite2_linear", "efficientnet_lite2", "linear")
-_lite("lite2_head", "efficientnet_lite2", "head")
-_lite("lite2_finetune", "efficientnet_lite2", "finetune")
-_lite("lite2_partial", "efficientnet_lite2", "partial")
+for _model in (
+    "lite0_linear", "lite0_head", "lite0_finetune", "lite0_partial",
+    "lite1_linear", "lite1_head", "lite1_finetune", "lite1_partial",
+    "lite2_linear", "lite2_head", "lite2_finetune", "lite2_partial",
+):  # fmt: skip
+    _lite(_model)

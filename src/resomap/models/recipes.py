@@ -18,6 +18,7 @@ own forward does before pooling: `check_sequence` holds a new layout to that on 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
@@ -27,13 +28,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from resomap.config.schema import RECIPE_NAMES, ModelsConfig
+from resomap.config.schema import RECIPE_NAMES, FinetuneConfig, ModelsConfig
 from resomap.errors import ModelError
 from resomap.models.classical import PENALTIES, PixelLogistic
 
 PIXEL_BUDGET = 8 * 128 * 128  # images per inference chunk: about this many pixels (measured fastest on the CPU)
 RECIPES = RECIPE_NAMES  # the recipe names a config writes after '@'
-RECIPE_SEP = "@"
 # what each recipe's ModelSpec says of its fit (resomap.models.spec.FIT_KINDS, FEATURE_KINDS); a closed-form fit on
 # frozen features does not depend on the training seed (deterministic: its seeds are one replicate)
 RECIPE_KIND: dict[str, dict] = {
@@ -302,10 +302,6 @@ class PartialFinetune(Finetune):
     takes images [B, C, r, r] (the whole network, as Finetune's) or, in training, cached maps [B, F]."""
 
     def __init__(self, net: Net, in_channels: int, num_classes: int, cfg: ModelsConfig) -> None:
-        import dataclasses
-
-        from resomap.config.schema import FinetuneConfig
-
         part, stages = cfg.partial, len(net.layout.stages)  # models.partial: Finetune's two settings, K at least 1
         if not 1 <= part.freeze_blocks <= stages:
             raise ModelError(
